@@ -1,0 +1,38 @@
+"""The errors gpudiag reports to its user, each tied to the exit code it ends the run with.
+
+The CLI's one handler prints the message as one line on stderr and exits with ``exit_code``;
+everything below it raises these and never calls ``sys.exit`` itself.
+"""
+
+from __future__ import annotations
+
+from .exitcodes import ExitCode
+
+
+class GpudiagError(Exception):
+    """An error the user can act on; the message says what and how to fix it."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+
+class InputError(GpudiagError):
+    """Bad input: an option, a file or a line in it. Nothing was run and nothing was stored."""
+
+    exit_code = ExitCode.USAGE
+
+    @classmethod
+    def at_line(cls, path: str, line_number: int, problem: str, fix: str) -> InputError:
+        """An error naming the file and line, the problem, and the fix, as one line."""
+        return cls(f"{path}:{line_number}: {problem}; {fix}")
+
+
+class ProbeOutputError(GpudiagError):
+    """The probe bundle printed something that is not a record; the node could not be checked."""
+
+    exit_code = ExitCode.UNCHECKED
+
+
+class InstallationError(GpudiagError):
+    """gpudiag itself is incomplete (e.g. the probe bundle is missing)."""
+
+    exit_code = ExitCode.USAGE

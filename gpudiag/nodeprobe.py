@@ -1,0 +1,102 @@
+"""Running the probe bundle on one node and reading its records back.
+
+The same function serves ``gpudiag probe`` (this machine) and, through other transports,
+the fleet sweep: build the bundle's command line from ``ProbeOptions``, run it under a
+deadline, parse the JSON lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .errors import ProbeOutputError
+from .results import ProbeResult, parse_probe_output
+from .transport import Session
+
+PROBE_NAMES = ("facts", "telemetry", "gemm", "membw", "p2p", "pcie", "smclock")
+DTYPES = ("bf16", "fp16", "tf32", "fp32")
+# Time the node's Python needs to start and import torch, on top of the probes' own deadline.
+STARTUP_ALLOWANCE_S = 30.0
+# The bundle's own watchdog ends it this long after its deadline.
+BUNDLE_GRACE_S = 5.0
+EXIT_DEADLINE = 124
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What to measure and how; the options of ``gpudiag probe``.
+
+    ``names``: probes to run (empty: all). ``duration_s``: seconds of timed load per probe and
+    GPU. ``max_gpu_mem_mib``: cap on GPU memory one probe may take on one GPU (MiB).
+    ``deadline_s``: the bundle's overall deadline on the node (seconds). ``python``: the node's
+    interpreter that runs the bundle.
+    """
+
+    names: tuple[str, ...] = ()
+    duration_s: float = 1.0
+    max_gpu_mem_mib: int | None = None
+    dtype: str = "bf16"
+    sequential: bool = False
+    deadline_s: float = 600.0
+    python: str = "python3"
+
+    def bundle_argv(self) -> list[str]:
+        """The command that runs the bundle from its root folder."""
+        argv = [self.python, "-m", "probes", *self.names, "--duration", f"{self.duration_s:g}",
+                "--dtype", self.dtype, "--deadline", f"{self.deadline_s:g}"]
+        if self.max_gpu_mem_mib is not None:
+            argv += ["--max-gpu-mem", str(self.max_gpu_mem_mib)]
+        if self.sequential:
+            argv.append("--sequential")
+        return argv
+
+    @property
+    def timeout_s(self) -> float:
+        """How long the controller waits for the whole command before killing it."""
+        return self.deadline_s + BUNDLE_GRACE_S + STARTUP_ALLOWANCE_S
+
+
+@dataclass(frozen=True)
+class NodeProbe:
+    """The records one node printed, and how its run of the bundle ended."""
+
+    results: tuple[ProbeResult, ...]
+    exit_status: int | None
+    timed_out: bool
+    stderr: str
+    duration_s: float
+
+    @property
+    def complete(self) -> bool:
+        """True when the bundle finished on its own and every record is ok or skipped."""
+        return (self.exit_status == 0 and not self.timed_out
+                and all(result.status != "error" for result in self.results))
+
+
+def probe_node(session: Session, options: ProbeOptions, source: str) -> NodeProbe:
+    """Run the bundle through ``session`` and parse what it printed.
+
+    Raises ProbeOutputError when the output is not records, or when the bundle failed
+    without printing any (its stderr's last line is the reason).
+    """
+    outcome = session.run(options.bundle_argv(), options.timeout_s)
+    results = tuple(parse_probe_output(outcome.stdout, source))
+    if not results and not outcome.timed_out and outcome.exit_status not in (0, EXIT_DEADLINE):
+        raise ProbeOutputError(f"{source}: the probe bundle exited with status {outcome.exit_status} "
+                               f"and printed no record: {_last_line(outcome.stderr)}")
+    return NodeProbe(results=results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
+                     stderr=outcome.stderr, duration_s=outcome.duration_s)
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "(no error output)"
+
+
+def check_names(names: Sequence[str]) -> tuple[str, ...]:
+    """The probe names, checked; raises ValueError naming the first unknown one."""
+    for name in names:
+        if name not in PROBE_NAMES:
+            raise ValueError(f"unknown probe {name!r}; choose from {', '.join(PROBE_NAMES)}")
+    return tuple(names)

@@ -1,0 +1,162 @@
+"""Terminal rendering of one node's probe results (``gpudiag probe``)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .results import ProbeResult
+
+# Probes shown as one row per measurement; telemetry and p2p get tables of their own.
+MEASUREMENT_PROBES = ("gemm", "membw", "pcie", "smclock")
+TELEMETRY_COLUMNS = (
+    ("SM clock MHz", ("sm_clock", "sm_clock_max")),
+    ("temp C", ("gpu_temperature",)),
+    ("power W", ("power_draw", "power_limit")),
+    ("PCIe gen", ("pcie_generation", "pcie_generation_max")),
+    ("PCIe width", ("pcie_width", "pcie_width_max")),
+    ("PCIe replays", ("pcie_replay_count",)),
+    ("ECC uncorr.", ("ecc_uncorrected_volatile",)),
+    ("rows pending", ("remapped_rows_pending",)),
+    ("NVLinks up", ("nvlink_links_up",)),
+)
+
+
+def render_probe_results(results: Sequence[ProbeResult], console: Console) -> None:
+    """Print the node's facts line, measurements, P2P matrices, telemetry and anything not ok."""
+    facts = next((r for r in results if r.probe == "facts" and r.ok), None)
+    if facts is not None:
+        console.print(facts_line(facts.details))
+    measurements = [r for r in results if r.probe in MEASUREMENT_PROBES and r.ok]
+    if measurements:
+        console.print(_measurement_table(measurements))
+    for direction in ("unidirectional", "bidirectional"):
+        pairs = [r for r in results if r.probe == "p2p" and r.ok and r.params.get("direction") == direction]
+        if pairs:
+            console.print(_p2p_table(pairs, direction))
+    telemetry = [r for r in results if r.probe == "telemetry"]
+    if any(r.ok for r in telemetry):
+        console.print(_telemetry_table(telemetry))
+    for line in not_ok_lines(results):
+        console.print(line, markup=False, highlight=False)
+
+
+def facts_line(facts: dict[str, Any] | Any) -> str:
+    """One line: host, GPUs, driver and software versions."""
+    gpus = (f"{facts.get('gpu_count')}x {facts.get('gpu_model')}" if facts.get("gpu_count")
+            else "no CUDA GPU")
+    parts = [str(facts.get("hostname")), gpus, f"{facts.get('cpu_count')} CPUs"]
+    for label, key in (("driver", "driver_version"), ("CUDA", "cuda_version"),
+                       ("torch", "torch_version"), ("NCCL", "nccl_version")):
+        if facts.get(key):
+            parts.append(f"{label} {facts[key]}")
+    return " · ".join(parts)
+
+
+def not_ok_lines(results: Iterable[ProbeResult]) -> list[str]:
+    """One line per skipped or failed measurement, identical ones folded across devices."""
+    grouped: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    for result in results:
+        if not result.ok:
+            key = (result.status, result.probe, result.metric, result.reason or "")
+            grouped[key].append(result.device)
+    lines = []
+    for (status, probe, metric, reason), devices in sorted(grouped.items()):
+        where = ", ".join(sorted(set(devices), key=_device_order))
+        lines.append(f"{status}: {probe}.{metric} on {where}: {reason}")
+    return lines
+
+
+def format_value(value: float | None, unit: str | None) -> str:
+    """A value with three significant digits' worth of precision and its unit."""
+    if value is None:
+        return "-"
+    if isinstance(value, int) or float(value).is_integer():
+        text = f"{int(value)}"
+    elif abs(value) >= 100:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.3g}"
+    return f"{text} {unit}" if unit and unit not in ("count", "bool") else text
+
+
+def _measurement_table(results: Sequence[ProbeResult]) -> Table:
+    table = Table(title="Measurements", title_justify="left")
+    for column in ("probe", "device", "metric", "value", "CV", "samples"):
+        table.add_column(column, justify="right" if column in ("value", "CV", "samples") else "left",
+                         no_wrap=True)
+    table.add_column("parameters")
+    for r in results:
+        cv = "-" if r.cv is None else f"{100 * r.cv:.2f} %"
+        table.add_row(r.probe, r.device, r.metric, format_value(r.value, r.unit), cv, str(r.samples),
+                      describe_params(r.params))
+    return table
+
+
+def describe_params(params: dict[str, Any] | Any) -> str:
+    """Probe parameters in few characters: ``bf16 8192³ concurrent``, ``device 1024 MiB``."""
+    params = dict(params)
+    words = []
+    if "m" in params and params.get("m") == params.get("n") == params.get("k"):
+        words.append(f"{params.pop('m')}³")
+        params.pop("n")
+        params.pop("k")
+    for key, value in params.items():
+        words.append(f"{value} MiB" if key.endswith("_mib") else str(value))
+    return " ".join(words)
+
+
+def _p2p_table(pairs: Sequence[ProbeResult], direction: str) -> Table:
+    devices = sorted({str(r.params.get("src")) for r in pairs} | {str(r.params.get("dst")) for r in pairs},
+                     key=_device_order)
+    value = {(str(r.params.get("src")), str(r.params.get("dst"))): r.value for r in pairs}
+    table = Table(title=f"P2P {direction} bandwidth, GB/s (row = source)", title_justify="left")
+    table.add_column("")
+    for device in devices:
+        table.add_column(device, justify="right")
+    for source in devices:
+        cells = [_pair_cell(value, source, target, direction) for target in devices]
+        table.add_row(source, *cells)
+    return table
+
+
+def _pair_cell(value: dict[tuple[str, str], float | None], source: str, target: str, direction: str) -> str:
+    if source == target:
+        return "-"
+    found = value.get((source, target))
+    if found is None and direction == "bidirectional":
+        found = value.get((target, source))
+    return "?" if found is None else f"{found:.1f}"
+
+
+def _telemetry_table(results: Sequence[ProbeResult]) -> Table:
+    by_device: dict[str, dict[str, ProbeResult]] = defaultdict(dict)
+    for r in results:
+        by_device[r.device][r.metric] = r
+    table = Table(title="Telemetry (NVML)", title_justify="left")
+    table.add_column("GPU")
+    for title, _ in TELEMETRY_COLUMNS:
+        table.add_column(title, justify="right")
+    table.add_column("clocks event reasons")
+    for device in sorted(by_device, key=_device_order):
+        metrics = by_device[device]
+        cells = ["/".join(_metric_text(metrics.get(name)) for name in names) for _, names in TELEMETRY_COLUMNS]
+        reasons = metrics.get("clocks_event_reasons")
+        active = ", ".join(reasons.details.get("active", [])) if reasons and reasons.ok else "-"
+        table.add_row(device, *cells, active or "none")
+    return table
+
+
+def _metric_text(result: ProbeResult | None) -> str:
+    if result is None or not result.ok or result.value is None:
+        return "n/a"
+    return format_value(result.value, None)
+
+
+def _device_order(device: str) -> tuple[str, int]:
+    prefix, _, number = device.partition(":")
+    return (prefix, int(number)) if number.isdigit() else (device, -1)

@@ -1,0 +1,66 @@
+"""Host<->device (PCIe) copy bandwidth per GPU, both directions (GB/s).
+
+Pinned host memory, CUDA-event timing on the GPU's stream, one GPU at a time so a GPU's figure
+is its own link's and not shared with its neighbours under the same PCIe switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from types import ModuleType
+
+from .context import ProbeContext
+from .devices import CudaDevice, DeviceUnavailable, cuda_devices, import_torch
+from .pergpu import Measure, run_on_each
+from .rates import transfer_gbps
+from .records import Record, measured, skipped
+from .sizing import MIB, MemoryBudget, choose_size
+from .timing import cuda_timer, iterations_for, sample_for, warm_up
+
+PROBE = "pcie"
+METRIC = "bandwidth"
+UNIT = "GB/s"
+BUFFER_MIB = (256, 64, 16)
+WARMUP_S = 0.05
+MAX_DIRECTION_DURATION_S = 0.5
+DIRECTIONS = ("h2d", "d2h")
+
+
+def run(ctx: ProbeContext) -> Iterator[Record]:
+    """Yield an h2d and a d2h record per GPU."""
+    try:
+        torch = import_torch()
+    except DeviceUnavailable as missing:
+        yield skipped(PROBE, "host", METRIC, str(missing))
+        return
+    devices = cuda_devices(torch)
+    if not devices:
+        yield skipped(PROBE, "host", METRIC, "no CUDA device is visible to torch on this machine")
+        return
+    for direction in DIRECTIONS:
+        yield from run_on_each(torch, devices, PROBE, METRIC, _measure(torch, ctx, direction), sequential=True)
+
+
+def _measure(torch: ModuleType, ctx: ProbeContext, direction: str) -> Measure:
+    def measure(device: CudaDevice, start: Callable[[], None]) -> Record:
+        free_bytes, _ = torch.cuda.mem_get_info(device.index)
+        budget = MemoryBudget.from_mib_cap(free_bytes, ctx.max_gpu_mem_mib)
+        buffer_mib = choose_size(BUFFER_MIB, lambda mib: mib * MIB, budget, "pcie")
+        host = torch.ones(buffer_mib * MIB, dtype=torch.uint8).pin_memory()
+        gpu = torch.empty(buffer_mib * MIB, dtype=torch.uint8, device=device.label)
+        source, target = (host, gpu) if direction == "h2d" else (gpu, host)
+
+        def work() -> None:
+            target.copy_(source, non_blocking=True)
+
+        start()
+        per_run_s = warm_up(work, WARMUP_S, ctx.deadline, lambda: torch.cuda.synchronize(device.index))
+        runs = iterations_for(per_run_s)
+        duration_s = min(ctx.duration_s, MAX_DIRECTION_DURATION_S)
+        seconds = sample_for(cuda_timer(torch, device.index, work, runs), duration_s, ctx.deadline)
+        rates = [transfer_gbps(buffer_mib * MIB, s) for s in seconds]
+        return measured(PROBE, device.label, METRIC, UNIT, rates, gpu_uuid=device.gpu_uuid,
+                        params={"direction": direction, "buffer_mib": buffer_mib, "host_memory": "pinned"},
+                        details={"runs_per_sample": runs})
+
+    return measure

@@ -1,0 +1,51 @@
+"""The probe bundle run for real, as a node runs it: ``python -m probes`` from the bundle root."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from gpudiag.bundle import locate_bundle
+
+NO_GPU = not torch.cuda.is_available()
+
+
+def _run_bundle(*args: str, timeout_s: float = 120) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    done = subprocess.run([sys.executable, "-m", "probes", *args], cwd=locate_bundle().root,
+                          capture_output=True, text=True, timeout=timeout_s)
+    return done, [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_every_probe_reports_and_nothing_is_silently_missing():
+    done, records = _run_bundle("--duration", "0.2")
+    assert done.returncode == 0, done.stderr
+    assert {r["probe"] for r in records} == {"facts", "telemetry", "gemm", "membw", "p2p", "pcie", "smclock"}
+    for record in records:
+        assert record["status"] in ("ok", "skipped", "error")
+        assert (record["value"] is None) == (record["status"] != "ok")
+
+
+@pytest.mark.skipif(not NO_GPU, reason="checks the CPU-only path; this machine has a CUDA GPU")
+def test_the_cpu_gemm_honours_its_duration():
+    started = time.monotonic()
+    done, records = _run_bundle("gemm", "--duration", "2")
+    elapsed = time.monotonic() - started
+    (gemm,) = records
+    assert gemm["status"] == "ok" and gemm["device"] == "cpu"
+    # calibration and warm-up come on top of the two timed seconds
+    assert 2.0 <= elapsed < 15.0
+    assert gemm["samples"] >= 5 and gemm["cv"] < 0.5
+
+
+def test_the_overall_deadline_bounds_the_run_and_later_probes_are_skipped():
+    started = time.monotonic()
+    done, records = _run_bundle("gemm", "membw", "--duration", "30", "--deadline", "1.5")
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0
+    assert elapsed < 10.0  # 1.5 s of deadline; the rest is the interpreter and torch starting
+    gemm, membw = records
+    assert gemm["status"] == "ok" or "deadline" in gemm["reason"]
+    assert membw["status"] == "skipped" and "deadline passed before this probe started" in membw["reason"]
