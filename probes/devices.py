@@ -8,7 +8,11 @@ from types import ModuleType
 
 
 class DeviceUnavailable(Exception):
-    """torch or CUDA is missing; the message is the reason a probe reports as ``skipped``."""
+    """torch or CUDA is missing; the message is the reason a probe reports as ``skipped``.
+
+    A probe raises it before its first record; the runner turns it into that probe's one
+    ``skipped`` record.
+    """
 
 
 @dataclass(frozen=True)
@@ -44,11 +48,14 @@ def cuda_devices(torch: ModuleType) -> list[CudaDevice]:
     return [_describe(torch, index) for index in range(torch.cuda.device_count())]
 
 
-def require_cuda_devices(torch: ModuleType) -> list[CudaDevice]:
-    """Like :func:`cuda_devices`, but raise DeviceUnavailable when there is none."""
+def require_cuda_devices(torch: ModuleType, at_least: int = 1) -> list[CudaDevice]:
+    """Like :func:`cuda_devices`, but raise DeviceUnavailable with fewer than ``at_least``."""
     devices = cuda_devices(torch)
     if not devices:
         raise DeviceUnavailable("no CUDA device is visible to torch on this machine")
+    if len(devices) < at_least:
+        raise DeviceUnavailable(f"needs at least {at_least} GPUs; this machine has {len(devices)} "
+                                "visible to torch")
     return devices
 
 

@@ -17,11 +17,11 @@ from types import ModuleType
 from typing import Any
 
 from .context import ProbeContext
-from .devices import CudaDevice, DeviceUnavailable, cuda_devices, import_torch
+from .devices import CudaDevice, cuda_devices, import_torch
 from .nvml import LoadSampler
 from .pergpu import Measure, run_on_each
 from .rates import gemm_flops, tflops
-from .records import Record, measured, skipped
+from .records import Record, measured
 from .sizing import MIB, MemoryBudget, choose_size
 from .timing import cpu_timer, cuda_timer, iterations_for, sample_for, warm_up
 
@@ -77,12 +77,11 @@ def cpu_size_for(seconds_per_run: float, size: int, target_s: float = CPU_TARGET
 
 
 def run(ctx: ProbeContext) -> Iterator[Record]:
-    """Yield one record per GPU, or one for the CPU when there is no CUDA device."""
-    try:
-        torch = import_torch()
-    except DeviceUnavailable as missing:
-        yield skipped(PROBE, "host", METRIC, str(missing))
-        return
+    """Yield one record per GPU, or one for the CPU when there is no CUDA device.
+
+    Raises DeviceUnavailable when torch is missing.
+    """
+    torch = import_torch()
     devices = cuda_devices(torch)
     if not devices:
         yield _measure_cpu(torch, ctx)

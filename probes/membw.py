@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 from .context import ProbeContext
-from .devices import CudaDevice, DeviceUnavailable, cuda_devices, import_torch
+from .devices import CudaDevice, cuda_devices, import_torch
 from .pergpu import Measure, run_on_each
 from .rates import copy_bandwidth_gbps
-from .records import Record, measured, skipped
+from .records import Record, measured
 from .sizing import MIB, MemoryBudget, choose_size
 from .timing import cpu_timer, cuda_timer, iterations_for, sample_for, warm_up
 
@@ -33,12 +33,11 @@ def gpu_bytes_needed(buffer_mib: int) -> int:
 
 
 def run(ctx: ProbeContext) -> Iterator[Record]:
-    """Yield one record per GPU, or one for host memory when there is no CUDA device."""
-    try:
-        torch = import_torch()
-    except DeviceUnavailable as missing:
-        yield skipped(PROBE, "host", METRIC, str(missing))
-        return
+    """Yield one record per GPU, or one for host memory when there is no CUDA device.
+
+    Raises DeviceUnavailable when torch is missing.
+    """
+    torch = import_torch()
     devices = cuda_devices(torch)
     if not devices:
         yield _measure_host(torch, ctx)

@@ -17,9 +17,10 @@ from types import ModuleType
 from typing import Any
 
 from .context import ProbeContext
-from .devices import CudaDevice, DeviceUnavailable, cuda_devices, import_torch
+from .devices import CudaDevice, import_torch, require_cuda_devices
+from .pergpu import describe_cuda_error
 from .rates import transfer_gbps
-from .records import Record, failed, measured, skipped
+from .records import Record, failed, measured
 from .sizing import MIB, MemoryBudget, MemoryRefusal, choose_size
 from .timing import cuda_timer, iterations_for, sample_for, warm_up
 
@@ -43,17 +44,12 @@ class PairBuffers:
 
 
 def run(ctx: ProbeContext) -> Iterator[Record]:
-    """Yield unidirectional records for every ordered pair, then bidirectional ones."""
-    try:
-        torch = import_torch()
-    except DeviceUnavailable as missing:
-        yield skipped(PROBE, "host", METRIC, str(missing))
-        return
-    devices = cuda_devices(torch)
-    if len(devices) < 2:
-        yield skipped(PROBE, "host", METRIC,
-                      f"needs at least 2 GPUs; this machine has {len(devices)} visible to torch")
-        return
+    """Yield unidirectional records for every ordered pair, then bidirectional ones.
+
+    Raises DeviceUnavailable without torch or with fewer than two GPUs.
+    """
+    torch = import_torch()
+    devices = require_cuda_devices(torch, at_least=2)
     try:
         buffers = _allocate(torch, devices, ctx.max_gpu_mem_mib)
     except MemoryRefusal as refusal:
@@ -95,7 +91,7 @@ def _pair(torch: ModuleType, source: CudaDevice, target: CudaDevice, direction: 
     try:
         samples, runs = measure()
     except RuntimeError as error:  # torch raises RuntimeError for CUDA failures
-        return failed(PROBE, source.label, METRIC, f"CUDA error: {str(error).strip().splitlines()[0]}",
+        return failed(PROBE, source.label, METRIC, describe_cuda_error(error),
                       gpu_uuid=source.gpu_uuid, params=params, details=details)
     return measured(PROBE, source.label, METRIC, UNIT, samples, gpu_uuid=source.gpu_uuid,
                     params=params, details={**details, "runs_per_sample": runs})

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 from .context import ProbeContext
-from .devices import CudaDevice, DeviceUnavailable, cuda_devices, import_torch
+from .devices import CudaDevice, import_torch, require_cuda_devices
 from .pergpu import Measure, run_on_each
 from .rates import transfer_gbps
-from .records import Record, measured, skipped
+from .records import Record, measured
 from .sizing import MIB, MemoryBudget, choose_size
 from .timing import cuda_timer, iterations_for, sample_for, warm_up
 
@@ -27,16 +27,9 @@ DIRECTIONS = ("h2d", "d2h")
 
 
 def run(ctx: ProbeContext) -> Iterator[Record]:
-    """Yield an h2d and a d2h record per GPU."""
-    try:
-        torch = import_torch()
-    except DeviceUnavailable as missing:
-        yield skipped(PROBE, "host", METRIC, str(missing))
-        return
-    devices = cuda_devices(torch)
-    if not devices:
-        yield skipped(PROBE, "host", METRIC, "no CUDA device is visible to torch on this machine")
-        return
+    """Yield an h2d and a d2h record per GPU. Raises DeviceUnavailable without torch or a GPU."""
+    torch = import_torch()
+    devices = require_cuda_devices(torch)
     for direction in DIRECTIONS:
         yield from run_on_each(torch, devices, PROBE, METRIC, _measure(torch, ctx, direction), sequential=True)
 

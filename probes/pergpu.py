@@ -71,10 +71,16 @@ def _guarded(torch: ModuleType, probe: str, metric: str, device: CudaDevice, mea
     except DeadlineReached as error:
         reason = f"deadline: {error}"
     except RuntimeError as error:  # torch raises RuntimeError for CUDA and cuBLAS failures
-        reason = f"CUDA error: {_first_line(error)}"
+        reason = describe_cuda_error(error)
     finally:
         torch.cuda.empty_cache()
     return failed(probe, device.label, metric, reason, gpu_uuid=device.gpu_uuid)
+
+
+def describe_cuda_error(error: RuntimeError) -> str:
+    """The first line of a CUDA/cuBLAS failure, marked as such (torch often marks it already)."""
+    text = _first_line(error)
+    return text if text.startswith(("CUDA", "cuBLAS", "CUBLAS")) else f"CUDA error: {text}"
 
 
 def _first_line(error: BaseException) -> str:

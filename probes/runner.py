@@ -19,6 +19,7 @@ from typing import TextIO
 
 from . import gemm, hostfacts, membw, p2p, pcie, smclock, telemetry
 from .context import DTYPES, Deadline, ProbeContext
+from .devices import DeviceUnavailable
 from .records import Record, failed, skipped, write_records
 from .timing import DeadlineReached
 
@@ -109,6 +110,8 @@ def run_probes(specs: Sequence[ProbeSpec], ctx: ProbeContext, writer: RecordWrit
         try:
             for record in spec.run(probe_ctx):
                 writer.write(record)
+        except DeviceUnavailable as missing:
+            writer.write(skipped(spec.name, "host", spec.metric, str(missing)))
         except DeadlineReached as error:
             writer.write(failed(spec.name, "host", spec.metric, f"deadline: {error}"))
         except Exception as error:  # noqa: BLE001 - one probe's bug must not lose the others' records

@@ -31,7 +31,7 @@ from .cuda_driver import (
     KernelDriver,
     exclusive_shared_bytes,
 )
-from .devices import CudaDevice, DeviceUnavailable, import_torch, require_cuda_devices
+from .devices import CudaDevice, import_torch, require_cuda_devices
 from .kernels import CudaDriverError, KernelError, KernelImage, NoCompiler, arch_for, compile_cached
 from .records import Record, failed, measured, skipped
 
@@ -214,16 +214,12 @@ def run(ctx: ProbeContext) -> Iterator[Record]:
     GPUs run one at a time whatever ``ctx.sequential`` says: the kernel is short, and one
     GPU at a time keeps a neighbour's load out of each GPU's per-SM comparison.
 
-    No torch or no GPU: one ``skipped`` record for ``host``. An unreadable kernel source: one
+    No torch or no GPU: raises DeviceUnavailable (the runner's one ``skipped`` record). An unreadable kernel source: one
     ``error`` record for ``host``. No compiler: ``skipped`` per GPU; any failure while
     compiling or launching: ``error`` for that GPU only.
     """
-    try:
-        torch = import_torch()
-        devices = require_cuda_devices(torch)
-    except DeviceUnavailable as error:
-        yield skipped(PROBE, "host", METRIC_CLOCK, str(error))
-        return
+    torch = import_torch()
+    devices = require_cuda_devices(torch)
     path = kernel_source_path(ctx.kernel_dir)
     try:
         with open(path, encoding="utf-8") as handle:

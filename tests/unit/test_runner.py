@@ -71,3 +71,17 @@ def test_the_watchdog_ends_a_stuck_probe_with_an_error_record_and_status_124():
     (record,) = [json.loads(line) for line in done.stdout.splitlines()]
     assert record["probe"] == "gemm" and record["status"] == "error"
     assert "deadline passed while this probe was running" in record["reason"]
+
+
+def test_a_missing_device_is_one_skipped_record_with_the_reason():
+    from probes.devices import DeviceUnavailable
+
+    def needs_two_gpus(ctx):
+        raise DeviceUnavailable("needs at least 2 GPUs; this machine has 1 visible to torch")
+        yield  # a generator, like every probe
+
+    stream = io.StringIO()
+    runner.run_probes([runner.ProbeSpec("p2p", needs_two_gpus, "bandwidth", 1, 0)], ProbeContext(),
+                      runner.RecordWriter(stream))
+    (record,) = _records(stream)
+    assert record["status"] == "skipped" and record["reason"].startswith("needs at least 2 GPUs")
