@@ -40,7 +40,7 @@ class ProbeContext:
     ``kernel_dir`` is where the CUDA sources of ``cuda_kernels/`` lie.
     """
 
-    duration_s: float = 2.0
+    duration_s: float = 1.0
     max_gpu_mem_mib: int | None = None
     dtype: str = "bf16"
     sequential: bool = False

@@ -10,7 +10,6 @@ Without CUDA: fp32 on the CPU, sized so that the probe runs about ``duration_s``
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -18,8 +17,7 @@ from typing import Any
 
 from .context import ProbeContext
 from .devices import CudaDevice, cuda_devices, import_torch
-from .nvml import LoadSampler
-from .pergpu import Measure, run_on_each
+from .pergpu import Measure, run_with_evidence
 from .rates import gemm_flops, tflops
 from .records import Record, measured
 from .sizing import MIB, MemoryBudget, choose_size
@@ -93,22 +91,9 @@ def _measure_gpus(torch: ModuleType, devices: list[CudaDevice], ctx: ProbeContex
     previous_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = ctx.dtype == "tf32"
     try:
-        if ctx.sequential:
-            for device in devices:
-                yield from _with_evidence(torch, [device], ctx)
-        else:
-            yield from _with_evidence(torch, devices, ctx)
+        yield from run_with_evidence(torch, devices, PROBE, METRIC, _gpu_measure(torch, ctx), ctx.sequential)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous_tf32
-
-
-def _with_evidence(torch: ModuleType, devices: list[CudaDevice], ctx: ProbeContext) -> Iterator[Record]:
-    uuids = [device.gpu_uuid for device in devices if device.gpu_uuid]
-    with LoadSampler(uuids) as sampler:
-        records = run_on_each(torch, devices, PROBE, METRIC, _gpu_measure(torch, ctx), ctx.sequential)
-    for device, record in zip(devices, records, strict=True):
-        evidence = sampler.evidence(device.gpu_uuid) if device.gpu_uuid else {}
-        yield dataclasses.replace(record, details={**record.details, **evidence})
 
 
 def _gpu_measure(torch: ModuleType, ctx: ProbeContext) -> Measure:

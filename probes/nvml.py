@@ -247,6 +247,20 @@ class Nvml:
         """The enforced power limit (W): the lowest of all limits that apply."""
         return int(self.module.nvmlDeviceGetEnforcedPowerLimit(handle)) / 1000.0  # mW
 
+    def pcie_generation(self, handle: Any) -> int:
+        """The PCIe generation the link runs at now (it drops when the GPU idles)."""
+        return int(self.module.nvmlDeviceGetCurrPcieLinkGeneration(handle))
+
+    def pcie_generation_max(self, handle: Any) -> int:
+        return int(self.module.nvmlDeviceGetMaxPcieLinkGeneration(handle))
+
+    def pcie_width(self, handle: Any) -> int:
+        """The PCIe lanes the link runs with now."""
+        return int(self.module.nvmlDeviceGetCurrPcieLinkWidth(handle))
+
+    def pcie_width_max(self, handle: Any) -> int:
+        return int(self.module.nvmlDeviceGetMaxPcieLinkWidth(handle))
+
     def ecc_uncorrected_count(self, handle: Any, aggregate: bool) -> int:
         """Uncorrected ECC errors: since the driver loaded (volatile) or over the GPU's life."""
         counter = self.module.NVML_AGGREGATE_ECC if aggregate else self.module.NVML_VOLATILE_ECC
@@ -295,6 +309,10 @@ class _GpuSamples:
     loaded_sm_clock_mhz: list[int] = field(default_factory=list)
     temperature_c: list[int] = field(default_factory=list)
     power_w: list[float] = field(default_factory=list)
+    pcie_generation_max: int | None = None
+    pcie_width_max: int | None = None
+    loaded_pcie_generation: list[int] = field(default_factory=list)
+    loaded_pcie_width: list[int] = field(default_factory=list)
     last_error: str | None = None
 
 
@@ -385,6 +403,8 @@ class LoadSampler:
             data = self._data[gpu_uuid]
             data.sm_clock_max_mhz = _read_or_none(nvml, nvml.sm_clock_max_mhz, handle)
             data.power_limit_w = _read_or_none(nvml, nvml.power_limit_w, handle)
+            data.pcie_generation_max = _read_or_none(nvml, nvml.pcie_generation_max, handle)
+            data.pcie_width_max = _read_or_none(nvml, nvml.pcie_width_max, handle)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval_s):
@@ -401,12 +421,14 @@ class LoadSampler:
         # Temperature and power are extra evidence; a board without the sensor still has clocks.
         temperature_c = _read_or_none(nvml, nvml.gpu_temperature_c, handle)
         power_w = _read_or_none(nvml, nvml.power_draw_w, handle)
+        # The link trains down to a lower generation when idle; only loaded samples count.
+        pcie = (_read_or_none(nvml, nvml.pcie_generation, handle), _read_or_none(nvml, nvml.pcie_width, handle))
         with self._lock:
-            _add_sample(self._data[gpu_uuid], reasons, clock_mhz, temperature_c, power_w)
+            _add_sample(self._data[gpu_uuid], reasons, clock_mhz, temperature_c, power_w, pcie)
 
 
 def _add_sample(data: _GpuSamples, reasons: int, clock_mhz: int, temperature_c: int | None,
-                power_w: float | None) -> None:
+                power_w: float | None, pcie: tuple[int | None, int | None] = (None, None)) -> None:
     data.samples += 1
     data.reasons_mask |= reasons
     if temperature_c is not None:
@@ -417,6 +439,11 @@ def _add_sample(data: _GpuSamples, reasons: int, clock_mhz: int, temperature_c: 
         data.idle_samples += 1
     else:
         data.loaded_sm_clock_mhz.append(clock_mhz)
+        generation, width = pcie
+        if generation is not None:
+            data.loaded_pcie_generation.append(generation)
+        if width is not None:
+            data.loaded_pcie_width.append(width)
 
 
 def _summarise(data: _GpuSamples) -> dict[str, Any]:
@@ -431,6 +458,10 @@ def _summarise(data: _GpuSamples) -> dict[str, Any]:
         "temperature_c_max": max(data.temperature_c) if data.temperature_c else None,
         "power_w_max": max(data.power_w) if data.power_w else None,
         "power_limit_w": data.power_limit_w,
+        "pcie_generation_min_loaded": min(data.loaded_pcie_generation, default=None),
+        "pcie_generation_max": data.pcie_generation_max,
+        "pcie_width_min_loaded": min(data.loaded_pcie_width, default=None),
+        "pcie_width_max": data.pcie_width_max,
         "nvml_samples": data.samples,
         "nvml_samples_idle": data.idle_samples,
     }

@@ -11,7 +11,7 @@ from types import ModuleType
 
 from .context import ProbeContext
 from .devices import CudaDevice, import_torch, require_cuda_devices
-from .pergpu import Measure, run_on_each
+from .pergpu import Measure, run_with_evidence
 from .rates import transfer_gbps
 from .records import Record, measured
 from .sizing import MIB, MemoryBudget, choose_size
@@ -31,7 +31,7 @@ def run(ctx: ProbeContext) -> Iterator[Record]:
     torch = import_torch()
     devices = require_cuda_devices(torch)
     for direction in DIRECTIONS:
-        yield from run_on_each(torch, devices, PROBE, METRIC, _measure(torch, ctx, direction), sequential=True)
+        yield from run_with_evidence(torch, devices, PROBE, METRIC, _measure(torch, ctx, direction), sequential=True)
 
 
 def _measure(torch: ModuleType, ctx: ProbeContext, direction: str) -> Measure:

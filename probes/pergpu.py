@@ -7,12 +7,14 @@ GPU's ``error`` record and never stops the others.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
 from .devices import CudaDevice
+from .nvml import LoadSampler
 from .records import Record, failed
 from .sizing import MemoryRefusal
 from .timing import DeadlineReached
@@ -52,6 +54,23 @@ def run_on_each(torch: ModuleType, devices: Sequence[CudaDevice], probe: str, me
 
     with ThreadPoolExecutor(max_workers=len(devices), thread_name_prefix=f"{probe}-gpu") as pool:
         return list(pool.map(one, devices))
+
+
+def run_with_evidence(torch: ModuleType, devices: Sequence[CudaDevice], probe: str, metric: str,
+                      measure: Measure, sequential: bool) -> Iterator[Record]:
+    """Like :func:`run_on_each`, with the NVML telemetry seen under the load (clocks, throttle
+    reasons, temperature, power, PCIe link) added to each record's ``details``.
+
+    One at a time, each GPU is sampled only during its own turn, so idle time of the others does
+    not dilute its evidence.
+    """
+    groups = [[device] for device in devices] if sequential else [list(devices)]
+    for group in groups:
+        with LoadSampler([device.gpu_uuid for device in group if device.gpu_uuid]) as sampler:
+            records = run_on_each(torch, group, probe, metric, measure, sequential)
+        for device, record in zip(group, records, strict=True):
+            evidence = sampler.evidence(device.gpu_uuid) if device.gpu_uuid else {}
+            yield dataclasses.replace(record, details={**record.details, **evidence})
 
 
 def _no_wait() -> None:

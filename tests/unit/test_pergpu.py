@@ -80,3 +80,19 @@ def test_sequential_runs_one_gpu_at_a_time():
 
     run_on_each(torch, _devices(3), "gemm", "tflops", measure, sequential=True)
     assert overlap == [1, 1, 1]
+
+
+def test_each_record_carries_the_nvml_evidence_or_says_why_there_is_none():
+    from probes.pergpu import run_with_evidence
+
+    def measure(device, start):
+        start()
+        return measured("gemm", device.label, "tflops", "TFLOP/s", [1.0], details={"runs_per_sample": 3})
+
+    for sequential in (False, True):
+        records = list(run_with_evidence(_fake_torch(), _devices(2), "gemm", "tflops", measure, sequential))
+        assert [r.device for r in records] == ["cuda:0", "cuda:1"]
+        for record in records:
+            assert record.details["runs_per_sample"] == 3
+            # this machine has no NVIDIA driver: the evidence says so instead of being absent
+            assert "NVML" in record.details["nvml_unavailable"]

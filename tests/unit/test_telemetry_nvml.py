@@ -42,6 +42,8 @@ class FakeGpu:
     memory_temperature_c: int | None  # None: the field answers NOT_SUPPORTED
     replays: int
     nvlink_up: tuple[bool, ...] = (True,) * H100_NVLINKS
+    pcie_generation: list[int] = field(default_factory=lambda: [5])
+    pcie_width: list[int] = field(default_factory=lambda: [16])
     unsupported: frozenset[str] = frozenset()  # pynvml functions that answer NOT_SUPPORTED
     lost_at: str | None = None  # the pynvml function from which on the GPU is lost
     lost: bool = False
@@ -174,13 +176,13 @@ class FakePynvml:
         return self._answer(handle, "nvmlDeviceGetRemappedRows", (0, 0, 0, 0))
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: FakeGpu) -> int:
-        return self._answer(handle, "nvmlDeviceGetCurrPcieLinkGeneration", 5)
+        return self._gpu(handle, "nvmlDeviceGetCurrPcieLinkGeneration").next("pcie_generation", handle.pcie_generation)
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeGpu) -> int:
         return self._answer(handle, "nvmlDeviceGetMaxPcieLinkGeneration", 5)
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeGpu) -> int:
-        return self._answer(handle, "nvmlDeviceGetCurrPcieLinkWidth", 16)
+        return self._gpu(handle, "nvmlDeviceGetCurrPcieLinkWidth").next("pcie_width", handle.pcie_width)
 
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeGpu) -> int:
         return self._answer(handle, "nvmlDeviceGetMaxPcieLinkWidth", 16)
@@ -354,6 +356,8 @@ def test_sampler_evidence_from_loaded_samples():
     gpu.reasons = [0x1, 0x0, 0x4, 0x40 | 0x20, 0x0, 0x0]  # the first sample is before the load starts
     gpu.temperature_c = [36, 60, 71, 83, 80, 78]
     gpu.power_mw = [71970, 650000, 700120, 690000, 640000, 600000]
+    gpu.pcie_generation = [1, 5, 5, 5, 5, 5]  # idle links train down; only loaded samples count
+    gpu.pcie_width = [16, 16, 8, 8, 8, 8]  # the link fell back to x8 under load
     fake = FakePynvml([idle_gpu0(), gpu])
     with LoadSampler([gpu.uuid], interval_s=3600.0, nvml_module=fake) as sampler:
         for _ in range(6):
@@ -363,6 +367,8 @@ def test_sampler_evidence_from_loaded_samples():
         "sm_clock_max_mhz": 1980, "clocks_event_reasons": ["sw_power_cap", "sw_thermal_slowdown",
                                                            "hw_thermal_slowdown"],
         "temperature_c_max": 83, "power_w_max": 700.12, "power_limit_w": 700.0,
+        "pcie_generation_min_loaded": 5, "pcie_generation_max": 5,
+        "pcie_width_min_loaded": 8, "pcie_width_max": 16,
         "nvml_samples": 6, "nvml_samples_idle": 1}
     assert fake.open_sessions == 0
     assert fake.gpus[0].reads == {}  # a GPU not given is never read
