@@ -90,11 +90,27 @@ def _measurement_table(results: Sequence[ProbeResult]) -> Table:
         table.add_column(column, justify="right" if column in ("value", "CV", "samples") else "left",
                          no_wrap=True)
     table.add_column("parameters")
+    table.add_column("under load")
     for r in results:
         cv = "-" if r.cv is None else f"{100 * r.cv:.2f} %"
         table.add_row(r.probe, r.device, r.metric, format_value(r.value, r.unit), cv, str(r.samples),
-                      describe_params(r.params))
+                      describe_params(r.params), describe_load(r.details))
     return table
+
+
+def describe_load(details: dict[str, Any] | Any) -> str:
+    """What NVML saw while the probe loaded the GPU: SM clock against its maximum, throttle
+    reasons, and a PCIe link running narrower or slower than it can."""
+    words = []
+    median, most = details.get("sm_clock_mhz_median"), details.get("sm_clock_max_mhz")
+    if median is not None:
+        words.append(f"SM {median:.0f}/{most} MHz" if most else f"SM {median:.0f} MHz")
+    words.extend(details.get("clocks_event_reasons") or [])
+    for name, label in (("generation", "gen"), ("width", "x")):
+        seen, best = details.get(f"pcie_{name}_min_loaded"), details.get(f"pcie_{name}_max")
+        if seen is not None and best is not None and seen < best:
+            words.append(f"PCIe {label}{seen} of {label}{best}")
+    return " · ".join(words) or ("-" if "nvml_unavailable" not in details else "no NVML")
 
 
 def describe_params(params: dict[str, Any] | Any) -> str:
@@ -137,7 +153,8 @@ def _telemetry_table(results: Sequence[ProbeResult]) -> Table:
     by_device: dict[str, dict[str, ProbeResult]] = defaultdict(dict)
     for r in results:
         by_device[r.device][r.metric] = r
-    table = Table(title="Telemetry (NVML)", title_justify="left")
+    sources = sorted({str(r.details.get("source")) for r in results if r.ok and r.details.get("source")})
+    table = Table(title=f"Telemetry ({', '.join(sources) or 'NVML'})", title_justify="left")
     table.add_column("GPU")
     for title, _ in TELEMETRY_COLUMNS:
         table.add_column(title, justify="right")
