@@ -36,3 +36,9 @@ class InstallationError(GpudiagError):
     """gpudiag itself is incomplete (e.g. the probe bundle is missing)."""
 
     exit_code = ExitCode.USAGE
+
+
+class OutputError(GpudiagError):
+    """A result could not be written where the user asked (the path is in the message)."""
+
+    exit_code = ExitCode.USAGE

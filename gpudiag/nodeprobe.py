@@ -84,12 +84,13 @@ def probe_node(session: Session, options: ProbeOptions, source: str) -> NodeProb
     results = tuple(parse_probe_output(outcome.stdout, source))
     if not results and not outcome.timed_out and outcome.exit_status not in (0, EXIT_DEADLINE):
         raise ProbeOutputError(f"{source}: the probe bundle exited with status {outcome.exit_status} "
-                               f"and printed no record: {_last_line(outcome.stderr)}")
+                               f"and printed no record: {last_line(outcome.stderr)}")
     return NodeProbe(results=results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
                      stderr=outcome.stderr, duration_s=outcome.duration_s)
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text`` (a program's error output), or a placeholder."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no error output)"
 

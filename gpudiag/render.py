@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .hosts import fold_hosts
 from .results import ProbeResult
 
 # Probes shown as one row per measurement; telemetry and p2p get tables of their own.
@@ -177,3 +179,83 @@ def _metric_text(result: ProbeResult | None) -> str:
 def _device_order(device: str) -> tuple[str, int]:
     prefix, _, number = device.partition(":")
     return (prefix, int(number)) if number.isdigit() else (device, -1)
+
+
+# Per-host columns of the sweep table: (title, probe, metric, params that must match).
+SWEEP_COLUMNS = (
+    ("gemm TFLOP/s", "gemm", "tflops", {}),
+    ("membw GB/s", "membw", "bandwidth", {}),
+    ("h2d GB/s", "pcie", "bandwidth", {"direction": "h2d"}),
+    ("d2h GB/s", "pcie", "bandwidth", {"direction": "d2h"}),
+    ("SM MHz", "smclock", "sm_clock", {}),
+)
+SWEEP_TABLE_MAX_ROWS = 32
+
+
+def render_sweep(result: Any, console: Console) -> None:
+    """The sweep's summary line, hosts folded by status, and a compact per-host table."""
+    console.print(sweep_summary_line(result), highlight=False)
+    for line in status_group_lines(result.hosts):
+        console.print(line, markup=False, highlight=False)
+    measured = [host for host in result.hosts if host.results]
+    if measured:
+        console.print(_sweep_table(measured))
+
+
+def sweep_summary_line(result: Any) -> str:
+    """``sweep ID · 64 hosts in 41.2 s · 62 ok · node[063-064] unreachable``."""
+    elapsed = (result.finished_at - result.started_at).total_seconds()
+    groups = _by_status(result.hosts)
+    parts = [f"sweep {result.sweep_id}", f"{len(result.hosts)} hosts in {elapsed:.1f} s"]
+    if "ok" in groups:
+        parts.append(f"{len(groups.pop('ok'))} ok")
+    parts += [f"{fold_hosts(labels)} {status}" for status, labels in sorted(groups.items())]
+    if result.interrupted:
+        parts.append("INTERRUPTED")
+    return " · ".join(parts)
+
+
+def status_group_lines(hosts: Sequence[Any]) -> list[str]:
+    """For each status other than ok: the hosts folded, and the first host's error as an example."""
+    lines = []
+    for status, labels in sorted(_by_status(hosts).items()):
+        if status == "ok":
+            continue
+        example = next(h for h in hosts if h.host == labels[0])
+        lines.append(f"{fold_hosts(labels)} {status}: {example.error}")
+    return lines
+
+
+def _by_status(hosts: Sequence[Any]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = defaultdict(list)
+    for host in hosts:
+        groups[host.status].append(host.host)
+    return groups
+
+
+def _sweep_table(hosts: Sequence[Any]) -> Table:
+    table = Table(title="Per host: min / median / max over its GPUs", title_justify="left")
+    table.add_column("host", no_wrap=True)
+    table.add_column("GPUs", justify="right")
+    for title, *_ in SWEEP_COLUMNS:
+        table.add_column(title, justify="right", no_wrap=True)
+    table.add_column("not ok", justify="right")
+    for host in hosts[:SWEEP_TABLE_MAX_ROWS]:
+        cells = [_spread([r.value for r in host.results if r.ok and r.probe == probe and r.metric == metric
+                          and all(r.params.get(k) == v for k, v in params.items())])
+                 for _, probe, metric, params in SWEEP_COLUMNS]
+        not_ok = sum(1 for r in host.results if not r.ok)
+        table.add_row(host.host, str(host.facts.get("gpu_count", "-")), *cells, str(not_ok))
+    if len(hosts) > SWEEP_TABLE_MAX_ROWS:
+        table.caption = f"{len(hosts) - SWEEP_TABLE_MAX_ROWS} more hosts in the JSON document (--json)"
+    return table
+
+
+def _spread(values: Sequence[float | None]) -> str:
+    numbers = sorted(v for v in values if v is not None)
+    if not numbers:
+        return "-"
+    if len(numbers) == 1:
+        return format_value(numbers[0], None)
+    middle = statistics.median(numbers)
+    return " / ".join(format_value(v, None) for v in (numbers[0], middle, numbers[-1]))

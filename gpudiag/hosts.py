@@ -1,0 +1,280 @@
+"""Host lists for ``gpudiag sweep --hosts``: a file, ``-`` (stdin) or an inline ClusterShell node set.
+
+One entry is ``[user@]pattern[:port]``, where ``pattern`` is a host name or a ClusterShell node set
+(``node[001-128,130]``, ``node1,node2``, ``gpu[01-64]!gpu07``). ``user@`` and ``:port`` apply to every
+host the pattern expands to. An IPv6 literal is written in brackets with an optional port
+(``[::1]:2222``) or bare without one (``::1``); it is one host, never a range. ClusterShell ``@group``
+names are not supported, so no groups configuration is ever read.
+
+Hosts keep the order they were given in; a host given twice (same label, see ``HostSpec.label``) is
+kept at its first place with its first user.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TextIO
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
+
+from .errors import InputError
+
+STDIN_NAME = "<stdin>"
+
+# Guards against a typo such as node[1-10000000] eating the controller's memory: ClusterShell builds
+# every range eagerly. Far above any real fleet.
+MAX_HOSTS = 100_000
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+_USER_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@$-]*")
+_FOLDABLE_LABEL = re.compile(r"[A-Za-z0-9._-]+(:[0-9]+)?")
+_BRACKET_RANGE = re.compile(r"(\d+)\s*-\s*(\d+)")
+_SET_OPERATORS = frozenset("!&^")
+# A bare argument that ends like a file name is a missing file, not a host called "hosts.txt".
+_FILE_SUFFIXES = (".txt", ".list", ".lst", ".hosts", ".conf", ".cfg", ".csv")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One host as the user gave it.
+
+    ``host`` is the name without user or port (an IPv6 literal without its brackets); ``user`` and
+    ``port`` are None where the entry did not give them, so the ssh config decides.
+    """
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+
+    @property
+    def label(self) -> str:
+        """The host's identity in results: ``host``, or ``host:port`` when a port was given."""
+        if self.port is None:
+            return self.host
+        if ":" in self.host:
+            return f"[{self.host}]:{self.port}"
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_local(self) -> bool:
+        """True for a plain ``localhost``: this machine, probed without SSH.
+
+        ``localhost`` with a user or port means an sshd on this machine, and 127.0.0.1/::1 are always
+        reached over SSH (test hosts listen there).
+        """
+        return self.host.lower() == "localhost" and self.user is None and self.port is None
+
+
+class _BadEntry(ValueError):
+    """An entry that cannot be used; carries the problem and its fix for InputError."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.fix = fix
+
+
+def load_hosts(argument: str, stdin: TextIO) -> list[HostSpec]:
+    """The hosts named by ``--hosts ARGUMENT``, in the order given, duplicates folded.
+
+    ``argument`` is ``-`` (read ``stdin``), the path of an existing file, or an inline entry such as
+    ``gpu[01-64]`` or ``alice@node[1-4]:2222``. Files and stdin hold one entry per line, with blank
+    lines and ``#`` comments (whole-line or trailing).
+
+    Raises:
+        InputError: a bad line (``path:line: problem; fix: ...``), a missing or unreadable file, an
+            argument that is neither a file nor a valid host set, or no hosts at all.
+    """
+    if argument == "-":
+        return _nonempty(_load_lines(stdin, STDIN_NAME), STDIN_NAME)
+    if os.path.isfile(argument):
+        return _nonempty(_load_file(argument), argument)
+    if os.path.exists(argument):
+        raise InputError(f"--hosts {argument}: not a regular file; fix: pass a hosts file, '-' or a host set")
+    if os.sep in argument or "/" in argument or argument.lower().endswith(_FILE_SUFFIXES):
+        raise InputError(f"--hosts {argument}: no such hosts file; fix: check the path")
+    try:
+        specs = _dedupe(_parse_entry(argument.strip()))
+    except _BadEntry as exc:
+        raise InputError(f"--hosts {argument!r} is neither a hosts file nor a valid host set: "
+                         f"{exc.problem}; {exc.fix}") from None
+    return _nonempty(specs, repr(argument))
+
+
+def fold_hosts(labels: Iterable[str]) -> str:
+    """Labels folded into ClusterShell's compact form, e.g. ``node[001-062,064]``.
+
+    Deterministic: the same set of labels always folds to the same text, whatever their order. Labels
+    that a node set cannot hold (IPv6 literals) follow the folded part, sorted, comma-separated.
+    Returns an empty string for no labels.
+    """
+    foldable: list[str] = []
+    others: set[str] = set()
+    for label in labels:
+        if _FOLDABLE_LABEL.fullmatch(label):
+            foldable.append(label)
+        else:
+            others.add(label)
+    parts = [str(NodeSet.fromlist(foldable, resolver=RESOLVER_NOGROUP))] if foldable else []
+    return ",".join(parts + sorted(others))
+
+
+def _load_file(path: str) -> list[HostSpec]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return _load_lines(handle, path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the hosts file ({exc.strerror}); fix: check its permissions") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not UTF-8 text; fix: pass a plain-text file, one host per line") from None
+
+
+def _load_lines(lines: Iterable[str], source: str) -> list[HostSpec]:
+    specs: list[HostSpec] = []
+    for line_number, line in enumerate(lines, start=1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        try:
+            specs.extend(_parse_entry(entry))
+        except _BadEntry as exc:
+            raise InputError.at_line(source, line_number, exc.problem, exc.fix) from None
+        if len(specs) > MAX_HOSTS:
+            raise InputError.at_line(source, line_number, f"more than {MAX_HOSTS} hosts in all",
+                                     "fix: split the fleet into several sweeps")
+    return _dedupe(specs)
+
+
+def _nonempty(specs: list[HostSpec], source: str) -> list[HostSpec]:
+    if not specs:
+        raise InputError(f"no hosts in {source}; fix: give at least one host, e.g. node[001-004]")
+    return specs
+
+
+def _dedupe(specs: Iterable[HostSpec]) -> list[HostSpec]:
+    # Results are keyed by label, so a second entry with the same label would overwrite the first.
+    first_by_label: dict[str, HostSpec] = {}
+    for spec in specs:
+        first_by_label.setdefault(spec.label, spec)
+    return list(first_by_label.values())
+
+
+def _parse_entry(entry: str) -> list[HostSpec]:
+    """The hosts of one ``[user@]pattern[:port]`` entry; raises _BadEntry."""
+    if not entry:
+        raise _BadEntry("no host name", "fix: write a host name or host set, e.g. node[001-004]")
+    if any(character.isspace() for character in entry):
+        raise _BadEntry(f"whitespace inside {entry!r}",
+                        "fix: one entry per line; join several hosts with ',' (node1,node2)")
+    user, rest = _split_user(entry)
+    ipv6 = _split_ipv6(rest)
+    if ipv6 is not None:
+        address, port = ipv6
+        return [HostSpec(host=address, user=user, port=port)]
+    pattern, port = _split_port(rest)
+    return [HostSpec(host=name, user=user, port=port) for name in _expand(pattern)]
+
+
+def _split_user(entry: str) -> tuple[str | None, str]:
+    if "@" not in entry:
+        return None, entry
+    # The last '@' separates the host, as ssh does: a user name may itself hold one.
+    user, _, rest = entry.rpartition("@")
+    if not user:
+        raise _BadEntry(f"empty user name in {entry!r}",
+                        "fix: write user@host, or just host (ClusterShell @groups are not supported)")
+    if not _USER_NAME.fullmatch(user):
+        raise _BadEntry(f"{user!r} is not a valid user name",
+                        "fix: use letters, digits, '.', '_' and '-' only")
+    return user, rest
+
+
+def _split_ipv6(rest: str) -> tuple[str, int | None] | None:
+    """(address, port) for an IPv6 literal, None for anything else; raises _BadEntry."""
+    bracketed = re.fullmatch(r"\[([^\[\]]*:[^\[\]]*)\](?::(.*))?", rest)
+    if bracketed:
+        address, port_text = bracketed.group(1), bracketed.group(2)
+    elif rest.count(":") >= 2 and "[" not in rest:
+        address, port_text = rest, None
+    else:
+        return None
+    try:
+        ipaddress.IPv6Address(address)
+    except ValueError:
+        raise _BadEntry(f"{address!r} is not an IPv6 address",
+                        "fix: write an IPv6 literal as [addr] or [addr]:port, a host as host:port") from None
+    return address, None if port_text is None else _parse_port(port_text)
+
+
+def _split_port(rest: str) -> tuple[str, int | None]:
+    if ":" not in rest:
+        return rest, None
+    pattern, _, port_text = rest.rpartition(":")
+    return pattern, _parse_port(port_text)
+
+
+def _parse_port(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+        raise _BadEntry(f"port {text!r} is not a number from 1 to 65535", "fix: write host:port, e.g. node1:2222")
+    return int(text)
+
+
+def _expand(pattern: str) -> list[str]:
+    """Every host name of a node-set pattern, in the order given; raises _BadEntry."""
+    if not pattern:
+        raise _BadEntry("no host name", "fix: write a host name or host set, e.g. node[001-004]")
+    _check_range_sizes(pattern)
+    # Expanding comma-separated parts one by one keeps their order (a NodeSet sorts); with set
+    # operators the parts depend on each other, so the whole pattern goes to NodeSet at once.
+    parts = [pattern] if _SET_OPERATORS & set(pattern) else _split_top_level(pattern)
+    names: list[str] = []
+    for part in parts:
+        names.extend(_expand_part(part))
+    if len(names) > MAX_HOSTS:
+        raise _BadEntry(f"{pattern!r} expands to {len(names)} hosts, more than {MAX_HOSTS}",
+                        "fix: check the range bounds")
+    return names
+
+
+def _expand_part(part: str) -> Iterator[str]:
+    if not part:
+        raise _BadEntry("empty host name between commas", "fix: remove the extra ','")
+    try:
+        nodes = NodeSet(part, resolver=RESOLVER_NOGROUP)
+    except NodeSetParseError as exc:
+        raise _BadEntry(f"bad host set {part!r} ({exc})",
+                        "fix: write ranges as name[1-4,7] with closed brackets and low-high bounds") from None
+    for name in nodes:
+        if not _HOST_NAME.fullmatch(name):
+            raise _BadEntry(f"{name!r} is not a valid host name",
+                            "fix: use letters, digits, '.', '-' and '_' only, not starting with '-' or '.'")
+        yield name
+
+
+def _check_range_sizes(pattern: str) -> None:
+    for bracket in re.findall(r"\[([^\]]*)\]", pattern):
+        for low, high in _BRACKET_RANGE.findall(bracket):
+            if int(high) - int(low) >= MAX_HOSTS:
+                raise _BadEntry(f"range {low}-{high} holds more than {MAX_HOSTS} hosts",
+                                "fix: check the range bounds")
+
+
+def _split_top_level(pattern: str) -> list[str]:
+    """``pattern`` split at the commas outside brackets: ``a[1,2],b`` → ``a[1,2]``, ``b``."""
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for index, character in enumerate(pattern):
+        if character == "[":
+            depth += 1
+        elif character == "]":
+            depth -= 1
+        elif character == "," and depth == 0:
+            parts.append(pattern[start:index])
+            start = index + 1
+    parts.append(pattern[start:])
+    return parts

@@ -1,0 +1,131 @@
+"""Sweep progress on stderr: one aggregate bar on a terminal, plain lines elsewhere (a Slurm
+prolog, CI), nothing with -q. Cheap at 1,000 hosts: it counts, it does not list."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Protocol, TextIO
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+class SweepProgress(Protocol):
+    def start(self, total: int) -> None: ...
+
+    def host_started(self) -> None: ...
+
+    def host_done(self, ok: bool) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total = self.done = self.failed = self.running = 0
+        self.started_at = time.monotonic()
+
+    def line(self) -> str:
+        return (f"{self.done}/{self.total} hosts done · {self.failed} failed · {self.running} running · "
+                f"{time.monotonic() - self.started_at:.1f} s")
+
+
+class QuietProgress:
+    def start(self, total: int) -> None:
+        return None
+
+    def host_started(self) -> None:
+        return None
+
+    def host_done(self, ok: bool) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class PlainProgress:
+    """A line at most every ``interval_s`` seconds, and a last one at the end."""
+
+    def __init__(self, stream: TextIO, interval_s: float = 5.0) -> None:
+        self._stream = stream
+        self._interval_s = interval_s
+        self._counts = _Counts()
+        self._last_print = 0.0
+        self._printed_done = -1
+
+    def start(self, total: int) -> None:
+        self._counts.total = total
+        self._counts.started_at = time.monotonic()
+
+    def host_started(self) -> None:
+        with self._counts.lock:
+            self._counts.running += 1
+
+    def host_done(self, ok: bool) -> None:
+        with self._counts.lock:
+            self._counts.running -= 1
+            self._counts.done += 1
+            self._counts.failed += 0 if ok else 1
+            now = time.monotonic()
+            if now - self._last_print >= self._interval_s:
+                self._last_print = now
+                self._print()
+
+    def close(self) -> None:
+        with self._counts.lock:
+            if self._counts.done != self._printed_done:
+                self._print()
+
+    def _print(self) -> None:
+        self._printed_done = self._counts.done
+        print(f"gpudiag: {self._counts.line()}", file=self._stream, flush=True)
+
+
+class BarProgress:
+    """One rich progress bar: done / failed / running, elapsed and ETA."""
+
+    def __init__(self, console: Console) -> None:
+        self._counts = _Counts()
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                             refresh_per_second=4, transient=False)
+        self._task = self._bar.add_task("sweep", total=0)
+
+    def start(self, total: int) -> None:
+        self._counts.total = total
+        self._bar.update(self._task, total=total)
+        self._bar.start()
+
+    def host_started(self) -> None:
+        with self._counts.lock:
+            self._counts.running += 1
+            self._describe()
+
+    def host_done(self, ok: bool) -> None:
+        with self._counts.lock:
+            self._counts.running -= 1
+            self._counts.done += 1
+            self._counts.failed += 0 if ok else 1
+            self._describe()
+        self._bar.advance(self._task)
+
+    def close(self) -> None:
+        self._bar.stop()
+
+    def _describe(self) -> None:
+        counts = self._counts
+        self._bar.update(self._task, description=f"{counts.failed} failed · {counts.running} running")
+
+
+def make_progress(quiet: bool, stream: TextIO | None = None) -> SweepProgress:
+    """The progress display that fits where stderr goes."""
+    stream = stream or sys.stderr
+    if quiet:
+        return QuietProgress()
+    if stream.isatty():
+        return BarProgress(Console(file=stream))
+    return PlainProgress(stream)

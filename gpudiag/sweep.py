@@ -1,0 +1,306 @@
+"""A fleet sweep: the probe bundle on every host at once (bounded by the fan-out), an outcome for
+every host, and the sweep document of DESIGN.md.
+
+One bad host never stops the others: every failure to reach, trust, log into or probe a host
+becomes that host's status. Ctrl-C (or SIGTERM) stops launching, ends the remote probes, and
+still returns what finished; hosts not finished are ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol, TextIO
+
+from .bundle import Bundle, BundleMissing, locate_bundle
+from .errors import InstallationError, OutputError, ProbeOutputError
+from .exitcodes import ExitCode, decide_exit_code
+from .findings import FAIL, Finding, unchecked
+from .hosts import HostSpec, load_hosts
+from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
+from .progress import SweepProgress
+from .results import ProbeResult
+from .sshconfig import SshOptions, resolve_all
+from .transport import Session, TransportError
+from .transport.fleet import FleetConnector
+from .transport.ssh import SshSettings
+
+SCHEMA = "gpudiag.sweep/1"
+OK = "ok"
+TIMEOUT = "timeout"
+PROBE_ERROR = "probe_error"
+INTERRUPTED = "interrupted"
+# Exit statuses of a bundle ended by a deadline: its own watchdog and `timeout` give 124, and
+# 137 is the KILL that `timeout -k` sends when TERM was not enough.
+DEADLINE_EXITS = (124, 137)
+# After Ctrl-C, how long running hosts get to end their remote probes and report.
+CANCEL_WAIT_S = 15.0
+
+
+class Connector(Protocol):
+    """Opens a session on a host; raises TransportError when it cannot."""
+
+    def connect(self, host: HostSpec) -> Session: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """How the sweep runs: what to probe, how many hosts at once, and the per-host time limit (s)."""
+
+    probe: ProbeOptions
+    fanout: int = 64
+    host_timeout_s: float | None = None
+
+    @property
+    def command_timeout_s(self) -> float:
+        return self.host_timeout_s if self.host_timeout_s is not None else self.probe.timeout_s
+
+
+@dataclass(frozen=True)
+class HostOutcome:
+    """How one host's part of the sweep ended, and what it measured (seconds for durations)."""
+
+    host: str
+    status: str
+    error: str | None
+    duration_s: float
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    results: tuple[ProbeResult, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "status": self.status, "error": self.error,
+                "duration_s": round(self.duration_s, 3), "facts": dict(self.facts),
+                "results": [result.to_dict() for result in self.results if result.probe != "facts"]}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Everything a sweep produced; ``to_dict`` is the sweep document."""
+
+    sweep_id: str
+    started_at: datetime
+    finished_at: datetime
+    hosts: tuple[HostOutcome, ...]
+    findings: tuple[Finding, ...]
+    interrupted: bool = False
+    links: tuple[Mapping[str, Any], ...] = ()
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return decide_exit_code(has_fail=any(f.severity == FAIL for f in self.findings),
+                                has_unchecked=any(not h.ok for h in self.hosts), interrupted=self.interrupted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "sweep_id": self.sweep_id,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "hosts": [host.to_dict() for host in self.hosts],
+            "links": [dict(link) for link in self.links],
+            "findings": [finding.to_dict() for finding in self.findings],
+            "summary": {"hosts_total": len(self.hosts), "hosts_ok": sum(h.ok for h in self.hosts),
+                        "findings": len(self.findings), "exit_code": int(self.exit_code)},
+        }
+
+
+def new_sweep_id(now: datetime) -> str:
+    """``20261121T101500Z-3f2a``: sortable by time, unique by its random tail."""
+    return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+
+
+def run_sweep(hosts: Sequence[HostSpec], options: SweepOptions, connector: Connector, bundle: Bundle,
+              progress: SweepProgress) -> SweepResult:
+    """Probe every host; returns one outcome per host, in the order given."""
+    started_at = datetime.now(timezone.utc)
+    runner = _SweepRunner(options, connector, bundle, progress)
+    outcomes, interrupted = runner.run(hosts)
+    findings = tuple(unchecked(o.host, o.status, o.error) for o in outcomes if not o.ok)
+    return SweepResult(sweep_id=new_sweep_id(started_at), started_at=started_at,
+                       finished_at=datetime.now(timezone.utc), hosts=tuple(outcomes), findings=findings,
+                       interrupted=interrupted)
+
+
+class _SweepRunner:
+    def __init__(self, options: SweepOptions, connector: Connector, bundle: Bundle,
+                 progress: SweepProgress) -> None:
+        self._options = options
+        self._connector = connector
+        self._bundle = bundle
+        self._progress = progress
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+
+    def run(self, hosts: Sequence[HostSpec]) -> tuple[list[HostOutcome], bool]:
+        outcomes: dict[str, HostOutcome] = {}
+        self._progress.start(len(hosts))
+        pool = ThreadPoolExecutor(max_workers=max(1, self._options.fanout), thread_name_prefix="sweep")
+        futures = {pool.submit(self._probe_host, host): host for host in hosts}
+        interrupted = False
+        try:
+            self._gather(futures, outcomes, deadline=None)
+        except KeyboardInterrupt:
+            interrupted = True
+            self._interrupt(pool)
+            try:
+                self._gather(futures, outcomes, deadline=time.monotonic() + CANCEL_WAIT_S)
+            except KeyboardInterrupt:
+                pass  # a second Ctrl-C: stop waiting, report what is in
+        finally:
+            pool.shutdown(wait=not interrupted, cancel_futures=True)
+            self._progress.close()
+            self._connector.close()
+        ordered = [outcomes.get(host.label) or _interrupted(host) for host in hosts]
+        return ordered, interrupted
+
+    def _gather(self, futures: dict[Future[HostOutcome], HostSpec], outcomes: dict[str, HostOutcome],
+                deadline: float | None) -> None:
+        pending = {f for f in futures if futures[f].label not in outcomes}
+        while pending:
+            # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for future in done:
+                if not future.cancelled():
+                    outcome = future.result()
+                    outcomes[outcome.host] = outcome
+            if deadline is not None and time.monotonic() > deadline:
+                return
+
+    def _interrupt(self, pool: ThreadPoolExecutor) -> None:
+        self._stop.set()
+        with self._lock:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            session.cancel()
+
+    def _probe_host(self, host: HostSpec) -> HostOutcome:
+        if self._stop.is_set():
+            return _interrupted(host)
+        self._progress.host_started()
+        started = time.monotonic()
+        outcome = self._attempt(host, started)
+        self._progress.host_done(outcome.ok)
+        return outcome
+
+    def _attempt(self, host: HostSpec, started: float) -> HostOutcome:
+        session: Session | None = None
+        try:
+            session = self._connector.connect(host)
+            with self._lock:
+                self._sessions[host.label] = session
+            if self._stop.is_set():
+                return _interrupted(host, started)
+            session.prepare(self._bundle)
+            node = probe_node(_TimedSession(session, self._options.command_timeout_s), self._options.probe,
+                              source=host.label)
+        except TransportError as error:
+            return HostOutcome(host.label, error.status, str(error), time.monotonic() - started)
+        except ProbeOutputError as error:
+            return HostOutcome(host.label, PROBE_ERROR, str(error), time.monotonic() - started)
+        finally:
+            with self._lock:
+                self._sessions.pop(host.label, None)
+            if session is not None:
+                session.close()
+        return self._outcome(host, node, started)
+
+    def _outcome(self, host: HostSpec, node: NodeProbe, started: float) -> HostOutcome:
+        duration = time.monotonic() - started
+        facts = _facts(node.results)
+        results = node.results
+        if self._stop.is_set():
+            return HostOutcome(host.label, INTERRUPTED, "the sweep was interrupted", duration, facts, results)
+        if node.timed_out or node.exit_status in DEADLINE_EXITS:
+            return HostOutcome(host.label, TIMEOUT, f"the probes did not finish within "
+                               f"{self._options.command_timeout_s:g} s on the node", duration, facts, results)
+        if node.exit_status != 0:
+            return HostOutcome(host.label, PROBE_ERROR, f"the probe bundle exited with status {node.exit_status}: "
+                               f"{last_line(node.stderr)}", duration, facts, results)
+        return HostOutcome(host.label, OK, None, duration, facts, results)
+
+
+class _TimedSession:
+    """A session whose commands run under the sweep's per-host time limit."""
+
+    def __init__(self, session: Session, timeout_s: float) -> None:
+        self._session = session
+        self._timeout_s = timeout_s
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> Any:
+        return self._session.run(argv, min(timeout_s, self._timeout_s))
+
+
+def _facts(results: Sequence[ProbeResult]) -> dict[str, Any]:
+    facts_record = next((r for r in results if r.probe == "facts" and r.ok), None)
+    if facts_record is None:
+        return {}
+    details = dict(facts_record.details)
+    return {"gpu_model": details.get("gpu_model"), "gpu_count": details.get("gpu_count"),
+            "driver": details.get("driver_version"), **details}
+
+
+def _interrupted(host: HostSpec, started: float | None = None) -> HostOutcome:
+    duration = 0.0 if started is None else time.monotonic() - started
+    return HostOutcome(host.label, INTERRUPTED, "the sweep was interrupted before this host finished", duration)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """A whole ``gpudiag sweep``: which hosts, what to run, and how to reach them."""
+
+    hosts_argument: str
+    sweep: SweepOptions
+    ssh: SshOptions
+    settings: SshSettings
+
+
+def run_fleet_sweep(request: SweepRequest, stdin: TextIO, progress: SweepProgress) -> SweepResult:
+    """Read the hosts, resolve their SSH settings, and sweep them.
+
+    Raises InputError for a bad hosts argument or SSH configuration before anything runs.
+    """
+    hosts = load_hosts(request.hosts_argument, stdin)
+    remote = [host for host in hosts if not host.is_local]
+    resolved = {host.label: settings for host, settings in zip(remote, resolve_all(remote, request.ssh), strict=True)}
+    try:
+        bundle = locate_bundle()
+    except BundleMissing as missing:
+        raise InstallationError(str(missing)) from missing
+    return run_sweep(hosts, request.sweep, FleetConnector(resolved, request.ssh, request.settings), bundle, progress)
+
+
+def write_sweep_json(result: SweepResult, path: str) -> None:
+    """Write the sweep document to ``path`` (``-``: stdout), replacing it in one step so a reader
+    never sees half a document. Raises OutputError when it cannot be written."""
+    text = json.dumps(result.to_dict(), indent=1) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".gpudiag-", suffix=".json", delete=False) as out:
+            out.write(text)
+        os.replace(out.name, path)
+    except OSError as error:
+        raise OutputError(f"--json {path}: cannot write the sweep document: {error.strerror or error}") from error

@@ -1,0 +1,31 @@
+"""Which transport reaches which host: ``localhost`` runs here, everything else over SSH."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..hosts import HostSpec
+from ..sshconfig import ResolvedHost, SshOptions, resolve_host
+from . import Session, Unreachable
+from .local import LocalSession
+from .ssh import SshConnector, SshSettings
+
+
+class FleetConnector:
+    """Sessions for the hosts of one sweep, whose SSH settings were resolved before it began."""
+
+    def __init__(self, resolved: Mapping[str, ResolvedHost], ssh_options: SshOptions, settings: SshSettings) -> None:
+        self._resolved = resolved
+        self._ssh = SshConnector(settings, resolve_jump=lambda hop: resolve_host(hop, ssh_options))
+
+    def connect(self, host: HostSpec) -> Session:
+        """A session on ``host``; raises TransportError when it cannot be reached or trusted."""
+        if host.is_local:
+            return LocalSession()
+        resolved = self._resolved.get(host.label)
+        if resolved is None:
+            raise Unreachable(f"{host.label}: no SSH settings were resolved for this host")
+        return self._ssh.connect(resolved)
+
+    def close(self) -> None:
+        self._ssh.close()
