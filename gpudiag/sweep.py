@@ -209,10 +209,11 @@ class _SweepRunner:
             session.prepare(self._bundle)
             node = probe_node(_TimedSession(session, self._options.command_timeout_s), self._options.probe,
                               source=host.label)
-        except TransportError as error:
-            return HostOutcome(host.label, error.status, str(error), time.monotonic() - started)
-        except ProbeOutputError as error:
-            return HostOutcome(host.label, PROBE_ERROR, str(error), time.monotonic() - started)
+        except (TransportError, ProbeOutputError) as error:
+            if self._stop.is_set():  # the failure is the interruption's doing (probes ended, links closed)
+                return _interrupted(host, started)
+            status = error.status if isinstance(error, TransportError) else PROBE_ERROR
+            return HostOutcome(host.label, status, str(error), time.monotonic() - started)
         finally:
             with self._lock:
                 self._sessions.pop(host.label, None)

@@ -1,0 +1,5 @@
+"""``python -m gpudiag``: the same as the ``gpudiag`` command."""
+
+from .cli import main
+
+main()

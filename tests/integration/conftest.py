@@ -1,0 +1,61 @@
+"""Fixtures of real OpenSSH hosts on loopback addresses (the harness is ``sshd_hosts.py`` beside this file).
+
+``sshd_fleet`` is one 8-host fleet shared by a test module: tests that change a host (reject the client key,
+restart it) take their own from ``make_sshd_fleet`` instead. Both fail where sshd cannot run, and fail the
+test if a process of the fleet (listener, connection, session or command) outlives its stop.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# tests/ is no package; put the harness on the path whatever pytest's import mode
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
+from sshd_hosts import MakeSshdFleet, SshdFleet, pid_is_running, sshd_unavailable_reason  # noqa: E402
+
+
+def _require_sshd() -> None:
+    # A missing sshd fails rather than skips: a skipped SSH test checks nothing, and the
+    # README's test command installs openssh-server (scripts/install-test-deps).
+    reason = sshd_unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"{reason}; run scripts/install-test-deps as root first")
+
+
+def _stop_fleets(fleets: list[SshdFleet]) -> None:
+    """Stop every fleet, then fail if any process that was part of one is still running."""
+    pids = set().union(*(fleet.process_ids() for fleet in fleets))
+    for fleet in fleets:
+        fleet.stop()
+    left = sorted(pid for pid in pids if pid_is_running(pid))
+    assert not left, f"processes of an sshd fleet still running after its stop: {left}"
+
+
+@pytest.fixture(scope="module")
+def sshd_fleet() -> Iterator[SshdFleet]:
+    """Eight started hosts, node01..node08, shared by the test module; stopped after its last test."""
+    _require_sshd()
+    fleet = SshdFleet(8).start()
+    yield fleet
+    _stop_fleets([fleet])
+
+
+@pytest.fixture
+def make_sshd_fleet() -> Iterator[MakeSshdFleet]:
+    """A factory ``make_sshd_fleet(count, **SshdFleet options)`` of started fleets, all stopped after the test."""
+    _require_sshd()
+    fleets: list[SshdFleet] = []
+
+    def make(count: int = 8, *, first_address: str = "127.0.1.1", log_level: str = "VERBOSE") -> SshdFleet:
+        fleet = SshdFleet(count, first_address=first_address, log_level=log_level)
+        fleets.append(fleet)
+        return fleet.start()
+
+    yield make
+    _stop_fleets(fleets)

@@ -1,0 +1,421 @@
+"""Real OpenSSH servers on loopback addresses, for integration tests and benchmarks.
+
+``SshdFleet(count)`` starts ``count`` ``/usr/sbin/sshd`` processes named ``node01``..``nodeNN``, each on its
+own 127.x.y.z address and free port with its own ed25519 host key; one generated client key logs in to all
+of them as the current user (root: sshd's privilege separation needs it). Everything lives in one private
+temporary directory that ``stop()`` deletes. Benchmarks import this module after putting its directory on
+``sys.path``; tests get it through the fixtures of ``tests/integration/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+
+SSHD = Path("/usr/sbin/sshd")
+SSH_KEYGEN = Path("/usr/bin/ssh-keygen")
+PRIVSEP_DIR = Path("/run/sshd")
+SSHD_PROCESS_PATTERN = r"^(/usr/sbin/)?sshd\b"
+_LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+_TCP_STATE_LISTEN = "0A"  # as /proc/net/tcp spells it
+
+
+class SshdStartError(RuntimeError):
+    """An sshd did not come up; the message carries the end of its log."""
+
+
+def sshd_unavailable_reason() -> str | None:
+    """Why this machine cannot run a fleet (a sentence for ``pytest.skip``), or None if it can."""
+    if not (SSHD.exists() and SSH_KEYGEN.exists()):
+        return f"needs OpenSSH's {SSHD} and {SSH_KEYGEN}"
+    if os.geteuid() != 0:
+        return "needs root: sshd's privilege separation and logins as root"
+    return None
+
+
+def generate_ed25519_key(path: Path, comment: str) -> str:
+    """Write a new passphrase-less ed25519 key pair at ``path`` and ``path.pub``; returns the public key as
+    ``ssh-ed25519 AAAA...`` (no comment). Raises subprocess.CalledProcessError if ssh-keygen fails."""
+    public_path = path.with_name(path.name + ".pub")
+    for old in (path, public_path):
+        old.unlink(missing_ok=True)  # ssh-keygen would ask before overwriting
+    subprocess.run([str(SSH_KEYGEN), "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                   check=True, stdin=subprocess.DEVNULL, capture_output=True)
+    key_type, key_base64 = public_path.read_text().split()[:2]
+    return f"{key_type} {key_base64}"
+
+
+def _process_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, parent pid) of ``pid``, or None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state, parent = stat[stat.rindex(")") + 2:].split()[:2]
+    return state, int(parent)
+
+
+def pid_is_running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (exited, waiting to be reaped)."""
+    state = _process_state(pid)
+    return state is not None and state[0] != "Z"
+
+
+def _all_pids() -> list[int]:
+    return [int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()]
+
+
+def process_ids_matching(pattern: str) -> set[int]:
+    """Live processes other than this one whose command line (arguments joined by spaces) matches the
+    regular expression ``pattern`` (``re.search``)."""
+    regex, found = re.compile(pattern), set()
+    for pid in _all_pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        # kernel threads and zombies have an empty command line
+        if pid != os.getpid() and cmdline and regex.search(cmdline.decode(errors="replace")):
+            found.add(pid)
+    return found
+
+
+def process_count_matching(pattern: str) -> int:
+    """How many processes ``process_ids_matching(pattern)`` finds."""
+    return len(process_ids_matching(pattern))
+
+
+def descendant_pids(roots: Iterable[int]) -> set[int]:
+    """Every live process below ``roots`` in the process tree (the roots themselves excluded)."""
+    children: dict[int, list[int]] = {}
+    for pid in _all_pids():
+        state = _process_state(pid)
+        if state is not None and state[0] != "Z":
+            children.setdefault(state[1], []).append(pid)
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        new = set(children.get(todo.pop(), ())) - found
+        found |= new
+        todo.extend(new)
+    return found
+
+
+def _send(pids: Iterable[int], signum: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _wait_until_gone_or(states: str, pids: set[int], timeout_s: float) -> None:
+    """Poll until every pid is gone or in one of ``states`` (letters as in /proc: "Z" zombie, "T" stopped)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(state is None or state[0] in states for state in map(_process_state, pids)):
+            return
+        time.sleep(0.002)
+
+
+def _freeze_tree(roots: list[int]) -> set[int]:
+    """SIGSTOP ``roots`` and their descendants until a look finds no new one; returns the descendants.
+    Sessions call setsid() and outlive their listener, re-parented to init: so they are found while the
+    listener is still their ancestor, and frozen so that none forks behind our back."""
+    frozen: set[int] = set()
+    new = set(roots)
+    while new:
+        _send(new, signal.SIGSTOP)
+        _wait_until_gone_or("TZ", new, timeout_s=2.0)
+        frozen |= new
+        new = descendant_pids(roots) - frozen
+    return frozen - set(roots)
+
+
+def stop_sshd_processes(processes: Iterable[subprocess.Popen[bytes]], timeout_s: float = 5.0) -> None:
+    """Stop sshd listeners and everything under them, and wait until all have exited: connections and
+    sessions get SIGKILL; listeners SIGTERM, then SIGKILL if still there after ``timeout_s``."""
+    live = [process for process in processes if process.poll() is None]
+    roots = [process.pid for process in live]
+    descendants = _freeze_tree(roots)
+    _send(descendants, signal.SIGKILL)
+    _send(roots, signal.SIGTERM)
+    _send(roots, signal.SIGCONT)
+    deadline = time.monotonic() + timeout_s
+    for process in live:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    _wait_until_gone_or("Z", descendants, timeout_s)
+
+
+def _free_port(address: str) -> int:
+    """A TCP port nothing is bound to on ``address`` right now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+def _proc_net_endpoint(address: str, port: int) -> str:
+    # /proc/net/tcp prints the network-order address as a native-endian integer, the port in host order
+    return f"{int.from_bytes(socket.inet_aton(address), sys.byteorder):08X}:{port:04X}"
+
+
+def _listening_endpoints() -> set[str]:
+    """Local endpoints of the IPv4 TCP sockets in LISTEN state, as ``/proc/net/tcp`` spells them."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return {row[1] for row in rows if row[3] == _TCP_STATE_LISTEN}
+
+
+def _log_tail(path: Path, lines: int = 20) -> str:
+    text = path.read_text(errors="replace") if path.exists() else "(no log written)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass(eq=False)
+class TestHost:
+    """One sshd of a fleet. ``process`` and ``host_public_key_line`` change when the host restarts."""
+
+    __test__ = False  # a helper, not a pytest test class
+
+    name: str
+    address: str
+    port: int
+    host_key_path: Path
+    host_public_key_line: str  # "ssh-ed25519 AAAA...", no comment
+    authorized_keys_path: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.host_key_path.parent / "sshd_config"
+
+    def start(self) -> None:
+        """Launch sshd on ``config_path`` without waiting for it to listen (see ``wait_listening``)."""
+        with self.log_path.open("ab") as log:  # early errors go to stderr before -E takes over
+            self.process = subprocess.Popen(
+                [str(SSHD), "-D", "-e", "-f", str(self.config_path), "-E", str(self.log_path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop this sshd and its connections; see ``stop_sshd_processes``."""
+        if self.process is not None:
+            stop_sshd_processes([self.process], timeout_s)
+
+    def reject_client_key(self) -> None:
+        """Empty authorized_keys: from the next login on, the client key is refused (no restart needed)."""
+        self.authorized_keys_path.write_text("")
+
+    def known_hosts_line(self) -> str:
+        """This host's known_hosts entry, as OpenSSH writes it (``[address]:port`` unless the port is 22)."""
+        host = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
+        return f"{host} {self.host_public_key_line}"
+
+    def regenerate_host_key_and_restart(self, timeout_s: float = 10.0) -> None:
+        """Restart on the same address and port with a new host key; known_hosts entries become 'changed'."""
+        self.stop()
+        self.host_public_key_line = generate_ed25519_key(self.host_key_path, self.name)
+        self.start()
+        wait_listening([self], timeout_s)
+
+
+def wait_listening(hosts: list[TestHost], timeout_s: float) -> None:
+    """Wait until every host's sshd listens on its endpoint. Raises SshdStartError, with the sshd log, if one
+    exits or ``timeout_s`` passes. Reads /proc/net/tcp rather than connecting, which would write a
+    "Connection from" line in every log."""
+    deadline = time.monotonic() + timeout_s
+    waiting = list(hosts)
+    while waiting:
+        for host in waiting:
+            if host.process is None or host.process.poll() is not None:
+                raise SshdStartError(f"sshd of {host.name} exited at start:\n{_log_tail(host.log_path)}")
+        listening = _listening_endpoints()
+        waiting = [host for host in waiting if _proc_net_endpoint(host.address, host.port) not in listening]
+        if waiting and time.monotonic() > deadline:
+            host = waiting[0]
+            raise SshdStartError(f"sshd of {host.name} not listening on {host.address}:{host.port} after "
+                                 f"{timeout_s} s ({len(waiting)} hosts waiting):\n{_log_tail(host.log_path)}")
+        if waiting:
+            time.sleep(0.005)
+
+
+def _sshd_config(host: TestHost, log_level: str) -> str:
+    return f"""\
+ListenAddress {host.address}:{host.port}
+HostKey {host.host_key_path}
+PidFile {host.host_key_path.parent / "sshd.pid"}
+AuthorizedKeysFile {host.authorized_keys_path}
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+PermitUserRC no
+AllowTcpForwarding yes
+AllowAgentForwarding no
+X11Forwarding no
+PrintMotd no
+MaxStartups 200:30:400
+MaxSessions 50
+LogLevel {log_level}
+Subsystem sftp internal-sftp
+"""
+
+
+class SshdFleet:
+    """``count`` sshd hosts ``node01``.. on consecutive loopback addresses from ``first_address``.
+
+    A context manager: ``with SshdFleet(8) as fleet:`` starts all and stops all. ``log_level`` is sshd's
+    LogLevel; forwarded channels (direct-tcpip) are logged from DEBUG1 on, not at VERBOSE.
+    """
+
+    def __init__(self, count: int = 8, *, first_address: str = "127.0.1.1", log_level: str = "VERBOSE",
+                 start_timeout_s: float = 10.0) -> None:
+        first = ipaddress.IPv4Address(first_address)
+        if count < 1 or first not in _LOOPBACK or first + count not in _LOOPBACK:
+            raise ValueError(f"{count} hosts from {first_address} do not fit in {_LOOPBACK}")
+        self.count = count
+        self.first_address = first
+        self.log_level = log_level
+        self.start_timeout_s = start_timeout_s
+        self.user = pwd.getpwuid(os.geteuid()).pw_name
+        self.hosts: list[TestHost] = []
+        self.directory: Path | None = None
+
+    def __enter__(self) -> SshdFleet:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+    @property
+    def client_key_path(self) -> Path:
+        """Private key the hosts accept (its public half is ``client_key_path`` + ".pub")."""
+        if self.directory is None:
+            raise RuntimeError("the fleet is not started")
+        return self.directory / "client_ed25519"
+
+    def host_names(self) -> list[str]:
+        width = max(2, len(str(self.count)))
+        return [f"node{index:0{width}d}" for index in range(1, self.count + 1)]
+
+    def host(self, name: str) -> TestHost:
+        """The host called ``name``. Raises KeyError if there is none."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        raise KeyError(name)
+
+    def start(self) -> SshdFleet:
+        """Generate keys, launch every sshd, wait until all listen. Raises SshdStartError; cleans up if so."""
+        if self.hosts or self.directory is not None:
+            raise RuntimeError("a fleet starts once; make a new SshdFleet")
+        started = False
+        try:
+            self._start()
+            started = True
+        finally:
+            if not started:
+                self.stop()
+        return self
+
+    def _start(self) -> None:
+        PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
+        self.directory = Path(tempfile.mkdtemp(prefix="gpudiag-sshd-"))
+        names = self.host_names()
+        key_paths = [self.client_key_path] + [self.directory / name / "ssh_host_ed25519_key" for name in names]
+        for name in names:
+            (self.directory / name).mkdir()
+        with ThreadPoolExecutor(max_workers=16) as pool:  # ssh-keygen is a process each: run them together
+            key_lines = list(pool.map(generate_ed25519_key, key_paths, ["gpudiag-test-client", *names]))
+        for index, (name, key_path, key_line) in enumerate(zip(names, key_paths[1:], key_lines[1:], strict=True)):
+            self.hosts.append(self._launch(name, str(self.first_address + index), key_path, key_line, key_lines[0]))
+        wait_listening(self.hosts, self.start_timeout_s)
+
+    def _launch(self, name: str, address: str, host_key_path: Path, host_key_line: str, client_key_line: str
+                ) -> TestHost:
+        """Write the host's authorized_keys and sshd_config, start its sshd (without waiting)."""
+        directory = host_key_path.parent
+        host = TestHost(name, address, _free_port(address), host_key_path, host_key_line,
+                        directory / "authorized_keys", directory / "sshd.log")
+        host.authorized_keys_path.write_text(client_key_line + "\n")
+        host.config_path.write_text(_sshd_config(host, self.log_level))
+        host.start()
+        return host
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop every sshd of the fleet (with its connections and sessions) and delete the temporary directory."""
+        stop_sshd_processes([host.process for host in self.hosts if host.process is not None], timeout_s)
+        if self.directory is not None:
+            shutil.rmtree(self.directory)
+            self.directory = None
+
+    def process_ids(self) -> set[int]:
+        """The running listeners and every connection, session and command process under them."""
+        listeners = {host.process.pid for host in self.hosts if host.process and host.process.poll() is None}
+        return listeners | descendant_pids(listeners)
+
+    def unused_endpoint(self) -> tuple[str, int]:
+        """(address, port) just past the fleet's addresses where nothing listens: connecting is refused."""
+        address = str(self.first_address + self.count)
+        return address, _free_port(address)
+
+    def _selected(self, hosts: Iterable[TestHost] | None) -> list[TestHost]:
+        return list(self.hosts if hosts is None else hosts)
+
+    def write_known_hosts(self, path: Path, hosts: Iterable[TestHost] | None = None) -> Path:
+        """Write the known_hosts entries of ``hosts`` (default: all) to ``path``; returns ``path``."""
+        path.write_text("".join(host.known_hosts_line() + "\n" for host in self._selected(hosts)))
+        return path
+
+    def write_ssh_config(self, path: Path, hosts: Iterable[TestHost] | None = None,
+                         extra_by_host: dict[str, str] | None = None, *, known_hosts_path: Path) -> Path:
+        """Write an ssh_config with a ``Host <name>`` block per host (default: all) that logs in with the client
+        key and checks host keys strictly against ``known_hosts_path``. ``extra_by_host`` maps a host name to
+        more lines for its block (``"ProxyJump node01"``). Returns ``path``. Raises KeyError for an
+        ``extra_by_host`` name that is not among ``hosts``."""
+        selected = self._selected(hosts)
+        extra = dict(extra_by_host or {})
+        blocks = [self._ssh_config_block(host, known_hosts_path, extra.pop(host.name, "")) for host in selected]
+        if extra:
+            raise KeyError(f"extra_by_host names hosts not written: {sorted(extra)}")
+        path.write_text("\n".join(blocks))
+        return path
+
+    def _ssh_config_block(self, host: TestHost, known_hosts_path: Path, extra: str) -> str:
+        lines = [f"HostName {host.address}", f"Port {host.port}", f"User {self.user}",
+                 f"IdentityFile {self.client_key_path}", "IdentitiesOnly yes",
+                 f"UserKnownHostsFile {known_hosts_path}", "GlobalKnownHostsFile /dev/null",
+                 "StrictHostKeyChecking yes", "BatchMode yes", *extra.splitlines()]
+        return f"Host {host.name}\n" + "".join(f"    {line.strip()}\n" for line in lines if line.strip())
+
+    def write_hosts_file(self, path: Path, names: Iterable[str] | None = None) -> Path:
+        """Write host names (default: all), one per line, to ``path``; returns ``path``."""
+        path.write_text("".join(f"{name}\n" for name in (self.host_names() if names is None else names)))
+        return path
+
+
+class MakeSshdFleet(Protocol):
+    """The ``make_sshd_fleet`` fixture: starts a fleet that is stopped when the test ends."""
+
+    def __call__(self, count: int = 8, *, first_address: str = "127.0.1.1", log_level: str = "VERBOSE"
+                 ) -> SshdFleet: ...

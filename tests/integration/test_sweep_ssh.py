@@ -1,0 +1,149 @@
+"""``gpudiag sweep`` against real OpenSSH servers on loopback addresses (see sshd_hosts.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+from sshd_hosts import SshdFleet, process_count_matching
+
+from gpudiag.cli import main
+
+
+def _setup(fleet: SshdFleet, tmp_path: Path, known=None, extra=None, names=None) -> dict[str, Path]:
+    known_hosts = fleet.write_known_hosts(tmp_path / "known_hosts", known)
+    config = fleet.write_ssh_config(tmp_path / "ssh_config", extra_by_host=extra, known_hosts_path=known_hosts)
+    hosts = fleet.write_hosts_file(tmp_path / "hosts.txt", names)
+    return {"known_hosts": known_hosts, "config": config, "hosts": hosts, "json": tmp_path / "sweep.json"}
+
+
+def _sweep(paths: dict[str, Path], *extra: str, python: str = sys.executable) -> tuple[int, dict, str]:
+    args = ["sweep", "--hosts", str(paths["hosts"]), "--ssh-config", str(paths["config"]),
+            "--known-hosts", str(paths["known_hosts"]), "--python", python, "--probes", "facts",
+            "--json", str(paths["json"]), "-q", *extra]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    document = json.loads(paths["json"].read_text()) if paths["json"].exists() else {}
+    return result.exit_code, document, result.output
+
+
+def _statuses(document: dict) -> dict[str, str]:
+    return {host["host"]: host["status"] for host in document["hosts"]}
+
+
+def _script(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_every_host_is_probed_over_ssh_and_the_bundle_is_shipped_once(sshd_fleet: SshdFleet, tmp_path: Path):
+    paths = _setup(sshd_fleet, tmp_path)
+    code, document, output = _sweep(paths, "--probes", "facts,membw", "--duration", "0.2")
+    assert code == 0, output
+    assert _statuses(document) == {name: "ok" for name in sshd_fleet.host_names()}
+    for host in document["hosts"]:
+        assert host["facts"]["gpu_count"] == 0 and host["facts"]["hostname"]
+        (membw,) = host["results"]
+        assert membw["probe"] == "membw" and membw["status"] == "ok" and membw["value"] > 0
+    assert document["summary"] == {"hosts_total": 8, "hosts_ok": 8, "findings": 0, "exit_code": 0}
+    assert "8 hosts in" in output and "8 ok" in output
+    # the second sweep finds the bundle in the cache: nothing is copied again
+    bundle_dirs = list((Path.home() / ".cache" / "gpudiag").glob("bundle-*"))
+    code, document, _ = _sweep(paths)
+    assert code == 0 and list((Path.home() / ".cache" / "gpudiag").glob("bundle-*")) == bundle_dirs
+
+
+def test_unreachable_unknown_and_changed_keys_and_rejected_login_each_get_their_status(
+        make_sshd_fleet, tmp_path: Path):
+    fleet = make_sshd_fleet(6)
+    node = {name: fleet.host(name) for name in fleet.host_names()}
+    known = [node["node01"], node["node02"], node["node04"], node["node05"], node["node06"]]  # node03 unknown
+    paths = _setup(fleet, tmp_path, known=known)
+    node["node04"].regenerate_host_key_and_restart()  # known_hosts now holds a stale key
+    node["node05"].reject_client_key()
+    node["node06"].stop()
+    code, document, output = _sweep(paths)
+    assert code == 3, output
+    assert _statuses(document) == {"node01": "ok", "node02": "ok", "node03": "host_key_unknown",
+                                   "node04": "host_key_changed", "node05": "auth_failed", "node06": "unreachable"}
+    errors = {host["host"]: host["error"] for host in document["hosts"]}
+    assert "--accept-new-host-keys" in errors["node03"]
+    assert "ssh-keygen -R" in errors["node04"]
+    assert sorted(f["host"] for f in document["findings"]) == ["node03", "node04", "node05", "node06"]
+    assert "node[03] host_key_unknown" in output or "node03 host_key_unknown" in output
+
+    before = paths["known_hosts"].read_text()
+    code, document, _ = _sweep(paths, "--accept-new-host-keys")
+    statuses = _statuses(document)
+    assert statuses["node03"] == "ok"  # accepted and recorded
+    assert statuses["node04"] == "host_key_changed"  # never accepted, even when asked
+    after = paths["known_hosts"].read_text()
+    assert after.startswith(before)  # nothing lost
+    assert after[len(before):] == " ".join(node["node03"].known_hosts_line().split()[:3]) + "\n"
+
+
+def test_a_hung_probe_times_out_and_leaves_no_process_on_the_host(sshd_fleet: SshdFleet, tmp_path: Path):
+    paths = _setup(sshd_fleet, tmp_path, names=["node01", "node02"])
+    marker = f"gpudiag-hang-{time.monotonic_ns()}"
+    hang = _script(tmp_path, marker, "sleep 300\n")
+    started = time.monotonic()
+    code, document, output = _sweep(paths, "--host-timeout", "3", python=hang)
+    assert time.monotonic() - started < 20
+    assert code == 3, output
+    assert _statuses(document) == {"node01": "timeout", "node02": "timeout"}
+    time.sleep(1.0)
+    assert process_count_matching(marker) == 0
+
+
+def test_a_probe_that_prints_garbage_is_a_probe_error(sshd_fleet: SshdFleet, tmp_path: Path):
+    paths = _setup(sshd_fleet, tmp_path, names=["node01"])
+    garbage = _script(tmp_path, "python", "echo 'Segmentation fault (core dumped)'\n")
+    code, document, _ = _sweep(paths, python=garbage)
+    assert code == 3
+    (host,) = document["hosts"]
+    assert host["status"] == "probe_error" and "not a JSON record" in host["error"]
+
+
+def test_a_host_behind_a_bastion_is_reached_through_it(make_sshd_fleet, tmp_path: Path):
+    fleet = make_sshd_fleet(3, log_level="DEBUG1")
+    bastion = fleet.host("node01")
+    paths = _setup(fleet, tmp_path, extra={"node02": "ProxyJump node01", "node03": "ProxyJump node01"},
+                   names=["node02", "node03"])
+    code, document, output = _sweep(paths)
+    assert code == 0, output
+    assert _statuses(document) == {"node02": "ok", "node03": "ok"}
+    log = bastion.log_path.read_text()
+    for target in ("node02", "node03"):
+        assert f"{fleet.host(target).address} port {fleet.host(target).port}" in log  # forwarded by the bastion
+
+
+def test_ctrl_c_writes_what_finished_and_ends_the_remote_probes(sshd_fleet: SshdFleet, tmp_path: Path):
+    paths = _setup(sshd_fleet, tmp_path, names=["node01", "node02", "node03"])
+    marker = f"gpudiag-slow-{time.monotonic_ns()}"
+    # node03's probes hang; node01 and node02 finish at once
+    slow = _script(tmp_path, marker, f'case "$(hostname -I 2>/dev/null; echo $SSH_CONNECTION)" in\n'
+                   f'  *{sshd_fleet.host("node03").address}*) sleep 300 ;;\n'
+                   f'  *) exec {sys.executable} "$@" ;;\nesac\n')
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpudiag", "sweep", "--hosts", str(paths["hosts"]), "--ssh-config",
+         str(paths["config"]), "--known-hosts", str(paths["known_hosts"]), "--python", slow,
+         "--probes", "facts", "--json", str(paths["json"]), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while process_count_matching(marker) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(3.0)  # the two quick hosts finish meanwhile
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    document = json.loads(paths["json"].read_text())
+    assert _statuses(document) == {"node01": "ok", "node02": "ok", "node03": "interrupted"}
+    assert document["summary"]["exit_code"] == 130
+    time.sleep(1.0)
+    assert process_count_matching(marker) == 0  # the hung probe was ended on its host
