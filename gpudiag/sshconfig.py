@@ -147,6 +147,13 @@ def _apply_options(spec: HostSpec, options: SshOptions, raw: _RawConfig) -> Reso
                         known_hosts_files=known_hosts, strict_host_key_checking=raw.strict_host_key_checking)
 
 
+def _refuse_proxy_command(command: str | None, jump: str | None, spec: HostSpec, options: SshOptions) -> None:
+    """ProxyCommand is not supported; connecting directly instead would bypass the user's path."""
+    if command and command.lower() != "none" and _proxy_jump(jump) is None:
+        raise InputError(f"{_config_name(options)}: host {spec.host} uses ProxyCommand, which gpudiag does not "
+                         "run; use ProxyJump (a jump host) for it instead")
+
+
 def _config_name(options: SshOptions) -> str:
     return options.config_file or USER_CONFIG_FILE
 
@@ -218,6 +225,7 @@ def _raw_from_ssh_g(values: Mapping[str, Sequence[str]], spec: HostSpec, options
               "%p": str(port), "%r": user, "%n": spec.host}
     identities = tuple(_expand_tokens(path, tokens) for path in values.get("identityfile", ()))
     timeout = first("connecttimeout")
+    _refuse_proxy_command(first("proxycommand"), first("proxyjump"), spec, options)
     return _RawConfig(hostname=hostname, user=user, port=port, identity_files=identities,
                       proxy_jump=_proxy_jump(first("proxyjump")),
                       connect_timeout=None if timeout in (None, "none") else timeout,
@@ -249,6 +257,7 @@ def _lookup_paramiko(spec: HostSpec, options: SshOptions) -> _RawConfig:
     # As ssh: the defaults only when neither the config nor an existing -i file names a key.
     has_explicit = any(os.path.isfile(os.path.expanduser(path)) for path in options.identity_files)
     defaults = () if from_config or has_explicit else tuple(os.path.expanduser(p) for p in DEFAULT_IDENTITY_FILES)
+    _refuse_proxy_command(found.get("proxycommand"), found.get("proxyjump"), spec, options)
     return _RawConfig(hostname=found.get("hostname", spec.host).lower(), user=user, port=port,
                       identity_files=from_config + defaults, proxy_jump=_proxy_jump(found.get("proxyjump")),
                       connect_timeout=found.get("connecttimeout"),

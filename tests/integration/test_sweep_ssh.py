@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from sshd_hosts import SshdFleet, process_count_matching
 
@@ -123,7 +124,9 @@ def test_a_host_behind_a_bastion_is_reached_through_it(make_sshd_fleet, tmp_path
         assert f"{fleet.host(target).address} port {fleet.host(target).port}" in log  # forwarded by the bastion
 
 
-def test_ctrl_c_writes_what_finished_and_ends_the_remote_probes(sshd_fleet: SshdFleet, tmp_path: Path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet: SshdFleet, tmp_path: Path,
+                                                                      signum: int):
     paths = _setup(sshd_fleet, tmp_path, names=["node01", "node02", "node03"])
     marker = f"gpudiag-slow-{time.monotonic_ns()}"
     # node03's probes hang; node01 and node02 finish at once
@@ -139,7 +142,7 @@ def test_ctrl_c_writes_what_finished_and_ends_the_remote_probes(sshd_fleet: Sshd
     while process_count_matching(marker) == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(3.0)  # the two quick hosts finish meanwhile
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     document = json.loads(paths["json"].read_text())

@@ -233,3 +233,14 @@ def test_parse_ssh_g_keeps_repeated_keys() -> None:
     assert values["identityfile"] == ["~/.ssh/a", "~/.ssh/b"]
     assert values["userknownhostsfile"] == ["/root/.ssh/kh1 /tmp/kh2"]
     assert values["port"] == ["2222"]
+
+
+@pytest.mark.parametrize("binary", [None, "ssh"])
+def test_a_proxy_command_is_refused_not_bypassed(tmp_path: Path, binary):
+    if binary is not None and shutil.which(binary) is None:
+        pytest.fail("the OpenSSH client is part of this project's machines")
+    config = tmp_path / "ssh_config"
+    config.write_text("Host behind\n    HostName 10.9.9.9\n    ProxyCommand nc -X connect -x proxy:3128 %h %p\n")
+    with pytest.raises(InputError, match="ProxyCommand"):
+        resolve_host(HostSpec("behind"), SshOptions(config_file=str(config), known_hosts=str(tmp_path / "kh")),
+                     ssh_binary=binary)
