@@ -119,8 +119,9 @@ def main() -> None:
                 child_cpu.append(children)
                 pdsh.append(pdsh_fanout(names, config, arguments.fanout))
             ratio = statistics.median(ours) / statistics.median(pdsh)
+            own_ms, child_ms = (1000 * statistics.median(cpu) / size for cpu in (own_cpu, child_cpu))
             print(f"{size:>5} {statistics.median(ours):10.2f} {statistics.median(pdsh):8.2f} {ratio:6.2f} "
-                  f"{1000 * statistics.median(own_cpu) / size:12.1f} {1000 * statistics.median(child_cpu) / size:16.1f}")
+                  f"{own_ms:12.1f} {child_ms:16.1f}")
             if not arguments.no_end_to_end:
                 hosts_file = fleet.write_hosts_file(Path(folder) / "hosts.txt")
                 wall, ok = end_to_end(names, hosts_file, options, arguments.fanout)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from .errors import ProbeOutputError
 from .results import ProbeResult, parse_probe_output
-from .transport import Session
+from .transport import CommandResult
 
 PROBE_NAMES = ("facts", "telemetry", "gemm", "membw", "p2p", "pcie", "smclock")
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
@@ -74,7 +75,13 @@ class NodeProbe:
                 and all(result.status != "error" for result in self.results))
 
 
-def probe_node(session: Session, options: ProbeOptions, source: str) -> NodeProbe:
+class CommandRunner(Protocol):
+    """What probe_node needs of a session: run a command under a time limit (seconds)."""
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult: ...
+
+
+def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> NodeProbe:
     """Run the bundle through ``session`` and parse what it printed.
 
     Raises ProbeOutputError when the output is not records, or when the bundle failed

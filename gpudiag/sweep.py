@@ -30,7 +30,7 @@ from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
 from .progress import SweepProgress
 from .results import ProbeResult
 from .sshconfig import SshOptions, resolve_all
-from .transport import Session, TransportError
+from .transport import CommandResult, Session, TransportError
 from .transport.fleet import FleetConnector
 from .transport.ssh import SshSettings
 
@@ -157,7 +157,7 @@ class _SweepRunner:
             self._gather(futures, outcomes, deadline=None)
         except KeyboardInterrupt:
             interrupted = True
-            self._interrupt(pool)
+            self._interrupt()
             try:
                 self._gather(futures, outcomes, deadline=time.monotonic() + CANCEL_WAIT_S)
             except KeyboardInterrupt:
@@ -182,7 +182,7 @@ class _SweepRunner:
             if deadline is not None and time.monotonic() > deadline:
                 return
 
-    def _interrupt(self, pool: ThreadPoolExecutor) -> None:
+    def _interrupt(self) -> None:
         self._stop.set()
         with self._lock:
             sessions = list(self._sessions.values())
@@ -243,7 +243,7 @@ class _TimedSession:
         self._session = session
         self._timeout_s = timeout_s
 
-    def run(self, argv: Sequence[str], timeout_s: float) -> Any:
+    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
         return self._session.run(argv, min(timeout_s, self._timeout_s))
 
 

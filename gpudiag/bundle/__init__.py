@@ -7,6 +7,7 @@ the bundle root is the folder that holds both, and ``python -m probes`` runs fro
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 from dataclasses import dataclass
@@ -27,12 +28,18 @@ class Bundle:
     root: Path
     files: tuple[Path, ...]
 
+    @functools.cached_property
+    def contents(self) -> dict[Path, bytes]:
+        """Every shipped file's bytes, read once however many hosts it is copied to."""
+        return {relative: (self.root / relative).read_bytes() for relative in self.files}
+
+    @functools.cached_property
     def content_hash(self) -> str:
         """SHA-256 over every shipped file's relative path and bytes, in sorted order (hex)."""
         digest = hashlib.sha256()
-        for relative in self.files:
+        for relative, data in self.contents.items():
             digest.update(relative.as_posix().encode() + b"\0")
-            digest.update((self.root / relative).read_bytes() + b"\0")
+            digest.update(data + b"\0")
         return digest.hexdigest()
 
 

@@ -321,7 +321,7 @@ def _tcp_connect(host: ResolvedHost) -> socket.socket:
 def _ship_bundle(transport: paramiko.Transport, bundle: Bundle) -> str:
     """Upload into a temporary folder and rename it into place, so a half-copied bundle is never
     used. Returns the absolute remote folder."""
-    name = f"bundle-{bundle.content_hash()[:16]}"
+    name = f"bundle-{bundle.content_hash[:16]}"
     with paramiko.SFTPClient.from_transport(transport) as sftp:
         home = sftp.normalize(".")
         final = f"{home}/{_BUNDLE_CACHE}/{name}"
@@ -331,9 +331,9 @@ def _ship_bundle(transport: paramiko.Transport, bundle: Bundle) -> str:
         staging = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
         for folder in sorted({str(p.parent) for p in bundle.files} | {"."}):
             _makedirs(sftp, f"{staging}/{folder}")
-        for relative in bundle.files:
-            sftp.putfo(io.BytesIO((bundle.root / relative).read_bytes()), f"{staging}/{relative.as_posix()}")
-        sftp.putfo(io.BytesIO(bundle.content_hash().encode()), f"{staging}/.complete")
+        for relative, data in bundle.contents.items():
+            sftp.putfo(io.BytesIO(data), f"{staging}/{relative.as_posix()}")
+        sftp.putfo(io.BytesIO(bundle.content_hash.encode()), f"{staging}/.complete")
         try:
             sftp.posix_rename(staging, final)
         except OSError:

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from sshd_hosts import SshdFleet, process_count_matching
 
+from gpudiag.bundle import locate_bundle
 from gpudiag.cli import main
 
 
@@ -54,10 +55,12 @@ def test_every_host_is_probed_over_ssh_and_the_bundle_is_shipped_once(sshd_fleet
         assert membw["probe"] == "membw" and membw["status"] == "ok" and membw["value"] > 0
     assert document["summary"] == {"hosts_total": 8, "hosts_ok": 8, "findings": 0, "exit_code": 0}
     assert "8 hosts in" in output and "8 ok" in output
-    # the second sweep finds the bundle in the cache: nothing is copied again
-    bundle_dirs = list((Path.home() / ".cache" / "gpudiag").glob("bundle-*"))
+    # the bundle lies in the remote user's cache under its content hash; a second sweep copies nothing
+    shipped = Path.home() / ".cache" / "gpudiag" / f"bundle-{locate_bundle().content_hash[:16]}"
+    assert (shipped / "probes" / "gemm.py").read_bytes() == (locate_bundle().root / "probes" / "gemm.py").read_bytes()
+    stamp = (shipped / ".complete").stat().st_mtime_ns
     code, document, _ = _sweep(paths)
-    assert code == 0 and list((Path.home() / ".cache" / "gpudiag").glob("bundle-*")) == bundle_dirs
+    assert code == 0 and (shipped / ".complete").stat().st_mtime_ns == stamp
 
 
 def test_unreachable_unknown_and_changed_keys_and_rejected_login_each_get_their_status(

@@ -19,10 +19,11 @@ def test_the_content_hash_changes_with_any_shipped_byte(tmp_path: Path):
     for part in ("probes", "cuda_kernels"):
         shutil.copytree(original.root / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     copy = Bundle(root=tmp_path, files=original.files)
-    assert copy.content_hash() == original.content_hash()
+    assert copy.content_hash == original.content_hash
     target = tmp_path / "probes" / "gemm.py"
     target.write_text(target.read_text() + "\n# changed\n")
-    assert copy.content_hash() != original.content_hash()
+    changed = Bundle(root=tmp_path, files=original.files)  # a new bundle reads the files anew
+    assert changed.content_hash != original.content_hash
 
 
 def test_controller_and_bundle_agree_on_probe_names():
