@@ -141,9 +141,10 @@ def sweep(hosts_argument: str, probe_list: str, duration: float, max_gpu_mem: in
     )
     with _sigterm_as_interrupt():
         result = run_fleet_sweep(request, sys.stdin, make_progress(quiet))
-    if json_path is not None:
-        write_sweep_json(result, json_path)
-    render_sweep(result, Console(stderr=json_path == "-"))
+    with _signals_ignored():  # what was gathered is written whole, whatever arrives meanwhile
+        if json_path is not None:
+            write_sweep_json(result, json_path)
+        render_sweep(result, Console(stderr=json_path == "-"))
     return result.exit_code
 
 
@@ -152,6 +153,16 @@ def _probe_names(names: tuple[str, ...]) -> tuple[str, ...]:
     if unknown:
         raise InputError(f"unknown probe {unknown[0]!r}; choose from {', '.join(PROBE_NAMES)}")
     return names
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -194,7 +195,12 @@ class _SweepRunner:
             return _interrupted(host)
         self._progress.host_started()
         started = time.monotonic()
-        outcome = self._attempt(host, started)
+        try:
+            outcome = self._attempt(host, started)
+        except Exception as error:  # noqa: BLE001 - one host's unforeseen failure must not end the sweep
+            traceback.print_exc(file=sys.stderr)
+            outcome = HostOutcome(host.label, PROBE_ERROR, f"gpudiag failed on this host: "
+                                  f"{type(error).__name__}: {error}", time.monotonic() - started)
         self._progress.host_done(outcome.ok)
         return outcome
 

@@ -34,6 +34,12 @@ _BUNDLE_CACHE = ".cache/gpudiag"
 _MAX_JUMP_HOPS = 8
 
 
+class ConnectionLost(TransportError):
+    """The connection to a node broke while a command ran (the node rebooted, the network went)."""
+
+    status = "unreachable"
+
+
 class BundleShipError(TransportError):
     """The probe bundle could not be copied to the node (permissions, disk full, ...)."""
 
@@ -125,7 +131,7 @@ class SshSession:
         """Copy the bundle to ``~/.cache/gpudiag/bundle-<hash>`` unless it is there already."""
         try:
             self._bundle_dir = _ship_bundle(self._transport, bundle)
-        except (OSError, paramiko.SSHException) as error:
+        except (OSError, EOFError, paramiko.SSHException) as error:
             raise BundleShipError(f"{self._label}: could not copy the probe bundle over SFTP: {error}") from error
 
     def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
@@ -149,21 +155,27 @@ class SshSession:
             targets = " ".join(str(pid) for pid in pids)
             try:
                 self._execute(f"kill -TERM {targets} 2>/dev/null; true", 10.0, track=False)
-            except (paramiko.SSHException, OSError):
+            except ConnectionLost:
                 pass  # the connection is going away; the node's own deadline still ends the probe
 
     def close(self) -> None:
         self._transport.close()
 
     def _execute(self, command: str, wait_s: float, track: bool = True) -> CommandResult:
+        """Raises ConnectionLost when the connection breaks before the command's end is known."""
         started = time.monotonic()
-        channel = self._transport.open_session(timeout=self._settings.channel_timeout_s)
         try:
-            channel.exec_command(command)
-            stdout, stderr, timed_out = self._collect(channel, started + wait_s, track)
-            status = None if timed_out else channel.recv_exit_status()
-        finally:
-            channel.close()
+            channel = self._transport.open_session(timeout=self._settings.channel_timeout_s)
+            try:
+                channel.exec_command(command)
+                stdout, stderr, timed_out = self._collect(channel, started + wait_s, track)
+                status = None if timed_out else channel.recv_exit_status()
+            finally:
+                channel.close()
+        # paramiko raises EOFError for a socket closed under it
+        except (paramiko.SSHException, EOFError, OSError) as error:
+            raise ConnectionLost(f"{self._label}: the SSH connection broke during a command: "
+                                 f"{error or type(error).__name__}") from error
         return CommandResult(exit_status=status, stdout=stdout, stderr=stderr, timed_out=timed_out,
                              duration_s=time.monotonic() - started)
 

@@ -131,20 +131,23 @@ def test_a_host_behind_a_bastion_is_reached_through_it(make_sshd_fleet, tmp_path
 def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet: SshdFleet, tmp_path: Path,
                                                                       signum: int):
     paths = _setup(sshd_fleet, tmp_path, names=["node01", "node02", "node03"])
-    marker = f"gpudiag-slow-{time.monotonic_ns()}"
-    # node03's probes hang; node01 and node02 finish at once
-    slow = _script(tmp_path, marker, f'case "$(hostname -I 2>/dev/null; echo $SSH_CONNECTION)" in\n'
-                   f'  *{sshd_fleet.host("node03").address}*) sleep 300 ;;\n'
-                   f'  *) exec {sys.executable} "$@" ;;\nesac\n')
+    nap = f"{300 + time.monotonic_ns() % 9000}"  # a sleep no other test runs, to find and count
+    done = tmp_path / "done"
+    done.mkdir()
+    # node03's probes hang; node01 and node02 finish at once and leave a mark
+    slow = _script(tmp_path, "python", f'case "$SSH_CONNECTION" in\n'
+                   f'  *" {sshd_fleet.host("node03").address} "*) exec sleep {nap} ;;\n'
+                   f'  *) {sys.executable} "$@"; status=$?; touch {done}/$$; exit $status ;;\nesac\n')
     process = subprocess.Popen(
         [sys.executable, "-m", "gpudiag", "sweep", "--hosts", str(paths["hosts"]), "--ssh-config",
          str(paths["config"]), "--known-hosts", str(paths["known_hosts"]), "--python", slow,
          "--probes", "facts", "--json", str(paths["json"]), "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while process_count_matching(marker) == 0 and time.monotonic() < deadline:
+    while (process_count_matching(f"^sleep {nap}$") == 0 or len(list(done.iterdir())) < 2) \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(3.0)  # the two quick hosts finish meanwhile
+    time.sleep(0.5)  # the quick hosts' results travel back
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
@@ -152,4 +155,4 @@ def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet
     assert _statuses(document) == {"node01": "ok", "node02": "ok", "node03": "interrupted"}
     assert document["summary"]["exit_code"] == 130
     time.sleep(1.0)
-    assert process_count_matching(marker) == 0  # the hung probe was ended on its host
+    assert process_count_matching(f"^sleep {nap}$") == 0  # the hung probe was ended on its host
