@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import click
 from rich.console import Console
 
-from . import __version__
+from . import __version__, cli_store
 from .bundle import BundleMissing, locate_bundle
 from .errors import GpudiagError, InputError, InstallationError
 from .exitcodes import ExitCode, decide_exit_code
 from .nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
+from .plan import SweepRequest, run_plan
 from .progress import make_progress
-from .render import render_probe_results, render_sweep
+from .render import render_probe_results, render_sweep_table
+from .report import render_report, write_report
+from .simulate import demo_fleet_path
 from .sshconfig import SshOptions
-from .sweep import SweepOptions, SweepRequest, run_fleet_sweep, write_sweep_json
+from .store import default_store_path
+from .sweep import SweepOptions, SweepResult, write_sweep_json
 from .transport.local import LocalSession
 from .transport.ssh import SshSettings
 
@@ -96,9 +103,29 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
     return decide_exit_code(has_fail=False, has_unchecked=not node.complete)
 
 
+def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Where results are kept and how they are judged, shared by ``sweep`` and ``demo``."""
+    decorators = [
+        click.option("--store", "store_path", default=None, metavar="PATH",
+                     help="SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db)."),
+        click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
+                     help="Detection thresholds overriding the shipped defaults (JSON with units)."),
+        click.option("--baseline", "baseline_name", default=None, metavar="NAME",
+                     help="Stored baseline for keys with too few peers (default: 'default', if stored)."),
+        click.option("--no-retest", is_flag=True, help="Report suspects without re-testing them (unconfirmed)."),
+        click.option("--exclude-file", default=None, metavar="PATH",
+                     help="Write the hosts a job should not get here, one per line."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
 @main.command()
-@click.option("--hosts", "hosts_argument", required=True, metavar="FILE|SET|-",
+@click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
               help="A hosts file (one host per line), a host set such as 'gpu[01-64]', or - for stdin.")
+@click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
+              help="Sweep a simulated fleet instead of real hosts (demos, tests, benchmarks).")
 @click.option("--probes", "probe_list", default="", metavar="NAMES",
               help="Comma-separated probes to run on every host (default: all).")
 @probe_options
@@ -110,6 +137,8 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
               help="Time limit of the probes on each host (default: --deadline plus start-up).")
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the sweep document here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@judging_options
+@click.option("--no-store", is_flag=True, help="Keep nothing in the store.")
 @click.option("--ssh-config", default=None, metavar="FILE", help="OpenSSH client configuration to use.")
 @click.option("-i", "--identity", "identities", multiple=True, metavar="FILE", help="Private key (repeatable).")
 @click.option("-l", "--user", default=None, help="Remote user, where the hosts file and config name none.")
@@ -118,16 +147,19 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
               help="Trust and record host keys seen for the first time (changed keys are always refused).")
 @click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="S",
               help="TCP connect timeout, where the SSH config sets none.")
-def sweep(hosts_argument: str, probe_list: str, duration: float, max_gpu_mem: int | None, dtype: str,
-          sequential: bool, deadline: float, python: str, fanout: int, host_timeout: float | None,
-          json_path: str | None, quiet: bool, ssh_config: str | None, identities: tuple[str, ...],
-          user: str | None, known_hosts: str | None, accept_new_host_keys: bool,
-          connect_timeout: float) -> ExitCode:
-    """Probe every host of the fleet over SSH, account for every host, write the sweep document.
+def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
+          max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
+          host_timeout: float | None, json_path: str | None, quiet: bool, store_path: str | None,
+          thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
+          no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
+          known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
+    """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
 
     Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
     3 some hosts could not be checked; 130 interrupted (what finished is still written).
     """
+    if (hosts_argument is None) == (simulate_path is None):
+        raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
     names = _probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
     request = SweepRequest(
         hosts_argument=hosts_argument,
@@ -138,14 +170,52 @@ def sweep(hosts_argument: str, probe_list: str, duration: float, max_gpu_mem: in
         ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                        connect_timeout_s=connect_timeout),
         settings=SshSettings(accept_new_host_keys=accept_new_host_keys),
+        simulate_path=simulate_path,
+        store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
+        thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest,
     )
     with _sigterm_as_interrupt():
-        result = run_fleet_sweep(request, sys.stdin, make_progress(quiet))
+        result = run_plan(request, sys.stdin, make_progress(quiet))
     with _signals_ignored():  # what was gathered is written whole, whatever arrives meanwhile
-        if json_path is not None:
-            write_sweep_json(result, json_path)
-        render_sweep(result, Console(stderr=json_path == "-"))
+        _write_outputs(result, json_path, exclude_file)
+        console = Console(stderr=json_path == "-")
+        console.print(render_report(result.to_dict(), "text"), markup=False, highlight=False)
+        render_sweep_table(result, console)
     return result.exit_code
+
+
+@main.command()
+@click.option("--output", "output_dir", default=None, metavar="DIR",
+              help="Folder for the report, sweep document and exclude list (default: a new temporary one).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+def demo(output_dir: str | None, quiet: bool) -> ExitCode:
+    """Sweep a built-in simulated 64-node H100 fleet with a few faults and write the HTML report.
+
+    Needs no GPU and no cluster; the analysis sees only the measurements, never the faults.
+    """
+    folder = Path(output_dir) if output_dir else Path(tempfile.mkdtemp(prefix="gpudiag-demo-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    request = SweepRequest(hosts_argument=None, sweep=SweepOptions(probe=ProbeOptions()),
+                           simulate_path=str(demo_fleet_path()), store_path=str(folder / "gpudiag.db"))
+    with _sigterm_as_interrupt():
+        result = run_plan(request, sys.stdin, make_progress(quiet))
+    document = result.to_dict()
+    write_report(json.dumps(document) + "\n", folder / "sweep.json")
+    write_report(render_report(document, "html"), folder / "report.html")
+    _write_outputs(result, None, str(folder / "exclude.txt"))
+    click.echo(render_report(document, "text"))
+    click.echo(f"a real sweep with these findings would exit {int(result.exit_code)}")
+    click.echo(f"store: {folder / 'gpudiag.db'}")
+    click.echo(f"HTML report: {folder / 'report.html'}")
+    return ExitCode.OK if not result.interrupted else ExitCode.INTERRUPTED
+
+
+def _write_outputs(result: SweepResult, json_path: str | None, exclude_file: str | None) -> None:
+    if json_path is not None:
+        write_sweep_json(result, json_path)
+    if exclude_file is not None:
+        exclude = (result.impact or {}).get("exclude") or []
+        write_report("".join(f"{host}\n" for host in exclude), exclude_file)
 
 
 def _probe_names(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -186,3 +256,8 @@ def run_local_probe(options: ProbeOptions) -> NodeProbe:
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
     return probe_node(LocalSession(bundle.root), options, source="localhost")
+
+
+main.add_command(cli_store.report)
+main.add_command(cli_store.history)
+main.add_command(cli_store.baseline)

@@ -42,3 +42,10 @@ class OutputError(GpudiagError):
     """A result could not be written where the user asked (the path is in the message)."""
 
     exit_code = ExitCode.USAGE
+
+
+class StoreError(GpudiagError):
+    """The local store (an SQLite file) cannot be opened, read or written as asked. The message
+    names the file and the fix; the file itself is left exactly as it was."""
+
+    exit_code = ExitCode.USAGE

@@ -10,7 +10,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .hosts import fold_hosts
 from .results import ProbeResult
 
 # Probes shown as one row per measurement; telemetry and p2p get tables of their own.
@@ -192,45 +191,11 @@ SWEEP_COLUMNS = (
 SWEEP_TABLE_MAX_ROWS = 32
 
 
-def render_sweep(result: Any, console: Console) -> None:
-    """The sweep's summary line, hosts folded by status, and a compact per-host table."""
-    console.print(sweep_summary_line(result), highlight=False)
-    for line in status_group_lines(result.hosts):
-        console.print(line, markup=False, highlight=False)
+def render_sweep_table(result: Any, console: Console) -> None:
+    """A compact per-host table of the measured hosts: min / median / max over each host's GPUs."""
     measured = [host for host in result.hosts if host.results]
     if measured:
         console.print(_sweep_table(measured))
-
-
-def sweep_summary_line(result: Any) -> str:
-    """``sweep ID · 64 hosts in 41.2 s · 62 ok · node[063-064] unreachable``."""
-    elapsed = (result.finished_at - result.started_at).total_seconds()
-    groups = _by_status(result.hosts)
-    parts = [f"sweep {result.sweep_id}", f"{len(result.hosts)} hosts in {elapsed:.1f} s"]
-    if "ok" in groups:
-        parts.append(f"{len(groups.pop('ok'))} ok")
-    parts += [f"{fold_hosts(labels)} {status}" for status, labels in sorted(groups.items())]
-    if result.interrupted:
-        parts.append("INTERRUPTED")
-    return " · ".join(parts)
-
-
-def status_group_lines(hosts: Sequence[Any]) -> list[str]:
-    """For each status other than ok: the hosts folded, and the first host's error as an example."""
-    lines = []
-    for status, labels in sorted(_by_status(hosts).items()):
-        if status == "ok":
-            continue
-        example = next(h for h in hosts if h.host == labels[0])
-        lines.append(f"{fold_hosts(labels)} {status}: {example.error}")
-    return lines
-
-
-def _by_status(hosts: Sequence[Any]) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = defaultdict(list)
-    for host in hosts:
-        groups[host.status].append(host.host)
-    return groups
 
 
 def _sweep_table(hosts: Sequence[Any]) -> Table:

@@ -9,31 +9,27 @@ still returns what finished; hosts not finished are ``interrupted``.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import sys
-import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
-from .bundle import Bundle, BundleMissing, locate_bundle
-from .errors import InstallationError, OutputError, ProbeOutputError
+from .bundle import Bundle
+from .errors import ProbeOutputError
 from .exitcodes import ExitCode, decide_exit_code
 from .findings import FAIL, Finding, unchecked
-from .hosts import HostSpec, load_hosts
+from .hosts import HostSpec
 from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
 from .progress import SweepProgress
+from .report import write_report
 from .results import ProbeResult
-from .sshconfig import SshOptions, resolve_all
 from .transport import CommandResult, Session, TransportError
-from .transport.fleet import FleetConnector
-from .transport.ssh import SshSettings
 
 SCHEMA = "gpudiag.sweep/1"
 OK = "ok"
@@ -91,7 +87,8 @@ class HostOutcome:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Everything a sweep produced; ``to_dict`` is the sweep document."""
+    """Everything a sweep produced; ``to_dict`` is the sweep document. ``impact`` is the job
+    impact of the findings (gpudiag.analysis.Impact.to_dict()), once analysed."""
 
     sweep_id: str
     started_at: datetime
@@ -100,6 +97,7 @@ class SweepResult:
     findings: tuple[Finding, ...]
     interrupted: bool = False
     links: tuple[Mapping[str, Any], ...] = ()
+    impact: Mapping[str, Any] | None = None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -115,6 +113,7 @@ class SweepResult:
             "hosts": [host.to_dict() for host in self.hosts],
             "links": [dict(link) for link in self.links],
             "findings": [finding.to_dict() for finding in self.findings],
+            **({"impact": dict(self.impact)} if self.impact is not None else {}),
             "summary": {"hosts_total": len(self.hosts), "hosts_ok": sum(h.ok for h in self.hosts),
                         "findings": len(self.findings), "exit_code": int(self.exit_code)},
         }
@@ -126,20 +125,25 @@ def new_sweep_id(now: datetime) -> str:
 
 
 def run_sweep(hosts: Sequence[HostSpec], options: SweepOptions, connector: Connector, bundle: Bundle,
-              progress: SweepProgress) -> SweepResult:
-    """Probe every host; returns one outcome per host, in the order given."""
-    started_at = datetime.now(timezone.utc)
-    runner = _SweepRunner(options, connector, bundle, progress)
+              progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None = None,
+              started_at: datetime | None = None, sweep_id: str | None = None) -> SweepResult:
+    """Probe every host once; returns one outcome per host, in the order given, with an
+    ``unchecked`` finding for each host that could not be probed. ``on_host_done`` is called
+    from worker threads as each host finishes (to store it at once). The caller closes
+    ``connector``."""
+    started_at = started_at or datetime.now(timezone.utc)
+    runner = _SweepRunner(options, connector, bundle, progress, on_host_done)
     outcomes, interrupted = runner.run(hosts)
     findings = tuple(unchecked(o.host, o.status, o.error) for o in outcomes if not o.ok)
-    return SweepResult(sweep_id=new_sweep_id(started_at), started_at=started_at,
+    return SweepResult(sweep_id=sweep_id or new_sweep_id(started_at), started_at=started_at,
                        finished_at=datetime.now(timezone.utc), hosts=tuple(outcomes), findings=findings,
                        interrupted=interrupted)
 
 
 class _SweepRunner:
     def __init__(self, options: SweepOptions, connector: Connector, bundle: Bundle,
-                 progress: SweepProgress) -> None:
+                 progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None) -> None:
+        self._on_host_done = on_host_done
         self._options = options
         self._connector = connector
         self._bundle = bundle
@@ -166,7 +170,6 @@ class _SweepRunner:
         finally:
             pool.shutdown(wait=not interrupted, cancel_futures=True)
             self._progress.close()
-            self._connector.close()
         ordered = [outcomes.get(host.label) or _interrupted(host) for host in hosts]
         return ordered, interrupted
 
@@ -201,6 +204,8 @@ class _SweepRunner:
             traceback.print_exc(file=sys.stderr)
             outcome = HostOutcome(host.label, PROBE_ERROR, f"gpudiag failed on this host: "
                                   f"{type(error).__name__}: {error}", time.monotonic() - started)
+        if self._on_host_done is not None:
+            self._on_host_done(outcome)
         self._progress.host_done(outcome.ok)
         return outcome
 
@@ -271,43 +276,12 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclass(frozen=True)
-class SweepRequest:
-    """A whole ``gpudiag sweep``: which hosts, what to run, and how to reach them."""
-
-    hosts_argument: str
-    sweep: SweepOptions
-    ssh: SshOptions
-    settings: SshSettings
-
-
-def run_fleet_sweep(request: SweepRequest, stdin: TextIO, progress: SweepProgress) -> SweepResult:
-    """Read the hosts, resolve their SSH settings, and sweep them.
-
-    Raises InputError for a bad hosts argument or SSH configuration before anything runs.
-    """
-    hosts = load_hosts(request.hosts_argument, stdin)
-    remote = [host for host in hosts if not host.is_local]
-    resolved = {host.label: settings for host, settings in zip(remote, resolve_all(remote, request.ssh), strict=True)}
-    try:
-        bundle = locate_bundle()
-    except BundleMissing as missing:
-        raise InstallationError(str(missing)) from missing
-    return run_sweep(hosts, request.sweep, FleetConnector(resolved, request.ssh, request.settings), bundle, progress)
-
-
 def write_sweep_json(result: SweepResult, path: str) -> None:
     """Write the sweep document to ``path`` (``-``: stdout), replacing it in one step so a reader
     never sees half a document. Raises OutputError when it cannot be written."""
-    text = json.dumps(result.to_dict(), indent=1) + "\n"
+    text = json.dumps(result.to_dict()) + "\n"
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".gpudiag-", suffix=".json", delete=False) as out:
-            out.write(text)
-        os.replace(out.name, path)
-    except OSError as error:
-        raise OutputError(f"--json {path}: cannot write the sweep document: {error.strerror or error}") from error
+    write_report(text, path)

@@ -1,0 +1,260 @@
+"""Fleet baselines: the median and spread of every baseline key over chosen stored sweeps, kept
+by name in the store (its ``baselines`` table), and their JSON form for moving them between stores.
+
+A baseline is built only from results that no finding touched (the store leaves those out), and
+never pools two keys: one entry per key (gpudiag.keys.result_key). The spread is the MAD, the
+median absolute deviation, *unscaled*: median(|x - median(x)|). Multiply it by 1.4826 for a
+standard-deviation estimate under normal noise; the analysis applies its own floor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from .errors import InputError, StoreError
+from .store import BaselineSample, Store
+
+BASELINE_SCHEMA = "gpudiag.baseline/1"
+DEFAULT_MIN_COUNT = 3
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_TOP_FIELDS = ("schema", "name", "created_at", "source_sweeps", "entries")
+_ENTRY_FIELDS = ("key", "median", "mad", "count", "unit")
+_KEY_FIELDS = ("facts", "probe", "metric", "unit", "params")
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """The reference for one key: ``median`` and ``mad`` (unscaled MAD) in ``unit``, over ``count``
+    measurements."""
+
+    key: str
+    median: float
+    mad: float
+    count: int
+    unit: str | None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A named set of entries, one per baseline key. ``created_at`` is ISO 8601 UTC.
+    ``skipped_keys`` are the keys left out for having too few measurements (not stored)."""
+
+    name: str
+    created_at: str
+    source_sweeps: tuple[str, ...]
+    entries: Mapping[str, BaselineEntry]
+    skipped_keys: tuple[str, ...] = field(default=(), compare=False)
+
+    def get(self, key: str) -> BaselineEntry | None:
+        """The entry for ``key``, or None when the baseline has none."""
+        return self.entries.get(key)
+
+
+def check_name(name: object, where: str = "baseline name") -> str:
+    """``name`` when it is a usable baseline name (letters, digits, ``.``, ``_``, ``-``; at most 64,
+    starting with a letter or digit). Raises InputError naming ``where`` otherwise."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise InputError(f"{where}: {name!r} is not a usable name; use letters, digits, '.', '_' or '-' "
+                         "(at most 64, starting with a letter or digit)")
+    return name
+
+
+def median_absolute_deviation(values: Sequence[float], center: float) -> float:
+    """median(|x - center|) over ``values``, unscaled, in their unit. Raises ValueError when empty."""
+    return statistics.median(abs(value - center) for value in values)
+
+
+def build_baseline(name: str, samples: Iterable[BaselineSample], *, min_count: int = DEFAULT_MIN_COUNT,
+                   created_at: str | None = None) -> Baseline:
+    """A baseline of the median and unscaled MAD of each key's values.
+
+    Keys with fewer than ``min_count`` values are left out and listed in ``skipped_keys``.
+    ``created_at`` defaults to now (UTC). Raises InputError for an unusable name or min_count.
+    """
+    check_name(name)
+    if min_count < 1:
+        raise InputError(f"min_count must be at least 1, got {min_count}")
+    by_key: dict[str, list[BaselineSample]] = {}
+    for sample in samples:
+        by_key.setdefault(sample.baseline_key, []).append(sample)
+    entries = {key: _entry(key, group) for key, group in sorted(by_key.items()) if len(group) >= min_count}
+    skipped = tuple(key for key in sorted(by_key) if key not in entries)
+    sources = tuple(sorted({sample.sweep_id for group in by_key.values() for sample in group}))
+    return Baseline(name=name, created_at=created_at or _now_iso(), source_sweeps=sources,
+                    entries=MappingProxyType(entries), skipped_keys=skipped)
+
+
+def _entry(key: str, group: Sequence[BaselineSample]) -> BaselineEntry:
+    values = [sample.value for sample in group]
+    center = statistics.median(values)
+    return BaselineEntry(key=key, median=center, mad=median_absolute_deviation(values, center),
+                         count=len(values), unit=group[0].unit)
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def save_baseline(store: Store, baseline: Baseline, *, replace: bool = False) -> None:
+    """Store ``baseline`` in one transaction, replacing one of the same name only when ``replace``.
+
+    Raises InputError when it has no entries, or when the name is taken and ``replace`` is false
+    (nothing stored is lost by accident); StoreError when the store cannot be written.
+    """
+    if not baseline.entries:
+        raise InputError(f"baseline {baseline.name!r} has no entries (every key had too few values); "
+                         "build it from more sweeps")
+    with store.writing(f"saving baseline {baseline.name}") as db:
+        if db.execute("SELECT 1 FROM baselines WHERE name = ? LIMIT 1", (baseline.name,)).fetchone() and not replace:
+            raise InputError(f"{store.path}: a baseline named {baseline.name!r} already exists; replace it "
+                             "explicitly (--replace) or choose another name")
+        db.execute("DELETE FROM baselines WHERE name = ?", (baseline.name,))
+        sources = json.dumps(list(baseline.source_sweeps))
+        db.executemany("INSERT INTO baselines (name, key, median, mad, count, unit, created_at, source_sweeps_json)"
+                       " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       [(baseline.name, entry.key, entry.median, entry.mad, entry.count, entry.unit,
+                         baseline.created_at, sources) for entry in baseline.entries.values()])
+
+
+def load_baseline(store: Store, name: str) -> Baseline:
+    """The stored baseline ``name``. Raises StoreError when there is none, naming those there are."""
+    with store.reading(f"reading baseline {name}") as db:
+        rows = db.execute("SELECT * FROM baselines WHERE name = ? ORDER BY key", (name,)).fetchall()
+        names = [row[0] for row in db.execute("SELECT DISTINCT name FROM baselines ORDER BY name")]
+    if not rows:
+        stored = f"stored baselines: {', '.join(names)}" if names else "no baseline is stored yet"
+        raise StoreError(f"{store.path}: no baseline named {name!r}; {stored}")
+    entries = {row["key"]: BaselineEntry(key=row["key"], median=row["median"], mad=row["mad"], count=row["count"],
+                                         unit=row["unit"]) for row in rows}
+    return Baseline(name=name, created_at=rows[0]["created_at"],
+                    source_sweeps=tuple(json.loads(rows[0]["source_sweeps_json"])), entries=MappingProxyType(entries))
+
+
+def list_baselines(store: Store) -> list[dict[str, Any]]:
+    """Every stored baseline, by name: name, created_at, source_sweeps and its number of entries."""
+    with store.reading("listing baselines") as db:
+        rows = db.execute("SELECT name, created_at, source_sweeps_json, count(*) AS entries FROM baselines"
+                          " GROUP BY name ORDER BY name").fetchall()
+    return [{"name": row["name"], "created_at": row["created_at"],
+             "source_sweeps": json.loads(row["source_sweeps_json"]), "entries": row["entries"]} for row in rows]
+
+
+def canonical_key(key: Mapping[str, Any]) -> str:
+    """The key string of a decoded key object, in gpudiag.keys.result_key's canonical form."""
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
+def export_baseline(baseline: Baseline) -> dict[str, Any]:
+    """The ``gpudiag.baseline/1`` JSON object of a baseline, entries sorted by key."""
+    return {"schema": BASELINE_SCHEMA, "name": baseline.name, "created_at": baseline.created_at,
+            "source_sweeps": list(baseline.source_sweeps),
+            "entries": [{"key": json.loads(entry.key), "median": entry.median, "mad": entry.mad,
+                         "count": entry.count, "unit": entry.unit}
+                        for _, entry in sorted(baseline.entries.items())]}
+
+
+def import_baseline(data: object, source: str) -> Baseline:
+    """The baseline in an exported JSON object, checked strictly.
+
+    ``source`` names the file for messages. Raises InputError naming the file and the field path
+    (``base.json: entries[3].mad: must be >= 0``) at the first problem.
+    """
+    check = _Checker(source)
+    top = check.fields(data, "", _TOP_FIELDS)
+    if top["schema"] != BASELINE_SCHEMA:
+        check.fail("schema", f"must be {BASELINE_SCHEMA!r}, got {top['schema']!r}")
+    name = check.text(top["name"], "name")
+    check_name(name, f"{source}: name")
+    created_at = check.text(top["created_at"], "created_at")
+    sources = tuple(check.text(item, f"source_sweeps[{i}]") for i, item in enumerate(check.array(
+        top["source_sweeps"], "source_sweeps")))
+    entries: dict[str, BaselineEntry] = {}
+    first_at: dict[str, int] = {}
+    for index, item in enumerate(check.array(top["entries"], "entries")):
+        entry = _import_entry(check, item, f"entries[{index}]")
+        if entry.key in entries:
+            check.fail(f"entries[{index}].key", f"repeats the key of entries[{first_at[entry.key]}]")
+        entries[entry.key] = entry
+        first_at[entry.key] = index
+    return Baseline(name=name, created_at=created_at, source_sweeps=sources,
+                    entries=MappingProxyType(dict(sorted(entries.items()))))
+
+
+def _import_entry(check: _Checker, item: object, where: str) -> BaselineEntry:
+    fields = check.fields(item, where, _ENTRY_FIELDS)
+    key = check.fields(fields["key"], f"{where}.key", _KEY_FIELDS)
+    check.mapping(key["facts"], f"{where}.key.facts")
+    check.text(key["probe"], f"{where}.key.probe")
+    check.text(key["metric"], f"{where}.key.metric")
+    key_unit = check.optional_text(key["unit"], f"{where}.key.unit")
+    check.mapping(key["params"], f"{where}.key.params")
+    unit = check.optional_text(fields["unit"], f"{where}.unit")
+    if unit != key_unit:
+        check.fail(f"{where}.unit", f"must equal key.unit ({key_unit!r}), got {unit!r}")
+    mad = check.number(fields["mad"], f"{where}.mad")
+    if mad < 0:
+        check.fail(f"{where}.mad", "must be >= 0")
+    count = fields["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        check.fail(f"{where}.count", f"must be an integer >= 1, got {count!r}")
+    return BaselineEntry(key=canonical_key(key), median=check.number(fields["median"], f"{where}.median"),
+                         mad=mad, count=count, unit=unit)
+
+
+class _Checker:
+    """Type checks that raise InputError as ``source: path: problem``."""
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+
+    def fail(self, where: str, problem: str) -> NoReturn:
+        prefix = f"{self._source}: {where}: " if where else f"{self._source}: "
+        raise InputError(f"{prefix}{problem} (not a valid {BASELINE_SCHEMA} file)")
+
+    def mapping(self, value: object, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(where, f"must be an object, got {_kind(value)}")
+        return value
+
+    def fields(self, value: object, where: str, names: Sequence[str]) -> dict[str, Any]:
+        data = self.mapping(value, where or "top level")
+        prefix = f"{where}." if where else ""
+        for name in names:
+            if name not in data:
+                self.fail(f"{prefix}{name}", "is missing")
+        for name in data:
+            if name not in names:
+                self.fail(f"{prefix}{name}", f"is not a known field (known: {', '.join(names)})")
+        return data
+
+    def array(self, value: object, where: str) -> list[Any]:
+        if not isinstance(value, list):
+            self.fail(where, f"must be an array, got {_kind(value)}")
+        return value
+
+    def text(self, value: object, where: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(where, f"must be a non-empty string, got {_kind(value)}")
+        return value
+
+    def optional_text(self, value: object, where: str) -> str | None:
+        return None if value is None else self.text(value, where)
+
+    def number(self, value: object, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.fail(where, f"must be a finite number, got {_kind(value)}")
+        return value
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
+    return repr(value)

@@ -1,0 +1,202 @@
+"""Commands over the store: ``report``, ``history`` and ``baseline``. Read-only commands open the
+store read-only, so they never create or change it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .baseline import build_baseline, export_baseline, import_baseline, list_baselines, load_baseline, save_baseline
+from .errors import InputError
+from .exitcodes import ExitCode
+from .keys import describe_key
+from .report import render_report, write_report
+from .store import Store, default_store_path
+
+FORMATS = ("text", "md", "json", "html")
+
+
+def store_option(function: click.decorators.FC) -> click.decorators.FC:
+    return click.option("--store", "store_path", default=None, metavar="PATH",
+                        help="SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db).")(function)
+
+
+def _store_path(store_path: str | None) -> str:
+    return store_path or str(default_store_path(os.environ))
+
+
+@click.command()
+@click.argument("source", required=False, metavar="[SWEEP_ID | FILE.json]")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
+@click.option("-o", "--output", default=None, metavar="PATH", help="Write here instead of stdout.")
+@store_option
+def report(source: str | None, fmt: str, output: str | None, store_path: str | None) -> ExitCode:
+    """A sweep's report: a stored sweep (the latest by default) or a sweep document file."""
+    document = _document(source, store_path)
+    text = render_report(document, fmt)
+    if output is None:
+        click.echo(text, nl=not text.endswith("\n"))
+    else:
+        write_report(text, output)
+        click.echo(f"wrote {output}", err=True)
+    return ExitCode.OK
+
+
+def _document(source: str | None, store_path: str | None) -> dict:
+    if source is not None and (source.endswith(".json") or os.path.sep in source) and not Path(source).is_file():
+        raise InputError(f"{source}: no such sweep document")
+    if source is not None and Path(source).is_file():
+        try:
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as error:
+            raise InputError(f"{source}: cannot read the sweep document: {error}") from error
+        except json.JSONDecodeError as error:
+            raise InputError(f"{source}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from error
+        if not isinstance(data, dict) or data.get("schema") != "gpudiag.sweep/1":
+            raise InputError(f"{source}: not a gpudiag sweep document (schema gpudiag.sweep/1)")
+        return data
+    with Store.open(_store_path(store_path), readonly=True) as store:
+        sweep_id = source or store.latest_sweep_id()
+        if sweep_id is None:
+            raise InputError(f"{_store_path(store_path)}: no sweep is stored yet; run gpudiag sweep first")
+        return store.load_document(sweep_id)
+
+
+@click.command()
+@click.argument("host", required=False)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sweeps to show.")
+@store_option
+def history(host: str | None, limit: int, store_path: str | None) -> ExitCode:
+    """A host's key figures across stored sweeps (without HOST: the stored sweeps)."""
+    console = Console()
+    with Store.open(_store_path(store_path), readonly=True) as store:
+        if host is None:
+            console.print(_sweeps_table(store.list_sweeps(limit)))
+        else:
+            rows = store.host_history(host, limit)
+            if not rows:
+                raise InputError(f"{host}: not in any stored sweep of {_store_path(store_path)}")
+            console.print(_history_table(host, rows))
+    return ExitCode.OK
+
+
+def _sweeps_table(sweeps: list[dict]) -> Table:
+    table = Table(title="Stored sweeps, newest first", title_justify="left")
+    for column in ("sweep", "started", "hosts", "ok", "findings", "exit"):
+        table.add_column(column)
+    for sweep in sweeps:
+        exit_code = "interrupted" if sweep["interrupted"] else str(sweep["exit_code"])
+        table.add_row(sweep["sweep_id"], str(sweep["started_at"]), str(sweep["hosts_total"]), str(sweep["hosts_ok"]),
+                      str(sweep["findings"]), exit_code)
+    return table
+
+
+def _history_table(host: str, rows: list[dict]) -> Table:
+    table = Table(title=f"{host}: min / median / max over its GPUs, newest sweep first", title_justify="left")
+    table.add_column("sweep")
+    table.add_column("status")
+    metrics = sorted({(f["metric"], json.dumps(f.get("params"), sort_keys=True)) for r in rows for f in r["figures"]})
+    for metric, _ in metrics:
+        table.add_column(metric, justify="right")
+    for row in rows:
+        by_metric = {(f["metric"], json.dumps(f.get("params"), sort_keys=True)): f for f in row["figures"]}
+        cells = [_figure(by_metric.get(m)) for m in metrics]
+        table.add_row(row["sweep_id"], row["status"] if not row.get("error") else f"{row['status']}: {row['error']}",
+                      *cells)
+    return table
+
+
+def _figure(figure: dict | None) -> str:
+    if figure is None:
+        return "-"
+    return f"{figure['min']:.4g} / {figure['median']:.4g} / {figure['max']:.4g}"
+
+
+@click.group()
+def baseline() -> None:
+    """Fleet baselines: robust references (median, MAD) per baseline key, from stored sweeps."""
+
+
+@baseline.command("build")
+@click.option("--last", type=click.IntRange(min=1), default=None, help="Use the last N stored sweeps.")
+@click.option("--sweep", "sweep_ids", multiple=True, metavar="ID", help="Use this sweep (repeatable).")
+@click.option("--name", default="default", show_default=True)
+@click.option("--replace", is_flag=True, help="Replace a stored baseline of the same name.")
+@store_option
+def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, replace: bool,
+                   store_path: str | None) -> ExitCode:
+    """Build a baseline from results that were not themselves findings."""
+    if last is not None and sweep_ids:
+        raise InputError("give --last N or --sweep ID, not both")
+    with Store.open(_store_path(store_path)) as store:
+        chosen = list(sweep_ids) or [s["sweep_id"] for s in store.list_sweeps(last or 1)]
+        if not chosen:
+            raise InputError(f"{_store_path(store_path)}: no sweep is stored yet; run gpudiag sweep first")
+        built = build_baseline(name, store.results_for_baseline(chosen))
+        save_baseline(store, built, replace=replace)
+    click.echo(f"baseline {name}: {len(built.entries)} keys from {len(chosen)} sweeps"
+               + (f"; {len(built.skipped_keys)} keys had too few results" if built.skipped_keys else ""))
+    return ExitCode.OK
+
+
+@baseline.command("show")
+@click.argument("name", required=False)
+@store_option
+def baseline_show(name: str | None, store_path: str | None) -> ExitCode:
+    """List the stored baselines, or one baseline's entries."""
+    console = Console()
+    with Store.open(_store_path(store_path), readonly=True) as store:
+        if name is None:
+            table = Table(title="Stored baselines", title_justify="left")
+            for column in ("name", "created", "keys", "from sweeps"):
+                table.add_column(column)
+            for entry in list_baselines(store):
+                table.add_row(entry["name"], entry["created_at"], str(entry["entries"]),
+                              ", ".join(entry["source_sweeps"]))
+            console.print(table)
+            return ExitCode.OK
+        shown = load_baseline(store, name)
+    table = Table(title=f"Baseline {shown.name} ({shown.created_at})", title_justify="left")
+    for column in ("key", "median", "MAD", "count", "unit"):
+        table.add_column(column, justify="left" if column == "key" else "right")
+    for key, entry in sorted(shown.entries.items()):
+        table.add_row(describe_key(key), f"{entry.median:.4g}", f"{entry.mad:.3g}", str(entry.count), entry.unit or "")
+    console.print(table)
+    return ExitCode.OK
+
+
+@baseline.command("export")
+@click.argument("name")
+@click.argument("path", metavar="FILE.json")
+@store_option
+def baseline_export(name: str, path: str, store_path: str | None) -> ExitCode:
+    """Write a stored baseline to FILE.json, to share it with another controller."""
+    with Store.open(_store_path(store_path), readonly=True) as store:
+        data = export_baseline(load_baseline(store, name))
+    write_report(json.dumps(data, indent=1) + "\n", path)
+    click.echo(f"wrote baseline {name} ({len(data['entries'])} keys) to {path}")
+    return ExitCode.OK
+
+
+@baseline.command("import")
+@click.argument("path", metavar="FILE.json")
+@click.option("--replace", is_flag=True, help="Replace a stored baseline of the same name.")
+@store_option
+def baseline_import(path: str, replace: bool, store_path: str | None) -> ExitCode:
+    """Store a baseline exported by ``gpudiag baseline export``."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise InputError(f"{path}: cannot read the baseline file: {error.strerror or error}") from error
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from error
+    imported = import_baseline(data, path)
+    with Store.open(_store_path(store_path)) as store:
+        save_baseline(store, imported, replace=replace)
+    click.echo(f"imported baseline {imported.name} ({len(imported.entries)} keys)")
+    return ExitCode.OK

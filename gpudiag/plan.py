@@ -1,0 +1,155 @@
+"""The plan of a sweep: which probes run where, in which phase, and what is kept.
+
+1. Node probes on every host at once (bounded by the fan-out), each host stored as it finishes.
+2. Analysis against the fleet, the stored baseline and the SKU figures.
+3. Suspects re-tested alone (their probes only, one GPU at a time) on their hosts; only what
+   repeats is confirmed.
+4. Findings, job impact and the finished document stored.
+
+Input errors (hosts, SSH configuration, thresholds, fleet file, store, baseline) are raised
+before anything runs on a node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from . import sku
+from .analysis import Analysis, analyse
+from .baseline import Baseline, list_baselines, load_baseline
+from .bundle import Bundle, BundleMissing, locate_bundle
+from .errors import InstallationError
+from .hosts import HostSpec, load_hosts
+from .progress import QuietProgress, SweepProgress
+from .simulate import SimulatedConnector, load_fleet
+from .sshconfig import SshOptions, resolve_all
+from .store import Store
+from .sweep import Connector, HostOutcome, SweepOptions, SweepResult, new_sweep_id, run_sweep
+from .thresholds import Thresholds, load_thresholds
+from .transport.fleet import FleetConnector
+from .transport.ssh import SshSettings
+
+DEFAULT_BASELINE = "default"
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """A whole ``gpudiag sweep``: which hosts (or a simulated fleet), what to run, how to reach
+    them, where to store it, and how to judge it."""
+
+    hosts_argument: str | None
+    sweep: SweepOptions
+    ssh: SshOptions = SshOptions()
+    settings: SshSettings = SshSettings()
+    simulate_path: str | None = None
+    store_path: str | None = None
+    thresholds_path: str | None = None
+    baseline_name: str | None = None
+    retest: bool = True
+
+
+@dataclass(frozen=True)
+class _Setup:
+    hosts: list[HostSpec]
+    connector: Connector
+    thresholds: Thresholds
+    store: Store | None
+    baseline: Baseline | None
+    bundle: Bundle
+
+
+def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress) -> SweepResult:
+    """Run every phase; returns the analysed sweep. Raises InputError/StoreError before any node
+    is touched when an input is bad."""
+    setup = _set_up(request, stdin)
+    try:
+        return _run(request, setup, progress)
+    finally:
+        setup.connector.close()
+        if setup.store is not None:
+            setup.store.close()
+
+
+def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
+    thresholds = load_thresholds(request.thresholds_path)
+    if request.simulate_path is not None:
+        fleet = load_fleet(request.simulate_path)
+        hosts: list[HostSpec] = list(fleet.host_specs())
+        connector: Connector = SimulatedConnector(fleet)
+    else:
+        hosts = load_hosts(request.hosts_argument or "", stdin)
+        remote = [host for host in hosts if not host.is_local]
+        resolved = dict(zip((h.label for h in remote), resolve_all(remote, request.ssh), strict=True))
+        connector = FleetConnector(resolved, request.ssh, request.settings)
+    store = Store.open(request.store_path) if request.store_path else None
+    baseline = _baseline(store, request.baseline_name)
+    try:
+        bundle = locate_bundle()
+    except BundleMissing as missing:
+        raise InstallationError(str(missing)) from missing
+    return _Setup(hosts, connector, thresholds, store, baseline, bundle)
+
+
+def _baseline(store: Store | None, name: str | None) -> Baseline | None:
+    if store is None:
+        return None
+    if name is not None:
+        return load_baseline(store, name)
+    stored = {entry["name"] for entry in list_baselines(store)}
+    return load_baseline(store, DEFAULT_BASELINE) if DEFAULT_BASELINE in stored else None
+
+
+def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> SweepResult:
+    started_at = datetime.now(timezone.utc)
+    sweep_id = new_sweep_id(started_at)
+    record = _recorder(setup.store, sweep_id, started_at, request)
+    first = run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
+                      on_host_done=record, started_at=started_at, sweep_id=sweep_id)
+    hosts = [host.to_dict() for host in first.hosts]
+    floors = _floors(first.hosts)
+    analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, sku_floors=floors)
+    if request.retest and analysis.suspects and not first.interrupted:
+        retest = _retest(request, setup, analysis, first)
+        analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, sku_floors=floors, retest_hosts=retest)
+    result = dataclasses.replace(first, findings=analysis.findings, impact=analysis.impact.to_dict(),
+                                 finished_at=datetime.now(timezone.utc))
+    if setup.store is not None:
+        setup.store.record_findings(sweep_id, [f.to_dict() for f in result.findings])
+        setup.store.finish_sweep(sweep_id, result.to_dict())
+    return result
+
+
+def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
+              request: SweepRequest) -> Callable[[HostOutcome], None] | None:
+    if store is None:
+        return None
+    store.begin_sweep(sweep_id, started_at.strftime("%Y-%m-%dT%H:%M:%SZ"), _options(request))
+    return lambda outcome: store.record_host(sweep_id, outcome.to_dict())
+
+
+def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: SweepResult) -> list[dict[str, Any]]:
+    """The suspects' probes again, one GPU at a time, on the suspects' hosts only."""
+    suspect_hosts = sorted({s.measurement.host for s in analysis.suspects})
+    probes = tuple(sorted({s.measurement.probe for s in analysis.suspects}))
+    options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes,
+                                                                           sequential=True))
+    specs = [host for host in setup.hosts if host.label in set(suspect_hosts)]
+    again = run_sweep(specs, options, setup.connector, setup.bundle, QuietProgress())
+    facts = {host.host: host.facts for host in first.hosts}
+    return [{**host.to_dict(), "facts": facts[host.host]} for host in again.hosts if host.ok]
+
+
+def _floors(hosts: Sequence[HostOutcome]) -> Mapping[sku.FloorKey, float]:
+    models = sorted({str(h.facts.get("gpu_model")) for h in hosts if h.ok and h.facts.get("gpu_model")})
+    return sku.floors_for(models[0]) if len(models) == 1 else {}
+
+
+def _options(request: SweepRequest) -> dict[str, Any]:
+    probe = request.sweep.probe
+    return {"probes": list(probe.names), "duration_s": probe.duration_s, "max_gpu_mem_mib": probe.max_gpu_mem_mib,
+            "dtype": probe.dtype, "sequential": probe.sequential, "deadline_s": probe.deadline_s,
+            "fanout": request.sweep.fanout, "simulate": request.simulate_path, "retest": request.retest}

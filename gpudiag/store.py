@@ -1,0 +1,614 @@
+"""The local store: every sweep with its hosts, results, links and findings, and the named fleet
+baselines, in one SQLite file (stdlib sqlite3) on the controller's disk.
+
+Hosts are written as they finish (``record_host``, from the sweep's worker threads), so an
+interrupted sweep keeps what it gathered. A file this gpudiag cannot use (a newer schema, not
+SQLite, corrupt, unreadable, another program's database) raises StoreError and is left exactly as
+it was: never migrated, truncated, replaced or deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import statistics
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .errors import StoreError
+from .exitcodes import ExitCode
+from .keys import result_key
+
+# The sweep document's schema (gpudiag.sweep.SCHEMA) for a sweep that never finished; not
+# imported from there, so that the sweep may import the store.
+SWEEP_SCHEMA = "gpudiag.sweep/1"
+BUSY_TIMEOUT_MS = 30_000
+LATEST_SHOWN = 5
+# Findings about the link between two hosts: they say nothing about either host's GPUs.
+LINK_KINDS = frozenset({"slow_link", "slow_nic"})
+_DOCUMENT_FIELDS = ("schema", "sweep_id", "started_at", "finished_at", "hosts", "links", "findings", "summary")
+# Each table's document fields, one column each; a field in _JSON_FIELDS is stored as JSON in
+# ``<field>_json`` (NULL when absent). Other fields of an item are kept in its extra_json.
+_HOST_FIELDS = ("host", "status", "error", "duration_s", "facts")
+_RESULT_FIELDS = ("probe", "device", "gpu_uuid", "metric", "value", "unit", "samples", "cv", "status", "reason",
+                  "params", "details")
+_LINK_FIELDS = ("a", "b", "rail", "backend", "metric", "value", "phase", "details")
+_FINDING_FIELDS = ("kind", "severity", "host", "peer", "gpu", "metric", "value", "reference", "deficit_pct",
+                   "robust_z", "confirmed", "evidence", "action")
+_JSON_FIELDS = frozenset({"facts", "params", "details"})
+_BOOL_FIELDS = frozenset({"confirmed"})
+
+# One SQL script per schema version (index = version - 1), each applied in one transaction.
+# Measured numbers have no declared type, so SQLite keeps each as it was given (an int stays an
+# int, a float a float) and a stored document reads back exactly. extra_json keeps fields beyond
+# the contract's. Never edit a released script: add the next one.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,
+        interrupted INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, options_json TEXT NOT NULL DEFAULT '{}',
+        summary_json TEXT, document_schema TEXT NOT NULL, layout_json TEXT, extra_json TEXT);
+    CREATE TABLE hosts (sweep_id TEXT NOT NULL REFERENCES sweeps (sweep_id) ON DELETE CASCADE,
+        host TEXT NOT NULL, ordinal INTEGER NOT NULL, status TEXT NOT NULL, error TEXT, duration_s,
+        facts_json TEXT, extra_json TEXT, PRIMARY KEY (sweep_id, host));
+    CREATE INDEX hosts_by_host ON hosts (host);
+    CREATE TABLE results (sweep_id TEXT NOT NULL, host TEXT NOT NULL, ordinal INTEGER NOT NULL,
+        probe TEXT NOT NULL, device TEXT NOT NULL, gpu_uuid TEXT, metric TEXT NOT NULL, value, unit TEXT,
+        samples INTEGER, cv, status TEXT NOT NULL, reason TEXT, params_json TEXT, details_json TEXT,
+        baseline_key TEXT, extra_json TEXT, PRIMARY KEY (sweep_id, host, ordinal),
+        FOREIGN KEY (sweep_id, host) REFERENCES hosts (sweep_id, host) ON DELETE CASCADE);
+    CREATE INDEX results_by_baseline_key ON results (baseline_key) WHERE baseline_key IS NOT NULL;
+    CREATE TABLE links (sweep_id TEXT NOT NULL REFERENCES sweeps (sweep_id) ON DELETE CASCADE,
+        ordinal INTEGER NOT NULL, a TEXT NOT NULL, b TEXT NOT NULL, rail INTEGER, backend TEXT, metric TEXT,
+        value, phase TEXT, details_json TEXT, extra_json TEXT, PRIMARY KEY (sweep_id, ordinal));
+    CREATE TABLE findings (sweep_id TEXT NOT NULL REFERENCES sweeps (sweep_id) ON DELETE CASCADE,
+        ordinal INTEGER NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, host TEXT NOT NULL, peer TEXT,
+        gpu INTEGER, metric TEXT, value, reference, deficit_pct, robust_z, confirmed INTEGER NOT NULL,
+        evidence TEXT, action TEXT, extra_json TEXT, PRIMARY KEY (sweep_id, ordinal));
+    CREATE INDEX findings_by_host ON findings (host);
+    """,
+    """
+    CREATE TABLE baselines (name TEXT NOT NULL, key TEXT NOT NULL, median REAL NOT NULL, mad REAL NOT NULL,
+        count INTEGER NOT NULL, unit TEXT, created_at TEXT NOT NULL, source_sweeps_json TEXT NOT NULL,
+        PRIMARY KEY (name, key));
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@dataclass(frozen=True)
+class BaselineSample:
+    """One stored measurement that may go into a baseline (``value`` in ``unit``); ``gpu`` is the
+    GPU's UUID, or its device name where the UUID is unknown."""
+
+    sweep_id: str
+    baseline_key: str
+    probe: str
+    metric: str
+    value: float
+    unit: str | None
+    host: str
+    gpu: str
+
+
+def default_store_path(environ: Mapping[str, str]) -> Path:
+    """``$XDG_DATA_HOME/gpudiag/gpudiag.db``, else ``~/.local/share/gpudiag/gpudiag.db`` (a relative
+    XDG_DATA_HOME is ignored, as the XDG spec says)."""
+    data_home = environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data_home):
+        home = environ.get("HOME") or str(Path.home())
+        data_home = os.path.join(home, ".local", "share")
+    return Path(data_home) / "gpudiag" / "gpudiag.db"
+
+
+class Store:
+    """An open store. Safe to share between threads (one connection behind a lock); close it, or
+    use it as a context manager. Every method raises StoreError naming the file and the fix when
+    SQLite fails."""
+
+    def __init__(self, connection: sqlite3.Connection, path: Path, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self._connection = connection
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(cls, path: Path | str, *, readonly: bool = False) -> Store:
+        """Open the store at ``path``, upgrading an older schema in place.
+
+        Writable: creates the file and its folder when missing. Read-only: never creates anything
+        (a missing file is a StoreError). Raises StoreError for a file of a newer schema, a file
+        that is not a gpudiag store, a corrupt or unreadable one, all left untouched.
+        """
+        store_path = Path(path).expanduser()
+        _refuse_unusable(store_path, readonly)
+        if readonly:
+            with _sqlite_errors(store_path, "opening the store"):
+                connection, version = _checked_connection(store_path, readonly=True)
+                if version < SCHEMA_VERSION:  # an older store: upgrade it in place, then read it
+                    connection.close()
+                    _refuse_upgrade_without_write_access(store_path, version)
+                    cls.open(store_path).close()
+                    connection, _ = _checked_connection(store_path, readonly=True)
+            return cls(connection, store_path, readonly=True)
+        _make_folder(store_path)
+        with _sqlite_errors(store_path, "opening the store"):
+            connection, _ = _checked_connection(store_path, readonly=False)
+            try:
+                connection.execute("PRAGMA journal_mode = WAL")
+                _migrate(connection)
+            except sqlite3.Error:
+                connection.close()
+                raise
+        return cls(connection, store_path, readonly=False)
+
+    def close(self) -> None:
+        """Close the connection; the store cannot be used afterwards."""
+        with self._lock:
+            self._connection.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+    # -- writing a sweep, as it runs ---------------------------------------------------------------
+
+    def begin_sweep(self, sweep_id: str, started_at: str, options: Mapping[str, Any]) -> None:
+        """Store a new sweep (``started_at`` ISO 8601 UTC; ``options`` as JSON). Raises StoreError
+        when the id is already stored."""
+        with self.writing(f"beginning sweep {sweep_id}") as db:
+            if _sweep_row(db, sweep_id) is not None:
+                raise StoreError(f"{self.path}: sweep {sweep_id} is already stored; a sweep id is used once")
+            db.execute("INSERT INTO sweeps (sweep_id, started_at, options_json, document_schema) VALUES (?, ?, ?, ?)",
+                       (sweep_id, started_at, _json(options), SWEEP_SCHEMA))
+
+    def record_host(self, sweep_id: str, host: Mapping[str, Any]) -> bool:
+        """Store one host's outcome (HostOutcome.to_dict(), with its results) in one transaction,
+        replacing an earlier record of the same host. Returns False, storing nothing, when the
+        sweep is already finished (its document is final). Raises StoreError for an unknown sweep."""
+        with self.writing(f"recording host {host['host']} of sweep {sweep_id}") as db:
+            if self._begun_sweep(db, sweep_id)["finished_at"] is not None:
+                return False
+            known = db.execute("SELECT ordinal FROM hosts WHERE sweep_id = ? AND host = ?",
+                               (sweep_id, host["host"])).fetchone()
+            ordinal = known[0] if known else _next_ordinal(db, "hosts", sweep_id)
+            db.execute("DELETE FROM hosts WHERE sweep_id = ? AND host = ?", (sweep_id, host["host"]))
+            _insert_host(db, sweep_id, ordinal, host)
+        return True
+
+    def record_links(self, sweep_id: str, links: Sequence[Mapping[str, Any]]) -> None:
+        """Append link results (the document's ``links[]`` items) after those already stored."""
+        with self.writing(f"recording links of sweep {sweep_id}") as db:
+            self._begun_sweep(db, sweep_id)
+            _insert_links(db, sweep_id, _next_ordinal(db, "links", sweep_id), links)
+
+    def record_findings(self, sweep_id: str, findings: Sequence[Mapping[str, Any]]) -> None:
+        """Replace the sweep's findings with ``findings`` (Finding.to_dict() items), in order."""
+        with self.writing(f"recording findings of sweep {sweep_id}") as db:
+            self._begun_sweep(db, sweep_id)
+            _replace_findings(db, sweep_id, findings)
+
+    def finish_sweep(self, sweep_id: str, document: Mapping[str, Any]) -> None:
+        """Store the final sweep document: finished_at, summary, exit code, interruption and any
+        extra top-level fields (e.g. ``impact``). The document is authoritative for the parts it
+        carries: its ``hosts``, ``links`` and ``findings`` replace what was recorded, in its order.
+        A sweep not begun is begun from the document."""
+        with self.writing(f"finishing sweep {sweep_id}") as db:
+            if _sweep_row(db, sweep_id) is None:
+                db.execute("INSERT INTO sweeps (sweep_id, started_at, document_schema) VALUES (?, ?, ?)",
+                           (sweep_id, document["started_at"], SWEEP_SCHEMA))
+            if "hosts" in document:
+                db.execute("DELETE FROM hosts WHERE sweep_id = ?", (sweep_id,))
+                for ordinal, host in enumerate(document["hosts"]):
+                    _insert_host(db, sweep_id, ordinal, host)
+            if "links" in document:
+                db.execute("DELETE FROM links WHERE sweep_id = ?", (sweep_id,))
+                _insert_links(db, sweep_id, 0, document["links"])
+            if "findings" in document:
+                _replace_findings(db, sweep_id, document["findings"])
+            _update_finished(db, sweep_id, document)
+
+    # -- reading sweeps ------------------------------------------------------------------------------
+
+    def load_document(self, sweep_id: str) -> dict[str, Any]:
+        """The sweep document as stored: hosts in their recorded order, results, links, findings,
+        summary and extra fields. A sweep that never finished has ``finished_at`` None,
+        ``"interrupted": True`` and a summary of what was recorded. Raises StoreError for an
+        unknown id (naming the latest ones)."""
+        with self.reading(f"reading sweep {sweep_id}") as db:
+            sweep = self._known_sweep(db, sweep_id)
+            hosts = _load_hosts(db, sweep_id)
+            links = [_decode(row, _LINK_FIELDS) for row in db.execute(
+                "SELECT * FROM links WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
+            findings = [_decode(row, _FINDING_FIELDS) for row in db.execute(
+                "SELECT * FROM findings WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
+        return _document(sweep, hosts, links, findings)
+
+    def latest_sweep_id(self) -> str | None:
+        """The id of the sweep started last, or None when none is stored."""
+        with self.reading("finding the latest sweep") as db:
+            ids = _latest_ids(db, 1)
+        return ids[0] if ids else None
+
+    def list_sweeps(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The last ``limit`` sweeps, newest first: id, start and finish times, interrupted, exit
+        code, options, and the counts of hosts stored, hosts ok and findings."""
+        with self.reading("listing sweeps") as db:
+            rows = db.execute(
+                "SELECT s.*, (SELECT count(*) FROM hosts h WHERE h.sweep_id = s.sweep_id) AS hosts_total,"
+                " (SELECT count(*) FROM hosts h WHERE h.sweep_id = s.sweep_id AND h.status = 'ok') AS hosts_ok,"
+                " (SELECT count(*) FROM findings f WHERE f.sweep_id = s.sweep_id) AS findings"
+                " FROM sweeps s ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (limit,)).fetchall()
+        return [{"sweep_id": row["sweep_id"], "started_at": row["started_at"], "finished_at": row["finished_at"],
+                 "interrupted": bool(row["interrupted"]) or row["finished_at"] is None,
+                 "exit_code": row["exit_code"], "options": json.loads(row["options_json"]),
+                 "hosts_total": row["hosts_total"], "hosts_ok": row["hosts_ok"], "findings": row["findings"]}
+                for row in rows]
+
+    def host_history(self, host: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The host in its last ``limit`` stored sweeps, newest first: sweep_id, started_at, status,
+        error, and ``figures``: per compared metric (``probe.metric``) and parameters, the count,
+        min, median and max of its ok values over the host's GPUs, in their unit."""
+        with self.reading(f"reading the history of {host}") as db:
+            rows = db.execute(
+                "SELECT s.sweep_id, s.started_at, h.status, h.error FROM hosts h JOIN sweeps s USING (sweep_id)"
+                " WHERE h.host = ? ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (host, limit)).fetchall()
+            return [{"sweep_id": row["sweep_id"], "started_at": row["started_at"], "status": row["status"],
+                     "error": row["error"], "figures": _host_figures(db, row["sweep_id"], host)} for row in rows]
+
+    def results_for_baseline(self, sweep_ids: Sequence[str]) -> Iterator[BaselineSample]:
+        """The compared, ok results of the given sweeps that may go into a baseline: leaving out
+        hosts that were not ok, and hosts and GPUs with a finding in that sweep (a finding with a
+        GPU leaves out that GPU; one without, the whole host; link findings leave out nothing).
+        Raises StoreError at once for an unknown sweep id."""
+        ids = list(dict.fromkeys(sweep_ids))
+        with self.reading("checking the sweeps") as db:
+            for sweep_id in ids:
+                self._known_sweep(db, sweep_id)
+        return (sample for sweep_id in ids for sample in self._baseline_samples(sweep_id))
+
+    # -- for gpudiag's own modules, and helpers --------------------------------------------------
+
+    @contextmanager
+    def writing(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction under the lock; SQLite errors become StoreError saying what the
+        store was ``doing``. For gpudiag's own modules (e.g. baselines), which own their SQL."""
+        if self.readonly:
+            raise StoreError(f"{self.path}: the store was opened read-only, so it cannot be written ({doing})")
+        with self._lock, _sqlite_errors(self.path, doing), _transaction(self._connection):
+            yield self._connection
+
+    @contextmanager
+    def reading(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """The connection under the lock, for reads; SQLite errors become StoreError."""
+        with self._lock, _sqlite_errors(self.path, doing):
+            yield self._connection
+
+    def _begun_sweep(self, db: sqlite3.Connection, sweep_id: str) -> sqlite3.Row:
+        row = _sweep_row(db, sweep_id)
+        if row is None:
+            raise StoreError(f"{self.path}: sweep {sweep_id} was not begun in this store; call begin_sweep first")
+        return row
+
+    def _known_sweep(self, db: sqlite3.Connection, sweep_id: str) -> sqlite3.Row:
+        row = _sweep_row(db, sweep_id)
+        if row is None:
+            latest = _latest_ids(db, LATEST_SHOWN)
+            known = f"the latest are {', '.join(latest)}" if latest else "the store holds no sweeps yet"
+            raise StoreError(f"{self.path}: no sweep {sweep_id!r} is stored; {known}")
+        return row
+
+    def _baseline_samples(self, sweep_id: str) -> list[BaselineSample]:
+        with self.reading(f"reading sweep {sweep_id}") as db:
+            findings = db.execute("SELECT kind, host, gpu FROM findings WHERE sweep_id = ?", (sweep_id,)).fetchall()
+            rows = db.execute(
+                "SELECT r.* FROM results r JOIN hosts h USING (sweep_id, host) WHERE r.sweep_id = ?"
+                " AND h.status = 'ok' AND r.baseline_key IS NOT NULL AND r.value IS NOT NULL"
+                " ORDER BY h.ordinal, r.ordinal", (sweep_id,)).fetchall()
+        hosts_out, gpus_out = _excluded(findings)
+        return [BaselineSample(sweep_id=sweep_id, baseline_key=row["baseline_key"], probe=row["probe"],
+                               metric=row["metric"], value=row["value"], unit=row["unit"], host=row["host"],
+                               gpu=row["gpu_uuid"] or row["device"])
+                for row in rows
+                if row["host"] not in hosts_out and (row["host"], _gpu_index(row["device"])) not in gpus_out]
+
+
+# -- opening -----------------------------------------------------------------------------------------
+
+
+def _refuse_unusable(path: Path, readonly: bool) -> None:
+    if path.is_dir():
+        raise StoreError(f"{path}: is a folder, not a store file; give a file path such as {path / 'gpudiag.db'}")
+    if readonly and not path.exists():
+        raise StoreError(f"{path}: no store there yet; run a sweep first (it stores every sweep), "
+                         "or give the path of an existing store")
+    wanted = os.R_OK if readonly else os.R_OK | os.W_OK
+    if path.exists() and not os.access(path, wanted):
+        access = "read" if readonly else "read and write"
+        raise StoreError(f"{path}: permission denied; you need to {access} the store: fix its permissions "
+                         "or give another store path")
+
+
+def _refuse_upgrade_without_write_access(path: Path, version: int) -> None:
+    if not os.access(path, os.W_OK):
+        raise StoreError(f"{path}: a store of an older schema ({version}; this gpudiag uses {SCHEMA_VERSION}) "
+                         "that you may not write, so it cannot be upgraded; run a sweep with it once as a user "
+                         "who may write it, or give another store path")
+
+
+def _make_folder(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StoreError(f"{path.parent}: cannot create the store's folder ({error.strerror or error}); "
+                         "give another store path") from error
+
+
+def _checked_connection(path: Path, *, readonly: bool) -> tuple[sqlite3.Connection, int]:
+    """A connection to a file that is a gpudiag store of a schema this gpudiag knows (or an empty
+    file), and that schema's version. Only reads happen before the checks pass. Raises StoreError
+    or sqlite3.Error, having closed the connection."""
+    mode = "ro" if readonly else "rwc"
+    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True, isolation_level=None,
+                                 timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    try:
+        connection.row_factory = sqlite3.Row
+        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        connection.execute("PRAGMA foreign_keys = ON")
+        version = _check_schema(connection, path)
+    except (sqlite3.Error, StoreError):
+        connection.close()
+        raise
+    return connection, version
+
+
+def _check_schema(connection: sqlite3.Connection, path: Path) -> int:
+    version = _user_version(connection)  # reading the header: "file is not a database" shows here
+    tables = [row[0] for row in connection.execute(  # reading the schema: a corrupt first page shows here
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%' ORDER BY name")]
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path}: written by a newer gpudiag (store schema {version}; this one knows up to "
+                         f"{SCHEMA_VERSION}); upgrade gpudiag or give another store path; the file is left untouched")
+    if version == 0 and tables:
+        raise StoreError(f"{path}: an SQLite database that is not a gpudiag store (tables: {', '.join(tables)}); "
+                         "give another store path; the file is left untouched")
+    return version
+
+
+def _user_version(connection: sqlite3.Connection) -> int:
+    return int(connection.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _migrate(connection: sqlite3.Connection) -> None:
+    """Apply the missing migrations, one transaction each; the version is checked again inside
+    each, as another process may be upgrading the same file."""
+    for version in range(_user_version(connection) + 1, SCHEMA_VERSION + 1):
+        with _transaction(connection):
+            if _user_version(connection) >= version:
+                continue
+            for statement in _statements(MIGRATIONS[version - 1]):
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {version}")
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of an SQL script, one at a time (executescript would commit on its own)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"an incomplete SQL statement at the end of a migration: {pending.strip()[:80]!r}")
+
+
+@contextmanager
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE … COMMIT, rolled back when the block does not complete (Ctrl-C included)."""
+    connection.execute("BEGIN IMMEDIATE")
+    committed = False
+    try:
+        yield
+        connection.execute("COMMIT")
+        committed = True
+    finally:
+        if not committed and connection.in_transaction:
+            connection.execute("ROLLBACK")
+
+
+@contextmanager
+def _sqlite_errors(path: Path, doing: str) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as error:
+        raise _store_error(path, doing, error) from error
+
+
+def _store_error(path: Path, doing: str, error: sqlite3.Error) -> StoreError:
+    """One line naming the file, what went wrong and the fix."""
+    text = str(error)
+    name = getattr(error, "sqlite_errorname", "") or ""
+    untouched = "gpudiag leaves the file untouched"
+    if name == "SQLITE_NOTADB" or "not a database" in text:
+        return StoreError(f"{path}: not a gpudiag store (the file is not an SQLite database); give another "
+                          f"store path or move the file away; {untouched}")
+    if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
+        return StoreError(f"{path}: the store is corrupt ({text}); move it aside (gpudiag then starts a new one) "
+                          f"and try `sqlite3 {path} .recover` to rescue it; {untouched}")
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        return StoreError(f"{path}: the store stayed busy for {BUSY_TIMEOUT_MS // 1000} s while {doing} "
+                          "(another gpudiag is writing it); try again")
+    if name.startswith("SQLITE_READONLY") or "readonly" in text:
+        return StoreError(f"{path}: cannot write the store while {doing} ({text}); check the permissions of "
+                          "the file and its folder, or give another store path")
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")) or "unable to open" in text:
+        return StoreError(f"{path}: cannot open the store ({text}); check that you may read and write the file "
+                          "and its folder, or give another store path")
+    return StoreError(f"{path}: store error while {doing}: {text}")
+
+
+# -- rows --------------------------------------------------------------------------------------------
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _extra(item: Mapping[str, Any], known: Sequence[str]) -> str | None:
+    extra = {name: value for name, value in item.items() if name not in known}
+    return _json(extra) if extra else None
+
+
+def _sweep_row(db: sqlite3.Connection, sweep_id: str) -> sqlite3.Row | None:
+    row: sqlite3.Row | None = db.execute("SELECT * FROM sweeps WHERE sweep_id = ?", (sweep_id,)).fetchone()
+    return row
+
+
+def _latest_ids(db: sqlite3.Connection, limit: int) -> list[str]:
+    return [row[0] for row in db.execute(
+        "SELECT sweep_id FROM sweeps ORDER BY started_at DESC, sweep_id DESC LIMIT ?", (limit,))]
+
+
+def _next_ordinal(db: sqlite3.Connection, table: str, sweep_id: str) -> int:
+    # ``table`` is one of this module's literals, never user input.
+    return int(db.execute(f"SELECT coalesce(max(ordinal) + 1, 0) FROM {table} WHERE sweep_id = ?",
+                          (sweep_id,)).fetchone()[0])
+
+
+def _column(field: str) -> str:
+    return f"{field}_json" if field in _JSON_FIELDS else field
+
+
+def _insert(db: sqlite3.Connection, table: str, fields: Sequence[str],
+            rows: Sequence[tuple[dict[str, Any], Mapping[str, Any]]], ignored: Sequence[str] = ()) -> None:
+    """Insert one row per (fixed columns, item): the fixed columns, a column per field, and the
+    item's other fields (not ``ignored``) as extra_json. ``table`` and the names are this module's
+    literals, never user input."""
+    if not rows:
+        return
+    columns = [*rows[0][0], *(_column(field) for field in fields), "extra_json"]
+    db.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                   [[*fixed.values(), *(_encode(item, field) for field in fields),
+                     _extra(item, (*fields, *ignored))] for fixed, item in rows])
+
+
+def _encode(item: Mapping[str, Any], field: str) -> Any:
+    if field in _JSON_FIELDS:
+        return _json(item[field]) if field in item else None
+    return bool(item.get(field)) if field in _BOOL_FIELDS else item.get(field)
+
+
+def _decode(row: sqlite3.Row, fields: Sequence[str]) -> dict[str, Any]:
+    """The item a row was stored from: a JSON field that was absent stays absent."""
+    item: dict[str, Any] = {}
+    for field in fields:
+        value = row[_column(field)]
+        if field in _JSON_FIELDS:
+            if value is not None:
+                item[field] = json.loads(value)
+        else:
+            item[field] = bool(value) if field in _BOOL_FIELDS else value
+    return {**item, **(_loads(row["extra_json"]) or {})}
+
+
+def _insert_host(db: sqlite3.Connection, sweep_id: str, ordinal: int, host: Mapping[str, Any]) -> None:
+    facts = host.get("facts") or {}
+    _insert(db, "hosts", _HOST_FIELDS, [({"sweep_id": sweep_id, "ordinal": ordinal}, host)], ignored=("results",))
+    _insert(db, "results", _RESULT_FIELDS,
+            [({"sweep_id": sweep_id, "host": host["host"], "ordinal": index, "baseline_key": result_key(facts, r)}, r)
+             for index, r in enumerate(host.get("results") or ())])
+
+
+def _insert_links(db: sqlite3.Connection, sweep_id: str, first: int, links: Sequence[Mapping[str, Any]]) -> None:
+    _insert(db, "links", _LINK_FIELDS, [({"sweep_id": sweep_id, "ordinal": first + index}, link)
+                                        for index, link in enumerate(links)])
+
+
+def _replace_findings(db: sqlite3.Connection, sweep_id: str, findings: Sequence[Mapping[str, Any]]) -> None:
+    db.execute("DELETE FROM findings WHERE sweep_id = ?", (sweep_id,))
+    _insert(db, "findings", _FINDING_FIELDS, [({"sweep_id": sweep_id, "ordinal": index}, finding)
+                                              for index, finding in enumerate(findings)])
+
+
+def _update_finished(db: sqlite3.Connection, sweep_id: str, document: Mapping[str, Any]) -> None:
+    summary = document.get("summary")
+    exit_code = summary.get("exit_code") if isinstance(summary, Mapping) else None
+    interrupted = bool(document.get("interrupted")) or exit_code == ExitCode.INTERRUPTED
+    db.execute("UPDATE sweeps SET finished_at = ?, interrupted = ?, exit_code = ?, summary_json = ?,"
+               " document_schema = ?, layout_json = ?, extra_json = ? WHERE sweep_id = ?",
+               (document.get("finished_at"), interrupted, exit_code, _json(summary),
+                document.get("schema", SWEEP_SCHEMA), _json(list(document)),
+                _extra(document, _DOCUMENT_FIELDS), sweep_id))
+
+
+def _load_hosts(db: sqlite3.Connection, sweep_id: str) -> list[dict[str, Any]]:
+    results: dict[str, list[dict[str, Any]]] = {}
+    for row in db.execute("SELECT * FROM results WHERE sweep_id = ? ORDER BY host, ordinal", (sweep_id,)):
+        results.setdefault(row["host"], []).append(_decode(row, _RESULT_FIELDS))
+    return [{**_decode(row, _HOST_FIELDS), "results": results.get(row["host"], [])}
+            for row in db.execute("SELECT * FROM hosts WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
+
+
+def _document(sweep: sqlite3.Row, hosts: list[dict[str, Any]], links: list[dict[str, Any]],
+              findings: list[dict[str, Any]]) -> dict[str, Any]:
+    """The document in the field order it was stored with; extra fields where they stood."""
+    extra: dict[str, Any] = _loads(sweep["extra_json"]) or {}
+    summary = _loads(sweep["summary_json"])
+    if sweep["finished_at"] is None:  # never finished: the controller died, was stopped, or is still running
+        extra = {**extra, "interrupted": True}
+        summary = summary or {"hosts_total": len(hosts), "hosts_ok": sum(h["status"] == "ok" for h in hosts),
+                              "findings": len(findings), "exit_code": int(ExitCode.INTERRUPTED)}
+    fields = {"schema": sweep["document_schema"], "sweep_id": sweep["sweep_id"], "started_at": sweep["started_at"],
+              "finished_at": sweep["finished_at"], "hosts": hosts, "links": links, "findings": findings,
+              "summary": summary, **extra}
+    layout: list[str] = _loads(sweep["layout_json"]) or []
+    order = [*layout, *(name for name in fields if name not in layout)]
+    return {name: fields[name] for name in order if name in fields}
+
+
+def _host_figures(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict[str, Any]]:
+    groups: dict[str, list[sqlite3.Row]] = {}
+    for row in db.execute("SELECT probe, metric, unit, params_json, baseline_key, value FROM results"
+                          " WHERE sweep_id = ? AND host = ? AND baseline_key IS NOT NULL AND value IS NOT NULL"
+                          " ORDER BY ordinal", (sweep_id, host)):
+        groups.setdefault(row["baseline_key"], []).append(row)
+    figures = []
+    for rows in groups.values():
+        values = [row["value"] for row in rows]
+        figures.append({"metric": f"{rows[0]['probe']}.{rows[0]['metric']}",
+                        "params": json.loads(rows[0]["params_json"]), "unit": rows[0]["unit"], "count": len(values),
+                        "min": min(values), "median": statistics.median(values), "max": max(values)})
+    return sorted(figures, key=lambda figure: (figure["metric"], _json(figure["params"])))
+
+
+def _excluded(findings: Sequence[sqlite3.Row]) -> tuple[set[str], set[tuple[str, int]]]:
+    """The hosts and (host, GPU index) pairs whose results a baseline must leave out."""
+    hosts: set[str] = set()
+    gpus: set[tuple[str, int]] = set()
+    for finding in findings:
+        if finding["kind"] in LINK_KINDS:
+            continue
+        if finding["gpu"] is None:
+            hosts.add(finding["host"])
+        else:
+            gpus.add((finding["host"], int(finding["gpu"])))
+    return hosts, gpus
+
+
+def _gpu_index(device: str) -> int | None:
+    """3 for ``cuda:3``; None for ``cpu`` or anything else."""
+    prefix, _, index = device.partition(":")
+    return int(index) if prefix == "cuda" and index.isdigit() else None

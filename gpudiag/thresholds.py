@@ -1,0 +1,112 @@
+"""Detection thresholds: data in a schema-checked JSON file with units, never code.
+
+Every entry is ``{"value": number, "unit": "..."}`` with the unit this module expects; an
+unknown key, a wrong unit or a value of the wrong kind is an error (exit 2), not ignored.
+A user's file (``--thresholds FILE``) may give any subset; the rest come from the defaults
+shipped in ``gpudiag/data/thresholds.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from importlib import resources
+from typing import Any
+
+from .errors import InputError
+
+SCHEMA = "gpudiag.thresholds/1"
+# JSON key -> (dataclass field, unit, whether it must be a whole number)
+ENTRIES: dict[str, tuple[str, str, bool]] = {
+    "robust_z": ("robust_z", "sigma", False),
+    "deficit_warn": ("deficit_warn_pct", "percent", False),
+    "deficit_fail": ("deficit_fail_pct", "percent", False),
+    "retest_deficit": ("retest_deficit_pct", "percent", False),
+    "min_peers": ("min_peers", "count", True),
+    "mad_floor": ("mad_floor_pct", "percent", False),
+    "slow_node_share": ("slow_node_share_pct", "percent", False),
+    "sku_floor": ("sku_floor_pct", "percent", False),
+}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """A result is a suspect when its robust z is at or below ``robust_z`` (sigma, negative) AND it
+    falls ``deficit_warn_pct`` or more below the reference; ``deficit_fail_pct`` makes it a fail.
+    A re-test confirms it when it still falls ``retest_deficit_pct`` below. The reference is the
+    fleet median with ``min_peers`` or more results, else a stored baseline, else the SKU figure
+    times ``sku_floor_pct``. The spread is the MAD, at least ``mad_floor_pct`` of the reference.
+    ``slow_node_share_pct`` of a host's GPUs slow on one metric makes it a ``slow_node``."""
+
+    robust_z: float
+    deficit_warn_pct: float
+    deficit_fail_pct: float
+    retest_deficit_pct: float
+    min_peers: int
+    mad_floor_pct: float
+    slow_node_share_pct: float
+    sku_floor_pct: float
+
+
+def default_thresholds() -> Thresholds:
+    return _from_mapping(_defaults(), "gpudiag/data/thresholds.json")
+
+
+def load_thresholds(path: str | None) -> Thresholds:
+    """The defaults, overridden by ``path`` when given. Raises InputError naming file and key."""
+    if path is None:
+        return default_thresholds()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as error:
+        raise InputError(f"{path}: cannot read the thresholds file: {error.strerror or error}") from error
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from error
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object of thresholds")
+    merged = {**_defaults(), **data}
+    return _from_mapping(merged, path)
+
+
+def _defaults() -> dict[str, Any]:
+    text = resources.files("gpudiag").joinpath("data/thresholds.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _from_mapping(data: dict[str, Any], source: str) -> Thresholds:
+    if data.get("schema") != SCHEMA:
+        raise InputError(f"{source}: schema: expected {SCHEMA!r}, got {data.get('schema')!r}")
+    values: dict[str, Any] = {}
+    for key, entry in data.items():
+        if key == "schema":
+            continue
+        if key not in ENTRIES:
+            raise InputError(f"{source}: {key}: unknown threshold; known: {', '.join(sorted(ENTRIES))}")
+        name, unit, whole = ENTRIES[key]
+        values[name] = _value(entry, unit, whole, f"{source}: {key}")
+    missing = [f.name for f in fields(Thresholds) if f.name not in values]
+    if missing:
+        raise InputError(f"{source}: missing thresholds: {', '.join(missing)}")
+    thresholds = Thresholds(**values)
+    if thresholds.deficit_fail_pct < thresholds.deficit_warn_pct:
+        raise InputError(f"{source}: deficit_fail must be at least deficit_warn")
+    if thresholds.robust_z >= 0:
+        raise InputError(f"{source}: robust_z: must be negative (sigma below the reference)")
+    return thresholds
+
+
+def _value(entry: Any, unit: str, whole: bool, where: str) -> float | int:
+    if not isinstance(entry, dict) or set(entry) != {"value", "unit"}:
+        raise InputError(f'{where}: expected {{"value": number, "unit": "{unit}"}}')
+    if entry["unit"] != unit:
+        raise InputError(f"{where}: unit must be {unit!r}, not {entry['unit']!r}")
+    value = entry["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{where}: value must be a finite number, not {value!r}")
+    if whole and (not float(value).is_integer() or value < 1):
+        raise InputError(f"{where}: value must be a whole number of at least 1, not {value!r}")
+    if unit == "percent" and not 0 <= value <= 100:
+        raise InputError(f"{where}: value must be between 0 and 100 percent, not {value!r}")
+    return int(value) if whole else float(value)

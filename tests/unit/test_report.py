@@ -1,0 +1,352 @@
+"""Reports from a sweep document: finding order, text, markdown, JSON and the self-contained HTML file."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import statistics
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudiag.errors import OutputError
+from gpudiag.report import heat_colour, render_report, sort_findings, write_report
+
+REFERENCE_TFLOPS = 741.2
+SLOW_TFLOPS = round(0.85 * REFERENCE_TFLOPS, 2)  # 630.02, shown as 630.0
+EVIL_HOST = "<script>alert(1)</script>"
+
+
+def gemm(gpu: int, value: float) -> dict[str, Any]:
+    return {"probe": "gemm", "device": f"cuda:{gpu}", "gpu_uuid": f"GPU-{gpu:04d}", "metric": "tflops",
+            "value": value, "unit": "TFLOP/s", "samples": 20, "cv": 0.004, "status": "ok", "reason": None,
+            "params": {"dtype": "bf16", "m": 8192, "n": 8192, "k": 8192}, "details": {}}
+
+
+def host(name: str, values: list[float] | None, status: str = "ok", error: str | None = None) -> dict[str, Any]:
+    results = [] if values is None else [gemm(gpu, value) for gpu, value in enumerate(values)]
+    # A membw result on every GPU: only gemm.tflops may reach the heat map.
+    results += [{"probe": "membw", "device": f"cuda:{gpu}", "metric": "bandwidth", "value": 3000.0,
+                 "unit": "GB/s", "status": "ok"} for gpu in range(len(values or []))]
+    facts = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "driver": "550.54.15"} if values else {}
+    return {"host": name, "status": status, "error": error, "duration_s": 12.4, "facts": facts, "results": results}
+
+
+def finding(kind: str, severity: str, host_name: str, deficit: float | None = None, *, peer: str | None = None,
+            gpu: int | None = None, metric: str | None = None, value: float | None = None,
+            reference: float | None = None, evidence: str = "", action: str = "") -> dict[str, Any]:
+    return {"kind": kind, "severity": severity, "host": host_name, "peer": peer, "gpu": gpu, "metric": metric,
+            "value": value, "reference": reference, "deficit_pct": deficit,
+            "robust_z": None if deficit is None else -deficit / 2, "confirmed": True,
+            "evidence": evidence, "action": action}
+
+
+def link(a: str, b: str, value: float, rail: int = 0, phase: str = "screen") -> dict[str, Any]:
+    return {"a": a, "b": b, "rail": rail, "backend": "tcp", "metric": "gbps", "value": value, "phase": phase}
+
+
+def make_document() -> dict[str, Any]:
+    """Six hosts of 8 GPUs: node003's GPU 5 at 85 %, node006 unreachable, a slow link node001-node004."""
+    hosts = [host(f"node00{n}", [REFERENCE_TFLOPS + 0.1 * gpu for gpu in range(8)]) for n in range(1, 6)]
+    hosts[2]["results"][5]["value"] = SLOW_TFLOPS
+    hosts.append(host("node006", None, status="unreachable", error="ssh: connect to host node006: No route to host"))
+    links = []
+    for a, b in (("node001", "node002"), ("node003", "node004"), ("node002", "node003"), ("node004", "node001")):
+        slow = {a, b} == {"node001", "node004"}
+        for rail in (0, 1):
+            links.append(link(a, b, (5.2 if slow else 9.41) + 0.01 * rail, rail=rail))
+    links.append(link("node001", "node004", 5.6, phase="confirm"))
+    findings = [
+        finding("unchecked", "warn", "node006", evidence="unreachable: No route to host",
+                action="check that the node is up and reachable over SSH"),
+        finding("slow_gpu", "fail", "node003", 15.0, gpu=5, metric="gemm.tflops", value=SLOW_TFLOPS,
+                reference=REFERENCE_TFLOPS, evidence="HW thermal slowdown active; SM clock 1410 of 1980 MHz",
+                action="drain"),
+        finding("throttled", "warn", "node003", gpu=5, evidence="hw_thermal_slowdown", action="check cooling"),
+        finding("slow_nic", "warn", "node002", 8.0, metric="net.gbps", value=8.66, reference=9.41,
+                evidence="slow with node001 and node003 | both rails", action="check the NIC and cable"),
+        finding("ecc", "fail", "node005", gpu=2, evidence="2 uncorrected ECC errors", action="drain"),
+        finding("slow_link", "fail", "node001", 40.4, peer="node004", metric="net.gbps", value=5.6,
+                reference=9.41, evidence="both ends fine with other partners", action="check the cable/switch port"),
+    ]
+    return {"schema": "gpudiag.sweep/1", "sweep_id": "20261121T101500Z-3f2a",
+            "started_at": "2026-11-21T10:15:00Z", "finished_at": "2026-11-21T10:15:41Z",
+            "hosts": hosts, "links": links, "findings": findings,
+            "summary": {"hosts_total": 6, "hosts_ok": 5, "findings": 6, "exit_code": 1},
+            "impact": {"slowdown_pct": 15.0,
+                       "slowest": {"host": "node003", "gpu": 5, "metric": "gemm.tflops", "value": SLOW_TFLOPS,
+                                   "reference": REFERENCE_TFLOPS},
+                       "recovered_pct": 14.8, "exclude": ["node005", "node003"], "hosts_total": 6}}
+
+
+class Tables(HTMLParser):
+    """Rows of cell texts of every <table id=...> in an HTML text, by id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self._table = dict(attrs).get("id") or ""
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table is not None:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table is not None:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self._table is not None:
+            self.tables[self._table][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def html_tables(text: str) -> dict[str, list[list[str]]]:
+    parser = Tables()
+    parser.feed(text)
+    return parser.tables
+
+
+def markdown_table(text: str, first_header: str) -> list[list[str]]:
+    """The body rows of the GitHub table whose first header is ``first_header``; ``\\|`` kept as ``|``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"\|\s*{first_header}\s*\|", line))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+        rows.append([cell.strip().replace("\\|", "|") for cell in cells])
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ order
+
+
+def test_findings_are_ordered_by_what_they_cost_the_job():
+    ordered = sort_findings(make_document()["findings"])
+    assert [(f["severity"], f["kind"], f["host"]) for f in ordered] == [
+        ("fail", "slow_link", "node001"), ("fail", "slow_gpu", "node003"), ("fail", "ecc", "node005"),
+        ("warn", "slow_nic", "node002"), ("warn", "throttled", "node003"), ("warn", "unchecked", "node006")]
+
+
+def test_ties_break_by_kind_host_peer_and_gpu_whatever_the_input_order():
+    findings = [finding("slow_gpu", "fail", "node002", 10.0, gpu=1),
+                finding("slow_gpu", "fail", "node001", 10.0, gpu=7),
+                finding("slow_gpu", "fail", "node001", 10.0, gpu=2),
+                finding("degraded_pcie", "fail", "node009", 10.0),
+                finding("slow_link", "fail", "node001", 10.0, peer="node003"),
+                finding("slow_link", "fail", "node001", 10.0, peer="node002")]
+    expected = [("degraded_pcie", "node009", None, None), ("slow_gpu", "node001", None, 2),
+                ("slow_gpu", "node001", None, 7), ("slow_gpu", "node002", None, 1),
+                ("slow_link", "node001", "node002", None), ("slow_link", "node001", "node003", None)]
+    for shuffled in (findings, findings[::-1], findings[2:] + findings[:2]):
+        assert [(f["kind"], f["host"], f["peer"], f["gpu"]) for f in sort_findings(shuffled)] == expected
+
+
+def test_an_unknown_format_is_refused():
+    with pytest.raises(ValueError, match="pdf"):
+        render_report(make_document(), "pdf")
+
+
+# ------------------------------------------------------------------------------------------- text
+
+
+def test_text_summary_line_folds_hosts_counts_findings_and_states_the_impact():
+    text = render_report(make_document(), "text")
+    assert text.splitlines()[0] == (
+        "sweep 20261121T101500Z-3f2a · 6 hosts · 5 ok · node006 unreachable · 6 findings (3 fail)"
+        " · job slowdown 15.0 %, excluding node[003,005] recovers 14.8 %")
+
+
+def test_text_lists_every_finding_on_one_line_most_costly_first():
+    lines = render_report(make_document(), "text").splitlines()
+    finding_lines = [line.strip() for line in lines if line.startswith("  fail") or line.startswith("  warn")]
+    assert len(finding_lines) == 6
+    assert finding_lines[0] == ("fail slow_link node001 ↔ node004 · net.gbps 5.6 vs 9.41 (-40.4 %, z -20.2)"
+                                " · both ends fine with other partners · action: check the cable/switch port")
+    assert finding_lines[1].startswith("fail slow_gpu node003:5 · gemm.tflops 630.0 vs 741.2 (-15.0 %")
+    assert "HW thermal slowdown active" in finding_lines[1] and finding_lines[1].endswith("action: drain")
+    assert any(re.fullmatch(r"ok\s+5\s+node\[001-005\]", line.strip()) for line in lines)
+    assert any(re.fullmatch(r"unreachable\s+1\s+node006: ssh: connect to host node006: No route to host",
+                            line.strip()) for line in lines)
+
+
+def test_without_an_impact_estimate_the_summary_says_nothing_of_it():
+    document = make_document()
+    del document["impact"]
+    text = render_report(document, "text")
+    assert text.splitlines()[0].endswith("6 findings (3 fail)")
+    assert "job slowdown" not in text and "impact:" not in text
+    assert "impact" not in render_report(document, "md").lower()
+    assert "No job-impact estimate in this sweep." in render_report(document, "html")
+
+
+# --------------------------------------------------------------------------------------- markdown
+
+
+def test_markdown_findings_table_has_one_row_per_finding_in_cost_order_with_pipes_escaped():
+    text = render_report(make_document(), "md")
+    rows = markdown_table(text, "severity")
+    assert [(row[0], row[1], row[2]) for row in rows] == [
+        ("fail", "slow_link", "node001 ↔ node004"), ("fail", "slow_gpu", "node003:5"), ("fail", "ecc", "node005:2"),
+        ("warn", "slow_nic", "node002"), ("warn", "throttled", "node003:5"), ("warn", "unchecked", "node006")]
+    assert all(len(row) == 11 for row in rows)
+    assert rows[1][3:7] == ["gemm.tflops", "630.0", "741.2", "15.0 %"]
+    assert rows[3][9] == "slow with node001 and node003 | both rails"
+    assert "node003 \\| both rails" in text
+
+
+def test_markdown_hosts_by_status_and_impact_tables():
+    text = render_report(make_document(), "md")
+    assert markdown_table(text, "status") == [
+        ["ok", "node[001-005]", "5", ""],
+        ["unreachable", "node006", "1", "ssh: connect to host node006: No route to host"]]
+    impact = dict(map(tuple, markdown_table(text, "estimate")))
+    assert impact == {"job slowdown": "15.0 %", "slowest": "node003:5 gemm.tflops 630.0 vs 741.2",
+                      "exclude": "node[003,005] (2 of 6 hosts)", "recovered by excluding": "14.8 %"}
+
+
+# ------------------------------------------------------------------------------------------- JSON
+
+
+def test_json_is_the_document_with_findings_sorted():
+    document = make_document()
+    text = render_report(document, "json")
+    assert text.startswith('{\n "schema": "gpudiag.sweep/1",\n "sweep_id"')
+    loaded = json.loads(text)
+    assert loaded == {**document, "findings": sort_findings(document["findings"])}
+    assert list(loaded) == list(document)
+    assert document == make_document()  # the input is not reordered in place
+
+
+# ------------------------------------------------------------------------------------------- HTML
+
+
+def test_html_is_self_contained():
+    text = render_report(make_document(), "html")
+    assert text.startswith("<!DOCTYPE html>")
+    for forbidden in ("http://", "https://", 'src="http', 'href="http', "@import", "<script", "<link", "url("):
+        assert forbidden not in text
+
+
+def test_html_heatmap_has_a_row_per_host_and_shows_the_slow_gpu():
+    tables = html_tables(render_report(make_document(), "html"))
+    heatmap = tables["gemm-heatmap"]
+    assert heatmap[0] == ["host", *(f"GPU {gpu}" for gpu in range(8)), "worst"]
+    rows = {row[0]: row[1:] for row in heatmap[1:]}
+    assert list(rows) == [f"node00{n}" for n in range(1, 7)]
+    assert rows["node003"][5] == "630.0" and rows["node003"][8] == "85.0 %"
+    assert rows["node001"][0] == "741.2"
+    assert rows["node006"] == ["unreachable: ssh: connect to host node006: No route to host"]
+
+
+def test_html_heat_cells_carry_colour_and_a_title():
+    text = render_report(make_document(), "html")
+    slow = re.search(r'<td style="background:(hsl\([^)]*\))" title="node003 GPU 5: 630.0 TFLOP/s \(85.0 % of median\)">'
+                     r"630.0</td>", text)
+    assert slow is not None
+    gemm_values = [r["value"] for h in make_document()["hosts"] for r in h["results"] if r["probe"] == "gemm"]
+    assert slow.group(1) == heat_colour(SLOW_TFLOPS / statistics.median(gemm_values))
+    assert heat_colour(1.0).startswith("hsl(120,") and heat_colour(0.5).startswith("hsl(0,")
+    assert 'class="nodata"' in text
+
+
+def test_html_link_matrix_is_symmetric_and_holds_the_median_per_pair():
+    tables = html_tables(render_report(make_document(), "html"))
+    matrix = tables["link-matrix"]
+    hosts = matrix[0][1:]
+    assert hosts == ["node001", "node002", "node003", "node004"]
+    cell = {(row[0], other): value for row in matrix[1:] for other, value in zip(hosts, row[1:], strict=True)}
+    assert cell[("node001", "node004")] == cell[("node004", "node001")] == "5.21"  # median of 5.2, 5.21, 5.6
+    assert cell[("node001", "node002")] == f"{statistics.median([9.41, 9.42]):.3g}"
+    assert cell[("node001", "node003")] == "" and cell[("node002", "node002")] == "-"
+
+
+def test_html_link_matrix_only_when_links_were_measured():
+    document = make_document()
+    document["links"] = []
+    text = render_report(document, "html")
+    assert 'id="link-matrix"' not in text
+    assert "no link measurements in this sweep" in text
+    assert 'id="link-matrix"' in render_report(make_document(), "html")
+
+
+def test_html_findings_table_carries_evidence_and_action_in_cost_order():
+    rows = html_tables(render_report(make_document(), "html"))["findings-table"][1:]
+    assert [row[1] for row in rows] == ["slow_link", "slow_gpu", "ecc", "slow_nic", "throttled", "unchecked"]
+    assert rows[1][9] == "HW thermal slowdown active; SM clock 1410 of 1980 MHz" and rows[1][10] == "drain"
+
+
+def test_html_escapes_a_malicious_host_name_everywhere():
+    document = make_document()
+    document["hosts"][0]["host"] = EVIL_HOST
+    document["hosts"][1]["error"] = '"><img src=x onerror=alert(2)>'
+    document["findings"][0]["host"] = EVIL_HOST
+    document["links"][0]["a"] = EVIL_HOST
+    document["impact"]["exclude"].append(EVIL_HOST)
+    text = render_report(document, "html")
+    assert EVIL_HOST not in text and "<script" not in text and "<img" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert html_tables(text)["gemm-heatmap"][1][0] == EVIL_HOST
+
+
+def test_html_report_for_1000_hosts_of_8_gpus_is_small_and_quick():
+    document = make_document()
+    document["hosts"] = [host(f"node{n:04d}", [REFERENCE_TFLOPS - (n * 7 + gpu) % 13 for gpu in range(8)])
+                         for n in range(1, 1001)]
+    document["hosts"][41] = host("node0042", None, status="timeout", error="no answer in 600 s")
+    document["links"] = [link(f"node{n:04d}", f"node{n % 1000 + 1:04d}", 9.4 - (n % 17) * 0.01, rail=rail)
+                         for n in range(1, 1001) for rail in range(4)]
+    document["findings"] = [finding("slow_gpu", "fail", f"node{n:04d}", 5.0 + n % 11, gpu=n % 8,
+                                    metric="gemm.tflops", value=700.0, reference=REFERENCE_TFLOPS,
+                                    evidence="SM clock low", action="drain") for n in range(1, 60)]
+    started = time.perf_counter()
+    text = render_report(document, "html")
+    elapsed_s = time.perf_counter() - started
+    assert len(text.encode()) < 5_000_000
+    assert elapsed_s < 5.0
+    tables = html_tables(text)
+    assert len(tables["gemm-heatmap"]) == 1 + 1000
+    assert "link-matrix" not in tables and len(tables["link-pairs"]) == 1 + 100
+    for fmt in ("text", "md", "json"):
+        assert render_report(document, fmt)
+
+
+# ----------------------------------------------------------------------------------- write_report
+
+
+def test_write_report_replaces_the_file_in_one_step(tmp_path: Path):
+    path = tmp_path / "report.html"
+    path.write_text("old")
+    write_report("new ✓\n", path)
+    assert path.read_text(encoding="utf-8") == "new ✓\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # as open() would create it, not tempfile's 0600
+
+
+def test_write_report_into_a_missing_folder_is_an_output_error(tmp_path: Path):
+    with pytest.raises(OutputError, match="cannot write the report"):
+        write_report("x", tmp_path / "missing" / "report.md")
+
+
+def test_a_document_without_optional_parts_still_renders():
+    minimal = {"sweep_id": "x", "hosts": [{"host": "node1", "status": "ok", "results": []}]}
+    for fmt in ("text", "md", "json", "html"):
+        assert render_report(copy.deepcopy(minimal), fmt)
+    assert "No GEMM results in this sweep." in render_report(minimal, "html")
