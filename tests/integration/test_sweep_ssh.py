@@ -24,8 +24,16 @@ def _setup(fleet: SshdFleet, tmp_path: Path, known=None, extra=None, names=None)
     return {"known_hosts": known_hosts, "config": config, "hosts": hosts, "json": tmp_path / "sweep.json"}
 
 
+# These tests are about reaching hosts, not judging them: CPU figures of hosts that share this
+# machine's two cores are not a fleet, so no key gets enough peers to be compared.
+NO_COMPARISON = '{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}}'
+
+
 def _sweep(paths: dict[str, Path], *extra: str, python: str = sys.executable) -> tuple[int, dict, str]:
+    thresholds = paths["hosts"].parent / "thresholds.json"
+    thresholds.write_text(NO_COMPARISON)
     args = ["sweep", "--hosts", str(paths["hosts"]), "--ssh-config", str(paths["config"]),
+            "--thresholds", str(thresholds), "--store", str(paths["hosts"].parent / "gpudiag.db"),
             "--known-hosts", str(paths["known_hosts"]), "--python", python, "--probes", "facts",
             "--json", str(paths["json"]), "-q", *extra]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
@@ -54,7 +62,7 @@ def test_every_host_is_probed_over_ssh_and_the_bundle_is_shipped_once(sshd_fleet
         (membw,) = host["results"]
         assert membw["probe"] == "membw" and membw["status"] == "ok" and membw["value"] > 0
     assert document["summary"] == {"hosts_total": 8, "hosts_ok": 8, "findings": 0, "exit_code": 0}
-    assert "8 hosts in" in output and "8 ok" in output
+    assert "8 hosts · 8 ok" in output
     # the bundle lies in the remote user's cache under its content hash; a second sweep copies nothing
     shipped = Path.home() / ".cache" / "gpudiag" / f"bundle-{locate_bundle().content_hash[:16]}"
     assert (shipped / "probes" / "gemm.py").read_bytes() == (locate_bundle().root / "probes" / "gemm.py").read_bytes()
@@ -80,7 +88,7 @@ def test_unreachable_unknown_and_changed_keys_and_rejected_login_each_get_their_
     assert "--accept-new-host-keys" in errors["node03"]
     assert "ssh-keygen -R" in errors["node04"]
     assert sorted(f["host"] for f in document["findings"]) == ["node03", "node04", "node05", "node06"]
-    assert "node[03] host_key_unknown" in output or "node03 host_key_unknown" in output
+    assert "node03 host_key_unknown" in output
 
     before = paths["known_hosts"].read_text()
     code, document, _ = _sweep(paths, "--accept-new-host-keys")
