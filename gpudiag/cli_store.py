@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from pathlib import Path
 
 import click
@@ -96,25 +97,38 @@ def _sweeps_table(sweeps: list[dict]) -> Table:
     return table
 
 
+# Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).
+HISTORY_PARAMS = ("dtype", "direction", "memory")
+
+
 def _history_table(host: str, rows: list[dict]) -> Table:
     table = Table(title=f"{host}: min / median / max over its GPUs, newest sweep first", title_justify="left")
-    table.add_column("sweep")
-    table.add_column("status")
-    metrics = sorted({(f["metric"], json.dumps(f.get("params"), sort_keys=True)) for r in rows for f in r["figures"]})
-    for metric, _ in metrics:
-        table.add_column(metric, justify="right")
+    for column in ("sweep", "status", "figure", "min", "median", "max", "unit"):
+        table.add_column(column, justify="right" if column in ("min", "median", "max") else "left",
+                         no_wrap=column in ("sweep", "figure"))
     for row in rows:
-        by_metric = {(f["metric"], json.dumps(f.get("params"), sort_keys=True)): f for f in row["figures"]}
-        cells = [_figure(by_metric.get(m)) for m in metrics]
-        table.add_row(row["sweep_id"], row["status"] if not row.get("error") else f"{row['status']}: {row['error']}",
-                      *cells)
+        status = row["status"] if not row.get("error") else f"{row['status']}: {row['error']}"
+        figures = _fold_figures(row["figures"])
+        if not figures:
+            table.add_row(row["sweep_id"], status, "-", "", "", "", "")
+        for index, (name, (low, middle, high, unit)) in enumerate(sorted(figures.items())):
+            table.add_row(row["sweep_id"] if index == 0 else "", status if index == 0 else "", name,
+                          f"{low:.4g}", f"{middle:.4g}", f"{high:.4g}", unit or "")
+        table.add_section()
     return table
 
 
-def _figure(figure: dict | None) -> str:
-    if figure is None:
-        return "-"
-    return f"{figure['min']:.4g} / {figure['median']:.4g} / {figure['max']:.4g}"
+def _fold_figures(figures: list[dict]) -> dict[str, tuple[float, float, float, str | None]]:
+    """Figures of one sweep by metric and naming parameters; pairs and buffer sizes folded
+    (the median shown is the median of their medians)."""
+    groups: dict[str, list[dict]] = {}
+    for figure in figures:
+        params = figure.get("params") or {}
+        name = " ".join([figure["metric"], *(str(params[p]) for p in HISTORY_PARAMS if p in params)])
+        groups.setdefault(name, []).append(figure)
+    return {name: (min(f["min"] for f in group), statistics.median(f["median"] for f in group),
+                   max(f["max"] for f in group), group[0].get("unit"))
+            for name, group in groups.items()}
 
 
 @click.group()

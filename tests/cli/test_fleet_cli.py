@@ -1,0 +1,130 @@
+"""The simulated fleet through the CLI: sweep, demo, report, history, baseline; input errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gpudiag.cli import main
+from gpudiag.simulate import demo_fleet_path
+
+EXPECTED = {("throttled", "node012", 0), ("slow_gpu", "node017", 3), ("degraded_pcie", "node021", 5),
+            ("nvlink_down", "node033", 2), ("slow_node", "node040", None), ("unchecked", "node050", None),
+            ("unchecked", "node051", None)}
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def demo_sweep(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("demo")
+    store, document, exclude = folder / "gpudiag.db", folder / "sweep.json", folder / "exclude.txt"
+    result = _run("sweep", "--simulate", str(demo_fleet_path()), "--store", str(store), "--json", str(document),
+                  "--exclude-file", str(exclude), "-q")
+    return {"result": result, "store": store, "document": json.loads(document.read_text()), "exclude": exclude,
+            "folder": folder}
+
+
+def test_the_simulated_sweep_names_every_fault_and_nothing_else(demo_sweep):
+    assert demo_sweep["result"].exit_code == 1  # fail findings
+    findings = demo_sweep["document"]["findings"]
+    assert {(f["kind"], f["host"], f["gpu"]) for f in findings} == EXPECTED
+    fails = [f for f in findings if f["severity"] == "fail"]
+    assert len(fails) == 5 and all(f["confirmed"] for f in fails)
+    assert [f["severity"] for f in findings] == sorted(f["severity"] for f in findings)  # fail before warn
+    throttled = next(f for f in findings if f["kind"] == "throttled")
+    assert "HW thermal slowdown active" in throttled["evidence"] and "SM clock" in throttled["evidence"]
+
+
+def test_job_impact_and_the_exclude_file(demo_sweep):
+    impact = demo_sweep["document"]["impact"]
+    assert impact["slowest"]["host"] == "node012" and 25 < impact["slowdown_pct"] < 35
+    expected = ["node012", "node017", "node021", "node033", "node040", "node050", "node051"]
+    assert impact["exclude"] == expected
+    assert demo_sweep["exclude"].read_text().split() == expected
+    assert impact["recovered_pct"] > 20
+
+
+def test_the_same_simulated_sweep_gives_byte_identical_findings(demo_sweep, tmp_path: Path):
+    again = tmp_path / "again.json"
+    _run("sweep", "--simulate", str(demo_fleet_path()), "--no-store", "--json", str(again), "-q")
+    first = json.dumps(demo_sweep["document"]["findings"])
+    assert json.dumps(json.loads(again.read_text())["findings"]) == first
+
+
+def test_reports_from_the_store_and_from_the_document(demo_sweep, tmp_path: Path):
+    store = str(demo_sweep["store"])
+    text = _run("report", "--store", store)
+    assert text.exit_code == 0 and "7 findings (5 fail)" in text.output
+    from_file = _run("report", str(demo_sweep["folder"] / "sweep.json"), "--format", "md")
+    assert from_file.exit_code == 0 and "| fail" in from_file.output
+    html = tmp_path / "r.html"
+    assert _run("report", "--store", store, "--format", "html", "-o", str(html)).exit_code == 0
+    assert "node017" in html.read_text() and "http://" not in html.read_text()
+    stored = json.loads(_run("report", demo_sweep["document"]["sweep_id"], "--store", store,
+                             "--format", "json").output)
+    assert stored["findings"] == demo_sweep["document"]["findings"]
+    unknown = _run("report", "20000101T000000Z-0000", "--store", store)
+    assert unknown.exit_code == 2 and "20000101T000000Z-0000" in unknown.output
+
+
+def test_history_and_baselines_round_trip(demo_sweep, tmp_path: Path):
+    store = str(demo_sweep["store"])
+    history = _run("history", "node017", "--store", store)
+    assert history.exit_code == 0 and "gemm.tflops" in history.output
+    assert _run("baseline", "build", "--last", "1", "--name", "fleet", "--store", store).exit_code == 0
+    shown = _run("baseline", "show", "fleet", "--store", store)
+    assert shown.exit_code == 0 and "gemm.tflops" in shown.output
+    exported = tmp_path / "fleet.json"
+    assert _run("baseline", "export", "fleet", str(exported), "--store", store).exit_code == 0
+    data = json.loads(exported.read_text())
+    assert data["schema"] == "gpudiag.baseline/1" and data["entries"]
+    other = str(tmp_path / "other.db")
+    assert _run("baseline", "import", str(exported), "--store", other).exit_code == 0
+    refused = _run("baseline", "import", str(exported), "--store", other)
+    assert refused.exit_code == 2 and "--replace" in refused.output
+    # results that were findings are not part of the baseline: the four GPUs with a finding of
+    # their own, and every GPU of node040 (slow_node)
+    gemm = next(e for e in data["entries"] if e["key"]["probe"] == "gemm")
+    assert gemm["count"] == 62 * 8 - 4 - 8
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"schema": "gpudiag.thresholds/1", "robust_zz": {"value": -4, "unit": "sigma"}}', "robust_zz: unknown"),
+    ('{"schema": "gpudiag.thresholds/1", "deficit_warn": {"value": 3, "unit": "fraction"}}', "unit must be"),
+    ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 2.5, "unit": "count"}}', "whole number"),
+    ('{"schema": "gpudiag.thresholds/1",\n "min_peers": }', "thresholds.json:2:"),
+])
+def test_bad_thresholds_exit_2_before_anything_runs(tmp_path: Path, content: str, message: str):
+    path = tmp_path / "thresholds.json"
+    path.write_text(content)
+    result = _run("sweep", "--simulate", str(demo_fleet_path()), "--thresholds", str(path), "--no-store", "-q")
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_a_bad_fleet_file_names_the_field(tmp_path: Path):
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 4, "faults": [{"kind": "slow_gpu", "host": "node001", "gpu": 9,
+                                                         "factor": 0.8}]}))
+    result = _run("sweep", "--simulate", str(fleet), "--no-store", "-q")
+    assert result.exit_code == 2 and "faults[0].gpu" in result.output
+
+
+def test_a_corrupt_store_is_refused_and_left_as_it_was(tmp_path: Path):
+    store = tmp_path / "gpudiag.db"
+    store.write_bytes(b"this is not a database" * 100)
+    before = store.read_bytes()
+    result = _run("sweep", "--simulate", str(demo_fleet_path()), "--store", str(store), "-q")
+    assert result.exit_code == 2 and str(store) in result.output
+    assert store.read_bytes() == before
+
+
+def test_the_demo_writes_its_html_report_and_says_where(tmp_path: Path):
+    result = _run("demo", "--output", str(tmp_path / "demo"), "-q")
+    assert result.exit_code == 0
+    assert result.output.strip().splitlines()[-1] == f"HTML report: {tmp_path / 'demo' / 'report.html'}"
+    assert (tmp_path / "demo" / "report.html").stat().st_size > 10_000
+    assert "a real sweep with these findings would exit 1" in result.output
