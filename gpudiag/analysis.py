@@ -228,15 +228,28 @@ def _speed_findings(suspects: Sequence[Suspect], telemetry: Mapping[str, Mapping
     for suspect in _attribute_pairs(suspects):
         m = suspect.measurement
         by_host_metric[(m.host, m.probe, m.metric)].append(suspect)
+    node_wide = {key for key, group in by_host_metric.items()
+                 if _node_wide(group, gpu_counts.get(key[0], 0), thresholds)}
+    slow_hosts = {host for host, _, _ in node_wide}
     findings = []
     for (host, probe, metric), group in sorted(by_host_metric.items()):
-        gpus = {s.measurement.device for s in group}
-        share = 100 * len(gpus) / gpu_counts[host] if gpu_counts.get(host) else 0
-        if "cpu" in gpus or (gpu_counts.get(host, 0) >= 2 and share >= thresholds.slow_node_share_pct):
+        if (host, probe, metric) in node_wide:
             findings.append(_slow_node(host, probe, metric, group, gpu_counts.get(host, 0), thresholds))
-        else:
-            findings += [_gpu_finding(s, telemetry.get(host, {}), thresholds) for s in group]
+            continue
+        for suspect in group:
+            finding = _gpu_finding(suspect, telemetry.get(host, {}), thresholds)
+            # On a slow node, a GPU slower than its peers with no GPU-level cause is the node's doing.
+            if not (host in slow_hosts and finding.kind == "slow_gpu"):
+                findings.append(finding)
     return findings
+
+
+def _node_wide(group: Sequence[Suspect], gpu_count: int, thresholds: Thresholds) -> bool:
+    """Host-side results are slow, or most of the host's GPUs are slow on one metric."""
+    devices = {s.measurement.device for s in group}
+    if "cpu" in devices:
+        return True
+    return gpu_count >= 2 and 100 * len(devices) / gpu_count >= thresholds.slow_node_share_pct
 
 
 def _attribute_pairs(suspects: Sequence[Suspect]) -> list[Suspect]:
