@@ -22,11 +22,11 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from . import rules
 from .findings import FAIL, WARN, Finding, unchecked
-from .keys import result_key
+from .keys import COMPARED_PROBES, host_keys
 from .sku import FloorKey, floor_key
 from .thresholds import Thresholds
 
@@ -44,9 +44,10 @@ class BaselineLookup(Protocol):
     def get(self, key: str) -> Any: ...
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """One ok result of a compared probe, with where it came from and its baseline key."""
+class Measurement(NamedTuple):
+    """One ok result of a compared probe, with where it came from and its baseline key.
+
+    A NamedTuple rather than a dataclass: a 10,000-node sweep makes a million of them."""
 
     host: str
     device: str
@@ -112,19 +113,29 @@ class Analysis:
     impact: Impact
 
 
-def measurements(hosts: Sequence[Mapping[str, Any]]) -> list[Measurement]:
-    """The compared results of every ok host, in document order."""
+def measurements(hosts: Sequence[Mapping[str, Any]],
+                 telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> list[Measurement]:
+    """The compared results of every ok host, in document order. With ``telemetry``, each ok
+    host's GPU telemetry is gathered into it in the same pass (a large sweep is read once)."""
     found = []
     for host in hosts:
         if host.get("status") != "ok":
             continue
-        facts = host.get("facts") or {}
+        key_of = host_keys(host.get("facts") or {})
+        name = host["host"]
+        collector = rules.TelemetryCollector(name) if telemetry is not None else None
         for result in host.get("results") or ():
-            key = result_key(facts, result)
+            probe = result.get("probe")
+            if collector is not None and probe in ("telemetry", "gemm"):
+                collector.add(result)
+            if probe not in COMPARED_PROBES:
+                continue
+            key = key_of(result)
             if key is not None and result.get("value") is not None:
-                found.append(Measurement(host["host"], result["device"], result.get("gpu_uuid"), key,
-                                         result["probe"], result["metric"], float(result["value"]),
-                                         result.get("params") or {}))
+                found.append(Measurement(name, result["device"], result.get("gpu_uuid"), key, probe,
+                                         result["metric"], float(result["value"]), result.get("params") or {}))
+        if collector is not None and telemetry is not None:
+            telemetry[name] = collector.gpus()
     return found
 
 
@@ -201,13 +212,12 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
             sku_floors: Mapping[FloorKey, float] | None = None,
             retest_hosts: Sequence[Mapping[str, Any]] | None = None) -> Analysis:
     """Findings, suspects and job impact of one sweep (``retest_hosts``: the re-test's host dicts)."""
-    found = measurements(hosts)
+    telemetry: dict[str, dict[str, rules.GpuTelemetry]] = {}
+    found = measurements(hosts, telemetry)
     refs = references(found, thresholds, baseline, sku_floors)
     suspects = find_suspects(found, refs, thresholds)
     if retest_hosts is not None:
         suspects = confirm(suspects, measurements(retest_hosts), [h["host"] for h in retest_hosts], thresholds)
-    telemetry = {host["host"]: rules.gpu_telemetry(host["host"], host.get("results") or ())
-                 for host in hosts if host.get("status") == "ok"}
     findings = _speed_findings(suspects, telemetry, hosts, thresholds) + _rule_findings(telemetry)
     findings = _merge(findings) + [unchecked(h["host"], h["status"], h.get("error")) for h in hosts
                                    if h.get("status") != "ok"]

@@ -7,29 +7,51 @@ driver, CUDA and torch versions, the same probe and metric, and the same probe p
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # Probes whose figures are compared with peers and baselines; telemetry has rules of its own.
-COMPARED_PROBES = ("gemm", "membw", "p2p", "pcie", "smclock")
+COMPARED_PROBES = frozenset({"gemm", "membw", "p2p", "pcie", "smclock"})
 # Facts that decide comparability. CPU results (no GPU) are keyed by CPU model instead.
 GPU_FACTS = ("gpu_model", "gpu_memory_mib", "driver_version", "cuda_version", "torch_version")
 CPU_FACTS = ("cpu_model", "torch_version")
-# Parameters that describe how a figure was taken but not what it is comparable with.
-IGNORED_PARAMS = frozenset()
 
 
 def result_key(facts: Mapping[str, Any], result: Mapping[str, Any]) -> str | None:
     """The canonical key (a JSON string) of one result, or None when it is not compared
     (another probe, or not ok)."""
-    if result.get("probe") not in COMPARED_PROBES or result.get("status") != "ok":
-        return None
-    on_cpu = result.get("device") == "cpu"
-    chosen = CPU_FACTS if on_cpu else GPU_FACTS
-    params = {k: v for k, v in sorted((result.get("params") or {}).items()) if k not in IGNORED_PARAMS}
-    key = {"facts": {name: facts.get(name) for name in chosen}, "probe": result["probe"],
-           "metric": result["metric"], "unit": result.get("unit"), "params": params}
+    return host_keys(facts)(result)
+
+
+def host_keys(facts: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], str | None]:
+    """``result_key`` for the results of one host, with its facts read once."""
+    gpu_facts = (GPU_FACTS, tuple(facts.get(name) for name in GPU_FACTS))
+    cpu_facts = (CPU_FACTS, tuple(facts.get(name) for name in CPU_FACTS))
+
+    def key(result: Mapping[str, Any]) -> str | None:
+        if result.get("probe") not in COMPARED_PROBES or result.get("status") != "ok":
+            return None
+        chosen, values = cpu_facts if result.get("device") == "cpu" else gpu_facts
+        # In the order the probe wrote them: the encoding sorts keys, so any order gives one key.
+        params = tuple((result.get("params") or {}).items())
+        parts = (chosen, values, result["probe"], result["metric"], result.get("unit"), params)
+        try:
+            return _encoded_key(*parts)
+        except TypeError:  # a parameter value that is a list or an object: not hashable, encode it anew
+            return _encoded_key.__wrapped__(*parts)
+
+    return key
+
+
+# A fleet has few distinct keys and many results: encode each key once (a 10,000-node sweep
+# would otherwise spend most of its analysis in json.dumps).
+@functools.lru_cache(maxsize=65536)
+def _encoded_key(chosen: tuple[str, ...], facts: tuple[Any, ...], probe: str, metric: str, unit: str | None,
+                 params: tuple[tuple[str, Any], ...]) -> str:
+    key = {"facts": dict(zip(chosen, facts, strict=True)), "probe": probe, "metric": metric, "unit": unit,
+           "params": dict(params)}
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 

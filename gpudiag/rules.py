@@ -64,24 +64,42 @@ class RuleFinding:
 
 def gpu_telemetry(host: str, results: Sequence[Mapping[str, Any]]) -> dict[str, GpuTelemetry]:
     """Each GPU's telemetry on ``host``, by UUID; the load evidence comes from its GEMM record."""
-    readings: dict[str, dict[str, Mapping[str, Any]]] = {}
-    nvml_index: dict[str, int | None] = {}
-    cuda_index: dict[str, int | None] = {}
-    load: dict[str, Mapping[str, Any]] = {}
+    collector = TelemetryCollector(host)
     for result in results:
+        collector.add(result)
+    return collector.gpus()
+
+
+class TelemetryCollector:
+    """Gathers one host's telemetry records and GEMM load evidence, record by record (so that the
+    analysis reads a sweep's records in one pass)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self._readings: dict[str, dict[str, Mapping[str, Any]]] = {}
+        self._nvml_index: dict[str, int | None] = {}
+        self._cuda_index: dict[str, int | None] = {}
+        self._load: dict[str, Mapping[str, Any]] = {}
+
+    def add(self, result: Mapping[str, Any]) -> None:
+        probe = result.get("probe")
         uuid = result.get("gpu_uuid")
         if not uuid:
-            continue
-        if result.get("probe") == "telemetry":
-            readings.setdefault(uuid, {})[result["metric"]] = result
-            nvml_index.setdefault(uuid, _index(result.get("device")))
-        elif result.get("probe") == "gemm" and result.get("status") == "ok":
-            load[uuid] = result.get("details") or {}
-            cuda_index[uuid] = _index(result.get("device"))
-    # The CUDA index names the GPU where speed findings do; NVML's where only telemetry exists.
-    return {uuid: GpuTelemetry(host, uuid, cuda_index.get(uuid, nvml_index.get(uuid)), readings.get(uuid, {}),
-                               load.get(uuid, {}))
-            for uuid in sorted(set(readings) | set(load))}
+            return
+        if probe == "telemetry":
+            if uuid not in self._readings:
+                self._readings[uuid] = {}
+                self._nvml_index[uuid] = _index(result.get("device"))
+            self._readings[uuid][result["metric"]] = result
+        elif probe == "gemm" and result.get("status") == "ok":
+            self._load[uuid] = result.get("details") or {}
+            self._cuda_index[uuid] = _index(result.get("device"))
+
+    def gpus(self) -> dict[str, GpuTelemetry]:
+        # The CUDA index names the GPU where speed findings do; NVML's where only telemetry exists.
+        return {uuid: GpuTelemetry(self.host, uuid, self._cuda_index.get(uuid, self._nvml_index.get(uuid)),
+                                   self._readings.get(uuid, {}), self._load.get(uuid, {}))
+                for uuid in sorted(set(self._readings) | set(self._load))}
 
 
 def telemetry_findings(gpu: GpuTelemetry) -> list[RuleFinding]:
