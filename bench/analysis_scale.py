@@ -45,7 +45,8 @@ def node(name: str, rng: random.Random, slow_gpu: int | None, with_p2p: bool) ->
         results += [
             record("gemm", gpu, "tflops", 740 * factor * rng.gauss(1, 0.01), "TFLOP/s",
                    {"dtype": "bf16", "m": 8192, "n": 8192, "k": 8192, "mode": "concurrent"}, dict(LOAD)),
-            record("membw", gpu, "bandwidth", 2900 * rng.gauss(1, 0.01), "GB/s", {"memory": "device", "buffer_mib": 1024}),
+            record("membw", gpu, "bandwidth", 2900 * rng.gauss(1, 0.01), "GB/s",
+                   {"memory": "device", "buffer_mib": 1024}),
             record("pcie", gpu, "bandwidth", 55 * rng.gauss(1, 0.01), "GB/s", {"direction": "h2d", "buffer_mib": 256}),
             record("pcie", gpu, "bandwidth", 53 * rng.gauss(1, 0.01), "GB/s", {"direction": "d2h", "buffer_mib": 256}),
             record("smclock", gpu, "sm_clock", 1978 * rng.gauss(1, 0.002), "MHz", {"threads_per_block": 512}),
