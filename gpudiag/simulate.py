@@ -54,13 +54,11 @@ from .simulate_records import (
     GpuState,
     NodeState,
     Noise,
-    Sku,
-    SkuTable,
     gpu_identity,
-    load_skus,
     parse_bundle_argv,
     run_bundle,
 )
+from .sku import Sku, SkuTable, load_skus
 from .transport import CommandResult, Unreachable
 
 __all__ = ["Fault", "Fleet", "Noise", "SimulatedConnector", "SimulatedFleet", "SimulatedSession", "Sku",

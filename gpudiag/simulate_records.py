@@ -17,10 +17,9 @@ import random
 import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, NoReturn
 
-from .errors import InstallationError
+from .sku import Sku
 from .transport import CommandResult
 
 PROBE_NAMES = ("facts", "telemetry", "gemm", "membw", "p2p", "pcie", "smclock")
@@ -63,80 +62,6 @@ SETUP_S = {"facts": 0.6, "telemetry": 0.4, "gemm": 1.0, "membw": 0.4, "p2p": 1.0
 DEADLINE_GRACE_S = 5.0
 # A host starved of CPU (slow_node, factor f) launches kernels late: GEMM runs at f ** this.
 HOST_GEMM_EXPONENT = 0.25
-
-
-@dataclass(frozen=True)
-class HostSku:
-    """The host of a typical node of the SKU (for the facts record and host-side figures)."""
-
-    cpu_model: str
-    cpu_count: int
-    memory_total_mib: int
-    cpu_gemm_tflops: float
-    membw_gbps: float
-
-
-@dataclass(frozen=True)
-class NetworkSku:
-    """The node's scale-out network: rails, line rate and what a pair test achieves (Gbit/s)."""
-
-    rails: int
-    rail_line_rate_gbps: float
-    rail_gbps: float
-
-
-@dataclass(frozen=True)
-class Sku:
-    """What a healthy GPU of one model measures with the probes (units in the field names)."""
-
-    gpu_model: str
-    gpu_memory_mib: int
-    cuda_arch: str
-    sm_count: int
-    fp32_lanes_per_sm: int
-    shared_memory_per_sm_bytes: int
-    sm_clock_max_mhz: int
-    sm_clock_idle_mhz: int
-    memory_clock_max_mhz: int
-    power_limit_w: float
-    power_idle_w: float
-    nvlinks: int
-    nvlink_version_code: int
-    nvlink_speed_mbyte_per_s: int
-    pcie_generation_max: int
-    pcie_width_max: int
-    gemm_tflops: Mapping[str, float]
-    membw_gbps: float
-    p2p_unidirectional_gbps: float
-    p2p_bidirectional_gbps: float
-    pcie_h2d_gbps: float
-    pcie_d2h_gbps: float
-    host: HostSku
-    network: NetworkSku
-
-
-@dataclass(frozen=True)
-class SkuTable:
-    """The SKU figures by GPU model; ``floor_fraction`` × a figure is that metric's per-SKU floor."""
-
-    floor_fraction: float
-    skus: Mapping[str, Sku]
-
-
-def load_skus() -> SkuTable:
-    """The packaged ``gpudiag/data/sku.json``. Raises InstallationError when it is unusable."""
-    try:
-        data = json.loads(resources.files("gpudiag").joinpath("data/sku.json").read_text(encoding="utf-8"))
-        skus = {entry["gpu_model"]: _sku(entry) for entry in data["skus"]}
-        return SkuTable(floor_fraction=float(data["floor_fraction"]), skus=skus)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise InstallationError(f"gpudiag/data/sku.json is unusable ({type(error).__name__}: {error}); "
-                                "reinstall gpudiag") from error
-
-
-def _sku(entry: Mapping[str, Any]) -> Sku:
-    return Sku(**{**entry, "gemm_tflops": dict(entry["gemm_tflops"]), "host": HostSku(**entry["host"]),
-                  "network": NetworkSku(**entry["network"])})
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,20 @@ from typing import Any
 from .errors import StoreError
 from .exitcodes import ExitCode
 from .keys import result_key
+from .storeschema import (
+    SCHEMA_VERSION,
+    checked_connection,
+    make_folder,
+    migrate,
+    refuse_unusable,
+    refuse_upgrade_without_write_access,
+    sqlite_errors,
+    transaction,
+)
 
 # The sweep document's schema (gpudiag.sweep.SCHEMA) for a sweep that never finished; not
 # imported from there, so that the sweep may import the store.
 SWEEP_SCHEMA = "gpudiag.sweep/1"
-BUSY_TIMEOUT_MS = 30_000
 LATEST_SHOWN = 5
 # Findings about the link between two hosts: they say nothing about either host's GPUs.
 LINK_KINDS = frozenset({"slow_link", "slow_nic"})
@@ -43,43 +52,6 @@ _FINDING_FIELDS = ("kind", "severity", "host", "peer", "gpu", "metric", "value",
                    "robust_z", "confirmed", "evidence", "action")
 _JSON_FIELDS = frozenset({"facts", "params", "details"})
 _BOOL_FIELDS = frozenset({"confirmed"})
-
-# One SQL script per schema version (index = version - 1), each applied in one transaction.
-# Measured numbers have no declared type, so SQLite keeps each as it was given (an int stays an
-# int, a float a float) and a stored document reads back exactly. extra_json keeps fields beyond
-# the contract's. Never edit a released script: add the next one.
-MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,
-        interrupted INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, options_json TEXT NOT NULL DEFAULT '{}',
-        summary_json TEXT, document_schema TEXT NOT NULL, layout_json TEXT, extra_json TEXT);
-    CREATE TABLE hosts (sweep_id TEXT NOT NULL REFERENCES sweeps (sweep_id) ON DELETE CASCADE,
-        host TEXT NOT NULL, ordinal INTEGER NOT NULL, status TEXT NOT NULL, error TEXT, duration_s,
-        facts_json TEXT, extra_json TEXT, PRIMARY KEY (sweep_id, host));
-    CREATE INDEX hosts_by_host ON hosts (host);
-    CREATE TABLE results (sweep_id TEXT NOT NULL, host TEXT NOT NULL, ordinal INTEGER NOT NULL,
-        probe TEXT NOT NULL, device TEXT NOT NULL, gpu_uuid TEXT, metric TEXT NOT NULL, value, unit TEXT,
-        samples INTEGER, cv, status TEXT NOT NULL, reason TEXT, params_json TEXT, details_json TEXT,
-        baseline_key TEXT, extra_json TEXT, PRIMARY KEY (sweep_id, host, ordinal),
-        FOREIGN KEY (sweep_id, host) REFERENCES hosts (sweep_id, host) ON DELETE CASCADE);
-    CREATE INDEX results_by_baseline_key ON results (baseline_key) WHERE baseline_key IS NOT NULL;
-    CREATE TABLE links (sweep_id TEXT NOT NULL REFERENCES sweeps (sweep_id) ON DELETE CASCADE,
-        ordinal INTEGER NOT NULL, a TEXT NOT NULL, b TEXT NOT NULL, rail INTEGER, backend TEXT, metric TEXT,
-        value, phase TEXT, details_json TEXT, extra_json TEXT, PRIMARY KEY (sweep_id, ordinal));
-    CREATE TABLE findings (sweep_id TEXT NOT NULL REFERENCES sweeps (sweep_id) ON DELETE CASCADE,
-        ordinal INTEGER NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL, host TEXT NOT NULL, peer TEXT,
-        gpu INTEGER, metric TEXT, value, reference, deficit_pct, robust_z, confirmed INTEGER NOT NULL,
-        evidence TEXT, action TEXT, extra_json TEXT, PRIMARY KEY (sweep_id, ordinal));
-    CREATE INDEX findings_by_host ON findings (host);
-    """,
-    """
-    CREATE TABLE baselines (name TEXT NOT NULL, key TEXT NOT NULL, median REAL NOT NULL, mad REAL NOT NULL,
-        count INTEGER NOT NULL, unit TEXT, created_at TEXT NOT NULL, source_sweeps_json TEXT NOT NULL,
-        PRIMARY KEY (name, key));
-    """,
-)
-SCHEMA_VERSION = len(MIGRATIONS)
-
 
 @dataclass(frozen=True)
 class BaselineSample:
@@ -126,22 +98,22 @@ class Store:
         that is not a gpudiag store, a corrupt or unreadable one, all left untouched.
         """
         store_path = Path(path).expanduser()
-        _refuse_unusable(store_path, readonly)
+        refuse_unusable(store_path, readonly)
         if readonly:
-            with _sqlite_errors(store_path, "opening the store"):
-                connection, version = _checked_connection(store_path, readonly=True)
+            with sqlite_errors(store_path, "opening the store"):
+                connection, version = checked_connection(store_path, readonly=True)
                 if version < SCHEMA_VERSION:  # an older store: upgrade it in place, then read it
                     connection.close()
-                    _refuse_upgrade_without_write_access(store_path, version)
+                    refuse_upgrade_without_write_access(store_path, version)
                     cls.open(store_path).close()
-                    connection, _ = _checked_connection(store_path, readonly=True)
+                    connection, _ = checked_connection(store_path, readonly=True)
             return cls(connection, store_path, readonly=True)
-        _make_folder(store_path)
-        with _sqlite_errors(store_path, "opening the store"):
-            connection, _ = _checked_connection(store_path, readonly=False)
+        make_folder(store_path)
+        with sqlite_errors(store_path, "opening the store"):
+            connection, _ = checked_connection(store_path, readonly=False)
             try:
                 connection.execute("PRAGMA journal_mode = WAL")
-                _migrate(connection)
+                migrate(connection)
             except sqlite3.Error:
                 connection.close()
                 raise
@@ -283,13 +255,13 @@ class Store:
         store was ``doing``. For gpudiag's own modules (e.g. baselines), which own their SQL."""
         if self.readonly:
             raise StoreError(f"{self.path}: the store was opened read-only, so it cannot be written ({doing})")
-        with self._lock, _sqlite_errors(self.path, doing), _transaction(self._connection):
+        with self._lock, sqlite_errors(self.path, doing), transaction(self._connection):
             yield self._connection
 
     @contextmanager
     def reading(self, doing: str) -> Iterator[sqlite3.Connection]:
         """The connection under the lock, for reads; SQLite errors become StoreError."""
-        with self._lock, _sqlite_errors(self.path, doing):
+        with self._lock, sqlite_errors(self.path, doing):
             yield self._connection
 
     def _begun_sweep(self, db: sqlite3.Connection, sweep_id: str) -> sqlite3.Row:
@@ -319,141 +291,6 @@ class Store:
                                gpu=row["gpu_uuid"] or row["device"])
                 for row in rows
                 if row["host"] not in hosts_out and (row["host"], _gpu_index(row["device"])) not in gpus_out]
-
-
-# -- opening -----------------------------------------------------------------------------------------
-
-
-def _refuse_unusable(path: Path, readonly: bool) -> None:
-    if path.is_dir():
-        raise StoreError(f"{path}: is a folder, not a store file; give a file path such as {path / 'gpudiag.db'}")
-    if readonly and not path.exists():
-        raise StoreError(f"{path}: no store there yet; run a sweep first (it stores every sweep), "
-                         "or give the path of an existing store")
-    wanted = os.R_OK if readonly else os.R_OK | os.W_OK
-    if path.exists() and not os.access(path, wanted):
-        access = "read" if readonly else "read and write"
-        raise StoreError(f"{path}: permission denied; you need to {access} the store: fix its permissions "
-                         "or give another store path")
-
-
-def _refuse_upgrade_without_write_access(path: Path, version: int) -> None:
-    if not os.access(path, os.W_OK):
-        raise StoreError(f"{path}: a store of an older schema ({version}; this gpudiag uses {SCHEMA_VERSION}) "
-                         "that you may not write, so it cannot be upgraded; run a sweep with it once as a user "
-                         "who may write it, or give another store path")
-
-
-def _make_folder(path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise StoreError(f"{path.parent}: cannot create the store's folder ({error.strerror or error}); "
-                         "give another store path") from error
-
-
-def _checked_connection(path: Path, *, readonly: bool) -> tuple[sqlite3.Connection, int]:
-    """A connection to a file that is a gpudiag store of a schema this gpudiag knows (or an empty
-    file), and that schema's version. Only reads happen before the checks pass. Raises StoreError
-    or sqlite3.Error, having closed the connection."""
-    mode = "ro" if readonly else "rwc"
-    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True, isolation_level=None,
-                                 timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-    try:
-        connection.row_factory = sqlite3.Row
-        connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        connection.execute("PRAGMA foreign_keys = ON")
-        version = _check_schema(connection, path)
-    except (sqlite3.Error, StoreError):
-        connection.close()
-        raise
-    return connection, version
-
-
-def _check_schema(connection: sqlite3.Connection, path: Path) -> int:
-    version = _user_version(connection)  # reading the header: "file is not a database" shows here
-    tables = [row[0] for row in connection.execute(  # reading the schema: a corrupt first page shows here
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%' ORDER BY name")]
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{path}: written by a newer gpudiag (store schema {version}; this one knows up to "
-                         f"{SCHEMA_VERSION}); upgrade gpudiag or give another store path; the file is left untouched")
-    if version == 0 and tables:
-        raise StoreError(f"{path}: an SQLite database that is not a gpudiag store (tables: {', '.join(tables)}); "
-                         "give another store path; the file is left untouched")
-    return version
-
-
-def _user_version(connection: sqlite3.Connection) -> int:
-    return int(connection.execute("PRAGMA user_version").fetchone()[0])
-
-
-def _migrate(connection: sqlite3.Connection) -> None:
-    """Apply the missing migrations, one transaction each; the version is checked again inside
-    each, as another process may be upgrading the same file."""
-    for version in range(_user_version(connection) + 1, SCHEMA_VERSION + 1):
-        with _transaction(connection):
-            if _user_version(connection) >= version:
-                continue
-            for statement in _statements(MIGRATIONS[version - 1]):
-                connection.execute(statement)
-            connection.execute(f"PRAGMA user_version = {version}")
-
-
-def _statements(script: str) -> Iterator[str]:
-    """The statements of an SQL script, one at a time (executescript would commit on its own)."""
-    pending = ""
-    for line in script.splitlines(keepends=True):
-        pending += line
-        if sqlite3.complete_statement(pending):
-            yield pending.strip()
-            pending = ""
-    if pending.strip():
-        raise ValueError(f"an incomplete SQL statement at the end of a migration: {pending.strip()[:80]!r}")
-
-
-@contextmanager
-def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE … COMMIT, rolled back when the block does not complete (Ctrl-C included)."""
-    connection.execute("BEGIN IMMEDIATE")
-    committed = False
-    try:
-        yield
-        connection.execute("COMMIT")
-        committed = True
-    finally:
-        if not committed and connection.in_transaction:
-            connection.execute("ROLLBACK")
-
-
-@contextmanager
-def _sqlite_errors(path: Path, doing: str) -> Iterator[None]:
-    try:
-        yield
-    except sqlite3.Error as error:
-        raise _store_error(path, doing, error) from error
-
-
-def _store_error(path: Path, doing: str, error: sqlite3.Error) -> StoreError:
-    """One line naming the file, what went wrong and the fix."""
-    text = str(error)
-    name = getattr(error, "sqlite_errorname", "") or ""
-    untouched = "gpudiag leaves the file untouched"
-    if name == "SQLITE_NOTADB" or "not a database" in text:
-        return StoreError(f"{path}: not a gpudiag store (the file is not an SQLite database); give another "
-                          f"store path or move the file away; {untouched}")
-    if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
-        return StoreError(f"{path}: the store is corrupt ({text}); move it aside (gpudiag then starts a new one) "
-                          f"and try `sqlite3 {path} .recover` to rescue it; {untouched}")
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
-        return StoreError(f"{path}: the store stayed busy for {BUSY_TIMEOUT_MS // 1000} s while {doing} "
-                          "(another gpudiag is writing it); try again")
-    if name.startswith("SQLITE_READONLY") or "readonly" in text:
-        return StoreError(f"{path}: cannot write the store while {doing} ({text}); check the permissions of "
-                          "the file and its folder, or give another store path")
-    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")) or "unable to open" in text:
-        return StoreError(f"{path}: cannot open the store ({text}); check that you may read and write the file "
-                          "and its folder, or give another store path")
-    return StoreError(f"{path}: store error while {doing}: {text}")
 
 
 # -- rows --------------------------------------------------------------------------------------------

@@ -8,11 +8,11 @@ import shutil
 import struct
 import subprocess
 import zlib
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from html_tables import HtmlTables
 
 from gpudiag.report import render_report, write_report
 
@@ -93,36 +93,6 @@ def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
     return chunks
 
 
-class Tables(HTMLParser):
-    """Rows of cell texts of every <table id=...>, by id."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tables: dict[str, list[list[str]]] = {}
-        self._table: str | None = None
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "table":
-            self._table = dict(attrs).get("id") or ""
-            self.tables[self._table] = []
-        elif tag == "tr" and self._table is not None:
-            self.tables[self._table].append([])
-        elif tag in ("td", "th") and self._table is not None:
-            self._cell = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("td", "th") and self._cell is not None and self._table is not None:
-            self.tables[self._table][-1].append("".join(self._cell).strip())
-            self._cell = None
-        elif tag == "table":
-            self._table = None
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
-
-
 @pytest.fixture(scope="module")
 def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("report") / "report.html"
@@ -149,7 +119,7 @@ def test_the_report_renders_to_a_screenshot_of_the_window_size_that_is_not_blank
 def test_the_rendered_dom_holds_the_heatmap_rows_and_the_findings(report_file: Path, tmp_path: Path):
     done = run_chromium(report_file, tmp_path, "--dump-dom")
     assert done.returncode == 0, done.stderr[-2000:]
-    parser = Tables()
+    parser = HtmlTables()
     parser.feed(done.stdout)
     heatmap = parser.tables["gemm-heatmap"]
     assert len(heatmap) == 1 + len(HOSTS)

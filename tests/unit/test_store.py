@@ -18,7 +18,8 @@ from gpudiag.errors import StoreError
 from gpudiag.exitcodes import ExitCode
 from gpudiag.findings import Finding
 from gpudiag.results import ProbeResult
-from gpudiag.store import MIGRATIONS, SCHEMA_VERSION, Store, default_store_path
+from gpudiag.store import Store, default_store_path
+from gpudiag.storeschema import MIGRATIONS, SCHEMA_VERSION
 from gpudiag.sweep import HostOutcome
 
 FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "driver": "550.54.15",
