@@ -112,11 +112,14 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> Sweep
     hosts = [host.to_dict() for host in first.hosts]
     floors = _floors(first.hosts)
     analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, sku_floors=floors)
-    if request.retest and analysis.suspects and not first.interrupted:
-        retest = _retest(request, setup, analysis, first)
-        analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, sku_floors=floors, retest_hosts=retest)
+    interrupted = first.interrupted
+    if request.retest and analysis.suspects and not interrupted:
+        retest, interrupted = _retest(request, setup, analysis, first)
+        if not interrupted:  # an interrupted re-test confirms nothing: the suspects stay unconfirmed
+            analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, sku_floors=floors,
+                               retest_hosts=retest)
     result = dataclasses.replace(first, findings=analysis.findings, impact=analysis.impact.to_dict(),
-                                 finished_at=datetime.now(timezone.utc))
+                                 finished_at=datetime.now(timezone.utc), interrupted=interrupted)
     if setup.store is not None:
         setup.store.record_findings(sweep_id, [f.to_dict() for f in result.findings])
         setup.store.finish_sweep(sweep_id, result.to_dict())
@@ -131,8 +134,10 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
     return lambda outcome: store.record_host(sweep_id, outcome.to_dict())
 
 
-def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: SweepResult) -> list[dict[str, Any]]:
-    """The suspects' probes again, one GPU at a time, on the suspects' hosts only."""
+def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis,
+            first: SweepResult) -> tuple[list[dict[str, Any]], bool]:
+    """The suspects' probes again, one GPU at a time, on the suspects' hosts only; returns the
+    re-tested hosts (with their first-pass facts) and whether the re-test was interrupted."""
     suspect_hosts = sorted({s.measurement.host for s in analysis.suspects})
     probes = tuple(sorted({s.measurement.probe for s in analysis.suspects}))
     options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes,
@@ -140,7 +145,7 @@ def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: Swe
     specs = [host for host in setup.hosts if host.label in set(suspect_hosts)]
     again = run_sweep(specs, options, setup.connector, setup.bundle, QuietProgress())
     facts = {host.host: host.facts for host in first.hosts}
-    return [{**host.to_dict(), "facts": facts[host.host]} for host in again.hosts if host.ok]
+    return [{**host.to_dict(), "facts": facts[host.host]} for host in again.hosts if host.ok], again.interrupted
 
 
 def _floors(hosts: Sequence[HostOutcome]) -> Mapping[sku.FloorKey, float]:

@@ -171,3 +171,20 @@ def test_one_gpu_with_slow_nvlinks_is_named_not_every_pair():
         hosts.append(_host(f"node{h:02d}", [740.0] * 8, extra=pairs))
     found = analyse(hosts, default_thresholds()).findings
     assert [(f.kind, f.host, f.gpu, f.metric) for f in found] == [("slow_gpu", "node03", 2, "p2p.bandwidth")]
+
+
+def test_a_thresholds_file_overrides_a_subset_and_keeps_the_other_defaults(tmp_path):
+    from gpudiag.thresholds import load_thresholds
+
+    path = tmp_path / "t.json"
+    path.write_text('{"schema": "gpudiag.thresholds/1", "deficit_fail": {"value": 12.5, "unit": "percent"}}')
+    loaded = load_thresholds(str(path))
+    assert loaded.deficit_fail_pct == 12.5
+    assert loaded.min_peers == default_thresholds().min_peers
+    hosts = _fleet()
+    hosts[5]["results"][3]["value"] = 740 * 0.9
+    retest = [_host("node005", [740, 740, 740, 740 * 0.9, 740, 740, 740, 740])]
+    (finding,) = analyse(hosts, loaded, retest_hosts=retest).findings
+    assert finding.severity == "warn"  # a 10 % deficit is under the 12.5 % fail threshold given
+    (strict,) = analyse(hosts, default_thresholds(), retest_hosts=retest).findings
+    assert strict.severity == "fail"
