@@ -15,6 +15,7 @@ from sshd_hosts import SshdFleet, process_count_matching
 
 from gpudiag.bundle import locate_bundle
 from gpudiag.cli import main
+from gpudiag.store import Store
 
 
 def _setup(fleet: SshdFleet, tmp_path: Path, known=None, extra=None, names=None) -> dict[str, Path]:
@@ -149,7 +150,7 @@ def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet
     process = subprocess.Popen(
         [sys.executable, "-m", "gpudiag", "sweep", "--hosts", str(paths["hosts"]), "--ssh-config",
          str(paths["config"]), "--known-hosts", str(paths["known_hosts"]), "--python", slow,
-         "--probes", "facts", "--json", str(paths["json"]), "-q"],
+         "--probes", "facts", "--json", str(paths["json"]), "-q", "--store", str(tmp_path / "gpudiag.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while (process_count_matching(f"^sleep {nap}$") == 0 or len(list(done.iterdir())) < 2) \
@@ -162,5 +163,8 @@ def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet
     document = json.loads(paths["json"].read_text())
     assert _statuses(document) == {"node01": "ok", "node02": "ok", "node03": "interrupted"}
     assert document["summary"]["exit_code"] == 130
+    with Store.open(tmp_path / "gpudiag.db", readonly=True) as store:  # what finished was kept
+        stored = store.load_document(document["sweep_id"])
+    assert _statuses(stored) == _statuses(document)
     time.sleep(1.0)
     assert process_count_matching(f"^sleep {nap}$") == 0  # the hung probe was ended on its host
