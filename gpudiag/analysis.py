@@ -192,8 +192,9 @@ def confirm(suspects: Sequence[Suspect], retested: Sequence[Measurement] | None,
     """Suspects whose re-test repeats the deficit are confirmed; those whose re-test does not are
     dropped (a one-off dip). A suspect whose host could not be re-tested stays, unconfirmed.
 
-    Both measurements are evidence: the deficit of their mean must reach ``retest_deficit``, and
-    the re-test must itself fall below the reference. Averaging halves the noise's variance, so
+    Both measurements are evidence: their mean must fall ``retest_deficit`` below the reference
+    and be as far below it (robust z) as one suspect must be, and the re-test must itself fall
+    below the reference. Averaging halves the noise's variance, so
     a real 5 % deficit is rarely lost to one unlucky draw, and a noise dip rarely repeats."""
     if retested is None:
         return list(suspects)
@@ -205,7 +206,8 @@ def confirm(suspects: Sequence[Suspect], retested: Sequence[Measurement] | None,
         if again is not None:
             deficit = 100 * (suspect.reference.value - again.value) / suspect.reference.value
             mean_deficit = (suspect.deficit_pct + deficit) / 2
-            if deficit > 0 and mean_deficit >= thresholds.retest_deficit_pct:
+            mean_z = (suspect.robust_z + (again.value - suspect.reference.value) / suspect.reference.spread) / 2
+            if deficit > 0 and mean_deficit >= thresholds.retest_deficit_pct and mean_z <= thresholds.robust_z:
                 kept.append(Suspect(suspect.measurement, suspect.reference, suspect.robust_z, mean_deficit,
                                     confirmed=True))
         elif suspect.measurement.host not in hosts:
