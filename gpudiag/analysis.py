@@ -145,8 +145,10 @@ def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: B
     by_key: dict[str, list[float]] = defaultdict(list)
     floor_keys: dict[str, FloorKey] = {}
     for m in found:
-        by_key[m.key].append(m.value)
-        floor_keys[m.key] = floor_key(m.probe, m.metric, m.params)
+        values = by_key[m.key]
+        if not values:
+            floor_keys[m.key] = floor_key(m.probe, m.metric, m.params)
+        values.append(m.value)
     refs = {}
     for key, values in by_key.items():
         ref = _reference(values, thresholds, baseline.get(key) if baseline else None,

@@ -82,15 +82,16 @@ class TelemetryCollector:
         self._load: dict[str, Mapping[str, Any]] = {}
 
     def add(self, result: Mapping[str, Any]) -> None:
-        probe = result.get("probe")
         uuid = result.get("gpu_uuid")
         if not uuid:
             return
+        probe = result.get("probe")
         if probe == "telemetry":
-            if uuid not in self._readings:
-                self._readings[uuid] = {}
+            readings = self._readings.get(uuid)
+            if readings is None:
+                readings = self._readings[uuid] = {}
                 self._nvml_index[uuid] = _index(result.get("device"))
-            self._readings[uuid][result["metric"]] = result
+            readings[result["metric"]] = result
         elif probe == "gemm" and result.get("status") == "ok":
             self._load[uuid] = result.get("details") or {}
             self._cuda_index[uuid] = _index(result.get("device"))
