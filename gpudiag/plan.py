@@ -120,8 +120,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> Sweep
                                retest_hosts=retest)
     result = dataclasses.replace(first, findings=analysis.findings, impact=analysis.impact.to_dict(),
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted)
-    if setup.store is not None:
-        setup.store.record_findings(sweep_id, [f.to_dict() for f in result.findings])
+    if setup.store is not None:  # the finished document carries the findings and the impact
         setup.store.finish_sweep(sweep_id, result.to_dict())
     return result
 
@@ -142,7 +141,8 @@ def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis,
     probes = tuple(sorted({s.measurement.probe for s in analysis.suspects}))
     options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes,
                                                                            sequential=True))
-    specs = [host for host in setup.hosts if host.label in set(suspect_hosts)]
+    wanted = set(suspect_hosts)
+    specs = [host for host in setup.hosts if host.label in wanted]
     again = run_sweep(specs, options, setup.connector, setup.bundle, QuietProgress())
     facts = {host.host: host.facts for host in first.hosts}
     return [{**host.to_dict(), "facts": facts[host.host]} for host in again.hosts if host.ok], again.interrupted
