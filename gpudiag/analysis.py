@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from . import rules
-from .findings import FAIL, WARN, Finding, unchecked
+from .findings import FAIL, WARN, Finding, cost_order, unchecked
 from .keys import COMPARED_PROBES, host_keys
+from .results import device_index
 from .sku import FloorKey, floor_key
 from .thresholds import Thresholds
 
@@ -60,8 +61,7 @@ class Measurement(NamedTuple):
 
     @property
     def gpu(self) -> int | None:
-        prefix, _, number = self.device.partition(":")
-        return int(number) if prefix == "cuda" and number.isdigit() else None
+        return device_index(self.device)
 
     @property
     def repeat_key(self) -> tuple[str, str, str, str, str]:
@@ -235,9 +235,8 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
 
 
 def finding_order(finding: Finding) -> tuple[Any, ...]:
-    """What a finding costs a job first: fail before warn, larger deficit first, then by place."""
-    return (finding.severity != FAIL, -(finding.deficit_pct or 0.0), finding.kind, finding.host,
-            finding.peer or "", -1 if finding.gpu is None else finding.gpu, finding.metric or "")
+    """What a finding costs a job first (gpudiag.findings.cost_order, as reports sort them)."""
+    return cost_order(finding.to_dict())
 
 
 def _speed_findings(suspects: Sequence[Suspect], telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]],
@@ -304,7 +303,7 @@ def _gpu_finding(suspect: Suspect, telemetry: Mapping[str, rules.GpuTelemetry], 
     context = {r.kind for r in rules.telemetry_findings(gpu_rules)} if gpu_rules else set()
     kind = next((k for k in EXPLAINED_BY.get(m.probe, ()) if k in context), kind)
     evidence = _speed_evidence(suspect, gpu_rules)
-    return _finding(kind, m.host, m.gpu if m.gpu is not None else _index_of(m.device), suspect, evidence, thresholds)
+    return _finding(kind, m.host, m.gpu, suspect, evidence, thresholds)
 
 
 def _slow_node(host: str, probe: str, metric: str, group: Sequence[Suspect], gpu_count: int,
@@ -402,7 +401,3 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, Reference], find
                              "value": round(slowest.value, 3), "reference": round(refs[slowest.key].value, 3)},
                   max(0.0, slowdown - remaining), exclude, len(hosts))
 
-
-def _index_of(device: str) -> int | None:
-    prefix, _, number = device.partition(":")
-    return int(number) if number.isdigit() else None

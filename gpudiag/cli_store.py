@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .baseline import build_baseline, export_baseline, import_baseline, list_baselines, load_baseline, save_baseline
-from .errors import InputError
+from .errors import InputError, read_json_file
 from .exitcodes import ExitCode
 from .keys import describe_key
 from .report import render_report, write_report
@@ -52,12 +52,7 @@ def _document(source: str | None, store_path: str | None) -> dict:
     if source is not None and (source.endswith(".json") or os.path.sep in source) and not Path(source).is_file():
         raise InputError(f"{source}: no such sweep document")
     if source is not None and Path(source).is_file():
-        try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as error:
-            raise InputError(f"{source}: cannot read the sweep document: {error}") from error
-        except json.JSONDecodeError as error:
-            raise InputError(f"{source}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from error
+        data = read_json_file(source, "the sweep document")
         if not isinstance(data, dict) or data.get("schema") != "gpudiag.sweep/1":
             raise InputError(f"{source}: not a gpudiag sweep document (schema gpudiag.sweep/1)")
         return data
@@ -203,13 +198,7 @@ def baseline_export(name: str, path: str, store_path: str | None) -> ExitCode:
 @store_option
 def baseline_import(path: str, replace: bool, store_path: str | None) -> ExitCode:
     """Store a baseline exported by ``gpudiag baseline export``."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise InputError(f"{path}: cannot read the baseline file: {error.strerror or error}") from error
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from error
-    imported = import_baseline(data, path)
+    imported = import_baseline(read_json_file(path, "the baseline file"), path)
     with Store.open(_store_path(store_path)) as store:
         save_baseline(store, imported, replace=replace)
     click.echo(f"imported baseline {imported.name} ({len(imported.entries)} keys)")

@@ -6,6 +6,9 @@ everything below it raises these and never calls ``sys.exit`` itself.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from .exitcodes import ExitCode
 
 
@@ -24,6 +27,19 @@ class InputError(GpudiagError):
     def at_line(cls, path: str, line_number: int, problem: str, fix: str) -> InputError:
         """An error naming the file and line, the problem, and the fix, as one line."""
         return cls(f"{path}:{line_number}: {problem}; {fix}")
+
+
+def read_json_file(path: str, what: str) -> Any:
+    """The parsed JSON of ``path``. Raises InputError naming the file (and the line and column of
+    a syntax error); ``what`` says what the file should be, e.g. "the thresholds file"."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise InputError(f"{path}: cannot read {what}: {reason}") from error
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from error
 
 
 class ProbeOutputError(GpudiagError):

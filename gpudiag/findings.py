@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,18 @@ class Finding:
                 "gpu": self.gpu, "metric": self.metric, "value": self.value, "reference": self.reference,
                 "deficit_pct": self.deficit_pct, "robust_z": self.robust_z, "confirmed": self.confirmed,
                 "evidence": self.evidence, "action": self.action}
+
+
+def cost_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Sort key of a finding (its JSON object): what it costs a job first. ``fail`` before
+    ``warn``, the largest deficit first (None last), then kind, host, peer, GPU and metric, so
+    the order is the same whatever order the findings came in."""
+    severity_rank = {FAIL: 0, WARN: 1}.get(str(finding.get("severity")), 2)
+    deficit = finding.get("deficit_pct")
+    gpu = finding.get("gpu")
+    return (severity_rank, deficit is None, -(deficit or 0.0), str(finding.get("kind", "")),
+            str(finding.get("host", "")), finding.get("peer") is not None, str(finding.get("peer") or ""),
+            gpu is None, gpu if gpu is not None else 0, str(finding.get("metric") or ""))
 
 
 def unchecked(host: str, status: str, error: str | None) -> Finding:

@@ -101,10 +101,3 @@ def last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no error output)"
 
-
-def check_names(names: Sequence[str]) -> tuple[str, ...]:
-    """The probe names, checked; raises ValueError naming the first unknown one."""
-    for name in names:
-        if name not in PROBE_NAMES:
-            raise ValueError(f"unknown probe {name!r}; choose from {', '.join(PROBE_NAMES)}")
-    return tuple(names)

@@ -28,8 +28,10 @@ from typing import Any
 from tabulate import tabulate
 
 from .errors import InstallationError, OutputError
+from .findings import cost_order
 from .hosts import fold_hosts
 from .render import format_value
+from .results import device_index
 
 FORMATS = ("text", "md", "json", "html")
 TEMPLATE_FILES = ("report.html", "report.css")
@@ -87,7 +89,7 @@ def write_report(text: str, path: str | os.PathLike[str]) -> None:
 def sort_findings(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Findings ordered by what they cost a job: ``fail`` before ``warn``, then the largest
     ``deficit_pct`` first (None last), then kind, host, peer and GPU, so the order is deterministic."""
-    return sorted(findings, key=_finding_cost_key)
+    return sorted(findings, key=cost_order)
 
 
 def summary_line(document: Document) -> str:
@@ -504,17 +506,7 @@ def _gemm_gpu_index(result: Mapping[str, Any]) -> int | None:
         return None
     if result.get("status", OK) != OK:
         return None
-    prefix, _, number = str(result.get("device", "")).partition(":")
-    return int(number) if prefix == "cuda" and number.isdigit() else None
-
-
-def _finding_cost_key(finding: Mapping[str, Any]) -> tuple[Any, ...]:
-    severity_rank = {"fail": 0, "warn": 1}.get(str(finding.get("severity")), 2)
-    deficit = finding.get("deficit_pct")
-    gpu = finding.get("gpu")
-    return (severity_rank, deficit is None, -(deficit or 0.0), str(finding.get("kind", "")),
-            str(finding.get("host", "")), finding.get("peer") is not None, str(finding.get("peer") or ""),
-            gpu is None, gpu if gpu is not None else 0)
+    return device_index(result.get("device", "")) if str(result.get("device", "")).startswith("cuda:") else None
 
 
 def _deficit_words(finding: Mapping[str, Any]) -> str:

@@ -46,6 +46,13 @@ class ProbeResult:
                 "reason": self.reason, "params": dict(self.params), "details": dict(self.details)}
 
 
+def device_index(device: object) -> int | None:
+    """The GPU index of a record's device (3 for ``cuda:3`` or NVML's ``gpu:3``); None for
+    ``cpu``, ``host`` or anything else."""
+    _, _, number = str(device).partition(":")
+    return int(number) if number.isdigit() else None
+
+
 def parse_probe_output(text: str, source: str) -> list[ProbeResult]:
     """Every record in ``text`` (JSON lines; blank lines ignored), in order.
 

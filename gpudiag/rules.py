@@ -7,11 +7,12 @@ GPU lowers its clocks and PCIe generation on purpose.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .findings import FAIL, WARN
+from .results import device_index
 
 # Clocks-event reasons that mean the hardware slowed the GPU down (a fail under load), and the
 # software ones worth a warning; the rest (idle, application clocks, sync boost) are normal.
@@ -62,14 +63,6 @@ class RuleFinding:
     evidence: str
 
 
-def gpu_telemetry(host: str, results: Sequence[Mapping[str, Any]]) -> dict[str, GpuTelemetry]:
-    """Each GPU's telemetry on ``host``, by UUID; the load evidence comes from its GEMM record."""
-    collector = TelemetryCollector(host)
-    for result in results:
-        collector.add(result)
-    return collector.gpus()
-
-
 class TelemetryCollector:
     """Gathers one host's telemetry records and GEMM load evidence, record by record (so that the
     analysis reads a sweep's records in one pass)."""
@@ -90,11 +83,11 @@ class TelemetryCollector:
             readings = self._readings.get(uuid)
             if readings is None:
                 readings = self._readings[uuid] = {}
-                self._nvml_index[uuid] = _index(result.get("device"))
+                self._nvml_index[uuid] = device_index(result.get("device"))
             readings[result["metric"]] = result
         elif probe == "gemm" and result.get("status") == "ok":
             self._load[uuid] = result.get("details") or {}
-            self._cuda_index[uuid] = _index(result.get("device"))
+            self._cuda_index[uuid] = device_index(result.get("device"))
 
     def gpus(self) -> dict[str, GpuTelemetry]:
         # The CUDA index names the GPU where speed findings do; NVML's where only telemetry exists.
@@ -178,7 +171,3 @@ def _ecc(gpu: GpuTelemetry) -> tuple[str, str, str] | None:
         return "ecc", WARN, f"row remap pending ({uncorrectable_rows:.0f} rows remapped for uncorrectable errors)"
     return None
 
-
-def _index(device: Any) -> int | None:
-    prefix, _, number = str(device).partition(":")
-    return int(number) if number.isdigit() else None

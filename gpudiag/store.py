@@ -24,6 +24,7 @@ from typing import Any
 from .errors import StoreError
 from .exitcodes import ExitCode
 from .keys import result_key
+from .results import device_index
 from .storeschema import (
     SCHEMA_VERSION,
     checked_connection,
@@ -290,7 +291,7 @@ class Store:
                                metric=row["metric"], value=row["value"], unit=row["unit"], host=row["host"],
                                gpu=row["gpu_uuid"] or row["device"])
                 for row in rows
-                if row["host"] not in hosts_out and (row["host"], _gpu_index(row["device"])) not in gpus_out]
+                if row["host"] not in hosts_out and (row["host"], device_index(row["device"])) not in gpus_out]
 
 
 # -- rows --------------------------------------------------------------------------------------------
@@ -444,8 +445,3 @@ def _excluded(findings: Sequence[sqlite3.Row]) -> tuple[set[str], set[tuple[str,
             gpus.add((finding["host"], int(finding["gpu"])))
     return hosts, gpus
 
-
-def _gpu_index(device: str) -> int | None:
-    """3 for ``cuda:3``; None for ``cpu`` or anything else."""
-    prefix, _, index = device.partition(":")
-    return int(index) if prefix == "cuda" and index.isdigit() else None

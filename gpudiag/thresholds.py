@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, read_json_file
 
 SCHEMA = "gpudiag.thresholds/1"
 # JSON key -> (dataclass field, unit, whether it must be a whole number)
@@ -57,13 +57,7 @@ def load_thresholds(path: str | None) -> Thresholds:
     """The defaults, overridden by ``path`` when given. Raises InputError naming file and key."""
     if path is None:
         return default_thresholds()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except OSError as error:
-        raise InputError(f"{path}: cannot read the thresholds file: {error.strerror or error}") from error
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from error
+    data = read_json_file(path, "the thresholds file")
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object of thresholds")
     merged = {**_defaults(), **data}

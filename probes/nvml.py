@@ -261,6 +261,10 @@ class Nvml:
     def pcie_width_max(self, handle: Any) -> int:
         return int(self.module.nvmlDeviceGetMaxPcieLinkWidth(handle))
 
+    def pcie_replay_count(self, handle: Any) -> int:
+        """PCIe replays since the driver loaded (a link retrying corrupted packets)."""
+        return int(self.module.nvmlDeviceGetPcieReplayCounter(handle))
+
     def ecc_uncorrected_count(self, handle: Any, aggregate: bool) -> int:
         """Uncorrected ECC errors: since the driver loaded (volatile) or over the GPU's life."""
         counter = self.module.NVML_AGGREGATE_ECC if aggregate else self.module.NVML_VOLATILE_ECC

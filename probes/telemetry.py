@@ -203,10 +203,6 @@ def _one(metric: str, read: Callable[[Nvml, Any], int | float]) -> ReadSpec:
     return (metric,), lambda nvml, handle: [Reading(metric, read(nvml, handle))]
 
 
-def _pynvml_getter(function_name: str) -> Callable[[Nvml, Any], int]:
-    return lambda nvml, handle: int(getattr(nvml.module, function_name)(handle))
-
-
 def _remapped_rows(nvml: Nvml, handle: Any) -> list[Reading]:
     rows = nvml.remapped_rows(handle)
     return [Reading("remapped_rows_correctable", rows.correctable_count),
@@ -276,11 +272,11 @@ _NVML_READS: tuple[ReadSpec, ...] = (
     _one("ecc_uncorrected_aggregate", lambda nvml, handle: nvml.ecc_uncorrected_count(handle, aggregate=True)),
     (("remapped_rows_correctable", "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure"),
      _remapped_rows),
-    _one("pcie_generation", _pynvml_getter("nvmlDeviceGetCurrPcieLinkGeneration")),
-    _one("pcie_generation_max", _pynvml_getter("nvmlDeviceGetMaxPcieLinkGeneration")),
-    _one("pcie_width", _pynvml_getter("nvmlDeviceGetCurrPcieLinkWidth")),
-    _one("pcie_width_max", _pynvml_getter("nvmlDeviceGetMaxPcieLinkWidth")),
-    _one("pcie_replay_count", _pynvml_getter("nvmlDeviceGetPcieReplayCounter")),
+    _one("pcie_generation", Nvml.pcie_generation),
+    _one("pcie_generation_max", Nvml.pcie_generation_max),
+    _one("pcie_width", Nvml.pcie_width),
+    _one("pcie_width_max", Nvml.pcie_width_max),
+    _one("pcie_replay_count", Nvml.pcie_replay_count),
     (("nvlink_links_up",), _nvlink),
 )
 
