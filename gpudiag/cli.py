@@ -9,6 +9,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
@@ -35,7 +36,10 @@ from .transport.ssh import SshSettings
 
 
 class GpudiagGroup(click.Group):
-    """The one place where errors become exit codes (see gpudiag.exitcodes)."""
+    """The one place where errors become exit codes (see gpudiag.exitcodes).
+
+    An error gpudiag did not foresee is its own failure, exit 4 (inconclusive): a pre-flight
+    hook must never read it as exit 1, "this node failed"."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -46,6 +50,13 @@ class GpudiagGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("gpudiag: interrupted", err=True)
             ctx.exit(int(ExitCode.INTERRUPTED))
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise  # click's own usage errors and exits keep their codes
+        except Exception as error:  # noqa: BLE001 - the last guard: an unforeseen error is inconclusive
+            traceback.print_exc(file=sys.stderr)
+            click.echo(f"gpudiag: internal error (a bug in gpudiag, not a finding about any node): "
+                       f"{type(error).__name__}: {error}; the result is inconclusive", err=True)
+            ctx.exit(int(ExitCode.INTERNAL))
         ctx.exit(int(code) if code is not None else int(ExitCode.OK))
 
 
@@ -156,7 +167,8 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
 
     Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
-    3 some hosts could not be checked; 130 interrupted (what finished is still written).
+    3 some hosts, GPUs or measurements could not be checked or compared; 4 gpudiag itself failed;
+    130 interrupted (what finished is still written).
     """
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")

@@ -5,7 +5,8 @@
 | 0    | every host checked, nothing at ``fail`` |
 | 1    | at least one ``fail`` finding |
 | 2    | usage or input error (bad hosts file, bad option, unreadable baseline) |
-| 3    | no ``fail`` finding, but some hosts (or measurements) could not be checked |
+| 3    | no ``fail`` finding, but some hosts, GPUs or measurements could not be checked or compared |
+| 4    | gpudiag itself failed (an unexpected error): inconclusive, never "this node failed" |
 | 130  | interrupted (partial results were still saved) |
 """
 
@@ -19,6 +20,7 @@ class ExitCode(IntEnum):
     FAIL = 1
     USAGE = 2
     UNCHECKED = 3
+    INTERNAL = 4
     INTERRUPTED = 130
 
 

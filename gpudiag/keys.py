@@ -26,7 +26,9 @@ def result_key(facts: Mapping[str, Any], result: Mapping[str, Any]) -> str | Non
 
 
 def host_keys(facts: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], str | None]:
-    """``result_key`` for the results of one host, with its facts read once."""
+    """``result_key`` for the results of one host, with its facts read once. A host whose facts
+    do not name its GPU model (or, for CPU results, its CPU model) has no keys: without facts,
+    every model and driver would pool into one key."""
     gpu_facts = (GPU_FACTS, tuple(facts.get(name) for name in GPU_FACTS))
     cpu_facts = (CPU_FACTS, tuple(facts.get(name) for name in CPU_FACTS))
 
@@ -34,6 +36,8 @@ def host_keys(facts: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], str | N
         if result.get("probe") not in COMPARED_PROBES or result.get("status") != "ok":
             return None
         chosen, values = cpu_facts if result.get("device") == "cpu" else gpu_facts
+        if values[0] is None:
+            return None
         # In the order the probe wrote them: the encoding sorts keys, so any order gives one key.
         params = tuple((result.get("params") or {}).items())
         parts = (chosen, values, result["probe"], result["metric"], result.get("unit"), params)

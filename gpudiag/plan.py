@@ -2,8 +2,8 @@
 
 1. Node probes on every host at once (bounded by the fan-out), each host stored as it finishes.
 2. Analysis against the fleet, the stored baseline and the SKU figures.
-3. Suspects re-tested alone (their probes only, one GPU at a time) on their hosts; only what
-   repeats is confirmed.
+3. Suspects re-tested (their probes only, in the first pass's mode: faults that show only
+   under full load must show again) on their hosts; only what repeats is confirmed.
 4. Findings, job impact and the finished document stored.
 
 Input errors (hosts, SSH configuration, thresholds, fleet file, store, baseline) are raised
@@ -13,12 +13,11 @@ before anything runs on a node.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from . import sku
 from .analysis import Analysis, analyse
 from .baseline import Baseline, list_baselines, load_baseline
 from .bundle import Bundle, BundleMissing, locate_bundle
@@ -34,6 +33,7 @@ from .transport.fleet import FleetConnector
 from .transport.ssh import SshSettings
 
 DEFAULT_BASELINE = "default"
+FACTS = "facts"
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class _Setup:
 def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress) -> SweepResult:
     """Run every phase; returns the analysed sweep. Raises InputError/StoreError before any node
     is touched when an input is bad."""
+    request = with_facts(request)
     setup = _set_up(request, stdin)
     try:
         return _run(request, setup, progress)
@@ -72,6 +73,16 @@ def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress) -> S
         setup.connector.close()
         if setup.store is not None:
             setup.store.close()
+
+
+def with_facts(request: SweepRequest) -> SweepRequest:
+    """The request with the facts probe always in its first pass: without the GPU model and
+    driver, results of every model and driver would pool into one key (or not be compared)."""
+    names = request.sweep.probe.names
+    if not names or FACTS in names:
+        return request
+    probe = dataclasses.replace(request.sweep.probe, names=(FACTS, *names))
+    return dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, probe=probe))
 
 
 def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
@@ -110,15 +121,15 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> Sweep
     first = run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
                       on_host_done=record, started_at=started_at, sweep_id=sweep_id)
     hosts = [host.to_dict() for host in first.hosts]
-    floors = _floors(first.hosts)
-    analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, sku_floors=floors)
+    analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline)
     interrupted = first.interrupted
     if request.retest and analysis.suspects and not interrupted:
         retest, interrupted = _retest(request, setup, analysis, first)
-        if not interrupted:  # an interrupted re-test confirms nothing: the suspects stay unconfirmed
-            analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, sku_floors=floors,
-                               retest_hosts=retest)
+        # An interrupted re-test confirms nothing: the suspects stay, unconfirmed, "not re-tested".
+        analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline,
+                           retest_hosts=None if interrupted else retest, retested=True)
     result = dataclasses.replace(first, findings=analysis.findings, impact=analysis.impact.to_dict(),
+                                 comparison=analysis.comparison_counts(),
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted)
     if setup.store is not None:  # the finished document carries the findings and the impact
         setup.store.finish_sweep(sweep_id, result.to_dict())
@@ -135,22 +146,17 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
 
 def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis,
             first: SweepResult) -> tuple[list[dict[str, Any]], bool]:
-    """The suspects' probes again, one GPU at a time, on the suspects' hosts only; returns the
-    re-tested hosts (with their first-pass facts) and whether the re-test was interrupted."""
+    """The suspects' probes again, in the first pass's mode, on the suspects' hosts only; returns
+    every re-tested host (any status, with its first-pass facts) and whether the re-test was
+    interrupted."""
     suspect_hosts = sorted({s.measurement.host for s in analysis.suspects})
     probes = tuple(sorted({s.measurement.probe for s in analysis.suspects}))
-    options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes,
-                                                                           sequential=True))
+    options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes))
     wanted = set(suspect_hosts)
     specs = [host for host in setup.hosts if host.label in wanted]
     again = run_sweep(specs, options, setup.connector, setup.bundle, QuietProgress())
     facts = {host.host: host.facts for host in first.hosts}
-    return [{**host.to_dict(), "facts": facts[host.host]} for host in again.hosts if host.ok], again.interrupted
-
-
-def _floors(hosts: Sequence[HostOutcome]) -> Mapping[sku.FloorKey, float]:
-    models = sorted({str(h.facts.get("gpu_model")) for h in hosts if h.ok and h.facts.get("gpu_model")})
-    return sku.floors_for(models[0]) if len(models) == 1 else {}
+    return [{**host.to_dict(), "facts": facts[host.host]} for host in again.hosts], again.interrupted
 
 
 def _options(request: SweepRequest) -> dict[str, Any]:

@@ -8,6 +8,10 @@ and may use its optional ``impact`` object: the estimated slowdown of a synchron
      "recovered_pct": 28.0, "exclude": ["node012", ...], "hosts_total": 64}
 
 Findings are always listed by what they cost the job (``sort_findings``); hosts are folded by status.
+Each finding shows its figures with their unit and the source of the reference, the GPU by index, UUID
+and PCI bus id, its action verb (``drain`` ... ``watch``) with the detail, and what it rests on
+(``basis``). Documents stored before those fields existed still render: a missing key counts as null
+and an ``action`` that is not one of the verbs is shown as the text it is.
 The HTML report needs no network and no JavaScript: colours are computed here and written inline.
 """
 
@@ -17,6 +21,7 @@ import html
 import importlib.util
 import json
 import os
+import re
 import secrets
 import statistics
 import string
@@ -28,7 +33,17 @@ from typing import Any
 from tabulate import tabulate
 
 from .errors import InstallationError, OutputError
-from .findings import cost_order
+from .findings import (
+    ACTION_VERBS,
+    BASIS_COMPARISON,
+    BASIS_ERROR_RECORD,
+    BASIS_FACTS,
+    BASIS_HOST_STATUS,
+    BASIS_RETEST,
+    BASIS_SINGLE_RUN,
+    BASIS_TELEMETRY,
+    cost_order,
+)
 from .hosts import fold_hosts
 from .render import format_value
 from .results import device_index
@@ -42,6 +57,24 @@ HEAT_RED_RATIO = 0.80
 LINK_MATRIX_MAX_HOSTS = 64
 SLOWEST_PAIRS_SHOWN = 100
 LINK_UNITS = {"gbps": "Gbit/s"}
+UNCHECKED = "unchecked"
+# What a finding rests on (its ``basis``), in words.
+BASIS_WORDS = {
+    BASIS_RETEST: "confirmed by re-test",
+    BASIS_SINGLE_RUN: "single run, not re-tested",
+    BASIS_TELEMETRY: "NVML telemetry",
+    BASIS_FACTS: "host facts",
+    BASIS_HOST_STATUS: "could not be probed",
+    BASIS_ERROR_RECORD: "probe error",
+    BASIS_COMPARISON: "nothing to compare with",
+}
+REFERENCE_SOURCE_WORDS = {"fleet": "fleet", "baseline": "baseline", "sku": "SKU"}
+# Units that read worse than the bare number ("2 count").
+UNSHOWN_UNITS = ("count", "bool")
+# A GPU UUID is shortened in text to its prefix and first group of hex digits ("GPU-1a2b3c4d…"):
+# enough to tell the GPUs of a fleet apart and to grep for; the HTML report shows it whole.
+SHORT_UUID = re.compile(r"(?:MIG-)?(?:GPU-)?[0-9A-Fa-f]{8}")
+NOT_A_PASS = "no result could be compared: this sweep is not a pass"
 
 Document = Mapping[str, Any]
 
@@ -93,19 +126,51 @@ def sort_findings(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, An
 
 
 def summary_line(document: Document) -> str:
-    """``sweep ID · 64 hosts · 61 ok · node050 unreachable · 6 findings (4 fail) · job slowdown ...``."""
+    """``sweep ID · 64 hosts · 61 ok · node050 unreachable · 6 findings (4 fail, 1 unchecked) ·
+    12 results could not be compared (...) · job slowdown ...``."""
+    return " · ".join(text for text, _ in summary_parts(document))
+
+
+def summary_parts(document: Document) -> list[tuple[str, bool]]:
+    """The parts of the summary line, each with whether it is an alarm (a sweep that compared nothing,
+    results that could not be compared) that the HTML report sets apart."""
     hosts = _hosts(document)
     groups = hosts_by_status(document)
-    parts = [f"sweep {document.get('sweep_id', '?')}", f"{len(hosts)} hosts"]
-    parts.append(f"{len(groups.pop(OK, []))} ok")
+    parts = [f"sweep {document.get('sweep_id', '?')}", f"{len(hosts)} hosts", f"{len(groups.pop(OK, []))} ok"]
     parts += [f"{fold_hosts(labels)} {status}" for status, labels in groups.items()]
     findings = _findings(document)
-    fails = sum(1 for finding in findings if finding.get("severity") == "fail")
-    parts.append(f"{len(findings)} findings ({fails} fail)")
+    counts = [f"{sum(1 for finding in findings if finding.get('severity') == 'fail')} fail"]
+    unchecked = unchecked_count(document)
+    if unchecked:
+        counts.append(f"{unchecked} {UNCHECKED}")
+    parts.append(f"{len(findings)} findings ({', '.join(counts)})")
+    marked = [(part, False) for part in parts] + [(phrase, True) for phrase in comparison_phrases(document)]
     impact = impact_phrase(document.get("impact"))
     if impact:
-        parts.append(impact)
-    return " · ".join(parts)
+        marked.append((impact, False))
+    return marked
+
+
+def unchecked_count(document: Document) -> int:
+    """The summary's ``unchecked`` count, or (a document from before it) the unchecked findings."""
+    count = (document.get("summary") or {}).get(UNCHECKED)
+    if _is_count(count):
+        return int(count)
+    return sum(1 for finding in _findings(document) if finding.get("kind") == UNCHECKED)
+
+
+def comparison_phrases(document: Document) -> list[str]:
+    """What the summary must say about results that had no reference at all (no peers, no stored
+    baseline, no SKU figure): how many, and plainly that a sweep that compared nothing is not a pass.
+    Empty when every result was compared or the document predates these counts."""
+    summary = document.get("summary") or {}
+    compared, not_compared = summary.get("results_compared"), summary.get("results_not_compared")
+    if not _is_count(not_compared) or not_compared == 0:
+        return []
+    phrases = [NOT_A_PASS] if _is_count(compared) and compared == 0 else []
+    noun = "result" if not_compared == 1 else "results"
+    phrases.append(f"{not_compared} {noun} could not be compared (no peers, baseline or SKU figure)")
+    return phrases
 
 
 def impact_phrase(impact: Mapping[str, Any] | None) -> str:
@@ -127,24 +192,105 @@ def hosts_by_status(document: Document) -> dict[str, list[str]]:
     return {status: groups[status] for status in sorted(groups, key=lambda s: (s != OK, s))}
 
 
-def finding_where(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
-    """``node003:3`` for a GPU, ``node001 ↔ node004`` for a link, ``node050`` for a host."""
-    where = str(finding.get("host"))
-    if finding.get("gpu") is not None:
-        where += f":{finding['gpu']}"
-    if finding.get("peer") is not None:
-        where += f" {link_arrow} {finding['peer']}"
+def finding_where(finding: Mapping[str, Any], link_arrow: str = "↔", *, full_uuid: bool = False) -> str:
+    """Where a finding is: ``node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0)`` for a GPU (the UUID whole
+    with ``full_uuid``), ``node017:3↔5`` for a GPU pair in one host, ``node001 ↔ node004`` for a
+    link, ``node050`` for a host, ``node[001-032] (share 72 % of hosts)`` for a fleet-wide shift."""
+    where = finding_location(finding, link_arrow)
+    ids = gpu_ids(finding, full_uuid=full_uuid)
+    if ids:
+        where += f" ({ids})"
+    if finding.get("share_pct") is not None:
+        where += f" (share {_share(finding['share_pct'])} of hosts)"
     return where
 
 
-def finding_measure(finding: Mapping[str, Any]) -> str:
-    """``gemm.tflops 630.0 vs 741.2``; empty for a finding without a measurement."""
-    if finding.get("metric") is None and finding.get("value") is None:
+def finding_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
+    """``node017:3``, ``node017:3↔5``, ``node001 ↔ node004`` or ``node050``: host, GPU index, peer."""
+    host, peer = str(finding.get("host")), finding.get("peer")
+    gpu, peer_gpu = finding.get("gpu"), finding.get("peer_gpu")
+    where = host if gpu is None else f"{host}:{gpu}"
+    if peer_gpu is not None and peer in (None, host):
+        return f"{where}{link_arrow}{peer_gpu}"  # two GPUs of one host
+    if peer is not None:
+        where += f" {link_arrow} {peer}" + ("" if peer_gpu is None else f":{peer_gpu}")
+    return where
+
+
+def gpu_ids(finding: Mapping[str, Any], *, full_uuid: bool = False) -> str:
+    """``GPU-1a2b3c4d…, 00000000:5D:00.0``: the GPU's UUID (shortened unless ``full_uuid``) and PCI
+    bus id, those known; for a GPU pair they name ``gpu`` and say so (``3: GPU-…``). Empty when
+    neither is known."""
+    uuid, bus_id = finding.get("gpu_uuid"), finding.get("pci_bus_id")
+    parts = [str(uuid) if full_uuid else short_uuid(str(uuid))] if uuid else []
+    if bus_id:
+        parts.append(str(bus_id))
+    if not parts:
         return ""
-    text = f"{finding.get('metric') or 'value'} {format_value(finding.get('value'), None)}"
-    if finding.get("reference") is not None:
-        text += f" vs {format_value(finding['reference'], None)}"
+    text = ", ".join(parts)
+    if finding.get("peer_gpu") is not None and finding.get("gpu") is not None:
+        text = f"{finding['gpu']}: {text}"
     return text
+
+
+def short_uuid(uuid: str) -> str:
+    """``GPU-1a2b3c4d…`` for ``GPU-1a2b3c4d-5e6f-…``; a UUID of another shape is cut after 12 characters."""
+    match = SHORT_UUID.match(uuid)
+    shown = match.group(0) if match else uuid[:12]
+    return uuid if len(uuid) <= len(shown) + 1 else shown + "…"
+
+
+def finding_measure(finding: Mapping[str, Any]) -> str:
+    """``gemm.tflops 612.0 TFLOP/s vs fleet 742.0 TFLOP/s``; the metric alone when the finding has no
+    figure; empty for a finding without a measurement."""
+    metric, value = finding.get("metric"), finding.get("value")
+    if metric is None and value is None:
+        return ""
+    text = str(metric or "value")
+    if value is not None:
+        text += f" {figure(value, finding.get('unit'))}"
+    if finding.get("reference") is not None:
+        text += f" vs {reference_text(finding)}"
+    return text
+
+
+def reference_text(finding: Mapping[str, Any]) -> str:
+    """``fleet 742.0 TFLOP/s``: the reference with its source and unit; empty without a reference."""
+    if finding.get("reference") is None:
+        return ""
+    source = finding.get("reference_source")
+    text = figure(finding["reference"], finding.get("unit"))
+    return f"{REFERENCE_SOURCE_WORDS.get(str(source), str(source))} {text}" if source else text
+
+
+def figure(value: object, unit: object) -> str:
+    """A number with its unit: ``612.0 TFLOP/s``, ``9.41 Gbit/s``, ``7`` (a count)."""
+    text = _number_text(value)
+    return f"{text} {unit}" if unit and unit not in UNSHOWN_UNITS else text
+
+
+def basis_words(finding: Mapping[str, Any]) -> str:
+    """What a finding rests on, in words (``confirmed by re-test``, ``NVML telemetry``, ...). A
+    finding from before ``basis`` existed says ``confirmed`` / ``not confirmed`` for a deficit."""
+    basis = finding.get("basis")
+    if basis:
+        return BASIS_WORDS.get(str(basis), str(basis))
+    if finding.get("deficit_pct") is None or finding.get("confirmed") is None:
+        return ""
+    return "confirmed" if finding["confirmed"] else "not confirmed"
+
+
+def action_verb(finding: Mapping[str, Any]) -> str | None:
+    """The finding's action when it is one of the fixed verbs, else None (an older free-text action)."""
+    action = finding.get("action")
+    return str(action) if action in ACTION_VERBS else None
+
+
+def action_words(finding: Mapping[str, Any]) -> str:
+    """``drain — drain the node and run ...``: the verb and its detail; an older free-text action as
+    it is; empty without either."""
+    action, detail = finding.get("action"), finding.get("action_detail")
+    return " — ".join(str(part) for part in (action, detail) if part)
 
 
 # -------------------------------------------------------------------------------------- plain text
@@ -165,17 +311,22 @@ def render_text(document: Document) -> str:
 
 
 def finding_text(finding: Mapping[str, Any]) -> str:
-    """``fail slow_gpu node003:3 · gemm.tflops 630.0 vs 741.2 (-15.0 %, z -9.8) · evidence · action: drain``."""
+    """``fail slow_gpu node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0) · gemm.tflops 612.0 TFLOP/s vs fleet
+    742.0 TFLOP/s (-17.5 %, z -9.8) · confirmed by re-test · action: drain — detail · evidence``."""
     head = f"{finding.get('severity', '?'):<4} {finding.get('kind', '?')} {finding_where(finding)}"
     parts = [head]
     measure = finding_measure(finding)
     if measure:
         numbers = _deficit_words(finding)
         parts.append(f"{measure} ({numbers})" if numbers else measure)
+    basis = basis_words(finding)
+    if basis:
+        parts.append(basis)
+    action = action_words(finding)
+    if action:
+        parts.append(f"action: {action}")
     if finding.get("evidence"):
         parts.append(str(finding["evidence"]))
-    if finding.get("action"):
-        parts.append(f"action: {finding['action']}")
     return " · ".join(parts)
 
 
@@ -196,7 +347,9 @@ def host_group_lines(document: Document) -> list[str]:
 
 def render_markdown(document: Document) -> str:
     """Markdown: summary, impact, findings table, hosts-by-status table (GitHub tables, ``|`` escaped)."""
-    sections = [f"# gpudiag sweep {_md_cell(document.get('sweep_id', '?'))}", _md_cell(summary_line(document)),
+    headline = " · ".join(f"**{_md_cell(text)}**" if alarm else _md_cell(text)
+                          for text, alarm in summary_parts(document))
+    sections = [f"# gpudiag sweep {_md_cell(document.get('sweep_id', '?'))}", headline,
                 f"Started {document.get('started_at', '?')}, finished {document.get('finished_at', '?')}."]
     impact_rows = _impact_rows(document.get("impact"))
     if impact_rows:
@@ -208,19 +361,20 @@ def render_markdown(document: Document) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-FINDING_COLUMNS = ["severity", "kind", "where", "metric", "value", "reference", "deficit", "robust z",
-                   "confirmed", "evidence", "action"]
+FINDING_COLUMNS = ["severity", "action", "kind", "where", "metric", "value", "reference", "deficit", "robust z",
+                   "basis", "evidence", "action detail"]
 HOST_COLUMNS = ["status", "hosts", "count", "example error"]
 
 
-def finding_row(finding: Mapping[str, Any]) -> list[str]:
-    """The cells of one finding, in FINDING_COLUMNS order, as text."""
-    deficit, robust_z = finding.get("deficit_pct"), finding.get("robust_z")
-    return [str(finding.get("severity", "")), str(finding.get("kind", "")), finding_where(finding),
-            str(finding.get("metric") or ""), _number(finding.get("value")), _number(finding.get("reference")),
+def finding_row(finding: Mapping[str, Any], *, full_uuid: bool = False) -> list[str]:
+    """The cells of one finding, in FINDING_COLUMNS order, as text: the action verb (or an older
+    free-text action) with its detail apart, figures with their unit, the reference with its source."""
+    deficit, robust_z, value = finding.get("deficit_pct"), finding.get("robust_z"), finding.get("value")
+    return [str(finding.get("severity", "")), str(finding.get("action") or ""), str(finding.get("kind", "")),
+            finding_where(finding, full_uuid=full_uuid), str(finding.get("metric") or ""),
+            "" if value is None else figure(value, finding.get("unit")), reference_text(finding),
             "" if deficit is None else _pct(deficit), "" if robust_z is None else f"{robust_z:.1f}",
-            "yes" if finding.get("confirmed") else "no", str(finding.get("evidence") or ""),
-            str(finding.get("action") or "")]
+            basis_words(finding), str(finding.get("evidence") or ""), str(finding.get("action_detail") or "")]
 
 
 def host_group_rows(document: Document) -> list[list[str]]:
@@ -259,10 +413,16 @@ def render_html(document: Document) -> str:
     template, css = (_read_template(name) for name in TEMPLATE_FILES)
     title = f"gpudiag sweep {document.get('sweep_id', '?')}"
     return string.Template(template).substitute(
-        title=_e(title), css=css, summary=_e(summary_line(document)),
+        title=_e(title), css=css, summary=html_summary(document),
         impact=html_impact(document.get("impact")), hosts=html_hosts(document),
         findings=html_findings(sort_findings(_findings(document))), heatmap=html_heatmap(document),
         links=html_links(document), footer=_e(_footer(document)))
+
+
+def html_summary(document: Document) -> str:
+    """The summary line, escaped, its alarms (nothing could be compared, ...) set in ``<strong>``."""
+    return " · ".join(f'<strong class="alert">{_e(text)}</strong>' if alarm else _e(text)
+                      for text, alarm in summary_parts(document))
 
 
 def html_impact(impact: Mapping[str, Any] | None) -> str:
@@ -282,13 +442,21 @@ def html_hosts(document: Document) -> str:
 
 
 def html_findings(findings: Sequence[Mapping[str, Any]]) -> str:
-    """The findings table (already sorted), one row per finding with its evidence and action."""
+    """The findings table (already sorted), one row per finding: the action verb as a badge, the GPU's
+    full UUID and PCI bus id, figures with units, what it rests on, the evidence and the detail."""
     if not findings:
         return '<p class="muted">No findings.</p>'
     rows = []
     for finding in findings:
-        cells = "".join(f"<td>{_e(cell)}</td>" for cell in finding_row(finding))
-        rows.append(f'<tr class="{_e(finding.get("severity", ""))}">{cells}</tr>')
+        cells = finding_row(finding, full_uuid=True)
+        attributes = [""] * len(cells)
+        verb = action_verb(finding)
+        attributes[1] = f' class="action act-{verb}"' if verb else ' class="action"'
+        ids = gpu_ids(finding, full_uuid=True)
+        if ids:
+            attributes[3] = f' title="{_e(f"GPU {ids}")}"'
+        row = "".join(f"<td{attribute}>{_e(cell)}</td>" for attribute, cell in zip(attributes, cells, strict=True))
+        rows.append(f'<tr class="{_e(finding.get("severity", ""))}">{row}</tr>')
     return _html_table("findings-table", FINDING_COLUMNS, rows)
 
 
@@ -515,8 +683,6 @@ def _deficit_words(finding: Mapping[str, Any]) -> str:
         words.append(f"-{_pct(finding['deficit_pct'])}")
     if finding.get("robust_z") is not None:
         words.append(f"z {finding['robust_z']:.1f}")
-    if finding.get("confirmed") is False and finding.get("deficit_pct") is not None:
-        words.append("unconfirmed")
     return ", ".join(words)
 
 
@@ -553,8 +719,21 @@ def _pct(value: float) -> str:
     return f"{float(value):.1f} %"
 
 
-def _number(value: float | None) -> str:
-    return "" if value is None else format_value(value, None)
+def _share(value: float) -> str:
+    """``72 %``, ``72.5 %``: a share of hosts, whole where it is whole."""
+    share = float(value)
+    return f"{share:.0f} %" if share.is_integer() else f"{share:.1f} %"
+
+
+def _number_text(value: object) -> str:
+    """A count as it is, a measurement as ``_fixed`` writes it, anything else as text."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return str(value) if isinstance(value, int) else _fixed(value)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _e(value: object) -> str:

@@ -11,40 +11,80 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .findings import FAIL, WARN
+from .findings import DRAIN, FAIL, INSPECT, REBOOT, RESET_GPU, WARN, WATCH
 from .results import device_index
 
 # Clocks-event reasons that mean the hardware slowed the GPU down (a fail under load), and the
 # software ones worth a warning; the rest (idle, application clocks, sync boost) are normal.
+# ``sw_power_cap`` alone is normal at full GEMM load (the GPU runs at its power limit): it only
+# explains a speed deficit, it is never a finding by itself.
 HARDWARE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
 SOFTWARE_REASONS = ("sw_thermal_slowdown",)
+POWER_CAP = "sw_power_cap"
 REASON_WORDS = {
     "hw_slowdown": "HW slowdown", "hw_thermal_slowdown": "HW thermal slowdown",
     "hw_power_brake_slowdown": "HW power brake slowdown", "sw_thermal_slowdown": "SW thermal slowdown",
     "sw_power_cap": "SW power cap",
 }
 
-ACTIONS = {
-    "slow_gpu": "drain the node and run the vendor diagnostic on this GPU (dcgmi diag -r 3); "
-                "replace it if it repeats",
-    "throttled": "check this GPU's cooling and power (fans, airflow, inlet temperature, power brake); "
-                 "drain if it persists",
-    "degraded_pcie": "reseat the GPU or its riser and check the slot trains at full width and generation",
-    "nvlink_down": "drain the node; reset the GPU, and replace the NVLink/NVSwitch part if the link stays down",
-    "ecc": "drain the node; reset the GPU to apply pending row remaps, replace it if uncorrectable errors persist",
-    "slow_node": "check the host: CPU frequency governor, other processes, memory and NUMA placement",
+# The cause of a finding -> (the verb for a fail, what to do in plain words). A warning of a
+# cause whose verb takes the node out of service is ``watch`` instead (see :func:`action`).
+ACTIONS: dict[str, tuple[str, str]] = {
+    "slow_gpu": (DRAIN, "drain the node and run the vendor diagnostic on this GPU (dcgmi diag -r 3); "
+                        "replace it if it repeats"),
+    "slow_gpu_pcie": (INSPECT, "the PCIe link trains at full width and generation yet copies are slow: check the "
+                               "PCIe switch, AER/replay counters and the GPU's NUMA placement"),
+    "slow_gpu_p2p": (DRAIN, "drain the node and run the vendor diagnostic on this GPU's NVLinks "
+                            "(dcgmi diag -r 3, nvidia-smi nvlink -s); replace the GPU or baseboard part if it repeats"),
+    "throttled": (DRAIN, "check this GPU's cooling and power (fans, airflow, inlet temperature, power brake); "
+                         "drain if it persists"),
+    "power_capped": (INSPECT, "a software power cap holds the clocks down: check the power limit "
+                              "(nvidia-smi -q -d POWER) against the board's default and the site's power policy, "
+                              "and restore it (nvidia-smi -pl)"),
+    "degraded_pcie": (DRAIN, "reseat the GPU or its riser and check the slot trains at full width and generation"),
+    "nvlink_down": (RESET_GPU, "drain the node and reset the GPU (nvidia-smi -r); replace the NVLink/NVSwitch part "
+                               "if the link stays down"),
+    "ecc": (RESET_GPU, "drain the node and reset the GPU to apply pending row remaps; replace it if "
+                       "uncorrectable errors persist"),
+    "ecc_remap_failed": (DRAIN, "a row remap failed: drain the node and replace (RMA) the GPU"),
+    "slow_node": (INSPECT, "check the host: CPU frequency governor, other processes, memory and NUMA placement"),
+    "starved_node": (INSPECT, "the host is starved (load, usable CPUs or free memory): find what else runs "
+                              "there and the cgroup/CPU limits before it takes a job"),
+    "missing_gpu": (REBOOT, "a GPU is missing (fallen off the bus): drain the node and reboot it; reseat or "
+                            "replace the GPU if it does not come back (check the kernel log for Xid 79)"),
+    "slow_link": (INSPECT, "one GPU pair is slow while both GPUs are fine with every other partner: check the "
+                           "NVSwitch/NVLink path between them (nvidia-smi nvlink -e, fabric manager logs)"),
+    "fleet_shift": (INSPECT, "a regression most of the fleet shares: compare driver, firmware, clocks and power "
+                             "policy with the baseline's sweeps; draining single nodes will not fix it"),
+    "unchecked": (INSPECT, "this could not be measured or compared: it is not a pass; see the evidence"),
 }
+# Verbs that take a node out of service: a warning says ``watch`` instead.
+SERVICE_VERBS = (DRAIN, RESET_GPU, REBOOT)
+
+
+def action(cause: str, severity: str) -> tuple[str, str]:
+    """The (verb, detail) of a finding of ``cause`` at ``severity``: a warning never drains."""
+    verb, detail = ACTIONS[cause]
+    if severity == WARN and verb in SERVICE_VERBS:
+        return WATCH, f"re-check at the next sweep and act if it grows: {detail}"
+    return verb, detail
+
+
+# The PCIe link figures a probe's NVML evidence carries (lowest seen under load, and the maximum).
+LINK_UNDER_LOAD = ("pcie_width_min_loaded", "pcie_width_max", "pcie_generation_min_loaded", "pcie_generation_max")
 
 
 @dataclass(frozen=True)
 class GpuTelemetry:
-    """What NVML said about one GPU: idle readings by metric, and the evidence seen under load."""
+    """What NVML said about one GPU: idle readings by metric, the evidence seen under load, and
+    its PCI bus id (None when NVML did not say)."""
 
     host: str
     gpu_uuid: str
     nvml_index: int | None
     readings: Mapping[str, Mapping[str, Any]]
     under_load: Mapping[str, Any]
+    pci_bus_id: str | None = None
 
     def value(self, metric: str) -> float | None:
         reading = self.readings.get(metric)
@@ -53,7 +93,8 @@ class GpuTelemetry:
 
 @dataclass(frozen=True)
 class RuleFinding:
-    """A telemetry finding before it is merged with speed findings of the same GPU."""
+    """A telemetry finding before it is merged with speed findings of the same GPU; ``cause``
+    picks its action (gpudiag.rules.ACTIONS)."""
 
     kind: str
     severity: str
@@ -61,6 +102,7 @@ class RuleFinding:
     gpu_uuid: str
     nvml_index: int | None
     evidence: str
+    cause: str
 
 
 class TelemetryCollector:
@@ -73,6 +115,8 @@ class TelemetryCollector:
         self._nvml_index: dict[str, int | None] = {}
         self._cuda_index: dict[str, int | None] = {}
         self._load: dict[str, Mapping[str, Any]] = {}
+        self._link: dict[str, dict[str, Any]] = {}
+        self._bus: dict[str, str] = {}
 
     def add(self, result: Mapping[str, Any]) -> None:
         uuid = result.get("gpu_uuid")
@@ -85,34 +129,72 @@ class TelemetryCollector:
                 readings = self._readings[uuid] = {}
                 self._nvml_index[uuid] = device_index(result.get("device"))
             readings[result["metric"]] = result
+            bus = (result.get("details") or {}).get("pci_bus_id")
+            if result.get("metric") == "identity" and bus:
+                self._bus[uuid] = str(bus)
         elif probe == "gemm" and result.get("status") == "ok":
             self._load[uuid] = result.get("details") or {}
             self._cuda_index[uuid] = device_index(result.get("device"))
+        elif probe == "pcie" and result.get("status") == "ok":
+            self._add_link(uuid, result.get("details") or {})
+
+    def _add_link(self, uuid: str, details: Mapping[str, Any]) -> None:
+        """The PCIe link as the copy probe saw it under load: the lowest width and generation."""
+        seen = self._link.setdefault(uuid, {})
+        for name in LINK_UNDER_LOAD:
+            value = details.get(name)
+            if value is not None:
+                seen[name] = min(value, seen.get(name, value)) if name.endswith("_loaded") else value
 
     def gpus(self) -> dict[str, GpuTelemetry]:
         # The CUDA index names the GPU where speed findings do; NVML's where only telemetry exists.
         return {uuid: GpuTelemetry(self.host, uuid, self._cuda_index.get(uuid, self._nvml_index.get(uuid)),
-                                   self._readings.get(uuid, {}), self._load.get(uuid, {}))
-                for uuid in sorted(set(self._readings) | set(self._load))}
+                                   self._readings.get(uuid, {}), self._under_load(uuid), self._bus.get(uuid))
+                for uuid in sorted(set(self._readings) | set(self._load) | set(self._link))}
+
+    def _under_load(self, uuid: str) -> Mapping[str, Any]:
+        load = dict(self._load.get(uuid, {}))
+        for name, value in self._link.get(uuid, {}).items():
+            load[name] = min(value, load[name]) if name.endswith("_loaded") and name in load else value
+        return load
 
 
-def telemetry_findings(gpu: GpuTelemetry) -> list[RuleFinding]:
-    """Every finding the readings of one GPU make by themselves."""
+def telemetry_findings(gpu: GpuTelemetry, throttle_share_pct: float) -> list[RuleFinding]:
+    """Every finding the readings of one GPU make by themselves. A clocks-event reason counts
+    when active in at least ``throttle_share_pct`` percent of the loaded NVML samples."""
     found = []
-    for rule in (_throttled, _degraded_pcie, _nvlink_down, _ecc):
-        outcome = rule(gpu)
+    outcomes = (_throttled(gpu, throttle_share_pct), _degraded_pcie(gpu), _nvlink_down(gpu), _ecc(gpu))
+    for outcome in outcomes:
         if outcome is not None:
-            kind, severity, evidence = outcome
-            found.append(RuleFinding(kind, severity, gpu.host, gpu.gpu_uuid, gpu.nvml_index, evidence))
+            kind, severity, evidence, cause = outcome
+            found.append(RuleFinding(kind, severity, gpu.host, gpu.gpu_uuid, gpu.nvml_index, evidence, cause))
     return found
 
 
-def load_evidence(details: Mapping[str, Any]) -> str:
-    """Plain words for what NVML saw under load: ``HW thermal slowdown active; SM clock 1410 of 1980 MHz``."""
-    parts = [f"{REASON_WORDS[r]} active" for r in details.get("clocks_event_reasons") or [] if r in REASON_WORDS]
+def active_reasons(details: Mapping[str, Any], share_pct: float) -> list[str] | None:
+    """The clocks-event reasons active in at least ``share_pct`` percent of the loaded samples
+    (all reasons seen, where the record has no per-reason counts); None without load evidence."""
+    reasons = details.get("clocks_event_reasons")
+    if reasons is None:
+        return None
+    counts = details.get("clocks_event_reason_samples")
+    if not isinstance(counts, Mapping):
+        return list(reasons)
+    loaded = max(1, int(details.get("nvml_samples") or 0) - int(details.get("nvml_samples_idle") or 0))
+    return [reason for reason in reasons if 100 * float(counts.get(reason, 0)) / loaded >= share_pct]
+
+
+def load_evidence(details: Mapping[str, Any], reasons: list[str] | None = None) -> str:
+    """Plain words for what NVML saw under load: ``HW thermal slowdown active in 93 % of loaded
+    samples; SM clock 1410 of 1980 MHz`` (``reasons``: the reasons to name, default all seen)."""
+    shown = details.get("clocks_event_reasons") or [] if reasons is None else reasons
+    parts = [f"{REASON_WORDS[r]} active{_sample_share(details, r)}" for r in shown if r in REASON_WORDS]
     median, most = details.get("sm_clock_mhz_median"), details.get("sm_clock_max_mhz")
     if median is not None and most:
         parts.append(f"SM clock {median:.0f} of {most:.0f} MHz")
+    power, limit = details.get("power_w_max"), details.get("power_limit_w")
+    if POWER_CAP in shown and power is not None and limit:
+        parts.append(f"power {power:.0f} W at a {limit:.0f} W limit")
     for name, label in (("width", "x"), ("generation", "Gen")):
         seen, best = details.get(f"pcie_{name}_min_loaded"), details.get(f"pcie_{name}_max")
         if seen is not None and best is not None and seen < best:
@@ -120,8 +202,19 @@ def load_evidence(details: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _throttled(gpu: GpuTelemetry) -> tuple[str, str, str] | None:
-    reasons = gpu.under_load.get("clocks_event_reasons")
+def _sample_share(details: Mapping[str, Any], reason: str) -> str:
+    counts = details.get("clocks_event_reason_samples")
+    loaded = int(details.get("nvml_samples") or 0) - int(details.get("nvml_samples_idle") or 0)
+    if not isinstance(counts, Mapping) or reason not in counts or loaded <= 0:
+        return ""
+    return f" in {100 * float(counts[reason]) / loaded:.0f} % of {loaded} loaded samples"
+
+
+Outcome = tuple[str, str, str, str]  # kind, severity, evidence, cause
+
+
+def _throttled(gpu: GpuTelemetry, share_pct: float) -> Outcome | None:
+    reasons = active_reasons(gpu.under_load, share_pct)
     if reasons is None:  # no load evidence: fall back on the idle reading's hardware reasons only
         reading = gpu.readings.get("clocks_event_reasons") or {}
         reasons = [r for r in (reading.get("details") or {}).get("active", []) if r in HARDWARE_REASONS]
@@ -129,11 +222,18 @@ def _throttled(gpu: GpuTelemetry) -> tuple[str, str, str] | None:
     software = [r for r in reasons if r in SOFTWARE_REASONS]
     if not hardware and not software:
         return None
-    evidence = load_evidence({**gpu.under_load, "clocks_event_reasons": hardware + software})
-    return "throttled", FAIL if hardware else WARN, evidence
+    evidence = load_evidence(gpu.under_load, hardware + software)
+    return "throttled", FAIL if hardware else WARN, evidence or ", ".join(hardware + software), "throttled"
 
 
-def _degraded_pcie(gpu: GpuTelemetry) -> tuple[str, str, str] | None:
+def _degraded_pcie(gpu: GpuTelemetry) -> Outcome | None:
+    problems = pcie_problems(gpu)
+    return ("degraded_pcie", FAIL, "; ".join(problems), "degraded_pcie") if problems else None
+
+
+def pcie_problems(gpu: GpuTelemetry) -> list[str]:
+    """The ways the GPU's PCIe link trained below what it can run: narrower, or (under load) a
+    lower generation. Empty when the link is at full width and generation."""
     load = gpu.under_load
     width = load.get("pcie_width_min_loaded", gpu.value("pcie_width"))
     width_max = load.get("pcie_width_max", gpu.value("pcie_width_max"))
@@ -144,10 +244,10 @@ def _degraded_pcie(gpu: GpuTelemetry) -> tuple[str, str, str] | None:
         problems.append(f"PCIe link x{width:.0f} of x{width_max:.0f}")
     if generation is not None and generation_max is not None and generation < generation_max:
         problems.append(f"PCIe Gen{generation:.0f} of Gen{generation_max:.0f} under load")
-    return ("degraded_pcie", FAIL, "; ".join(problems)) if problems else None
+    return problems
 
 
-def _nvlink_down(gpu: GpuTelemetry) -> tuple[str, str, str] | None:
+def _nvlink_down(gpu: GpuTelemetry) -> Outcome | None:
     reading = gpu.readings.get("nvlink_links_up")
     if reading is None or reading.get("status") != "ok":
         return None
@@ -156,18 +256,20 @@ def _nvlink_down(gpu: GpuTelemetry) -> tuple[str, str, str] | None:
     if not down:
         return None
     names = ", ".join(str(d) for d in down)
-    return "nvlink_down", FAIL, f"NVLink {names} down; {reading.get('value')} of {len(links)} up"
+    return "nvlink_down", FAIL, f"NVLink {names} down; {reading.get('value')} of {len(links)} up", "nvlink_down"
 
 
-def _ecc(gpu: GpuTelemetry) -> tuple[str, str, str] | None:
+def _ecc(gpu: GpuTelemetry) -> Outcome | None:
     volatile = gpu.value("ecc_uncorrected_volatile") or 0
     failure = gpu.value("remapped_rows_failure") or 0
     pending = gpu.value("remapped_rows_pending") or 0
     uncorrectable_rows = gpu.value("remapped_rows_uncorrectable") or 0
-    if volatile or failure:
-        return "ecc", FAIL, (f"{volatile:.0f} uncorrectable ECC errors since the last reset"
-                             + ("; a row remap failed" if failure else ""))
+    if failure:
+        return "ecc", FAIL, f"a row remap failed; {volatile:.0f} uncorrectable ECC errors since the last reset", \
+            "ecc_remap_failed"
+    if volatile:
+        return "ecc", FAIL, f"{volatile:.0f} uncorrectable ECC errors since the last reset", "ecc"
     if pending:
-        return "ecc", WARN, f"row remap pending ({uncorrectable_rows:.0f} rows remapped for uncorrectable errors)"
+        return "ecc", WARN, f"row remap pending ({uncorrectable_rows:.0f} rows remapped for uncorrectable errors)", \
+            "ecc"
     return None
-

@@ -36,6 +36,7 @@ OK = "ok"
 TIMEOUT = "timeout"
 PROBE_ERROR = "probe_error"
 INTERRUPTED = "interrupted"
+UNCHECKED = "unchecked"
 # Exit statuses of a bundle ended by a deadline: its own watchdog and `timeout` give 124, and
 # 137 is the KILL that `timeout -k` sends when TERM was not enough.
 DEADLINE_EXITS = (124, 137)
@@ -98,11 +99,15 @@ class SweepResult:
     interrupted: bool = False
     links: tuple[Mapping[str, Any], ...] = ()
     impact: Mapping[str, Any] | None = None
+    comparison: Mapping[str, int] | None = None
 
     @property
     def exit_code(self) -> ExitCode:
+        """Interrupted, else a fail finding, else anything not checked: a host, a GPU, a
+        measurement that errored, or a result with nothing to compare against."""
+        has_unchecked = any(not h.ok for h in self.hosts) or any(f.kind == UNCHECKED for f in self.findings)
         return decide_exit_code(has_fail=any(f.severity == FAIL for f in self.findings),
-                                has_unchecked=any(not h.ok for h in self.hosts), interrupted=self.interrupted)
+                                has_unchecked=has_unchecked, interrupted=self.interrupted)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,7 +120,10 @@ class SweepResult:
             "findings": [finding.to_dict() for finding in self.findings],
             **({"impact": dict(self.impact)} if self.impact is not None else {}),
             "summary": {"hosts_total": len(self.hosts), "hosts_ok": sum(h.ok for h in self.hosts),
-                        "findings": len(self.findings), "exit_code": int(self.exit_code)},
+                        "findings": len(self.findings),
+                        "unchecked": sum(f.kind == UNCHECKED for f in self.findings),
+                        **(dict(self.comparison) if self.comparison is not None else {}),
+                        "exit_code": int(self.exit_code)},
         }
 
 

@@ -26,18 +26,30 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "min_peers": ("min_peers", "count", True),
     "mad_floor": ("mad_floor_pct", "percent", False),
     "slow_node_share": ("slow_node_share_pct", "percent", False),
-    "sku_floor": ("sku_floor_pct", "percent", False),
+    "sku_spread": ("sku_spread_pct", "percent", False),
+    "fleet_shift_share": ("fleet_shift_share_pct", "percent", False),
+    "throttle_share": ("throttle_share_pct", "percent", False),
+    "host_load_per_cpu": ("host_load_per_cpu", "ratio", False),
+    "host_cpus_usable": ("host_cpus_usable_pct", "percent", False),
+    "host_memory_available": ("host_memory_available_pct", "percent", False),
 }
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """A result is a suspect when its robust z is at or below ``robust_z`` (sigma, negative) AND it
-    falls ``deficit_warn_pct`` or more below the reference; ``deficit_fail_pct`` makes it a fail.
-    A re-test confirms it when it still falls ``retest_deficit_pct`` below. The reference is the
-    fleet median with ``min_peers`` or more results, else a stored baseline, else the SKU figure
-    times ``sku_floor_pct``. The spread is the MAD, at least ``mad_floor_pct`` of the reference.
-    ``slow_node_share_pct`` of a host's GPUs slow on one metric makes it a ``slow_node``."""
+    """A result is a suspect when, against any of its references, its robust z is at or below
+    ``robust_z`` (sigma, negative) AND it falls ``deficit_warn_pct`` or more below; a confirmed
+    ``deficit_fail_pct`` makes it a fail. A re-test confirms it when the mean of both runs still
+    falls ``retest_deficit_pct`` below. References: the fleet's healthy level when ``min_peers``
+    hosts or more have the key, a stored baseline, and the SKU figure, whose spread is
+    ``sku_spread_pct`` of it (healthy GPUs scatter around a published figure more than around
+    their own fleet). The spread is the MAD, at least ``mad_floor_pct`` of the reference.
+    ``slow_node_share_pct`` of a host's GPUs slow on one metric (or of a GPU's NVLink partners)
+    makes the host (the GPU) the culprit. ``fleet_shift_share_pct`` of a metric's hosts slow is
+    a fleet-wide shift. A clocks-event reason counts when active in ``throttle_share_pct`` of the
+    loaded NVML samples. A host is starved when its 1-minute load exceeds ``host_load_per_cpu``
+    per usable CPU, fewer than ``host_cpus_usable_pct`` of its CPUs are usable, or less than
+    ``host_memory_available_pct`` of its memory is available."""
 
     robust_z: float
     deficit_warn_pct: float
@@ -46,7 +58,12 @@ class Thresholds:
     min_peers: int
     mad_floor_pct: float
     slow_node_share_pct: float
-    sku_floor_pct: float
+    sku_spread_pct: float
+    fleet_shift_share_pct: float
+    throttle_share_pct: float
+    host_load_per_cpu: float
+    host_cpus_usable_pct: float
+    host_memory_available_pct: float
 
 
 def default_thresholds() -> Thresholds:
@@ -103,4 +120,6 @@ def _value(entry: Any, unit: str, whole: bool, where: str) -> float | int:
         raise InputError(f"{where}: value must be a whole number of at least 1, not {value!r}")
     if unit == "percent" and not 0 <= value <= 100:
         raise InputError(f"{where}: value must be between 0 and 100 percent, not {value!r}")
+    if unit == "ratio" and value <= 0:
+        raise InputError(f"{where}: value must be a positive ratio, not {value!r}")
     return int(value) if whole else float(value)

@@ -21,6 +21,7 @@ WINDOW = (1400, 1000)
 HOSTS = [f"gpu{n:02d}" for n in range(1, 13)]
 SLOW_HOST, SLOW_GPU, SLOW_TFLOPS = "gpu04", 6, 629.9
 DOWN_HOST = "gpu11"
+SLOW_UUID, SLOW_BUS_ID = "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "00000000:9A:00.0"
 
 
 def gemm(gpu: int, value: float) -> dict[str, Any]:
@@ -45,10 +46,14 @@ def make_document() -> dict[str, Any]:
     links = [{"a": a, "b": b, "rail": 0, "backend": "tcp", "metric": "gbps", "phase": "screen",
               "value": 5.3 if (a, b) == ("gpu01", "gpu02") else 9.4}
              for a, b in zip(HOSTS[:6], HOSTS[1:6] + HOSTS[:1], strict=True)]
+    # One finding of the current shape; the others as documents stored before it still hold them.
     findings = [
-        {"kind": "slow_gpu", "severity": "fail", "host": SLOW_HOST, "peer": None, "gpu": SLOW_GPU,
-         "metric": "gemm.tflops", "value": SLOW_TFLOPS, "reference": 741.4, "deficit_pct": 15.0, "robust_z": -9.8,
-         "confirmed": True, "evidence": "HW thermal slowdown active; SM clock 1410 of 1980 MHz", "action": "drain"},
+        {"kind": "slow_gpu", "severity": "fail", "host": SLOW_HOST, "peer": None, "gpu": SLOW_GPU, "peer_gpu": None,
+         "gpu_uuid": SLOW_UUID, "pci_bus_id": SLOW_BUS_ID, "metric": "gemm.tflops", "value": SLOW_TFLOPS,
+         "reference": 741.4, "unit": "TFLOP/s", "reference_source": "fleet", "deficit_pct": 15.0, "robust_z": -9.8,
+         "share_pct": None, "confirmed": True, "basis": "retest",
+         "evidence": "HW thermal slowdown active; SM clock 1410 of 1980 MHz", "action": "drain",
+         "action_detail": "drain the node and run dcgmi diag -r 3; replace the GPU if it repeats"},
         {"kind": "slow_link", "severity": "fail", "host": "gpu01", "peer": "gpu02", "gpu": None,
          "metric": "net.gbps", "value": 5.3, "reference": 9.4, "deficit_pct": 43.6, "robust_z": -12.0,
          "confirmed": True, "evidence": "both ends fine with other partners", "action": "check the cable"},
@@ -58,7 +63,8 @@ def make_document() -> dict[str, Any]:
     ]
     return {"schema": "gpudiag.sweep/1", "sweep_id": "20261121T101500Z-beef", "started_at": "2026-11-21T10:15:00Z",
             "finished_at": "2026-11-21T10:15:41Z", "hosts": hosts, "links": links, "findings": findings,
-            "summary": {"hosts_total": 12, "hosts_ok": 11, "findings": 3, "exit_code": 1},
+            "summary": {"hosts_total": 12, "hosts_ok": 11, "findings": 3, "exit_code": 1, "unchecked": 1,
+                        "results_compared": 80, "results_not_compared": 8},
             "impact": {"slowdown_pct": 15.0, "recovered_pct": 14.9, "exclude": [SLOW_HOST], "hosts_total": 12,
                        "slowest": {"host": SLOW_HOST, "gpu": SLOW_GPU, "metric": "gemm.tflops",
                                    "value": SLOW_TFLOPS, "reference": 741.4}}}
@@ -127,7 +133,12 @@ def test_the_rendered_dom_holds_the_heatmap_rows_and_the_findings(report_file: P
     assert rows[SLOW_HOST][SLOW_GPU] == f"{SLOW_TFLOPS:.1f}"
     assert rows[DOWN_HOST] == ["unreachable: No route to host"]
     findings = parser.tables["findings-table"][1:]
-    assert [(row[1], row[2]) for row in findings] == [
-        ("slow_link", "gpu01 ↔ gpu02"), ("slow_gpu", f"{SLOW_HOST}:{SLOW_GPU}"), ("unchecked", DOWN_HOST)]
+    assert [(row[2], row[3]) for row in findings] == [
+        ("slow_link", "gpu01 ↔ gpu02"), ("slow_gpu", f"{SLOW_HOST}:{SLOW_GPU} ({SLOW_UUID}, {SLOW_BUS_ID})"),
+        ("unchecked", DOWN_HOST)]
+    assert findings[1][1] == "drain" and findings[1][5:7] == [f"{SLOW_TFLOPS:.1f} TFLOP/s", "fleet 741.4 TFLOP/s"]
+    assert findings[1][9] == "confirmed by re-test" and findings[0][1] == "check the cable"
     assert len(parser.tables["link-matrix"]) == 1 + 6
     assert "job slowdown 15.0 %, excluding gpu04 recovers 14.9 %" in done.stdout
+    assert "3 findings (2 fail, 1 unchecked)" in done.stdout
+    assert "8 results could not be compared (no peers, baseline or SKU figure)</strong>" in done.stdout

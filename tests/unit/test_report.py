@@ -137,8 +137,9 @@ def test_an_unknown_format_is_refused():
 
 def test_text_summary_line_folds_hosts_counts_findings_and_states_the_impact():
     text = render_report(make_document(), "text")
+    # An old document has no summary.unchecked: the unchecked findings are counted instead.
     assert text.splitlines()[0] == (
-        "sweep 20261121T101500Z-3f2a · 6 hosts · 5 ok · node006 unreachable · 6 findings (3 fail)"
+        "sweep 20261121T101500Z-3f2a · 6 hosts · 5 ok · node006 unreachable · 6 findings (3 fail, 1 unchecked)"
         " · job slowdown 15.0 %, excluding node[003,005] recovers 14.8 %")
 
 
@@ -146,10 +147,12 @@ def test_text_lists_every_finding_on_one_line_most_costly_first():
     lines = render_report(make_document(), "text").splitlines()
     finding_lines = [line.strip() for line in lines if line.startswith("  fail") or line.startswith("  warn")]
     assert len(finding_lines) == 6
+    # Old-shape findings: no unit, no reference source, a free-text action shown as it is.
     assert finding_lines[0] == ("fail slow_link node001 ↔ node004 · net.gbps 5.6 vs 9.41 (-40.4 %, z -20.2)"
-                                " · both ends fine with other partners · action: check the cable/switch port")
+                                " · confirmed · action: check the cable/switch port"
+                                " · both ends fine with other partners")
     assert finding_lines[1].startswith("fail slow_gpu node003:5 · gemm.tflops 630.0 vs 741.2 (-15.0 %")
-    assert "HW thermal slowdown active" in finding_lines[1] and finding_lines[1].endswith("action: drain")
+    assert " · action: drain · HW thermal slowdown active" in finding_lines[1]
     assert any(re.fullmatch(r"ok\s+5\s+node\[001-005\]", line.strip()) for line in lines)
     assert any(re.fullmatch(r"unreachable\s+1\s+node006: ssh: connect to host node006: No route to host",
                             line.strip()) for line in lines)
@@ -159,7 +162,7 @@ def test_without_an_impact_estimate_the_summary_says_nothing_of_it():
     document = make_document()
     del document["impact"]
     text = render_report(document, "text")
-    assert text.splitlines()[0].endswith("6 findings (3 fail)")
+    assert text.splitlines()[0].endswith("6 findings (3 fail, 1 unchecked)")
     assert "job slowdown" not in text and "impact:" not in text
     assert "impact" not in render_report(document, "md").lower()
     assert "No job-impact estimate in this sweep." in render_report(document, "html")
@@ -171,13 +174,16 @@ def test_without_an_impact_estimate_the_summary_says_nothing_of_it():
 def test_markdown_findings_table_has_one_row_per_finding_in_cost_order_with_pipes_escaped():
     text = render_report(make_document(), "md")
     rows = markdown_table(text, "severity")
-    assert [(row[0], row[1], row[2]) for row in rows] == [
+    assert [(row[0], row[2], row[3]) for row in rows] == [
         ("fail", "slow_link", "node001 ↔ node004"), ("fail", "slow_gpu", "node003:5"), ("fail", "ecc", "node005:2"),
         ("warn", "slow_nic", "node002"), ("warn", "throttled", "node003:5"), ("warn", "unchecked", "node006")]
-    assert all(len(row) == 11 for row in rows)
-    assert rows[1][3:7] == ["gemm.tflops", "630.0", "741.2", "15.0 %"]
-    assert rows[3][9] == "slow with node001 and node003 | both rails"
+    assert all(len(row) == 12 for row in rows)
+    assert rows[1][4:10] == ["gemm.tflops", "630.0", "741.2", "15.0 %", "-7.5", "confirmed"]
+    assert rows[3][10] == "slow with node001 and node003 | both rails"
     assert "node003 \\| both rails" in text
+    # An old free-text action is shown as text in the action column; there is no detail.
+    assert rows[0][1] == "check the cable/switch port" and rows[0][11] == ""
+    assert rows[1][1] == "drain"
 
 
 def test_markdown_hosts_by_status_and_impact_tables():
@@ -257,8 +263,9 @@ def test_html_link_matrix_only_when_links_were_measured():
 
 def test_html_findings_table_carries_evidence_and_action_in_cost_order():
     rows = html_tables(render_report(make_document(), "html"))["findings-table"][1:]
-    assert [row[1] for row in rows] == ["slow_link", "slow_gpu", "ecc", "slow_nic", "throttled", "unchecked"]
-    assert rows[1][9] == "HW thermal slowdown active; SM clock 1410 of 1980 MHz" and rows[1][10] == "drain"
+    assert [row[2] for row in rows] == ["slow_link", "slow_gpu", "ecc", "slow_nic", "throttled", "unchecked"]
+    assert rows[1][10] == "HW thermal slowdown active; SM clock 1410 of 1980 MHz" and rows[1][1] == "drain"
+    assert rows[0][1] == "check the cable/switch port"
 
 
 def test_html_escapes_a_malicious_host_name_everywhere():
@@ -294,6 +301,202 @@ def test_html_report_for_1000_hosts_of_8_gpus_is_small_and_quick():
     assert "link-matrix" not in tables and len(tables["link-pairs"]) == 1 + 100
     for fmt in ("text", "md", "json"):
         assert render_report(document, fmt)
+
+
+# ------------------------------------------------------------------ findings of the current shape
+
+UUID = "GPU-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+BUS_ID = "00000000:5D:00.0"
+DRAIN_DETAIL = "drain the node and run the vendor diagnostics (dcgmi diag -r 3); replace it if it repeats"
+
+
+def new_finding(kind: str, severity: str, host_name: str, *, basis: str, action: str, action_detail: str,
+                evidence: str = "", peer: str | None = None, gpu: int | None = None, peer_gpu: int | None = None,
+                gpu_uuid: str | None = None, pci_bus_id: str | None = None, metric: str | None = None,
+                value: float | None = None, reference: float | None = None, unit: str | None = None,
+                reference_source: str | None = None, deficit: float | None = None, robust_z: float | None = None,
+                share: float | None = None) -> dict[str, Any]:
+    """A finding with every key of the current contract, in its key order."""
+    return {"kind": kind, "severity": severity, "host": host_name, "peer": peer, "gpu": gpu, "peer_gpu": peer_gpu,
+            "gpu_uuid": gpu_uuid, "pci_bus_id": pci_bus_id, "metric": metric, "value": value,
+            "reference": reference, "unit": unit, "reference_source": reference_source, "deficit_pct": deficit,
+            "robust_z": robust_z, "share_pct": share, "confirmed": basis == "retest", "basis": basis,
+            "evidence": evidence, "action": action, "action_detail": action_detail}
+
+
+def make_new_document(results_compared: int = 412, results_not_compared: int = 12) -> dict[str, Any]:
+    """Findings of every new kind and basis, a summary with the unchecked and comparison counts."""
+    hosts = [host(name, [REFERENCE_TFLOPS] * 8) for name in ("node017", "node021", "node022", "node023")]
+    hosts.append(host("node024", None, status="unreachable", error="No route to host"))
+    findings = [
+        new_finding("slow_gpu", "fail", "node017", gpu=3, gpu_uuid=UUID, pci_bus_id=BUS_ID, metric="gemm.tflops",
+                    value=612.0, reference=742.0, unit="TFLOP/s", reference_source="fleet", deficit=17.5,
+                    robust_z=-9.8, basis="retest", evidence="HW thermal slowdown active; SM clock 1410 of 1980 MHz",
+                    action="drain", action_detail=DRAIN_DETAIL),
+        new_finding("slow_link", "warn", "node017", peer="node017", gpu=3, peer_gpu=5, gpu_uuid=UUID,
+                    metric="p2p.bandwidth", value=210.0, reference=380.0, unit="GB/s", reference_source="baseline",
+                    deficit=44.7, robust_z=-12.1, basis="single_run", evidence="NVLink 3↔5 slow both ways",
+                    action="inspect", action_detail="check nvidia-smi nvlink -s on the node"),
+        new_finding("fleet_shift", "warn", "node[001-032]", metric="gemm.tflops", value=690.0, reference=742.0,
+                    unit="TFLOP/s", reference_source="sku", deficit=7.0, share=72.0, basis="single_run",
+                    evidence="most of the fleet is slower than the SKU figure", action="watch",
+                    action_detail="compare driver and firmware versions with the last good sweep"),
+        new_finding("missing_gpu", "fail", "node021", metric="facts.gpu_count", value=7, reference=8, unit="count",
+                    reference_source="fleet", basis="facts", evidence="7 GPUs where its peers have 8",
+                    action="reboot", action_detail="reboot the node; if the GPU stays off the bus, replace it"),
+        new_finding("unchecked", "warn", "node022", gpu=1, pci_bus_id="00000000:1B:00.0", metric="membw.bandwidth",
+                    basis="error_record", evidence="CUDA error: out of memory", action="inspect",
+                    action_detail="free GPU memory or lower --max-gpu-mem, then sweep again"),
+        new_finding("unchecked", "warn", "node023", gpu=0, metric="gemm.tflops", value=700.1, unit="TFLOP/s",
+                    basis="comparison", evidence="no peers, no stored baseline and no SKU figure", action="watch",
+                    action_detail="store a baseline for this GPU model"),
+        new_finding("unchecked", "warn", "node024", basis="host_status", evidence="unreachable: No route to host",
+                    action="inspect", action_detail="check that the node is up and reachable over SSH"),
+        new_finding("throttled", "warn", "node017", gpu=3, gpu_uuid=UUID, pci_bus_id=BUS_ID, basis="telemetry",
+                    evidence="hw_thermal_slowdown", action="reset_gpu", action_detail="reset the GPU when idle"),
+    ]
+    return {"schema": "gpudiag.sweep/1", "sweep_id": "20261122T080000Z-0a1b",
+            "started_at": "2026-11-22T08:00:00Z", "finished_at": "2026-11-22T08:00:40Z",
+            "hosts": hosts, "links": [], "findings": findings,
+            "summary": {"hosts_total": 5, "hosts_ok": 4, "findings": len(findings), "exit_code": 1, "unchecked": 3,
+                        "results_compared": results_compared, "results_not_compared": results_not_compared}}
+
+
+SLOW_GPU_LINE = ("fail slow_gpu node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0) · gemm.tflops 612.0 TFLOP/s vs fleet "
+                 "742.0 TFLOP/s (-17.5 %, z -9.8) · confirmed by re-test · action: drain — " + DRAIN_DETAIL
+                 + " · HW thermal slowdown active; SM clock 1410 of 1980 MHz")
+
+
+def finding_lines(text: str) -> dict[str, str]:
+    """The text report's finding lines by ``kind host`` (the first such line)."""
+    lines = [line.strip() for line in text.splitlines() if line.startswith(("  fail", "  warn"))]
+    found: dict[str, str] = {}
+    for line in lines:
+        _, kind, where = line.split(" ", 3)[:3]
+        found.setdefault(f"{kind} {where}", line)
+    return found
+
+
+def test_text_shows_units_gpu_ids_action_verb_and_basis_of_a_new_finding():
+    text = render_report(make_new_document(), "text")
+    lines = finding_lines(text)
+    assert lines["slow_gpu node017:3"] == SLOW_GPU_LINE
+    assert lines["slow_link node017:3↔5"].startswith(
+        "warn slow_link node017:3↔5 (3: GPU-1a2b3c4d…) · p2p.bandwidth 210.0 GB/s vs baseline 380.0 GB/s "
+        "(-44.7 %, z -12.1) · single run, not re-tested · action: inspect — check nvidia-smi nvlink -s")
+    assert lines["fleet_shift node[001-032]"].startswith(
+        "warn fleet_shift node[001-032] (share 72 % of hosts) · gemm.tflops 690.0 TFLOP/s vs SKU 742.0 TFLOP/s "
+        "(-7.0 %) · single run, not re-tested · action: watch — compare driver")
+    assert lines["missing_gpu node021"].startswith(
+        "fail missing_gpu node021 · facts.gpu_count 7 vs fleet 8 · host facts · action: reboot — reboot the node")
+    assert lines["unchecked node022:1"].startswith(
+        "warn unchecked node022:1 (00000000:1B:00.0) · membw.bandwidth · probe error · action: inspect — free")
+    assert lines["unchecked node023:0"].startswith(
+        "warn unchecked node023:0 · gemm.tflops 700.1 TFLOP/s · nothing to compare with · action: watch — store")
+    assert lines["unchecked node024"].startswith("warn unchecked node024 · could not be probed · action: inspect — ")
+    assert lines["throttled node017:3"].startswith(
+        "warn throttled node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0) · NVML telemetry · action: reset_gpu — reset")
+    assert UUID not in text  # shortened in text
+
+
+def test_text_headline_counts_unchecked_and_results_not_compared():
+    first = render_report(make_new_document(), "text").splitlines()[0]
+    assert first == ("sweep 20261122T080000Z-0a1b · 5 hosts · 4 ok · node024 unreachable · 8 findings (2 fail, "
+                     "3 unchecked) · 12 results could not be compared (no peers, baseline or SKU figure)")
+    assert "not a pass" not in first
+    assert "could not be compared" not in render_report(make_new_document(results_not_compared=0), "text")
+    single = render_report(make_new_document(results_not_compared=1), "text").splitlines()[0]
+    assert single.endswith(" · 1 result could not be compared (no peers, baseline or SKU figure)")
+
+
+def test_a_sweep_that_compared_nothing_says_plainly_it_is_not_a_pass_in_every_format():
+    document = make_new_document(results_compared=0, results_not_compared=40)
+    plain = "no result could be compared: this sweep is not a pass"
+    first = render_report(document, "text").splitlines()[0]
+    assert f"3 unchecked) · {plain} · 40 results could not be compared" in first
+    assert f"**{plain}**" in render_report(document, "md")
+    text = render_report(document, "html")
+    assert f'<strong class="alert">{plain}</strong>' in text
+    assert ('<strong class="alert">40 results could not be compared (no peers, baseline or SKU figure)</strong>'
+            in text)
+    # JSON is the document itself: its summary carries the counts a hook reads.
+    summary = json.loads(render_report(document, "json"))["summary"]
+    assert (summary["results_compared"], summary["results_not_compared"], summary["unchecked"]) == (0, 40, 3)
+
+
+def test_markdown_row_of_a_new_finding_has_units_ids_verb_basis_and_detail():
+    rows = markdown_table(render_report(make_new_document(), "md"), "severity")
+    by_where = {row[3]: row for row in rows if row[2] != "throttled"}
+    assert by_where["node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0)"] == [
+        "fail", "drain", "slow_gpu", "node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0)", "gemm.tflops", "612.0 TFLOP/s",
+        "fleet 742.0 TFLOP/s", "17.5 %", "-9.8", "confirmed by re-test",
+        "HW thermal slowdown active; SM clock 1410 of 1980 MHz", DRAIN_DETAIL]
+    assert by_where["node[001-032] (share 72 % of hosts)"][1:3] == ["watch", "fleet_shift"]
+    assert by_where["node017:3↔5 (3: GPU-1a2b3c4d…)"][5:7] == ["210.0 GB/s", "baseline 380.0 GB/s"]
+    assert {row[1] for row in rows} == {"drain", "inspect", "watch", "reboot", "reset_gpu"}
+    assert [row[9] for row in rows if row[2] == "unchecked"] == [
+        "probe error", "nothing to compare with", "could not be probed"]
+    headline = render_report(make_new_document(), "md").split("\n\n")[1]
+    assert "8 findings (2 fail, 3 unchecked)" in headline and "12 results could not be compared" in headline
+
+
+def test_html_findings_show_the_full_uuid_the_verb_as_a_badge_and_the_basis():
+    text = render_report(make_new_document(), "html")
+    rows = html_tables(text)["findings-table"]
+    assert rows[0] == ["severity", "action", "kind", "where", "metric", "value", "reference", "deficit", "robust z",
+                       "basis", "evidence", "action detail"]
+    slow = next(row for row in rows[1:] if row[2] == "slow_gpu")
+    assert slow == ["fail", "drain", "slow_gpu", f"node017:3 ({UUID}, {BUS_ID})", "gemm.tflops", "612.0 TFLOP/s",
+                    "fleet 742.0 TFLOP/s", "17.5 %", "-9.8", "confirmed by re-test",
+                    "HW thermal slowdown active; SM clock 1410 of 1980 MHz", DRAIN_DETAIL]
+    assert f'<td title="GPU {UUID}, {BUS_ID}">node017:3 ({UUID}, {BUS_ID})</td>' in text
+    assert '<td class="action act-drain">drain</td>' in text and '<td class="action act-reset_gpu">' in text
+    assert "node[001-032] (share 72 % of hosts)" in [row[3] for row in rows[1:]]
+    assert {row[9] for row in rows[1:]} == {"confirmed by re-test", "single run, not re-tested", "host facts",
+                                          "probe error", "nothing to compare with", "could not be probed",
+                                          "NVML telemetry"}
+    summary = re.search(r'<p class="summary" id="summary">(.*?)</p>', text)
+    assert summary is not None and "8 findings (2 fail, 3 unchecked)" in summary.group(1)
+
+
+def test_html_shows_an_old_free_text_action_as_text_without_a_verb_badge():
+    text = render_report(make_document(), "html")
+    assert '<td class="action">check the cable/switch port</td>' in text
+    assert '<td class="action act-drain">drain</td>' in text
+
+
+def test_json_keeps_the_new_keys_in_their_order():
+    document = make_new_document()
+    loaded = json.loads(render_report(document, "json"))
+    assert loaded == {**document, "findings": sort_findings(document["findings"])}
+    assert list(loaded["findings"][0]) == list(document["findings"][0])
+    assert loaded["findings"][0]["action"] == "drain" and loaded["findings"][0]["action_detail"] == DRAIN_DETAIL
+    assert loaded["summary"]["results_not_compared"] == 12
+
+
+def test_new_fields_are_escaped_in_html():
+    document = make_new_document()
+    evil = '"><script>alert(3)</script>'
+    first = document["findings"][0]
+    for key in ("gpu_uuid", "pci_bus_id", "unit", "reference_source", "basis", "action_detail", "action"):
+        first[key] = f"{key}{evil}"
+    text = render_report(document, "html")
+    assert "<script" not in text and 'title="GPU gpu_uuid&quot;&gt;' in text
+    for fmt in ("text", "md", "json"):
+        assert render_report(document, fmt)
+
+
+def test_an_old_finding_without_the_new_keys_renders_in_every_format():
+    old = {"kind": "slow_gpu", "severity": "fail", "host": "node009", "gpu": 2, "metric": "gemm.tflops",
+           "value": 612.0, "reference": 742.0, "deficit_pct": 17.5, "confirmed": False,
+           "evidence": "SM clock low", "action": "drain the node and run dcgmi diag -r 3"}
+    document = {"sweep_id": "old", "hosts": [host("node009", [612.0] * 8)], "findings": [old]}
+    line = finding_lines(render_report(document, "text"))["slow_gpu node009:2"]
+    assert line == ("fail slow_gpu node009:2 · gemm.tflops 612.0 vs 742.0 (-17.5 %) · not confirmed"
+                    " · action: drain the node and run dcgmi diag -r 3 · SM clock low")
+    row = markdown_table(render_report(document, "md"), "severity")[0]
+    assert row[1] == "drain the node and run dcgmi diag -r 3" and row[9] == "not confirmed" and row[11] == ""
+    assert html_tables(render_report(document, "html"))["findings-table"][1][1] == old["action"]
 
 
 # ----------------------------------------------------------------------------------- write_report

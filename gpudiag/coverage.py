@@ -1,0 +1,183 @@
+"""What a sweep could not check, and what the hosts' facts say by themselves.
+
+A diagnostic's worst failure is a green result on broken hardware, so every gap is a finding:
+
+- a probe record that is an ``error`` (a CUDA error, an Xid, a refusal to fit in memory), or a
+  measurement ``skipped`` on a host that has GPUs, is ``unchecked`` (naming host, GPU, reason);
+- a result with no reference at all (too few peer hosts, no stored baseline, no SKU figure) is
+  ``unchecked`` too: nothing compared it, so nothing passed it;
+- a GPU that NVML reports lost, or a host that sees fewer GPUs than its PCI bus, NVML or its
+  peers of the same model, is ``missing_gpu``;
+- a host whose load, usable CPUs or available memory say it is starved is the evidence (and
+  the cause) of a ``slow_node``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .findings import (
+    BASIS_COMPARISON,
+    BASIS_ERROR_RECORD,
+    BASIS_FACTS,
+    BASIS_TELEMETRY,
+    FAIL,
+    WARN,
+    Finding,
+)
+from .hosts import fold_hosts
+from .results import device_index
+from .rules import action
+from .thresholds import Thresholds
+
+# Probes that need a GPU; on a host without one their skips are expected, not gaps.
+GPU_PROBES = frozenset({"telemetry", "p2p", "pcie", "smclock"})
+LOST_MARKERS = ("GPU_IS_LOST", "gpu is lost", "fallen off the bus")
+
+
+def record_gaps(host: str, records: Iterable[Mapping[str, Any]], facts: Mapping[str, Any]) -> list[Finding]:
+    """``unchecked`` findings for one ok host's error and skipped records, one per probe and
+    device. A lost GPU is left to :func:`missing_gpus`; a reading a GPU does not have (NVML's
+    not-supported) and a probe that needs more GPUs than the host has are not gaps."""
+    grouped: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    has_gpus = _gpu_count(facts) > 0 or (facts.get("pci_gpu_count") or 0) > 0
+    for record in records:
+        status = record.get("status")
+        if status == "ok" or _is_lost(record) or not _is_gap(record, has_gpus, _gpu_count(facts)):
+            continue
+        grouped[(str(record.get("probe")), str(record.get("device")), str(status))].append(record)
+    findings = []
+    for (probe, device, status), group in sorted(grouped.items()):
+        first = group[0]
+        more = f" (and {len(group) - 1} more {probe} readings)" if len(group) > 1 else ""
+        words = "failed" if status == "error" else "was not measured"
+        evidence = f"{probe} {words} on {device}: {first.get('reason') or 'no reason given'}{more}"
+        findings.append(_unchecked(host, evidence, BASIS_ERROR_RECORD, gpu=device_index(device),
+                                   gpu_uuid=first.get("gpu_uuid"), metric=f"{probe}.{first.get('metric')}"))
+    return findings
+
+
+def _is_gap(record: Mapping[str, Any], has_gpus: bool, gpu_count: int) -> bool:
+    if record.get("status") == "error":
+        return True
+    probe, device, reason = record.get("probe"), str(record.get("device")), str(record.get("reason") or "")
+    if "deadline" in reason:
+        return True
+    if not has_gpus:
+        return False  # a host without GPUs skips the GPU probes by nature (missing_gpus judges the count)
+    if probe == "telemetry" and device != "host":
+        return False  # a reading this GPU does not have (n/a: not supported)
+    return not (probe == "p2p" and gpu_count < 2)
+
+
+def _is_lost(record: Mapping[str, Any]) -> bool:
+    reason = str(record.get("reason") or "")
+    return record.get("status") == "error" and any(marker.lower() in reason.lower() for marker in LOST_MARKERS)
+
+
+def missing_gpus(hosts: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    """``missing_gpu`` findings: each GPU NVML reports lost, and each host that sees fewer GPUs
+    than its PCI bus, NVML, or most of its peers of the same GPU model."""
+    ok = [h for h in hosts if h.get("status") == "ok" and h.get("facts")]
+    peer_counts = _peer_counts(ok)
+    findings: list[Finding] = []
+    for host in ok:
+        lost = _lost_gpus(host)
+        findings += lost
+        facts = host["facts"]
+        seen = _gpu_count(facts)
+        expected = _expected_counts(facts, peer_counts)
+        most = max(expected.values(), default=0)
+        if seen < most and len(lost) < most - seen:
+            sources = "; ".join(f"{what} {count}" for what, count in expected.items())
+            evidence = f"{seen} GPUs usable (torch), expected {most}: {sources}"
+            findings.append(_missing(host["host"], evidence, BASIS_FACTS))
+    return findings
+
+
+def _lost_gpus(host: Mapping[str, Any]) -> list[Finding]:
+    found: dict[str, Finding] = {}
+    for record in host.get("results") or ():
+        if record.get("probe") == "telemetry" and _is_lost(record) and record.get("device") not in found:
+            device = str(record.get("device"))
+            evidence = f"NVML reports {device} lost: {record.get('reason')}"
+            found[device] = _missing(str(host["host"]), evidence, BASIS_TELEMETRY, gpu=device_index(device),
+                                     gpu_uuid=record.get("gpu_uuid"))
+    return [found[device] for device in sorted(found)]
+
+
+def _peer_counts(hosts: Sequence[Mapping[str, Any]]) -> dict[str | None, int]:
+    """The GPU count most hosts of each GPU model have (None: over every host with GPUs), where
+    at least two hosts agree and they are at least half of that model's hosts."""
+    by_model: dict[str | None, list[int]] = defaultdict(list)
+    for host in hosts:
+        facts = host["facts"]
+        count = _gpu_count(facts)
+        if facts.get("gpu_model"):
+            by_model[facts["gpu_model"]].append(count)
+            by_model[None].append(count)
+    modes = {}
+    for model, counts in by_model.items():
+        count, hosts_with_it = Counter(counts).most_common(1)[0]
+        if hosts_with_it >= 2 and 2 * hosts_with_it >= len(counts):
+            modes[model] = count
+    return modes
+
+
+def _expected_counts(facts: Mapping[str, Any], peer_counts: Mapping[str | None, int]) -> dict[str, int]:
+    expected = {}
+    for name, label in (("pci_gpu_count", "on the PCI bus"), ("nvml_gpu_count", "counted by NVML")):
+        if isinstance(facts.get(name), int):
+            expected[label] = int(facts[name])
+    peers = peer_counts.get(facts.get("gpu_model") or None)
+    if peers is not None:
+        expected["peers of the same model have"] = peers
+    return expected
+
+
+def _gpu_count(facts: Mapping[str, Any]) -> int:
+    count = facts.get("gpu_count")
+    return int(count) if isinstance(count, (int, float)) else 0
+
+
+def starvation(facts: Mapping[str, Any], thresholds: Thresholds) -> list[str]:
+    """What starves a host, in plain words (empty when nothing does): a 1-minute load above
+    ``host_load_per_cpu`` per usable CPU, too few usable CPUs, too little available memory."""
+    usable, total = facts.get("cpu_count_usable"), facts.get("cpu_count")
+    load = facts.get("load_average_1m")
+    available, memory = facts.get("memory_available_mib"), facts.get("memory_total_mib")
+    parts = []
+    if usable and load is not None and load / usable > thresholds.host_load_per_cpu:
+        parts.append(f"load {load:.1f} on {usable} usable CPUs")
+    if usable and total and 100 * usable / total < thresholds.host_cpus_usable_pct:
+        parts.append(f"{usable} of {total} CPUs usable")
+    if available is not None and memory and 100 * available / memory < thresholds.host_memory_available_pct:
+        parts.append(f"{available} of {memory} MiB memory available")
+    return parts
+
+
+def not_compared(metrics: Mapping[tuple[str, str], Iterable[str]], thresholds: Thresholds) -> list[Finding]:
+    """One ``unchecked`` finding per probe and metric some of whose results had no reference at
+    all: ``metrics`` maps (probe, metric) to the hosts of those results."""
+    findings = []
+    for (probe, metric), hosts in sorted(metrics.items()):
+        names = sorted(set(hosts))
+        evidence = (f"{probe}.{metric} measured on {len(names)} host{'s' if len(names) != 1 else ''} "
+                    f"({thresholds.min_peers} needed to compare with the fleet), with no stored baseline and "
+                    f"no SKU figure: not compared, not passed")
+        findings.append(_unchecked(fold_hosts(names), evidence, BASIS_COMPARISON, metric=f"{probe}.{metric}"))
+    return findings
+
+
+def _unchecked(host: str, evidence: str, basis: str, **fields: Any) -> Finding:
+    verb, detail = action("unchecked", WARN)
+    return Finding(kind="unchecked", severity=WARN, host=host, evidence=evidence, action=verb, action_detail=detail,
+                   basis=basis, **fields)
+
+
+def _missing(host: str, evidence: str, basis: str, **fields: Any) -> Finding:
+    verb, detail = action("missing_gpu", FAIL)
+    return Finding(kind="missing_gpu", severity=FAIL, host=host, evidence=evidence, action=verb,
+                   action_detail=detail, basis=basis, **fields)

@@ -1,0 +1,132 @@
+"""References: what a healthy result of one baseline key measures, from three sources.
+
+- ``fleet``: the live fleet's healthy level, when ``min_peers`` distinct *hosts* have the key
+  (two 8-GPU nodes are two peers, not sixteen). Fail-slows only ever pull values down, so the
+  level is found from the top: the densest 40 % of the values (the shortest window holding
+  them) locates the healthy cluster, the values above it give the spread, values far below it
+  are set aside, and the median and MAD of the rest are the level and spread. A third of the
+  fleet running slow neither drags the level down nor inflates the spread.
+- ``baseline``: a stored baseline's median and MAD for the key (same model, driver, parameters).
+- ``sku``: the per-SKU figure for the probe, metric and shape, with a spread of ``sku_spread``.
+
+A result is judged against every reference it has, so a regression most of the fleet shares is
+seen against the baseline or the SKU figure even though the fleet median moved with it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .thresholds import Thresholds
+
+MAD_TO_SIGMA = 1.4826
+# The median of |x - mean| over the upper half of a normal sample, in sigmas.
+UPPER_HALF_MEDIAN_SIGMAS = 0.6745
+# The densest window holds this share of the values (less than half: it must fit in the
+# healthy cluster even when nearly half the fleet is slow).
+DENSE_SHARE = 0.4
+# Of the windows at most this much wider than the shortest, the highest locates the healthy
+# cluster: when the fleet splits in two, the faster half is the healthy one.
+DENSE_WIDTH_TOLERANCE = 1.5
+# Values this many sigmas below the healthy cluster are set aside before the final median/MAD.
+TRIM_SIGMAS = 4.0
+FLEET, BASELINE, SKU = "fleet", "baseline", "sku"
+SOURCE_ORDER = (FLEET, BASELINE, SKU)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The expected value of a key (in the key's unit), its spread (a robust sigma, same unit),
+    where it came from, and how many hosts (fleet) or measurements (baseline) it rests on."""
+
+    value: float
+    spread: float
+    source: str
+    peers: int
+
+    def deficit_pct(self, value: float) -> float:
+        """How far ``value`` falls below this reference, in percent (negative: above it)."""
+        return 100 * (self.value - value) / self.value
+
+    def robust_z(self, value: float) -> float:
+        """``value``'s distance from this reference in robust sigmas (negative: below)."""
+        return (value - self.value) / self.spread
+
+    def flags(self, value: float, thresholds: Thresholds) -> bool:
+        """True when ``value`` is both far (robust z) and materially (deficit) below."""
+        return (self.robust_z(value) <= thresholds.robust_z
+                and self.deficit_pct(value) >= thresholds.deficit_warn_pct)
+
+
+@dataclass(frozen=True)
+class KeyReferences:
+    """Every reference one key has (at least one), in the order they are preferred."""
+
+    references: tuple[Reference, ...]
+
+    def flagging(self, value: float, thresholds: Thresholds) -> Reference | None:
+        """The first reference (fleet, baseline, SKU) that flags ``value``, or None."""
+        return next((ref for ref in self.references if ref.flags(value, thresholds)), None)
+
+    def get(self, source: str) -> Reference | None:
+        return next((ref for ref in self.references if ref.source == source), None)
+
+    def expected(self, thresholds: Thresholds) -> Reference:
+        """The one reference a job's pace is measured against: the fleet's level, unless the
+        baseline or the SKU figure flags the fleet's level itself (a shared regression); then that."""
+        fleet = self.get(FLEET)
+        others = [ref for ref in self.references if ref.source != FLEET]
+        if fleet is None:
+            return others[0]
+        return next((ref for ref in others if ref.flags(fleet.value, thresholds)), fleet)
+
+
+def key_references(values: Sequence[float], hosts: int, stored: object | None, figure: float | None,
+                   thresholds: Thresholds) -> KeyReferences | None:
+    """The references of one key: ``values`` are its measurements from ``hosts`` distinct hosts;
+    ``stored`` a baseline entry (``median``, ``mad``, ``count``) or None; ``figure`` the SKU
+    figure or None. None when the key has no reference at all."""
+    found: list[Reference] = []
+    if hosts >= thresholds.min_peers:
+        found.append(fleet_reference(values, hosts, thresholds))
+    if stored is not None:
+        median = float(stored.median)  # type: ignore[attr-defined]
+        mad = float(stored.mad)  # type: ignore[attr-defined]
+        found.append(Reference(median, spread(MAD_TO_SIGMA * mad, median, thresholds), BASELINE,
+                               int(stored.count)))  # type: ignore[attr-defined]
+    if figure is not None and figure > 0:
+        found.append(Reference(figure, max(abs(figure) * thresholds.sku_spread_pct / 100,
+                                           spread(0.0, figure, thresholds)), SKU, 0))
+    found = [ref for ref in found if ref.value > 0]
+    return KeyReferences(tuple(found)) if found else None
+
+
+def fleet_reference(values: Sequence[float], hosts: int, thresholds: Thresholds) -> Reference:
+    """The fleet's healthy level and spread (see the module docstring). Raises ValueError when
+    ``values`` is empty."""
+    ordered = sorted(values)
+    centre = _densest_centre(ordered)
+    above = [value - centre for value in ordered if value > centre]
+    sigma = spread(statistics.median(above) / UPPER_HALF_MEDIAN_SIGMAS if above else 0.0, centre, thresholds)
+    kept = [value for value in ordered if value >= centre - TRIM_SIGMAS * sigma]
+    level = statistics.median(kept)
+    mad = statistics.median([abs(value - level) for value in kept])
+    return Reference(level, spread(MAD_TO_SIGMA * mad, level, thresholds), FLEET, hosts)
+
+
+def _densest_centre(ordered: Sequence[float]) -> float:
+    """The middle of the highest window holding ``DENSE_SHARE`` of the sorted values that is
+    about as narrow as the narrowest (slow values are the suspects, never the fast ones)."""
+    window = max(1, math.ceil(len(ordered) * DENSE_SHARE))
+    widths = [high - low for low, high in zip(ordered, ordered[window - 1:], strict=False)]
+    limit = min(widths) * DENSE_WIDTH_TOLERANCE
+    best = max(start for start, width in enumerate(widths) if width <= limit)
+    return statistics.median(ordered[best:best + window])
+
+
+def spread(sigma: float, reference: float, thresholds: Thresholds) -> float:
+    """``sigma``, at least ``mad_floor`` percent of ``reference``: a perfectly tight fleet flags no noise."""
+    return max(sigma, abs(reference) * thresholds.mad_floor_pct / 100)
