@@ -1,19 +1,30 @@
 """Detection benchmark: precision and recall of the whole pipeline on simulated fleets.
 
-For each fleet size, noise level and slowdown, a fleet is generated with random faults of every
-node/GPU kind on a share of its nodes, swept through the real pipeline (plan, runner, analysis
-with re-tests) over the simulated transport, and the findings compared with the faults. The
+Every fleet is swept through the real pipeline (plan, runner, analysis with re-tests, store)
+over the simulated transport, and the findings are scored against the planted faults. The
 analysis never sees the faults: they are only used here, to score.
 
-Printed: precision and recall per fault kind and per slowdown size, and the share of healthy
-hosts flagged on fault-free fleets. Targets at noise CV <= 1 %: precision and recall >= 0.99
-for slowdowns >= 10 %, >= 0.95 at 5 %, and <= 1 % of healthy hosts flagged.
+Scenarios (``--scenarios``):
+- ``mix``: 5 % of nodes get one fault each, rotating slow_gpu, throttled, slow_node,
+  degraded_pcie and nvlink_down (sizes ``--sizes``);
+- ``share25``, ``share40``, ``share50``: that share of the nodes of a 64-node fleet slow on
+  every GPU (a node-wide fault: expected ``slow_node`` per host, and one ``fleet_shift``);
+- ``shift``: the whole 32-node fleet power-capped (every GPU ``throttled`` by ``sw_power_cap``);
+- ``job1``, ``job2``, ``job4``: a 1-, 2- or 4-node job with one node slow on every GPU, first
+  judged against the SKU figures alone, then against a stored baseline built from a healthy
+  16-node sweep.
+
+Printed: precision and recall per scenario, kind and slowdown, whether a ``fleet_shift`` was
+reported where one was expected, and the share of healthy hosts flagged on fault-free fleets.
+Targets at noise CV <= 1 %: precision and recall >= 0.99 for slowdowns >= 10 %, >= 0.95 at
+5 %, and <= 1 % of healthy hosts flagged.
 
 slow_nic and slow_link act on the pairwise network probes, which this version does not run yet;
 they are left out of the fault mix.
 
-Usage: python bench/detection.py [--sizes 64 256 1024] [--cvs 0.005 0.01 0.02]
-                                 [--slowdowns 3 5 10 20 50] [--fault-share 0.05] [--seeds 1]
+Usage: python bench/detection.py [--scenarios mix share40 ...] [--sizes 64 256 1024]
+                                 [--cvs 0.005 0.01 0.02] [--slowdowns 3 5 10 20 50] [--seeds 1]
+       python bench/detection.py --smoke      (seconds: one small fleet of each scenario)
 """
 
 from __future__ import annotations
@@ -26,13 +37,17 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpudiag.baseline import build_baseline, save_baseline  # noqa: E402
 from gpudiag.nodeprobe import ProbeOptions  # noqa: E402
 from gpudiag.plan import SweepRequest, run_plan  # noqa: E402
 from gpudiag.progress import QuietProgress  # noqa: E402
+from gpudiag.store import Store  # noqa: E402
 from gpudiag.sweep import SweepOptions  # noqa: E402
 
 SIZED_KINDS = ("slow_gpu", "throttled", "slow_node")  # faults with a slowdown factor
@@ -40,24 +55,45 @@ FIXED_KINDS = ("degraded_pcie", "nvlink_down")  # faults that are a state, not a
 GPU_KINDS = {"slow_gpu", "throttled", "degraded_pcie", "nvlink_down"}
 REASONS = ("hw_thermal", "hw_slowdown", "hw_power_brake")
 PROBES = ("facts", "telemetry", "gemm", "membw", "pcie")
+SCENARIOS = ("mix", "share25", "share40", "share50", "shift", "job1", "job2", "job4")
+GPUS = 8
+NOT_SCORED = ("fleet_shift", "unchecked")
 
 
-def fleet_file(size: int, cv: float, slowdown_pct: float | None, share: float, seed: int) -> dict:
-    """A fleet of ``size`` 8-GPU nodes; ``share`` of them get one fault each (none if slowdown is None)."""
-    rng = random.Random(f"{size}:{cv}:{slowdown_pct}:{seed}")
-    names = [f"node{i:04d}" for i in range(1, size + 1)]
-    faults = []
-    if slowdown_pct is not None:
-        chosen = rng.sample(names, max(1, round(share * size)))
-        kinds = SIZED_KINDS + FIXED_KINDS
-        for index, host in enumerate(chosen):
-            faults.append(_fault(kinds[index % len(kinds)], host, 1 - slowdown_pct / 100, rng))
-    return {"nodes": size, "name_format": "node{:04d}", "gpus_per_node": 8, "seed": seed,
+@dataclass(frozen=True)
+class Case:
+    """One fleet to sweep: its file, the findings expected as (kind, host, gpu), and whether a
+    ``fleet_shift`` must be reported; ``baseline`` sweeps a healthy fleet first for a baseline."""
+
+    fleet: dict
+    expected: frozenset[tuple[str, str, int | None]]
+    shift_expected: bool = False
+    baseline: bool = False
+
+
+def _fleet(size: int, cv: float, seed: int, faults: list[dict]) -> dict:
+    return {"nodes": size, "name_format": "node{:04d}", "gpus_per_node": GPUS, "seed": seed,
             "noise": {"gemm_cv": cv, "membw_cv": cv, "link_cv": 2 * cv}, "faults": faults}
 
 
+def _names(size: int) -> list[str]:
+    return [f"node{i:04d}" for i in range(1, size + 1)]
+
+
+def mix_case(size: int, cv: float, slowdown_pct: float | None, seed: int, share: float = 0.05) -> Case:
+    """``share`` of the nodes get one fault each (none when ``slowdown_pct`` is None)."""
+    rng = random.Random(f"{size}:{cv}:{slowdown_pct}:{seed}")
+    faults = []
+    if slowdown_pct is not None:
+        chosen = rng.sample(_names(size), max(1, round(share * size)))
+        kinds = SIZED_KINDS + FIXED_KINDS
+        for index, host in enumerate(chosen):
+            faults.append(_fault(kinds[index % len(kinds)], host, 1 - slowdown_pct / 100, rng))
+    return Case(_fleet(size, cv, seed, faults), frozenset(_place(f["kind"], f["host"], f.get("gpu")) for f in faults))
+
+
 def _fault(kind: str, host: str, factor: float, rng: random.Random) -> dict:
-    gpu = rng.randrange(8)
+    gpu = rng.randrange(GPUS)
     if kind == "slow_gpu":
         return {"kind": kind, "host": host, "gpu": gpu, "factor": factor}
     if kind == "throttled":
@@ -69,26 +105,62 @@ def _fault(kind: str, host: str, factor: float, rng: random.Random) -> dict:
     return {"kind": kind, "host": host, "gpu": gpu, "link": rng.randrange(18)}
 
 
-def sweep(fleet: dict) -> tuple[list[dict], float]:
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "fleet.json"
-        path.write_text(json.dumps(fleet))
-        request = SweepRequest(hosts_argument=None, simulate_path=str(path),
-                               sweep=SweepOptions(probe=ProbeOptions(names=PROBES), fanout=64))
-        started = time.perf_counter()
-        result = run_plan(request, io.StringIO(), QuietProgress())
-        return [f.to_dict() for f in result.findings if f.kind != "unchecked"], time.perf_counter() - started
+def share_case(share: float, cv: float, slowdown_pct: float, seed: int, size: int = 64) -> Case:
+    """``share`` of the nodes slow by ``slowdown_pct`` on every GPU: each a slow_node."""
+    rng = random.Random(f"share:{share}:{cv}:{slowdown_pct}:{seed}")
+    slow = sorted(rng.sample(_names(size), round(share * size)))
+    faults = [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": 1 - slowdown_pct / 100}
+              for host in slow for gpu in range(GPUS)]
+    return Case(_fleet(size, cv, seed, faults), frozenset(("slow_node", host, None) for host in slow),
+                shift_expected=True)
 
 
-def score(faults: list[dict], findings: list[dict]) -> dict[str, list[int]]:
-    """Per kind: [true positives, findings of that kind, faults of that kind, faults detected]."""
+def shift_case(cv: float, slowdown_pct: float, seed: int, size: int = 32) -> Case:
+    """The whole fleet power-capped: every GPU throttled by a software power cap."""
+    faults = [{"kind": "throttled", "host": host, "gpu": gpu, "reason": "sw_power_cap",
+               "factor": 1 - slowdown_pct / 100} for host in _names(size) for gpu in range(GPUS)]
+    expected = frozenset(("throttled", host, gpu) for host in _names(size) for gpu in range(GPUS))
+    return Case(_fleet(size, cv, seed, faults), expected, shift_expected=True)
+
+
+def job_case(nodes: int, cv: float, slowdown_pct: float, seed: int, baseline: bool) -> Case:
+    """A small job: one of its ``nodes`` slow on every GPU."""
+    slow = _names(nodes)[-1]
+    faults = [{"kind": "slow_gpu", "host": slow, "gpu": gpu, "factor": 1 - slowdown_pct / 100}
+              for gpu in range(GPUS)]
+    return Case(_fleet(nodes, cv, seed, faults), frozenset({("slow_node", slow, None)}), baseline=baseline)
+
+
+def sweep(case: Case, folder: Path) -> list[dict]:
+    """The findings (JSON objects) of one case, through the whole pipeline."""
+    store = folder / "gpudiag.db"
+    if case.baseline:
+        healthy = {**case.fleet, "nodes": 16, "faults": [], "seed": case.fleet["seed"] + 1000}
+        _run(healthy, folder, store, None)
+        with Store.open(store) as opened:
+            sweep_id = opened.latest_sweep_id()
+            save_baseline(opened, build_baseline("default", opened.results_for_baseline([sweep_id])))
+    result = _run(case.fleet, folder, store if case.baseline else None, "default" if case.baseline else None)
+    return [f.to_dict() for f in result.findings]
+
+
+def _run(fleet: dict, folder: Path, store: Path | None, baseline: str | None):
+    path = folder / "fleet.json"
+    path.write_text(json.dumps(fleet))
+    request = SweepRequest(hosts_argument=None, simulate_path=str(path), store_path=str(store) if store else None,
+                           baseline_name=baseline, sweep=SweepOptions(probe=ProbeOptions(names=PROBES), fanout=64))
+    return run_plan(request, io.StringIO(), QuietProgress())
+
+
+def score(case: Case, findings: list[dict]) -> dict[str, list[int]]:
+    """Per kind: [true positives, findings of that kind, faults of that kind, faults detected].
+    ``fleet_shift`` and ``unchecked`` findings are not scored here."""
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    expected = {_place(f["kind"], f["host"], f.get("gpu")) for f in faults}
-    found = {_place(f["kind"], f["host"], f.get("gpu")) for f in findings}
+    found = {_place(f["kind"], f["host"], f.get("gpu")) for f in findings if f["kind"] not in NOT_SCORED}
     for kind, host, gpu in found:
         tally[kind][1] += 1
-        tally[kind][0] += (kind, host, gpu) in expected
-    for kind, host, gpu in expected:
+        tally[kind][0] += (kind, host, gpu) in case.expected
+    for kind, host, gpu in case.expected:
         tally[kind][2] += 1
         tally[kind][3] += (kind, host, gpu) in found
     return tally
@@ -102,38 +174,72 @@ def ratio(numerator: int, denominator: int) -> str:
     return f"{numerator / denominator:.3f}" if denominator else "  -  "
 
 
+def run_cell(label: str, cases: list[Case], slowdown: float, cv: float) -> None:
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    shifts, seconds = [], 0.0
+    for case in cases:
+        with tempfile.TemporaryDirectory() as folder:
+            started = time.perf_counter()
+            findings = sweep(case, Path(folder))
+            seconds += time.perf_counter() - started
+        if case.shift_expected:
+            shifts.append(any(f["kind"] == "fleet_shift" for f in findings))
+        for kind, counts in score(case, findings).items():
+            totals[kind] = [a + b for a, b in zip(totals[kind], counts, strict=True)]
+    shift = "" if not shifts else f"{sum(shifts)}/{len(shifts)}"
+    for kind in sorted(totals):
+        tp, found, faults, detected = totals[kind]
+        print(f"{label:<16} {cv:>5.3f} {slowdown:>5g} {kind:<14} {ratio(tp, found):>9} {ratio(detected, faults):>7} "
+              f"{faults:>6} {shift:>6} {seconds / len(cases):>7.1f}", flush=True)
+
+
+def healthy_flagged(size: int, cv: float, seeds: int) -> None:
+    flagged, hosts = 0, 0
+    for seed in range(1, seeds + 1):
+        with tempfile.TemporaryDirectory() as folder:
+            findings = sweep(mix_case(size, cv, None, seed), Path(folder))
+        flagged += len({f["host"] for f in findings})
+        hosts += size
+    print(f"{'healthy ' + str(size):<16} {cv:>5.3f} {'none':>5} {'healthy hosts flagged':<22} {flagged}/{hosts} "
+          f"= {100 * flagged / hosts:.2f} %", flush=True)
+
+
+def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float, float, int], Case]]]:
+    if scenario == "mix":
+        return [(f"mix {size}", lambda cv, s, seed, size=size: mix_case(size, cv, s, seed)) for size in sizes]
+    if scenario.startswith("share"):
+        share = int(scenario[5:]) / 100
+        return [(scenario, lambda cv, s, seed, share=share: share_case(share, cv, s, seed))]
+    if scenario == "shift":
+        return [("shift 32", shift_case)]
+    nodes = int(scenario[3:])
+    return [(f"{scenario} {'baseline' if with_baseline else 'sku'}",
+             lambda cv, s, seed, nodes=nodes, b=with_baseline: job_case(nodes, cv, s, seed, b))
+            for with_baseline in (False, True)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024])
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024], help="fleet sizes of 'mix'")
     parser.add_argument("--cvs", type=float, nargs="+", default=[0.005, 0.01, 0.02])
     parser.add_argument("--slowdowns", type=float, nargs="+", default=[3, 5, 10, 20, 50])
-    parser.add_argument("--fault-share", type=float, default=0.05)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true", help="one small fleet per scenario, in seconds")
     arguments = parser.parse_args()
-    print(f"{'nodes':>5} {'CV':>5} {'slow%':>5} {'kind':<14} {'precision':>9} {'recall':>7} {'faults':>6} "
-          f"{'sweep s':>7}")
-    for size in arguments.sizes:
+    if arguments.smoke:
+        arguments.sizes, arguments.cvs, arguments.slowdowns, arguments.seeds = [16], [0.01], [20], 1
+    print(f"{'scenario':<16} {'CV':>5} {'slow%':>5} {'kind':<14} {'precision':>9} {'recall':>7} {'faults':>6} "
+          f"{'shift':>6} {'sweep s':>7}", flush=True)
+    for scenario in arguments.scenarios:
+        for label, build in builders(scenario, arguments.sizes):
+            for cv in arguments.cvs:
+                for slowdown in arguments.slowdowns:
+                    cases = [build(cv, slowdown, seed) for seed in range(1, arguments.seeds + 1)]
+                    run_cell(label, cases, slowdown, cv)
+    for size in arguments.sizes if "mix" in arguments.scenarios else []:
         for cv in arguments.cvs:
-            for slowdown in arguments.slowdowns:
-                totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-                seconds = 0.0
-                for seed in range(1, arguments.seeds + 1):
-                    fleet = fleet_file(size, cv, slowdown, arguments.fault_share, seed)
-                    findings, took = sweep(fleet)
-                    seconds += took
-                    for kind, counts in score(fleet["faults"], findings).items():
-                        totals[kind] = [a + b for a, b in zip(totals[kind], counts, strict=True)]
-                for kind in sorted(totals):
-                    tp, found, faults, detected = totals[kind]
-                    print(f"{size:>5} {cv:>5.3f} {slowdown:>5g} {kind:<14} {ratio(tp, found):>9} "
-                          f"{ratio(detected, faults):>7} {faults:>6} {seconds / arguments.seeds:>7.1f}")
-            flagged, hosts = 0, 0
-            for seed in range(1, arguments.seeds + 1):
-                findings, _ = sweep(fleet_file(size, cv, None, 0.0, seed))
-                flagged += len({f["host"] for f in findings})
-                hosts += size
-            print(f"{size:>5} {cv:>5.3f} {'none':>5} {'healthy hosts flagged':<22} {flagged}/{hosts} "
-                  f"= {100 * flagged / hosts:.2f} %")
+            healthy_flagged(size, cv, arguments.seeds)
     print("targets at CV <= 1 %: precision and recall >= 0.99 for slowdowns >= 10 %, >= 0.95 at 5 %; "
           "<= 1 % of healthy hosts flagged")
 

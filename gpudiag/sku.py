@@ -19,18 +19,35 @@ FloorKey = tuple[str, str, str]
 
 
 def floor_key(probe: str, metric: str, params: Mapping[str, Any]) -> FloorKey:
-    """What a SKU figure is for: probe, metric, and the one parameter that changes the figure
-    (GEMM dtype, copy direction)."""
-    qualifier = params.get("dtype") if probe == "gemm" else params.get("direction", "")
-    return probe, metric, str(qualifier or "")
+    """What a SKU figure is for: probe, metric, and the parameters that change the figure.
+
+    GEMM: ``"<dtype>:<m>"`` for a square product (m = n = k, e.g. ``"bf16:8192"``), else
+    ``"<dtype>:<m>x<n>x<k>"``; just ``"<dtype>"`` when the params carry no shape. Copies: the
+    direction (``"h2d"``, ``"unidirectional"``, ...) or ``""``.
+    """
+    if probe == "gemm":
+        return probe, metric, gemm_qualifier(params)
+    return probe, metric, str(params.get("direction") or "")
+
+
+def gemm_qualifier(params: Mapping[str, Any]) -> str:
+    """``dtype:m`` (square) or ``dtype:mxnxk`` from GEMM params; ``dtype`` alone without a shape."""
+    dtype = str(params.get("dtype") or "")
+    m, n, k = (params.get(name) for name in ("m", "n", "k"))
+    if m is None or n is None or k is None:
+        return dtype
+    return f"{dtype}:{m}" if m == n == k else f"{dtype}:{m}x{n}x{k}"
 
 
 def floors_for(gpu_model: str | None) -> dict[FloorKey, float]:
-    """The SKU figures of ``gpu_model`` by floor key; empty for a model the table lacks."""
+    """The SKU figures of ``gpu_model`` by floor key (GEMM: one per dtype and square size);
+    empty for a model the table lacks."""
     sku = load_skus().skus.get(gpu_model or "")
     if sku is None:
         return {}
-    figures: dict[FloorKey, float] = {("gemm", "tflops", dtype): v for dtype, v in sku.gemm_tflops.items()}
+    figures: dict[FloorKey, float] = {
+        floor_key("gemm", "tflops", {"dtype": dtype, "m": size, "n": size, "k": size}): tflops
+        for dtype, by_size in sku.gemm_tflops.items() for size, tflops in by_size.items()}
     figures[("membw", "bandwidth", "")] = sku.membw_gbps
     figures[("p2p", "bandwidth", "unidirectional")] = sku.p2p_unidirectional_gbps
     figures[("p2p", "bandwidth", "bidirectional")] = sku.p2p_bidirectional_gbps
@@ -80,7 +97,7 @@ class Sku:
     nvlink_speed_mbyte_per_s: int
     pcie_generation_max: int
     pcie_width_max: int
-    gemm_tflops: Mapping[str, float]
+    gemm_tflops: Mapping[str, Mapping[int, float]]  # dtype -> square size (m = n = k) -> TFLOP/s
     membw_gbps: float
     p2p_unidirectional_gbps: float
     p2p_bidirectional_gbps: float
@@ -111,5 +128,12 @@ def load_skus() -> SkuTable:
 
 
 def _sku(entry: Mapping[str, Any]) -> Sku:
-    return Sku(**{**entry, "gemm_tflops": dict(entry["gemm_tflops"]), "host": HostSku(**entry["host"]),
+    return Sku(**{**entry, "gemm_tflops": _gemm_tflops(entry["gemm_tflops"]), "host": HostSku(**entry["host"]),
                   "network": NetworkSku(**entry["network"])})
+
+
+def _gemm_tflops(table: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[int, float]]:
+    """dtype -> size -> TFLOP/s, the JSON's string sizes read as ints. Raises ValueError, TypeError."""
+    if not isinstance(table, Mapping) or not all(isinstance(by_size, Mapping) for by_size in table.values()):
+        raise TypeError("gemm_tflops must map each dtype to {size: TFLOP/s}")
+    return {dtype: {int(size): float(tflops) for size, tflops in by_size.items()} for dtype, by_size in table.items()}

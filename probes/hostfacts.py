@@ -1,7 +1,9 @@
 """Facts about the node that decide which results may be compared with which.
 
 GPU model and memory, driver, CUDA, torch and NCCL versions go into the baseline key; CPU,
-memory and load explain a host-side (``slow_node``) slowdown.
+memory and load explain a host-side (``slow_node``) slowdown. Three GPU counts tell a GPU that
+fell off the bus from one torch cannot use: ``pci_gpu_count`` (NVIDIA GPUs on the PCI bus, from
+sysfs), ``nvml_gpu_count`` (what NVML counts, lost GPUs included) and ``gpu_count`` (torch's).
 """
 
 from __future__ import annotations
@@ -12,15 +14,21 @@ import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from .context import ProbeContext
 from .devices import DeviceUnavailable, cuda_devices, import_torch
+from .nvml import NvmlUnavailable, open_nvml
 from .records import Record
 
 PROBE = "facts"
 METRIC = "gpu_count"
 MIB = 1 << 20
+SYSFS_ROOT = "/sys"
+NVIDIA_PCI_VENDOR = "0x10de"
+# PCI classes of a GPU: VGA-compatible display controller (0x0300), 3D controller (0x0302).
+GPU_PCI_CLASSES = ("0x0300", "0x0302")
 _DRIVER_VERSION = re.compile(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -51,9 +59,47 @@ def parse_os_release(os_release: str) -> str | None:
     return match.group(1) if match else None
 
 
-def run(ctx: ProbeContext) -> Iterator[Record]:
-    """Yield one record: the GPU count as value, every fact in ``details``."""
-    facts = {**_system_facts(), **_torch_facts()}
+def count_pci_gpus(sysfs_root: str | Path = SYSFS_ROOT) -> int | None:
+    """NVIDIA GPUs on the PCI bus: devices under ``<sysfs_root>/bus/pci/devices`` whose ``vendor``
+    is 0x10de and whose ``class`` is a display or 3D controller. None when that folder is
+    unreadable (no sysfs); a device whose files cannot be read is not counted."""
+    try:
+        devices = list((Path(sysfs_root) / "bus" / "pci" / "devices").iterdir())
+    except OSError:
+        return None
+    return sum(1 for device in devices if _is_nvidia_gpu(device))
+
+
+def _is_nvidia_gpu(device: Path) -> bool:
+    try:
+        vendor = (device / "vendor").read_text().strip().lower()
+        pci_class = (device / "class").read_text().strip().lower()
+    except OSError:
+        return False  # a device gone while we looked, or one we may not read
+    return vendor == NVIDIA_PCI_VENDOR and pci_class.startswith(GPU_PCI_CLASSES)
+
+
+def count_nvml_gpus(nvml_module: ModuleType | None = None) -> int | None:
+    """The GPUs NVML counts (nvmlDeviceGetCount: a lost GPU still counts); None when NVML is
+    unavailable or cannot count. ``nvml_module`` replaces pynvml (a test double)."""
+    try:
+        with open_nvml(nvml_module) as nvml:
+            try:
+                return nvml.device_count()
+            except nvml.NVMLError:
+                return None
+    except NvmlUnavailable:
+        return None
+
+
+def run(ctx: ProbeContext, *, sysfs_root: str | Path = SYSFS_ROOT,
+        nvml_module: ModuleType | None = None) -> Iterator[Record]:
+    """Yield one record: the GPU count (torch's) as value, every fact in ``details``.
+
+    ``sysfs_root`` and ``nvml_module`` replace /sys and pynvml (test doubles).
+    """
+    facts = {**_system_facts(), "pci_gpu_count": count_pci_gpus(sysfs_root),
+             "nvml_gpu_count": count_nvml_gpus(nvml_module), **_torch_facts()}
     yield Record(probe=PROBE, device="host", metric=METRIC, value=facts["gpu_count"], unit="count",
                  details=facts)
 

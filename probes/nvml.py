@@ -310,6 +310,7 @@ class _GpuSamples:
     samples: int = 0
     idle_samples: int = 0
     reasons_mask: int = 0
+    loaded_reason_samples: dict[str, int] = field(default_factory=dict)
     loaded_sm_clock_mhz: list[int] = field(default_factory=list)
     temperature_c: list[int] = field(default_factory=list)
     power_w: list[float] = field(default_factory=list)
@@ -327,8 +328,10 @@ class LoadSampler:
     GPU temperature (C) and power draw (W); once at the start it reads the maximum SM clock and
     the power limit. Clock figures leave out samples in which NVML reports the GPU idle, so
     warm-up and set-up gaps do not look like slowdowns; the reasons are the union over all
-    samples without ``gpu_idle``. It never raises because NVML is missing: :meth:`evidence`
-    then says why there is none. It only reads, and only the GPUs it is given.
+    samples without ``gpu_idle``, and for each the number of loaded samples it was active in
+    (a brief blip and a constant throttle show the same union). It never raises because NVML
+    is missing: :meth:`evidence` then says why there is none. It only reads, and only the GPUs
+    it is given.
     """
 
     def __init__(self, gpu_uuids: Sequence[str], interval_s: float = 0.1,
@@ -383,8 +386,9 @@ class LoadSampler:
 
         Returns ``{"nvml_unavailable": reason}`` when NVML could not be used or the GPU was
         not found; otherwise SM clock min/median/max seen (MHz, loaded samples only), maximum
-        SM clock (MHz), clocks-event reasons seen, peak temperature (C), peak power and power
-        limit (W), and the sample counts. A figure no sample had is None.
+        SM clock (MHz), clocks-event reasons seen and, per reason, the loaded samples it was active
+        in (``clocks_event_reason_samples``), peak temperature (C), peak power and power limit
+        (W), and the sample counts. A figure no sample had is None.
         """
         key = normalise_uuid(gpu_uuid)
         if self._unavailable is not None:
@@ -443,6 +447,8 @@ def _add_sample(data: _GpuSamples, reasons: int, clock_mhz: int, temperature_c: 
         data.idle_samples += 1
     else:
         data.loaded_sm_clock_mhz.append(clock_mhz)
+        for name in decode_clocks_event_reasons(reasons):
+            data.loaded_reason_samples[name] = data.loaded_reason_samples.get(name, 0) + 1
         generation, width = pcie
         if generation is not None:
             data.loaded_pcie_generation.append(generation)
@@ -459,6 +465,7 @@ def _summarise(data: _GpuSamples) -> dict[str, Any]:
         "sm_clock_mhz_max_seen": max(clocks) if clocks else None,
         "sm_clock_max_mhz": data.sm_clock_max_mhz,
         "clocks_event_reasons": reasons,
+        "clocks_event_reason_samples": _reason_sample_counts(data.loaded_reason_samples),
         "temperature_c_max": max(data.temperature_c) if data.temperature_c else None,
         "power_w_max": max(data.power_w) if data.power_w else None,
         "power_limit_w": data.power_limit_w,
@@ -472,6 +479,11 @@ def _summarise(data: _GpuSamples) -> dict[str, Any]:
     if data.last_error is not None:
         evidence["nvml_error"] = data.last_error
     return evidence
+
+
+def _reason_sample_counts(counts: dict[str, int]) -> dict[str, int]:
+    """Reason name -> loaded samples it was active in, lowest bit first (decode order)."""
+    return {name: counts[name] for name in sorted(counts, key=lambda name: encode_clocks_event_reasons([name]))}
 
 
 def _read_or_none(nvml: Nvml, read: Callable[[Any], T], handle: Any) -> T | None:

@@ -58,7 +58,7 @@ def test_the_same_simulated_sweep_gives_byte_identical_findings(demo_sweep, tmp_
 def test_reports_from_the_store_and_from_the_document(demo_sweep, tmp_path: Path):
     store = str(demo_sweep["store"])
     text = _run("report", "--store", store)
-    assert text.exit_code == 0 and "7 findings (5 fail)" in text.output
+    assert text.exit_code == 0 and "7 findings (5 fail, 2 unchecked)" in text.output
     from_file = _run("report", str(demo_sweep["folder"] / "sweep.json"), "--format", "md")
     assert from_file.exit_code == 0 and "| fail" in from_file.output
     html = tmp_path / "r.html"

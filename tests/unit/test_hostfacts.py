@@ -42,3 +42,81 @@ def test_facts_of_this_machine_are_complete():
     assert facts["cpu_count"] >= 1 and facts["memory_total_mib"] > 0 and facts["hostname"]
     assert facts["python_version"].count(".") == 2
     assert facts["torch_version"]  # the test environment has torch
+
+
+# ------------------------------------------------------------------------------ GPU counts
+
+
+def _pci_device(root: Path, address: str, vendor: str, pci_class: str | None) -> None:
+    device = root / "bus" / "pci" / "devices" / address
+    device.mkdir(parents=True)
+    (device / "vendor").write_text(vendor + "\n")
+    if pci_class is not None:
+        (device / "class").write_text(pci_class + "\n")
+
+
+def test_pci_gpu_count_counts_nvidia_display_and_3d_controllers_only(tmp_path):
+    _pci_device(tmp_path, "0000:18:00.0", "0x10de", "0x030200")  # H100 SXM: 3D controller
+    _pci_device(tmp_path, "0000:2a:00.0", "0x10DE", "0x030200")  # upper-case hex still counts
+    _pci_device(tmp_path, "0000:3a:00.0", "0x10de", "0x030000")  # a VGA-class NVIDIA GPU
+    _pci_device(tmp_path, "0000:3a:00.1", "0x10de", "0x040300")  # its HDMI audio function
+    _pci_device(tmp_path, "0000:05:00.0", "0x10de", "0x068000")  # an NVSwitch bridge
+    _pci_device(tmp_path, "0000:1b:00.0", "0x15b3", "0x020700")  # a ConnectX NIC
+    _pci_device(tmp_path, "0000:9a:00.0", "0x10de", None)  # no class file readable
+    assert hostfacts.count_pci_gpus(tmp_path) == 3
+
+
+def test_pci_gpu_count_is_none_without_sysfs(tmp_path):
+    assert hostfacts.count_pci_gpus(tmp_path / "no-sys") is None
+    (tmp_path / "bus" / "pci" / "devices").mkdir(parents=True)
+    assert hostfacts.count_pci_gpus(tmp_path) == 0
+
+
+class _FakeNvmlError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+class _FakePynvml:
+    """Just enough of pynvml for counting: init (or its failure) and nvmlDeviceGetCount."""
+
+    NVMLError = _FakeNvmlError
+    NVML_ERROR_DRIVER_NOT_LOADED = 9
+    NVML_ERROR_UNKNOWN = 999
+
+    def __init__(self, count: int | None, init_error: int | None = None) -> None:
+        self.count = count
+        self.init_error = init_error
+        self.open_sessions = 0
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise _FakeNvmlError(self.init_error)
+        self.open_sessions += 1
+
+    def nvmlShutdown(self) -> None:
+        self.open_sessions -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        if self.count is None:
+            raise _FakeNvmlError(self.NVML_ERROR_UNKNOWN)
+        return self.count
+
+
+def test_nvml_gpu_count_through_the_nvml_layer():
+    fake = _FakePynvml(count=7)
+    assert hostfacts.count_nvml_gpus(fake) == 7
+    assert fake.open_sessions == 0  # NVML shut down again
+    assert hostfacts.count_nvml_gpus(_FakePynvml(count=None)) is None
+    assert hostfacts.count_nvml_gpus(_FakePynvml(count=8, init_error=9)) is None
+
+
+def test_facts_carry_the_pci_and_nvml_gpu_counts(tmp_path):
+    _pci_device(tmp_path, "0000:18:00.0", "0x10de", "0x030200")
+    _pci_device(tmp_path, "0000:2a:00.0", "0x10de", "0x030200")
+    (record,) = list(hostfacts.run(ProbeContext(), sysfs_root=tmp_path, nvml_module=_FakePynvml(count=1)))
+    assert (record.details["pci_gpu_count"], record.details["nvml_gpu_count"]) == (2, 1)
+    keys = list(record.details)
+    assert keys.index("driver_version") < keys.index("pci_gpu_count") < keys.index("nvml_gpu_count") < keys.index(
+        "torch_version")

@@ -5,9 +5,11 @@ whole sweep of the 64-node demo fleet."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,12 @@ from gpudiag.nodeprobe import ProbeOptions
 from gpudiag.progress import QuietProgress
 from gpudiag.results import ProbeResult, parse_probe_output
 from gpudiag.simulate import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet, load_skus, parse_fleet
+from gpudiag.sku import floor_key, floors_for
 from gpudiag.sweep import SweepOptions, run_sweep
 from gpudiag.transport import Unreachable
+from probes import telemetry as telemetry_probe
+from probes.context import ProbeContext
+from probes.gemm import GPU_SIZES
 from probes.records import Record
 from probes.telemetry import METRICS
 
@@ -160,7 +166,7 @@ def test_the_sku_table_has_the_main_datacenter_gpus_and_a_floor() -> None:
     assert 0 < table.floor_fraction < 1
     h100, a100 = table.skus["NVIDIA H100 80GB HBM3"], table.skus["NVIDIA A100-SXM4-80GB"]
     assert (h100.sm_clock_max_mhz, h100.nvlinks, a100.sm_clock_max_mhz, a100.nvlinks) == (1980, 18, 1410, 12)
-    assert h100.gemm_tflops["bf16"] > 2 * a100.gemm_tflops["bf16"]
+    assert h100.gemm_tflops["bf16"][8192] > 2 * a100.gemm_tflops["bf16"][8192]
 
 
 # ------------------------------------------------------------------------------ the records
@@ -370,3 +376,345 @@ def test_a_sweep_of_the_demo_fleet_finishes_in_seconds() -> None:
     assert sum(1 for r in ok.results if r.probe == "gemm") == GPUS
     assert result.exit_code == ExitCode.UNCHECKED
     json.dumps(result.to_dict())
+
+
+# ------------------------------------------------------------------------------ per-size GEMM figures
+
+
+def test_every_sku_has_a_gemm_figure_per_dtype_and_probe_size() -> None:
+    for sku in load_skus().skus.values():
+        assert set(sku.gemm_tflops) == {"bf16", "fp16", "tf32", "fp32"}, sku.gpu_model
+        for dtype, by_size in sku.gemm_tflops.items():
+            assert list(by_size) == list(GPU_SIZES), (sku.gpu_model, dtype)
+            figures = [by_size[size] for size in GPU_SIZES]
+            assert figures == sorted(figures, reverse=True), (sku.gpu_model, dtype)  # small GEMMs fill less
+
+
+@pytest.mark.parametrize(("probe", "metric", "params", "expected"), [
+    ("gemm", "tflops", {"dtype": "bf16", "m": 8192, "n": 8192, "k": 8192, "mode": "concurrent"}, "bf16:8192"),
+    ("gemm", "tflops", {"dtype": "fp32", "m": 4096, "n": 1024, "k": 4096}, "fp32:4096x1024x4096"),
+    ("gemm", "tflops", {"dtype": "tf32"}, "tf32"),
+    ("pcie", "bandwidth", {"direction": "h2d", "buffer_mib": 256}, "h2d"),
+    ("membw", "bandwidth", {"memory": "device", "buffer_mib": 1024}, ""),
+])
+def test_floor_keys_qualify_gemm_by_dtype_and_size(probe: str, metric: str, params: dict[str, Any],
+                                                    expected: str) -> None:
+    assert floor_key(probe, metric, params) == (probe, metric, expected)
+
+
+def test_floors_hold_every_dtype_and_size_under_their_floor_keys() -> None:
+    h100 = load_skus().skus["NVIDIA H100 80GB HBM3"]
+    floors = floors_for("NVIDIA H100 80GB HBM3")
+    gemm_keys = {key for key in floors if key[0] == "gemm"}
+    assert gemm_keys == {("gemm", "tflops", f"{dtype}:{size}") for dtype in h100.gemm_tflops for size in GPU_SIZES}
+    assert floors[("gemm", "tflops", "bf16:8192")] == 740.0
+    assert floors[("gemm", "tflops", "fp16:2048")] == h100.gemm_tflops["fp16"][2048]
+    assert floors[("pcie", "bandwidth", "h2d")] == h100.pcie_h2d_gbps and ("gemm", "tflops", "bf16") not in floors
+    assert floors_for("RTX 4090") == {}
+
+
+def test_a_smaller_gemm_runs_at_its_own_table_figure() -> None:
+    table = load_skus()
+    h100 = table.skus["NVIDIA H100 80GB HBM3"]
+    odd = replace(h100, gemm_tflops={**h100.gemm_tflops, "bf16": {**h100.gemm_tflops["bf16"], 6144: 100.0}})
+    skus = replace(table, skus={**table.skus, h100.gpu_model: odd})
+    connector = SimulatedConnector(SimulatedFleet(parse_fleet({"nodes": 2}, "x", skus), skus))
+    small = _run(connector, "node001", ProbeOptions(names=("gemm",), max_gpu_mem_mib=300))
+    assert {r.params["m"] for r in small} == {6144}
+    assert statistics.median(r.value for r in small) == pytest.approx(100.0, rel=0.03)
+    large = _run(connector, "node001", ProbeOptions(names=("gemm",)))
+    assert statistics.median(r.value for r in large) == pytest.approx(740.0, rel=0.03)
+
+
+# ------------------------------------------------------------------------------ per-node overrides
+
+
+MIXED = {"nodes": 6, "seed": 3, "overrides": [
+    {"hosts": "node[003-005]", "gpu_model": "NVIDIA A100-SXM4-80GB", "gpus_per_node": 4, "driver": "535.183.01"},
+    {"hosts": ["node005", "node006"], "cuda": "12.2", "torch": "2.3.1"},
+    {"hosts": "node005", "driver": "550.90.07"}]}
+
+
+def test_overrides_mix_gpu_models_drivers_and_gpu_counts_in_order() -> None:
+    fleet = parse_fleet(MIXED, "mixed.json")
+    specs = {spec.host: spec for spec in fleet.node_specs}
+    assert (fleet.gpu_model, fleet.gpus_per_node, fleet.driver) == ("NVIDIA H100 80GB HBM3", 8, "550.54.15")
+    assert (specs["node001"].gpu_model, specs["node001"].gpus_per_node, specs["node001"].gpu_memory_mib) == (
+        "NVIDIA H100 80GB HBM3", 8, 81008)
+    assert (specs["node003"].gpu_model, specs["node003"].gpus_per_node, specs["node003"].gpu_memory_mib) == (
+        "NVIDIA A100-SXM4-80GB", 4, 81051)  # memory follows the overridden model
+    assert (specs["node005"].driver, specs["node005"].cuda, specs["node005"].torch) == ("550.90.07", "12.2", "2.3.1")
+    assert (specs["node006"].gpu_model, specs["node006"].driver, specs["node006"].cuda) == (
+        "NVIDIA H100 80GB HBM3", "550.54.15", "12.2")
+    connector = SimulatedConnector(fleet)
+    a100 = _run(connector, "node004")
+    facts = _one(a100, "facts", "gpu_count", "host").details
+    assert (facts["gpu_model"], facts["gpu_count"], facts["driver_version"]) == ("NVIDIA A100-SXM4-80GB", 4,
+                                                                                 "535.183.01")
+    assert (facts["pci_gpu_count"], facts["nvml_gpu_count"], facts["cpu_model"]) == (4, 4,
+                                                                                     "AMD EPYC 7742 64-Core Processor")
+    assert _one(a100, "telemetry", "sm_clock_max", "gpu:3").value == 1410
+    assert _one(a100, "telemetry", "nvlink_links_up", "gpu:0").value == 12
+    assert 250 < _one(a100, "gemm", "tflops", "cuda:0").value < 310
+    assert sum(1 for r in a100 if r.probe == "p2p") == 4 * 3 + 4 * 3 // 2
+    h100 = _run(connector, "node001")
+    assert _one(h100, "facts", "gpu_count", "host").value == 8 and 650 < _one(h100, "gemm", "tflops", "cuda:7").value
+
+
+def test_a_mixed_pair_runs_at_the_slower_nodes_rail_rate() -> None:
+    fleet = SimulatedFleet(parse_fleet(MIXED, "mixed.json"))
+    rate = statistics.median(fleet.link_gbps("node001", "node003", 7, fleet.link_rng("node001", "node003", 7, i))
+                             for i in range(9))
+    assert rate == pytest.approx(196.0, rel=0.03)  # A100 rails are 200 Gbit/s, H100 rails 400
+    assert fleet.sku("node003").gpu_model == "NVIDIA A100-SXM4-80GB"
+
+
+def _mixed(*faults: dict[str, Any], overrides: Any = None) -> dict[str, Any]:
+    return {**MIXED, "overrides": MIXED["overrides"] if overrides is None else overrides, "faults": list(faults)}
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    (_mixed({"kind": "slow_gpu", "host": "node003", "gpu": 5, "factor": 0.8}),
+     "fleet.json: faults[0].gpu: 5 is out of range 0..3 for gpus_per_node 4 of node003"),
+    (_mixed({"kind": "nvlink_down", "host": "node004", "gpu": 0, "link": 12}),
+     "fleet.json: faults[0].link: 12 is out of range 0..11 for the 12 NVLinks of NVIDIA A100-SXM4-80GB"),
+    (_mixed(overrides=[{"hosts": "node001", "colour": "red"}]), "fleet.json: overrides[0].colour: unknown field"),
+    (_mixed(overrides=[{"gpu_model": "NVIDIA H200"}]), "fleet.json: overrides[0].hosts: missing"),
+    (_mixed(overrides=[{"hosts": "node[001-002]"}]), "fleet.json: overrides[0]: overrides nothing; give any of"),
+    (_mixed(overrides=[{"hosts": "node001", "driver": "1"}, {"hosts": "node[005-009]", "driver": "2"}]),
+     'fleet.json: overrides[1].hosts: "node007" is not a node of this fleet (node001..node006)'),
+    (_mixed(overrides=[{"hosts": ["node001", "gpu9"], "driver": "1"}]),
+     'fleet.json: overrides[0].hosts[1]: "gpu9" is not a node of this fleet'),
+    (_mixed(overrides=[{"hosts": ["node001", 2], "driver": "1"}]),
+     "fleet.json: overrides[0].hosts[1]: expected a node name (a string), got an integer 2"),
+    (_mixed(overrides=[{"hosts": [], "driver": "1"}]), "fleet.json: overrides[0].hosts: expected a ClusterShell"),
+    (_mixed(overrides=[{"hosts": "node[001-", "driver": "1"}]),
+     'fleet.json: overrides[0].hosts: "node[001-" is not a ClusterShell node set'),
+    (_mixed(overrides=[{"hosts": "node[1-9999999]", "driver": "1"}]),
+     "fleet.json: overrides[0].hosts: \"node[1-9999999]\" holds a range of more than 100000 nodes"),
+    (_mixed(overrides=[{"hosts": "node001", "gpu_model": "RTX 4090"}]),
+     'fleet.json: overrides[0].gpu_model: "RTX 4090" is not in the SKU table'),
+    (_mixed(overrides=[{"hosts": "node001", "gpus_per_node": 0}]),
+     "fleet.json: overrides[0].gpus_per_node: 0 is out of range"),
+    (_mixed(overrides={"hosts": "node001"}), "fleet.json: overrides: expected a list, got an object"),
+])
+def test_a_bad_override_or_a_fault_beyond_its_node_is_an_input_error(tmp_path: Path, data: Any,
+                                                                      expected: str) -> None:
+    with pytest.raises(InputError) as raised:
+        load_fleet(_write(tmp_path, data))
+    assert expected in str(raised.value), str(raised.value)
+
+
+# ------------------------------------------------------------------------------ lost and missing GPUs
+
+
+def _lost_gpu_as_the_real_telemetry_probe_prints_it() -> dict[str, Any]:
+    """probes/telemetry.py on one GPU whose NVML handle fails with NVML_ERROR_GPU_IS_LOST."""
+    pynvml = pytest.importorskip("pynvml")
+
+    class LostGpuNvml:
+        NVMLError = pynvml.NVMLError
+
+        def __init__(self) -> None:
+            for name in dir(pynvml):
+                if name.startswith("NVML_ERROR_"):
+                    setattr(self, name, getattr(pynvml, name))
+
+        def nvmlInit(self) -> None:
+            return None
+
+        def nvmlShutdown(self) -> None:
+            return None
+
+        def nvmlDeviceGetCount(self) -> int:
+            return 1
+
+        def nvmlSystemGetDriverVersion(self) -> str:
+            return "550.54.15"
+
+        def nvmlSystemGetCudaDriverVersion(self) -> int:
+            return 12040
+
+        def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+            raise pynvml.NVMLError_GpuIsLost()
+
+    (lost,) = telemetry_probe.run(ProbeContext(), nvml_module=LostGpuNvml())
+    return lost.to_dict()
+
+
+def test_a_lost_gpu_is_in_nvml_as_the_real_probe_prints_it_and_gone_from_torch() -> None:
+    fleet = parse_fleet(_small({"kind": "gpu_lost", "host": "node002", "gpu": 2}), "x")
+    state = SimulatedFleet(fleet).node_state("node002")
+    slot_uuids = [gpu.gpu_uuid for gpu in state.gpus]
+    stdout = SimulatedConnector(fleet).connect(HostSpec("node002")).run(ProbeOptions().bundle_argv(), 600.0).stdout
+    lines = [json.loads(line) for line in stdout.splitlines()]
+    assert [line for line in lines if line["probe"] == "telemetry" and line["device"] == "gpu:2"] == [
+        {**_lost_gpu_as_the_real_telemetry_probe_prints_it(), "device": "gpu:2"}]
+    results = parse_probe_output(stdout, "node002")
+    lost = [r for r in results if r.probe == "telemetry" and r.device == "gpu:2"]
+    assert (lost[0].status, lost[0].metric, lost[0].gpu_uuid, lost[0].reason) == (
+        "error", "identity", None, "NVML_ERROR_GPU_IS_LOST: GPU is lost")
+    assert _one(results, "telemetry", "identity", "gpu:3").gpu_uuid == slot_uuids[3]  # NVML keeps its numbers
+    facts = _one(results, "facts", "gpu_count", "host")
+    assert facts.value == facts.details["gpu_count"] == GPUS - 1
+    assert facts.details["gpu_uuids"] == [uuid for slot, uuid in enumerate(slot_uuids) if slot != 2]
+    assert (facts.details["pci_gpu_count"], facts.details["nvml_gpu_count"]) == (GPUS, GPUS)
+    gemm = [r for r in results if r.probe == "gemm"]
+    assert [r.device for r in gemm] == [f"cuda:{n}" for n in range(GPUS - 1)]  # CUDA renumbers
+    assert [r.gpu_uuid for r in gemm] == facts.details["gpu_uuids"]
+    assert _one(results, "smclock", "sm_clock", "cuda:2").gpu_uuid == slot_uuids[3]
+    assert sum(1 for r in results if r.probe == "p2p") == 7 * 6 + 7 * 6 // 2
+    assert sum(1 for r in results if r.probe == "pcie") == 2 * 7 and all(r.ok for r in gemm)
+
+
+def test_a_missing_gpu_is_gone_from_the_bus_nvml_and_torch() -> None:
+    fleet = parse_fleet(_small({"kind": "gpu_missing", "host": "node002", "gpu": 5}), "x")
+    slot_uuids = [gpu.gpu_uuid for gpu in SimulatedFleet(parse_fleet(_small(), "x")).node_state("node002").gpus]
+    results = _run(SimulatedConnector(fleet), "node002")
+    identities = [r for r in results if r.probe == "telemetry" and r.metric == "identity"]
+    assert [r.device for r in identities] == [f"gpu:{n}" for n in range(GPUS - 1)]
+    assert [r.gpu_uuid for r in identities] == [uuid for slot, uuid in enumerate(slot_uuids) if slot != 5]
+    assert [r.details["nvml_index"] for r in identities] == list(range(GPUS - 1))
+    assert "00000000:AB:00.0" not in {r.details["pci_bus_id"] for r in identities}  # slot 5's bus
+    facts = _one(results, "facts", "gpu_count", "host").details
+    assert (facts["gpu_count"], facts["pci_gpu_count"], facts["nvml_gpu_count"]) == (7, 7, 7)
+    assert all(r.ok for r in results) and sum(1 for r in results if r.probe == "gemm") == 7
+
+
+# ------------------------------------------------------------------------------ probe errors
+
+
+ILLEGAL_ACCESS = "CUDA error: an illegal memory access was encountered (Xid 13)"
+
+
+def test_a_probe_error_from_the_retest_on() -> None:
+    fleet = parse_fleet(_small({"kind": "probe_error", "host": "node002", "probe": "gemm", "gpu": 1,
+                                "from_call": 1}), "x")
+    connector = SimulatedConnector(fleet)
+    first, retest = _run(connector, "node002"), _run(connector, "node002")
+    assert all(r.ok for r in first)
+    failed = _one(retest, "gemm", "tflops", "cuda:1")
+    assert (failed.status, failed.value, failed.unit, failed.reason, failed.params) == (
+        "error", None, None, ILLEGAL_ACCESS, {})
+    assert failed.gpu_uuid == _one(first, "gemm", "tflops", "cuda:1").gpu_uuid
+    assert failed.details["clocks_event_reasons"] == [] and "nvml_samples" in failed.details  # the sampler ran
+    assert [r.device for r in retest if r.probe == "gemm" and not r.ok] == ["cuda:1"]
+    assert all(r.ok for r in retest if r.probe != "gemm")
+
+
+def test_probe_errors_take_each_probes_failure_shape() -> None:
+    fleet = parse_fleet(_small({"kind": "probe_error", "host": "node002", "probe": "p2p", "gpu": 3},
+                               {"kind": "probe_error", "host": "node002", "probe": "smclock", "gpu": 0,
+                                "reason": "CUDA error: unspecified launch failure"},
+                               {"kind": "probe_error", "host": "node002", "probe": "membw"},
+                               {"kind": "probe_error", "host": "node003", "probe": "p2p"},
+                               {"kind": "probe_error", "host": "node003", "probe": "facts", "reason": "boom"}), "x")
+    connector = SimulatedConnector(fleet)
+    results = _run(connector, "node002")
+    broken_pairs = [r for r in results if r.probe == "p2p" and not r.ok]
+    assert len(broken_pairs) == 7 + 7 + 7
+    assert all("cuda:3" in (r.params["src"], r.params["dst"]) and r.reason == ILLEGAL_ACCESS for r in broken_pairs)
+    assert broken_pairs[0].details["peer_access"] is True and broken_pairs[0].params["buffer_mib"] == 256
+    assert all(r.ok for r in results if r.probe == "p2p" and "cuda:3" not in (r.params["src"], r.params["dst"]))
+    smclock = [r for r in results if r.probe == "smclock" and r.device == "cuda:0"]
+    assert [(r.metric, r.status, r.reason) for r in smclock] == [
+        ("sm_clock", "error", "RuntimeError: CUDA error: unspecified launch failure"),
+        ("sm_fma_rate_min_ratio", "error", "RuntimeError: CUDA error: unspecified launch failure")]
+    membw = [r for r in results if r.probe == "membw"]
+    assert len(membw) == GPUS and all(r.status == "error" and r.params == {} and r.details == {} for r in membw)
+    other = _run(connector, "node003")
+    p2p = [r for r in other if r.probe == "p2p"]
+    assert [(r.device, r.metric, r.status, r.reason) for r in p2p] == [("host", "bandwidth", "error", ILLEGAL_ACCESS)]
+    facts = [r for r in other if r.probe == "facts"]
+    assert [(r.device, r.metric, r.status, r.reason) for r in facts] == [("host", "gpu_count", "error", "boom")]
+
+
+def test_a_probe_error_follows_its_gpu_when_cuda_renumbers() -> None:
+    fleet = parse_fleet(_small({"kind": "gpu_lost", "host": "node002", "gpu": 2},
+                               {"kind": "probe_error", "host": "node002", "probe": "pcie", "gpu": 3}), "x")
+    slot3 = SimulatedFleet(fleet).node_state("node002").gpus[3]
+    results = _run(SimulatedConnector(fleet), "node002")
+    failed = [r for r in results if r.probe == "pcie" and not r.ok]
+    assert [(r.device, r.gpu_uuid) for r in failed] == [("cuda:2", slot3.gpu_uuid)] * 2  # h2d and d2h
+    assert failed[0].params == {} and failed[0].details["nvml_samples"] > 2
+
+
+# ------------------------------------------------------------------------------ throttle share and full load
+
+
+def test_a_brief_throttle_blip_is_counted_in_a_few_loaded_samples() -> None:
+    fleet = parse_fleet(_small({"kind": "throttled", "host": "node002", "gpu": 4, "reason": "hw_slowdown",
+                                "factor": 1.0, "share": 0.07}), "x")
+    results = _run(SimulatedConnector(fleet), "node002")
+    evidence = _one(results, "gemm", "tflops", "cuda:4").details
+    loaded = evidence["nvml_samples"] - evidence["nvml_samples_idle"]
+    assert evidence["clocks_event_reasons"] == ["hw_slowdown"]
+    assert evidence["clocks_event_reason_samples"] == {"hw_slowdown": max(1, round(0.07 * loaded))} and loaded >= 10
+    assert evidence["sm_clock_mhz_median"] == 1980
+    assert _one(results, "telemetry", "clocks_event_reasons", "gpu:4").details["active"] == ["gpu_idle"]
+    assert _ratio(results, "gemm", "cuda:4") == pytest.approx(1.0, abs=0.03)
+    assert _one(results, "gemm", "tflops", "cuda:3").details["clocks_event_reason_samples"] == {}
+
+
+def test_a_partial_throttle_slows_by_its_share() -> None:
+    fleet = parse_fleet(_small({"kind": "throttled", "host": "node002", "gpu": 4, "reason": "sw_power_cap",
+                                "factor": 0.6, "share": 0.5}), "x")
+    results = _run(SimulatedConnector(fleet), "node002")
+    assert _ratio(results, "gemm", "cuda:4") == pytest.approx(1 - 0.5 * 0.4, abs=0.03)
+    evidence = _one(results, "gemm", "tflops", "cuda:4").details
+    loaded = evidence["nvml_samples"] - evidence["nvml_samples_idle"]
+    assert evidence["clocks_event_reason_samples"] == {"sw_power_cap": round(0.5 * loaded)}
+    assert evidence["sm_clock_mhz_min"] <= 0.6 * 1980 + 15 and evidence["sm_clock_mhz_max_seen"] == 1980
+
+
+def test_a_full_load_only_throttle_acts_only_with_every_gpu_loaded() -> None:
+    fleet = parse_fleet(_small({"kind": "throttled", "host": "node002", "gpu": 6, "reason": "hw_power_brake",
+                                "factor": 0.6, "full_load_only": True}), "x")
+    connector = SimulatedConnector(fleet)
+    concurrent = _run(connector, "node002")
+    assert _ratio(concurrent, "gemm", "cuda:6") == pytest.approx(0.6, abs=0.03)
+    loaded = _one(concurrent, "gemm", "tflops", "cuda:6").details
+    assert loaded["clocks_event_reasons"] == ["hw_power_brake_slowdown"]
+    assert loaded["clocks_event_reason_samples"] == {"hw_power_brake_slowdown": loaded["nvml_samples"] - 2}
+    assert _one(concurrent, "telemetry", "clocks_event_reasons", "gpu:6").value == 0x1
+    assert _one(concurrent, "pcie", "bandwidth", "cuda:6", direction="h2d").details["clocks_event_reasons"] == []
+    assert _one(concurrent, "smclock", "sm_clock", "cuda:6").value == pytest.approx(1980, rel=0.01)
+    sequential = _run(connector, "node002", ProbeOptions(names=("gemm",), sequential=True))
+    assert _ratio(sequential, "gemm", "cuda:6") == pytest.approx(1.0, abs=0.03)
+    assert _one(sequential, "gemm", "tflops", "cuda:6").details["clocks_event_reason_samples"] == {}
+
+
+def test_a_constant_throttle_is_active_in_every_loaded_sample(demo: SimulatedFleet) -> None:
+    evidence = _one(_run(SimulatedConnector(demo), "node012"), "gemm", "tflops", "cuda:0").details
+    assert evidence["clocks_event_reason_samples"] == {"hw_thermal_slowdown": evidence["nvml_samples"] - 2}
+
+
+@pytest.mark.parametrize(("fault", "expected"), [
+    ({"kind": "gpu_lost", "host": "node001"}, "faults[0].gpu: missing"),
+    ({"kind": "gpu_missing", "host": "node001", "gpu": 8}, "faults[0].gpu: 8 is out of range 0..7"),
+    ({"kind": "probe_error", "host": "node001", "probe": "nccl"},
+     'faults[0].probe: "nccl" is not a probe; choose from facts, telemetry, gemm'),
+    ({"kind": "probe_error", "host": "node001", "probe": "facts", "gpu": 0},
+     "faults[0].gpu: the facts probe has no per-GPU records"),
+    ({"kind": "probe_error", "host": "node001", "probe": "gemm", "from_call": -1},
+     "faults[0].from_call: -1 is out of range; it must be at least 0"),
+    ({"kind": "probe_error", "host": "node001", "probe": "gemm", "reason": " "}, "faults[0].reason: must not be empty"),
+    ({"kind": "probe_error", "host": "node001", "probe": "gemm", "width": 8}, "faults[0].width: unknown field"),
+    ({"kind": "throttled", "host": "node001", "gpu": 0, "reason": "hw_slowdown", "share": 0},
+     "faults[0].share: 0 is not in (0, 1]"),
+    ({"kind": "throttled", "host": "node001", "gpu": 0, "reason": "hw_slowdown", "full_load_only": "yes"},
+     'faults[0].full_load_only: expected true or false, got a string "yes"'),
+])
+def test_a_bad_new_fault_is_an_input_error(tmp_path: Path, fault: dict[str, Any], expected: str) -> None:
+    with pytest.raises(InputError, match=re.escape(expected)):
+        load_fleet(_write(tmp_path, _small(fault)))
+
+
+def test_a_gpu_is_lost_or_missing_and_a_node_keeps_one(tmp_path: Path) -> None:
+    both = _small({"kind": "gpu_lost", "host": "node001", "gpu": 1},
+                  {"kind": "gpu_missing", "host": "node001", "gpu": 1})
+    with pytest.raises(InputError, match=re.escape("faults[1]: duplicates faults[0]")):
+        load_fleet(_write(tmp_path, both))
+    all_gone = _small(*({"kind": "gpu_lost", "host": "node001", "gpu": gpu} for gpu in range(2)), gpus_per_node=2)
+    with pytest.raises(InputError, match=re.escape("faults[1]: leaves node001 no GPU that torch can use")):
+        load_fleet(_write(tmp_path, all_gone))

@@ -80,7 +80,7 @@ def test_the_document_follows_the_contract(tmp_path: Path):
     assert second["status"] == "unreachable" and "Connection refused" in second["error"]
     (finding,) = document["findings"]
     assert finding["kind"] == "unchecked" and finding["host"] == "node03" and finding["peer"] is None
-    assert document["summary"] == {"hosts_total": 2, "hosts_ok": 1, "findings": 1, "exit_code": 3}
+    assert document["summary"] == {"hosts_total": 2, "hosts_ok": 1, "findings": 1, "unchecked": 1, "exit_code": 3}
 
 
 def test_a_bundle_that_prints_garbage_is_a_probe_error(tmp_path: Path):

@@ -366,12 +366,37 @@ def test_sampler_evidence_from_loaded_samples():
         "sm_clock_mhz_min": 1410, "sm_clock_mhz_median": 1980, "sm_clock_mhz_max_seen": 1980,
         "sm_clock_max_mhz": 1980, "clocks_event_reasons": ["sw_power_cap", "sw_thermal_slowdown",
                                                            "hw_thermal_slowdown"],
+        "clocks_event_reason_samples": {"sw_power_cap": 1, "sw_thermal_slowdown": 1, "hw_thermal_slowdown": 1},
         "temperature_c_max": 83, "power_w_max": 700.12, "power_limit_w": 700.0,
         "pcie_generation_min_loaded": 5, "pcie_generation_max": 5,
         "pcie_width_min_loaded": 8, "pcie_width_max": 16,
         "nvml_samples": 6, "nvml_samples_idle": 1}
     assert fake.open_sessions == 0
     assert fake.gpus[0].reads == {}  # a GPU not given is never read
+
+
+def test_sampler_counts_the_loaded_samples_each_reason_was_active_in():
+    gpu = loaded_gpu2()
+    # Idle, then ten loaded samples: a power cap in seven, a one-sample HW slowdown blip, and an
+    # undocumented bit; the idle sample's power cap shows in the union but is not counted.
+    gpu.reasons = [0x1 | 0x4] + [0x4] * 6 + [0x4 | 0x8, 0x200, 0x0, 0x0]
+    with LoadSampler([gpu.uuid], interval_s=3600.0, nvml_module=FakePynvml([gpu])) as sampler:
+        for _ in range(11):
+            sampler.sample()
+    evidence = sampler.evidence(gpu.uuid)
+    assert evidence["clocks_event_reasons"] == ["sw_power_cap", "hw_slowdown", "unknown_0x200"]
+    assert evidence["clocks_event_reason_samples"] == {"sw_power_cap": 7, "hw_slowdown": 1, "unknown_0x200": 1}
+    assert list(evidence["clocks_event_reason_samples"]) == ["sw_power_cap", "hw_slowdown", "unknown_0x200"]
+    assert (evidence["nvml_samples"], evidence["nvml_samples_idle"]) == (11, 1)
+
+
+def test_sampler_with_no_reason_under_load_counts_nothing():
+    gpu = idle_gpu0()
+    gpu.reasons = [0x1, 0x0, 0x0]
+    with LoadSampler([gpu.uuid], interval_s=3600.0, nvml_module=FakePynvml([gpu])) as sampler:
+        for _ in range(3):
+            sampler.sample()
+    assert sampler.evidence(gpu.uuid)["clocks_event_reason_samples"] == {}
 
 
 def test_sampler_thread_samples_and_stops_promptly():
