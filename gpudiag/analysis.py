@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 from . import coverage, rules
 from .findings import (
+    BASIS_ERROR_RECORD,
     BASIS_FACTS,
     BASIS_RETEST,
     BASIS_SINGLE_RUN,
@@ -105,22 +106,28 @@ class Suspect:
     confirmed: bool = False
     note: str | None = None
     why: str | None = None
+    retest_failed: bool = False
 
 
 @dataclass(frozen=True)
 class Impact:
-    """Estimated slowdown (percent) of a synchronous job on these hosts and what excluding recovers."""
+    """Estimated slowdown (percent) of a synchronous job on these hosts and what excluding recovers;
+    None when no GEMM result could be compared (nothing to estimate from, which is not 0 %)."""
 
-    slowdown_pct: float
+    slowdown_pct: float | None
     slowest: Mapping[str, Any] | None
-    recovered_pct: float
+    recovered_pct: float | None
     exclude: tuple[str, ...]
     hosts_total: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"slowdown_pct": round(self.slowdown_pct, 2), "slowest": dict(self.slowest) if self.slowest else None,
-                "recovered_pct": round(self.recovered_pct, 2), "exclude": list(self.exclude),
+        return {"slowdown_pct": _round(self.slowdown_pct), "slowest": dict(self.slowest) if self.slowest else None,
+                "recovered_pct": _round(self.recovered_pct), "exclude": list(self.exclude),
                 "hosts_total": self.hosts_total}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 @dataclass(frozen=True)
@@ -245,8 +252,9 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[Mapping[str, Any
     for suspect in suspects:
         again = repeats.get(suspect.measurement.repeat_key)
         if again is None:
-            kept.append(dataclasses.replace(suspect, note=_retest_gap(suspect.measurement,
-                                                                      by_host.get(suspect.measurement.host))))
+            host = by_host.get(suspect.measurement.host)
+            kept.append(dataclasses.replace(suspect, note=_retest_gap(suspect.measurement, host),
+                                            retest_failed=host is not None))
             continue
         ref = suspect.reference
         mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
@@ -284,6 +292,7 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
                 + _starved_hosts(suspects, context))
     findings = _merge(findings) + _fleet_shifts(suspects, found, thresholds)
     findings += readings.gaps + coverage.missing_gpus(hosts) + _unkeyed(readings.unkeyed)
+    findings += [_unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for m in found if m.key not in refs]
     findings += coverage.not_compared(_hosts_by_metric(not_compared), thresholds)
     findings += [unchecked(h["host"], h["status"], h.get("error")) for h in hosts if h.get("status") != "ok"]
@@ -648,6 +657,16 @@ def _unkeyed(unkeyed: Mapping[str, int]) -> list[Finding]:
     return findings
 
 
+def _unmeasured_retest(suspect: Suspect) -> Finding:
+    """A suspect its re-test could not measure: it was neither confirmed nor cleared."""
+    m = suspect.measurement
+    verb, detail = rules.action("unchecked", WARN)
+    return Finding(kind="unchecked", severity=WARN, host=m.host, gpu=m.gpu, gpu_uuid=m.gpu_uuid,
+                   metric=f"{m.probe}.{m.metric}", basis=BASIS_ERROR_RECORD, action=verb, action_detail=detail,
+                   evidence=f"{m.probe}.{m.metric} was {suspect.deficit_pct:.1f} % low and its re-test could not "
+                            f"measure it ({suspect.note}): neither confirmed nor cleared")
+
+
 def _hosts_by_metric(found: Iterable[Measurement]) -> dict[tuple[str, str], list[str]]:
     hosts: dict[tuple[str, str], list[str]] = defaultdict(list)
     for m in found:
@@ -673,7 +692,7 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], 
     expected = {key: key_refs.expected(thresholds) for key, key_refs in refs.items()}
     ratios = [(m.value / expected[m.key].value, m) for m in found if m.probe == "gemm" and m.key in expected]
     if not ratios:
-        return Impact(0.0, None, 0.0, exclude, len(hosts))
+        return Impact(None, None, None, exclude, len(hosts))
     slowest_ratio, slowest = min(ratios, key=lambda item: (item[0], item[1].host, item[1].device))
     kept = [ratio for ratio, m in ratios if m.host not in exclude]
     slowdown = max(0.0, 100 * (1 - slowest_ratio))

@@ -16,6 +16,11 @@ from typing import Any
 from .errors import InstallationError
 
 FloorKey = tuple[str, str, str]
+# The buffer (MiB) each copy probe's SKU figure describes: the probes' largest (probes/membw.py,
+# p2p.py, pcie.py). A smaller buffer (a tight --max-gpu-mem) copies slower and has no figure.
+FIGURE_BUFFER_MIB = {"membw": 1024, "p2p": 256, "pcie": 256}
+# The slowest SM's FMA rate over the median SM's: 1.0 on a healthy GPU.
+SM_FMA_RATIO = 1.0
 
 
 def floor_key(probe: str, metric: str, params: Mapping[str, Any]) -> FloorKey:
@@ -23,11 +28,14 @@ def floor_key(probe: str, metric: str, params: Mapping[str, Any]) -> FloorKey:
 
     GEMM: ``"<dtype>:<m>"`` for a square product (m = n = k, e.g. ``"bf16:8192"``), else
     ``"<dtype>:<m>x<n>x<k>"``; just ``"<dtype>"`` when the params carry no shape. Copies: the
-    direction (``"h2d"``, ``"unidirectional"``, ...) or ``""``.
+    direction (``"h2d"``, ``"unidirectional"``, ...) or ``""``, then ``@<buffer MiB>``.
     """
     if probe == "gemm":
         return probe, metric, gemm_qualifier(params)
-    return probe, metric, str(params.get("direction") or "")
+    qualifier = str(params.get("direction") or "")
+    if probe in FIGURE_BUFFER_MIB:
+        qualifier += f"@{params.get('buffer_mib')}"
+    return probe, metric, qualifier
 
 
 def gemm_qualifier(params: Mapping[str, Any]) -> str:
@@ -48,12 +56,13 @@ def floors_for(gpu_model: str | None) -> dict[FloorKey, float]:
     figures: dict[FloorKey, float] = {
         floor_key("gemm", "tflops", {"dtype": dtype, "m": size, "n": size, "k": size}): tflops
         for dtype, by_size in sku.gemm_tflops.items() for size, tflops in by_size.items()}
-    figures[("membw", "bandwidth", "")] = sku.membw_gbps
-    figures[("p2p", "bandwidth", "unidirectional")] = sku.p2p_unidirectional_gbps
-    figures[("p2p", "bandwidth", "bidirectional")] = sku.p2p_bidirectional_gbps
-    figures[("pcie", "bandwidth", "h2d")] = sku.pcie_h2d_gbps
-    figures[("pcie", "bandwidth", "d2h")] = sku.pcie_d2h_gbps
+    copies = {("membw", ""): sku.membw_gbps, ("p2p", "unidirectional"): sku.p2p_unidirectional_gbps,
+              ("p2p", "bidirectional"): sku.p2p_bidirectional_gbps, ("pcie", "h2d"): sku.pcie_h2d_gbps,
+              ("pcie", "d2h"): sku.pcie_d2h_gbps}
+    for (probe, direction), gbps in copies.items():
+        figures[floor_key(probe, "bandwidth", {"direction": direction, "buffer_mib": FIGURE_BUFFER_MIB[probe]})] = gbps
     figures[("smclock", "sm_clock", "")] = float(sku.sm_clock_max_mhz)
+    figures[("smclock", "sm_fma_rate_min_ratio", "")] = SM_FMA_RATIO
     return figures
 
 

@@ -93,12 +93,15 @@ def test_a_suspect_whose_retest_errors_stays_unconfirmed_with_the_error():
     retest = [_host("node005", [740.0] * 8)]
     retest[0]["results"][3] = {**retest[0]["results"][3], "status": "error", "value": None,
                                "reason": "CUDA error: an illegal memory access was encountered (Xid 13)"}
-    (finding,) = analyse(hosts, default_thresholds(), retest_hosts=retest).findings
+    finding, gap = analyse(hosts, default_thresholds(), retest_hosts=retest).findings
     assert (finding.kind, finding.gpu, finding.confirmed, finding.severity) == ("slow_gpu", 3, False, "warn")
     assert "re-test failed: CUDA error" in finding.evidence
+    assert (gap.kind, gap.host, gap.gpu, gap.metric) == ("unchecked", "node005", 3, "gemm.tflops")  # exit 3, not 0
+    assert "neither confirmed nor cleared" in gap.evidence
     unreachable = [{"host": "node005", "status": "timeout", "error": "no answer in 60 s", "results": []}]
-    (finding,) = analyse(hosts, default_thresholds(), retest_hosts=unreachable).findings
+    finding, gap = analyse(hosts, default_thresholds(), retest_hosts=unreachable).findings
     assert "re-test timeout: no answer in 60 s" in finding.evidence and not finding.confirmed
+    assert gap.kind == "unchecked"
 
 
 def test_error_records_are_unchecked_findings_naming_host_gpu_and_reason():

@@ -394,8 +394,10 @@ def test_every_sku_has_a_gemm_figure_per_dtype_and_probe_size() -> None:
     ("gemm", "tflops", {"dtype": "bf16", "m": 8192, "n": 8192, "k": 8192, "mode": "concurrent"}, "bf16:8192"),
     ("gemm", "tflops", {"dtype": "fp32", "m": 4096, "n": 1024, "k": 4096}, "fp32:4096x1024x4096"),
     ("gemm", "tflops", {"dtype": "tf32"}, "tf32"),
-    ("pcie", "bandwidth", {"direction": "h2d", "buffer_mib": 256}, "h2d"),
-    ("membw", "bandwidth", {"memory": "device", "buffer_mib": 1024}, ""),
+    ("pcie", "bandwidth", {"direction": "h2d", "buffer_mib": 256}, "h2d@256"),
+    ("membw", "bandwidth", {"memory": "device", "buffer_mib": 1024}, "@1024"),
+    ("p2p", "bandwidth", {"direction": "bidirectional", "buffer_mib": 16}, "bidirectional@16"),
+    ("smclock", "sm_clock", {"threads_per_block": 512}, ""),
 ])
 def test_floor_keys_qualify_gemm_by_dtype_and_size(probe: str, metric: str, params: dict[str, Any],
                                                     expected: str) -> None:
@@ -409,7 +411,9 @@ def test_floors_hold_every_dtype_and_size_under_their_floor_keys() -> None:
     assert gemm_keys == {("gemm", "tflops", f"{dtype}:{size}") for dtype in h100.gemm_tflops for size in GPU_SIZES}
     assert floors[("gemm", "tflops", "bf16:8192")] == 740.0
     assert floors[("gemm", "tflops", "fp16:2048")] == h100.gemm_tflops["fp16"][2048]
-    assert floors[("pcie", "bandwidth", "h2d")] == h100.pcie_h2d_gbps and ("gemm", "tflops", "bf16") not in floors
+    assert floors[("pcie", "bandwidth", "h2d@256")] == h100.pcie_h2d_gbps and ("gemm", "tflops", "bf16") not in floors
+    assert ("pcie", "bandwidth", "h2d@16") not in floors  # a smaller buffer copies slower: no figure for it
+    assert floors[("smclock", "sm_fma_rate_min_ratio", "")] == 1.0
     assert floors_for("RTX 4090") == {}
 
 

@@ -1,0 +1,159 @@
+"""Findings an operator can trust, through the real pipeline (CLI, plan, re-test, analysis, store,
+report) on simulated fleets: nothing that was not measured or compared passes, a regression the
+whole fleet shares and a 2-node job are judged against baselines and SKU figures, and each
+finding has the right cause and action."""
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from gpudiag.cli import main
+
+FAST = ("--probes", "gemm,telemetry", "--duration", "0.2")
+
+
+def _fleet(tmp_path: Path, nodes: int = 16, faults=(), name: str = "fleet.json", **fields) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps({"nodes": nodes, "seed": 3, "noise": {"gemm_cv": 0.01, "membw_cv": 0.01},
+                                "faults": list(faults), **fields}))
+    return str(path)
+
+
+def _sweep(fleet: str, *args: str, store: Path | None = None) -> tuple[int, dict, str]:
+    runner = CliRunner()
+    with runner.isolated_filesystem():
+        storage = ("--store", str(store)) if store else ("--no-store",)
+        result = runner.invoke(main, ["sweep", "--simulate", fleet, "-q", "--json", "out.json", *storage, *args],
+                               catch_exceptions=False)
+        document = json.loads(Path("out.json").read_text())
+    return result.exit_code, document, result.output
+
+
+def _found(document: dict, *kinds: str) -> set[tuple]:
+    return {(f["kind"], f["host"], f["gpu"]) for f in document["findings"] if not kinds or f["kind"] in kinds}
+
+
+def test_gemm_refused_everywhere_is_unchecked_and_never_a_pass(tmp_path: Path):
+    code, document, output = _sweep(_fleet(tmp_path), *FAST, "--max-gpu-mem", "50")
+    assert code == 3
+    unchecked = [f for f in document["findings"] if f["kind"] == "unchecked"]
+    assert len(unchecked) == 16 * 8 and {f["metric"] for f in unchecked} == {"gemm.tflops"}
+    assert "needs at least" in unchecked[0]["evidence"] and unchecked[0]["gpu"] is not None
+    assert document["summary"]["unchecked"] == 128 and "128 unchecked" in " ".join(output.split())
+    assert document["impact"]["slowdown_pct"] is None  # nothing measured is not "0 % slowdown"
+    assert "job slowdown" not in output
+
+
+def test_a_shrunken_gemm_is_judged_against_its_own_shape(tmp_path: Path):
+    code, document, _ = _sweep(_fleet(tmp_path, nodes=2), *FAST, "--max-gpu-mem", "150")
+    gemm = [r for h in document["hosts"] for r in h["results"] if r["probe"] == "gemm"]
+    assert {r["params"]["m"] for r in gemm} == {2048}
+    assert code == 0 and document["findings"] == []  # 2 hosts, no baseline: the SKU figure of 2048³ judges
+    assert document["summary"]["results_compared"] == 16
+
+
+def test_a_lost_gpu_and_a_missing_gpu_are_fail_findings(tmp_path: Path):
+    faults = [{"kind": "gpu_lost", "host": "node004", "gpu": 2}, {"kind": "gpu_missing", "host": "node009", "gpu": 7}]
+    code, document, _ = _sweep(_fleet(tmp_path, faults=faults), *FAST)
+    assert code == 1
+    assert _found(document) == {("missing_gpu", "node004", 2), ("missing_gpu", "node009", None)}
+    assert all(f["severity"] == "fail" and f["action"] == "reboot" for f in document["findings"])
+    assert "node004" in document["impact"]["exclude"] and "node009" in document["impact"]["exclude"]
+
+
+def test_an_error_record_is_unchecked_and_a_retest_that_errors_keeps_the_suspect(tmp_path: Path):
+    faults = [{"kind": "probe_error", "host": "node002", "probe": "gemm", "gpu": 1},
+              {"kind": "slow_gpu", "host": "node006", "gpu": 3, "factor": 0.8},
+              {"kind": "probe_error", "host": "node006", "probe": "gemm", "gpu": 3, "from_call": 1,
+               "reason": "CUBLAS_STATUS_EXECUTION_FAILED (Xid 31)"}]
+    code, document, _ = _sweep(_fleet(tmp_path, faults=faults), *FAST)
+    assert code == 3
+    found = {(f["kind"], f["host"], f["gpu"]): f for f in document["findings"]}
+    assert "Xid 13" in found[("unchecked", "node002", 1)]["evidence"]
+    slow = found[("slow_gpu", "node006", 3)]
+    assert not slow["confirmed"] and slow["severity"] == "warn"
+    assert "re-test failed: CUBLAS_STATUS_EXECUTION_FAILED (Xid 31)" in slow["evidence"]
+    assert ("unchecked", "node006", 3) in found
+
+
+def test_mixed_models_and_drivers_are_never_pooled(tmp_path: Path):
+    overrides = [{"hosts": "node[001-008]", "gpu_model": "NVIDIA A100-SXM4-80GB", "driver": "535.104.05"},
+                 {"hosts": "node[009-012]", "driver": "560.35.03"}]
+    faults = [{"kind": "slow_gpu", "host": "node003", "gpu": 5, "factor": 0.85}]
+    code, document, _ = _sweep(_fleet(tmp_path, nodes=24, faults=faults, overrides=overrides), *FAST)
+    assert code == 1 and _found(document) == {("slow_gpu", "node003", 5)}
+    finding = document["findings"][0]
+    assert finding["reference_source"] == "fleet" and 270 < finding["reference"] < 290  # A100 peers, not H100s
+
+
+def test_a_two_node_job_with_a_slow_node_fails_with_or_without_a_baseline(tmp_path: Path):
+    store = tmp_path / "gpudiag.db"
+    healthy = _fleet(tmp_path, nodes=16, name="healthy.json")
+    assert _sweep(healthy, *FAST, store=store)[0] == 0
+    runner = CliRunner()
+    built = runner.invoke(main, ["baseline", "build", "--last", "1", "--name", "default", "--store", str(store)])
+    assert built.exit_code == 0, built.output
+    job = _fleet(tmp_path, nodes=2, name="job.json",
+                 faults=[{"kind": "slow_gpu", "host": "node002", "gpu": g, "factor": 0.6} for g in range(8)])
+    code, document, _ = _sweep(job, *FAST)
+    assert code == 1 and _found(document) == {("slow_node", "node002", None)}
+    assert document["findings"][0]["reference_source"] == "sku"
+    code, document, _ = _sweep(job, *FAST, store=store)
+    assert code == 1 and _found(document) == {("slow_node", "node002", None)}
+    assert document["findings"][0]["reference_source"] == "baseline"
+
+
+def test_a_sweep_where_nothing_could_be_compared_says_so_and_exits_3(tmp_path: Path):
+    # membw with a 128 MiB buffer (a tight --max-gpu-mem) has no SKU figure; 2 hosts, no baseline.
+    code, document, output = _sweep(_fleet(tmp_path, nodes=2), "--probes", "membw", "--max-gpu-mem", "300")
+    assert code == 3
+    assert document["summary"]["results_compared"] == 0 and document["summary"]["results_not_compared"] == 16
+    (finding,) = document["findings"]
+    assert (finding["kind"], finding["host"], finding["basis"]) == ("unchecked", "node[001-002]", "comparison")
+    assert "no result could be compared" in " ".join(output.split())
+
+
+def test_facts_always_run_so_results_are_keyed(tmp_path: Path):
+    code, document, _ = _sweep(_fleet(tmp_path), "--probes", "gemm", "--duration", "0.2")
+    assert code == 0 and all(h["facts"]["gpu_model"] == "NVIDIA H100 80GB HBM3" for h in document["hosts"])
+
+
+def test_a_power_capped_fleet_is_throttled_with_its_cost_not_a_cpu_governor(tmp_path: Path):
+    faults = [{"kind": "throttled", "host": f"node{n:03d}", "gpu": g, "reason": "sw_power_cap", "factor": 0.7}
+              for n in range(1, 33) for g in range(8)]
+    code, document, _ = _sweep(_fleet(tmp_path, nodes=32, faults=faults), *FAST)
+    assert code == 1
+    kinds = {f["kind"] for f in document["findings"]}
+    assert kinds == {"throttled", "fleet_shift"}
+    throttled = [f for f in document["findings"] if f["kind"] == "throttled"]
+    assert len(throttled) == 256 and all(f["action"] == "inspect" and f["severity"] == "fail" for f in throttled)
+    assert 28 < document["impact"]["slowdown_pct"] < 32
+
+
+def test_half_a_fleet_starved_is_found_node_by_node(tmp_path: Path):
+    faults = [{"kind": "slow_node", "host": f"node{n:03d}", "factor": 0.6} for n in range(1, 33)]
+    code, document, _ = _sweep(_fleet(tmp_path, nodes=64, faults=faults), "--probes", "gemm,pcie,telemetry",
+                               "--duration", "0.2")
+    assert code == 1
+    assert _found(document, "slow_node") == {("slow_node", f"node{n:03d}", None) for n in range(1, 33)}
+    assert not _found(document, "degraded_pcie", "slow_gpu")
+    shifts = [f for f in document["findings"] if f["kind"] == "fleet_shift"]
+    assert {f["metric"] for f in shifts} == {"gemm.tflops", "pcie.bandwidth"}
+    assert all(f["share_pct"] == 50.0 and f["host"] == "node[001-032]" for f in shifts)
+
+
+def test_the_retest_runs_in_the_first_pass_mode_so_full_load_faults_repeat(tmp_path: Path):
+    faults = [{"kind": "throttled", "host": "node005", "gpu": 6, "reason": "hw_power_brake", "factor": 0.85,
+               "full_load_only": True}]
+    code, document, _ = _sweep(_fleet(tmp_path, faults=faults), *FAST)
+    assert code == 1
+    (finding,) = document["findings"]
+    assert (finding["kind"], finding["host"], finding["gpu"], finding["confirmed"]) == ("throttled", "node005", 6, True)
+
+
+def test_a_single_throttle_sample_is_not_a_finding(tmp_path: Path):
+    faults = [{"kind": "throttled", "host": "node005", "gpu": 6, "reason": "hw_slowdown", "factor": 1.0,
+               "share": 0.05}]
+    code, document, _ = _sweep(_fleet(tmp_path, faults=faults), *FAST)
+    assert code == 0 and document["findings"] == []
