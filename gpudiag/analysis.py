@@ -153,6 +153,7 @@ class _Readings:
     telemetry: dict[str, dict[str, rules.GpuTelemetry]]
     gaps: list[Finding]
     unkeyed: dict[str, int]
+    not_ok: dict[str, list[Mapping[str, Any]]]
 
 
 def measurements(hosts: Sequence[Mapping[str, Any]],
@@ -168,6 +169,7 @@ def _read(hosts: Sequence[Mapping[str, Any]], with_telemetry: bool,
     telemetry = telemetry if telemetry is not None else {}
     gaps: list[Finding] = []
     unkeyed: dict[str, int] = {}
+    failed: dict[str, list[Mapping[str, Any]]] = {}
     for host in hosts:
         if host.get("status") != "ok":
             continue
@@ -195,7 +197,8 @@ def _read(hosts: Sequence[Mapping[str, Any]], with_telemetry: bool,
         if collector is not None:
             telemetry[name] = collector.gpus()
             gaps += coverage.record_gaps(name, not_ok, facts)
-    return _Readings(found, telemetry, gaps, unkeyed)
+        failed[name] = not_ok
+    return _Readings(found, telemetry, gaps, unkeyed, failed)
 
 
 def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: BaselineLookup | None = None,
@@ -287,11 +290,14 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, retest_hosts, thresholds)
     facts = {h["host"]: h.get("facts") or {} for h in hosts if h.get("status") == "ok"}
-    context = _Context(thresholds, telemetry, facts, refs, found)
+    by_host: dict[str, list[Measurement]] = defaultdict(list)
+    for m in found:
+        by_host[m.host].append(m)
+    context = _Context(thresholds, telemetry, facts, refs, found, by_host)
     findings = (_speed_findings(suspects, context) + _rule_findings(telemetry, thresholds)
                 + _starved_hosts(suspects, context))
     findings = _merge(findings) + _fleet_shifts(suspects, found, thresholds)
-    findings += readings.gaps + coverage.missing_gpus(hosts) + _unkeyed(readings.unkeyed)
+    findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + _unkeyed(readings.unkeyed)
     findings += [_unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for m in found if m.key not in refs]
     findings += coverage.not_compared(_hosts_by_metric(not_compared), thresholds)
@@ -314,9 +320,14 @@ class _Context:
     facts: Mapping[str, Mapping[str, Any]]
     refs: Mapping[str, KeyReferences]
     found: Sequence[Measurement]
+    by_host: Mapping[str, Sequence[Measurement]]
 
     def gpu(self, m: Measurement) -> rules.GpuTelemetry | None:
         return self.telemetry.get(m.host, {}).get(m.gpu_uuid or "")
+
+    def host_values(self, host: str, key: str) -> list[float]:
+        """Every value ``host`` measured for ``key`` (its GPUs' figures of one metric and shape)."""
+        return [m.value for m in self.by_host.get(host, ()) if m.key == key]
 
     def gpu_count(self, host: str) -> int:
         count = self.facts.get(host, {}).get("gpu_count")
@@ -382,8 +393,7 @@ def _unexplained(host: str, group: Sequence[Suspect], context: _Context) -> list
     by_metric: dict[tuple[str, str], list[Suspect]] = defaultdict(list)
     for suspect in group:
         by_metric[(suspect.measurement.probe, suspect.measurement.metric)].append(suspect)
-    wide = {metric for metric, suspects in by_metric.items() if _node_wide(suspects, context.gpu_count(host),
-                                                                           context.thresholds)}
+    wide = {metric for metric, suspects in by_metric.items() if _node_wide(host, suspects, context)}
     if starved or wide:
         return [_slow_node(host, group, starved, wide, context)]
     findings = []
@@ -398,12 +408,22 @@ def _unexplained(host: str, group: Sequence[Suspect], context: _Context) -> list
     return findings
 
 
-def _node_wide(group: Sequence[Suspect], gpu_count: int, thresholds: Thresholds) -> bool:
-    """Host-side results are slow, or most of the host's GPUs are slow on one metric."""
+def _node_wide(host: str, group: Sequence[Suspect], context: _Context) -> bool:
+    """Host-side results are slow, or most of the host's GPUs are slow on one metric, or half of
+    them are and the host's median on that metric is itself below the reference (a whole node
+    slowed by about the threshold has some GPUs that noise lifts just above it)."""
     devices = {s.measurement.device for s in group}
     if devices & set(HOST_DEVICES):
         return True
-    return gpu_count >= 2 and 100 * len(devices) / gpu_count >= thresholds.slow_node_share_pct
+    gpu_count = context.gpu_count(host)
+    if gpu_count < 2:
+        return False
+    share = 100 * len(devices) / gpu_count
+    if share >= context.thresholds.slow_node_share_pct:
+        return True
+    first = group[0]
+    values = context.host_values(host, first.measurement.key)
+    return 2 * len(devices) >= gpu_count and first.reference.flags(statistics.median(values), context.thresholds)
 
 
 def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide: set[tuple[str, str]],
@@ -694,7 +714,8 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], 
     if not ratios:
         return Impact(None, None, None, exclude, len(hosts))
     slowest_ratio, slowest = min(ratios, key=lambda item: (item[0], item[1].host, item[1].device))
-    kept = [ratio for ratio, m in ratios if m.host not in exclude]
+    excluded = set(exclude)
+    kept = [ratio for ratio, m in ratios if m.host not in excluded]
     slowdown = max(0.0, 100 * (1 - slowest_ratio))
     remaining = max(0.0, 100 * (1 - min(kept))) if kept else 0.0
     return Impact(slowdown, {"host": slowest.host, "gpu": slowest.gpu, "metric": "gemm.tflops",

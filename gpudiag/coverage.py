@@ -77,14 +77,18 @@ def _is_lost(record: Mapping[str, Any]) -> bool:
     return record.get("status") == "error" and any(marker.lower() in reason.lower() for marker in LOST_MARKERS)
 
 
-def missing_gpus(hosts: Sequence[Mapping[str, Any]]) -> list[Finding]:
+Records = Sequence[Mapping[str, Any]]
+
+
+def missing_gpus(hosts: Records, not_ok: Mapping[str, Records]) -> list[Finding]:
     """``missing_gpu`` findings: each GPU NVML reports lost, and each host that sees fewer GPUs
-    than its PCI bus, NVML, or most of its peers of the same GPU model."""
+    than its PCI bus, NVML, or most of its peers of the same GPU model. ``not_ok`` holds each
+    host's records that are not ok (where a lost GPU's telemetry is)."""
     ok = [h for h in hosts if h.get("status") == "ok" and h.get("facts")]
     peer_counts = _peer_counts(ok)
     findings: list[Finding] = []
     for host in ok:
-        lost = _lost_gpus(host)
+        lost = _lost_gpus(str(host["host"]), not_ok.get(host["host"], ()))
         findings += lost
         facts = host["facts"]
         seen = _gpu_count(facts)
@@ -97,13 +101,13 @@ def missing_gpus(hosts: Sequence[Mapping[str, Any]]) -> list[Finding]:
     return findings
 
 
-def _lost_gpus(host: Mapping[str, Any]) -> list[Finding]:
+def _lost_gpus(host: str, records: Iterable[Mapping[str, Any]]) -> list[Finding]:
     found: dict[str, Finding] = {}
-    for record in host.get("results") or ():
+    for record in records:
         if record.get("probe") == "telemetry" and _is_lost(record) and record.get("device") not in found:
             device = str(record.get("device"))
             evidence = f"NVML reports {device} lost: {record.get('reason')}"
-            found[device] = _missing(str(host["host"]), evidence, BASIS_TELEMETRY, gpu=device_index(device),
+            found[device] = _missing(host, evidence, BASIS_TELEMETRY, gpu=device_index(device),
                                      gpu_uuid=record.get("gpu_uuid"))
     return [found[device] for device in sorted(found)]
 

@@ -4,6 +4,7 @@ whole fleet shares and a 2-node job are judged against baselines and SKU figures
 finding has the right cause and action."""
 
 import json
+import tempfile
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -21,12 +22,12 @@ def _fleet(tmp_path: Path, nodes: int = 16, faults=(), name: str = "fleet.json",
 
 
 def _sweep(fleet: str, *args: str, store: Path | None = None) -> tuple[int, dict, str]:
-    runner = CliRunner()
-    with runner.isolated_filesystem():
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "out.json"
         storage = ("--store", str(store)) if store else ("--no-store",)
-        result = runner.invoke(main, ["sweep", "--simulate", fleet, "-q", "--json", "out.json", *storage, *args],
-                               catch_exceptions=False)
-        document = json.loads(Path("out.json").read_text())
+        result = CliRunner().invoke(main, ["sweep", "--simulate", fleet, "-q", "--json", str(out), *storage, *args],
+                                    catch_exceptions=False)
+        document = json.loads(out.read_text())
     return result.exit_code, document, result.output
 
 

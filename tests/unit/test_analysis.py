@@ -46,8 +46,8 @@ def _retest_of(hosts: list[dict]) -> list[dict]:
     return json.loads(json.dumps(hosts))
 
 
-def _power_capped(gpu_share: float = 1.0) -> dict:
-    return {"clocks_event_reasons": ["sw_power_cap"], "clocks_event_reason_samples": {"sw_power_cap": round(20 * gpu_share)},
+def _power_capped() -> dict:
+    return {"clocks_event_reasons": ["sw_power_cap"], "clocks_event_reason_samples": {"sw_power_cap": 20},
             "sm_clock_mhz_median": 1395, "power_w_max": 490.0, "power_limit_w": 490.0}
 
 
@@ -345,8 +345,9 @@ def test_a_gpu_slow_with_every_partner_is_named_its_partners_are_not():
 
 
 def test_a_gpu_with_an_nvlink_down_gets_one_finding_and_a_slow_pair_is_a_link():
+    states = [{"link": i, "state": "down" if i == 0 else "up"} for i in range(18)]
     links = {"probe": "telemetry", "device": "gpu:5", "gpu_uuid": "GPU-5", "metric": "nvlink_links_up", "value": 17,
-             "status": "ok", "details": {"links": [{"link": i, "state": "down" if i == 0 else "up"} for i in range(18)]}}
+             "status": "ok", "details": {"links": states}}
     hosts = _p2p_fleet(lambda h, s, d: 0.9 if (h == 1 and 5 in (s, d)) or (h == 2 and {s, d} == {0, 6}) else None)
     hosts[1]["results"].append(links)
     found = analyse(hosts, default_thresholds(), retest_hosts=_retest_of(hosts[1:3])).findings
