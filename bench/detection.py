@@ -186,7 +186,7 @@ def run_cell(label: str, cases: list[Case], slowdown: float, cv: float) -> None:
             shifts.append(any(f["kind"] == "fleet_shift" for f in findings))
         for kind, counts in score(case, findings).items():
             totals[kind] = [a + b for a, b in zip(totals[kind], counts, strict=True)]
-    shift = "" if not shifts else f"{sum(shifts)}/{len(shifts)}"
+    shift = "-" if not shifts else f"{sum(shifts)}/{len(shifts)}"
     for kind in sorted(totals):
         tp, found, faults, detected = totals[kind]
         print(f"{label:<16} {cv:>5.3f} {slowdown:>5g} {kind:<14} {ratio(tp, found):>9} {ratio(detected, faults):>7} "

@@ -1,0 +1,22 @@
+"""Benchmarks at their --smoke size, so none can rot: each must start, run and print its figures."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_detection_benchmark_runs_every_scenario_and_finds_every_planted_fault():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "detection.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    rows = [line.split() for line in lines[1:] if "healthy" not in line and not line.startswith("targets")]
+    scenarios = {" ".join(row[:2]) if row[1] in ("sku", "baseline") else row[0] for row in rows}
+    assert {"mix", "share25", "share40", "share50", "shift", "job1 sku", "job2 baseline", "job4 sku"} <= scenarios
+    for row in rows:  # ... kind precision recall faults shift seconds
+        kind, precision, recall, faults, shift = row[-6:-1]
+        assert (precision, recall) == ("1.000", "1.000"), row  # a 20 % slowdown is always found, and only it
+        assert shift in ("-", "1/1"), row
+    assert any("healthy hosts flagged 0/16" in " ".join(line.split()) for line in lines)
