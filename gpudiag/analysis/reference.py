@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .thresholds import Thresholds
+from ..thresholds import Thresholds
 
 MAD_TO_SIGMA = 1.4826
 # The median of |x - mean| over the upper half of a normal sample, in sigmas.

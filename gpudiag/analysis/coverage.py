@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .findings import (
+from ..findings import (
     BASIS_COMPARISON,
     BASIS_ERROR_RECORD,
     BASIS_FACTS,
@@ -27,10 +27,10 @@ from .findings import (
     WARN,
     Finding,
 )
-from .hosts import fold_hosts
-from .results import device_index
-from .rules import action
-from .thresholds import Thresholds
+from ..hosts import fold_hosts
+from ..results import device_index
+from ..rules import action
+from ..thresholds import Thresholds
 
 # Probes that need a GPU; on a host without one their skips are expected, not gaps.
 GPU_PROBES = frozenset({"telemetry", "p2p", "pcie", "smclock"})

@@ -1,0 +1,112 @@
+"""Fleet comparison: from measurements to findings, with evidence, an action, and job impact.
+
+1. Every ok result of a compared probe gets its baseline key (gpudiag.keys); keys never pool,
+   and a host without facts has no keys (its results are ``unchecked``, never pooled).
+2. Every key's references (gpudiag.analysis.reference): the fleet's healthy level when ``min_peers``
+   distinct hosts have it, the stored baseline, and the SKU figure. A result is judged against
+   each of them, so neither a regression the whole fleet shares nor a 2-node job escapes.
+3. A suspect needs robust z <= ``robust_z`` AND a deficit >= ``deficit_warn`` against one
+   reference. It is re-tested on its host in the first pass's mode; only a repeat is
+   ``confirmed``, and only a confirmed ``deficit_fail`` is a ``fail``. A suspect whose re-test
+   could not measure it stays, unconfirmed, with the reason.
+4. Suspects become findings by what else is known: NVML reasons seen in enough loaded samples
+   make ``throttled`` (a software power cap: a warning unless it costs ``deficit_fail`` against
+   the SKU), a narrow or slow-generation PCIe link ``degraded_pcie``, a link down
+   ``nvlink_down``; a GPU slow with most of its NVLink partners is the culprit of its pairs, a
+   pair slow while both GPUs are fine elsewhere a ``slow_link``; a starved host (its facts) or
+   most GPUs of a host slow on one metric make one ``slow_node``; otherwise ``slow_gpu``.
+   Telemetry rules add findings of their own (gpudiag.rules); gaps add ``unchecked`` and
+   ``missing_gpu`` (gpudiag.analysis.coverage); a metric slow on ``fleet_shift_share`` of the hosts adds
+   one ``fleet_shift``.
+5. Job impact: a synchronous job runs at the pace of its slowest GPU, measured against the same
+   reference that judges it.
+
+Pure functions of the measurements: the same input gives byte-identical findings. The parts:
+``suspects`` (reading, references, suspects, re-test), ``reference`` (the three references),
+``pairs`` (P2P attribution), ``speed`` (causes, nodes, telemetry rules), ``coverage`` (what
+could not be checked), ``fleet`` (fleet-wide shifts, job impact).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..findings import Finding, unchecked
+from ..thresholds import Thresholds
+from . import coverage
+from .fleet import Impact, fleet_shifts, job_impact
+from .speed import (
+    Context,
+    finding_order,
+    hosts_by_metric,
+    merge,
+    rule_findings,
+    speed_findings,
+    starved_hosts,
+    unkeyed,
+    unmeasured_retest,
+)
+from .suspects import (
+    BaselineLookup,
+    Measurement,
+    SkuFigures,
+    Suspect,
+    confirm,
+    find_suspects,
+    floors_for,
+    measurements,
+    read_sweep,
+    references,
+)
+
+__all__ = ["Analysis", "Impact", "Measurement", "Suspect", "analyse", "confirm", "find_suspects", "finding_order",
+           "measurements", "references"]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Findings (most costly first), the suspects behind the speed findings, job impact, and how
+    many results were compared with a reference and how many had none."""
+
+    findings: tuple[Finding, ...]
+    suspects: tuple[Suspect, ...]
+    impact: Impact
+    results_compared: int = 0
+    results_not_compared: int = 0
+
+    def comparison_counts(self) -> dict[str, int]:
+        return {"results_compared": self.results_compared, "results_not_compared": self.results_not_compared}
+
+
+
+def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, baseline: BaselineLookup | None = None,
+            skus: SkuFigures = floors_for, retest_hosts: Sequence[Mapping[str, Any]] | None = None,
+            retested: bool = False) -> Analysis:
+    """Findings, suspects and job impact of one sweep. ``retest_hosts``: the re-test's host
+    dicts, every status (``retested`` with None: a re-test was wanted but none ran)."""
+    readings = read_sweep(hosts, True)
+    found, telemetry = readings.found, readings.telemetry
+    refs = references(found, thresholds, baseline, skus)
+    suspects = find_suspects(found, refs, thresholds)
+    if retest_hosts is not None or retested:
+        suspects = confirm(suspects, retest_hosts, thresholds)
+    facts = {h["host"]: h.get("facts") or {} for h in hosts if h.get("status") == "ok"}
+    by_host: dict[str, list[Measurement]] = defaultdict(list)
+    for m in found:
+        by_host[m.host].append(m)
+    context = Context(thresholds, telemetry, facts, refs, found, by_host)
+    findings = (speed_findings(suspects, context) + rule_findings(telemetry, thresholds)
+                + starved_hosts(suspects, context))
+    findings = merge(findings) + fleet_shifts(suspects, found, thresholds)
+    findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
+    findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
+    not_compared = [m for m in found if m.key not in refs]
+    findings += coverage.not_compared(hosts_by_metric(not_compared), thresholds)
+    findings += [unchecked(h["host"], h["status"], h.get("error")) for h in hosts if h.get("status") != "ok"]
+    ordered = tuple(sorted(findings, key=finding_order))
+    impact = job_impact(found, refs, ordered, hosts, thresholds)
+    return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),
+                    len(not_compared) + sum(readings.unkeyed.values()))

@@ -1,0 +1,111 @@
+"""What the findings mean for the fleet: a metric slow on a share of the hosts is a fleet-wide
+shift, and a synchronous job's slowdown is its slowest GPU against the reference that judges it."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import rules
+from ..findings import BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
+from ..hosts import fold_hosts
+from ..thresholds import Thresholds
+from .reference import KeyReferences
+from .suspects import Measurement, Suspect
+
+
+@dataclass(frozen=True)
+class Impact:
+    """Estimated slowdown (percent) of a synchronous job on these hosts and what excluding recovers;
+    None when no GEMM result could be compared (nothing to estimate from, which is not 0 %)."""
+
+    slowdown_pct: float | None
+    slowest: Mapping[str, Any] | None
+    recovered_pct: float | None
+    exclude: tuple[str, ...]
+    hosts_total: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slowdown_pct": _round(self.slowdown_pct), "slowest": dict(self.slowest) if self.slowest else None,
+                "recovered_pct": _round(self.recovered_pct), "exclude": list(self.exclude),
+                "hosts_total": self.hosts_total}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+
+def fleet_shifts(suspects: Sequence[Suspect], found: Sequence[Measurement], thresholds: Thresholds) -> list[Finding]:
+    """One ``fleet_shift`` per probe and metric that is slow on ``fleet_shift_share`` of the hosts
+    measuring it (at least ``min_peers`` of them): a regression most of the fleet shares."""
+    measured: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for m in found:
+        measured[(m.probe, m.metric)].add(m.host)
+    slow: dict[tuple[str, str], list[Suspect]] = defaultdict(list)
+    for s in suspects:
+        slow[(s.measurement.probe, s.measurement.metric)].append(s)
+    findings = []
+    for (probe, metric), group in sorted(slow.items()):
+        hosts = sorted({s.measurement.host for s in group})
+        total = len(measured[(probe, metric)])
+        share = 100 * len(hosts) / total
+        if total < thresholds.min_peers or share < thresholds.fleet_shift_share_pct:
+            continue
+        findings.append(_fleet_shift(probe, metric, group, hosts, total, share, thresholds))
+    return findings
+
+
+def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Sequence[str], total: int,
+                 share: float, thresholds: Thresholds) -> Finding:
+    deficit = statistics.median(s.deficit_pct for s in group)
+    confirmed_hosts = {s.measurement.host for s in group if s.confirmed}
+    confirmed = 2 * len(confirmed_hosts) >= len(hosts)
+    severity = FAIL if confirmed and deficit >= thresholds.deficit_fail_pct else WARN
+    sources = Counter(s.reference.source for s in group)
+    source = sorted(sources, key=lambda name: (-sources[name], name))[0]
+    keys = {s.measurement.key for s in group}
+    one_key = len(keys) == 1
+    value = statistics.median(s.measurement.value for s in group) if one_key else None
+    unit = group[0].measurement.unit if one_key else None
+    verb, detail = rules.action("fleet_shift", severity)
+    evidence = (f"{probe}.{metric} low on {len(hosts)} of {total} hosts ({share:.0f} %), median deficit "
+                f"{deficit:.1f} % against the {source} reference; {len(confirmed_hosts)} hosts confirmed by re-test")
+    return Finding(kind="fleet_shift", severity=severity, host=fold_hosts(hosts), metric=f"{probe}.{metric}",
+                   value=round(value, 3) if value is not None else None,
+                   reference=round(group[0].reference.value, 3) if one_key else None, unit=unit,
+                   reference_source=source, deficit_pct=round(deficit, 2), share_pct=round(share, 1),
+                   confirmed=confirmed, basis=BASIS_RETEST if confirmed else BASIS_SINGLE_RUN, evidence=evidence,
+                   action=verb, action_detail=detail)
+
+
+
+NOT_EXCLUDING = ("fleet_shift",)
+
+
+def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], findings: Sequence[Finding],
+               hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> Impact:
+    """A synchronous job runs at its slowest GPU's GEMM pace, against the reference that judges
+    it (the fleet's level, or the baseline or SKU figure where the whole fleet fell below it):
+    the slowdown on all hosts, and what keeping out the hosts with fail findings or no check
+    recovers."""
+    names = {h["host"] for h in hosts}
+    exclude = tuple(sorted({f.host for f in findings if f.host in names and f.kind not in NOT_EXCLUDING
+                            and (f.severity == FAIL or (f.kind == "unchecked" and f.basis != "comparison"))}))
+    expected = {key: key_refs.expected(thresholds) for key, key_refs in refs.items()}
+    ratios = [(m.value / expected[m.key].value, m) for m in found if m.probe == "gemm" and m.key in expected]
+    if not ratios:
+        return Impact(None, None, None, exclude, len(hosts))
+    slowest_ratio, slowest = min(ratios, key=lambda item: (item[0], item[1].host, item[1].device))
+    excluded = set(exclude)
+    kept = [ratio for ratio, m in ratios if m.host not in excluded]
+    slowdown = max(0.0, 100 * (1 - slowest_ratio))
+    remaining = max(0.0, 100 * (1 - min(kept))) if kept else 0.0
+    return Impact(slowdown, {"host": slowest.host, "gpu": slowest.gpu, "metric": "gemm.tflops",
+                             "value": round(slowest.value, 3), "reference": round(expected[slowest.key].value, 3),
+                             "unit": slowest.unit, "reference_source": expected[slowest.key].source},
+                  max(0.0, slowdown - remaining), exclude, len(hosts))
+

@@ -1,0 +1,319 @@
+"""Speed suspects become findings by what else is known: NVML reasons, the PCIe link, NVLink
+state, the host's facts, how many of the host's GPUs are slow. Telemetry rules add findings of
+their own, and findings of one GPU and kind are merged."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import rules
+from ..findings import (
+    BASIS_ERROR_RECORD,
+    BASIS_FACTS,
+    BASIS_RETEST,
+    BASIS_SINGLE_RUN,
+    BASIS_TELEMETRY,
+    FAIL,
+    WARN,
+    Finding,
+    cost_order,
+)
+from ..results import device_index
+from ..thresholds import Thresholds
+from . import coverage
+from .pairs import Pair, attribute_pairs
+from .reference import SKU, KeyReferences
+from .suspects import COMPUTE_PROBES, HOST_DEVICES, Measurement, Suspect
+
+
+def finding_order(finding: Finding) -> tuple[Any, ...]:
+    """What a finding costs a job first (gpudiag.findings.cost_order, as reports sort them)."""
+    return cost_order(finding.to_dict())
+
+
+@dataclass(frozen=True)
+class Context:
+    thresholds: Thresholds
+    telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]
+    facts: Mapping[str, Mapping[str, Any]]
+    refs: Mapping[str, KeyReferences]
+    found: Sequence[Measurement]
+    by_host: Mapping[str, Sequence[Measurement]]
+
+    def gpu(self, m: Measurement) -> rules.GpuTelemetry | None:
+        return self.telemetry.get(m.host, {}).get(m.gpu_uuid or "")
+
+    def host_values(self, host: str, key: str) -> list[float]:
+        """Every value ``host`` measured for ``key`` (its GPUs' figures of one metric and shape)."""
+        return [m.value for m in self.by_host.get(host, ()) if m.key == key]
+
+    def gpu_count(self, host: str) -> int:
+        count = self.facts.get(host, {}).get("gpu_count")
+        return int(count) if isinstance(count, (int, float)) else 0
+
+
+# ------------------------------------------------------------------------------------ speed findings
+
+
+def speed_findings(suspects: Sequence[Suspect], context: Context) -> list[Finding]:
+    culprits, pairs = attribute_pairs(suspects, context.found, context.thresholds)
+    singles = [s for s in suspects if s.measurement.probe != "p2p"] + culprits
+    explained: list[Finding] = []
+    unexplained: dict[str, list[Suspect]] = defaultdict(list)
+    for suspect in singles:
+        cause = _cause(suspect, context)
+        if cause is None:
+            unexplained[suspect.measurement.host].append(suspect)
+        else:
+            explained.append(_explained(suspect, cause, context))
+    findings = explained + [_pair_finding(pair, context) for pair in pairs]
+    for host in sorted(unexplained):
+        findings += _unexplained(host, unexplained[host], context)
+    return findings
+
+
+def _cause(suspect: Suspect, context: Context) -> str | None:
+    """What the GPU's telemetry says slowed this measurement, or None."""
+    m = suspect.measurement
+    gpu = context.gpu(m)
+    if gpu is None:
+        return None
+    if m.probe in COMPUTE_PROBES:
+        reasons = rules.active_reasons(gpu.under_load, context.thresholds.throttle_share_pct) or []
+        if any(r in rules.HARDWARE_REASONS or r in rules.SOFTWARE_REASONS for r in reasons):
+            return "throttled"
+        if rules.POWER_CAP in reasons:
+            return "power_capped"
+    if m.probe == "pcie" and rules.pcie_problems(gpu):
+        return "degraded_pcie"
+    if m.probe == "p2p" and any(r.kind == "nvlink_down" for r in rules.telemetry_findings(gpu, 100.0)):
+        return "nvlink_down"
+    return None
+
+
+KIND_OF_CAUSE = {"throttled": "throttled", "power_capped": "throttled", "degraded_pcie": "degraded_pcie",
+                 "nvlink_down": "nvlink_down"}
+
+
+def _explained(suspect: Suspect, cause: str, context: Context) -> Finding:
+    severity = _severity(suspect, context.thresholds)
+    if cause == "power_capped":  # a cap is a policy, not a broken part: a fail only when it costs against the SKU
+        sku = context.refs[suspect.measurement.key].get(SKU)
+        costly = sku is not None and sku.deficit_pct(suspect.measurement.value) >= context.thresholds.deficit_fail_pct
+        severity = FAIL if suspect.confirmed and costly else WARN
+    return _speed_finding(KIND_OF_CAUSE[cause], cause, severity, suspect, _speed_evidence(suspect, context), context)
+
+
+def _unexplained(host: str, group: Sequence[Suspect], context: Context) -> list[Finding]:
+    """A host's speed suspects with no GPU-level cause: one ``slow_node`` when its facts say it
+    is starved or most of its GPUs are slow on one metric; otherwise one ``slow_gpu`` each."""
+    starved = coverage.starvation(context.facts.get(host, {}), context.thresholds)
+    by_metric: dict[tuple[str, str], list[Suspect]] = defaultdict(list)
+    for suspect in group:
+        by_metric[(suspect.measurement.probe, suspect.measurement.metric)].append(suspect)
+    wide = {metric for metric, suspects in by_metric.items() if _node_wide(host, suspects, context)}
+    if starved or wide:
+        return [_slow_node(host, group, starved, wide, context)]
+    findings = []
+    for suspect in group:
+        probe = suspect.measurement.probe
+        cause = {"pcie": "slow_gpu_pcie", "p2p": "slow_gpu_p2p"}.get(probe, "slow_gpu")
+        evidence = _speed_evidence(suspect, context)
+        if probe == "pcie":
+            evidence += "; the PCIe link trains at full width and generation"
+        severity = _severity(suspect, context.thresholds)
+        findings.append(_speed_finding("slow_gpu", cause, severity, suspect, evidence, context))
+    return findings
+
+
+def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
+    """Host-side results are slow, or most of the host's GPUs are slow on one metric, or half of
+    them are and the host's median on that metric is itself below the reference (a whole node
+    slowed by about the threshold has some GPUs that noise lifts just above it)."""
+    devices = {s.measurement.device for s in group}
+    if devices & set(HOST_DEVICES):
+        return True
+    gpu_count = context.gpu_count(host)
+    if gpu_count < 2:
+        return False
+    share = 100 * len(devices) / gpu_count
+    if share >= context.thresholds.slow_node_share_pct:
+        return True
+    first = group[0]
+    values = context.host_values(host, first.measurement.key)
+    return 2 * len(devices) >= gpu_count and first.reference.flags(statistics.median(values), context.thresholds)
+
+
+def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide: set[tuple[str, str]],
+               context: Context) -> Finding:
+    metrics = sorted(wide) or sorted({(s.measurement.probe, s.measurement.metric) for s in group})
+    headline = [s for s in group if (s.measurement.probe, s.measurement.metric) == metrics[0]]
+    worst = max(headline, key=lambda s: (s.deficit_pct, s.measurement.device))
+    deficit = statistics.median(s.deficit_pct for s in headline)
+    parts = []
+    for probe, metric in metrics:
+        mine = [s for s in group if (s.measurement.probe, s.measurement.metric) == (probe, metric)]
+        devices = sorted({s.measurement.device for s in mine})
+        scope = "host-side measurement" if set(devices) <= set(HOST_DEVICES) else \
+            f"{len(devices)} of {context.gpu_count(host)} GPUs"
+        parts.append(f"{probe}.{metric} low on {scope} (median deficit "
+                     f"{statistics.median(s.deficit_pct for s in mine):.1f} %)")
+    if starved:
+        parts.append("host starved: " + ", ".join(starved))
+    parts.append("the host, not one GPU")
+    representative = dataclasses.replace(worst, deficit_pct=deficit, confirmed=all(s.confirmed for s in headline))
+    cause = "starved_node" if starved else "slow_node"
+    severity = _severity(representative, context.thresholds)
+    finding = _speed_finding("slow_node", cause, severity, representative, "; ".join(parts), context)
+    return dataclasses.replace(finding, gpu=None, gpu_uuid=None, pci_bus_id=None)
+
+
+def starved_hosts(suspects: Sequence[Suspect], context: Context) -> list[Finding]:
+    """A starved host with no slow measurement is still worth a warning: it will slow a job."""
+    slow = {s.measurement.host for s in suspects}
+    findings = []
+    for host in sorted(context.facts):
+        starved = coverage.starvation(context.facts[host], context.thresholds)
+        if starved and host not in slow:
+            verb, detail = rules.action("starved_node", WARN)
+            findings.append(Finding(kind="slow_node", severity=WARN, host=host, basis=BASIS_FACTS, action=verb,
+                                    action_detail=detail, evidence="host starved: " + ", ".join(starved)
+                                    + "; no measurement slow yet"))
+    return findings
+
+
+def _severity(suspect: Suspect, thresholds: Thresholds) -> str:
+    return FAIL if suspect.confirmed and suspect.deficit_pct >= thresholds.deficit_fail_pct else WARN
+
+
+def _speed_finding(kind: str, cause: str, severity: str, suspect: Suspect, evidence: str,
+                   context: Context) -> Finding:
+    m, ref = suspect.measurement, suspect.reference
+    gpu = context.gpu(m)
+    verb, detail = rules.action(cause, severity)
+    return Finding(kind=kind, severity=severity, host=m.host, gpu=m.gpu, gpu_uuid=m.gpu_uuid,
+                   pci_bus_id=gpu.pci_bus_id if gpu else None, metric=f"{m.probe}.{m.metric}",
+                   value=round(m.value, 3), reference=round(ref.value, 3), unit=m.unit, reference_source=ref.source,
+                   deficit_pct=round(suspect.deficit_pct, 2), robust_z=round(suspect.robust_z, 2),
+                   confirmed=suspect.confirmed, basis=BASIS_RETEST if suspect.confirmed else BASIS_SINGLE_RUN,
+                   evidence=evidence, action=verb, action_detail=detail)
+
+
+def _speed_evidence(suspect: Suspect, context: Context) -> str:
+    m, ref = suspect.measurement, suspect.reference
+    unit = f" {m.unit}" if m.unit else ""
+    where = f" ({m.params.get('src')}->{m.params.get('dst')} {m.params.get('direction')})" if m.probe == "p2p" else ""
+    parts = [f"{m.probe}.{m.metric} {m.value:.4g}{unit} vs {ref.source} reference {ref.value:.4g}{unit}{where}"]
+    if suspect.why:
+        parts.append(suspect.why)
+    others = [r for r in context.refs[m.key].references if r.source != ref.source]
+    if others:
+        parts.append("also " + ", ".join(f"{r.source} {r.value:.4g}{unit}" for r in others))
+    gpu = context.gpu(m)
+    if gpu is not None and gpu.under_load and m.probe in COMPUTE_PROBES:
+        reasons = rules.active_reasons(gpu.under_load, context.thresholds.throttle_share_pct) or []
+        if not [r for r in reasons if r in rules.REASON_WORDS]:
+            parts.append("no throttle reason seen by NVML")
+        seen = rules.load_evidence(gpu.under_load, reasons)
+        if seen:
+            parts.append(seen)
+    if not suspect.confirmed:
+        parts.append(suspect.note or "not re-tested")
+    return "; ".join(parts)
+
+
+# ------------------------------------------------------------------------------------ GPU pairs
+
+
+
+def rule_findings(telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]], thresholds: Thresholds) -> list[Finding]:
+    findings = []
+    for host in sorted(telemetry):
+        for gpu in telemetry[host].values():
+            for rule in rules.telemetry_findings(gpu, thresholds.throttle_share_pct):
+                verb, detail = rules.action(rule.cause, rule.severity)
+                findings.append(Finding(kind=rule.kind, severity=rule.severity, host=host, gpu=rule.nvml_index,
+                                        gpu_uuid=rule.gpu_uuid, pci_bus_id=gpu.pci_bus_id, evidence=rule.evidence,
+                                        action=verb, action_detail=detail, basis=BASIS_TELEMETRY))
+    return findings
+
+
+def merge(findings: Sequence[Finding]) -> list[Finding]:
+    """One finding per host, GPU and kind: the speed one (it has figures) or the more severe."""
+    chosen: dict[tuple[str, int | None, int | None, str], Finding] = {}
+    for f in sorted(findings, key=finding_order):
+        key = (f.host, f.gpu, f.peer_gpu, f.kind)
+        current = chosen.get(key)
+        if current is None:
+            chosen[key] = f
+        elif (current.metric is None) != (f.metric is None):
+            # a speed finding and a telemetry one of the same GPU: the figures and both evidences
+            speed, rule = (f, current) if current.metric is None else (current, f)
+            severity = FAIL if FAIL in (f.severity, current.severity) else WARN
+            verb, detail = (rule.action, rule.action_detail) if rule.severity == severity else \
+                (speed.action, speed.action_detail)
+            chosen[key] = dataclasses.replace(speed, severity=severity, action=verb, action_detail=detail,
+                                              evidence=_join_evidence(speed.evidence, rule.evidence))
+        elif f.metric is not None and f.metric != current.metric:
+            chosen[key] = dataclasses.replace(current, evidence=f"{current.evidence}; also {f.metric} "
+                                                                f"-{f.deficit_pct:.1f} %")
+    return list(chosen.values())
+
+
+def _join_evidence(*texts: str) -> str:
+    """Evidence parts in order, each once (a rule may restate what the speed finding saw)."""
+    parts: list[str] = []
+    for text in texts:
+        parts += [part for part in text.split("; ") if part and part not in parts]
+    return "; ".join(parts)
+
+
+
+def unkeyed(unkeyed: Mapping[str, int]) -> list[Finding]:
+    """Hosts whose results could not be keyed: without facts they would pool every model and driver."""
+    findings = []
+    for host in sorted(unkeyed):
+        verb, detail = rules.action("unchecked", WARN)
+        findings.append(Finding(kind="unchecked", severity=WARN, host=host, basis=BASIS_FACTS, action=verb,
+                                action_detail=detail,
+                                evidence=f"no host facts (GPU model, driver): {unkeyed[host]} results not compared"))
+    return findings
+
+
+def unmeasured_retest(suspect: Suspect) -> Finding:
+    """A suspect its re-test could not measure: it was neither confirmed nor cleared."""
+    m = suspect.measurement
+    verb, detail = rules.action("unchecked", WARN)
+    return Finding(kind="unchecked", severity=WARN, host=m.host, gpu=m.gpu, gpu_uuid=m.gpu_uuid,
+                   metric=f"{m.probe}.{m.metric}", basis=BASIS_ERROR_RECORD, action=verb, action_detail=detail,
+                   evidence=f"{m.probe}.{m.metric} was {suspect.deficit_pct:.1f} % low and its re-test could not "
+                            f"measure it ({suspect.note}): neither confirmed nor cleared")
+
+
+def hosts_by_metric(found: Iterable[Measurement]) -> dict[tuple[str, str], list[str]]:
+    hosts: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for m in found:
+        hosts[(m.probe, m.metric)].append(m.host)
+    return hosts
+
+
+# Findings that keep a host out of a job: any fail on the host itself, or a host or GPU that
+# could not be checked. A fleet-wide shift names no host to exclude; a result with nothing to
+
+
+def _pair_finding(pair: Pair, context: Context) -> Finding:
+    a, b = pair.ends
+    severity = _severity(pair.worst, context.thresholds)
+    evidence = (f"{a}<->{b} slow while both GPUs are fine with their other partners; "
+                + _speed_evidence(pair.worst, context))
+    finding = _speed_finding("slow_link", "slow_link", severity, pair.worst, evidence, context)
+    return dataclasses.replace(finding, gpu=device_index(a), peer=pair.host, peer_gpu=device_index(b))
+
+
+# ------------------------------------------------------------------------------------ the rest
+

@@ -1,0 +1,210 @@
+"""From a sweep's records to suspects: one pass reads every measurement (with its baseline key),
+the GPU telemetry and the records that are not ok; every key gets its references; a result below
+one of them is a suspect; a re-test confirms, clears, or leaves it unconfirmed with the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from .. import rules
+from ..findings import Finding
+from ..keys import COMPARED_PROBES, host_keys
+from ..results import device_index
+from ..sku import FloorKey, floor_key, floors_for
+from ..thresholds import Thresholds
+from . import coverage
+from .reference import KeyReferences, Reference, key_references
+
+COMPUTE_PROBES = ("gemm", "smclock", "membw")
+HOST_DEVICES = ("cpu", "host")
+
+
+class BaselineLookup(Protocol):
+    def get(self, key: str) -> Any: ...
+
+
+SkuFigures = Callable[[str | None], Mapping[FloorKey, float]]
+
+
+class Measurement(NamedTuple):
+    """One ok result of a compared probe, with where it came from and its baseline key.
+
+    A NamedTuple rather than a dataclass: a 10,000-node sweep makes a million of them."""
+
+    host: str
+    device: str
+    gpu_uuid: str | None
+    key: str
+    probe: str
+    metric: str
+    value: float
+    params: Mapping[str, Any]
+    unit: str | None = None
+    gpu_model: str | None = None
+
+    @property
+    def gpu(self) -> int | None:
+        return None if self.device in HOST_DEVICES else device_index(self.device)
+
+    @property
+    def repeat_key(self) -> tuple[str, str, str, str, str]:
+        """What a re-test must match: the same host, device, probe, metric and parameters except
+        ``mode``."""
+        params = {k: v for k, v in sorted(self.params.items()) if k != "mode"}
+        return self.host, self.device, self.probe, self.metric, repr(params)
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A measurement below one of its references (the first that flags it: fleet, baseline,
+    SKU); ``note`` says why it is unconfirmed when a re-test could not measure it; ``why`` why
+    it was pinned on this GPU (a P2P culprit)."""
+
+    measurement: Measurement
+    reference: Reference
+    robust_z: float
+    deficit_pct: float
+    confirmed: bool = False
+    note: str | None = None
+    why: str | None = None
+    retest_failed: bool = False
+
+
+
+
+@dataclass
+class Readings:
+    """What one pass over a sweep's hosts gathers."""
+
+    found: list[Measurement]
+    telemetry: dict[str, dict[str, rules.GpuTelemetry]]
+    gaps: list[Finding]
+    unkeyed: dict[str, int]
+    not_ok: dict[str, list[Mapping[str, Any]]]
+
+
+def measurements(hosts: Sequence[Mapping[str, Any]],
+                 telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> list[Measurement]:
+    """The compared results of every ok host, in document order. With ``telemetry``, each ok
+    host's GPU telemetry is gathered into it in the same pass (a large sweep is read once)."""
+    return read_sweep(hosts, telemetry is not None, telemetry).found
+
+
+def read_sweep(hosts: Sequence[Mapping[str, Any]], with_telemetry: bool,
+          telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> Readings:
+    found: list[Measurement] = []
+    telemetry = telemetry if telemetry is not None else {}
+    gaps: list[Finding] = []
+    unkeyed: dict[str, int] = {}
+    failed: dict[str, list[Mapping[str, Any]]] = {}
+    for host in hosts:
+        if host.get("status") != "ok":
+            continue
+        facts = host.get("facts") or {}
+        key_of = host_keys(facts)
+        name, model = host["host"], facts.get("gpu_model")
+        collector = rules.TelemetryCollector(name) if with_telemetry else None
+        not_ok = []
+        for result in host.get("results") or ():
+            probe = result.get("probe")
+            if collector is not None and probe in ("telemetry", "gemm", "pcie"):
+                collector.add(result)
+            if result.get("status") != "ok":
+                not_ok.append(result)
+                continue
+            if probe not in COMPARED_PROBES or result.get("value") is None:
+                continue
+            key = key_of(result)
+            if key is None:
+                unkeyed[name] = unkeyed.get(name, 0) + 1
+                continue
+            found.append(Measurement(name, result["device"], result.get("gpu_uuid"), key, probe, result["metric"],
+                                     float(result["value"]), result.get("params") or {}, result.get("unit"),
+                                     model))
+        if collector is not None:
+            telemetry[name] = collector.gpus()
+            gaps += coverage.record_gaps(name, not_ok, facts)
+        failed[name] = not_ok
+    return Readings(found, telemetry, gaps, unkeyed, failed)
+
+
+def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: BaselineLookup | None = None,
+               skus: SkuFigures = floors_for) -> dict[str, KeyReferences]:
+    """The references of every key seen that has any (see gpudiag.reference)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    hosts: dict[str, set[str]] = defaultdict(set)
+    first: dict[str, Measurement] = {}
+    for m in found:
+        values[m.key].append(m.value)
+        hosts[m.key].add(m.host)
+        first.setdefault(m.key, m)
+    figures: dict[str | None, Mapping[FloorKey, float]] = {}
+    refs = {}
+    for key, key_values in values.items():
+        m = first[key]
+        if m.gpu_model not in figures:
+            figures[m.gpu_model] = skus(m.gpu_model) if m.device not in HOST_DEVICES else {}
+        figure = figures[m.gpu_model].get(floor_key(m.probe, m.metric, m.params))
+        found_refs = key_references(key_values, len(hosts[key]), baseline.get(key) if baseline else None,
+                                    figure, thresholds)
+        if found_refs is not None:
+            refs[key] = found_refs
+    return refs
+
+
+def find_suspects(found: Iterable[Measurement], refs: Mapping[str, KeyReferences],
+                  thresholds: Thresholds) -> list[Suspect]:
+    """Results both far (robust z) and materially (deficit) below one of their references."""
+    suspects = []
+    for m in found:
+        key_refs = refs.get(m.key)
+        ref = key_refs.flagging(m.value, thresholds) if key_refs is not None else None
+        if ref is not None:
+            suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value)))
+    return suspects
+
+
+def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[Mapping[str, Any]] | None,
+            thresholds: Thresholds) -> list[Suspect]:
+    """Suspects whose re-test repeats the deficit are confirmed; those whose re-test does not are
+    dropped (a one-off dip). A suspect the re-test could not measure (its host unreachable or
+    timed out, an error record, no figure) stays, unconfirmed, with the reason as its note.
+
+    Both measurements are evidence: their mean must fall ``retest_deficit`` below the reference
+    that flagged it and be as far below it (robust z) as one suspect must be, and the re-test
+    must itself fall below it. Averaging halves the noise's variance, so a real 5 % deficit is
+    rarely lost to one unlucky draw, and a noise dip rarely repeats."""
+    if retest_hosts is None:
+        return [dataclasses.replace(s, note="not re-tested") for s in suspects]
+    repeats = {m.repeat_key: m for m in measurements([h for h in retest_hosts if h.get("status") == "ok"])}
+    by_host = {h["host"]: h for h in retest_hosts}
+    kept = []
+    for suspect in suspects:
+        again = repeats.get(suspect.measurement.repeat_key)
+        if again is None:
+            host = by_host.get(suspect.measurement.host)
+            kept.append(dataclasses.replace(suspect, note=_retest_gap(suspect.measurement, host),
+                                            retest_failed=host is not None))
+            continue
+        ref = suspect.reference
+        mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
+        mean_z = (suspect.robust_z + ref.robust_z(again.value)) / 2
+        if again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct and mean_z <= thresholds.robust_z:
+            kept.append(dataclasses.replace(suspect, deficit_pct=mean_deficit, confirmed=True))
+    return kept
+
+
+def _retest_gap(m: Measurement, host: Mapping[str, Any] | None) -> str:
+    if host is None:
+        return "not re-tested"
+    if host.get("status") != "ok":
+        return f"re-test {host.get('status')}: {host.get('error') or 'no detail'}"
+    for record in host.get("results") or ():
+        if (record.get("probe"), record.get("device")) == (m.probe, m.device) and record.get("status") == "error":
+            return f"re-test failed: {record.get('reason') or 'no reason given'}"
+    return "the re-test gave no figure for it"
+
