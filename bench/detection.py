@@ -9,7 +9,8 @@ Scenarios (``--scenarios``):
   degraded_pcie and nvlink_down (sizes ``--sizes``);
 - ``share25``, ``share40``, ``share50``: that share of the nodes of a 64-node fleet slow on
   every GPU (a node-wide fault: expected ``slow_node`` per host, and one ``fleet_shift``);
-- ``shift``: the whole 32-node fleet power-capped (every GPU ``throttled`` by ``sw_power_cap``);
+- ``shift``: the whole 32-node fleet power-capped (every GPU ``throttled`` by ``sw_power_cap``),
+  judged against the SKU figures alone, then also against a stored baseline;
 - ``job1``, ``job2``, ``job4``: a 1-, 2- or 4-node job with one node slow on every GPU, first
   judged against the SKU figures alone, then against a stored baseline built from a healthy
   16-node sweep.
@@ -115,12 +116,12 @@ def share_case(share: float, cv: float, slowdown_pct: float, seed: int, size: in
                 shift_expected=True)
 
 
-def shift_case(cv: float, slowdown_pct: float, seed: int, size: int = 32) -> Case:
+def shift_case(cv: float, slowdown_pct: float, seed: int, baseline: bool, size: int = 32) -> Case:
     """The whole fleet power-capped: every GPU throttled by a software power cap."""
     faults = [{"kind": "throttled", "host": host, "gpu": gpu, "reason": "sw_power_cap",
                "factor": 1 - slowdown_pct / 100} for host in _names(size) for gpu in range(GPUS)]
     expected = frozenset(("throttled", host, gpu) for host in _names(size) for gpu in range(GPUS))
-    return Case(_fleet(size, cv, seed, faults), expected, shift_expected=True)
+    return Case(_fleet(size, cv, seed, faults), expected, shift_expected=True, baseline=baseline)
 
 
 def job_case(nodes: int, cv: float, slowdown_pct: float, seed: int, baseline: bool) -> Case:
@@ -211,7 +212,8 @@ def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float
         share = int(scenario[5:]) / 100
         return [(scenario, lambda cv, s, seed, share=share: share_case(share, cv, s, seed))]
     if scenario == "shift":
-        return [("shift 32", shift_case)]
+        return [(f"shift {'baseline' if with_baseline else 'sku'}",
+                 lambda cv, s, seed, b=with_baseline: shift_case(cv, s, seed, b)) for with_baseline in (False, True)]
     nodes = int(scenario[3:])
     return [(f"{scenario} {'baseline' if with_baseline else 'sku'}",
              lambda cv, s, seed, nodes=nodes, b=with_baseline: job_case(nodes, cv, s, seed, b))

@@ -107,6 +107,6 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     findings += coverage.not_compared(hosts_by_metric(not_compared), thresholds)
     findings += [unchecked(h["host"], h["status"], h.get("error")) for h in hosts if h.get("status") != "ok"]
     ordered = tuple(sorted(findings, key=finding_order))
-    impact = job_impact(found, refs, ordered, hosts, thresholds)
+    impact = job_impact(found, refs, ordered, hosts)
     return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),
                     len(not_compared) + sum(readings.unkeyed.values()))

@@ -87,7 +87,7 @@ NOT_EXCLUDING = ("fleet_shift",)
 
 
 def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], findings: Sequence[Finding],
-               hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds) -> Impact:
+               hosts: Sequence[Mapping[str, Any]]) -> Impact:
     """A synchronous job runs at its slowest GPU's GEMM pace, against the reference that judges
     it (the fleet's level, or the baseline or SKU figure where the whole fleet fell below it):
     the slowdown on all hosts, and what keeping out the hosts with fail findings or no check
@@ -95,7 +95,7 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], 
     names = {h["host"] for h in hosts}
     exclude = tuple(sorted({f.host for f in findings if f.host in names and f.kind not in NOT_EXCLUDING
                             and (f.severity == FAIL or (f.kind == "unchecked" and f.basis != "comparison"))}))
-    expected = {key: key_refs.expected(thresholds) for key, key_refs in refs.items()}
+    expected = {key: key_refs.expected() for key, key_refs in refs.items()}
     ratios = [(m.value / expected[m.key].value, m) for m in found if m.probe == "gemm" and m.key in expected]
     if not ratios:
         return Impact(None, None, None, exclude, len(hosts))

@@ -15,6 +15,7 @@ seen against the baseline or the SKU figure even though the fleet median moved w
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -40,12 +41,16 @@ SOURCE_ORDER = (FLEET, BASELINE, SKU)
 @dataclass(frozen=True)
 class Reference:
     """The expected value of a key (in the key's unit), its spread (a robust sigma, same unit),
-    where it came from, and how many hosts (fleet) or measurements (baseline) it rests on."""
+    where it came from, and how many hosts (fleet) or measurements (baseline) it rests on.
+    ``fleet_below``: the fleet's own level already falls below this reference (a shift the
+    whole fleet shares, established on hundreds of values), so a value's deficit alone decides
+    and no single value needs to stand out against the spread."""
 
     value: float
     spread: float
     source: str
     peers: int
+    fleet_below: bool = False
 
     def deficit_pct(self, value: float) -> float:
         """How far ``value`` falls below this reference, in percent (negative: above it)."""
@@ -57,8 +62,12 @@ class Reference:
 
     def flags(self, value: float, thresholds: Thresholds) -> bool:
         """True when ``value`` is both far (robust z) and materially (deficit) below."""
-        return (self.robust_z(value) <= thresholds.robust_z
-                and self.deficit_pct(value) >= thresholds.deficit_warn_pct)
+        material = self.deficit_pct(value) >= thresholds.deficit_warn_pct
+        return material and self.far_below(self.robust_z(value), thresholds)
+
+    def far_below(self, robust_z: float, thresholds: Thresholds) -> bool:
+        """Whether ``robust_z`` is far enough below (always, when the fleet's level is below)."""
+        return self.fleet_below or robust_z <= thresholds.robust_z
 
 
 @dataclass(frozen=True)
@@ -74,14 +83,13 @@ class KeyReferences:
     def get(self, source: str) -> Reference | None:
         return next((ref for ref in self.references if ref.source == source), None)
 
-    def expected(self, thresholds: Thresholds) -> Reference:
+    def expected(self) -> Reference:
         """The one reference a job's pace is measured against: the fleet's level, unless the
-        baseline or the SKU figure flags the fleet's level itself (a shared regression); then that."""
+        fleet's level itself falls below the baseline or the SKU figure (a shared regression);
+        then that one; without a fleet, the baseline, else the SKU figure."""
         fleet = self.get(FLEET)
-        others = [ref for ref in self.references if ref.source != FLEET]
-        if fleet is None:
-            return others[0]
-        return next((ref for ref in others if ref.flags(fleet.value, thresholds)), fleet)
+        below = next((ref for ref in self.references if ref.fleet_below), None)
+        return below or fleet or self.references[0]
 
 
 def key_references(values: Sequence[float], hosts: int, stored: object | None, figure: float | None,
@@ -101,6 +109,10 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
         found.append(Reference(figure, max(abs(figure) * thresholds.sku_spread_pct / 100,
                                            spread(0.0, figure, thresholds)), SKU, 0))
     found = [ref for ref in found if ref.value > 0]
+    fleet = next((ref for ref in found if ref.source == FLEET), None)
+    if fleet is not None:  # a shared regression: the fleet's level itself is below the baseline or SKU
+        found = [dataclasses.replace(ref, fleet_below=True) if ref is not fleet and ref.flags(fleet.value, thresholds)
+                 else ref for ref in found]
     return KeyReferences(tuple(found)) if found else None
 
 

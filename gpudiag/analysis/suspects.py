@@ -193,7 +193,8 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[Mapping[str, Any
         ref = suspect.reference
         mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
         mean_z = (suspect.robust_z + ref.robust_z(again.value)) / 2
-        if again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct and mean_z <= thresholds.robust_z:
+        repeated = again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct
+        if repeated and ref.far_below(mean_z, thresholds):
             kept.append(dataclasses.replace(suspect, deficit_pct=mean_deficit, confirmed=True))
     return kept
 

@@ -14,7 +14,8 @@ def test_the_detection_benchmark_runs_every_scenario_and_finds_every_planted_fau
     lines = done.stdout.splitlines()
     rows = [line.split() for line in lines[1:] if "healthy" not in line and not line.startswith("targets")]
     scenarios = {" ".join(row[:2]) if row[1] in ("sku", "baseline") else row[0] for row in rows}
-    assert {"mix", "share25", "share40", "share50", "shift", "job1 sku", "job2 baseline", "job4 sku"} <= scenarios
+    assert {"mix", "share25", "share40", "share50", "shift sku", "shift baseline", "job1 sku", "job2 baseline",
+            "job4 sku"} <= scenarios
     for row in rows:  # ... kind precision recall faults shift seconds
         kind, precision, recall, faults, shift = row[-6:-1]
         assert (precision, recall) == ("1.000", "1.000"), row  # a 20 % slowdown is always found, and only it
