@@ -398,3 +398,17 @@ def test_a_thresholds_file_overrides_a_subset_and_keeps_the_other_defaults(tmp_p
     assert finding.severity == "warn"  # a 10 % deficit is under the 12.5 % fail threshold given
     (strict,) = analyse(hosts, default_thresholds(), retest_hosts=retest).findings
     assert strict.severity == "fail"
+
+
+def test_a_shift_the_whole_fleet_shares_flags_every_gpu_against_the_baseline_but_a_small_offset_does_not():
+    hosts = _fleet(32, seed=8, nominal=740 * 0.92)  # 8 % below the baseline on every GPU
+    key = result_key(hosts[0]["facts"], hosts[0]["results"][0])
+    baseline = {key: SimpleNamespace(median=740.0, mad=3.0, count=500)}
+    analysis = analyse(hosts, default_thresholds(), baseline=baseline, retest_hosts=_retest_of(hosts), **NO_SKU)
+    slow = [f for f in analysis.findings if f.kind == "slow_node"]
+    assert len(slow) == 32 and all(f.reference_source == "baseline" and f.severity == "fail" for f in slow)
+    assert [f.share_pct for f in analysis.findings if f.kind == "fleet_shift"] == [100.0]
+    assert analysis.impact.slowest["reference_source"] == "baseline" and 6 < analysis.impact.slowdown_pct < 12
+    offset = _fleet(32, seed=8, nominal=740 * 0.98)  # 2 % under a published figure: not a shift
+    findings = analyse(offset, default_thresholds()).findings
+    assert not [f for f in findings if f.reference_source == "sku" or f.kind == "fleet_shift" or f.severity == "fail"]
