@@ -1,0 +1,109 @@
+"""Reports from a sweep document (DESIGN.md): plain text, markdown, JSON and one self-contained HTML file.
+
+Every format starts from the same document (``SweepResult.to_dict()`` or a file written with ``--json``)
+and may use its optional ``impact`` object: the estimated slowdown of a synchronous job on these hosts
+(it runs at the pace of its slowest GPU), what excluding the flagged hosts recovers, and which they are::
+
+    {"slowdown_pct": 30.0, "slowest": {"host", "gpu", "metric", "value", "reference"},
+     "recovered_pct": 28.0, "exclude": ["node012", ...], "hosts_total": 64}
+
+Findings are always listed by what they cost the job (``sort_findings``); hosts are folded by status.
+Each finding shows its figures with their unit and the source of the reference, the GPU by index, UUID
+and PCI bus id, its action verb (``drain`` ... ``watch``) with the detail, and what it rests on
+(``basis``). Documents stored before those fields existed still render: a missing key counts as null
+and an ``action`` that is not one of the verbs is shown as the text it is.
+The HTML report needs no network and no JavaScript: colours are computed here and written inline.
+
+The parts: ``phrasing`` (the words of a finding, its figures and host groups, shared by every
+format), ``summary`` (the summary line and the impact estimate), one module per format (``text``,
+``markdown``, ``html``; JSON is here), and the HTML report's colour grids (``heatmap``: the GEMM heat
+map and the link matrix) and table markup (``markup``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import OutputError
+from .heatmap import heat_colour
+from .html import render_html, reports_dir
+from .markdown import render_markdown
+from .phrasing import Document, _findings, finding_measure, finding_where, hosts_by_status, sort_findings
+from .summary import impact_phrase, summary_line, summary_parts
+from .text import render_text
+
+__all__ = [
+    "FORMATS",
+    "finding_measure",
+    "finding_where",
+    "heat_colour",
+    "hosts_by_status",
+    "impact_phrase",
+    "render_html",
+    "render_json",
+    "render_markdown",
+    "render_report",
+    "render_text",
+    "reports_dir",
+    "sort_findings",
+    "summary_line",
+    "summary_parts",
+    "write_report",
+]
+
+FORMATS = ("text", "md", "json", "html")
+
+
+def render_report(document: Document, fmt: str) -> str:
+    """The report of one sweep document in ``fmt`` (``text``, ``md``, ``json`` or ``html``).
+
+    Returns the whole report as one string, ending with a newline. Raises ValueError for another
+    format, and InstallationError when the HTML templates are missing from the installation.
+    """
+    renderers: dict[str, Callable[[Document], str]] = {
+        "text": render_text, "md": render_markdown, "json": render_json, "html": render_html}
+    if fmt not in renderers:
+        raise ValueError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return renderers[fmt](document)
+
+
+def render_json(document: Document) -> str:
+    """The document itself (indent 1, keys in their order), its findings sorted by cost."""
+    ordered = dict(document)
+    ordered["findings"] = sort_findings(_findings(document))
+    return json.dumps(ordered, indent=1, sort_keys=False) + "\n"
+
+
+def write_report(text: str, path: str | os.PathLike[str]) -> None:
+    """Write ``text`` (UTF-8) to ``path`` in one step: a temporary file in the same folder, then
+    ``os.replace``, so a reader never sees half a report. The file gets the usual permissions
+    (0666 less the umask). Raises OutputError when it cannot be written."""
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    created = replaced = False
+    try:
+        # os.open applies the umask; tempfile's private 0600 would hide a report meant to be shared.
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        created = True
+        with open(descriptor, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, target)
+        replaced = True
+    except OSError as error:
+        raise OutputError(f"{path}: cannot write the report: {error.strerror or error}") from error
+    finally:
+        if created and not replaced:
+            _remove_quietly(temporary)
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

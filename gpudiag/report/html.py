@@ -1,0 +1,110 @@
+"""The HTML report: one self-contained file from the template and style sheet of ``gpudiag.reports``,
+with the summary, the impact estimate, hosts by status, the findings table and the colour grids
+(``heatmap``). It needs no network and no JavaScript."""
+
+from __future__ import annotations
+
+import importlib.util
+import string
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InstallationError
+from .heatmap import html_heatmap, html_links
+from .markup import _e, _html_table
+from .phrasing import (
+    FINDING_COLUMNS,
+    HOST_COLUMNS,
+    Document,
+    _findings,
+    action_verb,
+    finding_row,
+    gpu_ids,
+    host_group_rows,
+    sort_findings,
+)
+from .summary import _impact_rows, summary_parts
+
+TEMPLATE_FILES = ("report.html", "report.css")
+
+
+def render_html(document: Document) -> str:
+    """One self-contained HTML file: summary and impact, hosts by status, findings, the GEMM heat
+    map (host × GPU) and the node-to-node link matrix. Raises InstallationError without templates."""
+    template, css = (_read_template(name) for name in TEMPLATE_FILES)
+    title = f"gpudiag sweep {document.get('sweep_id', '?')}"
+    return string.Template(template).substitute(
+        title=_e(title), css=css, summary=html_summary(document),
+        impact=html_impact(document.get("impact")), hosts=html_hosts(document),
+        findings=html_findings(sort_findings(_findings(document))), heatmap=html_heatmap(document),
+        links=html_links(document), footer=_e(_footer(document)))
+
+
+def html_summary(document: Document) -> str:
+    """The summary line, escaped, its alarms (nothing could be compared, ...) set in ``<strong>``."""
+    return " · ".join(f'<strong class="alert">{_e(text)}</strong>' if alarm else _e(text)
+                      for text, alarm in summary_parts(document))
+
+
+def html_impact(impact: Mapping[str, Any] | None) -> str:
+    """The impact block of the header, or a muted line when the document carries no estimate."""
+    rows = _impact_rows(impact)
+    if not rows:
+        return '<p class="muted">No job-impact estimate in this sweep.</p>'
+    cells = "".join(f"<tr><th>{_e(label)}</th><td>{_e(value)}</td></tr>" for label, value in rows)
+    return f'<table class="impact" id="impact">{cells}</table>'
+
+
+def html_hosts(document: Document) -> str:
+    """Hosts folded by status: status, hosts, count, first error."""
+    rows = [f'<tr class="status-{_e(row[0])}">' + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>"
+            for row in host_group_rows(document)]
+    return _html_table("host-status", HOST_COLUMNS, rows)
+
+
+def html_findings(findings: Sequence[Mapping[str, Any]]) -> str:
+    """The findings table (already sorted), one row per finding: the action verb as a badge, the GPU's
+    full UUID and PCI bus id, figures with units, what it rests on, the evidence and the detail."""
+    if not findings:
+        return '<p class="muted">No findings.</p>'
+    rows = []
+    for finding in findings:
+        cells = finding_row(finding, full_uuid=True)
+        attributes = [""] * len(cells)
+        verb = action_verb(finding)
+        attributes[1] = f' class="action act-{verb}"' if verb else ' class="action"'
+        ids = gpu_ids(finding, full_uuid=True)
+        if ids:
+            attributes[3] = f' title="{_e(f"GPU {ids}")}"'
+        row = "".join(f"<td{attribute}>{_e(cell)}</td>" for attribute, cell in zip(attributes, cells, strict=True))
+        rows.append(f'<tr class="{_e(finding.get("severity", ""))}">{row}</tr>')
+    return _html_table("findings-table", FINDING_COLUMNS, rows)
+
+
+def _footer(document: Document) -> str:
+    return (f"{document.get('schema', 'gpudiag.sweep')} · started {document.get('started_at', '?')} · "
+            f"finished {document.get('finished_at', '?')}")
+
+
+def _read_template(name: str) -> str:
+    path = reports_dir() / name
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise InstallationError(f"the report template {path} cannot be read ({error.strerror}); "
+                                "reinstall gpudiag") from error
+
+
+def reports_dir() -> Path:
+    """The folder of the report templates: the installed ``gpudiag.reports`` package data, or the
+    ``reports/`` of a source checkout. Raises InstallationError when neither is there."""
+    spec = importlib.util.find_spec("gpudiag.reports")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    # An editable install made before reports/ joined the package mapping still finds the checkout's
+    # (this file is <checkout>/gpudiag/report/html.py).
+    checkout = Path(__file__).resolve().parents[2] / "reports"
+    if (checkout / TEMPLATE_FILES[0]).is_file():
+        return checkout
+    raise InstallationError("the report templates (gpudiag.reports) are not installed; reinstall gpudiag")

@@ -1,0 +1,226 @@
+"""The words of a sweep document's parts, shared by every report format.
+
+Where a finding is (host, GPU index, UUID, PCI bus id, peer), its figures with their unit and the
+source of the reference, what it rests on and its action; findings in cost order, hosts grouped by
+status, and the cells of one finding or host group as text. A missing key counts as null.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..findings import (
+    ACTION_VERBS,
+    BASIS_COMPARISON,
+    BASIS_ERROR_RECORD,
+    BASIS_FACTS,
+    BASIS_HOST_STATUS,
+    BASIS_RETEST,
+    BASIS_SINGLE_RUN,
+    BASIS_TELEMETRY,
+    cost_order,
+)
+from ..hosts import fold_hosts
+
+Document = Mapping[str, Any]
+
+OK = "ok"
+UNCHECKED = "unchecked"
+# What a finding rests on (its ``basis``), in words.
+BASIS_WORDS = {
+    BASIS_RETEST: "confirmed by re-test",
+    BASIS_SINGLE_RUN: "single run, not re-tested",
+    BASIS_TELEMETRY: "NVML telemetry",
+    BASIS_FACTS: "host facts",
+    BASIS_HOST_STATUS: "could not be probed",
+    BASIS_ERROR_RECORD: "probe error",
+    BASIS_COMPARISON: "nothing to compare with",
+}
+REFERENCE_SOURCE_WORDS = {"fleet": "fleet", "baseline": "baseline", "sku": "SKU"}
+# Units that read worse than the bare number ("2 count").
+UNSHOWN_UNITS = ("count", "bool")
+# A GPU UUID is shortened in text to its prefix and first group of hex digits ("GPU-1a2b3c4d…"):
+# enough to tell the GPUs of a fleet apart and to grep for; the HTML report shows it whole.
+SHORT_UUID = re.compile(r"(?:MIG-)?(?:GPU-)?[0-9A-Fa-f]{8}")
+FINDING_COLUMNS = ["severity", "action", "kind", "where", "metric", "value", "reference", "deficit", "robust z",
+                   "basis", "evidence", "action detail"]
+HOST_COLUMNS = ["status", "hosts", "count", "example error"]
+
+
+def sort_findings(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Findings ordered by what they cost a job: ``fail`` before ``warn``, then the largest
+    ``deficit_pct`` first (None last), then kind, host, peer and GPU, so the order is deterministic."""
+    return sorted(findings, key=cost_order)
+
+
+def hosts_by_status(document: Document) -> dict[str, list[str]]:
+    """Host labels grouped by status, ``ok`` first and the other statuses in name order."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for host in _hosts(document):
+        groups[str(host.get("status"))].append(str(host.get("host")))
+    return {status: groups[status] for status in sorted(groups, key=lambda s: (s != OK, s))}
+
+
+def finding_where(finding: Mapping[str, Any], link_arrow: str = "↔", *, full_uuid: bool = False) -> str:
+    """Where a finding is: ``node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0)`` for a GPU (the UUID whole
+    with ``full_uuid``), ``node017:3↔5`` for a GPU pair in one host, ``node001 ↔ node004`` for a
+    link, ``node050`` for a host, ``node[001-032] (share 72 % of hosts)`` for a fleet-wide shift."""
+    where = finding_location(finding, link_arrow)
+    ids = gpu_ids(finding, full_uuid=full_uuid)
+    if ids:
+        where += f" ({ids})"
+    if finding.get("share_pct") is not None:
+        where += f" (share {_share(finding['share_pct'])} of hosts)"
+    return where
+
+
+def finding_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
+    """``node017:3``, ``node017:3↔5``, ``node001 ↔ node004`` or ``node050``: host, GPU index, peer."""
+    host, peer = str(finding.get("host")), finding.get("peer")
+    gpu, peer_gpu = finding.get("gpu"), finding.get("peer_gpu")
+    where = host if gpu is None else f"{host}:{gpu}"
+    if peer_gpu is not None and peer in (None, host):
+        return f"{where}{link_arrow}{peer_gpu}"  # two GPUs of one host
+    if peer is not None:
+        where += f" {link_arrow} {peer}" + ("" if peer_gpu is None else f":{peer_gpu}")
+    return where
+
+
+def gpu_ids(finding: Mapping[str, Any], *, full_uuid: bool = False) -> str:
+    """``GPU-1a2b3c4d…, 00000000:5D:00.0``: the GPU's UUID (shortened unless ``full_uuid``) and PCI
+    bus id, those known; for a GPU pair they name ``gpu`` and say so (``3: GPU-…``). Empty when
+    neither is known."""
+    uuid, bus_id = finding.get("gpu_uuid"), finding.get("pci_bus_id")
+    parts = [str(uuid) if full_uuid else short_uuid(str(uuid))] if uuid else []
+    if bus_id:
+        parts.append(str(bus_id))
+    if not parts:
+        return ""
+    text = ", ".join(parts)
+    if finding.get("peer_gpu") is not None and finding.get("gpu") is not None:
+        text = f"{finding['gpu']}: {text}"
+    return text
+
+
+def short_uuid(uuid: str) -> str:
+    """``GPU-1a2b3c4d…`` for ``GPU-1a2b3c4d-5e6f-…``; a UUID of another shape is cut after 12 characters."""
+    match = SHORT_UUID.match(uuid)
+    shown = match.group(0) if match else uuid[:12]
+    return uuid if len(uuid) <= len(shown) + 1 else shown + "…"
+
+
+def finding_measure(finding: Mapping[str, Any]) -> str:
+    """``gemm.tflops 612.0 TFLOP/s vs fleet 742.0 TFLOP/s``; the metric alone when the finding has no
+    figure; empty for a finding without a measurement."""
+    metric, value = finding.get("metric"), finding.get("value")
+    if metric is None and value is None:
+        return ""
+    text = str(metric or "value")
+    if value is not None:
+        text += f" {figure(value, finding.get('unit'))}"
+    if finding.get("reference") is not None:
+        text += f" vs {reference_text(finding)}"
+    return text
+
+
+def reference_text(finding: Mapping[str, Any]) -> str:
+    """``fleet 742.0 TFLOP/s``: the reference with its source and unit; empty without a reference."""
+    if finding.get("reference") is None:
+        return ""
+    source = finding.get("reference_source")
+    text = figure(finding["reference"], finding.get("unit"))
+    return f"{REFERENCE_SOURCE_WORDS.get(str(source), str(source))} {text}" if source else text
+
+
+def figure(value: object, unit: object) -> str:
+    """A number with its unit: ``612.0 TFLOP/s``, ``9.41 Gbit/s``, ``7`` (a count)."""
+    text = _number_text(value)
+    return f"{text} {unit}" if unit and unit not in UNSHOWN_UNITS else text
+
+
+def basis_words(finding: Mapping[str, Any]) -> str:
+    """What a finding rests on, in words (``confirmed by re-test``, ``NVML telemetry``, ...). A
+    finding from before ``basis`` existed says ``confirmed`` / ``not confirmed`` for a deficit."""
+    basis = finding.get("basis")
+    if basis:
+        return BASIS_WORDS.get(str(basis), str(basis))
+    if finding.get("deficit_pct") is None or finding.get("confirmed") is None:
+        return ""
+    return "confirmed" if finding["confirmed"] else "not confirmed"
+
+
+def action_verb(finding: Mapping[str, Any]) -> str | None:
+    """The finding's action when it is one of the fixed verbs, else None (an older free-text action)."""
+    action = finding.get("action")
+    return str(action) if action in ACTION_VERBS else None
+
+
+def action_words(finding: Mapping[str, Any]) -> str:
+    """``drain — drain the node and run ...``: the verb and its detail; an older free-text action as
+    it is; empty without either."""
+    action, detail = finding.get("action"), finding.get("action_detail")
+    return " — ".join(str(part) for part in (action, detail) if part)
+
+
+def finding_row(finding: Mapping[str, Any], *, full_uuid: bool = False) -> list[str]:
+    """The cells of one finding, in FINDING_COLUMNS order, as text: the action verb (or an older
+    free-text action) with its detail apart, figures with their unit, the reference with its source."""
+    deficit, robust_z, value = finding.get("deficit_pct"), finding.get("robust_z"), finding.get("value")
+    return [str(finding.get("severity", "")), str(finding.get("action") or ""), str(finding.get("kind", "")),
+            finding_where(finding, full_uuid=full_uuid), str(finding.get("metric") or ""),
+            "" if value is None else figure(value, finding.get("unit")), reference_text(finding),
+            "" if deficit is None else _pct(deficit), "" if robust_z is None else f"{robust_z:.1f}",
+            basis_words(finding), str(finding.get("evidence") or ""), str(finding.get("action_detail") or "")]
+
+
+def host_group_rows(document: Document) -> list[list[str]]:
+    """One row per status: status, folded hosts, count and the first host's error."""
+    errors = {str(h.get("host")): h.get("error") for h in _hosts(document)}
+    return [[status, fold_hosts(labels), str(len(labels)), "" if status == OK else str(errors.get(labels[0]) or "")]
+            for status, labels in hosts_by_status(document).items()]
+
+
+def _hosts(document: Document) -> list[Mapping[str, Any]]:
+    return list(document.get("hosts") or [])
+
+
+def _findings(document: Document) -> list[Mapping[str, Any]]:
+    return list(document.get("findings") or [])
+
+
+def _deficit_words(finding: Mapping[str, Any]) -> str:
+    words = []
+    if finding.get("deficit_pct") is not None:
+        words.append(f"-{_pct(finding['deficit_pct'])}")
+    if finding.get("robust_z") is not None:
+        words.append(f"z {finding['robust_z']:.1f}")
+    return ", ".join(words)
+
+
+def _fixed(value: float) -> str:
+    """One decimal for numbers from 10 up, three significant digits below: columns line up."""
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def _pct(value: float) -> str:
+    return f"{float(value):.1f} %"
+
+
+def _share(value: float) -> str:
+    """``72 %``, ``72.5 %``: a share of hosts, whole where it is whole."""
+    share = float(value)
+    return f"{share:.0f} %" if share.is_integer() else f"{share:.1f} %"
+
+
+def _number_text(value: object) -> str:
+    """A count as it is, a measurement as ``_fixed`` writes it, anything else as text."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return str(value) if isinstance(value, int) else _fixed(value)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,106 @@
+"""The summary line of a sweep (hosts folded by status, finding counts, results that could not be
+compared, the job impact) and the rows of the impact estimate, shared by every report format."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..hosts import fold_hosts
+from .phrasing import (
+    OK,
+    UNCHECKED,
+    Document,
+    _findings,
+    _hosts,
+    _is_count,
+    _pct,
+    finding_measure,
+    finding_where,
+    hosts_by_status,
+)
+
+NOT_A_PASS = "no result could be compared: this sweep is not a pass"
+
+
+def summary_line(document: Document) -> str:
+    """``sweep ID · 64 hosts · 61 ok · node050 unreachable · 6 findings (4 fail, 1 unchecked) ·
+    12 results could not be compared (...) · job slowdown ...``."""
+    return " · ".join(text for text, _ in summary_parts(document))
+
+
+def summary_parts(document: Document) -> list[tuple[str, bool]]:
+    """The parts of the summary line, each with whether it is an alarm (a sweep that compared nothing,
+    results that could not be compared) that the HTML report sets apart."""
+    hosts = _hosts(document)
+    groups = hosts_by_status(document)
+    parts = [f"sweep {document.get('sweep_id', '?')}", f"{len(hosts)} hosts", f"{len(groups.pop(OK, []))} ok"]
+    parts += [f"{fold_hosts(labels)} {status}" for status, labels in groups.items()]
+    findings = _findings(document)
+    counts = [f"{sum(1 for finding in findings if finding.get('severity') == 'fail')} fail"]
+    unchecked = unchecked_count(document)
+    if unchecked:
+        counts.append(f"{unchecked} {UNCHECKED}")
+    parts.append(f"{len(findings)} findings ({', '.join(counts)})")
+    marked = [(part, False) for part in parts] + [(phrase, True) for phrase in comparison_phrases(document)]
+    impact = impact_phrase(document.get("impact"))
+    if impact:
+        marked.append((impact, False))
+    return marked
+
+
+def unchecked_count(document: Document) -> int:
+    """The summary's ``unchecked`` count, or (a document from before it) the unchecked findings."""
+    count = (document.get("summary") or {}).get(UNCHECKED)
+    if _is_count(count):
+        return int(count)
+    return sum(1 for finding in _findings(document) if finding.get("kind") == UNCHECKED)
+
+
+def comparison_phrases(document: Document) -> list[str]:
+    """What the summary must say about results that had no reference at all (no peers, no stored
+    baseline, no SKU figure): how many, and plainly that a sweep that compared nothing is not a pass.
+    Empty when every result was compared or the document predates these counts."""
+    summary = document.get("summary") or {}
+    compared, not_compared = summary.get("results_compared"), summary.get("results_not_compared")
+    if not _is_count(not_compared) or not_compared == 0:
+        return []
+    phrases = [NOT_A_PASS] if _is_count(compared) and compared == 0 else []
+    noun = "result" if not_compared == 1 else "results"
+    phrases.append(f"{not_compared} {noun} could not be compared (no peers, baseline or SKU figure)")
+    return phrases
+
+
+def impact_phrase(impact: Mapping[str, Any] | None) -> str:
+    """``job slowdown 30.0 %, excluding node[012,017] recovers 28.0 %``; empty without an estimate."""
+    if not impact or impact.get("slowdown_pct") is None:
+        return ""
+    phrase = f"job slowdown {_pct(impact['slowdown_pct'])}"
+    exclude = list(impact.get("exclude") or [])
+    if exclude and impact.get("recovered_pct") is not None:
+        phrase += f", excluding {fold_hosts(exclude)} recovers {_pct(impact['recovered_pct'])}"
+    return phrase
+
+
+def _impact_detail(impact: Mapping[str, Any] | None) -> str:
+    rows = dict(_impact_rows(impact))
+    shown = ("slowest", "exclude")
+    return " · ".join(f"{label} {rows[label]}" for label in shown if label in rows)
+
+
+def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(label, text) pairs of the impact estimate; empty without one."""
+    if not impact or impact.get("slowdown_pct") is None:
+        return []
+    rows = [("job slowdown", _pct(impact["slowdown_pct"]))]
+    slowest = impact.get("slowest")
+    if slowest:
+        rows.append(("slowest", f"{finding_where(slowest)} {finding_measure(slowest)}".strip()))
+    exclude = list(impact.get("exclude") or [])
+    if exclude:
+        total = impact.get("hosts_total")
+        rows.append(("exclude", f"{fold_hosts(exclude)} ({len(exclude)} of {total} hosts)" if total
+                     else fold_hosts(exclude)))
+    if impact.get("recovered_pct") is not None:
+        rows.append(("recovered by excluding", _pct(impact["recovered_pct"])))
+    return rows
