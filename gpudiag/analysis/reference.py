@@ -99,7 +99,7 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
     figure or None. None when the key has no reference at all."""
     found: list[Reference] = []
     if hosts >= thresholds.min_peers:
-        found.append(fleet_reference(values, hosts, thresholds))
+        found.append(fleet_reference(values, hosts, thresholds.mad_floor_pct))
     if stored is not None:
         median = float(stored.median)  # type: ignore[attr-defined]
         mad = float(stored.mad)  # type: ignore[attr-defined]
@@ -116,17 +116,17 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
     return KeyReferences(tuple(found)) if found else None
 
 
-def fleet_reference(values: Sequence[float], hosts: int, thresholds: Thresholds) -> Reference:
-    """The fleet's healthy level and spread (see the module docstring). Raises ValueError when
-    ``values`` is empty."""
+def fleet_reference(values: Sequence[float], hosts: int, mad_floor_pct: float) -> Reference:
+    """The fleet's healthy level and spread (see the module docstring), the spread at least
+    ``mad_floor_pct`` percent of the level. Raises ValueError when ``values`` is empty."""
     ordered = sorted(values)
     centre = _densest_centre(ordered)
     above = [value - centre for value in ordered if value > centre]
-    sigma = spread(statistics.median(above) / UPPER_HALF_MEDIAN_SIGMAS if above else 0.0, centre, thresholds)
+    sigma = _floored(statistics.median(above) / UPPER_HALF_MEDIAN_SIGMAS if above else 0.0, centre, mad_floor_pct)
     kept = [value for value in ordered if value >= centre - TRIM_SIGMAS * sigma]
     level = statistics.median(kept)
     mad = statistics.median([abs(value - level) for value in kept])
-    return Reference(level, spread(MAD_TO_SIGMA * mad, level, thresholds), FLEET, hosts)
+    return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, hosts)
 
 
 def _densest_centre(ordered: Sequence[float]) -> float:
@@ -141,4 +141,8 @@ def _densest_centre(ordered: Sequence[float]) -> float:
 
 def spread(sigma: float, reference: float, thresholds: Thresholds) -> float:
     """``sigma``, at least ``mad_floor`` percent of ``reference``: a perfectly tight fleet flags no noise."""
-    return max(sigma, abs(reference) * thresholds.mad_floor_pct / 100)
+    return _floored(sigma, reference, thresholds.mad_floor_pct)
+
+
+def _floored(sigma: float, reference: float, floor_pct: float) -> float:
+    return max(sigma, abs(reference) * floor_pct / 100)

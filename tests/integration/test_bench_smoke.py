@@ -21,3 +21,10 @@ def test_the_detection_benchmark_runs_every_scenario_and_finds_every_planted_fau
         assert (precision, recall) == ("1.000", "1.000"), row  # a 20 % slowdown is always found, and only it
         assert shift in ("-", "1/1"), row
     assert any("healthy hosts flagged 0/16" in " ".join(line.split()) for line in lines)
+
+
+def test_the_link_schedule_benchmark_runs_and_names_the_planted_faults():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "link_schedule.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "screen" in done.stdout and "full" in done.stdout

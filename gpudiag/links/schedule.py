@@ -1,0 +1,250 @@
+"""The pairwise link schedule: which node pairs test their links together, round by round.
+
+A *round* is a set of pair tests that run at once; a node is in at most one pair per round (every
+round is a matching), so a pair's figure never shares a NIC with another test of the same round.
+Rounds run one after another. Per-rail pairs (rail i ↔ rail i) run together inside one pair test,
+so rails never appear here. Hosts that failed their node probes or are unreachable are left out
+by the caller: every schedule closes around whatever hosts it is given, in the order given (a
+cycle follows that order, so neighbours in a nodeset are partners in the screen).
+
+- ``screen_rounds``: the cycle 0–1–2–…–(N−1)–0 in two rounds, every node tested with two
+  partners, N pair tests in all (a third, one-pair round for odd N).
+- ``confirm_rounds``: each suspect node re-paired with a node that passed, and each suspect pair
+  re-tested, in as few rounds as possible.
+- ``full_rounds``: the round-robin circle method, every unordered pair exactly once.
+
+Pure functions: the same hosts give the same rounds. A pair is always written in canonical order
+(the two names sorted), so ``("node02", "node01")`` and ``("node01", "node02")`` are one pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+SCREEN = "screen"
+CONFIRM = "confirm"
+FULL = "full"
+PHASES = (SCREEN, CONFIRM, FULL)
+
+Pair = tuple[str, str]
+
+
+def pair_key(a: str, b: str) -> Pair:
+    """The canonical form of the unordered pair ``a``–``b``: the two names sorted. Raises
+    ValueError when ``a == b`` (a node is never its own partner)."""
+    if a == b:
+        raise ValueError(f"a pair needs two different hosts, got {a!r} twice")
+    return (a, b) if a < b else (b, a)
+
+
+@dataclass(frozen=True)
+class Round:
+    """Pair tests that run at once in one ``phase`` (``screen``, ``confirm`` or ``full``).
+    ``pairs`` are canonical (see ``pair_key``) and disjoint. Raises ValueError otherwise."""
+
+    phase: str
+    pairs: tuple[Pair, ...]
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise ValueError(f"unknown phase {self.phase!r}; expected one of {', '.join(PHASES)}")
+        seen: set[str] = set()
+        for a, b in self.pairs:
+            if pair_key(a, b) != (a, b):
+                raise ValueError(f"pair ({a!r}, {b!r}) is not in canonical order")
+            if a in seen or b in seen:
+                raise ValueError(f"a host is in two pairs of one round: ({a!r}, {b!r})")
+            seen.update((a, b))
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        """Every host that tests a link in this round."""
+        return frozenset(host for pair in self.pairs for host in pair)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"phase": self.phase, "pairs": [list(pair) for pair in self.pairs]}
+
+
+@dataclass(frozen=True)
+class Suspects:
+    """What a round of attribution could not settle: ``hosts`` to re-pair with a node that passed
+    (slow with every partner so far, or tested with one partner only), and ``pairs`` to re-test
+    as they are (a low figure not yet repeated). Both sorted, pairs canonical."""
+
+    hosts: tuple[str, ...] = ()
+    pairs: tuple[Pair, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.hosts or self.pairs)
+
+
+def screen_rounds(hosts: Sequence[str]) -> list[Round]:
+    """The screen: the cycle ``hosts[0]``–``hosts[1]``–…–``hosts[N-1]``–``hosts[0]`` as rounds of
+    disjoint pairs, every node tested with two different partners, N pair tests in all.
+
+    Even N: round 1 is (0,1)(2,3)…(N−2,N−1), round 2 is (1,2)(3,4)…(N−1,0).
+    Odd N ≥ 3: round 1 is (0,1)(2,3)…(N−3,N−2) (node N−1 sits out), round 2 is
+    (1,2)(3,4)…(N−2,N−1) (node 0 sits out), and the pair (N−1,0) that closes the cycle runs in a
+    third round of its own: a cycle of odd length cannot be split into two matchings, and both
+    its ends are busy in one of the first two rounds each.
+    N = 2: one round of one pair (each node has one partner only, so its attribution waits for a
+    confirm round). N ≤ 1: no rounds. Raises ValueError when a host appears twice.
+    """
+    names = _distinct(hosts)
+    count = len(names)
+    if count < 2:
+        return []
+    if count == 2:
+        return [Round(SCREEN, (pair_key(names[0], names[1]),))]
+    first = tuple(pair_key(names[i], names[i + 1]) for i in range(0, count - 1, 2))
+    second = tuple(pair_key(names[i], names[(i + 1) % count]) for i in range(1, count - count % 2, 2))
+    rounds = [Round(SCREEN, first), Round(SCREEN, second)]
+    if count % 2:
+        rounds.append(Round(SCREEN, (pair_key(names[-1], names[0]),)))
+    return rounds
+
+
+def full_rounds(hosts: Sequence[str]) -> list[Round]:
+    """Every unordered pair of ``hosts`` exactly once, by the round-robin circle method: N−1
+    rounds of N/2 disjoint pairs for even N; for odd N, N rounds of (N−1)/2 pairs with one node
+    sitting out each round. N ≤ 1: no rounds. Raises ValueError when a host appears twice."""
+    names: list[str | None] = list(_distinct(hosts))
+    if len(names) < 2:
+        return []
+    if len(names) % 2:
+        names.append(None)  # a bye: whoever meets it sits the round out
+    count = len(names)
+    fixed, ring = names[0], names[1:]
+    rounds = []
+    for turn in range(count - 1):
+        order = [fixed, *ring[turn:], *ring[:turn]]
+        pairs = tuple(pair_key(a, b) for a, b in (
+            (order[i], order[count - 1 - i]) for i in range(count // 2)) if a is not None and b is not None)
+        rounds.append(Round(FULL, pairs))
+    return rounds
+
+
+def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[Pair] = ()) -> list[Round]:
+    """Confirm rounds for what the screen could not settle, in as few rounds as possible.
+
+    Policy:
+    - Each suspect pair is re-tested as it is (the same two ends), to see whether its low
+      figure repeats.
+    - Each suspect host is re-paired with one host of ``passed`` (hosts whose NIC a healthy pair
+      has shown good, most trusted first): the first one, in ``passed`` order, that is free in
+      the round and was not yet its partner (``tested``); only when every passed host already
+      was its partner, one that was. One round holds as many of these as there are free passed
+      hosts; suspects left over go to a further round, so a fleet with fewer passed hosts than
+      suspects needs more rounds but every re-pairing still has a partner known to be good.
+    - Placement is first fit, suspect pairs first, then suspect hosts in name order. With
+      enough passed hosts that is one round; a host in two of these tests (a suspect host that
+      is also an end of a suspect pair, or an end of two suspect pairs) takes one round each.
+    - When no host passed (every measured pair was low: several faults at once in a small
+      fleet, or the whole fabric below its line rate), suspect hosts are paired with each
+      other instead, in one round, only with partners they have not had yet (greedy in name
+      order, then partners swapped so that as many as possible get one); a pair that comes
+      back healthy clears both ends, one that stays low adds a partner to each. A suspect with
+      no such partner left gets no re-pairing: ``full_rounds`` is the way to learn more.
+    - A partner not yet tested is preferred even when it costs a further round: repeating a
+      pair the host already had adds no evidence about the host's NIC.
+
+    ``tested``: pairs already measured (either order). Returns [] when there are no suspects.
+    """
+    done = {pair_key(a, b) for a, b in tested}
+    builder = _RoundBuilder()
+    for a, b in sorted(pair_key(a, b) for a, b in suspects.pairs):
+        builder.place((a, b))
+    good = [host for host in _distinct(passed) if host not in set(suspects.hosts)]
+    if good:
+        for host in sorted(set(suspects.hosts)):
+            builder.place_with_partner(host, good, done)
+    else:
+        _pair_suspects_together(sorted(set(suspects.hosts)), done, builder)
+    return [Round(CONFIRM, pairs) for pairs in builder.rounds]
+
+
+def _pair_suspects_together(hosts: Sequence[str], done: set[Pair], builder: _RoundBuilder) -> None:
+    """No host passed: pair suspects with suspects they have not been tested with, in one round."""
+    for pair in _fresh_matching(hosts, done):
+        builder.place(pair)
+
+
+def _fresh_matching(hosts: Sequence[str], done: set[Pair]) -> list[Pair]:
+    """Disjoint pairs of ``hosts`` that are not in ``done``: greedy in the order given, then
+    each two hosts left over are fitted in by swapping partners with a pair already made
+    (u, v left and (x, y) made become (u, x) and (v, y), or (u, y) and (v, x))."""
+
+    def fresh(a: str, b: str) -> bool:
+        return pair_key(a, b) not in done
+
+    made: list[Pair] = []
+    left: list[str] = []
+    for host in hosts:
+        partner = next((other for other in left if fresh(host, other)), None)
+        if partner is None:
+            left.append(host)
+        else:
+            left.remove(partner)
+            made.append(pair_key(partner, host))
+    changed = True
+    while changed and len(left) >= 2:
+        changed = False
+        for u, v in ((u, v) for i, u in enumerate(left) for v in left[i + 1:]):
+            swap = next(((index, first, second) for index, (x, y) in enumerate(made)
+                         for first, second in (((u, x), (v, y)), ((u, y), (v, x)))
+                         if fresh(*first) and fresh(*second)), None)
+            if swap is not None:
+                index, first, second = swap
+                made[index:index + 1] = [pair_key(*first), pair_key(*second)]
+                left.remove(u)
+                left.remove(v)
+                changed = True
+                break
+    return made
+
+
+class _RoundBuilder:
+    """First-fit packing of pairs into rounds that stay matchings."""
+
+    def __init__(self) -> None:
+        self.rounds: list[tuple[Pair, ...]] = []
+        self._busy: list[set[str]] = []
+
+    def place(self, pair: Pair) -> None:
+        """Put ``pair`` in the first round where both ends are free (a new round if none)."""
+        index = next((i for i, busy in enumerate(self._busy) if not busy & set(pair)), len(self.rounds))
+        self._add(index, pair)
+
+    def place_with_partner(self, host: str, partners: Sequence[str], done: set[Pair]) -> None:
+        """Pair ``host`` with a partner from ``partners`` in the first round where both are free:
+        a partner not yet tested with ``host`` if any round has one, else any partner."""
+        fresh = [p for p in partners if p != host and pair_key(host, p) not in done]
+        for candidates in (fresh, [p for p in partners if p != host]):
+            if not candidates:
+                continue
+            for index in range(len(self.rounds) + 1):
+                busy = self._busy[index] if index < len(self.rounds) else set()
+                if host in busy:
+                    continue
+                partner = next((p for p in candidates if p not in busy), None)
+                if partner is not None:
+                    self._add(index, pair_key(host, partner))
+                    return
+
+    def _add(self, index: int, pair: Pair) -> None:
+        if index == len(self.rounds):
+            self.rounds.append(())
+            self._busy.append(set())
+        self.rounds[index] = (*self.rounds[index], pair)
+        self._busy[index].update(pair)
+
+
+def _distinct(hosts: Iterable[str]) -> list[str]:
+    names = list(hosts)
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"host {name!r} is given twice")
+        seen.add(name)
+    return names

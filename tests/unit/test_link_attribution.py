@@ -1,0 +1,256 @@
+"""Link attribution on synthetic pair matrices: slow NIC, slow link, link error, a fleet below line rate."""
+
+import random
+
+import pytest
+
+from gpudiag.links import (
+    LinkResult,
+    LinkThresholds,
+    Round,
+    attribute_links,
+    confirm_rounds,
+    full_rounds,
+    pair_key,
+    screen_rounds,
+)
+
+LINE_GBPS = 400.0
+HEALTHY_GBPS = 388.0
+
+
+def names(count: int) -> list[str]:
+    return [f"node{i:02d}" for i in range(1, count + 1)]
+
+
+def measure(rounds: list[Round], *, nics: dict[str, float] | None = None,
+            links: dict[tuple[str, str], float] | None = None, seed: int = 0, noise: float = 0.01,
+            backend: str = "perftest", rail: int | None = 0, line: float | None = LINE_GBPS,
+            healthy: float = HEALTHY_GBPS) -> list[LinkResult]:
+    """One result per pair of ``rounds``: healthy × the slowest of both NICs' and the link's factors, with noise."""
+    nics, links = nics or {}, links or {}
+    rng = random.Random(seed)
+    results = []
+    for round_ in rounds:
+        for a, b in round_.pairs:
+            factor = min(nics.get(a, 1.0), nics.get(b, 1.0), links.get(pair_key(a, b), 1.0))
+            results.append(LinkResult(a, b, backend, rail, healthy * factor * (1 + rng.gauss(0, noise)), line))
+    return results
+
+
+def screen_and_confirm(hosts: list[str], **faults) -> tuple[list[LinkResult], object]:
+    """The screen, then confirm phases while suspects remain (at most three)."""
+    results = measure(screen_rounds(hosts), **faults)
+    attribution = attribute_links(results)
+    for phase in range(3):
+        if not attribution.suspects:
+            break
+        rounds = confirm_rounds(attribution.suspects, attribution.passed, [r.pair for r in results])
+        results += measure(rounds, seed=phase + 1, **faults)
+        attribution = attribute_links(results)
+    return results, attribution
+
+
+def test_one_slow_nic_is_that_host_and_no_slow_link():
+    hosts = names(16)
+    _, attribution = screen_and_confirm(hosts, nics={"node07": 0.5})
+    assert [(v.host, v.rail, v.confirmed) for v in attribution.nics] == [("node07", 0, True)]
+    assert attribution.links == () == attribution.errors == attribution.shifts
+    assert not attribution.suspects
+    verdict = attribution.nics[0]
+    assert len(verdict.pairs) == 3 and len(verdict.known_good) == 3
+    assert verdict.deficit_pct == pytest.approx(50, abs=3)
+    assert verdict.evidence.startswith("node07 slow with all 3 partners on perftest rail 0: node01 ")  # confirm partner
+    assert ", node06 " in verdict.evidence and ", node08 " in verdict.evidence  # screen partners
+    assert "Gb/s vs fleet 38" in verdict.evidence and "line rate 400 Gb/s" in verdict.evidence
+
+
+def test_after_the_screen_a_slow_nic_is_named_but_left_to_confirm_with_a_passed_node():
+    hosts = names(16)
+    results = measure(screen_rounds(hosts), nics={"node07": 0.5})
+    attribution = attribute_links(results)
+    assert [(v.host, v.confirmed) for v in attribution.nics] == [("node07", False)]
+    assert "not yet confirmed" in attribution.nics[0].evidence
+    assert attribution.suspects.hosts == ("node07",) and attribution.suspects.pairs == ()
+    assert "node07" not in attribution.passed and {"node06", "node08"} <= set(attribution.passed)
+    rounds = confirm_rounds(attribution.suspects, attribution.passed, [r.pair for r in results])
+    assert len(rounds) == 1 and len(rounds[0].pairs) == 1
+    partner = (set(rounds[0].pairs[0]) - {"node07"}).pop()
+    assert partner in attribution.passed and partner not in ("node06", "node08")
+
+
+def test_one_slow_pair_is_exactly_that_slow_link_confirmed_by_a_retest():
+    hosts = names(16)
+    results = measure(screen_rounds(hosts), links={("node04", "node05"): 0.6})
+    first = attribute_links(results)
+    assert [(v.a, v.b, v.confirmed, v.undecided) for v in first.links] == [("node04", "node05", False, ())]
+    assert first.suspects.pairs == (("node04", "node05"),) and first.suspects.hosts == ()
+    _, attribution = screen_and_confirm(hosts, links={("node04", "node05"): 0.6})
+    assert [(v.a, v.b, v.confirmed) for v in attribution.links] == [("node04", "node05", True)]
+    assert attribution.nics == () == attribution.errors
+    evidence = attribution.links[0].evidence
+    assert "node04 ↔ node05 slow on perftest rail 0" in evidence and "mean of 2 runs" in evidence
+    assert "both ends fine with other partners: node04 with node03" in evidence
+
+
+@pytest.mark.parametrize("count", [7, 9, 33])
+def test_an_odd_fleet_finds_a_slow_nic_next_to_the_pair_that_closes_the_cycle(count):
+    hosts = names(count)
+    _, attribution = screen_and_confirm(hosts, nics={hosts[0]: 0.6}, links={pair_key(hosts[3], hosts[4]): 0.7})
+    assert [(v.host, v.confirmed) for v in attribution.nics] == [(hosts[0], True)]
+    assert [(v.a, v.b, v.confirmed) for v in attribution.links] == [(hosts[3], hosts[4], True)]
+
+
+def test_a_slow_nic_in_a_full_matrix_is_confirmed_in_one_pass():
+    attribution = attribute_links(measure(full_rounds(names(10)), nics={"node03": 0.7}))
+    assert [(v.host, v.confirmed, len(v.pairs)) for v in attribution.nics] == [("node03", True, 9)]
+    assert attribution.links == () and not attribution.suspects
+
+
+def test_two_slow_links_on_one_node_are_not_taken_for_its_nic():
+    hosts = names(16)
+    links = {("node05", "node06"): 0.6, ("node06", "node07"): 0.6}  # node06's two screen partners
+    first = attribute_links(measure(screen_rounds(hosts), links=links))
+    assert [(v.host, v.confirmed) for v in first.nics] == [("node06", False)]  # looks like its NIC, for now
+    _, attribution = screen_and_confirm(hosts, links=links)
+    assert attribution.nics == ()
+    assert [(v.a, v.b, v.confirmed) for v in attribution.links] == [("node05", "node06", True),
+                                                                   ("node06", "node07", True)]
+
+
+def test_a_fleet_at_half_line_rate_is_flagged_against_the_line_rate():
+    hosts = names(16)
+    results = measure(full_rounds(hosts), healthy=HEALTHY_GBPS / 2)
+    attribution = attribute_links(results)
+    [shift] = attribution.shifts
+    assert shift.kind == "fleet_shift" and shift.confirmed
+    assert shift.fleet_gbps == pytest.approx(194, rel=0.02) and shift.floor_gbps == 360.0
+    assert shift.pairs_below == shift.pairs == len(results)
+    assert "below their line rate" in shift.evidence and "line rate 400 Gb/s" in shift.evidence
+    assert attribution.nics == () == attribution.links  # the fabric, not 16 NICs
+    assert attribution.references[0].shifted
+
+
+def test_a_fleet_at_half_line_rate_is_confirmed_by_one_more_partner_each():
+    hosts = names(16)
+    results = measure(screen_rounds(hosts), healthy=HEALTHY_GBPS / 2)
+    first = attribute_links(results)
+    assert [s.confirmed for s in first.shifts] == [False] and first.suspects.hosts == tuple(hosts)
+    rounds = confirm_rounds(first.suspects, first.passed, [r.pair for r in results])
+    assert len(rounds) == 1 and len(rounds[0].pairs) == 8  # nobody passed: suspects meet new partners
+    attribution = attribute_links(results + measure(rounds, healthy=HEALTHY_GBPS / 2, seed=1))
+    assert [s.confirmed for s in attribution.shifts] == [True] and not attribution.suspects
+
+
+def test_a_slow_nic_in_a_fleet_below_line_rate_still_stands_out():
+    attribution = attribute_links(measure(full_rounds(names(12)), nics={"node09": 0.5}, healthy=HEALTHY_GBPS / 2))
+    assert len(attribution.shifts) == 1
+    assert [(v.host, v.confirmed) for v in attribution.nics] == [("node09", True)]
+
+
+def test_with_few_hosts_the_line_rate_alone_judges():
+    results = measure(full_rounds(names(4)), nics={"node02": 0.6})
+    attribution = attribute_links(results)
+    assert attribution.references[0].fleet_gbps is None and attribution.references[0].floor_gbps == 360.0
+    assert [(v.host, v.confirmed) for v in attribution.nics] == [("node02", True)]
+    assert "90.0 % of line rate 400 Gb/s = 360.0 Gb/s" in attribution.nics[0].evidence
+
+
+def test_without_a_line_rate_or_enough_hosts_nothing_is_compared():
+    attribution = attribute_links(measure(full_rounds(names(4)), nics={"node02": 0.6}, line=None, backend="tcp",
+                                          rail=None))
+    assert not attribution.references[0].compared
+    assert attribution.nics == () == attribution.links and attribution.passed == ()
+
+
+def test_a_pair_that_could_not_be_measured_is_a_link_error_naming_both_ends_and_why():
+    hosts = names(8)
+    results = [r for r in measure(screen_rounds(hosts)) if r.pair != ("node03", "node04")]
+    results.append(LinkResult("node04", "node03", "perftest", 0, None, LINE_GBPS, error="connect timed out after 30 s"))
+    attribution = attribute_links(results)
+    [error] = attribution.errors
+    assert (error.kind, error.a, error.b, error.rail, error.reason) == ("link_error", "node03", "node04", 0,
+                                                                        "connect timed out after 30 s")
+    assert error.evidence == "node03 ↔ node04 could not be measured on perftest rail 0: connect timed out after 30 s"
+    assert attribution.nics == () == attribution.links
+
+
+def test_a_pair_measured_on_a_retest_after_an_error_is_no_link_error():
+    results = measure(screen_rounds(names(8)))
+    results.append(LinkResult("node01", "node02", "perftest", 0, None, error="refused"))
+    assert attribute_links(results).errors == ()
+
+
+def test_a_pair_of_two_hosts_with_one_partner_each_is_undecided():
+    results = measure(screen_rounds(names(2)), nics={"node02": 0.5})
+    attribution = attribute_links(results)
+    [verdict] = attribution.links
+    assert verdict.undecided == ("node01", "node02") and attribution.nics == ()
+    assert "tested with this partner only" in verdict.evidence and "either NIC" in verdict.evidence
+    assert set(attribution.suspects.hosts) == {"node01", "node02"}
+
+
+@pytest.mark.parametrize("slow_rail", [0, 3])
+def test_a_slow_nic_is_named_on_its_own_rail_only(slow_rail):
+    hosts = names(12)
+    rounds = full_rounds(hosts)
+    results = []
+    for rail in range(4):
+        nics = {"node05": 0.6} if rail == slow_rail else {}
+        results += measure(rounds, nics=nics, backend="nccl", rail=rail, seed=rail)
+    attribution = attribute_links(results)
+    assert [(v.host, v.backend, v.rail) for v in attribution.nics] == [("node05", "nccl", slow_rail)]
+    assert f"on nccl rail {slow_rail}:" in attribution.nics[0].evidence
+    assert attribution.links == ()
+
+
+def test_groups_are_never_pooled():
+    hosts = names(12)
+    rounds = full_rounds(hosts)
+    results = (measure(rounds, backend="perftest", seed=1) + measure(rounds, backend="tcp", rail=None, line=100.0,
+                                                                     healthy=94.0, seed=2)
+               + measure(rounds, rail=1, line=200.0, healthy=194.0, seed=3))
+    attribution = attribute_links(results)
+    assert attribution.nics == () == attribution.links == attribution.shifts
+    assert [(r.group.backend, r.group.rail, r.group.line_rate_gbps) for r in attribution.references] == [
+        ("perftest", 0, 400.0), ("perftest", 1, 200.0), ("tcp", None, 100.0)]
+
+
+def test_a_tight_fleet_flags_no_noise():
+    attribution = attribute_links(measure(full_rounds(names(16)), noise=0.0005))
+    assert attribution.nics == () == attribution.links and not attribution.suspects
+    assert len(attribution.passed) == 16
+
+
+def test_the_same_results_in_any_order_give_the_same_verdicts():
+    hosts = names(24)
+    results, _ = screen_and_confirm(hosts, nics={"node03": 0.6, "node04": 0.7}, links={("node10", "node11"): 0.7})
+    results.append(LinkResult("node20", "node21", "perftest", 0, None, error="no route to host"))
+    expected = attribute_links(results)
+    assert {v.host for v in expected.nics} == {"node03", "node04"}
+    for seed in range(5):
+        shuffled = list(results)
+        random.Random(seed).shuffle(shuffled)
+        flipped = [LinkResult(r.b, r.a, r.backend, r.rail, r.gbps, r.line_rate_gbps, r.error) for r in shuffled]
+        assert attribute_links(shuffled) == expected
+        assert repr(attribute_links(flipped)) == repr(expected)
+
+
+def test_a_link_result_must_be_a_figure_or_an_error():
+    with pytest.raises(ValueError, match="either a figure"):
+        LinkResult("a", "b", "tcp")
+    with pytest.raises(ValueError, match="either a figure"):
+        LinkResult("a", "b", "tcp", gbps=1.0, error="both")
+    with pytest.raises(ValueError, match="finite"):
+        LinkResult("a", "b", "tcp", gbps=float("nan"))
+    with pytest.raises(ValueError, match="backend"):
+        LinkResult("a", "b", "rdma", gbps=1.0)
+    with pytest.raises(ValueError, match="two different hosts"):
+        LinkResult("a", "a", "tcp", gbps=1.0)
+
+
+def test_thresholds_are_checked():
+    with pytest.raises(ValueError, match="robust_z"):
+        LinkThresholds(robust_z=3.0)
+    with pytest.raises(ValueError, match="line_rate_efficiency_pct"):
+        LinkThresholds(line_rate_efficiency_pct=120.0)

@@ -1,0 +1,163 @@
+"""The pairwise link schedule: screen, confirm and full rounds are matchings that cover what they promise."""
+
+from collections import Counter
+from itertools import combinations
+
+import pytest
+
+from gpudiag.links import CONFIRM, FULL, SCREEN, Round, Suspects, confirm_rounds, full_rounds, pair_key, screen_rounds
+
+SIZES = [*range(2, 18), 31, 64, 65, 128]
+
+
+def names(count: int) -> list[str]:
+    return [f"node{i:03d}" for i in range(1, count + 1)]
+
+
+def assert_matchings(rounds: list[Round]) -> None:
+    for round_ in rounds:
+        ends = [host for pair in round_.pairs for host in pair]
+        assert len(ends) == len(set(ends)), round_
+        assert all(a < b for a, b in round_.pairs), round_
+
+
+def all_pairs(rounds: list[Round]) -> list[tuple[str, str]]:
+    return [pair for round_ in rounds for pair in round_.pairs]
+
+
+@pytest.mark.parametrize("count", [size for size in SIZES if size >= 3])
+def test_the_screen_tests_every_node_twice_with_two_partners_in_n_tests(count):
+    hosts = names(count)
+    rounds = screen_rounds(hosts)
+    assert_matchings(rounds)
+    pairs = all_pairs(rounds)
+    assert len(pairs) == count == len(set(pairs))
+    partners: dict[str, set[str]] = {host: set() for host in hosts}
+    for a, b in pairs:
+        partners[a].add(b)
+        partners[b].add(a)
+    assert all(len(mine) == 2 for mine in partners.values())
+    assert Counter(host for pair in pairs for host in pair) == Counter({host: 2 for host in hosts})
+    assert {round_.phase for round_ in rounds} == {SCREEN}
+
+
+@pytest.mark.parametrize("count", [size for size in SIZES if size >= 3])
+def test_the_screen_is_the_cycle_in_the_order_given(count):
+    hosts = names(count)
+    cycle = {pair_key(hosts[i], hosts[(i + 1) % count]) for i in range(count)}
+    assert set(all_pairs(screen_rounds(hosts))) == cycle
+
+
+@pytest.mark.parametrize("count", [4, 6, 64, 128])
+def test_an_even_screen_is_two_rounds_of_n_over_2_pairs(count):
+    rounds = screen_rounds(names(count))
+    assert [len(round_.pairs) for round_ in rounds] == [count // 2, count // 2]
+
+
+@pytest.mark.parametrize("count", [3, 5, 7, 31, 65])
+def test_an_odd_screen_closes_the_cycle_in_a_third_round_of_one_pair(count):
+    hosts = names(count)
+    rounds = screen_rounds(hosts)
+    assert [len(round_.pairs) for round_ in rounds] == [(count - 1) // 2, (count - 1) // 2, 1]
+    assert rounds[2].pairs == (pair_key(hosts[-1], hosts[0]),)
+
+
+def test_the_screen_of_two_hosts_is_one_pair_and_of_one_host_nothing():
+    assert screen_rounds(["b", "a"]) == [Round(SCREEN, (("a", "b"),))]
+    assert screen_rounds(["a"]) == []
+    assert screen_rounds([]) == []
+
+
+@pytest.mark.parametrize("count", SIZES)
+def test_full_covers_every_unordered_pair_exactly_once(count):
+    hosts = names(count)
+    rounds = full_rounds(hosts)
+    assert_matchings(rounds)
+    pairs = all_pairs(rounds)
+    assert sorted(pairs) == sorted(pair_key(a, b) for a, b in combinations(hosts, 2))
+    assert len(rounds) == (count - 1 if count % 2 == 0 else count)
+    assert all(len(round_.pairs) == count // 2 for round_ in rounds)
+    assert {round_.phase for round_ in rounds} == {FULL}
+
+
+@pytest.mark.parametrize("count", [3, 5, 9])
+def test_in_an_odd_full_schedule_each_node_sits_out_exactly_one_round(count):
+    hosts = names(count)
+    idle = Counter(host for round_ in full_rounds(hosts) for host in set(hosts) - round_.hosts)
+    assert idle == Counter({host: 1 for host in hosts})
+
+
+def test_full_of_one_host_is_nothing():
+    assert full_rounds(["a"]) == [] == full_rounds([])
+
+
+@pytest.mark.parametrize("schedule", [screen_rounds, full_rounds])
+def test_a_host_given_twice_is_refused(schedule):
+    with pytest.raises(ValueError, match="twice"):
+        schedule(["a", "b", "a"])
+
+
+def test_schedules_are_deterministic():
+    hosts = names(37)
+    assert screen_rounds(hosts) == screen_rounds(list(hosts))
+    assert full_rounds(hosts) == full_rounds(list(hosts))
+
+
+def test_a_round_must_be_a_matching_of_canonical_pairs():
+    with pytest.raises(ValueError, match="two pairs"):
+        Round(SCREEN, (("a", "b"), ("b", "c")))
+    with pytest.raises(ValueError, match="canonical"):
+        Round(SCREEN, (("b", "a"),))
+    with pytest.raises(ValueError, match="two different hosts"):
+        pair_key("a", "a")
+    with pytest.raises(ValueError, match="phase"):
+        Round("later", ())
+
+
+def test_confirm_pairs_each_suspect_with_a_passed_node_it_has_not_had_in_one_round():
+    hosts = names(16)
+    tested = all_pairs(screen_rounds(hosts))
+    suspects = Suspects(hosts=("node005", "node011"))
+    passed = ["node006", "node001", "node002", "node003"]  # node006 was node005's screen partner
+    rounds = confirm_rounds(suspects, passed, tested)
+    assert len(rounds) == 1 and rounds[0].phase == CONFIRM
+    assert set(rounds[0].pairs) == {("node001", "node005"), ("node006", "node011")}
+
+
+def test_confirm_retests_each_suspect_pair_as_it_is():
+    rounds = confirm_rounds(Suspects(pairs=(("node004", "node003"), ("node001", "node002"))), ["node009"])
+    assert rounds == [Round(CONFIRM, (("node001", "node002"), ("node003", "node004")))]
+
+
+def test_a_suspect_that_is_also_in_a_suspect_pair_needs_a_second_round():
+    rounds = confirm_rounds(Suspects(hosts=("node003",), pairs=(("node003", "node004"),)), ["node009"])
+    assert_matchings(rounds)
+    assert [r.pairs for r in rounds] == [(("node003", "node004"),), (("node003", "node009"),)]
+
+
+def test_confirm_never_pairs_a_suspect_with_a_suspect_while_nodes_passed():
+    suspects = Suspects(hosts=("a", "b", "c"))
+    rounds = confirm_rounds(suspects, ["a", "p"], [])  # "a" is a suspect: never a trusted partner
+    assert_matchings(rounds)
+    assert sorted(all_pairs(rounds)) == [("a", "p"), ("b", "p"), ("c", "p")]
+    assert len(rounds) == 3  # one passed node: one re-pairing per round
+
+
+def test_confirm_uses_an_earlier_partner_only_when_every_passed_node_was_one():
+    rounds = confirm_rounds(Suspects(hosts=("s",)), ["p"], [("p", "s")])
+    assert all_pairs(rounds) == [("p", "s")]
+
+
+def test_with_no_passed_node_suspects_are_paired_with_suspects_they_have_not_had():
+    hosts = names(6)
+    tested = all_pairs(screen_rounds(hosts))
+    rounds = confirm_rounds(Suspects(hosts=tuple(hosts)), [], tested)
+    assert len(rounds) == 1
+    assert_matchings(rounds)
+    assert not set(all_pairs(rounds)) & set(tested)
+    assert len(rounds[0].pairs) == 3
+
+
+def test_no_suspects_no_confirm_rounds():
+    assert confirm_rounds(Suspects(), ["a", "b"], [("a", "b")]) == []
+    assert not Suspects()
