@@ -75,9 +75,14 @@ class KeyReferences:
     """Every reference one key has (at least one), in the order they are preferred."""
 
     references: tuple[Reference, ...]
+    # The highest value any of them flags (a value above it is fine: most are, so most cost one
+    # comparison). Derived from ``references`` and the thresholds by key_references.
+    cutoff: float = math.inf
 
     def flagging(self, value: float, thresholds: Thresholds) -> Reference | None:
         """The first reference (fleet, baseline, SKU) that flags ``value``, or None."""
+        if value > self.cutoff:
+            return None
         return next((ref for ref in self.references if ref.flags(value, thresholds)), None)
 
     def get(self, source: str) -> Reference | None:
@@ -113,7 +118,15 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
     if fleet is not None:  # a shared regression: the fleet's level itself is below the baseline or SKU
         found = [dataclasses.replace(ref, fleet_below=True) if ref is not fleet and ref.flags(fleet.value, thresholds)
                  else ref for ref in found]
-    return KeyReferences(tuple(found)) if found else None
+    return KeyReferences(tuple(found), max(_cutoff(ref, thresholds) for ref in found)) if found else None
+
+
+def _cutoff(ref: Reference, thresholds: Thresholds) -> float:
+    """The highest value ``ref`` flags: ``deficit_warn`` below it, and ``robust_z`` spreads below
+    unless the fleet's level is already below it. A hair above, so rounding never hides a suspect."""
+    by_deficit = ref.value * (1 - thresholds.deficit_warn_pct / 100)
+    by_z = math.inf if ref.fleet_below else ref.value + thresholds.robust_z * ref.spread
+    return min(by_deficit, by_z) + 1e-9 * abs(ref.value)
 
 
 def fleet_reference(values: Sequence[float], hosts: int, mad_floor_pct: float) -> Reference:
