@@ -54,6 +54,12 @@ ACTIONS: dict[str, tuple[str, str]] = {
                             "replace the GPU if it does not come back (check the kernel log for Xid 79)"),
     "slow_link": (INSPECT, "one GPU pair is slow while both GPUs are fine with every other partner: check the "
                            "NVSwitch/NVLink path between them (nvidia-smi nvlink -e, fabric manager logs)"),
+    "slow_nic": (DRAIN, "this node is slow with every partner on this rail: check the NIC's port (ibstat: rate and "
+                        "state, error counters), its cable and transceiver, and its PCIe link; reseat or replace it"),
+    "slow_network_link": (INSPECT, "this pair is slow while both nodes are fine with other partners: check the path "
+                                   "between them (switch ports, cables, routing or adaptive-routing state)"),
+    "link_error": (INSPECT, "this pair could not be tested: check the data-plane address, firewall and that the "
+                            "probe's ports are reachable between the two nodes; it is not a pass"),
     "fleet_shift": (INSPECT, "a regression most of the fleet shares: compare driver, firmware, clocks and power "
                              "policy with the baseline's sweeps; draining single nodes will not fix it"),
     "unchecked": (INSPECT, "this could not be measured or compared: it is not a pass; see the evidence"),

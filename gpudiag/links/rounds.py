@@ -1,0 +1,92 @@
+"""Running the link schedule: screen (or full) rounds, attribution, then confirm rounds until
+nothing is left to settle, every pair of a round at once.
+
+The pair tests themselves are a ``PairRunner``'s business (over SSH, or a simulated fleet); a
+runner never raises for one bad pair: a pair that cannot be measured comes back as results
+with an ``error``, so the round and the sweep go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .attribution import DEFAULT_THRESHOLDS, LinkAttribution, LinkResult, LinkThresholds, attribute_links
+from .schedule import FULL, SCREEN, Pair, Round, confirm_rounds, full_rounds, screen_rounds
+
+MODES = ("none", SCREEN, FULL)
+# Confirm phases at most: each settles what the last could not (a suspect with a new partner).
+MAX_CONFIRM_PHASES = 3
+
+
+class PairRunner(Protocol):
+    """Measures one pair on every rail: returns one result per rail (or one error result per
+    rail that could not be measured); never raises for a bad pair."""
+
+    def run_pair(self, a: str, b: str) -> list[LinkResult]: ...
+
+
+@dataclass(frozen=True)
+class LinkRecord:
+    """One measured pair on one rail and the phase that measured it: an entry of the sweep
+    document's ``links`` (value in Gb/s, or None with the error)."""
+
+    phase: str
+    result: LinkResult
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.result
+        return {"a": r.a, "b": r.b, "rail": r.rail, "backend": r.backend, "metric": "gbps", "value": r.gbps,
+                "unit": "Gbit/s", "phase": self.phase, "line_rate_gbps": r.line_rate_gbps, "error": r.error}
+
+
+@dataclass(frozen=True)
+class LinkRun:
+    """Every pair test a sweep ran, the verdicts from all of them, and how many rounds it took."""
+
+    records: tuple[LinkRecord, ...]
+    attribution: LinkAttribution
+    rounds: int
+
+
+def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
+              thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64) -> LinkRun:
+    """The link phase of a sweep over ``hosts`` (those whose node probes passed, in sweep
+    order): ``screen`` (two rounds forming a cycle, then confirm rounds) or ``full`` (the
+    round-robin, then confirm rounds); ``none`` runs nothing. Raises ValueError for another mode."""
+    if mode not in MODES:
+        raise ValueError(f"unknown link mode {mode!r}; choose from {', '.join(MODES)}")
+    if mode == "none" or len(hosts) < 2:
+        return LinkRun((), attribute_links(()), 0)
+    first = full_rounds(hosts) if mode == FULL else screen_rounds(hosts)
+    records = _run_rounds(first, runner, parallel)
+    attribution = attribute_links(r.result for r in records)
+    rounds = len(first)
+    for _ in range(MAX_CONFIRM_PHASES):
+        if not attribution.suspects:
+            break
+        tested = {r.result.pair for r in records}
+        confirm = confirm_rounds(attribution.suspects, attribution.passed, tested)
+        if not confirm:
+            break
+        records += _run_rounds(confirm, runner, parallel)
+        rounds += len(confirm)
+        attribution = attribute_links(r.result for r in records)
+    return LinkRun(tuple(records), attribution, rounds)
+
+
+def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int) -> list[LinkRecord]:
+    """Rounds one after another; the pairs of one round all at once (a node is in one pair)."""
+    records: list[LinkRecord] = []
+    for round_ in rounds:
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(round_.pairs))),
+                                thread_name_prefix="links") as pool:
+            measured = list(pool.map(lambda pair: _run_pair(runner, pair), round_.pairs))
+        records += [LinkRecord(round_.phase, result) for results in measured for result in results]
+    return records
+
+
+def _run_pair(runner: PairRunner, pair: Pair) -> list[LinkResult]:
+    return runner.run_pair(*pair)

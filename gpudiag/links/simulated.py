@@ -1,0 +1,45 @@
+"""Pair tests on a simulated fleet (demos, tests, benchmarks): each rail of a pair measured
+through the fleet's own network model, with fresh noise on every attempt. The attribution sees
+only these figures, never the fleet's faults."""
+
+from __future__ import annotations
+
+import threading
+
+from ..simulate import SimulatedFleet
+from .attribution import LinkResult
+from .schedule import pair_key
+
+BACKEND = "perftest"
+
+
+class SimulatedPairRunner:
+    """The PairRunner of gpudiag.links.rounds for a simulated fleet: every rail of the slower
+    end's SKU, at that SKU's line rate; an unreachable or hung end gives an error per rail."""
+
+    def __init__(self, fleet: SimulatedFleet) -> None:
+        self._fleet = fleet
+        self._lock = threading.Lock()
+        self._attempts: dict[tuple[str, str], int] = {}
+
+    def run_pair(self, a: str, b: str) -> list[LinkResult]:
+        """One result per rail of the pair ``a``–``b`` (Gbit/s, or an error)."""
+        attempt = self._next_attempt(a, b)
+        network = min((self._fleet.sku(a).network, self._fleet.sku(b).network), key=lambda n: n.rails)
+        down = [host for host in (a, b) if self._fleet.is_unreachable(host) or self._fleet.is_hung(host)]
+        results = []
+        for rail in range(network.rails):
+            if down:
+                results.append(LinkResult(a, b, BACKEND, rail, line_rate_gbps=network.rail_line_rate_gbps,
+                                          error=f"{down[0]}: the pair server did not answer (simulated)"))
+                continue
+            gbps = self._fleet.link_gbps(a, b, rail, self._fleet.link_rng(a, b, rail, attempt))
+            results.append(LinkResult(a, b, BACKEND, rail, max(0.0, gbps), network.rail_line_rate_gbps))
+        return results
+
+    def _next_attempt(self, a: str, b: str) -> int:
+        pair = pair_key(a, b)
+        with self._lock:
+            attempt = self._attempts.get(pair, 0)
+            self._attempts[pair] = attempt + 1
+            return attempt

@@ -1,0 +1,96 @@
+"""Link verdicts as findings (the sweep document's ``findings[]``): ``slow_nic`` names the host,
+``slow_link`` and ``link_error`` both ends (``host`` and ``peer``), a line-rate shift the
+hosts of its group. A pair that could not be tested is never a pass: ``link_error`` is a
+warning, so the sweep exits 3 at least."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..findings import BASIS_ERROR_RECORD, BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
+from ..rules import action
+from .attribution import LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
+
+UNIT = "Gbit/s"
+
+
+def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list[Finding]:
+    """One finding per verdict, the rails of one NIC or pair folded into one: a confirmed
+    deficit of ``fail_deficit_pct`` percent or more is a ``fail``; an unconfirmed or smaller one
+    a ``warn``."""
+    findings = [_nic(v, fail_deficit_pct) for v in attribution.nics]
+    findings += [_link(v, fail_deficit_pct) for v in attribution.links if not v.undecided]
+    findings += [_error(e) for e in attribution.errors]
+    findings += [_shift(s, fail_deficit_pct) for s in attribution.shifts]
+    return _fold_rails(findings)
+
+
+def _fold_rails(findings: list[Finding]) -> list[Finding]:
+    """The findings of one kind, host and peer on several rails as one: the worst rail's
+    figures, ``fail`` if any rail fails, confirmed only if every rail is, and the rails named."""
+    groups: dict[tuple[str, str, str | None], list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault((finding.kind, finding.host, finding.peer), []).append(finding)
+    folded = []
+    for group in groups.values():
+        if len(group) == 1:
+            folded.append(group[0])
+            continue
+        worst = max(group, key=lambda f: (f.deficit_pct or 0.0, f.metric or ""))
+        rails = ", ".join((f.metric or "").rsplit(".rail", 1)[-1] for f in group)
+        severity = FAIL if any(f.severity == FAIL for f in group) else WARN
+        folded.append(dataclasses.replace(
+            worst, severity=severity, confirmed=all(f.confirmed for f in group),
+            metric=(worst.metric or "").rsplit(".rail", 1)[0],
+            evidence=f"on {len(group)} rails ({rails}); worst: {worst.evidence}"))
+    return folded
+
+
+def _severity(confirmed: bool, deficit_pct: float, fail_deficit_pct: float) -> str:
+    return FAIL if confirmed and deficit_pct >= fail_deficit_pct else WARN
+
+
+def _metric(backend: str, rail: int | None) -> str:
+    return f"link.{backend}" if rail is None else f"link.{backend}.rail{rail}"
+
+
+def _nic(verdict: NicVerdict, fail_deficit_pct: float) -> Finding:
+    severity = _severity(verdict.confirmed, verdict.deficit_pct, fail_deficit_pct)
+    verb, detail = action("slow_nic", severity)
+    return Finding(kind="slow_nic", severity=severity, host=verdict.host, metric=_metric(verdict.backend, verdict.rail),
+                   value=round(verdict.gbps, 3), reference=round(verdict.reference_gbps, 3), unit=UNIT,
+                   reference_source="fleet", deficit_pct=round(verdict.deficit_pct, 2),
+                   robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
+                   confirmed=verdict.confirmed, basis=BASIS_RETEST if verdict.confirmed else BASIS_SINGLE_RUN,
+                   evidence=verdict.evidence, action=verb, action_detail=detail)
+
+
+def _link(verdict: LinkVerdict, fail_deficit_pct: float) -> Finding:
+    severity = _severity(verdict.confirmed, verdict.deficit_pct, fail_deficit_pct)
+    verb, detail = action("slow_network_link", severity)
+    return Finding(kind="slow_link", severity=severity, host=verdict.a, peer=verdict.b,
+                   metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
+                   reference=round(verdict.reference_gbps, 3), unit=UNIT, reference_source="fleet",
+                   deficit_pct=round(verdict.deficit_pct, 2),
+                   robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
+                   confirmed=verdict.confirmed, basis=BASIS_RETEST if verdict.confirmed else BASIS_SINGLE_RUN,
+                   evidence=verdict.evidence, action=verb, action_detail=detail)
+
+
+def _error(error: LinkError) -> Finding:
+    verb, detail = action("link_error", WARN)
+    return Finding(kind="link_error", severity=WARN, host=error.a, peer=error.b,
+                   metric=_metric(error.backend, error.rail), basis=BASIS_ERROR_RECORD, evidence=error.evidence,
+                   action=verb, action_detail=detail)
+
+
+def _shift(shift: LinkShift, fail_deficit_pct: float) -> Finding:
+    deficit = 100 * (shift.line_rate_gbps - shift.fleet_gbps) / shift.line_rate_gbps
+    severity = _severity(shift.confirmed, deficit, fail_deficit_pct)
+    verb, detail = action("fleet_shift", severity)
+    return Finding(kind="fleet_shift", severity=severity, host=f"{shift.backend} fabric",
+                   metric=_metric(shift.backend, shift.rail), value=round(shift.fleet_gbps, 3),
+                   reference=round(shift.line_rate_gbps, 3), unit=UNIT, reference_source="line_rate",
+                   deficit_pct=round(deficit, 2), share_pct=round(100 * shift.pairs_below / max(1, shift.pairs), 1),
+                   confirmed=shift.confirmed, basis=BASIS_RETEST if shift.confirmed else BASIS_SINGLE_RUN,
+                   evidence=shift.evidence, action=verb, action_detail=detail)
