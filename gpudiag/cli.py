@@ -23,7 +23,7 @@ from .bundle import BundleMissing, locate_bundle
 from .errors import GpudiagError, InputError, InstallationError
 from .exitcodes import ExitCode, decide_exit_code
 from .nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
-from .plan import SweepRequest, run_plan
+from .plan import LINK_MODES, SweepRequest, run_plan
 from .progress import make_progress
 from .render import render_probe_results, render_sweep_table
 from .report import render_report, write_report
@@ -52,6 +52,10 @@ class GpudiagGroup(click.Group):
             ctx.exit(int(ExitCode.INTERRUPTED))
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise  # click's own usage errors and exits keep their codes
+        except BrokenPipeError:
+            # The reader went away (``| head``): not a bug; the rest of the output cannot be delivered.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(int(ExitCode.INTERNAL))
         except Exception as error:  # noqa: BLE001 - the last guard: an unforeseen error is inconclusive
             traceback.print_exc(file=sys.stderr)
             click.echo(f"gpudiag: internal error (a bug in gpudiag, not a finding about any node): "
@@ -144,6 +148,9 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--fanout", type=click.IntRange(min=1, max=4096), default=64, show_default=True,
               help="Hosts probed at once.")
+@click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True,
+              help="Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full "
+                   "(every pair), none; auto: screen where the transport can run them (simulated fleets today).")
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on each host (default: --deadline plus start-up).")
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the sweep document here.")
@@ -160,7 +167,7 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="TCP connect timeout, where the SSH config sets none.")
 def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
-          host_timeout: float | None, json_path: str | None, quiet: bool, store_path: str | None,
+          host_timeout: float | None, links: str, json_path: str | None, quiet: bool, store_path: str | None,
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
           known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
@@ -184,7 +191,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         settings=SshSettings(accept_new_host_keys=accept_new_host_keys),
         simulate_path=simulate_path,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
-        thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest,
+        thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
     )
     with _sigterm_as_interrupt():
         result = run_plan(request, sys.stdin, make_progress(quiet))
@@ -201,14 +208,17 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
               help="Folder for the report, sweep document and exclude list (default: a new temporary one).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 def demo(output_dir: str | None, quiet: bool) -> ExitCode:
-    """Sweep a built-in simulated 64-node H100 fleet with a few faults and write the HTML report.
+    """Sweep a built-in simulated 64-node H100 fleet with a few faults, every node pair too, and
+    write the HTML report.
 
     Needs no GPU and no cluster; the analysis sees only the measurements, never the faults.
     """
     folder = Path(output_dir) if output_dir else Path(tempfile.mkdtemp(prefix="gpudiag-demo-"))
     folder.mkdir(parents=True, exist_ok=True)
+    # Every pair of the 64 nodes (the full round robin), so a slow link between two nodes the
+    # screen would not pair is named too.
     request = SweepRequest(hosts_argument=None, sweep=SweepOptions(probe=ProbeOptions()),
-                           simulate_path=str(demo_fleet_path()), store_path=str(folder / "gpudiag.db"))
+                           simulate_path=str(demo_fleet_path()), store_path=str(folder / "gpudiag.db"), links="full")
     with _sigterm_as_interrupt():
         result = run_plan(request, sys.stdin, make_progress(quiet))
     document = result.to_dict()

@@ -37,6 +37,8 @@ TIMEOUT = "timeout"
 PROBE_ERROR = "probe_error"
 INTERRUPTED = "interrupted"
 UNCHECKED = "unchecked"
+# Findings that say something could not be checked: a host, GPU or measurement, or a node pair.
+NOT_CHECKED = (UNCHECKED, "link_error")
 # Exit statuses of a bundle ended by a deadline: its own watchdog and `timeout` give 124, and
 # 137 is the KILL that `timeout -k` sends when TERM was not enough.
 DEADLINE_EXITS = (124, 137)
@@ -105,7 +107,7 @@ class SweepResult:
     def exit_code(self) -> ExitCode:
         """Interrupted, else a fail finding, else anything not checked: a host, a GPU, a
         measurement that errored, or a result with nothing to compare against."""
-        has_unchecked = any(not h.ok for h in self.hosts) or any(f.kind == UNCHECKED for f in self.findings)
+        has_unchecked = any(not h.ok for h in self.hosts) or any(f.kind in NOT_CHECKED for f in self.findings)
         return decide_exit_code(has_fail=any(f.severity == FAIL for f in self.findings),
                                 has_unchecked=has_unchecked, interrupted=self.interrupted)
 

@@ -84,9 +84,10 @@ class Analysis:
 
 def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, baseline: BaselineLookup | None = None,
             skus: SkuFigures = floors_for, retest_hosts: Sequence[Mapping[str, Any]] | None = None,
-            retested: bool = False) -> Analysis:
+            retested: bool = False, extra: Sequence[Finding] = ()) -> Analysis:
     """Findings, suspects and job impact of one sweep. ``retest_hosts``: the re-test's host
-    dicts, every status (``retested`` with None: a re-test was wanted but none ran)."""
+    dicts, every status (``retested`` with None: a re-test was wanted but none ran). ``extra``:
+    findings made elsewhere (the link phase), ordered and excluded with the rest."""
     readings = read_sweep(hosts, True)
     found, telemetry = readings.found, readings.telemetry
     refs = references(found, thresholds, baseline, skus)
@@ -106,6 +107,7 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     not_compared = [m for m in found if m.key not in refs]
     findings += coverage.not_compared(hosts_by_metric(not_compared), thresholds)
     findings += [unchecked(h["host"], h["status"], h.get("error")) for h in hosts if h.get("status") != "ok"]
+    findings += extra
     ordered = tuple(sorted(findings, key=finding_order))
     impact = job_impact(found, refs, ordered, hosts)
     return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),

@@ -435,7 +435,7 @@ def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     confirmed = len(good) >= thresholds.confirm_partners
     gbps = statistics.median(sorted(f.gbps for f in ordered))
     deficit = reference.deficit_pct(gbps)
-    figures = ", ".join(f"{f.peer(host)} {f.gbps:.1f}" for f in ordered)
+    figures = _listed(f"{f.peer(host)} {f.gbps:.1f}" for f in ordered)
     evidence = (f"{host} slow with all {len(ordered)} partners on {group.describe()}: {figures} {UNIT} "
                 f"vs {reference.describe()}; {_pct(deficit)} below")
     if not confirmed:
@@ -472,7 +472,18 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
 
 def _fine_elsewhere(host: str, slow: PairFigure, pairs: Sequence[PairFigure]) -> str:
     fine = sorted((f for f in pairs if (f.a, f.b) != (slow.a, slow.b) and not f.slow), key=lambda f: f.peer(host))
-    return f"{host} with " + ", ".join(f"{f.peer(host)} {f.gbps:.1f}" for f in fine)
+    return f"{host} with " + _listed(f"{f.peer(host)} {f.gbps:.1f}" for f in fine)
+
+
+# Evidence names this many pairs, then how many more (a node of a full round-robin has hundreds).
+LISTED_PAIRS = 6
+
+
+def _listed(items: Iterable[str]) -> str:
+    """``a, b, c`` — at most ``LISTED_PAIRS`` items, then ``and N more``."""
+    every = list(items)
+    shown = ", ".join(every[:LISTED_PAIRS])
+    return shown if len(every) <= LISTED_PAIRS else f"{shown} and {len(every) - LISTED_PAIRS} more"
 
 
 def _doubting_shift(mine: Mapping[str, Sequence[PairFigure]], at_floor: set[str], trusted: frozenset[str],

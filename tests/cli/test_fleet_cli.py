@@ -10,8 +10,8 @@ from gpudiag.cli import main
 from gpudiag.simulate import demo_fleet_path
 
 EXPECTED = {("throttled", "node012", 0), ("slow_gpu", "node017", 3), ("degraded_pcie", "node021", 5),
-            ("nvlink_down", "node033", 2), ("slow_node", "node040", None), ("unchecked", "node050", None),
-            ("unchecked", "node051", None)}
+            ("nvlink_down", "node033", 2), ("slow_node", "node040", None), ("slow_nic", "node030", None),
+            ("slow_link", "node004", None), ("unchecked", "node050", None), ("unchecked", "node051", None)}
 
 
 def _run(*args: str):
@@ -23,7 +23,7 @@ def demo_sweep(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("demo")
     store, document, exclude = folder / "gpudiag.db", folder / "sweep.json", folder / "exclude.txt"
     result = _run("sweep", "--simulate", str(demo_fleet_path()), "--store", str(store), "--json", str(document),
-                  "--exclude-file", str(exclude), "-q")
+                  "--exclude-file", str(exclude), "--links", "full", "-q")
     return {"result": result, "store": store, "document": json.loads(document.read_text()), "exclude": exclude,
             "folder": folder}
 
@@ -33,7 +33,9 @@ def test_the_simulated_sweep_names_every_fault_and_nothing_else(demo_sweep):
     findings = demo_sweep["document"]["findings"]
     assert {(f["kind"], f["host"], f["gpu"]) for f in findings} == EXPECTED
     fails = [f for f in findings if f["severity"] == "fail"]
-    assert len(fails) == 5 and all(f["confirmed"] for f in fails)
+    assert len(fails) == 7 and all(f["confirmed"] for f in fails)
+    link = next(f for f in findings if f["kind"] == "slow_link")
+    assert link["peer"] == "node009" and link["unit"] == "Gbit/s" and "on 8 rails" in link["evidence"]
     assert [f["severity"] for f in findings] == sorted(f["severity"] for f in findings)  # fail before warn
     throttled = next(f for f in findings if f["kind"] == "throttled")
     assert "HW thermal slowdown active" in throttled["evidence"] and "SM clock" in throttled["evidence"]
@@ -42,7 +44,7 @@ def test_the_simulated_sweep_names_every_fault_and_nothing_else(demo_sweep):
 def test_job_impact_and_the_exclude_file(demo_sweep):
     impact = demo_sweep["document"]["impact"]
     assert impact["slowest"]["host"] == "node012" and 25 < impact["slowdown_pct"] < 35
-    expected = ["node012", "node017", "node021", "node033", "node040", "node050", "node051"]
+    expected = ["node004", "node012", "node017", "node021", "node030", "node033", "node040", "node050", "node051"]
     assert impact["exclude"] == expected
     assert demo_sweep["exclude"].read_text().split() == expected
     assert impact["recovered_pct"] > 20
@@ -50,7 +52,7 @@ def test_job_impact_and_the_exclude_file(demo_sweep):
 
 def test_the_same_simulated_sweep_gives_byte_identical_findings(demo_sweep, tmp_path: Path):
     again = tmp_path / "again.json"
-    _run("sweep", "--simulate", str(demo_fleet_path()), "--no-store", "--json", str(again), "-q")
+    _run("sweep", "--simulate", str(demo_fleet_path()), "--no-store", "--json", str(again), "--links", "full", "-q")
     first = json.dumps(demo_sweep["document"]["findings"])
     assert json.dumps(json.loads(again.read_text())["findings"]) == first
 
@@ -58,7 +60,7 @@ def test_the_same_simulated_sweep_gives_byte_identical_findings(demo_sweep, tmp_
 def test_reports_from_the_store_and_from_the_document(demo_sweep, tmp_path: Path):
     store = str(demo_sweep["store"])
     text = _run("report", "--store", store)
-    assert text.exit_code == 0 and "7 findings (5 fail, 2 unchecked)" in text.output
+    assert text.exit_code == 0 and "9 findings (7 fail, 2 unchecked)" in text.output
     from_file = _run("report", str(demo_sweep["folder"] / "sweep.json"), "--format", "md")
     assert from_file.exit_code == 0 and "| fail" in from_file.output
     html = tmp_path / "r.html"
