@@ -158,3 +158,19 @@ def test_a_single_throttle_sample_is_not_a_finding(tmp_path: Path):
                "share": 0.05}]
     code, document, _ = _sweep(_fleet(tmp_path, faults=faults), *FAST)
     assert code == 0 and document["findings"] == []
+
+
+def test_link_tests_asked_for_over_ssh_are_refused_before_any_node_is_touched(tmp_path: Path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("node01\nnode02\n")
+    result = CliRunner().invoke(main, ["sweep", "--hosts", str(hosts), "--links", "screen", "--no-store", "-q"])
+    assert result.exit_code == 2 and "pair tests over SSH are not available" in result.output
+
+
+def test_a_screen_over_a_simulated_fleet_names_a_slow_nic_and_an_unreachable_partner_is_not_tested(tmp_path: Path):
+    faults = [{"kind": "slow_nic", "host": "node007", "factor": 0.5}, {"kind": "unreachable", "host": "node003"}]
+    code, document, _ = _sweep(_fleet(tmp_path, faults=faults), *FAST, "--links", "screen")
+    assert code == 1
+    assert _found(document, "slow_nic", "slow_link", "link_error") == {("slow_nic", "node007", None)}
+    assert not any("node003" in (link["a"], link["b"]) for link in document["links"])  # left out of the rounds
+    assert {link["phase"] for link in document["links"]} >= {"screen", "confirm"}
