@@ -23,6 +23,7 @@ from .baseline import Baseline, list_baselines, load_baseline
 from .bundle import Bundle, BundleMissing, locate_bundle
 from .errors import InputError, InstallationError
 from .hosts import HostSpec, load_hosts
+from .links.impact import link_impact
 from .links.rounds import LinkRun, PairRunner, run_links
 from .links.schedule import FULL, SCREEN
 from .links.simulated import SimulatedPairRunner
@@ -145,7 +146,10 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> Sweep
         analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline,
                            retest_hosts=None if interrupted else retest, retested=wanted, extra=extra)
     links = tuple(record.to_dict() for record in link_run.records) if link_run else ()
-    result = dataclasses.replace(first, findings=analysis.findings, impact=analysis.impact.to_dict(),
+    impact = analysis.impact.to_dict()
+    if link_run is not None:
+        impact.update(link_impact(link_run, impact["exclude"]) or {})
+    result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=analysis.comparison_counts(), links=links,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted)
     if setup.store is not None:  # the finished document carries the links, the findings and the impact

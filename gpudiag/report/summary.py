@@ -84,7 +84,7 @@ def impact_phrase(impact: Mapping[str, Any] | None) -> str:
 
 def _impact_detail(impact: Mapping[str, Any] | None) -> str:
     rows = dict(_impact_rows(impact))
-    shown = ("slowest", "exclude")
+    shown = ("slowest", "slowest link", "exclude")
     return " · ".join(f"{label} {rows[label]}" for label in shown if label in rows)
 
 
@@ -103,4 +103,10 @@ def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
                      else fold_hosts(exclude)))
     if impact.get("recovered_pct") is not None:
         rows.append(("recovered by excluding", _pct(impact["recovered_pct"])))
+    link = impact.get("slowest_link")
+    if link and impact.get("link_slowdown_pct") is not None:
+        rail = "" if link.get("rail") is None else f" rail {link['rail']}"
+        rows.append(("slowest link", f"{link['a']} ↔ {link['b']}{rail} {link['value']:.1f} vs {link['reference']:.1f} "
+                                     f"{link.get('unit') or ''} (-{_pct(impact['link_slowdown_pct'])}; a ring "
+                                     "collective runs at its slowest link)"))
     return rows

@@ -55,3 +55,15 @@ def test_no_links_run_for_none_or_a_single_host_and_an_unknown_mode_is_refused()
     assert _run([], hosts=["node001"])[0].records == ()
     with pytest.raises(ValueError, match="unknown link mode"):
         _run([], mode="all")
+
+
+def test_a_slow_link_bounds_the_job_and_excluding_one_end_recovers_it():
+    from gpudiag.links.impact import link_impact
+
+    run, _ = _run([{"kind": "slow_link", "a": "node002", "b": "node009", "factor": 0.5}], mode="full")
+    impact = link_impact(run, exclude=[])
+    assert impact["slowest_link"]["a"] == "node002" and impact["slowest_link"]["b"] == "node009"
+    assert 45 < impact["link_slowdown_pct"] < 55 and impact["link_recovered_pct"] == 0.0
+    recovered = link_impact(run, exclude=["node009"])
+    assert recovered["link_recovered_pct"] > 40  # what is left is noise among the other pairs
+    assert link_impact(_run([], mode="none")[0], exclude=[]) is None
