@@ -23,6 +23,7 @@ from .baseline import Baseline, list_baselines, load_baseline
 from .bundle import Bundle, BundleMissing, locate_bundle
 from .errors import InputError, InstallationError
 from .hosts import HostSpec, load_hosts
+from .links.attribution import link_thresholds
 from .links.impact import link_impact
 from .links.rounds import LinkRun, PairRunner, run_links
 from .links.schedule import FULL, SCREEN
@@ -167,7 +168,7 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult) -> LinkRun 
     if mode == "none" or runner is None:
         return None
     return run_links([host.host for host in first.hosts if host.ok], mode, runner,
-                     parallel=request.sweep.fanout)
+                     link_thresholds(setup.thresholds), parallel=request.sweep.fanout)
 
 
 def _pair_runner(connector: Connector) -> PairRunner | None:

@@ -32,6 +32,12 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "host_load_per_cpu": ("host_load_per_cpu", "ratio", False),
     "host_cpus_usable": ("host_cpus_usable_pct", "percent", False),
     "host_memory_available": ("host_memory_available_pct", "percent", False),
+    "link_deficit": ("link_deficit_pct", "percent", False),
+    "link_robust_z": ("link_robust_z", "sigma", False),
+    "link_line_rate_efficiency": ("link_line_rate_efficiency_pct", "percent", False),
+    "link_mad_floor": ("link_mad_floor_pct", "percent", False),
+    "link_min_hosts": ("link_min_hosts", "count", True),
+    "link_confirm_partners": ("link_confirm_partners", "count", True),
 }
 
 
@@ -49,7 +55,8 @@ class Thresholds:
     a fleet-wide shift. A clocks-event reason counts when active in ``throttle_share_pct`` of the
     loaded NVML samples. A host is starved when its 1-minute load exceeds ``host_load_per_cpu``
     per usable CPU, fewer than ``host_cpus_usable_pct`` of its CPUs are usable, or less than
-    ``host_memory_available_pct`` of its memory is available."""
+    ``host_memory_available_pct`` of its memory is available. The ``link_*`` figures judge node
+    pairs (gpudiag.links.attribution.LinkThresholds)."""
 
     robust_z: float
     deficit_warn_pct: float
@@ -64,6 +71,12 @@ class Thresholds:
     host_load_per_cpu: float
     host_cpus_usable_pct: float
     host_memory_available_pct: float
+    link_deficit_pct: float
+    link_robust_z: float
+    link_line_rate_efficiency_pct: float
+    link_mad_floor_pct: float
+    link_min_hosts: int
+    link_confirm_partners: int
 
 
 def default_thresholds() -> Thresholds:
@@ -103,8 +116,10 @@ def _from_mapping(data: dict[str, Any], source: str) -> Thresholds:
     thresholds = Thresholds(**values)
     if thresholds.deficit_fail_pct < thresholds.deficit_warn_pct:
         raise InputError(f"{source}: deficit_fail must be at least deficit_warn")
-    if thresholds.robust_z >= 0:
-        raise InputError(f"{source}: robust_z: must be negative (sigma below the reference)")
+    if thresholds.robust_z >= 0 or thresholds.link_robust_z >= 0:
+        raise InputError(f"{source}: robust_z and link_robust_z must be negative (sigma below the reference)")
+    if thresholds.link_min_hosts < 2 or thresholds.link_confirm_partners < 2:
+        raise InputError(f"{source}: link_min_hosts and link_confirm_partners must be at least 2")
     return thresholds
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, cast
 
 from ..analysis.reference import fleet_reference
+from ..thresholds import Thresholds
 from .schedule import Pair, Suspects, pair_key
 
 BACKENDS = ("tcp", "nccl", "perftest")
@@ -81,6 +82,14 @@ class LinkThresholds:
 
 
 DEFAULT_THRESHOLDS = LinkThresholds()
+
+
+def link_thresholds(thresholds: Thresholds) -> LinkThresholds:
+    """The link figures of the project's thresholds file (``link_*`` entries)."""
+    return LinkThresholds(deficit_pct=thresholds.link_deficit_pct, robust_z=thresholds.link_robust_z,
+                          line_rate_efficiency_pct=thresholds.link_line_rate_efficiency_pct,
+                          mad_floor_pct=thresholds.link_mad_floor_pct, min_hosts=thresholds.link_min_hosts,
+                          confirm_partners=thresholds.link_confirm_partners)
 
 
 @dataclass(frozen=True)

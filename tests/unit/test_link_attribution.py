@@ -254,3 +254,13 @@ def test_thresholds_are_checked():
         LinkThresholds(robust_z=3.0)
     with pytest.raises(ValueError, match="line_rate_efficiency_pct"):
         LinkThresholds(line_rate_efficiency_pct=120.0)
+
+
+def test_link_thresholds_come_from_the_thresholds_file_and_an_override_reaches_them(tmp_path):
+    from gpudiag.links.attribution import link_thresholds
+    from gpudiag.thresholds import load_thresholds
+
+    assert link_thresholds(load_thresholds(None)) == LinkThresholds()
+    path = tmp_path / "t.json"
+    path.write_text('{"schema": "gpudiag.thresholds/1", "link_deficit": {"value": 20, "unit": "percent"}}')
+    assert link_thresholds(load_thresholds(str(path))).deficit_pct == 20.0
