@@ -78,7 +78,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--p2p", action="store_true", help="also 56 NVLink pair records per node")
+    parser.add_argument("--smoke", action="store_true", help="200 nodes: seconds")
     arguments = parser.parse_args()
+    if arguments.smoke:
+        arguments.nodes = 200
     rng = random.Random(3)
     slow = {f"node{i:05d}": rng.randrange(8) for i in rng.sample(range(arguments.nodes), 20)}
     hosts = [node(f"node{i:05d}", rng, slow.get(f"node{i:05d}"), arguments.p2p) for i in range(arguments.nodes)]

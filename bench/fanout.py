@@ -8,6 +8,7 @@ and prints the wall-clock ratio (target <= 1.2x pdsh) and the controller's CPU t
 Then the end-to-end wall time of ``gpudiag sweep`` with real CPU probes on the same hosts.
 
 Usage: python bench/fanout.py [--sizes 32 64] [--repeat 3]
+       python bench/fanout.py --smoke      (4 hosts, one run: seconds)
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from sshd_hosts import SshdFleet  # noqa: E402
 
 from gpudiag.hosts import HostSpec  # noqa: E402
 from gpudiag.nodeprobe import ProbeOptions  # noqa: E402
+from gpudiag.plan import SweepRequest, run_plan  # noqa: E402
 from gpudiag.progress import QuietProgress  # noqa: E402
 from gpudiag.sshconfig import SshOptions, resolve_all  # noqa: E402
-from gpudiag.sweep import SweepOptions, SweepRequest, run_fleet_sweep  # noqa: E402
+from gpudiag.sweep import SweepOptions  # noqa: E402
 from gpudiag.transport.fleet import FleetConnector  # noqa: E402
 from gpudiag.transport.ssh import SshSettings  # noqa: E402
 
@@ -88,9 +90,9 @@ def end_to_end(names: list[str], hosts_file: Path, options: SshOptions, fanout: 
         hosts_argument=str(hosts_file),
         sweep=SweepOptions(probe=ProbeOptions(names=("facts", "gemm", "membw"), duration_s=0.5,
                                               python=sys.executable), fanout=fanout),
-        ssh=options, settings=SshSettings())
+        ssh=options, settings=SshSettings(), links="none")
     started = time.perf_counter()
-    result = run_fleet_sweep(request, io.StringIO(), QuietProgress())
+    result = run_plan(request, io.StringIO(), QuietProgress())
     return time.perf_counter() - started, sum(host.ok for host in result.hosts)
 
 
@@ -100,7 +102,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--fanout", type=int, default=64)
     parser.add_argument("--no-end-to-end", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="4 hosts, one run, the end-to-end sweep included")
     arguments = parser.parse_args()
+    if arguments.smoke:
+        arguments.sizes, arguments.repeat = [4], 1
     if shutil.which("pdsh") is None:
         raise SystemExit("pdsh is not installed: run scripts/install-test-deps")
     print(f"fan-out benchmark: {os.cpu_count()} CPUs, fanout {arguments.fanout}, median of {arguments.repeat} runs")

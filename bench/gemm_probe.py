@@ -84,14 +84,17 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=1.0, help="probe --duration (s)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    parser.add_argument("--smoke", action="store_true", help="two short runs: seconds")
     arguments = parser.parse_args()
+    if arguments.smoke:
+        arguments.duration, arguments.runs = 0.2, 2
     ctx = ProbeContext(duration_s=arguments.duration, dtype=arguments.dtype)
     values, params, walls = probe_runs(ctx, arguments.runs)
     gpu_count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     print(f"gemm probe benchmark: {gpu_count or 'no'} GPU(s), torch {torch.__version__}, "
           f"{arguments.runs} probe runs of --duration {arguments.duration:g} s")
     print(f"{'device':8} {'shape':>12} {'probe TFLOP/s':>14} {'best plain':>11} {'ratio':>6} "
-          f"{'CV 5 runs':>10}")
+          f"{f'CV {arguments.runs} runs':>10}")
     for device, figures in values.items():
         p = params[device]
         plain = best_plain_matmul(device, int(p["m"]), p["dtype"], seconds=max(2.0, arguments.duration))

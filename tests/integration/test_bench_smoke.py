@@ -28,3 +28,18 @@ def test_the_link_schedule_benchmark_runs_and_names_the_planted_faults():
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "screen" in done.stdout and "full" in done.stdout
+
+
+def test_the_fanout_benchmark_runs_against_pdsh_on_real_sshd_hosts():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "fanout.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "end-to-end sweep" in done.stdout and "4/4 ok" in done.stdout
+
+
+def test_the_analysis_scale_and_gemm_probe_benchmarks_run_at_their_smoke_size():
+    for script, expected in (("analysis_scale.py", "of the 20 slow GPUs named"), ("gemm_probe.py", "TFLOP/s")):
+        done = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke"], capture_output=True,
+                              text=True, timeout=300, check=False)
+        assert done.returncode == 0, (script, done.stderr[-2000:])
+        assert expected in done.stdout, (script, done.stdout[-1000:])
