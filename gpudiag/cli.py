@@ -27,7 +27,7 @@ from .plan import LINK_MODES, SweepRequest, run_plan
 from .progress import make_progress
 from .render import render_probe_results, render_sweep_table
 from .report import render_report, write_report
-from .simulate import demo_fleet_path
+from .sim import demo_fleet_path
 from .sshconfig import SshOptions
 from .store import default_store_path
 from .sweep import SweepOptions, SweepResult, write_sweep_json

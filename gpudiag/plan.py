@@ -30,7 +30,7 @@ from .links.schedule import FULL, SCREEN
 from .links.simulated import SimulatedPairRunner
 from .links.verdicts import link_findings
 from .progress import QuietProgress, SweepProgress
-from .simulate import SimulatedConnector, load_fleet
+from .sim import SimulatedConnector, load_fleet
 from .sshconfig import SshOptions, resolve_all
 from .store import Store
 from .sweep import Connector, HostOutcome, SweepOptions, SweepResult, new_sweep_id, run_sweep

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from ..simulate import SimulatedFleet
+from ..sim import SimulatedFleet
 from .attribution import LinkResult
 from .schedule import pair_key
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpudiag.cli import main
-from gpudiag.simulate import demo_fleet_path
+from gpudiag.sim import demo_fleet_path
 
 EXPECTED = {("throttled", "node012", 0), ("slow_gpu", "node017", 3), ("degraded_pcie", "node021", 5),
             ("nvlink_down", "node033", 2), ("slow_node", "node040", None), ("slow_nic", "node030", None),

@@ -6,7 +6,7 @@ import pytest
 from gpudiag.links.rounds import run_links
 from gpudiag.links.simulated import SimulatedPairRunner
 from gpudiag.links.verdicts import link_findings
-from gpudiag.simulate import SimulatedFleet, parse_fleet
+from gpudiag.sim import SimulatedFleet, parse_fleet
 
 
 def _run(faults, mode="screen", nodes=16, hosts=None):

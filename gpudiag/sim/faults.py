@@ -1,0 +1,180 @@
+"""The faults planted in a fleet file, checked: each against its own node's GPU count, NVLinks
+and rails, none twice, and every node left a GPU that torch can use. What each kind does to the
+records is gpudiag/sim/fleet.py's business (its docstring lists them)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..sku import Sku, SkuTable
+from .nodespecs import NodeSpec
+from .reader import FieldReader, json_type
+from .records import PROBE_NAMES
+
+# Fleet-file throttle reason -> NVML clocks-event reason bit (probes/nvml.py).
+THROTTLE_REASON_BITS = {"hw_slowdown": 0x8, "hw_thermal": 0x40, "hw_power_brake": 0x80, "sw_thermal": 0x20,
+                        "sw_power_cap": 0x4}
+PCIE_WIDTHS = (1, 2, 4, 8)
+DEFAULT_THROTTLE_FACTOR = 0.7
+DEFAULT_PROBE_ERROR = "CUDA error: an illegal memory access was encountered (Xid 13)"
+# kind -> (required fields, optional fields); every fault also has "kind".
+FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "slow_gpu": (("host", "gpu", "factor"), ()),
+    "throttled": (("host", "gpu", "reason"), ("factor", "share", "full_load_only")),
+    "degraded_pcie": (("host", "gpu", "width"), ()), "nvlink_down": (("host", "gpu", "link"), ()),
+    "gpu_lost": (("host", "gpu"), ()), "gpu_missing": (("host", "gpu"), ()),
+    "probe_error": (("host", "probe"), ("gpu", "reason", "from_call")),
+    "slow_node": (("host", "factor"), ()), "slow_nic": (("host", "factor"), ("rail",)),
+    "slow_link": (("a", "b", "factor"), ("rail",)), "unreachable": (("host",), ()), "hang": (("host",), ())}
+# GPUs that torch cannot use: a node needs at least one left.
+GONE_KINDS = ("gpu_lost", "gpu_missing")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planted fault. ``host`` is the node (for ``slow_link``: end ``a``, ``peer`` is end ``b``);
+    ``factor`` scales the speed it affects (0 < factor ≤ 1); ``width`` is PCIe lanes; ``reason``
+    is the throttle reason (``throttled``) or the error text (``probe_error``); ``share``,
+    ``full_load_only``, ``probe`` and ``from_call`` as gpudiag/sim/fleet.py's docstring says."""
+
+    kind: str
+    host: str
+    gpu: int | None = None
+    factor: float = 1.0
+    reason: str | None = None
+    width: int | None = None
+    link: int | None = None
+    peer: str | None = None
+    rail: int | None = None
+    probe: str | None = None
+    share: float = 1.0
+    full_load_only: bool = False
+    from_call: int = 0
+
+
+@dataclass(frozen=True)
+class _FaultContext:
+    read: FieldReader
+    hosts: tuple[str, ...]
+    specs: Mapping[str, NodeSpec]
+    table: SkuTable
+
+    def sku(self, host: str) -> Sku:
+        return self.table.skus[self.specs[host].gpu_model]
+
+
+def check_faults(read: FieldReader, entries: list[Any], hosts: tuple[str, ...], specs: Mapping[str, NodeSpec],
+                 table: SkuTable) -> tuple[Fault, ...]:
+    """The fleet file's ``faults`` list, each checked against its node (``specs``, every node of
+    ``hosts``). Raises InputError."""
+    context = _FaultContext(read, hosts, specs, table)
+    faults: list[Fault] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    gone: Counter[str] = Counter()
+    for index, entry in enumerate(entries):
+        path = f"faults[{index}]"
+        fault = _fault(context, entry, path)
+        identity = (fault.kind, fault.gpu, fault.link, fault.rail, fault.probe, *sorted((fault.host, fault.peer or "")))
+        if fault.kind in GONE_KINDS:
+            identity = ("gone", fault.gpu, fault.host)  # a GPU is lost or missing, not both
+        if identity in seen:
+            raise context.read.error(path, f"duplicates faults[{seen[identity]}]")
+        seen[identity] = index
+        if fault.kind in GONE_KINDS:
+            gone[fault.host] += 1
+            if gone[fault.host] >= context.specs[fault.host].gpus_per_node:
+                raise context.read.error(path, f"leaves {fault.host} no GPU that torch can use; the simulator "
+                                         "does not model a node without GPUs")
+        faults.append(fault)
+    return tuple(faults)
+
+
+def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
+    read = context.read
+    if not isinstance(entry, dict):
+        raise read.error(path, f"expected a JSON object, got {json_type(entry)}")
+    kind = read.text(entry, "kind", path=path)
+    if kind not in FAULT_FIELDS:
+        raise read.error(f"{path}.kind", f"{json.dumps(kind)} is not a fault kind; "
+                         f"choose from {', '.join(FAULT_FIELDS)}")
+    required, optional = FAULT_FIELDS[kind]
+    read.keys(entry, path, ("kind", *required, *optional), required)
+    fields: dict[str, Any] = {"kind": kind}
+    for key in ("host", "a", "b"):
+        if key in entry:
+            fields["peer" if key == "b" else "host"] = _host(context, entry, key, path)
+    if kind == "slow_link" and fields["host"] == fields["peer"]:
+        raise read.error(f"{path}.b", "a link needs two different nodes")
+    fields.update(_gpu_fields(context, entry, path, fields["host"]))
+    if "rail" in entry:
+        fields["rail"] = _rail(context, entry, path, [fields["host"], *([fields["peer"]] if "peer" in fields else [])])
+    if "factor" in required or "factor" in optional:
+        fields["factor"] = read.factor(entry, "factor", DEFAULT_THROTTLE_FACTOR, path)
+    if kind == "throttled":
+        fields.update(_throttle_fields(read, entry, path))
+    if kind == "probe_error":
+        fields.update(_probe_error_fields(read, entry, path, fields.get("gpu")))
+    if "width" in entry:
+        fields["width"] = _choice(read, entry, "width", path, PCIE_WIDTHS, "a degraded PCIe width (lanes)")
+    return Fault(**fields)
+
+
+def _gpu_fields(context: _FaultContext, entry: dict[str, Any], path: str, host: str) -> dict[str, Any]:
+    """``gpu`` and ``link``, checked against ``host``'s own GPU count and SKU."""
+    fields: dict[str, Any] = {}
+    spec, sku = context.specs[host], context.sku(host)
+    if "gpu" in entry:
+        fields["gpu"] = _index(context, entry, "gpu", path, spec.gpus_per_node,
+                               f"gpus_per_node {spec.gpus_per_node} of {host}")
+    if "link" in entry:
+        fields["link"] = _index(context, entry, "link", path, sku.nvlinks,
+                                f"the {sku.nvlinks} NVLinks of {sku.gpu_model}")
+    return fields
+
+
+def _rail(context: _FaultContext, entry: dict[str, Any], path: str, hosts: Sequence[str]) -> int:
+    """The ``rail`` field, checked against every named node's rails."""
+    sku = min((context.sku(host) for host in hosts), key=lambda sku: sku.network.rails)
+    rails = sku.network.rails
+    return _index(context, entry, "rail", path, rails, f"the {rails} rails of a {sku.gpu_model} node")
+
+
+def _throttle_fields(read: FieldReader, entry: dict[str, Any], path: str) -> dict[str, Any]:
+    return {"reason": _choice(read, entry, "reason", path, tuple(THROTTLE_REASON_BITS), "a throttle reason"),
+            "share": read.factor(entry, "share", 1.0, path),
+            "full_load_only": read.flag(entry, "full_load_only", False, path)}
+
+
+def _probe_error_fields(read: FieldReader, entry: dict[str, Any], path: str, gpu: int | None) -> dict[str, Any]:
+    probe = _choice(read, entry, "probe", path, PROBE_NAMES, "a probe")
+    if probe == "facts" and gpu is not None:
+        raise read.error(f"{path}.gpu", "the facts probe has no per-GPU records; leave gpu out")
+    return {"probe": probe, "reason": read.text(entry, "reason", DEFAULT_PROBE_ERROR, path),
+            "from_call": read.integer(entry, "from_call", 0, path, low=0)}
+
+
+def _host(context: _FaultContext, entry: dict[str, Any], key: str, path: str) -> str:
+    host = context.read.text(entry, key, path=path)
+    if host not in context.specs:
+        span = f"{context.hosts[0]}..{context.hosts[-1]}"
+        raise context.read.error(f"{path}.{key}", f"{json.dumps(host)} is not a node of this fleet ({span})")
+    return host
+
+
+def _index(context: _FaultContext, entry: dict[str, Any], key: str, path: str, count: int, what: str) -> int:
+    value = context.read.integer(entry, key, path=path)
+    if not 0 <= value < count:
+        raise context.read.error(f"{path}.{key}", f"{value} is out of range 0..{count - 1} for {what}")
+    return value
+
+
+def _choice(read: FieldReader, entry: dict[str, Any], key: str, path: str, choices: Sequence[Any], what: str) -> Any:
+    value = entry[key]
+    if isinstance(value, bool) or value not in choices:
+        raise read.error(f"{path}.{key}", f"{json.dumps(value)} is not {what}; choose from "
+                         f"{', '.join(str(choice) for choice in choices)}")
+    return value

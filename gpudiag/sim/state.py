@@ -1,0 +1,173 @@
+"""The state of a simulated node, what its records are drawn from: per-GPU speed, clock-event and
+link figures, which GPUs NVML and torch see, which probes fail. gpudiag/sim/fleet.py derives it
+from the fleet file; nothing here knows of faults.
+
+GPUs are numbered as on a real node: telemetry labels the GPUs NVML lists ``gpu:<NVML index>``;
+the torch probes label the GPUs CUDA can use ``cuda:<n>``, numbered 0.. in bus order without the
+lost ones (CUDA renumbers), so a GPU keeps its UUID but may change its ``cuda:`` number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from ..sku import Sku
+
+# PCI buses of the eight GPUs of an HGX baseboard, in NVML order.
+PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Relative spread (coefficient of variation) of measurements across GPUs and runs."""
+
+    gemm_cv: float = 0.01
+    membw_cv: float = 0.01
+    link_cv: float = 0.02
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """An NVML clocks-event reason (``bit``) that slows a GPU's SM clock to ``factor`` × maximum.
+
+    It is active in ``share`` (0 < share ≤ 1) of the NVML samples taken under load; with share
+    1 it is also active at idle. ``full_load_only``: it acts only while every GPU of the node is
+    loaded at once (a concurrent GEMM or memory copy), never at idle or with one GPU loaded.
+    """
+
+    bit: int
+    factor: float = 1.0
+    share: float = 1.0
+    full_load_only: bool = False
+
+    def acts(self, all_loaded: bool) -> bool:
+        """Whether it acts in a run with every GPU loaded (``all_loaded``) or one at a time."""
+        return all_loaded or not self.full_load_only
+
+    @property
+    def acts_at_idle(self) -> bool:
+        return self.share >= 1.0 and not self.full_load_only
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """One simulated GPU: identity, where NVML and torch see it, and the factors its
+    measurements are scaled by (1.0: healthy).
+
+    ``index`` is its slot on the baseboard (the fleet file's GPU number; identity and noise
+    follow it); ``nvml_index`` its NVML number; ``cuda_index`` its torch number, None when
+    ``lost`` (NVML lists it, but it answers nothing and torch cannot see it).
+    ``compute_factor`` scales GEMM alone; ``throttles`` slow the SM clock (and with it GEMM,
+    copies and power); ``pcie_width`` is the trained link width (lanes); ``nvlinks_down`` the
+    NVLink indices that are down.
+    """
+
+    index: int
+    gpu_uuid: str
+    serial: str
+    pci_bus_id: str
+    nvml_index: int
+    cuda_index: int | None
+    compute_factor: float = 1.0
+    throttles: tuple[Throttle, ...] = ()
+    pcie_width: int = 16
+    nvlinks_down: frozenset[int] = frozenset()
+    lost: bool = False
+
+    @property
+    def device(self) -> str:
+        """The torch probes' label, ``cuda:<n>``. Raises ValueError for a lost GPU (torch has none)."""
+        if self.cuda_index is None:
+            raise ValueError(f"GPU {self.gpu_uuid} is lost: torch does not see it")
+        return f"cuda:{self.cuda_index}"
+
+    @property
+    def idle_throttle_bits(self) -> int:
+        """The clocks-event reason bits active while the GPU idles."""
+        return _bits(t for t in self.throttles if t.acts_at_idle)
+
+    def acting_throttles(self, all_loaded: bool) -> tuple[Throttle, ...]:
+        """The throttles acting under load: every GPU loaded at once (``all_loaded``) or this one alone."""
+        return tuple(t for t in self.throttles if t.acts(all_loaded))
+
+    def clock_factor(self, all_loaded: bool) -> float:
+        """The mean SM clock under load over the maximum: each acting throttle slows its share of the time."""
+        factor = 1.0
+        for throttle in self.acting_throttles(all_loaded):
+            factor *= 1.0 - throttle.share * (1.0 - throttle.factor)
+        return factor
+
+
+def _bits(throttles: Iterable[Throttle]) -> int:
+    mask = 0
+    for throttle in throttles:
+        mask |= throttle.bit
+    return mask
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """A probe whose records for GPU slot ``gpu`` (every GPU when None; for p2p None means the
+    whole probe) are ``error`` records saying ``reason``."""
+
+    probe: str
+    gpu: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One simulated node: the GPUs on its PCI bus in NVML order, software, ``host_factor`` (host
+    CPU/memory speed, 1.0: healthy) and the probes that fail on this run."""
+
+    host: str
+    sku: Sku
+    gpus: tuple[GpuState, ...]
+    gpu_memory_mib: int
+    driver: str
+    cuda: str
+    torch: str
+    noise: Noise
+    host_factor: float = 1.0
+    probe_failures: tuple[ProbeFailure, ...] = ()
+
+    @property
+    def cuda_gpus(self) -> tuple[GpuState, ...]:
+        """The GPUs torch sees, in ``cuda:`` order."""
+        return tuple(gpu for gpu in self.gpus if not gpu.lost)
+
+    def failure(self, probe: str, gpu: GpuState | None) -> str | None:
+        """The error reason of ``probe`` on ``gpu`` (None: the probe as a whole), or None when it works."""
+        for failure in self.probe_failures:
+            if failure.probe == probe and (failure.gpu is None or (gpu is not None and failure.gpu == gpu.index)):
+                return failure.reason
+        return None
+
+
+def gpu_identity(seed: int, host: str, index: int) -> GpuState:
+    """A healthy GPU in slot ``index`` with a UUID, serial and PCI bus id that depend only on seed,
+    host and index; NVML and torch number it ``index``."""
+    digest = hashlib.sha256(f"{seed}:{host}:gpu{index}".encode()).hexdigest()
+    gpu_uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+    serial = str(int(digest[32:48], 16))[:13].rjust(13, "1")
+    bus = PCI_BUSES[index] if index < len(PCI_BUSES) else (0x18 + 0x11 * index) % 256
+    return GpuState(index=index, gpu_uuid=gpu_uuid, serial=serial, pci_bus_id=f"00000000:{bus:02X}:00.0",
+                    nvml_index=index, cuda_index=index)
+
+
+def number_gpus(on_bus: Sequence[GpuState]) -> tuple[GpuState, ...]:
+    """The GPUs on the bus (slot order) numbered as NVML and CUDA number them: NVML 0.. over all
+    of them, CUDA 0.. over those not lost."""
+    numbered = []
+    cuda_index = 0
+    for nvml_index, gpu in enumerate(on_bus):
+        numbered.append(replace(gpu, nvml_index=nvml_index, cuda_index=None if gpu.lost else cuda_index))
+        cuda_index += 0 if gpu.lost else 1
+    return tuple(numbered)
+
+
+# A random source per record: ``draw(label)`` is seeded by fleet seed, host, call and label.
+Draw = Callable[[str], random.Random]
