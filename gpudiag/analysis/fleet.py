@@ -38,7 +38,6 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-
 def fleet_shifts(suspects: Sequence[Suspect], found: Sequence[Measurement], thresholds: Thresholds) -> list[Finding]:
     """One ``fleet_shift`` per probe and metric that is slow on ``fleet_shift_share`` of the hosts
     measuring it (at least ``min_peers`` of them): a regression most of the fleet shares."""
