@@ -1,0 +1,470 @@
+"""Pairwise network probes: one pair server and one pair client per test, driven over SSH.
+
+    python -m probes net-server --backend tcp|nccl|perftest|auto [--bind ADDR] [--deadline S]
+    python -m probes net-client --backend tcp|nccl|perftest --connect HOST:PORT [--duration S]
+                                [--streams N] [--direction both|client_to_server|server_to_client]
+    python -m probes net-info
+
+The server binds an ephemeral port, prints ``{"event": "listening", "port": ...}`` as its first
+line (or, when it cannot serve at all, only a ``done`` line saying why), serves exactly one
+client, prints ``{"event": "done", "status": "ok"|"error"|"skipped", "reason": ...}`` and exits
+— after its test or at its deadline, whichever comes first (exit 124 at the deadline, like
+``timeout``), its own children ended with it. The client
+prints one record (probes/records.py) per direction, and per rail where the backend has rails;
+a pair that cannot connect, stalls or is reset gives ``error`` records with the reason, a
+missing tool ``skipped`` ones. ``net-info`` prints what ``--backend auto`` would pick and the
+node's rails. The test parameters (duration, streams, message size, rails) are the client's;
+the server needs only its backend, address and deadline, so a controller starts the server,
+reads its port, then starts the client on the other node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from .context import Deadline
+from .rates import transfer_gbps
+from .records import ERROR, Record, coefficient_of_variation, write_records
+from .runner import EXIT_DEADLINE, EXIT_OK
+
+PROBE = "net"
+METRIC = "bandwidth"
+UNIT = "Gbit/s"
+PROTOCOL = "gpudiag-net/1"
+COMMANDS = ("net-server", "net-client", "net-info")
+BACKENDS = ("tcp", "nccl", "perftest")
+DIRECTIONS = ("client_to_server", "server_to_client")
+# A silent peer or socket (no byte, no answer) for this long is a failure, not a slow link.
+STALL_S = 10.0
+CONNECT_TIMEOUT_S = 10.0
+DEADLINE_GRACE_S = 2.0
+MAX_MESSAGE_LINE = 1 << 20
+# nccl transfers are at least this large (bytes), so the figure is bandwidth, not latency.
+NCCL_MIN_BYTES = 64 << 20
+
+
+class ProtocolError(Exception):
+    """The peer said something this protocol does not expect; the message says what."""
+
+
+@dataclass(frozen=True)
+class NetOptions:
+    """The command line of ``net-server`` / ``net-client`` as the backends see it.
+
+    ``host``/``port`` are the server to connect to (client only); ``duration_s`` the timed
+    seconds per direction; ``streams`` parallel TCP streams or perftest QPs; ``rails`` the rails
+    to test (None: all); ``hcas`` the RDMA devices rails may use (None: all); ``message_bytes``
+    the size of one transfer (None: the backend's default); ``sysfs_root`` replaces /sys.
+    """
+
+    role: str
+    backend: str
+    deadline_s: float = 60.0
+    bind: str = ""
+    host: str | None = None
+    port: int | None = None
+    duration_s: float = 2.0
+    streams: int = 4
+    directions: tuple[str, ...] = DIRECTIONS
+    rails: tuple[int, ...] | None = None
+    hcas: tuple[str, ...] | None = None
+    allow_socket: bool = False
+    message_bytes: int | None = None
+    gid_index: int | None = None
+    gpu_direct: bool = True
+    ib_write_bw: str | None = None
+    sysfs_root: str = "/sys"
+
+    @property
+    def peer(self) -> str:
+        """``HOST:PORT`` of the server as the client was told it (``[v6]:port`` for IPv6)."""
+        return join_host_port(self.host or "", self.port or 0)
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """What decides which link figures may be compared (the record's ``params``)."""
+
+    backend: str
+    direction: str
+    streams: int
+    duration_s: float
+    rail: int | None = None
+    hca: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> str:
+        return "host" if self.rail is None else f"rail:{self.rail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "direction": self.direction, "streams": self.streams,
+                "duration_s": self.duration_s, "rail": self.rail, "hca": self.hca, **self.extra}
+
+
+def bandwidth_record(params: LinkParams, bytes_moved: int, elapsed_s: float, interval_gbps: Sequence[float],
+                     details: Mapping[str, Any], gpu_uuid: str | None = None) -> Record:
+    """An ``ok`` record: ``bytes_moved`` over ``elapsed_s`` wall seconds in Gbit/s, the
+    interval figures as its samples (their CV attached)."""
+    gbps = bits_gbps(bytes_moved, elapsed_s)
+    samples = list(interval_gbps) or [gbps]
+    return Record(probe=PROBE, device=params.device, metric=METRIC, value=round(gbps, 4), unit=UNIT,
+                  gpu_uuid=gpu_uuid, samples=len(samples), cv=round(coefficient_of_variation(samples), 5),
+                  params=params.to_dict(),
+                  details={"bytes": bytes_moved, "elapsed_s": round(elapsed_s, 6), **details})
+
+
+def figure_record(params: LinkParams, gbps: float, details: Mapping[str, Any], gpu_uuid: str | None = None) -> Record:
+    """An ``ok`` record of one figure a tool reported (ib_write_bw's average): one sample."""
+    return Record(probe=PROBE, device=params.device, metric=METRIC, value=round(gbps, 4), unit=UNIT,
+                  gpu_uuid=gpu_uuid, samples=1, params=params.to_dict(), details=dict(details))
+
+
+def link_failure(params: LinkParams, reason: str, details: Mapping[str, Any] | None = None,
+                 status: str = ERROR, gpu_uuid: str | None = None) -> Record:
+    """An ``error`` (or ``skipped``) record for one direction of one link, with the reason."""
+    return Record(probe=PROBE, device=params.device, metric=METRIC, value=None, unit=None, status=status,
+                  reason=reason, gpu_uuid=gpu_uuid, params=params.to_dict(), details=dict(details or {}))
+
+
+def bits_gbps(bytes_moved: int, seconds: float) -> float:
+    """Gbit/s for ``bytes_moved`` bytes in ``seconds`` (decimal: 1 Gbit = 1e9 bits)."""
+    return 8 * transfer_gbps(bytes_moved, seconds) if seconds > 0 else 0.0
+
+
+class Output:
+    """Writes JSON lines (events and records) to one stream, whole lines only, from any thread."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def event(self, name: str, **fields: Any) -> None:
+        with self._lock:
+            self._stream.write(json.dumps({"event": name, **fields}, allow_nan=False) + "\n")
+            self._stream.flush()
+
+    def record(self, record: Record) -> None:
+        with self._lock:
+            write_records([record], self._stream)
+
+
+def start_watchdog(deadline: Deadline, on_expiry: Callable[[], None], grace_s: float = DEADLINE_GRACE_S) -> None:
+    """End the process (status 124) when ``deadline`` plus ``grace_s`` passes, after
+    ``on_expiry`` has written what is missing. A backstop: every wait also has its own timeout."""
+
+    def watch() -> None:
+        time.sleep(deadline.left_s() + grace_s)
+        on_expiry()
+        os._exit(EXIT_DEADLINE)  # a thread stuck in a socket or NCCL call cannot be unwound
+
+    threading.Thread(target=watch, name="net-watchdog", daemon=True).start()
+
+
+# --- addresses and the control channel ---------------------------------------------------------
+
+def split_host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port). Raises ValueError."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host, int(port)
+
+
+def join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def open_listener(bind: str, backlog: int = 16) -> socket.socket:
+    """A listening TCP socket on an ephemeral port of ``bind`` ("" = every IPv4 and IPv6
+    address where the system allows it). Raises OSError."""
+    if bind:
+        family = socket.AF_INET6 if _is_ipv6(bind) else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.bind((bind, 0))
+    elif socket.has_dualstack_ipv6():
+        listener = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True, backlog=backlog)
+    else:
+        listener = socket.create_server(("", 0), backlog=backlog)
+    listener.listen(backlog)
+    return listener
+
+
+def connect(host: str, port: int, deadline: Deadline, timeout_s: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    """A connected TCP socket with Nagle off. Raises OSError (refused, unreachable, timeout)."""
+    sock = socket.create_connection((host, port), timeout=bounded(timeout_s, deadline))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def bounded(seconds: float, deadline: Deadline) -> float:
+    """``seconds``, but never past ``deadline`` (and never zero, which would mean non-blocking)."""
+    return max(0.05, min(seconds, deadline.left_s()))
+
+
+class Channel:
+    """JSON messages, one per line, over a TCP socket; every read and write has a timeout."""
+
+    def __init__(self, sock: socket.socket, deadline: Deadline) -> None:
+        self.sock = sock
+        self._deadline = deadline
+        self._reader = sock.makefile("rb")
+
+    def send(self, message: Mapping[str, Any], timeout_s: float = STALL_S) -> None:
+        self.sock.settimeout(bounded(timeout_s, self._deadline))
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def receive(self, timeout_s: float = STALL_S) -> dict[str, Any]:
+        """The next message. Raises TimeoutError, ConnectionError (the peer closed) or ProtocolError."""
+        self.sock.settimeout(bounded(timeout_s, self._deadline))
+        line = self._reader.readline(MAX_MESSAGE_LINE)
+        if not line:
+            raise ConnectionResetError("the peer closed the control connection")
+        try:
+            message = json.loads(line)
+        except ValueError as error:
+            raise ProtocolError(f"not a JSON message: {line[:80]!r}") from error
+        if not isinstance(message, dict):
+            raise ProtocolError(f"not a JSON object: {line[:80]!r}")
+        if message.get("error"):
+            raise ProtocolError(f"the peer reported: {message['error']}")
+        return message
+
+    def close(self) -> None:
+        self._reader.close()
+        self.sock.close()
+
+
+def accept_client(listener: socket.socket, backend: str, deadline: Deadline) -> tuple[Channel, dict[str, Any], str]:
+    """Wait for a client's hello on ``listener``: (its channel, its hello, its address).
+
+    A connection that does not greet with this protocol and backend within a few seconds is
+    dropped and the wait goes on. Raises TimeoutError at the deadline.
+    """
+    while True:
+        if deadline.expired():
+            raise TimeoutError("no client came before the deadline")
+        listener.settimeout(bounded(deadline.left_s(), deadline))
+        conn, address = listener.accept()
+        channel = Channel(conn, deadline)
+        try:
+            hello = channel.receive(timeout_s=5.0)
+        except (OSError, ProtocolError) as error:
+            print(f"net-server: dropped a connection from {address[0]}: {error}", file=sys.stderr)
+            channel.close()
+            continue
+        if hello.get("protocol") != PROTOCOL or hello.get("backend") != backend:
+            print(f"net-server: dropped a connection from {address[0]} that did not greet as a "
+                  f"{PROTOCOL} {backend} client", file=sys.stderr)
+            channel.close()
+            continue
+        return channel, hello, plain_address(str(address[0]))
+
+
+def plain_address(address: str) -> str:
+    """``::ffff:10.0.0.2`` (an IPv4 peer on a dual-stack socket) -> ``10.0.0.2``; others unchanged."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    mapped = getattr(parsed, "ipv4_mapped", None)
+    return str(mapped) if mapped is not None else address
+
+
+def describe_failure(error: BaseException, where: str) -> str:
+    """A reason for an error record that names the cause and the peer."""
+    if isinstance(error, ConnectionRefusedError):
+        return f"connection refused by {where} (nothing listening there)"
+    if isinstance(error, TimeoutError):
+        return f"timed out talking to {where}: {error or 'no answer'}"
+    if isinstance(error, ConnectionResetError):
+        return f"connection to {where} reset: {error}"
+    if isinstance(error, BrokenPipeError):
+        return f"connection to {where} broken (the peer went away)"
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve {where}: {error.strerror or error}"
+    if isinstance(error, OSError):
+        return f"network error with {where}: {error.strerror or error}"
+    return f"{where}: {error}"
+
+
+def _is_ipv6(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).version == 6
+    except ValueError:
+        return False
+
+
+# --- --backend auto ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NetCapabilities:
+    """What this node can run: ``ib_write_bw`` (its path, None when missing), RDMA devices in
+    sysfs, CUDA devices torch sees, and whether torch has NCCL."""
+
+    ib_write_bw: str | None
+    rdma_devices: tuple[str, ...]
+    cuda_devices: int
+    nccl: bool
+
+
+def choose_backend(capabilities: NetCapabilities) -> tuple[str, str]:
+    """(backend, why): perftest when ``ib_write_bw`` and RDMA devices exist, else nccl when
+    CUDA and NCCL exist, else tcp."""
+    if capabilities.ib_write_bw and capabilities.rdma_devices:
+        return "perftest", f"ib_write_bw and {len(capabilities.rdma_devices)} RDMA device(s)"
+    if capabilities.cuda_devices > 0 and capabilities.nccl:
+        missing = "no ib_write_bw" if not capabilities.ib_write_bw else "no RDMA device"
+        return "nccl", f"{capabilities.cuda_devices} CUDA device(s) and NCCL; {missing}"
+    return "tcp", "neither perftest with RDMA devices nor CUDA with NCCL"
+
+
+def detect_capabilities(sysfs_root: str = "/sys", ib_write_bw: str | None = None) -> NetCapabilities:
+    """This node's :class:`NetCapabilities` (imports torch only to count CUDA devices)."""
+    from .devices import DeviceUnavailable, import_torch
+    from .topology import list_ib_ports
+
+    cuda, nccl = 0, False
+    try:
+        torch = import_torch()
+        cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        nccl = bool(torch.distributed.is_available() and torch.distributed.is_nccl_available())
+    except DeviceUnavailable:
+        pass
+    hcas = tuple(dict.fromkeys(port.hca for port in list_ib_ports(sysfs_root)))
+    return NetCapabilities(ib_write_bw or shutil.which("ib_write_bw"), hcas, cuda, nccl)
+
+
+# --- command line ------------------------------------------------------------------------------
+
+def parse_arguments(argv: Sequence[str]) -> tuple[str, NetOptions]:
+    """(command, options) from ``argv`` (its first word is the command). Exits 2 on misuse."""
+    parser = argparse.ArgumentParser(prog="python -m probes", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    server = commands.add_parser("net-server", help="serve one pair test on an ephemeral port")
+    server.add_argument("--backend", choices=(*BACKENDS, "auto"), default="tcp")
+    server.add_argument("--bind", default="", metavar="ADDR", help="address to listen on (default: all)")
+    client = commands.add_parser("net-client", help="run one pair test against a net-server")
+    client.add_argument("--backend", choices=BACKENDS, required=True,
+                        help="the backend the server's listening line names")
+    client.add_argument("--connect", required=True, metavar="HOST:PORT")
+    client.add_argument("--duration", type=float, default=2.0, metavar="S", help="timed seconds per direction")
+    client.add_argument("--streams", type=int, default=4, metavar="N", help="parallel TCP streams or perftest QPs")
+    client.add_argument("--direction", choices=("both", *DIRECTIONS), default="both")
+    client.add_argument("--message-bytes", type=int, default=None, metavar="B",
+                        help="bytes per transfer (nccl: at least 64 MiB, default 64 MiB; perftest: default 1 MiB)")
+    for sub in (server, client):
+        sub.add_argument("--deadline", type=float, default=60.0, metavar="S",
+                         help="the process exits by itself after this many seconds")
+        sub.add_argument("--rails", default="all", metavar="LIST", help="rails to test, e.g. 0,3 (default: all)")
+        sub.add_argument("--hcas", default=None, metavar="LIST", help="RDMA devices rails may use (default: all)")
+        sub.add_argument("--allow-socket", action="store_true",
+                         help="nccl: let NCCL fall back to sockets instead of requiring IB")
+        sub.add_argument("--gid-index", type=int, default=None, metavar="N", help="perftest: GID index (-x), RoCE")
+        sub.add_argument("--no-gpu-direct", action="store_true", help="perftest: host memory even with GPUDirect")
+        sub.add_argument("--ib-write-bw", default=None, metavar="PATH", help="perftest: the ib_write_bw to run")
+        sub.add_argument("--sysfs-root", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
+    info = commands.add_parser("net-info", help="print the backend --backend auto picks and the rails")
+    info.add_argument("--sysfs-root", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
+    arguments = parser.parse_args(argv)
+    if arguments.command == "net-info":
+        return arguments.command, NetOptions(role="info", backend="auto", sysfs_root=arguments.sysfs_root)
+    try:
+        return arguments.command, _options(arguments)
+    except ValueError as error:
+        parser.error(str(error))
+        raise  # parser.error exits; this keeps type checkers content
+
+
+def _options(arguments: argparse.Namespace) -> NetOptions:
+    if arguments.deadline <= 0:
+        raise ValueError("--deadline must be positive (seconds)")
+    common: dict[str, Any] = {
+        "backend": arguments.backend, "deadline_s": arguments.deadline, "rails": _rails(arguments.rails),
+        "hcas": tuple(arguments.hcas.split(",")) if arguments.hcas else None,
+        "allow_socket": arguments.allow_socket, "gid_index": arguments.gid_index,
+        "gpu_direct": not arguments.no_gpu_direct, "ib_write_bw": arguments.ib_write_bw,
+        "sysfs_root": arguments.sysfs_root}
+    if arguments.command == "net-server":
+        return NetOptions(role="server", bind=arguments.bind, **common)
+    host, port = split_host_port(arguments.connect)
+    if arguments.duration <= 0 or arguments.streams < 1:
+        raise ValueError("--duration must be positive and --streams at least 1")
+    if arguments.message_bytes is not None and arguments.message_bytes < 1:
+        raise ValueError("--message-bytes must be positive")
+    if arguments.backend == "nccl" and arguments.message_bytes is not None and arguments.message_bytes < NCCL_MIN_BYTES:
+        raise ValueError(f"--message-bytes must be at least {NCCL_MIN_BYTES} (64 MiB) for nccl")
+    directions = DIRECTIONS if arguments.direction == "both" else (arguments.direction,)
+    return NetOptions(role="client", host=host, port=port, duration_s=arguments.duration, streams=arguments.streams,
+                      directions=directions, message_bytes=arguments.message_bytes, **common)
+
+
+def _rails(text: str) -> tuple[int, ...] | None:
+    if text == "all":
+        return None
+    try:
+        rails = tuple(sorted({int(part) for part in text.split(",")}))
+    except ValueError as error:
+        raise ValueError(f"--rails takes 'all' or rail numbers like 0,3, not {text!r}") from error
+    if any(rail < 0 for rail in rails):
+        raise ValueError("rail numbers are not negative")
+    return rails
+
+
+def _backend_module(name: str) -> Any:
+    # Imported on use: a tcp test must not pay for (or need) torch.
+    if name == "tcp":
+        from . import net_tcp
+        return net_tcp
+    if name == "nccl":
+        from . import net_nccl
+        return net_nccl
+    from . import perftest
+    return perftest
+
+
+def net_info(options: NetOptions, out: Output) -> int:
+    """Print what ``--backend auto`` picks on this node, and why, and the node's rails."""
+    from .devices import cuda_devices, import_torch
+    from .topology import discover_rails
+
+    capabilities = detect_capabilities(options.sysfs_root, options.ib_write_bw)
+    backend, why = choose_backend(capabilities)
+    bdfs = {}
+    if capabilities.cuda_devices:
+        bdfs = {d.index: d.pci_bus_id for d in cuda_devices(import_torch()) if d.pci_bus_id}
+    rails, source = discover_rails(capabilities.cuda_devices, bdfs, options.hcas, options.sysfs_root)
+    out.event("net_info", auto_backend=backend, auto_reason=why, ib_write_bw=capabilities.ib_write_bw,
+              rdma_devices=list(capabilities.rdma_devices), cuda_devices=capabilities.cuda_devices,
+              nccl=capabilities.nccl, topology_source=source, rails=[rail.to_dict() for rail in rails])
+    return EXIT_OK
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point of ``python -m probes net-server|net-client|net-info``; the exit status."""
+    command, options = parse_arguments(argv)
+    out = Output(sys.stdout)
+    if command == "net-info":
+        return net_info(options, out)
+    if options.backend == "auto":
+        backend, _ = choose_backend(detect_capabilities(options.sysfs_root, options.ib_write_bw))
+        options = dataclasses.replace(options, backend=backend)
+    module = _backend_module(options.backend)
+    try:
+        return module.serve(options, out) if command == "net-server" else module.run_client(options, out)
+    except KeyboardInterrupt:
+        return 130
+

@@ -1,0 +1,566 @@
+"""The ``perftest`` pair backend: ``ib_write_bw`` server and client per HCA, every rail at once,
+each direction in turn; and the parser of ``ib_write_bw``'s report.
+
+The control connection (net.Channel) sequences the phases. Client to server: the server starts
+one ``ib_write_bw`` server per rail on a free TCP port, says which once each listens, and the
+client runs its ``ib_write_bw`` clients against them; the writer's report is the figure. Server
+to client: the same with the roles swapped, the server's clients aiming at the client's address
+on the control connection, their parsed reports sent back. Every run has ``--report_gbits``,
+``-F`` (no abort on CPU frequency scaling), ``-D`` whole seconds, ``-s`` the message size and
+``-q`` the QPs (``--streams``); ``--use_cuda=<gpu>`` where the rail has a GPU, this perftest was
+built with CUDA and GPUDirect RDMA is loaded (nvidia_peermem). The figure of a run is the
+average of its largest message size; the peak goes in the details with the link information.
+
+ib_write_bw picks no ephemeral port itself: a free one is found by binding port 0 and closing it,
+so another program could take it in between; that run then fails with a clear error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .context import Deadline
+from .net import (
+    PROTOCOL,
+    STALL_S,
+    Channel,
+    LinkParams,
+    NetOptions,
+    Output,
+    ProtocolError,
+    accept_client,
+    connect,
+    describe_failure,
+    figure_record,
+    link_failure,
+    open_listener,
+    start_watchdog,
+)
+from .records import SKIPPED
+from .runner import EXIT_DEADLINE, EXIT_OK
+from .topology import Rail, discover_rails
+
+BACKEND = "perftest"
+DEFAULT_MESSAGE_BYTES = 1 << 20
+GBITS_UNIT = "Gb/sec"
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+# Seconds an ib_write_bw run may take beyond its -D duration (connection setup, warm-up, teardown).
+RUN_OVERHEAD_S = 15.0
+_TABLE_HEADER = re.compile(r"^\s*#bytes\s+#iterations\s+BW peak\[(?P<unit>[^\]]+)\]\s+BW average\[[^\]]+\]")
+_ROW = re.compile(r"^\s*(?P<bytes>\d+)\s+(?P<iterations>\d+)\s+(?P<peak>\d+(?:\.\d+)?)\s+"
+                  r"(?P<average>\d+(?:\.\d+)?)\s+(?P<rate>\d+(?:\.\d+)?)\s*$")
+_RULE = re.compile(r"^-{20,}\s*$")
+_CUDA_PICK = re.compile(r"Picking device No\.\s*(?P<index>\d+)")
+_CUDA_NAME = re.compile(r"device name = \[(?P<name>[^\]]+)\]")
+_WAITING = "Waiting for client to connect"
+
+
+class PerftestOutputError(ValueError):
+    """The text is not an ib_*_bw report (no result table, or not in Gb/s); the message says why."""
+
+
+@dataclass(frozen=True)
+class PerftestRow:
+    """One line of the result table: message size (bytes), iterations, peak and average
+    bandwidth and message rate (Mpps), in the table's unit. ``peak`` is None where perftest
+    prints 0 (duration mode measures no peak)."""
+
+    message_bytes: int
+    iterations: int
+    peak: float | None
+    average: float
+    message_rate_mpps: float
+
+
+@dataclass(frozen=True)
+class PerftestReport:
+    """A parsed ``ib_write_bw`` (or ``ib_read_bw``...) report: its title, the ``key : value``
+    settings of its header, the table unit and rows, and the CUDA device it used, if any."""
+
+    title: str | None
+    settings: Mapping[str, str]
+    unit: str
+    rows: tuple[PerftestRow, ...]
+    cuda_device: int | None = None
+    gpu_name: str | None = None
+    dmabuf: bool = False
+
+    @property
+    def largest(self) -> PerftestRow:
+        """The row of the largest message size (the last of equals)."""
+        return max(reversed(self.rows), key=lambda row: row.message_bytes)
+
+    def gbps(self, row: PerftestRow) -> tuple[float | None, float]:
+        """(peak, average) of ``row`` in Gbit/s. Raises PerftestOutputError unless the report is in Gb/sec."""
+        if self.unit != GBITS_UNIT:
+            raise PerftestOutputError(f"the report is in {self.unit}, not {GBITS_UNIT} (run with --report_gbits)")
+        return row.peak, row.average
+
+    def setting_int(self, key: str) -> int | None:
+        match = re.match(r"\d+", self.settings.get(key, ""))
+        return int(match.group()) if match else None
+
+    def summary(self) -> dict[str, Any]:
+        """The figures a link record carries: the largest size's average and peak Gbit/s, the
+        message size, iterations, QPs, link type, MTU, device and CUDA use."""
+        row = self.largest
+        peak, average = self.gbps(row)
+        return {"average_gbps": average, "peak_gbps": peak, "message_bytes": row.message_bytes,
+                "iterations": row.iterations, "qps": self.setting_int("Number of qps"),
+                "link_type": self.settings.get("Link type"), "mtu_bytes": self.setting_int("Mtu"),
+                "device": self.settings.get("Device"), "transport": self.settings.get("Transport type"),
+                "connection": self.settings.get("Connection type"), "cuda_device": self.cuda_device,
+                "gpu_name": self.gpu_name, "dmabuf": self.dmabuf, "sizes": len(self.rows)}
+
+
+def parse_perftest(text: str) -> PerftestReport:
+    """Parse the report an ``ib_*_bw`` run prints (client or server side).
+
+    The settings block lies between the test title (``RDMA_Write BW Test``) and the next rule;
+    its lines hold one or two ``key : value`` pairs separated by tabs. The table follows the
+    ``#bytes #iterations BW peak[...]`` header up to the closing rule. Raises PerftestOutputError
+    when there is no table or no row in it.
+    """
+    lines = text.splitlines()
+    title_at = next((i for i, line in enumerate(lines) if re.search(r"\b(BW|Lat(ency)?) Test\s*$", line)), None)
+    settings: dict[str, str] = {}
+    if title_at is not None:
+        for line in lines[title_at + 1:]:
+            if _RULE.match(line):
+                break
+            settings.update(_settings(line))
+    header_at = next((i for i, line in enumerate(lines) if _TABLE_HEADER.match(line)), None)
+    if header_at is None:
+        raise PerftestOutputError("no result table (#bytes #iterations BW peak ...) in the output")
+    header = _TABLE_HEADER.match(lines[header_at])
+    rows = []
+    for line in lines[header_at + 1:]:
+        if _RULE.match(line):
+            break
+        match = _ROW.match(line)
+        if match:
+            peak = float(match.group("peak"))
+            rows.append(PerftestRow(int(match.group("bytes")), int(match.group("iterations")), peak or None,
+                                    float(match.group("average")), float(match.group("rate"))))
+    if not rows:
+        raise PerftestOutputError("the result table has no rows")
+    pick, name = _CUDA_PICK.search(text), _CUDA_NAME.search(text)
+    return PerftestReport(title=lines[title_at].strip() if title_at is not None else None, settings=settings,
+                          unit=header.group("unit") if header else "", rows=tuple(rows),
+                          cuda_device=int(pick.group("index")) if pick else None,
+                          gpu_name=name.group("name") if name else None, dmabuf="DMA-BUF" in text)
+
+
+def _settings(line: str) -> dict[str, str]:
+    # Tabs separate pairs, but a key may itself be followed by a tab ("rdma_cm QPs\t : ON"):
+    # a piece without a colon belongs to the next.
+    pairs: dict[str, str] = {}
+    carried = ""
+    for piece in re.split(r"\t+", line):
+        piece = carried + piece
+        if ":" not in piece:
+            carried = piece + " "
+            continue
+        carried = ""
+        key, _, value = piece.partition(":")
+        if key.strip():
+            pairs[key.strip()] = value.strip()
+    return pairs
+
+
+# --- running ib_write_bw -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PerftestTool:
+    """The ``ib_write_bw`` to run and whether it was built with CUDA (``--use_cuda``)."""
+
+    path: str
+    cuda: bool
+
+
+def find_tool(executable: str | None, timeout_s: float = 10.0) -> PerftestTool | None:
+    """The ib_write_bw named (or on PATH), None when there is none."""
+    path = shutil.which(executable) if executable else shutil.which("ib_write_bw")
+    if path is None:
+        return None
+    try:
+        said = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return PerftestTool(path, cuda=False)
+    return PerftestTool(path, cuda="use_cuda" in said.stdout + said.stderr)
+
+
+def gpudirect_loaded(sysfs_root: str | Path) -> bool:
+    """Whether a GPUDirect RDMA kernel module (nvidia_peermem, nv_peer_mem) is loaded."""
+    return any((Path(sysfs_root) / "module" / name).exists() for name in PEERMEM_MODULES)
+
+
+def ib_write_bw_command(tool: str, rail: Rail, *, tcp_port: int, qps: int, duration_s: float, message_bytes: int,
+                        gid_index: int | None, cuda_gpu: int | None, server: str | None = None) -> list[str]:
+    """The ib_write_bw command of one rail: a server when ``server`` is None, else a client of it."""
+    command = [tool, "-d", rail.hca or "", "-i", str(rail.port or 1), "-p", str(tcp_port), "-q", str(qps),
+               "-s", str(message_bytes), "-D", str(max(1, round(duration_s))), "-F", "--report_gbits"]
+    if gid_index is not None:
+        command += ["-x", str(gid_index)]
+    if cuda_gpu is not None:
+        command.append(f"--use_cuda={cuda_gpu}")
+    if server is not None:
+        command.append(server)
+    return command
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (bound to 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
+
+
+def listening_ports(proc_net: str | Path = "/proc/net") -> set[int]:
+    """Local TCP ports in LISTEN state (IPv4 and IPv6), from /proc/net/tcp{,6}."""
+    ports: set[int] = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (Path(proc_net) / name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+class PerftestRun:
+    """One ib_write_bw process (ours, ended by its own handle); its output gathered on a thread."""
+
+    def __init__(self, command: Sequence[str]) -> None:
+        self.command = list(command)
+        self.lines: list[str] = []
+        self.waiting = threading.Event()
+        self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, errors="replace",
+                                        env={**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+            if _WAITING in line:
+                self.waiting.set()
+        self.waiting.set()
+
+    def wait_listening(self, port: int, deadline: Deadline) -> bool:
+        """Until the server says it waits and its port listens (or it ended): True when listening."""
+        while not deadline.expired() and self.process.poll() is None:
+            if self.waiting.is_set() and port in listening_ports():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def finish(self, timeout_s: float) -> dict[str, Any]:
+        """Wait for the run to end (ending it after ``timeout_s``); its summary or ``{"error": ...}``."""
+        try:
+            self.process.wait(timeout=max(timeout_s, 0.1))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return {"error": f"ib_write_bw did not finish within {timeout_s:.0f} s: {self.tail()}"}
+        self._reader.join(2.0)
+        text = "".join(self.lines)
+        try:
+            summary = parse_perftest(text).summary()
+        except PerftestOutputError as error:
+            return {"error": f"ib_write_bw exited {self.process.returncode} without a report ({error}): {self.tail()}"}
+        if self.process.returncode != 0:
+            summary["exit_status"] = self.process.returncode
+        return summary
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=2.0)
+
+    def tail(self) -> str:
+        said = [line.strip() for line in self.lines if line.strip() and not _RULE.match(line)]
+        return " | ".join(said[-3:]) or "no output"
+
+
+@dataclass(frozen=True)
+class Node:
+    """This node's side: its ib_write_bw, rails, whether GPUDirect RDMA is on, and options."""
+
+    tool: PerftestTool | None
+    rails: tuple[Rail, ...]
+    gpu_direct: bool
+    options: NetOptions
+
+    @classmethod
+    def discover(cls, options: NetOptions) -> Node:
+        tool = find_tool(options.ib_write_bw)
+        rails = ()
+        if tool is not None:
+            found, _ = discover_rails(None, None, options.hcas, options.sysfs_root)
+            rails = tuple(rail for rail in found if rail.hca and (options.rails is None or rail.index in options.rails))
+        gpu_direct = bool(tool and tool.cuda and options.gpu_direct and gpudirect_loaded(options.sysfs_root))
+        return cls(tool, rails, gpu_direct, options)
+
+    @property
+    def unavailable(self) -> str | None:
+        if self.tool is None:
+            return "ib_write_bw is not on PATH (install perftest)"
+        if not self.rails:
+            return "no RDMA device (nothing under /sys/class/infiniband)"
+        return None
+
+    def rail(self, index: int) -> Rail | None:
+        return next((rail for rail in self.rails if rail.index == index), None)
+
+    def command(self, rail: Rail, session: Mapping[str, Any], tcp_port: int, server: str | None) -> list[str]:
+        assert self.tool is not None
+        return ib_write_bw_command(self.tool.path, rail, tcp_port=tcp_port, qps=int(session["streams"]),
+                                   duration_s=float(session["duration_s"]),
+                                   message_bytes=int(session["message_bytes"]), gid_index=self.options.gid_index,
+                                   cuda_gpu=rail.gpu if self.gpu_direct else None, server=server)
+
+    def start_servers(self, rails: Sequence[int], session: Mapping[str, Any],
+                      deadline: Deadline) -> tuple[dict[int, PerftestRun], dict[str, int], dict[int, str]]:
+        """One listening ib_write_bw server per rail: (runs, ports by rail, errors by rail)."""
+        runs, ports, errors = {}, {}, {}
+        for index in rails:
+            rail = self.rail(index)
+            if rail is None:
+                errors[index] = f"rail {index} has no RDMA device here"
+                continue
+            port = free_port()
+            runs[index] = PerftestRun(self.command(rail, session, port, None))
+            ports[str(index)] = port
+        for index, run in runs.items():
+            if not run.wait_listening(ports[str(index)], deadline.sooner(STALL_S)):
+                errors[index] = f"the ib_write_bw server did not start listening: {run.tail()}"
+                run.stop()
+        return runs, {rail: port for rail, port in ports.items() if int(rail) not in errors}, errors
+
+    def run_clients(self, ports: Mapping[str, int], session: Mapping[str, Any], server: str,
+                    deadline: Deadline) -> dict[int, dict[str, Any]]:
+        """Run one ib_write_bw client per rail against ``server`` at once; each run's summary."""
+        limit_s = float(session["duration_s"]) + RUN_OVERHEAD_S
+        runs: dict[int, PerftestRun] = {}
+        results: dict[int, dict[str, Any]] = {}
+        for key, port in ports.items():
+            rail = self.rail(int(key))
+            if rail is None:
+                results[int(key)] = {"error": f"rail {key} has no RDMA device here"}
+            else:
+                runs[rail.index] = PerftestRun(self.command(rail, session, int(port), server))
+        results.update({index: run.finish(min(limit_s, deadline.left_s())) for index, run in runs.items()})
+        return results
+
+
+# --- server and client -------------------------------------------------------------------------
+
+def serve(options: NetOptions, out: Output) -> int:
+    """Serve one perftest pair test (see the module docstring); the exit status."""
+    deadline = Deadline.after(options.deadline_s)
+    node = Node.discover(options)
+    try:
+        listener = open_listener(options.bind)
+    except OSError as error:
+        out.event("done", backend=BACKEND, status="error", reason=f"cannot listen on {options.bind or '*'}: {error}")
+        return EXIT_OK
+    out.event("listening", backend=BACKEND, port=listener.getsockname()[1], bind=options.bind or "*",
+              host=socket.gethostname(), pid=os.getpid(), protocol=PROTOCOL, deadline_s=options.deadline_s,
+              rails=[rail.to_dict() for rail in node.rails], unavailable=node.unavailable,
+              gpu_direct=node.gpu_direct)
+    runs: list[PerftestRun] = []
+    started = time.monotonic()
+    start_watchdog(deadline, lambda: _end(runs, out, "error", "the server's deadline passed", None, started))
+    client = None
+    try:
+        channel, hello, client = accept_client(listener, BACKEND, deadline)
+        _serve_session(channel, hello, client, node, runs, deadline)
+    except TimeoutError as error:
+        if deadline.expired():
+            _end(runs, out, "error", f"no client came within the server's deadline of {options.deadline_s:g} s"
+                 if client is None else f"the test with {client} did not end within the deadline", client, started)
+            return EXIT_DEADLINE
+        _end(runs, out, "error", describe_failure(error, client or "the client"), client, started)
+        return EXIT_OK
+    except (OSError, ProtocolError, KeyError, ValueError) as error:
+        _end(runs, out, "error", describe_failure(error, client or "the client"), client, started)
+        return EXIT_OK
+    finally:
+        listener.close()
+    # A server without ib_write_bw or RDMA devices still answers, so its client can say why it skipped.
+    _end(runs, out, SKIPPED if node.unavailable else "ok", node.unavailable, client, started)
+    return EXIT_OK
+
+
+def _serve_session(channel: Channel, hello: Mapping[str, Any], client: str, node: Node, runs: list[PerftestRun],
+                   deadline: Deadline) -> None:
+    channel.send({"host": socket.gethostname(), "rails": [rail.to_dict() for rail in node.rails],
+                  "unavailable": node.unavailable, "gpu_direct": node.gpu_direct})
+    wait_s = float(hello.get("duration_s", 1)) + RUN_OVERHEAD_S + STALL_S
+    while True:
+        message = channel.receive(timeout_s=wait_s)
+        if message.get("bye"):
+            return
+        if message.get("phase") == "client_to_server":
+            servers, ports, errors = node.start_servers(message["rails"], hello, deadline)
+            runs.extend(servers.values())
+            channel.send({"ports": ports, "errors": {str(rail): error for rail, error in errors.items()}})
+            channel.receive(timeout_s=wait_s)  # the client's runs ended
+            for run in servers.values():
+                run.finish(min(STALL_S, deadline.left_s()))
+            channel.send({"ok": True})
+        elif message.get("phase") == "server_to_client":
+            results = node.run_clients(message["ports"], hello, client, deadline)
+            channel.send({"results": {str(rail): result for rail, result in results.items()}})
+        else:
+            raise ProtocolError(f"unknown message {message!r}")
+
+
+def run_client(options: NetOptions, out: Output) -> int:
+    """Measure each rail in each direction against a perftest net-server; one record per rail and direction."""
+    deadline = Deadline.after(options.deadline_s)
+    node = Node.discover(options)
+    report = _Report(options, node, out)
+    runs: list[PerftestRun] = []
+
+    def at_deadline() -> None:
+        for run in runs:
+            run.stop()
+        report.fail_pending(f"the client's deadline of {options.deadline_s:g} s passed")
+
+    start_watchdog(deadline, at_deadline)
+    channel: Channel | None = None
+    try:
+        channel = Channel(connect(options.host or "", options.port or 0, deadline), deadline)
+        session = {"protocol": PROTOCOL, "backend": BACKEND, "streams": options.streams,
+                   "duration_s": options.duration_s,
+                   "message_bytes": options.message_bytes or DEFAULT_MESSAGE_BYTES}
+        channel.send(session)
+        reply = channel.receive()
+        report.server = reply
+        unavailable = node.unavailable
+        if unavailable is None and reply.get("unavailable"):
+            unavailable = f"on the server: {reply['unavailable']}"
+        if unavailable:
+            report.fail_pending(unavailable, status=SKIPPED)
+        else:
+            report.rails = [rail.index for rail in node.rails if any(r["rail"] == rail.index for r in reply["rails"])]
+            if not report.rails:
+                report.fail_pending("no rail in common between the server and this client")
+            else:
+                for direction in options.directions:
+                    _client_phase(channel, direction, node, report, session, runs, deadline)
+        channel.send({"bye": True})
+    except (OSError, ProtocolError, KeyError, ValueError) as error:
+        report.fail_pending(describe_failure(error, options.peer))
+    finally:
+        for run in runs:
+            run.stop()
+        if channel is not None:
+            channel.close()
+    return EXIT_OK
+
+
+def _client_phase(channel: Channel, direction: str, node: Node, report: _Report, session: Mapping[str, Any],
+                  runs: list[PerftestRun], deadline: Deadline) -> None:
+    rails = report.rails or []
+    wait_s = float(session["duration_s"]) + RUN_OVERHEAD_S + STALL_S
+    if direction == "client_to_server":
+        channel.send({"phase": direction, "rails": rails})
+        reply = channel.receive(timeout_s=wait_s)
+        for rail, error in reply.get("errors", {}).items():
+            report.add(int(rail), direction, {"error": f"server: {error}"})
+        results = node.run_clients(reply["ports"], session, node.options.host or "", deadline)
+        channel.send({"finished": True})
+        channel.receive(timeout_s=wait_s)
+    else:
+        servers, ports, errors = node.start_servers(rails, session, deadline)
+        runs.extend(servers.values())
+        for rail, error in errors.items():
+            report.add(rail, direction, {"error": error})
+        channel.send({"phase": direction, "ports": ports})
+        reply = channel.receive(timeout_s=wait_s)
+        results = {int(rail): result for rail, result in reply["results"].items()}
+        for run in servers.values():
+            run.finish(min(STALL_S, deadline.left_s()))
+    for rail, result in results.items():
+        report.add(rail, direction, result)
+
+
+class _Report:
+    """The client's records, one per rail and direction, each written once."""
+
+    def __init__(self, options: NetOptions, node: Node, out: Output) -> None:
+        self.options, self.node, self.out = options, node, out
+        self.server: Mapping[str, Any] = {}
+        self.rails: list[int] | None = None
+        self._written: set[tuple[int | None, str]] = set()
+        self._lock = threading.Lock()
+
+    def add(self, rail: int, direction: str, result: Mapping[str, Any]) -> None:
+        params, details = self._describe(rail, direction, result)
+        if "error" in result:
+            record = link_failure(params, str(result["error"]), details)
+        else:
+            record = figure_record(params, float(result["average_gbps"]), details)
+        self._write((rail, direction), record)
+
+    def fail_pending(self, reason: str, status: str = "error") -> None:
+        rails: Sequence[int | None] = self.rails or [rail.index for rail in self.node.rails] or [None]
+        for rail in rails:
+            for direction in self.options.directions:
+                params, details = self._describe(rail, direction, {})
+                self._write((rail, direction), link_failure(params, reason, details, status=status))
+
+    def _write(self, key: tuple[int | None, str], record: Any) -> None:
+        with self._lock:
+            if key not in self._written:
+                self._written.add(key)
+                self.out.record(record)
+
+    def _describe(self, rail: int | None, direction: str,
+                  result: Mapping[str, Any]) -> tuple[LinkParams, dict[str, Any]]:
+        local = self.node.rail(rail) if rail is not None else None
+        peer = next((r for r in self.server.get("rails", []) if r.get("rail") == rail), {})
+        message = self.options.message_bytes or DEFAULT_MESSAGE_BYTES
+        params = LinkParams(BACKEND, direction, self.options.streams, float(max(1, round(self.options.duration_s))),
+                            rail, local.hca if local else None,
+                            {"message_bytes": message, "gpu_direct": self.node.gpu_direct})
+        known = [r for r in ((local.line_rate_gbps if local else None), peer.get("line_rate_gbps"))
+                 if isinstance(r, (int, float))]
+        details = {"peer": self.options.peer, "peer_host": self.server.get("host"),
+                   "line_rate_gbps": min(known) if known else None,
+                   "local_line_rate_gbps": local.line_rate_gbps if local else None,
+                   "peer_line_rate_gbps": peer.get("line_rate_gbps"), "peer_hca": peer.get("hca"),
+                   "gpu": local.gpu if local else None, "topology_level": local.level if local else None,
+                   "hca_shared": local.shared if local else None,
+                   "peer_gpu_direct": self.server.get("gpu_direct"),
+                   **{key: value for key, value in result.items() if key != "error"}}
+        return params, details
+
+
+def _end(runs: Sequence[PerftestRun], out: Output, status: str, reason: str | None, client: str | None,
+         started: float) -> None:
+    for run in runs:
+        run.stop()
+    out.event("done", backend=BACKEND, status=status, reason=reason, client=client,
+              elapsed_s=round(time.monotonic() - started, 3))
