@@ -66,7 +66,9 @@ def _is_gap(record: Mapping[str, Any], has_gpus: bool, gpu_count: int) -> bool:
     if "deadline" in reason:
         return True
     if not has_gpus:
-        return False  # a host without GPUs skips the GPU probes by nature (missing_gpus judges the count)
+        # A host without GPUs skips the GPU probes by nature (missing_gpus judges the count), but
+        # GEMM and memory bandwidth run on its CPU: their skip (e.g. no torch) is a gap.
+        return probe not in GPU_PROBES
     if probe == "telemetry" and device != "host":
         return False  # a reading this GPU does not have (n/a: not supported)
     return not (probe == "p2p" and gpu_count < 2)
@@ -91,6 +93,8 @@ def missing_gpus(hosts: Records, not_ok: Mapping[str, Records]) -> list[Finding]
         lost = _lost_gpus(str(host["host"]), not_ok.get(host["host"], ()))
         findings += lost
         facts = host["facts"]
+        if facts.get("torch_unavailable"):
+            continue  # torch could not count the GPUs: the skipped probes say so (record_gaps)
         seen = _gpu_count(facts)
         expected = _expected_counts(facts, peer_counts)
         most = max(expected.values(), default=0)

@@ -412,3 +412,19 @@ def test_a_shift_the_whole_fleet_shares_flags_every_gpu_against_the_baseline_but
     offset = _fleet(32, seed=8, nominal=740 * 0.98)  # 2 % under a published figure: not a shift
     findings = analyse(offset, default_thresholds()).findings
     assert not [f for f in findings if f.reference_source == "sku" or f.kind == "fleet_shift" or f.severity == "fail"]
+
+
+def test_a_node_whose_python_has_no_torch_is_unchecked_not_passed_and_not_missing_gpus():
+    no_torch = "torch is not importable by this Python (No module named 'torch')"
+    skipped = [{"probe": probe, "device": "host", "metric": metric, "status": "skipped", "value": None,
+                "reason": no_torch} for probe, metric in (("gemm", "tflops"), ("membw", "bandwidth"),
+                                                          ("pcie", "bandwidth"), ("smclock", "sm_clock"))]
+    cpu_only = {"host": "login1", "status": "ok", "results": skipped,
+                "facts": {"gpu_count": 0, "pci_gpu_count": 0, "torch_unavailable": no_torch, "cpu_model": "EPYC"}}
+    gpu_node = {**cpu_only, "host": "node001", "facts": {**cpu_only["facts"], "pci_gpu_count": 8}}
+    findings = analyse([cpu_only, gpu_node], default_thresholds()).findings
+    by_host = {(f.host, f.metric) for f in findings if f.kind == "unchecked"}
+    assert {("login1", "gemm.tflops"), ("login1", "membw.bandwidth")} <= by_host  # CPU probes skipped: gaps
+    assert ("login1", "pcie.bandwidth") not in by_host  # a GPU probe on a host without GPUs: by nature
+    assert ("node001", "pcie.bandwidth") in by_host and "torch is not importable" in findings[0].evidence
+    assert not [f for f in findings if f.kind == "missing_gpu"]  # no torch is not a GPU off the bus
