@@ -169,7 +169,7 @@ def telemetry_findings(gpu: GpuTelemetry, throttle_share_pct: float) -> list[Rul
     """Every finding the readings of one GPU make by themselves. A clocks-event reason counts
     when active in at least ``throttle_share_pct`` percent of the loaded NVML samples."""
     found = []
-    outcomes = (_throttled(gpu, throttle_share_pct), _degraded_pcie(gpu), _nvlink_down(gpu), _ecc(gpu))
+    outcomes = (_throttled(gpu, throttle_share_pct), _degraded_pcie(gpu), nvlink_down(gpu), _ecc(gpu))
     for outcome in outcomes:
         if outcome is not None:
             kind, severity, evidence, cause = outcome
@@ -253,7 +253,8 @@ def pcie_problems(gpu: GpuTelemetry) -> list[str]:
     return problems
 
 
-def _nvlink_down(gpu: GpuTelemetry) -> Outcome | None:
+def nvlink_down(gpu: GpuTelemetry) -> Outcome | None:
+    """The ``nvlink_down`` outcome when one of the GPU's NVLinks is down, else None."""
     reading = gpu.readings.get("nvlink_links_up")
     if reading is None or reading.get("status") != "ok":
         return None

@@ -54,7 +54,7 @@ def record_gaps(host: str, records: Iterable[Mapping[str, Any]], facts: Mapping[
         more = f" (and {len(group) - 1} more {probe} readings)" if len(group) > 1 else ""
         words = "failed" if status == "error" else "was not measured"
         evidence = f"{probe} {words} on {device}: {first.get('reason') or 'no reason given'}{more}"
-        findings.append(_unchecked(host, evidence, BASIS_ERROR_RECORD, gpu=device_index(device),
+        findings.append(unchecked_finding(host, evidence, BASIS_ERROR_RECORD, gpu=device_index(device),
                                    gpu_uuid=first.get("gpu_uuid"), metric=f"{probe}.{first.get('metric')}"))
     return findings
 
@@ -175,11 +175,12 @@ def not_compared(metrics: Mapping[tuple[str, str], Iterable[str]], thresholds: T
         evidence = (f"{probe}.{metric} measured on {len(names)} host{'s' if len(names) != 1 else ''} "
                     f"({thresholds.min_peers} needed to compare with the fleet), with no stored baseline and "
                     f"no SKU figure: not compared, not passed")
-        findings.append(_unchecked(fold_hosts(names), evidence, BASIS_COMPARISON, metric=f"{probe}.{metric}"))
+        findings.append(unchecked_finding(fold_hosts(names), evidence, BASIS_COMPARISON, metric=f"{probe}.{metric}"))
     return findings
 
 
-def _unchecked(host: str, evidence: str, basis: str, **fields: Any) -> Finding:
+def unchecked_finding(host: str, evidence: str, basis: str, **fields: Any) -> Finding:
+    """An ``unchecked`` warning: something was not measured or compared, resting on ``basis``."""
     verb, detail = action("unchecked", WARN)
     return Finding(kind="unchecked", severity=WARN, host=host, evidence=evidence, action=verb, action_detail=detail,
                    basis=basis, **fields)

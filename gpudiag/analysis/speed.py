@@ -91,7 +91,7 @@ def _cause(suspect: Suspect, context: Context) -> str | None:
             return "power_capped"
     if m.probe == "pcie" and rules.pcie_problems(gpu):
         return "degraded_pcie"
-    if m.probe == "p2p" and any(r.kind == "nvlink_down" for r in rules.telemetry_findings(gpu, 100.0)):
+    if m.probe == "p2p" and rules.nvlink_down(gpu) is not None:
         return "nvlink_down"
     return None
 
@@ -276,23 +276,17 @@ def _join_evidence(*texts: str) -> str:
 
 def unkeyed(unkeyed: Mapping[str, int]) -> list[Finding]:
     """Hosts whose results could not be keyed: without facts they would pool every model and driver."""
-    findings = []
-    for host in sorted(unkeyed):
-        verb, detail = rules.action("unchecked", WARN)
-        findings.append(Finding(kind="unchecked", severity=WARN, host=host, basis=BASIS_FACTS, action=verb,
-                                action_detail=detail,
-                                evidence=f"no host facts (GPU model, driver): {unkeyed[host]} results not compared"))
-    return findings
+    return [coverage.unchecked_finding(host, f"no host facts (GPU model, driver): {unkeyed[host]} results not "
+                                             "compared", BASIS_FACTS) for host in sorted(unkeyed)]
 
 
 def unmeasured_retest(suspect: Suspect) -> Finding:
     """A suspect its re-test could not measure: it was neither confirmed nor cleared."""
     m = suspect.measurement
-    verb, detail = rules.action("unchecked", WARN)
-    return Finding(kind="unchecked", severity=WARN, host=m.host, gpu=m.gpu, gpu_uuid=m.gpu_uuid,
-                   metric=f"{m.probe}.{m.metric}", basis=BASIS_ERROR_RECORD, action=verb, action_detail=detail,
-                   evidence=f"{m.probe}.{m.metric} was {suspect.deficit_pct:.1f} % low and its re-test could not "
-                            f"measure it ({suspect.note}): neither confirmed nor cleared")
+    evidence = (f"{m.probe}.{m.metric} was {suspect.deficit_pct:.1f} % low and its re-test could not measure it "
+                f"({suspect.note}): neither confirmed nor cleared")
+    return coverage.unchecked_finding(m.host, evidence, BASIS_ERROR_RECORD, gpu=m.gpu, gpu_uuid=m.gpu_uuid,
+                                      metric=f"{m.probe}.{m.metric}")
 
 
 def hosts_by_metric(found: Iterable[Measurement]) -> dict[tuple[str, str], list[str]]:
