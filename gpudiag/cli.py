@@ -22,6 +22,7 @@ from . import __version__, cli_store
 from .bundle import BundleMissing, locate_bundle
 from .errors import GpudiagError, InputError, InstallationError
 from .exitcodes import ExitCode, decide_exit_code
+from .links.remote import NET_BACKENDS, PairTestOptions
 from .nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
 from .plan import LINK_MODES, SweepRequest, run_plan
 from .progress import make_progress
@@ -150,7 +151,22 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="Hosts probed at once.")
 @click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True,
               help="Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full "
-                   "(every pair), none; auto: screen where the transport can run them (simulated fleets today).")
+                   "(every pair), none; auto: screen.")
+@click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
+              help="Pair-test backend: perftest (ib_write_bw per HCA), nccl (send/recv per rail), tcp; auto: "
+                   "perftest where ib_write_bw and RDMA devices exist, else nccl with CUDA, else tcp.")
+@click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
+              help="Each host's data-plane address for pair tests: the hosts file's net= field, the address SSH "
+                   "reaches, or the address of interface NAME on the node; auto: the field where given, else ssh.")
+@click.option("--net-duration", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="S",
+              help="Timed seconds per direction of each pair test.")
+@click.option("--net-streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
+              help="Parallel TCP streams (tcp) or queue pairs (perftest) per pair test.")
+@click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
+              help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
+                   "(virtual NICs, rate-limited overlays); links are judged against it.")
+@click.option("--net-allow-socket", is_flag=True,
+              help="nccl: let NCCL fall back to sockets instead of failing when no IB path exists.")
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on each host (default: --deadline plus start-up).")
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the sweep document here.")
@@ -167,7 +183,9 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="TCP connect timeout, where the SSH config sets none.")
 def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
-          host_timeout: float | None, links: str, json_path: str | None, quiet: bool, store_path: str | None,
+          host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
+          net_streams: int, net_line_rate: float | None, net_allow_socket: bool, json_path: str | None, quiet: bool,
+          store_path: str | None,
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
           known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
@@ -192,6 +210,9 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         simulate_path=simulate_path,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
+        net_address=net_address,
+        pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams, python=python,
+                             line_rate_gbps=net_line_rate, allow_socket=net_allow_socket),
     )
     with _sigterm_as_interrupt():
         result = run_plan(request, sys.stdin, make_progress(quiet))

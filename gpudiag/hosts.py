@@ -16,7 +16,7 @@ import ipaddress
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
@@ -44,11 +44,14 @@ class HostSpec:
 
     ``host`` is the name without user or port (an IPv6 literal without its brackets); ``user`` and
     ``port`` are None where the entry did not give them, so the ssh config decides.
+    ``net_address`` is the host's data-plane address for pair tests (the hosts file's ``net=``
+    field), None where the file gives none.
     """
 
     host: str
     user: str | None = None
     port: int | None = None
+    net_address: str | None = field(default=None, compare=False)
 
     @property
     def label(self) -> str:
@@ -136,11 +139,12 @@ def _load_file(path: str) -> list[HostSpec]:
 def _load_lines(lines: Iterable[str], source: str) -> list[HostSpec]:
     specs: list[HostSpec] = []
     for line_number, line in enumerate(lines, start=1):
-        entry = line.split("#", 1)[0].strip()
-        if not entry:
+        words = line.split("#", 1)[0].split()
+        if not words:
             continue
+        entry, *fields = words
         try:
-            specs.extend(_parse_entry(entry))
+            specs.extend(_with_fields(_parse_entry(entry), fields))
         except _BadEntry as exc:
             raise InputError.at_line(source, line_number, exc.problem, exc.fix) from None
         if len(specs) > MAX_HOSTS:
@@ -177,6 +181,35 @@ def _parse_entry(entry: str) -> list[HostSpec]:
         return [HostSpec(host=address, user=user, port=port)]
     pattern, port = _split_port(rest)
     return [HostSpec(host=name, user=user, port=port) for name in _expand(pattern)]
+
+
+def _with_fields(specs: list[HostSpec], fields: list[str]) -> list[HostSpec]:
+    """The hosts of one line with its ``key=value`` fields applied; raises _BadEntry."""
+    for text in fields:
+        key, equals, value = text.partition("=")
+        if not equals:
+            raise _BadEntry(f"whitespace inside {' '.join([specs[0].label if specs else '', text]).strip()!r}",
+                            "fix: one entry per line; join several hosts with ',' (node1,node2)")
+        if key != "net":
+            raise _BadEntry(f"unknown field {text!r}",
+                            "fix: the one per-host field is net=ADDRESS (the data-plane address for pair tests)")
+        if not _is_address(value):
+            raise _BadEntry(f"net={value!r} is not a host name or IP address",
+                            "fix: write net=10.2.0.7, net=[fd00::7] or net=node007-ib")
+        if len(specs) != 1:
+            raise _BadEntry(f"net={value} given for {len(specs)} hosts at once",
+                            "fix: give each host its own line with its own net= address")
+        specs = [replace(specs[0], net_address=value.strip("[]"))]
+    return specs
+
+
+def _is_address(value: str) -> bool:
+    bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        return bare == value and bool(_HOST_NAME.fullmatch(value))
+    return True
 
 
 def _split_user(entry: str) -> tuple[str | None, str]:

@@ -13,7 +13,10 @@ before anything runs on a node.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import json
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
@@ -22,9 +25,11 @@ from .analysis import Analysis, analyse
 from .baseline import Baseline, list_baselines, load_baseline
 from .bundle import Bundle, BundleMissing, locate_bundle
 from .errors import InputError, InstallationError
+from .findings import Finding, unchecked
 from .hosts import HostSpec, load_hosts
 from .links.attribution import link_thresholds
 from .links.impact import link_impact
+from .links.remote import PairTestOptions, RemotePairRunner
 from .links.rounds import LinkRun, PairRunner, run_links
 from .links.schedule import FULL, SCREEN
 from .links.simulated import SimulatedPairRunner
@@ -35,14 +40,21 @@ from .sshconfig import SshOptions, resolve_all
 from .store import Store
 from .sweep import Connector, HostOutcome, SweepOptions, SweepResult, new_sweep_id, run_sweep
 from .thresholds import Thresholds, load_thresholds
+from .transport import TransportError
 from .transport.fleet import FleetConnector
+from .transport.pool import SessionPool
 from .transport.ssh import SshSettings
 
 DEFAULT_BASELINE = "default"
 FACTS = "facts"
-# --links auto: the screen schedule where the transport can run pair tests, else none.
+# --links auto: the screen schedule (kept as a name so stored options say what was asked).
 AUTO_LINKS = "auto"
 LINK_MODES = (AUTO_LINKS, SCREEN, FULL, "none")
+# --net-address: where a host's data-plane address comes from (or iface:NAME on the node).
+NET_ADDRESS_SOURCES = ("auto", "field", "ssh")
+IFACE_PREFIX = "iface:"
+# Seconds a node gets to say an interface's addresses.
+ADDRESS_LOOKUP_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -60,12 +72,15 @@ class SweepRequest:
     baseline_name: str | None = None
     retest: bool = True
     links: str = AUTO_LINKS
+    net_address: str = "auto"
+    pair: PairTestOptions = PairTestOptions()
 
 
 @dataclass(frozen=True)
 class _Setup:
     hosts: list[HostSpec]
     connector: Connector
+    ssh_addresses: Mapping[str, str]
     thresholds: Thresholds
     store: Store | None
     baseline: Baseline | None
@@ -97,25 +112,27 @@ def with_facts(request: SweepRequest) -> SweepRequest:
 
 def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
     thresholds = load_thresholds(request.thresholds_path)
+    check_net_address(request.net_address)
+    ssh_addresses: dict[str, str] = {}
     if request.simulate_path is not None:
         fleet = load_fleet(request.simulate_path)
         hosts: list[HostSpec] = list(fleet.host_specs())
         connector: Connector = SimulatedConnector(fleet)
     else:
-        if request.links not in (AUTO_LINKS, "none"):
-            raise InputError(f"--links {request.links}: pair tests over SSH are not available in this version "
-                             "(the node-side pair probes are being built); use --links none or auto")
         hosts = load_hosts(request.hosts_argument or "", stdin)
         remote = [host for host in hosts if not host.is_local]
         resolved = dict(zip((h.label for h in remote), resolve_all(remote, request.ssh), strict=True))
-        connector = FleetConnector(resolved, request.ssh, request.settings)
+        ssh_addresses = {label: host.hostname for label, host in resolved.items()}
+        ssh_addresses.update({host.label: socket.getfqdn() for host in hosts if host.is_local})
+        # One connection per host for the node probes, the re-tests and every link round.
+        connector = SessionPool(FleetConnector(resolved, request.ssh, request.settings))
     store = Store.open(request.store_path) if request.store_path else None
     baseline = _baseline(store, request.baseline_name)
     try:
         bundle = locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
-    return _Setup(hosts, connector, thresholds, store, baseline, bundle)
+    return _Setup(hosts, connector, ssh_addresses, thresholds, store, baseline, bundle)
 
 
 def _baseline(store: Store | None, name: str | None) -> Baseline | None:
@@ -140,8 +157,10 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> Sweep
     wanted = request.retest and bool(analysis.suspects) and not interrupted
     if wanted:
         retest, interrupted = _retest(request, setup, analysis, first)
-    link_run = None if interrupted else _links(request, setup, first)
-    extra = link_findings(link_run.attribution, setup.thresholds.deficit_fail_pct) if link_run else []
+    link_run, extra = (None, []) if interrupted else _links(request, setup, first)
+    interrupted = interrupted or (link_run is not None and link_run.interrupted)
+    if link_run is not None:
+        extra += link_findings(link_run.attribution, setup.thresholds.deficit_fail_pct)
     if wanted or extra:
         # An interrupted re-test confirms nothing: the suspects stay, unconfirmed, "not re-tested".
         analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline,
@@ -158,25 +177,82 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> Sweep
     return result
 
 
-def _links(request: SweepRequest, setup: _Setup, first: SweepResult) -> LinkRun | None:
-    """The link phase over the hosts whose node probes ran (``screen``, ``full``); None when no
-    pair test runs (``none``, or ``auto`` where the transport cannot run them yet)."""
-    runner = _pair_runner(setup.connector)
-    mode = request.links
-    if mode == AUTO_LINKS:
-        mode = SCREEN if runner is not None else "none"
-    if mode == "none" or runner is None:
-        return None
-    return run_links([host.host for host in first.hosts if host.ok], mode, runner,
-                     link_thresholds(setup.thresholds), parallel=request.sweep.fanout)
+def _links(request: SweepRequest, setup: _Setup, first: SweepResult) -> tuple[LinkRun | None, list[Finding]]:
+    """The link phase over the hosts whose node probes passed (``screen``, ``full``), and an
+    ``unchecked`` finding for each of them whose data-plane address could not be found (left
+    out of the rounds); None when no pair test runs (``none``)."""
+    mode = SCREEN if request.links == AUTO_LINKS else request.links
+    if mode == "none":
+        return None, []
+    hosts = [host.host for host in first.hosts if host.ok]
+    if isinstance(setup.connector, SimulatedConnector):
+        runner: PairRunner = SimulatedPairRunner(setup.connector.fleet)
+        missing: list[Finding] = []
+    else:
+        assert isinstance(setup.connector, SessionPool)
+        addresses, missing = _data_addresses(request, setup, hosts, setup.connector)
+        hosts = [host for host in hosts if host in addresses]
+        runner = RemotePairRunner(setup.connector.session, addresses, request.pair)
+    run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=request.sweep.fanout)
+    return run, missing
 
 
-def _pair_runner(connector: Connector) -> PairRunner | None:
-    """How this transport runs pair tests: the simulated fleet's network model; over SSH the
-    pair server and client are not wired in yet (issue 8), so none."""
-    if isinstance(connector, SimulatedConnector):
-        return SimulatedPairRunner(connector.fleet)
-    return None
+def check_net_address(source: str) -> None:
+    """Raises InputError unless ``source`` is a --net-address value."""
+    if source in NET_ADDRESS_SOURCES or (source.startswith(IFACE_PREFIX) and len(source) > len(IFACE_PREFIX)):
+        return
+    raise InputError(f"--net-address {source!r}: expected auto, field, ssh or iface:NAME (e.g. iface:ib0)")
+
+
+def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
+                    pool: SessionPool) -> tuple[dict[str, str], list[Finding]]:
+    """Each host's data-plane address, by --net-address: ``field`` the hosts file's ``net=``,
+    ``ssh`` the address SSH reaches, ``auto`` the field where given else the SSH address,
+    ``iface:NAME`` the address of NAME on the node. Hosts without one get an ``unchecked``."""
+    source = request.net_address
+    specs = {host.label: host for host in setup.hosts}
+    if source.startswith(IFACE_PREFIX):
+        interface = source[len(IFACE_PREFIX):]
+        python = request.pair.python
+        with ThreadPoolExecutor(max_workers=max(1, min(request.sweep.fanout, len(labels) or 1)),
+                                thread_name_prefix="address") as workers:
+            answers = workers.map(lambda label: _interface_address(pool, label, interface, python), labels)
+            found = dict(zip(labels, answers, strict=True))
+    else:
+        found = {}
+        for label in labels:
+            field = specs[label].net_address
+            if source == "field":
+                found[label] = (field, None) if field else (None, "the hosts file gives no net= address "
+                                                            "for it (--net-address field)")
+            else:
+                found[label] = (field if field and source == "auto" else setup.ssh_addresses[label], None)
+    addresses = {label: address for label, (address, _) in found.items() if address}
+    missing = [unchecked(label, "not pair-tested", f"left out of the link rounds: {why}")
+               for label, (address, why) in found.items() if not address]
+    return addresses, missing
+
+
+def _interface_address(pool: SessionPool, label: str, interface: str, python: str) -> tuple[str | None, str | None]:
+    """(address, None) of ``interface`` on the node, or (None, why not)."""
+    session = pool.session(label)
+    if session is None:
+        return None, "no open SSH session to ask for its data-plane address"
+    try:
+        ran = session.run([python, "-m", "probes", "net-info", "--interface", interface], ADDRESS_LOOKUP_S)
+    except TransportError as error:
+        return None, f"could not ask for the address of {interface}: {error}"
+    for line in ran.stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "interface":
+            addresses = [a for a in event.get("addresses") or [] if isinstance(a, str)]
+            if addresses:
+                return addresses[0], None
+            return None, f"interface {interface} has no address on this node (--net-address iface:{interface})"
+    return None, f"net-info printed no address for {interface}: {ran.stderr.strip()[-200:] or 'no output'}"
 
 
 def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
@@ -207,4 +283,5 @@ def _options(request: SweepRequest) -> dict[str, Any]:
     return {"probes": list(probe.names), "duration_s": probe.duration_s, "max_gpu_mem_mib": probe.max_gpu_mem_mib,
             "dtype": probe.dtype, "sequential": probe.sequential, "deadline_s": probe.deadline_s,
             "fanout": request.sweep.fanout, "simulate": request.simulate_path, "retest": request.retest,
-            "links": request.links}
+            "links": request.links, "net_address": request.net_address, "net_backend": request.pair.backend,
+            "net_duration_s": request.pair.duration_s, "net_line_rate_gbps": request.pair.line_rate_gbps}

@@ -378,10 +378,13 @@ def parse_arguments(argv: Sequence[str]) -> tuple[str, NetOptions]:
         sub.add_argument("--ib-write-bw", default=None, metavar="PATH", help="perftest: the ib_write_bw to run")
         sub.add_argument("--sysfs-root", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
     info = commands.add_parser("net-info", help="print the backend --backend auto picks and the rails")
+    info.add_argument("--interface", default=None, metavar="NAME",
+                      help="print only NAME's addresses (the data-plane address a controller asks for)")
     info.add_argument("--sysfs-root", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
     if arguments.command == "net-info":
-        return arguments.command, NetOptions(role="info", backend="auto", sysfs_root=arguments.sysfs_root)
+        return arguments.command, NetOptions(role="info", backend="auto", sysfs_root=arguments.sysfs_root,
+                                             bind=arguments.interface or "")
     try:
         return arguments.command, _options(arguments)
     except ValueError as error:
@@ -457,6 +460,11 @@ def main(argv: Sequence[str]) -> int:
     """Entry point of ``python -m probes net-server|net-client|net-info``; the exit status."""
     command, options = parse_arguments(argv)
     out = Output(sys.stdout)
+    if command == "net-info" and options.bind:
+        from .topology import interface_addresses
+
+        out.event("interface", interface=options.bind, addresses=interface_addresses(options.bind))
+        return EXIT_OK
     if command == "net-info":
         return net_info(options, out)
     if options.backend == "auto":

@@ -397,6 +397,25 @@ def interface_for_address(address: str, proc_if_inet6: str = PROC_NET_IF_INET6) 
     return None
 
 
+def interface_addresses(name: str, proc_if_inet6: str = PROC_NET_IF_INET6) -> list[str]:
+    """The addresses of interface ``name``: its IPv4 address (SIOCGIFADDR) first, then its
+    global IPv6 addresses; empty when it has none or does not exist."""
+    addresses = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            raw = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            addresses.append(socket.inet_ntoa(raw[20:24]))
+        except OSError:
+            pass  # no such interface, or no IPv4 address on it
+    for line in _read_text(Path(proc_if_inet6)).splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[5] == name:
+            address = ipaddress.IPv6Address(int(fields[0], 16))
+            if not (address.is_link_local or address.is_loopback):
+                addresses.append(str(address))
+    return addresses
+
+
 def local_address_towards(host: str, port: int) -> str | None:
     """The local address this node would use to reach ``host`` (no packet is sent), or None."""
     try:

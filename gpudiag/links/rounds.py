@@ -8,17 +8,20 @@ with an ``error``, so the round and the sweep go on.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .attribution import DEFAULT_THRESHOLDS, LinkAttribution, LinkResult, LinkThresholds, attribute_links
-from .schedule import FULL, SCREEN, Pair, Round, confirm_rounds, full_rounds, screen_rounds
+from .schedule import FULL, SCREEN, Round, confirm_rounds, full_rounds, screen_rounds
 
 MODES = ("none", SCREEN, FULL)
 # Confirm phases at most: each settles what the last could not (a suspect with a new partner).
 MAX_CONFIRM_PHASES = 3
+# After Ctrl-C, how long the pairs in flight get to end (their processes are being killed).
+CANCEL_WAIT_S = 15.0
 
 
 class PairRunner(Protocol):
@@ -26,6 +29,10 @@ class PairRunner(Protocol):
     rail that could not be measured); never raises for a bad pair."""
 
     def run_pair(self, a: str, b: str) -> list[LinkResult]: ...
+
+    def cancel(self) -> None:
+        """End the pair tests in flight (Ctrl-C): they come back soon, as errors."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,15 @@ class LinkRun:
     records: tuple[LinkRecord, ...]
     attribution: LinkAttribution
     rounds: int
+    interrupted: bool = False
+
+
+class _Interrupted(Exception):
+    """Ctrl-C during a round; carries the pairs that had finished before it."""
+
+    def __init__(self, records: list[LinkRecord]) -> None:
+        super().__init__("interrupted")
+        self.records = records
 
 
 def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
@@ -61,32 +77,59 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     if mode == "none" or len(hosts) < 2:
         return LinkRun((), attribute_links(()), 0)
     first = full_rounds(hosts) if mode == FULL else screen_rounds(hosts)
-    records = _run_rounds(first, runner, parallel)
-    attribution = attribute_links(r.result for r in records)
-    rounds = len(first)
-    for _ in range(MAX_CONFIRM_PHASES):
-        if not attribution.suspects:
-            break
-        tested = {r.result.pair for r in records}
-        confirm = confirm_rounds(attribution.suspects, attribution.passed, tested)
-        if not confirm:
-            break
-        records += _run_rounds(confirm, runner, parallel)
-        rounds += len(confirm)
-        attribution = attribute_links(r.result for r in records)
+    records: list[LinkRecord] = []
+    rounds = 0
+    try:
+        records += _run_rounds(first, runner, parallel)
+        attribution = attribute_links((r.result for r in records), thresholds)
+        rounds = len(first)
+        for _ in range(MAX_CONFIRM_PHASES):
+            if not attribution.suspects:
+                break
+            tested = {r.result.pair for r in records}
+            confirm = confirm_rounds(attribution.suspects, attribution.passed, tested)
+            if not confirm:
+                break
+            records += _run_rounds(confirm, runner, parallel)
+            rounds += len(confirm)
+            attribution = attribute_links((r.result for r in records), thresholds)
+    except _Interrupted as interrupted:
+        # What finished is kept for the document; verdicts from an unfinished schedule are not drawn.
+        records += interrupted.records
+        return LinkRun(tuple(records), attribute_links(()), rounds, interrupted=True)
     return LinkRun(tuple(records), attribution, rounds)
 
 
 def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int) -> list[LinkRecord]:
-    """Rounds one after another; the pairs of one round all at once (a node is in one pair)."""
+    """Rounds one after another; the pairs of one round all at once (a node is in one pair).
+    Raises _Interrupted on Ctrl-C, after ending the pairs in flight."""
     records: list[LinkRecord] = []
     for round_ in rounds:
-        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(round_.pairs))),
-                                thread_name_prefix="links") as pool:
-            measured = list(pool.map(lambda pair: _run_pair(runner, pair), round_.pairs))
-        records += [LinkRecord(round_.phase, result) for results in measured for result in results]
+        pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(round_.pairs))), thread_name_prefix="links")
+        futures = [pool.submit(runner.run_pair, *pair) for pair in round_.pairs]
+        try:
+            _wait_all(futures)
+        except KeyboardInterrupt:
+            finished = [f for f in futures if f.done()]
+            runner.cancel()
+            try:
+                _wait_all(futures, deadline=time.monotonic() + CANCEL_WAIT_S)
+            except KeyboardInterrupt:
+                pass  # a second Ctrl-C: stop waiting
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise _Interrupted(records + _round_records(round_, finished)) from None
+        pool.shutdown()
+        records += _round_records(round_, futures)
     return records
 
 
-def _run_pair(runner: PairRunner, pair: Pair) -> list[LinkResult]:
-    return runner.run_pair(*pair)
+def _wait_all(futures: Sequence[Future[list[LinkResult]]], deadline: float | None = None) -> None:
+    pending = set(futures)
+    while pending and (deadline is None or time.monotonic() < deadline):
+        # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
+        _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+
+
+def _round_records(round_: Round, futures: Sequence[Future[list[LinkResult]]]) -> list[LinkRecord]:
+    return [LinkRecord(round_.phase, result) for future in futures if future.done() and not future.cancelled()
+            for result in future.result()]

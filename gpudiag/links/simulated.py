@@ -37,6 +37,10 @@ class SimulatedPairRunner:
             results.append(LinkResult(a, b, BACKEND, rail, max(0.0, gbps), network.rail_line_rate_gbps))
         return results
 
+    def cancel(self) -> None:
+        """Nothing to end: a simulated pair test returns at once."""
+        return None
+
     def _next_attempt(self, a: str, b: str) -> int:
         pair = pair_key(a, b)
         with self._lock:

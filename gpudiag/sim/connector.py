@@ -71,6 +71,9 @@ class SimulatedSession:
         node = fleet.node_state(self._host, number)
         return run_bundle(call, node, fleet.draw(self._host, number)).command_result(timeout_s)
 
+    def is_open(self) -> bool:
+        return True
+
     def cancel(self) -> None:
         self._cancelled.set()
 

@@ -7,6 +7,8 @@ Every transport (``local``: this machine; ``ssh``: paramiko; a simulated fleet) 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -47,6 +49,24 @@ class HostKeyChanged(TransportError):
     status = "host_key_changed"
 
 
+class RunningCommand(Protocol):
+    """A command started on a node that goes on while the controller does other things (a pair
+    server: its first line says where it listens, then it serves the client started elsewhere)."""
+
+    def first_line(self, timeout_s: float) -> str | None:
+        """The first line of its stdout, once printed; None when it ended, or ``timeout_s``
+        passed, without one."""
+        ...
+
+    def finish(self, timeout_s: float) -> CommandResult:
+        """Wait at most ``timeout_s`` more for it to end (then end it); how it ended."""
+        ...
+
+    def cancel(self) -> None:
+        """End it on the node now (from any thread)."""
+        ...
+
+
 class Session(Protocol):
     """A connection to one node, reused for every command a sweep sends there."""
 
@@ -58,9 +78,48 @@ class Session(Protocol):
         """Run ``argv`` in the node's bundle folder; it is killed on the node after ``timeout_s``."""
         ...
 
+    def start(self, argv: Sequence[str], timeout_s: float) -> RunningCommand:
+        """Start ``argv`` like ``run`` and return at once; the node ends it after ``timeout_s``."""
+        ...
+
+    def is_open(self) -> bool:
+        """False once the connection is gone (a new session is needed)."""
+        ...
+
     def cancel(self) -> None:
         """End what this session started on the node (from another thread, on Ctrl-C)."""
         ...
 
     def close(self) -> None:
         ...
+
+
+class OutputWatch:
+    """A command's stdout as it arrives, for a reader that waits for its first line."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._data = bytearray()
+        self._ended = False
+
+    def feed(self, chunk: bytes) -> None:
+        with self._changed:
+            self._data += chunk
+            self._changed.notify_all()
+
+    def end(self) -> None:
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def first_line(self, timeout_s: float) -> str | None:
+        """The first whole line (without its newline); None when the output ended or
+        ``timeout_s`` passed without one."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while b"\n" not in self._data:
+                left = deadline - time.monotonic()
+                if self._ended or left <= 0:
+                    return None
+                self._changed.wait(left)
+            return bytes(self._data).split(b"\n", 1)[0].decode(errors="replace")

@@ -25,7 +25,7 @@ import paramiko
 from ..bundle import Bundle
 from ..hosts import HostSpec
 from ..sshconfig import ResolvedHost
-from . import AuthFailed, CommandResult, TransportError, Unreachable
+from . import AuthFailed, CommandResult, OutputWatch, TransportError, Unreachable
 from .knownhosts import KnownHostsRegistry
 
 # The remote shell reports the PID that ``exec timeout`` keeps, so that Ctrl-C can end it.
@@ -116,7 +116,7 @@ class SshConnector:
 
 
 class SshSession:
-    """Commands on one node over one SSH connection."""
+    """Commands on one node over one SSH connection, kept for the whole sweep."""
 
     def __init__(self, transport: paramiko.Transport, label: str, settings: SshSettings) -> None:
         self._transport = transport
@@ -125,10 +125,11 @@ class SshSession:
         self._bundle_dir: str | None = None
         self._lock = threading.Lock()
         self._remote_pids: set[int] = set()
-        self._cancelled = False
 
     def prepare(self, bundle: Bundle) -> None:
         """Copy the bundle to ``~/.cache/gpudiag/bundle-<hash>`` unless it is there already."""
+        if self._bundle_dir is not None and self._bundle_dir.endswith(bundle.content_hash[:16]):
+            return  # shipped earlier on this connection
         try:
             self._bundle_dir = _ship_bundle(self._transport, bundle)
         except (OSError, EOFError, paramiko.SSHException) as error:
@@ -140,61 +141,131 @@ class SshSession:
         The node ends the command after ``timeout_s`` even if this controller is gone; the
         controller itself gives up a few seconds after that.
         """
+        return self.start(argv, timeout_s).finish(timeout_s + self._settings.kill_grace_s + 5.0)
+
+    def start(self, argv: Sequence[str], timeout_s: float) -> SshCommand:
+        """Start ``argv`` as ``run`` does and return at once. Raises ConnectionLost."""
         grace = self._settings.kill_grace_s
         where = f"cd {shlex.quote(self._bundle_dir)} && " if self._bundle_dir else ""
         command = (f"{where}echo {_PID_PREFIX}$$ >&2 && "
                    f"exec timeout -k {grace} {timeout_s:.1f} {shlex.join(argv)}")
-        return self._execute(command, timeout_s + grace + 5.0)
+        return SshCommand(self, self._open(command), timeout_s + grace + 5.0)
+
+    def is_open(self) -> bool:
+        return self._transport.is_active()
 
     def cancel(self) -> None:
         """End the commands this session started on the node (TERM, then KILL from ``timeout -k``)."""
         with self._lock:
-            self._cancelled = True
             pids = sorted(self._remote_pids)
-        if pids and self._transport.is_active():
-            targets = " ".join(str(pid) for pid in pids)
-            try:
-                self._execute(f"kill -TERM {targets} 2>/dev/null; true", 10.0, track=False)
-            except ConnectionLost:
-                pass  # the connection is going away; the node's own deadline still ends the probe
+        self.kill(pids)
+
+    def kill(self, pids: Sequence[int]) -> None:
+        if not pids or not self._transport.is_active():
+            return
+        targets = " ".join(str(pid) for pid in pids)
+        try:
+            SshCommand(self, self._open(f"kill -TERM {targets} 2>/dev/null; true"), 10.0, track=False).finish(10.0)
+        except ConnectionLost:
+            pass  # the connection is going away; the node's own deadline still ends the command
 
     def close(self) -> None:
         self._transport.close()
 
-    def _execute(self, command: str, wait_s: float, track: bool = True) -> CommandResult:
-        """Raises ConnectionLost when the connection breaks before the command's end is known."""
-        started = time.monotonic()
+    def track(self, pid: int, running: bool) -> None:
+        with self._lock:
+            if running:
+                self._remote_pids.add(pid)
+            else:
+                self._remote_pids.discard(pid)
+
+    def lost(self, error: BaseException) -> ConnectionLost:
+        return ConnectionLost(f"{self._label}: the SSH connection broke during a command: "
+                              f"{error or type(error).__name__}")
+
+    def _open(self, command: str) -> paramiko.Channel:
         try:
             channel = self._transport.open_session(timeout=self._settings.channel_timeout_s)
+            channel.exec_command(command)
+        # paramiko raises EOFError for a socket closed under it
+        except (paramiko.SSHException, EOFError, OSError) as error:
+            raise self.lost(error) from error
+        return channel
+
+
+class SshCommand:
+    """One command on a node: its output gathered on a thread of its own, so the caller can
+    read its first line while it runs."""
+
+    def __init__(self, session: SshSession, channel: paramiko.Channel, wait_s: float, track: bool = True) -> None:
+        self._session = session
+        self._channel = channel
+        self._started = time.monotonic()
+        self._deadline = self._started + wait_s
+        self._track = track
+        self._pid: int | None = None
+        self._watch = OutputWatch()
+        self._done = threading.Event()
+        self._result: CommandResult | None = None
+        self._error: ConnectionLost | None = None
+        threading.Thread(target=self._gather, name="ssh-command", daemon=True).start()
+
+    def first_line(self, timeout_s: float) -> str | None:
+        return self._watch.first_line(timeout_s)
+
+    def finish(self, timeout_s: float) -> CommandResult:
+        """How it ended; raises ConnectionLost when the connection broke first."""
+        if not self._done.wait(timeout_s):
+            self.cancel()
+            self._deadline = time.monotonic()  # the gatherer reports it timed out
+            self._done.wait(15.0)
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            return CommandResult(None, "", "the command did not end after it was killed", True,
+                                 time.monotonic() - self._started)
+        return self._result
+
+    def cancel(self) -> None:
+        if self._pid is not None:
+            self._session.kill([self._pid])
+
+    def _gather(self) -> None:
+        channel = self._channel
+        try:
             try:
-                channel.exec_command(command)
-                stdout, stderr, timed_out = self._collect(channel, started + wait_s, track)
+                stdout, stderr, timed_out = self._collect(channel)
                 status = None if timed_out else channel.recv_exit_status()
             finally:
                 channel.close()
-        # paramiko raises EOFError for a socket closed under it
+                if self._pid is not None:
+                    self._session.track(self._pid, running=False)
+            self._result = CommandResult(exit_status=status, stdout=stdout, stderr=stderr, timed_out=timed_out,
+                                         duration_s=time.monotonic() - self._started)
         except (paramiko.SSHException, EOFError, OSError) as error:
-            raise ConnectionLost(f"{self._label}: the SSH connection broke during a command: "
-                                 f"{error or type(error).__name__}") from error
-        return CommandResult(exit_status=status, stdout=stdout, stderr=stderr, timed_out=timed_out,
-                             duration_s=time.monotonic() - started)
+            self._error = self._session.lost(error)
+        finally:
+            self._watch.end()
+            self._done.set()
 
-    def _collect(self, channel: paramiko.Channel, deadline: float, track: bool) -> tuple[str, str, bool]:
+    def _collect(self, channel: paramiko.Channel) -> tuple[str, str, bool]:
         out, err = bytearray(), bytearray()
-        pid_seen = not track
+        pid_seen = not self._track
         while True:
             while channel.recv_ready():
-                out += channel.recv(65536)
+                chunk = channel.recv(65536)
+                out += chunk
+                self._watch.feed(chunk)
             while channel.recv_stderr_ready():
                 err += channel.recv_stderr(65536)
             if not pid_seen:
                 pid_seen = self._note_pid(err)
             if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
                 return _text(out), _strip_pid(_text(err)), False
-            left = deadline - time.monotonic()
+            left = self._deadline - time.monotonic()
             if left <= 0:
                 return _text(out), _strip_pid(_text(err)), True
-            select.select([channel], [], [], min(left, 1.0))
+            select.select([channel], [], [], min(left, 0.5))
 
     def _note_pid(self, err: bytearray) -> bool:
         line, newline, _ = bytes(err).partition(b"\n")
@@ -202,8 +273,8 @@ class SshSession:
             return False
         text = line.decode(errors="replace")
         if text.startswith(_PID_PREFIX) and text[len(_PID_PREFIX):].isdigit():
-            with self._lock:
-                self._remote_pids.add(int(text[len(_PID_PREFIX):]))
+            self._pid = int(text[len(_PID_PREFIX):])
+            self._session.track(self._pid, running=True)
         return True
 
 

@@ -160,11 +160,15 @@ def test_a_single_throttle_sample_is_not_a_finding(tmp_path: Path):
     assert code == 0 and document["findings"] == []
 
 
-def test_link_tests_asked_for_over_ssh_are_refused_before_any_node_is_touched(tmp_path: Path):
+def test_a_bad_data_address_setting_is_refused_before_any_node_is_touched(tmp_path: Path):
     hosts = tmp_path / "hosts.txt"
-    hosts.write_text("node01\nnode02\n")
-    result = CliRunner().invoke(main, ["sweep", "--hosts", str(hosts), "--links", "screen", "--no-store", "-q"])
-    assert result.exit_code == 2 and "pair tests over SSH are not available" in result.output
+    hosts.write_text("node01 net=10.2.0.1\nnode02 net=10.2.0.2 rack=7\n")
+    result = CliRunner().invoke(main, ["sweep", "--hosts", str(hosts), "--no-store", "-q"])
+    assert result.exit_code == 2
+    assert f"{hosts}:2:" in result.output and "unknown field 'rack=7'" in result.output
+    hosts.write_text("node01 net=10.2.0.1\n")
+    result = CliRunner().invoke(main, ["sweep", "--hosts", str(hosts), "--net-address", "eth0", "--no-store", "-q"])
+    assert result.exit_code == 2 and "expected auto, field, ssh or iface:NAME" in result.output
 
 
 def test_a_screen_over_a_simulated_fleet_names_a_slow_nic_and_an_unreachable_partner_is_not_tested(tmp_path: Path):

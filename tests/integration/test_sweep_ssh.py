@@ -36,10 +36,30 @@ def _sweep(paths: dict[str, Path], *extra: str, python: str = sys.executable) ->
     args = ["sweep", "--hosts", str(paths["hosts"]), "--ssh-config", str(paths["config"]),
             "--thresholds", str(thresholds), "--store", str(paths["hosts"].parent / "gpudiag.db"),
             "--known-hosts", str(paths["known_hosts"]), "--python", python, "--probes", "facts",
-            "--json", str(paths["json"]), "-q", *extra]
+            "--json", str(paths["json"]), "-q", *(() if "--links" in extra else ("--links", "none")), *extra]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     document = json.loads(paths["json"].read_text()) if paths["json"].exists() else {}
     return result.exit_code, document, result.output
+
+
+def test_one_connection_per_host_serves_the_node_probes_and_every_link_round(make_sshd_fleet, tmp_path: Path):
+    fleet = make_sshd_fleet(4)
+    paths = _setup(fleet, tmp_path)
+    logins_before = {name: _logins(fleet, name) for name in fleet.host_names()}
+    code, document, output = _sweep(paths, "--links", "full", "--net-backend", "tcp", "--net-duration", "0.3",
+                                    "--net-streams", "2", "--net-address", "iface:lo")
+    assert _statuses(document) == {name: "ok" for name in fleet.host_names()}, output
+    measured = {(link["a"], link["b"]) for link in document["links"] if link["value"] is not None}
+    assert len(measured) == 6 and all(link["value"] > 0 and link["backend"] == "tcp" for link in document["links"])
+    assert {link["phase"] for link in document["links"]} <= {"full", "confirm"}
+    # node probes, the address lookup and three rounds of pair tests: one login per host
+    assert {name: _logins(fleet, name) - logins_before[name] for name in fleet.host_names()} == dict.fromkeys(
+        fleet.host_names(), 1)
+    assert process_count_matching(r"probes net-(server|client)") == 0
+
+
+def _logins(fleet: SshdFleet, name: str) -> int:
+    return fleet.host(name).log_path.read_text(errors="replace").count("Accepted publickey")
 
 
 def _statuses(document: dict) -> dict[str, str]:

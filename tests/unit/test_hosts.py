@@ -197,3 +197,19 @@ def test_fold_hosts_round_trips_and_ignores_order() -> None:
 
 def test_fold_hosts_keeps_ipv6_labels_verbatim() -> None:
     assert fold_hosts(["[::1]:2222", "node2", "node1", "::1"]) == "node[1-2],::1,[::1]:2222"
+
+
+def test_a_per_host_data_address_field_is_read_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.txt"
+    path.write_text("node01 net=10.2.0.1   # data plane on ib0\nroot@node02:2222 net=[fd00::2]\nnode03\n")
+    hosts = load_hosts(str(path), io.StringIO())
+    assert [(h.label, h.user, h.net_address) for h in hosts] == [
+        ("node01", None, "10.2.0.1"), ("node02:2222", "root", "fd00::2"), ("node03", None, None)]
+    for line, message in (("node[01-02] net=10.2.0.1", "net=10.2.0.1 given for 2 hosts at once"),
+                          ("node01 rack=7", "unknown field 'rack=7'"),
+                          ("node01 net=10.2.0.1/24", "net='10.2.0.1/24' is not a host name or IP address"),
+                          ("node01 node02", "whitespace inside 'node01 node02'")):
+        path.write_text(f"node00\n{line}\n")
+        with pytest.raises(InputError) as error:
+            load_hosts(str(path), io.StringIO())
+        assert str(error.value).startswith(f"{path}:2: ") and message in str(error.value)
