@@ -14,6 +14,13 @@ own noise. Pipelines:
   1,024-host full schedule is half a million pairs; 4,096 hosts, 8.4 million, are not simulated
   by default: only their rounds and pair tests are printed).
 
+A third table follows a fleet over successive sweeps whose screens move their stride (1, 2,
+3, …: ``next_stride``), the faults staying where they are and slow links on any pair: the share
+of trials in which every planted fault has been named after 1, 2, 4, … sweeps, and in which
+some sweep named something not planted. A slow link ``d`` places apart in the host list is
+screened by the sweep of stride ``d`` only, so a fleet of N hosts needs up to N/2 sweeps (or
+``--links full``) to reach every pair.
+
 A trial is *exact* when the slow_nic hosts are exactly the planted NICs, the slow_link pairs
 exactly the planted links, and nothing else is named (no undecided pair, no error, no shift);
 *confirmed* when, besides, every verdict is confirmed. Printed, not asserted. Target: exact in
@@ -47,6 +54,7 @@ from gpudiag.links import (  # noqa: E402
     pair_key,
     screen_rounds,
 )
+from gpudiag.links.schedule import next_stride  # noqa: E402
 
 LINE_RATE_GBPS = 400.0
 BACKEND = "perftest"
@@ -176,6 +184,46 @@ def bench_size(size: int, trials: int, full_trials: int, seed: int, settings: Se
     }
 
 
+def bench_rotation(size: int, trials: int, sweeps: int, seed: int, settings: Settings) -> dict[str, str]:
+    """Successive screens of one fleet, stride 1, 2, …: when is every planted fault named?"""
+    checkpoints = [k for k in (1, 2, 4, 8, 16, 32) if k <= sweeps]
+    found_by: dict[int, int] = dict.fromkeys(checkpoints, 0)
+    false_alarms = 0
+    for trial in range(trials):
+        rng = random.Random(f"{seed}:{size}:{trial}:rotate")
+        fleet = plant(size, rng, settings)
+        named: set[object] = set()
+        stride = None
+        false_alarm = False
+        for sweep in range(1, sweeps + 1):
+            stride = next_stride(stride, size)
+            attribution = run_attribution(fleet, screen_rounds(fleet.hosts, stride), rng, settings)
+            nics = {v.host for v in attribution.nics}
+            links = {(v.a, v.b) for v in attribution.links}
+            false_alarm |= bool(nics - set(fleet.nics) or links - set(fleet.links) or attribution.shifts)
+            named |= nics | links
+            if sweep in found_by and named >= set(fleet.nics) | set(fleet.links):
+                found_by[sweep] += 1
+        false_alarms += false_alarm
+    row = {"hosts": str(size), "trials": str(trials)}
+    row.update({f"all named by sweep {k} %": f"{100 * found_by[k] / trials:.1f}" for k in checkpoints})
+    row["any false name %"] = f"{100 * false_alarms / trials:.1f}"
+    row["sweeps to reach every pair"] = str(max(1, size // 2))
+    return row
+
+
+def run_attribution(fleet: Fleet, first: Sequence[Round], rng: random.Random, settings: Settings) -> LinkAttribution:
+    results = measure(fleet, first, rng, settings)
+    attribution = attribute_links(results)
+    for _ in range(settings.confirm_phases):
+        rounds = confirm_rounds(attribution.suspects, attribution.passed, [r.pair for r in results])
+        if not attribution.suspects or not rounds:
+            break
+        results += measure(fleet, rounds, rng, settings)
+        attribution = attribute_links(results)
+    return attribution
+
+
 def _share(flags: object) -> str:
     values = list(flags)  # type: ignore[call-overload]
     return f"{100 * sum(values) / len(values):.1f}" if values else "-"
@@ -203,11 +251,14 @@ def main() -> None:
     parser.add_argument("--confirm-phases", type=int, default=3, help="confirm phases at most while suspects remain")
     parser.add_argument("--links-on", choices=("screen", "any", "both"), default="both",
                         help="plant slow links on pairs the screen tests, on any pair, or run both")
+    parser.add_argument("--rotation-sweeps", type=int, default=8, help="successive sweeps in the rotating-screen table")
+    parser.add_argument("--rotation-trials", type=int, default=50, help="trials of the rotating-screen table per size")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--smoke", action="store_true", help="small fleets, few trials: seconds")
     arguments = parser.parse_args()
     if arguments.smoke:
         arguments.sizes, arguments.trials, arguments.full_trials = [8, 64, 256], 20, 5
+        arguments.rotation_trials, arguments.rotation_sweeps = 10, 4
         arguments.full_pair_budget = 50_000
     print(f"line rate {LINE_RATE_GBPS:g} Gb/s, healthy {arguments.efficiency:g} of it, noise CV {arguments.cv:g}, "
           f"slow factors {arguments.factors[0]:g}–{arguments.factors[1]:g}, 1–3 slow NICs, 0–2 slow links, "
@@ -222,6 +273,10 @@ def main() -> None:
             full_trials = min(arguments.full_trials, arguments.full_pair_budget // max(1, size * (size - 1) // 2))
             rows.append(bench_size(size, arguments.trials, full_trials, arguments.seed, settings))
         print_table(rows)
+    settings = Settings(arguments.cv, arguments.efficiency, tuple(arguments.factors), arguments.confirm_phases, "any")
+    print("\nrotating screen (stride 1, 2, ... one per sweep), faults kept, slow links on any pair:")
+    print_table([bench_rotation(size, arguments.rotation_trials, arguments.rotation_sweeps, arguments.seed, settings)
+                 for size in arguments.sizes])
     print("\ntarget: exact in >= 99 % of trials with <= 3 rounds plus confirm rounds")
 
 

@@ -165,6 +165,9 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
               help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
                    "(virtual NICs, rate-limited overlays); links are judged against it.")
+@click.option("--screen-stride", type=click.IntRange(min=1), default=None, metavar="K",
+              help="Screen each node with the nodes K places before and after it in the host list (default: one "
+                   "more than the last stored sweep's, so successive sweeps reach every pair).")
 @click.option("--net-allow-socket", is_flag=True,
               help="nccl: let NCCL fall back to sockets instead of failing when no IB path exists.")
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
@@ -184,8 +187,8 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
           host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
-          net_streams: int, net_line_rate: float | None, net_allow_socket: bool, json_path: str | None, quiet: bool,
-          store_path: str | None,
+          net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
+          json_path: str | None, quiet: bool, store_path: str | None,
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
           known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
@@ -210,7 +213,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         simulate_path=simulate_path,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
-        net_address=net_address,
+        net_address=net_address, screen_stride=screen_stride,
         pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams, python=python,
                              line_rate_gbps=net_line_rate, allow_socket=net_allow_socket),
     )

@@ -31,7 +31,7 @@ from .links.attribution import link_thresholds
 from .links.impact import link_impact
 from .links.remote import PairTestOptions, RemotePairRunner
 from .links.rounds import LinkRun, PairRunner, run_links
-from .links.schedule import FULL, SCREEN
+from .links.schedule import FULL, SCREEN, next_stride
 from .links.simulated import SimulatedPairRunner
 from .links.verdicts import link_findings
 from .progress import QuietProgress, SweepProgress
@@ -74,6 +74,7 @@ class SweepRequest:
     links: str = AUTO_LINKS
     net_address: str = "auto"
     pair: PairTestOptions = PairTestOptions()
+    screen_stride: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,9 @@ def _baseline(store: Store | None, name: str | None) -> Baseline | None:
 def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> SweepResult:
     started_at = datetime.now(timezone.utc)
     sweep_id = new_sweep_id(started_at)
+    if request.screen_stride is None:
+        # Each screen moves to the next stride, so successive sweeps reach every pair in turn.
+        request = dataclasses.replace(request, screen_stride=next_stride(_last_stride(setup.store), len(setup.hosts)))
     record = _recorder(setup.store, sweep_id, started_at, request)
     first = run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
                       on_host_done=record, started_at=started_at, sweep_id=sweep_id)
@@ -193,8 +197,20 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult) -> tuple[Li
         addresses, missing = _data_addresses(request, setup, hosts, setup.connector)
         hosts = [host for host in hosts if host in addresses]
         runner = RemotePairRunner(setup.connector.session, addresses, request.pair)
-    run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=request.sweep.fanout)
+    run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=request.sweep.fanout,
+                    stride=request.screen_stride or 1)
     return run, missing
+
+
+def _last_stride(store: Store | None) -> int | None:
+    """The screen stride of the newest stored sweep that had one (None: no such sweep)."""
+    if store is None:
+        return None
+    for sweep in store.list_sweeps(limit=20):
+        stride = sweep["options"].get("screen_stride")
+        if isinstance(stride, int) and stride > 0:
+            return stride
+    return None
 
 
 def check_net_address(source: str) -> None:
@@ -284,4 +300,5 @@ def _options(request: SweepRequest) -> dict[str, Any]:
             "dtype": probe.dtype, "sequential": probe.sequential, "deadline_s": probe.deadline_s,
             "fanout": request.sweep.fanout, "simulate": request.simulate_path, "retest": request.retest,
             "links": request.links, "net_address": request.net_address, "net_backend": request.pair.backend,
-            "net_duration_s": request.pair.duration_s, "net_line_rate_gbps": request.pair.line_rate_gbps}
+            "net_duration_s": request.pair.duration_s, "net_line_rate_gbps": request.pair.line_rate_gbps,
+            "screen_stride": request.screen_stride}

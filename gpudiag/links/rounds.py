@@ -68,15 +68,16 @@ class _Interrupted(Exception):
 
 
 def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
-              thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64) -> LinkRun:
+              thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64, stride: int = 1) -> LinkRun:
     """The link phase of a sweep over ``hosts`` (those whose node probes passed, in sweep
-    order): ``screen`` (two rounds forming a cycle, then confirm rounds) or ``full`` (the
-    round-robin, then confirm rounds); ``none`` runs nothing. Raises ValueError for another mode."""
+    order): ``screen`` (two rounds forming a cycle of ``stride``, then confirm rounds; a stride
+    beyond ⌊N/2⌋ for the hosts left wraps around) or ``full`` (the round-robin, then confirm
+    rounds); ``none`` runs nothing. Raises ValueError for another mode."""
     if mode not in MODES:
         raise ValueError(f"unknown link mode {mode!r}; choose from {', '.join(MODES)}")
     if mode == "none" or len(hosts) < 2:
         return LinkRun((), attribute_links(()), 0)
-    first = full_rounds(hosts) if mode == FULL else screen_rounds(hosts)
+    first = full_rounds(hosts) if mode == FULL else screen_rounds(hosts, (stride - 1) % max(1, len(hosts) // 2) + 1)
     records: list[LinkRecord] = []
     rounds = 0
     try:

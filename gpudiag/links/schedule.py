@@ -19,6 +19,7 @@ Pure functions: the same hosts give the same rounds. A pair is always written in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -79,30 +80,55 @@ class Suspects:
         return bool(self.hosts or self.pairs)
 
 
-def screen_rounds(hosts: Sequence[str]) -> list[Round]:
-    """The screen: the cycle ``hosts[0]``–``hosts[1]``–…–``hosts[N-1]``–``hosts[0]`` as rounds of
-    disjoint pairs, every node tested with two different partners, N pair tests in all.
+def screen_rounds(hosts: Sequence[str], stride: int = 1) -> list[Round]:
+    """The screen: every node tested with the nodes ``stride`` places before and after it in
+    ``hosts`` (cyclically) — the cycle ``hosts[0]``–``hosts[1]``–…–``hosts[0]`` for stride 1 —
+    as rounds of disjoint pairs, N pair tests in all.
 
-    Even N: round 1 is (0,1)(2,3)…(N−2,N−1), round 2 is (1,2)(3,4)…(N−1,0).
-    Odd N ≥ 3: round 1 is (0,1)(2,3)…(N−3,N−2) (node N−1 sits out), round 2 is
-    (1,2)(3,4)…(N−2,N−1) (node 0 sits out), and the pair (N−1,0) that closes the cycle runs in a
-    third round of its own: a cycle of odd length cannot be split into two matchings, and both
-    its ends are busy in one of the first two rounds each.
-    N = 2: one round of one pair (each node has one partner only, so its attribution waits for a
-    confirm round). N ≤ 1: no rounds. Raises ValueError when a host appears twice.
+    A stride splits the hosts into gcd(N, stride) cycles of N/gcd nodes each. A cycle of even
+    length is two matchings: round 1 is its pairs (0,1)(2,3)…, round 2 its pairs (1,2)(3,4)…
+    and the one that closes it. A cycle of odd length cannot be split into two matchings: its
+    closing pair runs in a third round (one pair per cycle, all disjoint). A "cycle" of two
+    nodes (stride N/2) is one pair: one round, each node with one partner (its attribution
+    waits for a confirm round). Stride 1 pairs neighbours in a nodeset (often one leaf switch).
+
+    Strides 1, 2, …, ⌊N/2⌋ test every unordered pair exactly once between them, so a screen
+    that moves to the next stride each sweep (see ``next_stride``) reaches every pair over
+    ⌊N/2⌋ sweeps, while each sweep costs N pair tests. N ≤ 1: no rounds. Raises ValueError when
+    a host appears twice or ``stride`` is not in 1..max(1, ⌊N/2⌋).
     """
     names = _distinct(hosts)
     count = len(names)
+    if not 1 <= stride <= max(1, count // 2):
+        raise ValueError(f"stride must be from 1 to {max(1, count // 2)} for {count} hosts, got {stride}")
     if count < 2:
         return []
-    if count == 2:
-        return [Round(SCREEN, (pair_key(names[0], names[1]),))]
-    first = tuple(pair_key(names[i], names[i + 1]) for i in range(0, count - 1, 2))
-    second = tuple(pair_key(names[i], names[(i + 1) % count]) for i in range(1, count - count % 2, 2))
-    rounds = [Round(SCREEN, first), Round(SCREEN, second)]
-    if count % 2:
-        rounds.append(Round(SCREEN, (pair_key(names[-1], names[0]),)))
-    return rounds
+    rounds: list[list[Pair]] = [[], [], []]
+    for cycle in _stride_cycles(names, stride):
+        length = len(cycle)
+        if length == 2:
+            rounds[0].append(pair_key(cycle[0], cycle[1]))
+            continue
+        rounds[0] += [pair_key(cycle[i], cycle[i + 1]) for i in range(0, length - 1, 2)]
+        rounds[1] += [pair_key(cycle[i], cycle[(i + 1) % length]) for i in range(1, length - length % 2, 2)]
+        if length % 2:
+            rounds[2].append(pair_key(cycle[-1], cycle[0]))
+    return [Round(SCREEN, tuple(pairs)) for pairs in rounds if pairs]
+
+
+def next_stride(previous: int | None, count: int) -> int:
+    """The stride of the next screen of ``count`` hosts after one at ``previous`` (None: none
+    before): 1, 2, …, ⌊N/2⌋, then 1 again."""
+    top = max(1, count // 2)
+    return 1 if previous is None or previous >= top else previous + 1
+
+
+def _stride_cycles(names: Sequence[str], stride: int) -> list[list[str]]:
+    count = len(names)
+    cycles = []
+    for start in range(math.gcd(count, stride)):
+        cycles.append([names[(start + step * stride) % count] for step in range(count // math.gcd(count, stride))])
+    return cycles
 
 
 def full_rounds(hosts: Sequence[str]) -> list[Round]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from gpudiag.cli import main
+from gpudiag.store import Store
 
 FAST = ("--probes", "gemm,telemetry", "--duration", "0.2")
 
@@ -178,3 +179,21 @@ def test_a_screen_over_a_simulated_fleet_names_a_slow_nic_and_an_unreachable_par
     assert _found(document, "slow_nic", "slow_link", "link_error") == {("slow_nic", "node007", None)}
     assert not any("node003" in (link["a"], link["b"]) for link in document["links"])  # left out of the rounds
     assert {link["phase"] for link in document["links"]} >= {"screen", "confirm"}
+
+
+def test_successive_screens_move_their_stride_so_a_slow_link_off_the_first_cycle_is_found_next(tmp_path: Path):
+    # node003-node005 are two apart: the stride-1 cycle never pairs them, the stride-2 one does.
+    faults = [{"kind": "slow_link", "a": "node003", "b": "node005", "factor": 0.5}]
+    fleet, store = _fleet(tmp_path, faults=faults), tmp_path / "gpudiag.db"
+    code, first, _ = _sweep(fleet, "--probes", "facts", "--links", "screen", store=store)
+    assert code == 0 and _found(first, "slow_link", "slow_nic") == set()
+    code, second, _ = _sweep(fleet, "--probes", "facts", "--links", "screen", store=store)
+    assert code == 1
+    (link,) = [f for f in second["findings"] if f["kind"] == "slow_link"]
+    assert {link["host"], link["peer"]} == {"node003", "node005"}
+    screened = [{tuple(sorted((x["a"], x["b"]))) for x in doc["links"] if x["phase"] == "screen"}
+                for doc in (first, second)]
+    assert ("node001", "node002") in screened[0] and ("node001", "node003") in screened[1]
+    assert not screened[0] & screened[1]
+    # both started within a second here, so the stored order may tie: the strides are what count
+    assert sorted(sweep["options"]["screen_stride"] for sweep in Store.open(store).list_sweeps()) == [1, 2]

@@ -6,6 +6,7 @@ from itertools import combinations
 import pytest
 
 from gpudiag.links import CONFIRM, FULL, SCREEN, Round, Suspects, confirm_rounds, full_rounds, pair_key, screen_rounds
+from gpudiag.links.schedule import next_stride
 
 SIZES = [*range(2, 18), 31, 64, 65, 128]
 
@@ -161,3 +162,25 @@ def test_with_no_passed_node_suspects_are_paired_with_suspects_they_have_not_had
 def test_no_suspects_no_confirm_rounds():
     assert confirm_rounds(Suspects(), ["a", "b"], [("a", "b")]) == []
     assert not Suspects()
+
+
+@pytest.mark.parametrize("count", range(2, 15))
+def test_successive_strides_test_every_pair_exactly_once_each_sweep_a_set_of_matchings(count):
+    hosts = names(count)
+    seen: Counter[tuple[str, str]] = Counter()
+    stride = None
+    for _ in range(max(1, count // 2)):
+        stride = next_stride(stride, count)
+        rounds = screen_rounds(hosts, stride)
+        assert_matchings(rounds)
+        assert len(rounds) <= 3
+        pairs = all_pairs(rounds)
+        assert len(pairs) == len(set(pairs))
+        seen.update(pairs)
+    assert set(seen) == set(combinations(hosts, 2)) and set(seen.values()) == {1}
+    assert next_stride(stride, count) == 1  # and round again
+
+
+def test_a_stride_beyond_half_the_fleet_is_refused():
+    with pytest.raises(ValueError, match="stride must be from 1 to 3 for 6 hosts"):
+        screen_rounds(names(6), 4)
