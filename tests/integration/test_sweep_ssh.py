@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sshd_hosts import SshdFleet, process_count_matching
+from sshd_hosts import SshdFleet, process_count_matching, process_ids_matching
 
 from gpudiag.bundle import locate_bundle
 from gpudiag.cli import main
@@ -195,3 +195,35 @@ def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet
     assert _statuses(stored) == _statuses(document)
     time.sleep(1.0)
     assert process_count_matching(f"^sleep {nap}$") == 0  # the hung probe was ended on its host
+
+
+def test_ctrl_c_during_a_link_round_keeps_the_pairs_that_finished_and_ends_every_pair_process(
+        make_sshd_fleet, tmp_path: Path):
+    fleet = make_sshd_fleet(4)
+    paths = _setup(fleet, tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpudiag", "sweep", "--hosts", str(paths["hosts"]), "--ssh-config",
+         str(paths["config"]), "--known-hosts", str(paths["known_hosts"]), "--python", sys.executable,
+         "--probes", "facts", "--links", "full", "--net-backend", "tcp", "--net-duration", "1.5",
+         "--json", str(paths["json"]), "-q", "--store", str(tmp_path / "gpudiag.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    servers: set[int] = set()
+    deadline = time.monotonic() + 90
+    # Two servers run in round 1 of the 4-host round robin; a third one means round 2 is under way.
+    while len(servers) < 3 and time.monotonic() < deadline and process.poll() is None:
+        servers |= process_ids_matching(r"^\S*python\S* -m probes net-server")
+        time.sleep(0.05)
+    assert len(servers) >= 3, "round 2 never started"
+    time.sleep(0.3)
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert time.monotonic() - signalled < 20
+    document = json.loads(paths["json"].read_text())
+    assert document["summary"]["exit_code"] == 130 and _statuses(document) == dict.fromkeys(fleet.host_names(), "ok")
+    # round 1 finished (two pairs, measured); nothing the interrupt cut short is reported as a failure
+    assert len(document["links"]) >= 2 and all(link["value"] > 0 for link in document["links"])
+    assert not [f for f in document["findings"] if f["kind"] in ("link_error", "slow_nic", "slow_link")]
+    time.sleep(1.0)
+    assert process_count_matching(r"probes net-(server|client)") == 0
