@@ -227,3 +227,19 @@ def test_ctrl_c_during_a_link_round_keeps_the_pairs_that_finished_and_ends_every
     assert not [f for f in document["findings"] if f["kind"] in ("link_error", "slow_nic", "slow_link")]
     time.sleep(1.0)
     assert process_count_matching(r"probes net-(server|client)") == 0
+
+
+def test_hosts_without_a_data_address_are_left_out_of_the_rounds_and_said_to_be_unchecked(
+        make_sshd_fleet, tmp_path: Path):
+    fleet = make_sshd_fleet(4)
+    paths = _setup(fleet, tmp_path)
+    # each host's data-plane address from the hosts file; node04 has none
+    paths["hosts"].write_text("".join(f"{name} net={fleet.host(name).address}\n" for name in fleet.host_names()[:3])
+                              + "node04\n")
+    code, document, output = _sweep(paths, "--links", "full", "--net-backend", "tcp", "--net-duration", "0.3",
+                                    "--net-streams", "1", "--net-address", "field")
+    assert code == 3, output
+    assert {(link["a"], link["b"]) for link in document["links"]} == {
+        ("node01", "node02"), ("node01", "node03"), ("node02", "node03")}
+    (left_out,) = [f for f in document["findings"] if f["host"] == "node04"]
+    assert left_out["kind"] == "unchecked" and "no net= address" in left_out["evidence"]
