@@ -1,4 +1,5 @@
-"""Fixtures of real OpenSSH hosts on loopback addresses (the harness is ``sshd_hosts.py`` beside this file).
+"""Fixtures of real OpenSSH hosts on loopback addresses (the harness is ``sshd_hosts.py`` beside this file),
+and of hosts in network namespaces with their own sshd and data network (``netns_hosts.py``).
 
 ``sshd_fleet`` is one 8-host fleet shared by a test module: tests that change a host (reject the client key,
 restart it) take their own from ``make_sshd_fleet`` instead. Both fail where sshd cannot run, and fail the
@@ -17,6 +18,7 @@ import pytest
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
+from netns_hosts import MakeNetnsFleet, NetnsFleet, link_names, namespace_names, netns_unavailable_reason  # noqa: E402
 from sshd_hosts import MakeSshdFleet, SshdFleet, pid_is_running, sshd_unavailable_reason  # noqa: E402
 
 
@@ -59,3 +61,52 @@ def make_sshd_fleet() -> Iterator[MakeSshdFleet]:
 
     yield make
     _stop_fleets(fleets)
+
+
+# --- hosts in network namespaces (the harness is netns_hosts.py beside this file) ------------------
+
+
+def _require_netns() -> None:
+    # Skips rather than fails: unlike sshd, which scripts/install-test-deps installs, network namespaces need
+    # CAP_NET_ADMIN, which many containers and CI runners do not grant.
+    reason = netns_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def _stop_netns_fleets(fleets: list[NetnsFleet]) -> None:
+    """Stop every fleet, then fail if a process, namespace or link of one is still there."""
+    pids = set().union(*(fleet.process_ids() for fleet in fleets))
+    names = {name for fleet in fleets for name in (*fleet.namespaces(), *fleet.root_links())}
+    for fleet in fleets:
+        fleet.stop()
+    left = sorted(pid for pid in pids if pid_is_running(pid))
+    assert not left, f"processes of a netns fleet still running after its stop: {left}"
+    left_names = sorted(names & (namespace_names() | link_names()))
+    assert not left_names, f"namespaces or links of a netns fleet left after its stop: {left_names}"
+
+
+@pytest.fixture(scope="module")
+def netns_fleet() -> Iterator[NetnsFleet]:
+    """Six started hosts in network namespaces, node01..node06, shared by the test module; stopped after its
+    last test. Tests that cap or cut links undo that themselves."""
+    _require_netns()
+    fleet = NetnsFleet(6).start()
+    yield fleet
+    _stop_netns_fleets([fleet])
+
+
+@pytest.fixture
+def netns_fleet_factory() -> Iterator[MakeNetnsFleet]:
+    """A factory ``netns_fleet_factory(count, **NetnsFleet options)`` of started fleets, all stopped after the
+    test. Skips where network namespaces cannot be made."""
+    _require_netns()
+    fleets: list[NetnsFleet] = []
+
+    def make(count: int = 6, *, tag: str | None = None, log_level: str = "ERROR") -> NetnsFleet:
+        fleet = NetnsFleet(count, tag=tag, log_level=log_level)
+        fleets.append(fleet)
+        return fleet.start()
+
+    yield make
+    _stop_netns_fleets(fleets)

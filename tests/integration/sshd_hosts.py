@@ -5,6 +5,10 @@ own 127.x.y.z address and free port with its own ed25519 host key; one generated
 of them as the current user (root: sshd's privilege separation needs it). Everything lives in one private
 temporary directory that ``stop()`` deletes. Benchmarks import this module after putting its directory on
 ``sys.path``; tests get it through the fixtures of ``tests/integration/conftest.py``.
+
+The pieces below the fleet (``TestHost``, ``generate_ed25519_key``, ``stop_sshd_processes``, ``wait_listening``,
+``sshd_config_text``, ``known_hosts_text``, ``ssh_config_block``) also serve ``netns_hosts.py``, whose hosts run
+sshd inside network namespaces (a ``TestHost`` with ``namespace`` set).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Protocol
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = Path("/usr/bin/ssh-keygen")
 PRIVSEP_DIR = Path("/run/sshd")
+IP = Path("/usr/sbin/ip")
 SSHD_PROCESS_PATTERN = r"^(/usr/sbin/)?sshd\b"
 _LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 _TCP_STATE_LISTEN = "0A"  # as /proc/net/tcp spells it
@@ -177,9 +182,14 @@ def _proc_net_endpoint(address: str, port: int) -> str:
     return f"{int.from_bytes(socket.inet_aton(address), sys.byteorder):08X}:{port:04X}"
 
 
-def _listening_endpoints() -> set[str]:
-    """Local endpoints of the IPv4 TCP sockets in LISTEN state, as ``/proc/net/tcp`` spells them."""
-    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+def _listening_endpoints(pid: int | str = "self") -> set[str]:
+    """Local endpoints of the IPv4 TCP sockets in LISTEN state in the network namespace of process ``pid``,
+    as ``/proc/<pid>/net/tcp`` spells them; empty once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/net/tcp").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return set()
+    rows = [line.split() for line in text.splitlines()[1:]]
     return {row[1] for row in rows if row[3] == _TCP_STATE_LISTEN}
 
 
@@ -190,7 +200,8 @@ def _log_tail(path: Path, lines: int = 20) -> str:
 
 @dataclass(eq=False)
 class TestHost:
-    """One sshd of a fleet. ``process`` and ``host_public_key_line`` change when the host restarts."""
+    """One sshd of a fleet. ``process`` and ``host_public_key_line`` change when the host restarts.
+    ``namespace`` names the network namespace sshd runs in (``ip netns exec``); None: this process's own."""
 
     __test__ = False  # a helper, not a pytest test class
 
@@ -202,6 +213,7 @@ class TestHost:
     authorized_keys_path: Path
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
+    namespace: str | None = None
 
     @property
     def config_path(self) -> Path:
@@ -209,9 +221,11 @@ class TestHost:
 
     def start(self) -> None:
         """Launch sshd on ``config_path`` without waiting for it to listen (see ``wait_listening``)."""
+        # ip netns exec enters the namespace and execs sshd: the process is sshd itself, as without it
+        enter = [] if self.namespace is None else [str(IP), "netns", "exec", self.namespace]
         with self.log_path.open("ab") as log:  # early errors go to stderr before -E takes over
             self.process = subprocess.Popen(
-                [str(SSHD), "-D", "-e", "-f", str(self.config_path), "-E", str(self.log_path)],
+                [*enter, str(SSHD), "-D", "-e", "-f", str(self.config_path), "-E", str(self.log_path)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -236,9 +250,19 @@ class TestHost:
         wait_listening([self], timeout_s)
 
 
+def _is_listening(host: TestHost, own_table: set[str]) -> bool:
+    """Whether ``host``'s sshd listens; ``own_table`` is this process's LISTEN table, which serves every host
+    that shares this process's network namespace (one read instead of one per host)."""
+    endpoint = _proc_net_endpoint(host.address, host.port)
+    if host.namespace is None:
+        return endpoint in own_table
+    assert host.process is not None
+    return endpoint in _listening_endpoints(host.process.pid)  # the table of sshd's own namespace
+
+
 def wait_listening(hosts: list[TestHost], timeout_s: float) -> None:
     """Wait until every host's sshd listens on its endpoint. Raises SshdStartError, with the sshd log, if one
-    exits or ``timeout_s`` passes. Reads /proc/net/tcp rather than connecting, which would write a
+    exits or ``timeout_s`` passes. Reads /proc/<pid>/net/tcp rather than connecting, which would write a
     "Connection from" line in every log."""
     deadline = time.monotonic() + timeout_s
     waiting = list(hosts)
@@ -246,8 +270,8 @@ def wait_listening(hosts: list[TestHost], timeout_s: float) -> None:
         for host in waiting:
             if host.process is None or host.process.poll() is not None:
                 raise SshdStartError(f"sshd of {host.name} exited at start:\n{_log_tail(host.log_path)}")
-        listening = _listening_endpoints()
-        waiting = [host for host in waiting if _proc_net_endpoint(host.address, host.port) not in listening]
+        own_table = _listening_endpoints()
+        waiting = [host for host in waiting if not _is_listening(host, own_table)]
         if waiting and time.monotonic() > deadline:
             host = waiting[0]
             raise SshdStartError(f"sshd of {host.name} not listening on {host.address}:{host.port} after "
@@ -256,7 +280,9 @@ def wait_listening(hosts: list[TestHost], timeout_s: float) -> None:
             time.sleep(0.005)
 
 
-def _sshd_config(host: TestHost, log_level: str) -> str:
+def sshd_config_text(host: TestHost, log_level: str) -> str:
+    """The sshd_config of ``host``: its endpoint, host key and authorized_keys; public-key logins only
+    (root included); sshd's ``LogLevel`` ``log_level``."""
     return f"""\
 ListenAddress {host.address}:{host.port}
 HostKey {host.host_key_path}
@@ -358,7 +384,7 @@ class SshdFleet:
         host = TestHost(name, address, _free_port(address), host_key_path, host_key_line,
                         directory / "authorized_keys", directory / "sshd.log")
         host.authorized_keys_path.write_text(client_key_line + "\n")
-        host.config_path.write_text(_sshd_config(host, self.log_level))
+        host.config_path.write_text(sshd_config_text(host, self.log_level))
         host.start()
         return host
 
@@ -384,7 +410,7 @@ class SshdFleet:
 
     def write_known_hosts(self, path: Path, hosts: Iterable[TestHost] | None = None) -> Path:
         """Write the known_hosts entries of ``hosts`` (default: all) to ``path``; returns ``path``."""
-        path.write_text("".join(host.known_hosts_line() + "\n" for host in self._selected(hosts)))
+        path.write_text(known_hosts_text(self._selected(hosts)))
         return path
 
     def write_ssh_config(self, path: Path, hosts: Iterable[TestHost] | None = None,
@@ -395,23 +421,32 @@ class SshdFleet:
         ``extra_by_host`` name that is not among ``hosts``."""
         selected = self._selected(hosts)
         extra = dict(extra_by_host or {})
-        blocks = [self._ssh_config_block(host, known_hosts_path, extra.pop(host.name, "")) for host in selected]
+        blocks = [ssh_config_block(host, self.user, self.client_key_path, known_hosts_path, extra.pop(host.name, ""))
+                  for host in selected]
         if extra:
             raise KeyError(f"extra_by_host names hosts not written: {sorted(extra)}")
         path.write_text("\n".join(blocks))
         return path
 
-    def _ssh_config_block(self, host: TestHost, known_hosts_path: Path, extra: str) -> str:
-        lines = [f"HostName {host.address}", f"Port {host.port}", f"User {self.user}",
-                 f"IdentityFile {self.client_key_path}", "IdentitiesOnly yes",
-                 f"UserKnownHostsFile {known_hosts_path}", "GlobalKnownHostsFile /dev/null",
-                 "StrictHostKeyChecking yes", "BatchMode yes", *extra.splitlines()]
-        return f"Host {host.name}\n" + "".join(f"    {line.strip()}\n" for line in lines if line.strip())
-
     def write_hosts_file(self, path: Path, names: Iterable[str] | None = None) -> Path:
         """Write host names (default: all), one per line, to ``path``; returns ``path``."""
         path.write_text("".join(f"{name}\n" for name in (self.host_names() if names is None else names)))
         return path
+
+
+def known_hosts_text(hosts: Iterable[TestHost]) -> str:
+    """The known_hosts entries of ``hosts``, one line each."""
+    return "".join(host.known_hosts_line() + "\n" for host in hosts)
+
+
+def ssh_config_block(host: TestHost, user: str, identity_path: Path, known_hosts_path: Path, extra: str = "") -> str:
+    """A ``Host <name>`` block of an ssh_config that logs in to ``host`` as ``user`` with the key at
+    ``identity_path`` and checks its host key strictly against ``known_hosts_path``; ``extra`` holds more lines."""
+    lines = [f"HostName {host.address}", f"Port {host.port}", f"User {user}",
+             f"IdentityFile {identity_path}", "IdentitiesOnly yes",
+             f"UserKnownHostsFile {known_hosts_path}", "GlobalKnownHostsFile /dev/null",
+             "StrictHostKeyChecking yes", "BatchMode yes", *extra.splitlines()]
+    return f"Host {host.name}\n" + "".join(f"    {line.strip()}\n" for line in lines if line.strip())
 
 
 class MakeSshdFleet(Protocol):
