@@ -5,22 +5,33 @@ A baseline is built only from results that no finding touched (the store leaves 
 never pools two keys: one entry per key (gpudiag.keys.result_key). The spread is the MAD, the
 median absolute deviation, *unscaled*: median(|x - median(x)|). Multiply it by 1.4826 for a
 standard-deviation estimate under normal noise; the analysis applies its own floor.
+
+Pair tests have an entry per link group (gpudiag.keys.link_key: backend, rail, line rate) over
+the pairs' figures — a pair's figure is the mean of its runs in one sweep — leaving out tests
+with no figure and pairs that a link finding of that sweep touched (a slow NIC at either end on
+that backend and rail, the pair itself slow or untestable). A file of an older gpudiag, with no
+link entries, reads as before.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, NoReturn
 
 from .errors import InputError, StoreError
-from .store import BaselineSample, Store
+from .keys import LINK_METRIC, LINK_PROBE, LINK_UNIT, link_key
+from .links.attribution import BACKENDS, pair_means
+from .links.rounds import link_results
+from .links.verdicts import touched_links
+from .store import BaselineSample, Store, StoredLinks
 
 BASELINE_SCHEMA = "gpudiag.baseline/1"
 DEFAULT_MIN_COUNT = 3
@@ -28,6 +39,7 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_FIELDS = ("schema", "name", "created_at", "source_sweeps", "entries")
 _ENTRY_FIELDS = ("key", "median", "mad", "count", "unit")
 _KEY_FIELDS = ("facts", "probe", "metric", "unit", "params")
+_LINK_PARAMS = ("backend", "rail", "line_rate_gbps")
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,27 @@ def check_name(name: object, where: str = "baseline name") -> str:
 def median_absolute_deviation(values: Sequence[float], center: float) -> float:
     """median(|x - center|) over ``values``, unscaled, in their unit. Raises ValueError when empty."""
     return statistics.median(abs(value - center) for value in values)
+
+
+def baseline_samples(store: Store, sweep_ids: Sequence[str]) -> Iterator[BaselineSample]:
+    """Everything of the given sweeps that may go into a baseline: their results
+    (Store.results_for_baseline) and then their pair figures (``link_samples``). Raises
+    StoreError at once for an unknown sweep id."""
+    results = store.results_for_baseline(sweep_ids)
+    links = store.links_for_baseline(sweep_ids)
+    return itertools.chain(results, (sample for stored in links for sample in link_samples(stored)))
+
+
+def link_samples(stored: StoredLinks) -> list[BaselineSample]:
+    """The pair figures of one stored sweep that may go into a baseline, keyed by link group
+    (gpudiag.keys.link_key): each pair's mean of its runs, in Gbit/s. Tests with no figure are
+    left out, and so are pairs a link finding of the sweep touched (a ``slow_nic`` at either end
+    on that backend and rail, a ``slow_link`` or ``link_error`` of the pair; see
+    gpudiag.links.verdicts.touched_links)."""
+    touched = touched_links(stored.findings)
+    return [BaselineSample(stored.sweep_id, group.baseline_key, LINK_PROBE, LINK_METRIC, gbps, LINK_UNIT, a, None, b)
+            for group, pairs in pair_means(link_results(stored.links)).items() for (a, b), gbps in pairs.items()
+            if not touched.touches(a, b, group.backend, group.rail)]
 
 
 def build_baseline(name: str, samples: Iterable[BaselineSample], *, min_count: int = DEFAULT_MIN_COUNT,
@@ -192,10 +225,11 @@ def _import_entry(check: _Checker, item: object, where: str) -> BaselineEntry:
     fields = check.fields(item, where, _ENTRY_FIELDS)
     key = check.fields(fields["key"], f"{where}.key", _KEY_FIELDS)
     check.mapping(key["facts"], f"{where}.key.facts")
-    check.text(key["probe"], f"{where}.key.probe")
+    probe = check.text(key["probe"], f"{where}.key.probe")
     check.text(key["metric"], f"{where}.key.metric")
     key_unit = check.optional_text(key["unit"], f"{where}.key.unit")
     check.mapping(key["params"], f"{where}.key.params")
+    key_text = _link_key(check, key, f"{where}.key") if probe == LINK_PROBE else canonical_key(key)
     unit = check.optional_text(fields["unit"], f"{where}.unit")
     if unit != key_unit:
         check.fail(f"{where}.unit", f"must equal key.unit ({key_unit!r}), got {unit!r}")
@@ -205,8 +239,29 @@ def _import_entry(check: _Checker, item: object, where: str) -> BaselineEntry:
     count = fields["count"]
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         check.fail(f"{where}.count", f"must be an integer >= 1, got {count!r}")
-    return BaselineEntry(key=canonical_key(key), median=check.number(fields["median"], f"{where}.median"),
+    return BaselineEntry(key=key_text, median=check.number(fields["median"], f"{where}.median"),
                          mad=mad, count=count, unit=unit)
+
+
+def _link_key(check: _Checker, key: Mapping[str, Any], where: str) -> str:
+    """The canonical link_key of a link entry's key, its fields checked (a line rate of 400 and
+    one of 400.0 are the same key)."""
+    if key["facts"]:
+        check.fail(f"{where}.facts", "must be empty for a link key")
+    if key["metric"] != LINK_METRIC:
+        check.fail(f"{where}.metric", f"must be {LINK_METRIC!r} for a link key, got {key['metric']!r}")
+    if key["unit"] != LINK_UNIT:
+        check.fail(f"{where}.unit", f"must be {LINK_UNIT!r} for a link key, got {key['unit']!r}")
+    params = check.fields(key["params"], f"{where}.params", _LINK_PARAMS)
+    if params["backend"] not in BACKENDS:
+        check.fail(f"{where}.params.backend", f"must be one of {', '.join(BACKENDS)}, got {params['backend']!r}")
+    rail = params["rail"]
+    if rail is not None and (isinstance(rail, bool) or not isinstance(rail, int) or rail < 0):
+        check.fail(f"{where}.params.rail", f"must be an integer >= 0 or null, got {rail!r}")
+    rate = params["line_rate_gbps"]
+    if rate is not None and check.number(rate, f"{where}.params.line_rate_gbps") <= 0:
+        check.fail(f"{where}.params.line_rate_gbps", f"must be positive or null, got {rate!r}")
+    return link_key(params["backend"], rail, rate)
 
 
 class _Checker:

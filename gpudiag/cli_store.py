@@ -12,10 +12,20 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from .baseline import build_baseline, export_baseline, import_baseline, list_baselines, load_baseline, save_baseline
+from .baseline import (
+    baseline_samples,
+    build_baseline,
+    export_baseline,
+    import_baseline,
+    list_baselines,
+    load_baseline,
+    save_baseline,
+)
 from .errors import InputError, read_json_file
 from .exitcodes import ExitCode
-from .keys import describe_key
+from .keys import LINK_PROBE, LINK_UNIT, describe_key
+from .links.attribution import HostLinkFigures, host_link_figures
+from .links.rounds import link_results
 from .report import render_report, write_report
 from .store import Store, default_store_path
 
@@ -78,18 +88,39 @@ def history(host: str | None, limit: int, store_path: str | None) -> ExitCode:
             if not rows:
                 raise InputError(f"{host}: not in any stored sweep of {_store_path(store_path)}")
             console.print(_history_table(host, rows))
+            links = _link_history_table(host, rows)
+            if links is not None:
+                console.print(links)
     return ExitCode.OK
 
 
 def _sweeps_table(sweeps: list[dict]) -> Table:
+    # The sweep id carries its start time (gpudiag names a sweep by it): no column of its own,
+    # so that the pair tests fit in 80 columns.
     table = Table(title="Stored sweeps, newest first", title_justify="left")
-    for column in ("sweep", "started", "hosts", "ok", "findings", "exit"):
-        table.add_column(column)
+    for column in ("sweep", "ok/all", "findings", "links", "slowest link", "exit"):
+        table.add_column(column, no_wrap=column == "sweep")
     for sweep in sweeps:
         exit_code = "interrupted" if sweep["interrupted"] else str(sweep["exit_code"])
-        table.add_row(sweep["sweep_id"], str(sweep["started_at"]), str(sweep["hosts_total"]), str(sweep["hosts_ok"]),
-                      str(sweep["findings"]), exit_code)
+        table.add_row(sweep["sweep_id"], f"{sweep['hosts_ok']}/{sweep['hosts_total']}", str(sweep["findings"]),
+                      _link_count(sweep), _slowest_link(sweep.get("slowest_link")), exit_code)
     return table
+
+
+def _link_count(sweep: dict) -> str:
+    """The sweep's pair tests (one per rail), and below, how many gave no figure."""
+    if not sweep.get("links"):
+        return ""
+    failed = sweep.get("links_failed") or 0
+    return f"{sweep['links']}" + (f"\n{failed} failed" if failed else "")
+
+
+def _slowest_link(link: dict | None) -> str:
+    """The slowest measured test: its ends, and below, its rail and figure."""
+    if not link:
+        return ""
+    rail = "" if link.get("rail") is None else f"r{link['rail']} "
+    return f"{link['a']}–{link['b']}\n{rail}{link['value']:.1f} {LINK_UNIT}"
 
 
 # Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).
@@ -111,6 +142,38 @@ def _history_table(host: str, rows: list[dict]) -> Table:
                           f"{low:.4g}", f"{middle:.4g}", f"{high:.4g}", unit or "")
         table.add_section()
     return table
+
+
+def _link_history_table(host: str, rows: list[dict]) -> Table | None:
+    """The host's pair figures per sweep and backend/rail (None when it has none): the worst
+    partner's figure and who, the median and its share of the line rate, and the pairs."""
+    per_sweep = [(row, host_link_figures(host, link_results(row.get("links") or ()))) for row in rows]
+    if not any(figures for _, figures in per_sweep):
+        return None
+    table = Table(title=f"{host}: pair figures in {LINK_UNIT} (a pair's is the mean of its runs), newest sweep first",
+                  title_justify="left")
+    for column in ("sweep", "link", "worst, with", "median, line", "pairs"):
+        table.add_column(column, justify="left" if column in ("sweep", "link") else "right",
+                         no_wrap=column == "sweep")
+    for row, figures in per_sweep:
+        for index, figure in enumerate(figures):
+            table.add_row(row["sweep_id"] if index == 0 else "", *_link_cells(figure))
+        if figures:
+            table.add_section()
+    return table
+
+
+def _link_cells(figure: HostLinkFigures) -> tuple[str, str, str, str]:
+    """``nccl r3``, ``225.8 node031``, ``236.1 59 %``, ``7`` (``7 +1 failed``)."""
+    group = figure.group
+    link = group.backend if group.rail is None else f"{group.backend} r{group.rail}"
+    share = figure.median_line_rate_pct
+    worst = "-" if figure.worst_gbps is None else f"{figure.worst_gbps:.1f} {figure.worst_peer}"
+    median = "-" if figure.median_gbps is None else f"{figure.median_gbps:.1f}"
+    if share is not None:
+        median += f" {share:.0f} %"
+    pairs = str(figure.partners) + (f" +{figure.unmeasured} failed" if figure.unmeasured else "")
+    return link, worst, median, pairs
 
 
 def _fold_figures(figures: list[dict]) -> dict[str, tuple[float, float, float, str | None]]:
@@ -146,7 +209,7 @@ def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, repl
         chosen = list(sweep_ids) or [s["sweep_id"] for s in store.list_sweeps(last or 1)]
         if not chosen:
             raise InputError(f"{_store_path(store_path)}: no sweep is stored yet; run gpudiag sweep first")
-        built = build_baseline(name, store.results_for_baseline(chosen))
+        built = build_baseline(name, baseline_samples(store, chosen))
         save_baseline(store, built, replace=replace)
     click.echo(f"baseline {name}: {len(built.entries)} keys from {len(chosen)} sweeps"
                + (f"; {len(built.skipped_keys)} keys had too few results" if built.skipped_keys else ""))
@@ -173,8 +236,16 @@ def baseline_show(name: str | None, store_path: str | None) -> ExitCode:
     table = Table(title=f"Baseline {shown.name} ({shown.created_at})", title_justify="left")
     for column in ("key", "median", "MAD", "count", "unit"):
         table.add_column(column, justify="left" if column == "key" else "right")
+    # Results first, then the link groups (their count is of pair figures), each part by key.
+    parts: tuple[list, list] = ([], [])
     for key, entry in sorted(shown.entries.items()):
-        table.add_row(describe_key(key), f"{entry.median:.4g}", f"{entry.mad:.3g}", str(entry.count), entry.unit or "")
+        parts[json.loads(key).get("probe") == LINK_PROBE].append((key, entry))
+    for index, part in enumerate(parts):
+        if index and part and parts[0]:
+            table.add_section()
+        for key, entry in part:
+            table.add_row(describe_key(key), f"{entry.median:.4g}", f"{entry.mad:.3g}", str(entry.count),
+                          entry.unit or "")
     console.print(table)
     return ExitCode.OK
 

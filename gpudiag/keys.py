@@ -3,6 +3,10 @@
 Two results share a key only when they come from the same GPU model and memory size, the same
 driver, CUDA and torch versions, the same probe and metric, and the same probe parameters
 (dtype, matrix size, buffer size, direction, GPU pair). Different keys are never pooled.
+
+A link figure (a pair test between two nodes) is keyed by its group instead: backend, rail and the
+port's line rate (``link_key``). Both kinds of key are canonical JSON objects of the same shape
+(facts, probe, metric, unit, params), so one baseline file holds both.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ COMPARED_PROBES = frozenset({"gemm", "membw", "p2p", "pcie", "smclock"})
 # Facts that decide comparability. CPU results (no GPU) are keyed by CPU model instead.
 GPU_FACTS = ("gpu_model", "gpu_memory_mib", "driver_version", "cuda_version", "torch_version")
 CPU_FACTS = ("cpu_model", "torch_version")
+# The probe, metric and unit of a link key: the sweep document's ``links[]`` figures.
+LINK_PROBE = "link"
+LINK_METRIC = "gbps"
+LINK_UNIT = "Gbit/s"
 
 
 def result_key(facts: Mapping[str, Any], result: Mapping[str, Any]) -> str | None:
@@ -59,9 +67,29 @@ def _encoded_key(chosen: tuple[str, ...], facts: tuple[Any, ...], probe: str, me
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 
+def link_key(backend: str, rail: int | None, line_rate_gbps: float | None) -> str:
+    """The canonical key (a JSON string) of a link group: ``backend`` (tcp, nccl, perftest),
+    ``rail`` (None: the backend has no rails) and the port's line rate in Gb/s (None: unknown).
+    No facts: links of one backend, rail and line rate compare whatever the nodes' GPUs are.
+    The line rate is written as a float, so 100 and 100.0 give one key."""
+    rate = None if line_rate_gbps is None else float(line_rate_gbps)
+    key = {"facts": {}, "probe": LINK_PROBE, "metric": LINK_METRIC, "unit": LINK_UNIT,
+           "params": {"backend": backend, "rail": rail, "line_rate_gbps": rate}}
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
+
+
 def describe_key(key: str) -> str:
-    """A short human form of a key: ``gemm.tflops bf16 8192³ · NVIDIA H100 80GB HBM3 · 550.54.15``."""
+    """A short human form of a key: ``gemm.tflops bf16 8192³ · NVIDIA H100 80GB HBM3 · 550.54.15``,
+    or for a link group ``link nccl rail 3 · line rate 400 Gbit/s``."""
     data = json.loads(key)
+    if data.get("probe") == LINK_PROBE:
+        return _describe_link(data.get("params") or {})
     params = " ".join(f"{v}" for k, v in data["params"].items() if k not in ("n", "k"))
     facts = " · ".join(str(v) for v in data["facts"].values() if v is not None)
     return f"{data['probe']}.{data['metric']} {params} · {facts}".strip()
+
+
+def _describe_link(params: dict[str, Any]) -> str:
+    rail, rate = params.get("rail"), params.get("line_rate_gbps")
+    where = f"link {params.get('backend')}" + ("" if rail is None else f" rail {rail}")
+    return f"{where} · line rate {'unknown' if rate is None else f'{rate:g} {LINK_UNIT}'}"

@@ -40,8 +40,9 @@ from .storeschema import (
 # imported from there, so that the sweep may import the store.
 SWEEP_SCHEMA = "gpudiag.sweep/1"
 LATEST_SHOWN = 5
-# Findings about the link between two hosts: they say nothing about either host's GPUs.
-LINK_KINDS = frozenset({"slow_link", "slow_nic"})
+# Findings about the link between two hosts (or a pair that could not be tested): they say
+# nothing about either host's GPUs.
+LINK_KINDS = frozenset({"slow_link", "slow_nic", "link_error"})
 _DOCUMENT_FIELDS = ("schema", "sweep_id", "started_at", "finished_at", "hosts", "links", "findings", "summary")
 # Each table's document fields, one column each; a field in _JSON_FIELDS is stored as JSON in
 # ``<field>_json`` (NULL when absent). Other fields of an item are kept in its extra_json.
@@ -54,10 +55,12 @@ _FINDING_FIELDS = ("kind", "severity", "host", "peer", "gpu", "metric", "value",
 _JSON_FIELDS = frozenset({"facts", "params", "details"})
 _BOOL_FIELDS = frozenset({"confirmed"})
 
+
 @dataclass(frozen=True)
 class BaselineSample:
     """One stored measurement that may go into a baseline (``value`` in ``unit``); ``gpu`` is the
-    GPU's UUID, or its device name where the UUID is unknown."""
+    GPU's UUID, or its device name where the UUID is unknown. A link figure (probe ``link``) is
+    a pair's: ``host`` and ``peer`` are its ends, and ``gpu`` is None."""
 
     sweep_id: str
     baseline_key: str
@@ -66,7 +69,18 @@ class BaselineSample:
     value: float
     unit: str | None
     host: str
-    gpu: str
+    gpu: str | None
+    peer: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredLinks:
+    """One stored sweep's ``links[]`` items and its findings (``kind``, ``host``, ``peer``,
+    ``metric``), in their stored order: what a baseline of link figures is built from."""
+
+    sweep_id: str
+    links: tuple[dict[str, Any], ...]
+    findings: tuple[dict[str, Any], ...]
 
 
 def default_store_path(environ: Mapping[str, str]) -> Path:
@@ -213,29 +227,39 @@ class Store:
 
     def list_sweeps(self, limit: int = 20) -> list[dict[str, Any]]:
         """The last ``limit`` sweeps, newest first: id, start and finish times, interrupted, exit
-        code, options, and the counts of hosts stored, hosts ok and findings."""
+        code, options, the counts of hosts stored, hosts ok and findings, ``links`` (pair tests
+        stored, one per rail), ``links_failed`` (of them, those with no figure) and
+        ``slowest_link``: the test with the lowest figure (a, b, backend, rail, value in Gbit/s,
+        whatever its group), or None."""
         with self.reading("listing sweeps") as db:
             rows = db.execute(
                 "SELECT s.*, (SELECT count(*) FROM hosts h WHERE h.sweep_id = s.sweep_id) AS hosts_total,"
                 " (SELECT count(*) FROM hosts h WHERE h.sweep_id = s.sweep_id AND h.status = 'ok') AS hosts_ok,"
                 " (SELECT count(*) FROM findings f WHERE f.sweep_id = s.sweep_id) AS findings"
                 " FROM sweeps s ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (limit,)).fetchall()
+            links = _link_counts(db, limit)
         return [{"sweep_id": row["sweep_id"], "started_at": row["started_at"], "finished_at": row["finished_at"],
                  "interrupted": bool(row["interrupted"]) or row["finished_at"] is None,
                  "exit_code": row["exit_code"], "options": json.loads(row["options_json"]),
-                 "hosts_total": row["hosts_total"], "hosts_ok": row["hosts_ok"], "findings": row["findings"]}
+                 "hosts_total": row["hosts_total"], "hosts_ok": row["hosts_ok"], "findings": row["findings"],
+                 **links.get(row["sweep_id"], {"links": 0, "links_failed": 0, "slowest_link": None})}
                 for row in rows]
 
     def host_history(self, host: str, limit: int = 20) -> list[dict[str, Any]]:
         """The host in its last ``limit`` stored sweeps, newest first: sweep_id, started_at, status,
-        error, and ``figures``: per compared metric (``probe.metric``) and parameters, the count,
-        min, median and max of its ok values over the host's GPUs, in their unit."""
+        error, ``figures``: per compared metric (``probe.metric``) and parameters, the count,
+        min, median and max of its ok values over the host's GPUs, in their unit; and ``links``:
+        the sweep's ``links[]`` items that the host is an end of, in their stored order."""
         with self.reading(f"reading the history of {host}") as db:
             rows = db.execute(
                 "SELECT s.sweep_id, s.started_at, h.status, h.error FROM hosts h JOIN sweeps s USING (sweep_id)"
                 " WHERE h.host = ? ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (host, limit)).fetchall()
             return [{"sweep_id": row["sweep_id"], "started_at": row["started_at"], "status": row["status"],
-                     "error": row["error"], "figures": _host_figures(db, row["sweep_id"], host)} for row in rows]
+                     "error": row["error"], "figures": _host_figures(db, row["sweep_id"], host),
+                     "links": [_decode(link, _LINK_FIELDS) for link in db.execute(
+                         "SELECT * FROM links WHERE sweep_id = ? AND (a = ? OR b = ?) ORDER BY ordinal",
+                         (row["sweep_id"], host, host))]}
+                    for row in rows]
 
     def results_for_baseline(self, sweep_ids: Sequence[str]) -> Iterator[BaselineSample]:
         """The compared, ok results of the given sweeps that may go into a baseline: leaving out
@@ -247,6 +271,16 @@ class Store:
             for sweep_id in ids:
                 self._known_sweep(db, sweep_id)
         return (sample for sweep_id in ids for sample in self._baseline_samples(sweep_id))
+
+    def links_for_baseline(self, sweep_ids: Sequence[str]) -> Iterator[StoredLinks]:
+        """The link entries and findings of each given sweep (each once, in the order given), for
+        a baseline of link figures; which of them may go in is the caller's rule
+        (gpudiag.baseline.link_samples). Raises StoreError at once for an unknown sweep id."""
+        ids = list(dict.fromkeys(sweep_ids))
+        with self.reading("checking the sweeps") as db:
+            for sweep_id in ids:
+                self._known_sweep(db, sweep_id)
+        return (self._stored_links(sweep_id) for sweep_id in ids)
 
     # -- for gpudiag's own modules, and helpers --------------------------------------------------
 
@@ -278,6 +312,14 @@ class Store:
             known = f"the latest are {', '.join(latest)}" if latest else "the store holds no sweeps yet"
             raise StoreError(f"{self.path}: no sweep {sweep_id!r} is stored; {known}")
         return row
+
+    def _stored_links(self, sweep_id: str) -> StoredLinks:
+        with self.reading(f"reading the links of sweep {sweep_id}") as db:
+            links = tuple(_decode(row, _LINK_FIELDS) for row in db.execute(
+                "SELECT * FROM links WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,)))
+            findings = tuple(dict(row) for row in db.execute(
+                "SELECT kind, host, peer, metric FROM findings WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,)))
+        return StoredLinks(sweep_id, links, findings)
 
     def _baseline_samples(self, sweep_id: str) -> list[BaselineSample]:
         with self.reading(f"reading sweep {sweep_id}") as db:
@@ -430,6 +472,19 @@ def _host_figures(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict
                         "params": json.loads(rows[0]["params_json"]), "unit": rows[0]["unit"], "count": len(values),
                         "min": min(values), "median": statistics.median(values), "max": max(values)})
     return sorted(figures, key=lambda figure: (figure["metric"], _json(figure["params"])))
+
+
+def _link_counts(db: sqlite3.Connection, limit: int) -> dict[str, dict[str, Any]]:
+    """Per sweep of the last ``limit``: its pair tests, those with no figure, the slowest measured one."""
+    # SQLite gives the bare columns of an aggregate query with one min() from the row holding the minimum.
+    rows = db.execute("SELECT sweep_id, count(*) AS tests, count(value) AS measured, min(value) AS slowest,"
+                      " a, b, backend, rail FROM links WHERE sweep_id IN (SELECT sweep_id FROM sweeps"
+                      " ORDER BY started_at DESC, sweep_id DESC LIMIT ?) GROUP BY sweep_id", (limit,)).fetchall()
+    return {row["sweep_id"]: {"links": row["tests"], "links_failed": row["tests"] - row["measured"],
+                              "slowest_link": None if row["slowest"] is None else {
+                                  "a": row["a"], "b": row["b"], "backend": row["backend"], "rail": row["rail"],
+                                  "value": row["slowest"]}}
+            for row in rows}
 
 
 def _excluded(findings: Sequence[sqlite3.Row]) -> tuple[set[str], set[tuple[str, int]]]:

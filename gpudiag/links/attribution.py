@@ -14,8 +14,15 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    few faults at once in a small fleet can look the same from two partners each, so every host
    below the floor stays a suspect until it has ``confirm_partners`` partners: a confirm round
    either finds pairs that reach the floor (no shift after all) or confirms the shift.
+   With a stored baseline (``baseline``: an entry for the group's ``link_key``, its median and
+   MAD of the pair figures of earlier sweeps), the baseline is a third reference: a group of
+   2 to ``min_hosts`` - 1 hosts, with no fleet level, is judged against it; and where the fleet
+   level itself falls ``deficit_pct`` below the baseline's median, one ``LinkShift`` naming the
+   baseline says so (a regression the whole fabric shares), and pairs are then judged against
+   the fleet (and the floor) alone, as in a group below its line rate.
 3. A pair is slow when it falls both ``deficit_pct`` and ``robust_z`` below the fleet level, or
-   below the line-rate floor.
+   both below the baseline (its MAD scaled by 1.4826, floored at ``mad_floor_pct`` of its
+   median), or below the line-rate floor.
 4. Attribution, per group. A host is *known good* when some pair of it is not slow (a slow NIC
    slows every pair it is in). A host slow with every partner (two or more) is a ``NicVerdict``;
    it is confirmed once ``confirm_partners`` of those partners are known good (two slow links
@@ -38,14 +45,17 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, cast
+from typing import ClassVar, Protocol, cast
 
-from ..analysis.reference import fleet_reference
+from ..analysis.reference import MAD_TO_SIGMA, fleet_reference
+from ..keys import link_key
 from ..thresholds import Thresholds
 from .schedule import Pair, Suspects, pair_key
 
 BACKENDS = ("tcp", "nccl", "perftest")
 UNIT = "Gb/s"
+# Where a pair's reference came from (a finding's ``reference_source``).
+FLEET, BASELINE, LINE_RATE = "fleet", "baseline", "line_rate"
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,60 @@ class LinkGroup:
         """``nccl rail 3`` or ``tcp``."""
         return self.backend if self.rail is None else f"{self.backend} rail {self.rail}"
 
+    @property
+    def baseline_key(self) -> str:
+        """The group's key in a stored baseline (gpudiag.keys.link_key)."""
+        return link_key(self.backend, self.rail, self.line_rate_gbps)
+
+
+class BaselineFigure(Protocol):
+    """A stored baseline's entry (gpudiag.baseline.BaselineEntry): the median and unscaled MAD
+    of ``count`` pair figures, in Gbit/s."""
+
+    @property
+    def median(self) -> float: ...
+
+    @property
+    def mad(self) -> float: ...
+
+    @property
+    def count(self) -> int: ...
+
+
+class LinkBaseline(Protocol):
+    """A stored baseline (gpudiag.baseline.Baseline): its ``name`` and an entry per key."""
+
+    @property
+    def name(self) -> str: ...
+
+    def get(self, key: str) -> BaselineFigure | None: ...
+
+
+@dataclass(frozen=True)
+class GroupBaseline:
+    """One group's figure in the stored baseline ``name``: ``median_gbps`` of ``count`` pair
+    figures, its robust sigma ``spread_gbps`` (1.4826 × the MAD, at least ``mad_floor_pct`` of the
+    median) and ``cutoff_gbps``, ``deficit_pct`` below the median: a pair under it is materially
+    below the baseline."""
+
+    name: str
+    median_gbps: float
+    spread_gbps: float
+    count: int
+    cutoff_gbps: float
+
+    def deficit_pct(self, gbps: float) -> float:
+        return 100 * (self.median_gbps - gbps) / self.median_gbps
+
+    def robust_z(self, gbps: float) -> float:
+        if self.spread_gbps > 0:
+            return (gbps - self.median_gbps) / self.spread_gbps
+        return -math.inf if gbps < self.median_gbps else 0.0  # a zero spread (mad_floor_pct 0): any dip is far
+
+    def flags(self, gbps: float, thresholds: LinkThresholds) -> bool:
+        """Both far (robust z) and materially (deficit) below the baseline's median."""
+        return self.deficit_pct(gbps) >= thresholds.deficit_pct and self.robust_z(gbps) <= thresholds.robust_z
+
 
 @dataclass(frozen=True)
 class LinkResult:
@@ -168,7 +232,9 @@ class GroupReference:
     """What one group's figures were judged against. ``fleet_gbps``/``spread_gbps``: the fleet's
     healthy level and robust sigma (None with fewer than ``min_hosts`` hosts); ``floor_gbps``:
     the line-rate floor (None without a line rate); ``shifted``: the group's level itself is
-    below the floor. A group with neither reference is not compared."""
+    below the floor. ``baseline``: the stored baseline's figure for the group (None without
+    one); ``baseline_shifted``: the fleet level is ``deficit_pct`` or more below it. A group with
+    none of these references is not compared."""
 
     group: LinkGroup
     hosts: int
@@ -177,46 +243,99 @@ class GroupReference:
     spread_gbps: float | None
     floor_gbps: float | None
     shifted: bool = False
+    baseline: GroupBaseline | None = None
+    baseline_shifted: bool = False
 
     @property
     def reference_gbps(self) -> float | None:
-        """The figure a pair's deficit is measured from: the fleet level, else the floor."""
-        return self.fleet_gbps if self.fleet_gbps is not None else self.floor_gbps
+        """The group's expected figure: the fleet level, else the baseline's median, else the floor."""
+        if self.fleet_gbps is not None:
+            return self.fleet_gbps
+        return self.baseline.median_gbps if self.baseline is not None else self.floor_gbps
 
     @property
     def compared(self) -> bool:
         return self.reference_gbps is not None
 
-    def deficit_pct(self, gbps: float) -> float:
-        """How far ``gbps`` falls below ``reference_gbps``, in percent. Raises ValueError when the
-        group is not compared."""
-        return 100 * (self.level_gbps - gbps) / self.level_gbps
-
     @property
     def level_gbps(self) -> float:
         """``reference_gbps`` of a compared group. Raises ValueError when it is not compared."""
         if self.reference_gbps is None:
-            raise ValueError(f"{self.group.describe()}: no fleet level and no line rate to compare with")
+            raise ValueError(f"{self.group.describe()}: no fleet level, baseline or line rate to compare with")
         return self.reference_gbps
 
-    def robust_z(self, gbps: float) -> float | None:
+    @property
+    def shift_floor_gbps(self) -> float | None:
+        """In a shifted group, the figure its healthy links would reach: the baseline's cutoff
+        when the fleet is below its baseline, else the line-rate floor; None when not shifted."""
+        if self.baseline_shifted and self.baseline is not None:
+            return self.baseline.cutoff_gbps
+        return self.floor_gbps if self.shifted else None
+
+    def judged_by(self, gbps: float, thresholds: LinkThresholds) -> str:
+        """The reference ``gbps`` is measured against (FLEET, BASELINE or LINE_RATE): the first
+        of the fleet level and the baseline that finds it slow, else the fleet level, else the
+        baseline unless only the floor finds it slow."""
+        if self._fleet_flags(gbps, thresholds):
+            return FLEET
+        if self._baseline_flags(gbps, thresholds):
+            return BASELINE
+        if self.fleet_gbps is not None:
+            return FLEET
+        return BASELINE if self.baseline is not None and not self._floor_flags(gbps) else LINE_RATE
+
+    def value_gbps(self, source: str) -> float:
+        """The figure of the reference ``source``. Raises ValueError when the group lacks it."""
+        value = {FLEET: self.fleet_gbps, LINE_RATE: self.floor_gbps,
+                 BASELINE: None if self.baseline is None else self.baseline.median_gbps}.get(source)
+        if value is None:
+            raise ValueError(f"{self.group.describe()}: no {source} reference to compare with")
+        return value
+
+    def deficit_pct(self, gbps: float, source: str | None = None) -> float:
+        """How far ``gbps`` falls below the reference ``source`` (default: ``reference_gbps``),
+        in percent. Raises ValueError when the group lacks that reference."""
+        level = self.level_gbps if source is None else self.value_gbps(source)
+        return 100 * (level - gbps) / level
+
+    def robust_z(self, gbps: float, source: str | None = None) -> float | None:
+        """Sigmas from the baseline's median (``source`` BASELINE), else from the fleet level;
+        None without that reference."""
+        if source == BASELINE and self.baseline is not None:
+            return self.baseline.robust_z(gbps)
         if self.fleet_gbps is None or self.spread_gbps is None:
             return None
         return (gbps - self.fleet_gbps) / self.spread_gbps
 
     def is_slow(self, gbps: float, thresholds: LinkThresholds) -> bool:
-        """Both far (robust z) and materially (deficit) below the fleet level, or below the
-        line-rate floor (unless the whole group is: then the ``LinkShift`` says so)."""
-        if self.fleet_gbps is not None:
-            z = self.robust_z(gbps)
-            deficit = 100 * (self.fleet_gbps - gbps) / self.fleet_gbps
-            if z is not None and deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
-                return True
+        """Both far (robust z) and materially (deficit) below the fleet level or the baseline,
+        or below the line-rate floor (unless the whole group is below the baseline or the floor:
+        then the ``LinkShift`` says so)."""
+        return self._fleet_flags(gbps, thresholds) or self._baseline_flags(gbps, thresholds) or self._floor_flags(gbps)
+
+    def _fleet_flags(self, gbps: float, thresholds: LinkThresholds) -> bool:
+        if self.fleet_gbps is None:
+            return False
+        z = self.robust_z(gbps)
+        deficit = 100 * (self.fleet_gbps - gbps) / self.fleet_gbps
+        return z is not None and deficit >= thresholds.deficit_pct and z <= thresholds.robust_z
+
+    def _baseline_flags(self, gbps: float, thresholds: LinkThresholds) -> bool:
+        return self.baseline is not None and not self.baseline_shifted and self.baseline.flags(gbps, thresholds)
+
+    def _floor_flags(self, gbps: float) -> bool:
         return self.floor_gbps is not None and not self.shifted and gbps < self.floor_gbps
 
-    def describe(self) -> str:
-        """``fleet 392.0 Gb/s; line rate 400 Gb/s`` (or the floor alone with too few hosts)."""
+    def describe(self, source: str | None = None) -> str:
+        """``fleet 392.0 Gb/s; line rate 400 Gb/s`` (or the floor alone with too few hosts), or
+        for ``source`` BASELINE ``baseline nightly 391.0 Gb/s (median of 40 pair figures); …``."""
         line = self.group.line_rate_gbps
+        if source == BASELINE and self.baseline is not None:
+            base = self.baseline
+            text = f"baseline {base.name} {base.median_gbps:.1f} {UNIT} (median of {base.count} pair figures)"
+            if self.fleet_gbps is not None:
+                text += f"; fleet {self.fleet_gbps:.1f} {UNIT}"
+            return text if line is None else f"{text}; line rate {line:g} {UNIT}"
         if self.fleet_gbps is None:
             return f"{_pct(self.floor_share_pct)} of line rate {line:g} {UNIT} = {self.floor_gbps:.1f} {UNIT}"
         text = f"fleet {self.fleet_gbps:.1f} {UNIT}"
@@ -234,7 +353,9 @@ class NicVerdict:
     with (``pairs``, two or more). ``gbps``: the median of those pairs; ``reference_gbps`` and
     ``deficit_pct`` (percent) against the group's reference; ``robust_z`` (sigma, None without a
     fleet level); ``known_good``: the partners whose NIC a healthy pair has shown good.
-    ``confirmed``: slow with ``confirm_partners`` known-good partners or more."""
+    ``confirmed``: slow with ``confirm_partners`` known-good partners or more.
+    ``reference_source``: ``baseline`` when the stored baseline judged it, else ``fleet`` (the
+    fleet level, or the line-rate floor where there is none)."""
 
     kind: ClassVar[str] = "slow_nic"
     host: str
@@ -249,6 +370,7 @@ class NicVerdict:
     known_good: tuple[str, ...]
     confirmed: bool
     evidence: str
+    reference_source: str = FLEET
 
 
 @dataclass(frozen=True)
@@ -257,7 +379,8 @@ class LinkVerdict:
     every partner. ``gbps``: the mean of ``runs_gbps``; ``reference_gbps``, ``deficit_pct``
     (percent), ``robust_z`` (sigma, None without a fleet level) as for ``NicVerdict``.
     ``undecided``: ends tested with this one partner only, whose NIC could equally be the
-    cause (empty: a ``slow_link``). ``confirmed``: two runs or more, each of them slow."""
+    cause (empty: a ``slow_link``). ``confirmed``: two runs or more, each of them slow.
+    ``reference_source`` as for ``NicVerdict``."""
 
     kind: ClassVar[str] = "slow_link"
     a: str
@@ -273,6 +396,7 @@ class LinkVerdict:
     undecided: tuple[str, ...]
     confirmed: bool
     evidence: str
+    reference_source: str = FLEET
 
 
 @dataclass(frozen=True)
@@ -291,22 +415,36 @@ class LinkError:
 
 @dataclass(frozen=True)
 class LinkShift:
-    """A whole group runs below its line rate: the fleet level ``fleet_gbps`` is under the
-    floor ``floor_gbps`` (``line_rate_gbps`` × the efficiency); ``pairs_below`` of ``pairs``
-    pairs fall below it. A cause the fabric shares, not one NIC. ``confirmed``: every host below
-    the floor was tested with ``confirm_partners`` partners or more (a few faults at once, seen
-    from two partners each, can look like a shift)."""
+    """A whole group runs below what it should reach: below its line rate — the fleet level
+    ``fleet_gbps`` is under the floor ``floor_gbps`` (``line_rate_gbps`` × the efficiency) — or,
+    with ``baseline_gbps``, ``deficit_pct`` or more below the median of the stored baseline
+    ``baseline_name`` (``floor_gbps`` then that cutoff). ``pairs_below`` of ``pairs`` pairs fall
+    below ``floor_gbps``. A cause the fabric shares, not one NIC. ``confirmed``: every host below
+    it was tested with ``confirm_partners`` partners or more (a few faults at once, seen from two
+    partners each, can look like a shift)."""
 
     kind: ClassVar[str] = "fleet_shift"
     backend: str
     rail: int | None
-    line_rate_gbps: float
+    line_rate_gbps: float | None
     fleet_gbps: float
     floor_gbps: float
     pairs_below: int
     pairs: int
     confirmed: bool
     evidence: str
+    baseline_gbps: float | None = None
+    baseline_name: str | None = None
+
+    @property
+    def source(self) -> str:
+        """LINE_RATE or BASELINE: what the group falls below."""
+        return LINE_RATE if self.baseline_gbps is None else BASELINE
+
+    @property
+    def reference_gbps(self) -> float:
+        """The figure its deficit is measured from: the baseline's median, else the line rate."""
+        return cast(float, self.line_rate_gbps if self.baseline_gbps is None else self.baseline_gbps)
 
 
 @dataclass(frozen=True)
@@ -324,9 +462,12 @@ class LinkAttribution:
     passed: tuple[str, ...] = ()
 
 
-def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = DEFAULT_THRESHOLDS) -> LinkAttribution:
+def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = DEFAULT_THRESHOLDS, *,
+                    baseline: LinkBaseline | None = None) -> LinkAttribution:
     """Verdicts from link ``results`` (any order; screen, confirm and full runs together — a
-    re-test of a pair is one more run of it). See the module docstring for the rules."""
+    re-test of a pair is one more run of it), against the fleet, the line rate and, for the
+    groups it has an entry for (``LinkGroup.baseline_key``), the stored ``baseline`` (e.g. a
+    gpudiag.baseline.Baseline). See the module docstring for the rules."""
     figures: dict[LinkGroup, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
     failures: dict[tuple[str, int | None, Pair], set[str]] = defaultdict(set)
     for result in results:
@@ -334,7 +475,7 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
             failures[(result.backend, result.rail, result.pair)].add(str(result.error))
         else:
             figures[result.group][result.pair].append(result.gbps)
-    outcomes = [_judge_group(group, figures[group], thresholds)
+    outcomes = [_judge_group(group, figures[group], thresholds, _group_baseline(group, baseline, thresholds))
                 for group in sorted(figures, key=LinkGroup.sort_key)]
     measured = {(group.backend, group.rail, pair) for group, pairs in figures.items() for pair in pairs}
     errors = tuple(_link_error(backend, rail, pair, reasons) for (backend, rail, pair), reasons
@@ -354,6 +495,69 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
         passed=_passed(outcomes, set(suspect_hosts) | {v.host for v in nics}))
 
 
+def pair_means(results: Iterable[LinkResult]) -> dict[LinkGroup, dict[Pair, float]]:
+    """Each measured pair's figure in each group: the mean of its runs, in Gb/s (results with
+    an error carry no figure and are left out). Sorted by group, then pair."""
+    runs: dict[LinkGroup, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for result in results:
+        if result.gbps is not None:
+            runs[result.group][result.pair].append(result.gbps)
+    return {group: {pair: _mean(values) for pair, values in sorted(runs[group].items())}
+            for group in sorted(runs, key=LinkGroup.sort_key)}
+
+
+@dataclass(frozen=True)
+class HostLinkFigures:
+    """One host's pair figures in one group: how many ``partners`` gave a figure (a pair's is the
+    mean of its runs), the worst of them (``worst_gbps``, with ``worst_peer``), their median and
+    best (Gb/s; None when no partner gave one), and ``unmeasured``: partners with no figure."""
+
+    group: LinkGroup
+    partners: int
+    worst_gbps: float | None
+    worst_peer: str | None
+    median_gbps: float | None
+    best_gbps: float | None
+    unmeasured: int
+
+    @property
+    def median_line_rate_pct(self) -> float | None:
+        """The median as a share of the port's line rate (percent), None when either is unknown."""
+        line = self.group.line_rate_gbps
+        return None if line is None or self.median_gbps is None else 100 * self.median_gbps / line
+
+
+def host_link_figures(host: str, results: Iterable[LinkResult]) -> list[HostLinkFigures]:
+    """``host``'s figures per group (sorted) from link ``results`` (pairs without it are ignored)."""
+    mine = [result for result in results if host in (result.a, result.b)]
+    failed: dict[LinkGroup, set[str]] = defaultdict(set)
+    for result in mine:
+        if result.gbps is None:
+            failed[result.group].add(result.b if result.a == host else result.a)
+    means = pair_means(mine)
+    figures = []
+    for group in sorted(set(means) | set(failed), key=LinkGroup.sort_key):
+        ranked = sorted((gbps, b if a == host else a) for (a, b), gbps in means.get(group, {}).items())
+        values = [gbps for gbps, _ in ranked]
+        unmeasured = len(failed[group] - {peer for _, peer in ranked})
+        figures.append(HostLinkFigures(group, len(ranked), values[0] if values else None,
+                                       ranked[0][1] if ranked else None,
+                                       statistics.median(values) if values else None,
+                                       values[-1] if values else None, unmeasured))
+    return figures
+
+
+def _group_baseline(group: LinkGroup, baseline: LinkBaseline | None,
+                    thresholds: LinkThresholds) -> GroupBaseline | None:
+    entry = None if baseline is None else baseline.get(group.baseline_key)
+    if baseline is None or entry is None or not entry.median > 0:
+        return None
+    median = float(entry.median)
+    spread = max(MAD_TO_SIGMA * float(entry.mad), median * thresholds.mad_floor_pct / 100)
+    return GroupBaseline(str(baseline.name), median, spread, int(entry.count),
+                         median * (1 - thresholds.deficit_pct / 100))
+
+
 @dataclass(frozen=True)
 class _GroupOutcome:
     reference: GroupReference
@@ -367,8 +571,9 @@ class _GroupOutcome:
     hosts: frozenset[str]
 
 
-def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds) -> _GroupOutcome:
-    reference = _group_reference(group, runs, thresholds)
+def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
+                 baseline: GroupBaseline | None = None) -> _GroupOutcome:
+    reference = _group_reference(group, runs, thresholds, baseline)
     figures = [_pair_figure(pair, runs[pair], reference, thresholds) for pair in sorted(runs)]
     hosts = frozenset(host for pair in runs for host in pair)
     if not reference.compared:
@@ -383,8 +588,8 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresho
     nics = tuple(_nic_verdict(host, mine[host], known_good, reference, thresholds) for host in sorted(culprits))
     links = _link_verdicts(figures, culprits, alone, mine, reference, thresholds)
     trusted, doubting = known_good, set()
-    if reference.shifted:
-        floor = cast(float, reference.floor_gbps)
+    floor = reference.shift_floor_gbps
+    if floor is not None:
         at_floor = {host for host, pairs in mine.items() if any(f.gbps >= floor for f in pairs)}
         trusted = known_good & at_floor
         doubting = _doubting_shift(mine, at_floor, trusted, thresholds)
@@ -411,7 +616,7 @@ def _link_verdicts(figures: Sequence[PairFigure], culprits: set[str], alone: set
 
 
 def _group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]],
-                     thresholds: LinkThresholds) -> GroupReference:
+                     thresholds: LinkThresholds, baseline: GroupBaseline | None = None) -> GroupReference:
     means = sorted(_mean(values) for values in runs.values())
     best: dict[str, float] = {}
     for pair, values in runs.items():
@@ -419,14 +624,17 @@ def _group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]],
             best[host] = max(best.get(host, 0.0), _mean(values))
     floor = None if group.line_rate_gbps is None else group.line_rate_gbps * thresholds.line_rate_efficiency_pct / 100
     if len(best) < thresholds.min_hosts:
-        return GroupReference(group, len(best), len(means), None, None, floor)
+        return GroupReference(group, len(best), len(means), None, None, floor, baseline=baseline)
     # A host's best pair is healthy unless its own NIC (or every partner's) is slow: if even the
     # best figures sit below the floor, the whole group is below its line rate.
     best_level = fleet_reference(sorted(best.values()), len(best), thresholds.mad_floor_pct).value
     shifted = floor is not None and best_level < floor
     basis = means if floor is None or shifted else [value for value in means if value >= floor] or means
     fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct)
-    return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted)
+    # The fleet level itself materially below the baseline: a regression the fabric shares.
+    below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
+    return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,
+                          below_baseline)
 
 
 def _pair_figure(pair: Pair, runs: Sequence[float], reference: GroupReference,
@@ -443,15 +651,17 @@ def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     good = tuple(f.peer(host) for f in ordered if f.peer(host) in known_good)
     confirmed = len(good) >= thresholds.confirm_partners
     gbps = statistics.median(sorted(f.gbps for f in ordered))
-    deficit = reference.deficit_pct(gbps)
+    source = reference.judged_by(gbps, thresholds)
+    deficit = reference.deficit_pct(gbps, source)
     figures = _listed(f"{f.peer(host)} {f.gbps:.1f}" for f in ordered)
     evidence = (f"{host} slow with all {len(ordered)} partners on {group.describe()}: {figures} {UNIT} "
-                f"vs {reference.describe()}; {_pct(deficit)} below")
+                f"vs {reference.describe(source)}; {_pct(deficit)} below")
     if not confirmed:
         evidence += (f" (not yet confirmed: {len(good)} of its partners known good, "
                      f"{thresholds.confirm_partners} wanted)")
-    return NicVerdict(host, group.backend, group.rail, group.line_rate_gbps, gbps, reference.level_gbps,
-                      deficit, reference.robust_z(gbps), ordered, good, confirmed, evidence)
+    return NicVerdict(host, group.backend, group.rail, group.line_rate_gbps, gbps, reference.value_gbps(source),
+                      deficit, reference.robust_z(gbps, source), ordered, good, confirmed, evidence,
+                      _source_label(source))
 
 
 def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[str, Sequence[PairFigure]],
@@ -459,11 +669,12 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
     group = reference.group
     runs = figure.runs_gbps
     confirmed = len(runs) >= 2 and all(reference.is_slow(value, thresholds) for value in runs)
-    deficit = reference.deficit_pct(figure.gbps)
+    source = reference.judged_by(figure.gbps, thresholds)
+    deficit = reference.deficit_pct(figure.gbps, source)
     measured = f"{figure.gbps:.1f} {UNIT}"
     if len(runs) > 1:
         measured += f" (mean of {len(runs)} runs: {', '.join(f'{value:.1f}' for value in runs)})"
-    evidence = (f"{figure.a} ↔ {figure.b} slow on {group.describe()}: {measured} vs {reference.describe()}; "
+    evidence = (f"{figure.a} ↔ {figure.b} slow on {group.describe()}: {measured} vs {reference.describe(source)}; "
                 f"{_pct(deficit)} below")
     if undecided:
         who = " and ".join(undecided)
@@ -475,8 +686,13 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
     if not confirmed:
         evidence += " (not yet confirmed by a re-test)"
     return LinkVerdict(figure.a, figure.b, group.backend, group.rail, group.line_rate_gbps, figure.gbps, runs,
-                       reference.level_gbps, deficit, reference.robust_z(figure.gbps), undecided,
-                       confirmed, evidence)
+                       reference.value_gbps(source), deficit, reference.robust_z(figure.gbps, source), undecided,
+                       confirmed, evidence, _source_label(source))
+
+
+def _source_label(source: str) -> str:
+    # A finding judged by the floor alone has always said "fleet"; only the baseline is new.
+    return BASELINE if source == BASELINE else FLEET
 
 
 def _fine_elsewhere(host: str, slow: PairFigure, pairs: Sequence[PairFigure]) -> str:
@@ -505,21 +721,35 @@ def _doubting_shift(mine: Mapping[str, Sequence[PairFigure]], at_floor: set[str]
 
 
 def _shift(reference: GroupReference, figures: Sequence[PairFigure], doubting: set[str]) -> LinkShift | None:
+    """The group's one ``LinkShift``: below its baseline (naming it, and the line rate too when
+    the fleet is below that as well), else below its line rate; None when it is neither."""
     group = reference.group
     line = group.line_rate_gbps
-    if not reference.shifted or reference.fleet_gbps is None or reference.floor_gbps is None or line is None:
+    floor, fleet = reference.shift_floor_gbps, reference.fleet_gbps
+    if floor is None or fleet is None:
         return None
-    below = sum(1 for f in figures if f.gbps < reference.floor_gbps)
+    below = sum(1 for f in figures if f.gbps < floor)
     confirmed = not doubting
-    evidence = (f"links on {group.describe()} run below their line rate: fleet {reference.fleet_gbps:.1f} {UNIT} vs "
-                f"{_pct(reference.floor_share_pct)} of line rate {line:g} {UNIT} = {reference.floor_gbps:.1f} {UNIT}; "
-                f"{below} of {len(figures)} pairs below — a cause the fabric shares (switch ports, cabling, "
-                f"firmware, congestion control), not one NIC")
+    line_text = ("" if reference.floor_gbps is None or line is None else
+                 f"{_pct(reference.floor_share_pct)} of line rate {line:g} {UNIT} = {reference.floor_gbps:.1f} {UNIT}")
+    base = reference.baseline if reference.baseline_shifted else None
+    if base is not None:
+        evidence = (f"links on {group.describe()} run below baseline {base.name}: fleet {fleet:.1f} {UNIT} vs "
+                    f"baseline {base.name} {base.median_gbps:.1f} {UNIT} (median of {base.count} pair figures), "
+                    f"{_pct(base.deficit_pct(fleet))} below; {below} of {len(figures)} pairs below "
+                    f"{base.cutoff_gbps:.1f} {UNIT}")
+        if reference.shifted:
+            evidence += f"; below its line rate too ({line_text})"
+    else:
+        evidence = (f"links on {group.describe()} run below their line rate: fleet {fleet:.1f} {UNIT} vs "
+                    f"{line_text}; {below} of {len(figures)} pairs below")
+    evidence += " — a cause the fabric shares (switch ports, cabling, firmware, congestion control), not one NIC"
     if not confirmed:
-        evidence += (f" (not yet confirmed: {len(doubting)} hosts below the floor lack a partner that reaches "
+        what = "the baseline's cutoff" if base is not None else "the floor"
+        evidence += (f" (not yet confirmed: {len(doubting)} hosts below {what} lack a partner that reaches "
                      f"it, or enough partners)")
-    return LinkShift(group.backend, group.rail, line, reference.fleet_gbps, reference.floor_gbps, below,
-                     len(figures), confirmed, evidence)
+    return LinkShift(group.backend, group.rail, line, fleet, floor, below, len(figures), confirmed, evidence,
+                     None if base is None else base.median_gbps, None if base is None else base.name)
 
 
 def _link_error(backend: str, rail: int | None, pair: Pair, reasons: set[str]) -> LinkError:

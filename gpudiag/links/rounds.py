@@ -9,12 +9,19 @@ with an ``error``, so the round and the sweep go on.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .attribution import DEFAULT_THRESHOLDS, LinkAttribution, LinkResult, LinkThresholds, attribute_links
+from .attribution import (
+    DEFAULT_THRESHOLDS,
+    LinkAttribution,
+    LinkBaseline,
+    LinkResult,
+    LinkThresholds,
+    attribute_links,
+)
 from .schedule import FULL, SCREEN, Round, confirm_rounds, full_rounds, screen_rounds
 
 MODES = ("none", SCREEN, FULL)
@@ -48,6 +55,23 @@ class LinkRecord:
         return {"a": r.a, "b": r.b, "rail": r.rail, "backend": r.backend, "metric": "gbps", "value": r.gbps,
                 "unit": "Gbit/s", "phase": self.phase, "line_rate_gbps": r.line_rate_gbps, "error": r.error}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LinkRecord:
+        """The record of a ``links[]`` entry (``to_dict``'s form; a stored document's entry may
+        lack ``line_rate_gbps``, ``error`` and ``phase``). An entry with no figure and no error
+        reads as an error. Raises ValueError for an entry that is not a pair test's."""
+        try:
+            value, rail, rate = data.get("value"), data.get("rail"), data.get("line_rate_gbps")
+            if (value is not None and not _is_number(value)) or (rate is not None and not _is_number(rate)):
+                raise ValueError(f"value and line_rate_gbps must be numbers, got {value!r} and {rate!r}")
+            if rail is not None and (isinstance(rail, bool) or not isinstance(rail, int)):
+                raise ValueError(f"rail must be an integer, got {rail!r}")
+            error = None if value is not None else str(data.get("error") or "no figure")
+            result = LinkResult(str(data["a"]), str(data["b"]), str(data["backend"]), rail, value, rate, error)
+        except KeyError as missing:
+            raise ValueError(f"a link entry needs {missing.args[0]!r}") from None
+        return cls(str(data.get("phase") or ""), result)
+
 
 @dataclass(frozen=True)
 class LinkRun:
@@ -68,11 +92,13 @@ class _Interrupted(Exception):
 
 
 def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
-              thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64, stride: int = 1) -> LinkRun:
+              thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64, stride: int = 1, *,
+              baseline: LinkBaseline | None = None) -> LinkRun:
     """The link phase of a sweep over ``hosts`` (those whose node probes passed, in sweep
     order): ``screen`` (two rounds forming a cycle of ``stride``, then confirm rounds; a stride
     beyond ⌊N/2⌋ for the hosts left wraps around) or ``full`` (the round-robin, then confirm
-    rounds); ``none`` runs nothing. Raises ValueError for another mode."""
+    rounds); ``none`` runs nothing. Every attribution also judges against ``baseline`` (a
+    gpudiag.baseline.Baseline; its link entries) where given. Raises ValueError for another mode."""
     if mode not in MODES:
         raise ValueError(f"unknown link mode {mode!r}; choose from {', '.join(MODES)}")
     if mode == "none" or len(hosts) < 2:
@@ -82,7 +108,7 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     rounds = 0
     try:
         records += _run_rounds(first, runner, parallel)
-        attribution = attribute_links((r.result for r in records), thresholds)
+        attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
         rounds = len(first)
         for _ in range(MAX_CONFIRM_PHASES):
             if not attribution.suspects:
@@ -93,7 +119,7 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
                 break
             records += _run_rounds(confirm, runner, parallel)
             rounds += len(confirm)
-            attribution = attribute_links((r.result for r in records), thresholds)
+            attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
     except _Interrupted as interrupted:
         # What finished is kept for the document; verdicts from an unfinished schedule are not drawn.
         records += interrupted.records
@@ -134,3 +160,19 @@ def _wait_all(futures: Sequence[Future[list[LinkResult]]], deadline: float | Non
 def _round_records(round_: Round, futures: Sequence[Future[list[LinkResult]]]) -> list[LinkRecord]:
     return [LinkRecord(round_.phase, result) for future in futures if future.done() and not future.cancelled()
             for result in future.result()]
+
+
+def link_results(entries: Iterable[Mapping[str, Any]]) -> list[LinkResult]:
+    """The pair tests of ``links[]`` entries (a stored or written sweep document's), in order;
+    an entry that is not one (``LinkRecord.from_dict`` refuses it) is left out."""
+    results = []
+    for entry in entries:
+        try:
+            results.append(LinkRecord.from_dict(entry).result)
+        except ValueError:
+            continue  # a hand-made or foreign entry: it names no pair test to read a figure from
+    return results
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -1,17 +1,30 @@
 """Link verdicts as findings (the sweep document's ``findings[]``): ``slow_nic`` names the host,
 ``slow_link`` and ``link_error`` both ends (``host`` and ``peer``), a line-rate shift the
 hosts of its group. A pair that could not be tested is never a pass: ``link_error`` is a
-warning, so the sweep exits 3 at least."""
+warning, so the sweep exits 3 at least.
+
+``touched_links`` reads findings back (from a stored sweep) to tell which pair figures a link
+finding touched: those stay out of a baseline."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from ..findings import BASIS_ERROR_RECORD, BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
 from ..rules import action
 from .attribution import LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
+from .schedule import Pair, pair_key
 
 UNIT = "Gbit/s"
+# Findings about one host's NIC, and about one pair (both ends named).
+NIC_KINDS = frozenset({"slow_nic"})
+PAIR_KINDS = frozenset({"slow_link", "link_error"})
+# _metric's form: link.<backend> (no rail, or several rails folded) or link.<backend>.rail<N>.
+_METRIC = re.compile(r"link\.([a-z]+)(?:\.rail(\d+))?")
 
 
 def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list[Finding]:
@@ -59,7 +72,7 @@ def _nic(verdict: NicVerdict, fail_deficit_pct: float) -> Finding:
     verb, detail = action("slow_nic", severity)
     return Finding(kind="slow_nic", severity=severity, host=verdict.host, metric=_metric(verdict.backend, verdict.rail),
                    value=round(verdict.gbps, 3), reference=round(verdict.reference_gbps, 3), unit=UNIT,
-                   reference_source="fleet", deficit_pct=round(verdict.deficit_pct, 2),
+                   reference_source=verdict.reference_source, deficit_pct=round(verdict.deficit_pct, 2),
                    robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
                    confirmed=verdict.confirmed, basis=BASIS_RETEST if verdict.confirmed else BASIS_SINGLE_RUN,
                    evidence=verdict.evidence, action=verb, action_detail=detail)
@@ -70,7 +83,7 @@ def _link(verdict: LinkVerdict, fail_deficit_pct: float) -> Finding:
     verb, detail = action("slow_network_link", severity)
     return Finding(kind="slow_link", severity=severity, host=verdict.a, peer=verdict.b,
                    metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
-                   reference=round(verdict.reference_gbps, 3), unit=UNIT, reference_source="fleet",
+                   reference=round(verdict.reference_gbps, 3), unit=UNIT, reference_source=verdict.reference_source,
                    deficit_pct=round(verdict.deficit_pct, 2),
                    robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
                    confirmed=verdict.confirmed, basis=BASIS_RETEST if verdict.confirmed else BASIS_SINGLE_RUN,
@@ -85,12 +98,57 @@ def _error(error: LinkError) -> Finding:
 
 
 def _shift(shift: LinkShift, fail_deficit_pct: float) -> Finding:
-    deficit = 100 * (shift.line_rate_gbps - shift.fleet_gbps) / shift.line_rate_gbps
+    reference = shift.reference_gbps  # the line rate, or the baseline's median
+    deficit = 100 * (reference - shift.fleet_gbps) / reference
     severity = _severity(shift.confirmed, deficit, fail_deficit_pct)
     verb, detail = action("fleet_shift", severity)
     return Finding(kind="fleet_shift", severity=severity, host=f"{shift.backend} fabric",
                    metric=_metric(shift.backend, shift.rail), value=round(shift.fleet_gbps, 3),
-                   reference=round(shift.line_rate_gbps, 3), unit=UNIT, reference_source="line_rate",
+                   reference=round(reference, 3), unit=UNIT, reference_source=shift.source,
                    deficit_pct=round(deficit, 2), share_pct=round(100 * shift.pairs_below / max(1, shift.pairs), 1),
                    confirmed=shift.confirmed, basis=BASIS_RETEST if shift.confirmed else BASIS_SINGLE_RUN,
                    evidence=shift.evidence, action=verb, action_detail=detail)
+
+
+# (backend, rail): None for either is every backend or every rail (a finding folded over rails,
+# or one whose metric does not say).
+_Where = tuple[str | None, int | None]
+
+
+@dataclass(frozen=True)
+class TouchedLinks:
+    """The NICs (host, backend, rail) and pairs (pair, backend, rail) that link findings named."""
+
+    nics: frozenset[tuple[str, str | None, int | None]] = frozenset()
+    pairs: frozenset[tuple[Pair, str | None, int | None]] = frozenset()
+
+    def touches(self, a: str, b: str, backend: str, rail: int | None) -> bool:
+        """Whether a finding named this pair, or either end's NIC, on this backend and rail."""
+        pair = pair_key(a, b)
+        for where in {(backend, rail), (backend, None), (None, None)}:
+            if (pair, *where) in self.pairs or (a, *where) in self.nics or (b, *where) in self.nics:
+                return True
+        return False
+
+
+def touched_links(findings: Iterable[Mapping[str, Any]]) -> TouchedLinks:
+    """What a sweep's findings (``findings[]`` items) say about its links: every ``slow_nic``
+    host and every ``slow_link`` or ``link_error`` pair, on the backend and rail of the
+    finding's metric (a finding folded over several rails names the backend only: every rail).
+    Other findings — a ``fleet_shift`` included, which names no NIC or pair — touch nothing."""
+    nics: set[tuple[str, str | None, int | None]] = set()
+    pairs: set[tuple[Pair, str | None, int | None]] = set()
+    for finding in findings:
+        kind, host, peer = finding.get("kind"), finding.get("host"), finding.get("peer")
+        if kind in NIC_KINDS and host:
+            nics.add((str(host), *_where(finding.get("metric"))))
+        elif kind in PAIR_KINDS and host and peer and host != peer:
+            pairs.add((pair_key(str(host), str(peer)), *_where(finding.get("metric"))))
+    return TouchedLinks(frozenset(nics), frozenset(pairs))
+
+
+def _where(metric: object) -> _Where:
+    match = _METRIC.fullmatch(metric) if isinstance(metric, str) else None
+    if match is None:
+        return (None, None)
+    return (match.group(1), None if match.group(2) is None else int(match.group(2)))

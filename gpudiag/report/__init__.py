@@ -15,9 +15,12 @@ and an ``action`` that is not one of the verbs is shown as the text it is.
 The HTML report needs no network and no JavaScript: colours are computed here and written inline.
 
 The parts: ``phrasing`` (the words of a finding, its figures and host groups, shared by every
-format), ``summary`` (the summary line and the impact estimate), one module per format (``text``,
-``markdown``, ``html``; JSON is here), and the HTML report's colour grids (``heatmap``: the GEMM heat
-map and the link matrix) and table markup (``markup``).
+format), ``summary`` (the summary line and the impact estimate), ``linkfigures`` (the pair figures
+per rail against the reference of their group, hosts ordered suspects first; shared by every
+format), one module per format (``text``, ``markdown``, ``html``; JSON is here), and the HTML
+report's colour grids (``heatmap``: the colour scale and the GEMM heat map; ``linkmap``: the link
+section, one row per host with its partners, and the host × host matrix for a small fleet) and
+table markup (``markup``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The colour grids of the HTML report: GEMM TFLOP/s per host and GPU against the fleet median of the
-GPU model, and the host × host matrix of median link bandwidth (the slowest pairs for a large fleet).
-Colours are computed here and written inline."""
+"""The colour scale of the HTML report and its GEMM grid: TFLOP/s per host and GPU against the fleet
+median of the GPU model. Colours are computed here and written inline; the link section
+(``linkmap``) uses the same scale."""
 
 from __future__ import annotations
 
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,10 +16,6 @@ from .phrasing import OK, Document, _fixed, _hosts
 
 # Heat-map colour scale: green at or above the reference, through yellow, red at this share of it.
 HEAT_RED_RATIO = 0.80
-# Above this many hosts the link matrix (hosts² cells) gives way to a list of the slowest pairs.
-LINK_MATRIX_MAX_HOSTS = 64
-SLOWEST_PAIRS_SHOWN = 100
-LINK_UNITS = {"gbps": "Gbit/s"}
 
 
 def heat_colour(ratio: float) -> str:
@@ -71,37 +67,6 @@ def html_heatmap(document: Document) -> str:
     return legend + _html_table("gemm-heatmap", headers, rows, css_class="heatmap")
 
 
-def link_medians(document: Document) -> dict[tuple[str, str], float]:
-    """Median link value per unordered host pair (keys sorted), over phases and rails, for the most
-    common link metric of the sweep."""
-    links = [link for link in document.get("links") or [] if link.get("value") is not None]
-    if not links:
-        return {}
-    metric = Counter(str(link.get("metric")) for link in links).most_common(1)[0][0]
-    pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for link in links:
-        if str(link.get("metric")) == metric and link.get("a") != link.get("b"):
-            pooled[_pair(str(link["a"]), str(link["b"]))].append(float(link["value"]))
-    return {pair: statistics.median(values) for pair, values in pooled.items()}
-
-
-def html_links(document: Document) -> str:
-    """The symmetric host × host matrix of median link bandwidth (or, for a large fleet, the slowest
-    pairs); a line saying so when the sweep measured no links."""
-    medians = link_medians(document)
-    if not medians:
-        return '<p class="muted" id="no-links">no link measurements in this sweep</p>'
-    reference = statistics.median(medians.values())
-    unit = _link_unit(document)
-    hosts = _link_hosts(document, medians)
-    note = (f'<p class="legend">Median {_e(unit)} over phases and rails; colour against the median pair, '
-            f"{_e(format_value(reference, unit))}.</p>")
-    if len(hosts) > LINK_MATRIX_MAX_HOSTS:
-        return note + _slowest_pairs(medians, reference, unit)
-    rows = [_link_row(host, hosts, medians, reference, unit) for host in hosts]
-    return note + _html_table("link-matrix", ["", *hosts], rows, css_class="heatmap links")
-
-
 def _heat_row(host: str, values: Mapping[int, float], gpus: Sequence[int], reference: float | None) -> str:
     cells = [f"<th>{_e(host)}</th>"]
     ratios = []
@@ -126,56 +91,17 @@ def _greyed_row(host: Mapping[str, Any], span: int) -> str:
             f'<td colspan="{span}">{_e(text)}</td></tr>')
 
 
-def _heat_legend(references: Mapping[str, float]) -> str:
+def heat_swatches() -> str:
+    """Swatches of the colour scale, 100 % down to HEAT_RED_RATIO, as inline HTML."""
     steps = [1.0, 0.95, 0.9, 0.85, HEAT_RED_RATIO]
-    swatches = "".join(f'<span class="swatch" style="background:{heat_colour(r)}">{100 * r:.0f} %</span>'
-                       for r in steps)
+    return "".join(f'<span class="swatch" style="background:{heat_colour(r)}">{100 * r:.0f} %</span>'
+                   for r in steps)
+
+
+def _heat_legend(references: Mapping[str, float]) -> str:
+    swatches = heat_swatches()
     medians = "; ".join(f"{model}: {format_value(value, 'TFLOP/s')}" for model, value in sorted(references.items()))
     return f'<p class="legend">Share of the fleet median of the GPU model ({_e(medians)}): {swatches}</p>'
-
-
-def _link_row(host: str, hosts: Sequence[str], medians: Mapping[tuple[str, str], float], reference: float,
-              unit: str) -> str:
-    cells = [f"<th>{_e(host)}</th>"]
-    for other in hosts:
-        if other == host:
-            cells.append('<td class="self">-</td>')
-            continue
-        value = medians.get(_pair(host, other))
-        if value is None:
-            cells.append('<td class="missing"></td>')
-            continue
-        ratio = value / reference if reference else 1.0
-        title = f"{host} - {other}: {format_value(value, unit)}"
-        cells.append(f'<td style="background:{heat_colour(ratio)}" title="{_e(title)}">{_fixed(value)}</td>')
-    return "<tr>" + "".join(cells) + "</tr>"
-
-
-def _slowest_pairs(medians: Mapping[tuple[str, str], float], reference: float, unit: str) -> str:
-    pairs = sorted(medians.items(), key=lambda item: (item[1], item[0]))[:SLOWEST_PAIRS_SHOWN]
-    rows = [f'<tr><td>{_e(a)}</td><td>{_e(b)}</td><td style="background:{heat_colour(value / reference)}">'
-            f"{_fixed(value)}</td></tr>" for (a, b), value in pairs]
-    caption = (f'<p class="legend">{len(medians)} pairs measured; the {len(pairs)} slowest are shown '
-               "(the full matrix is in the JSON document).</p>")
-    return caption + _html_table("link-pairs", ["host", "peer", unit], rows)
-
-
-def _pair(a: str, b: str) -> tuple[str, str]:
-    """The key of an unordered host pair."""
-    return (a, b) if a <= b else (b, a)
-
-
-def _link_hosts(document: Document, medians: Mapping[tuple[str, str], float]) -> list[str]:
-    """Hosts with a link measurement, in the document's host order (then any others by name)."""
-    present = {host for pair in medians for host in pair}
-    ordered = [str(h.get("host")) for h in _hosts(document) if str(h.get("host")) in present]
-    return ordered + sorted(present - set(ordered))
-
-
-def _link_unit(document: Document) -> str:
-    metrics = Counter(str(link.get("metric")) for link in document.get("links") or [])
-    metric = metrics.most_common(1)[0][0] if metrics else ""
-    return LINK_UNITS.get(metric, metric)
 
 
 def _gpu_model(host: Mapping[str, Any]) -> str:

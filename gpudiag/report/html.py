@@ -1,6 +1,6 @@
 """The HTML report: one self-contained file from the template and style sheet of ``gpudiag.reports``,
 with the summary, the impact estimate, hosts by status, the findings table and the colour grids
-(``heatmap``). It needs no network and no JavaScript."""
+(``heatmap``) and the link section (``linkmap``). It needs no network and no JavaScript."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InstallationError
-from .heatmap import html_heatmap, html_links
+from .heatmap import html_heatmap
+from .linkmap import html_links
 from .markup import _e, _html_table
 from .phrasing import (
     FINDING_COLUMNS,

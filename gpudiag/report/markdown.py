@@ -1,4 +1,4 @@
-"""The markdown report: summary, impact, findings and hosts-by-status as GitHub tables."""
+"""The markdown report: summary, impact, findings, links and hosts-by-status as GitHub tables."""
 
 from __future__ import annotations
 
@@ -6,12 +6,26 @@ from collections.abc import Sequence
 
 from tabulate import tabulate
 
+from ..hosts import fold_hosts
+from .linkfigures import (
+    BACKEND_COLUMNS,
+    ERROR_PAIR_COLUMNS,
+    NOT_TESTED_COLUMNS,
+    SLOWEST_PAIR_COLUMNS,
+    backend_rows,
+    counts_text,
+    error_pair_rows,
+    link_view,
+    not_tested_groups,
+    slowest_pair_rows,
+)
 from .phrasing import FINDING_COLUMNS, HOST_COLUMNS, Document, _findings, finding_row, host_group_rows, sort_findings
 from .summary import _impact_rows, summary_parts
 
 
 def render_markdown(document: Document) -> str:
-    """Markdown: summary, impact, findings table, hosts-by-status table (GitHub tables, ``|`` escaped)."""
+    """Markdown: summary, impact, findings table, links (when measured), hosts-by-status table
+    (GitHub tables, ``|`` escaped)."""
     headline = " · ".join(f"**{_md_cell(text)}**" if alarm else _md_cell(text)
                           for text, alarm in summary_parts(document))
     sections = [f"# gpudiag sweep {_md_cell(document.get('sweep_id', '?'))}", headline,
@@ -22,8 +36,36 @@ def render_markdown(document: Document) -> str:
     findings = sort_findings(_findings(document))
     sections.append("## Findings, most costly first")
     sections.append(_md_table(FINDING_COLUMNS, [finding_row(f) for f in findings]) if findings else "None.")
+    sections += link_sections(document)
     sections += ["## Hosts by status", _md_table(HOST_COLUMNS, host_group_rows(document))]
     return "\n\n".join(sections) + "\n"
+
+
+NOT_TESTED_ROWS = 20
+
+
+def link_sections(document: Document) -> list[str]:
+    """The links section: counts, pairs per backend, the slowest pairs (worst rail, its group's
+    reference, % of it and of line rate), the pairs that could not be tested and the hosts no
+    pair test reached. Empty when the sweep measured no links."""
+    view = link_view(document)
+    if not view.pairs:
+        return []
+    sections = ["## Links", _md_cell(f"{counts_text(view)}. A figure is the median of a pair's runs on one rail; "
+                                     "its reference is the median pair of the same backend, rail and line rate."),
+                _md_table(BACKEND_COLUMNS, backend_rows(view)),
+                _md_table(SLOWEST_PAIR_COLUMNS, slowest_pair_rows(view))]
+    errors = error_pair_rows(view)
+    if errors:
+        sections.append(_md_table(ERROR_PAIR_COLUMNS, errors))
+    groups = not_tested_groups(view)
+    if groups:
+        rows = [[fold_hosts(hosts), str(len(hosts)), reason] for reason, hosts in groups[:NOT_TESTED_ROWS]]
+        rest = [host for _, hosts in groups[NOT_TESTED_ROWS:] for host in hosts]
+        if rest:
+            rows.append([fold_hosts(rest), str(len(rest)), f"{len(groups) - NOT_TESTED_ROWS} other reasons"])
+        sections.append(_md_table(NOT_TESTED_COLUMNS, rows))
+    return sections
 
 
 def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -1,12 +1,21 @@
-"""The plain-text report: the summary line, one line per finding (most costly first), hosts folded
-by status. No markup."""
+"""The plain-text report: the summary line, one line per finding (most costly first), the links
+measured, hosts folded by status. No markup."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
 from ..hosts import fold_hosts
+from .linkfigures import (
+    counts_text,
+    error_pair_rows,
+    link_view,
+    not_tested_groups,
+    plural,
+    slowest_pair_rows,
+)
 from .phrasing import (
     OK,
     Document,
@@ -24,7 +33,8 @@ from .summary import _impact_detail, summary_line
 
 
 def render_text(document: Document) -> str:
-    """Summary line, one line per finding (most costly first), hosts folded by status. No markup."""
+    """Summary line, one line per finding (most costly first), the links measured (when any),
+    hosts folded by status. No markup."""
     lines = [summary_line(document)]
     impact = _impact_detail(document.get("impact"))
     if impact:
@@ -32,6 +42,9 @@ def render_text(document: Document) -> str:
     findings = sort_findings(_findings(document))
     lines += ["", f"findings ({len(findings)}, most costly first):" if findings else "findings: none"]
     lines += [f"  {finding_text(finding)}" for finding in findings]
+    links = link_lines(document)
+    if links:
+        lines += ["", *links]
     lines += ["", "hosts:"]
     lines += [f"  {line}" for line in host_group_lines(document)]
     return "\n".join(lines) + "\n"
@@ -55,6 +68,52 @@ def finding_text(finding: Mapping[str, Any]) -> str:
     if finding.get("evidence"):
         parts.append(str(finding["evidence"]))
     return " · ".join(parts)
+
+
+TEXT_WIDTH = 80
+NOT_TESTED_LINES = 5
+
+
+def link_lines(document: Mapping[str, Any]) -> list[str]:
+    """The links section: counts, pairs per backend, the slowest pairs (worst rail against the
+    median pair of its backend, rail and line rate, and % of line rate), the pairs that could not
+    be tested and the hosts no pair test reached. Empty when the sweep measured no links."""
+    view = link_view(document)
+    if not view.pairs:
+        return []
+    lines = textwrap.wrap(f"links: {counts_text(view)}", TEXT_WIDTH, subsequent_indent="  ")
+    for counts in view.backends():
+        rails = [rail for rail in counts.rails if rail is not None]
+        on = f" on {len(rails)} rails" if rails else ""
+        untested = (f"{plural(counts.error_pairs, 'pair')} ({plural(counts.error_rails, 'rail')}) not tested"
+                    if counts.error_pairs else "every pair tested")
+        lines.append(f"  {counts.backend}: {plural(counts.pairs, 'pair')}{on}, {plural(counts.figures, 'figure')}, "
+                     f"{untested}")
+    slowest = slowest_pair_rows(view)
+    if slowest:
+        lines.append("  slowest pairs, worst rail vs the median pair of its backend/rail/rate:")
+        width = max(len(row[0]) for row in slowest)
+        for pair, rail, value, reference, ratio, line in slowest:
+            text = f"    {pair:<{width}}  {rail}  {value.rsplit(' ', 1)[0]} vs {reference}"
+            text += f" ({ratio})" if ratio else ""
+            lines.append(text + (f", {line} of line" if line else ""))
+    errors = error_pair_rows(view)
+    if errors:
+        lines.append(f"  could not be tested ({len(view.error_pairs)} pairs, first {len(errors)}):"
+                     if len(view.error_pairs) > len(errors) else "  could not be tested:")
+        lines += [_cut(f"    {pair}  {rails}: {reason}") for pair, rails, reason in errors]
+    groups = not_tested_groups(view)
+    for reason, hosts in groups[:NOT_TESTED_LINES]:
+        lines.append(_cut(f"  not tested: {fold_hosts(hosts)} ({len(hosts)}): {reason}"))
+    if len(groups) > NOT_TESTED_LINES:
+        rest = [host for _, hosts in groups[NOT_TESTED_LINES:] for host in hosts]
+        lines.append(_cut(f"  not tested, other reasons: {fold_hosts(rest)} ({len(rest)})"))
+    return lines
+
+
+def _cut(line: str) -> str:
+    """A line of free text (an error reason) cut to TEXT_WIDTH."""
+    return line if len(line) <= TEXT_WIDTH else line[:TEXT_WIDTH - 1] + "…"
 
 
 def host_group_lines(document: Document) -> list[str]:
