@@ -198,7 +198,7 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult) -> tuple[Li
         hosts = [host for host in hosts if host in addresses]
         runner = RemotePairRunner(setup.connector.session, addresses, request.pair)
     run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=request.sweep.fanout,
-                    stride=request.screen_stride or 1)
+                    stride=request.screen_stride or 1, baseline=setup.baseline)
     return run, missing
 
 

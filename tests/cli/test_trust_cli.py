@@ -197,3 +197,45 @@ def test_successive_screens_move_their_stride_so_a_slow_link_off_the_first_cycle
     assert not screened[0] & screened[1]
     # both started within a second here, so the stored order may tie: the strides are what count
     assert sorted(sweep["options"]["screen_stride"] for sweep in Store.open(store).list_sweeps()) == [1, 2]
+
+
+def _link_thresholds(tmp_path: Path) -> str:
+    # A line-rate floor of 50 %: only the stored baseline can see a fabric 20 % below its usual figure.
+    path = tmp_path / "thresholds.json"
+    path.write_text('{"schema": "gpudiag.thresholds/1", "link_line_rate_efficiency": {"value": 50, "unit": "percent"}}')
+    return str(path)
+
+
+def test_a_fabric_wide_link_drop_is_a_fleet_shift_against_the_stored_baseline_and_unseen_without_it(tmp_path: Path):
+    store, thresholds = tmp_path / "gpudiag.db", _link_thresholds(tmp_path)
+    healthy = _fleet(tmp_path, nodes=8, name="healthy.json")
+    code, first, _ = _sweep(healthy, "--probes", "facts", "--links", "full", "--thresholds", thresholds, store=store)
+    assert code == 0 and first["findings"] == []
+    built = CliRunner().invoke(main, ["baseline", "build", "--last", "1", "--name", "default", "--store", str(store)])
+    assert built.exit_code == 0, built.output
+    every_nic = [{"kind": "slow_nic", "host": f"node{i:03d}", "factor": 0.8} for i in range(1, 9)]
+    slower = _fleet(tmp_path, nodes=8, faults=every_nic, name="slower.json")
+    args = ("--probes", "facts", "--links", "full", "--thresholds", thresholds)
+    code, judged, _ = _sweep(slower, *args, store=store)
+    shifts = [f for f in judged["findings"] if f["kind"] == "fleet_shift"]
+    assert code == 1 and len(shifts) == 1, judged["findings"]
+    (shift,) = shifts
+    assert shift["reference_source"] == "baseline" and 17 <= shift["deficit_pct"] <= 23
+    assert "baseline default" in shift["evidence"]
+    assert not _found(judged, "slow_nic", "slow_link")  # every NIC alike: the fabric's, not one node's
+    code, unseen, _ = _sweep(slower, *args)  # no store, no baseline: the fleet agrees with itself
+    assert code == 0 and unseen["findings"] == []
+
+
+def test_a_two_node_job_is_judged_against_the_stored_link_baseline(tmp_path: Path):
+    store, thresholds = tmp_path / "gpudiag.db", _link_thresholds(tmp_path)
+    code, _, _ = _sweep(_fleet(tmp_path, nodes=8, name="healthy.json"), "--probes", "facts", "--links", "full",
+                        "--thresholds", thresholds, store=store)
+    assert code == 0
+    assert CliRunner().invoke(main, ["baseline", "build", "--last", "1", "--store", str(store)]).exit_code == 0
+    job = _fleet(tmp_path, nodes=2, faults=[{"kind": "slow_nic", "host": "node002", "factor": 0.75}], name="job.json")
+    code, document, _ = _sweep(job, "--probes", "facts", "--links", "full", "--thresholds", thresholds, store=store)
+    slow = [f for f in document["findings"] if f["kind"] in ("slow_link", "slow_nic")]
+    assert code in (1, 3) and slow, document["findings"]
+    assert {f["reference_source"] for f in slow} == {"baseline"}
+    assert {(f["host"], f["peer"]) for f in slow} <= {("node001", "node002"), ("node002", None)}
