@@ -60,6 +60,9 @@ ACTIONS: dict[str, tuple[str, str]] = {
                                    "between them (switch ports, cables, routing or adaptive-routing state)"),
     "link_error": (INSPECT, "this pair could not be tested: check the data-plane address, firewall and that the "
                             "probe's ports are reachable between the two nodes; it is not a pass"),
+    "host_link_error": (INSPECT, "this node could not be pair-tested with any partner while they could with others: "
+                                 "check its data port (link state, carrier), its data-plane address and firewall; "
+                                 "keep it out of jobs until it is tested"),
     "fleet_shift": (INSPECT, "a regression most of the fleet shares: compare driver, firmware, clocks and power "
                              "policy with the baseline's sweeps; draining single nodes will not fix it"),
     "unchecked": (INSPECT, "this could not be measured or compared: it is not a pass; see the evidence"),

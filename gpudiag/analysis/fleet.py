@@ -85,6 +85,13 @@ def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Seque
 NOT_EXCLUDING = ("fleet_shift",)
 
 
+def _not_checked(finding: Finding) -> bool:
+    """A host left unchecked (not a result without a reference), or one no pair test could reach."""
+    if finding.kind == "unchecked":
+        return finding.basis != "comparison"
+    return finding.kind == "link_error" and finding.peer is None
+
+
 def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], findings: Sequence[Finding],
                hosts: Sequence[Mapping[str, Any]]) -> Impact:
     """A synchronous job runs at its slowest GPU's GEMM pace, against the reference that judges
@@ -93,7 +100,7 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], 
     recovers."""
     names = {h["host"] for h in hosts}
     exclude = tuple(sorted({f.host for f in findings if f.host in names and f.kind not in NOT_EXCLUDING
-                            and (f.severity == FAIL or (f.kind == "unchecked" and f.basis != "comparison"))}))
+                            and (f.severity == FAIL or _not_checked(f))}))
     expected = {key: key_refs.expected() for key, key_refs in refs.items()}
     ratios = [(m.value / expected[m.key].value, m) for m in found if m.probe == "gemm" and m.key in expected]
     if not ratios:

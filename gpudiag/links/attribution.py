@@ -41,6 +41,7 @@ Pure: the same results, in any order, give the same verdicts (sorted, figures su
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,6 +54,8 @@ from ..thresholds import Thresholds
 from .schedule import Pair, Suspects, pair_key
 
 BACKENDS = ("tcp", "nccl", "perftest")
+# An address:port in an error reason (IPv4, or a bracketed IPv6 address): the port is ephemeral.
+_ENDPOINT_PORT = re.compile(r"(\d+\.\d+\.\d+\.\d+|\])(?::\d+)")
 UNIT = "Gb/s"
 # Where a pair's reference came from (a finding's ``reference_source``).
 FLEET, BASELINE, LINE_RATE = "fleet", "baseline", "line_rate"
@@ -332,13 +335,13 @@ class GroupReference:
         line = self.group.line_rate_gbps
         if source == BASELINE and self.baseline is not None:
             base = self.baseline
-            text = f"baseline {base.name} {base.median_gbps:.1f} {UNIT} (median of {base.count} pair figures)"
+            text = f"baseline {base.name} {_rate(base.median_gbps)} {UNIT} (median of {base.count} pair figures)"
             if self.fleet_gbps is not None:
-                text += f"; fleet {self.fleet_gbps:.1f} {UNIT}"
+                text += f"; fleet {_rate(self.fleet_gbps)} {UNIT}"
             return text if line is None else f"{text}; line rate {line:g} {UNIT}"
         if self.fleet_gbps is None:
-            return f"{_pct(self.floor_share_pct)} of line rate {line:g} {UNIT} = {self.floor_gbps:.1f} {UNIT}"
-        text = f"fleet {self.fleet_gbps:.1f} {UNIT}"
+            return f"{_pct(self.floor_share_pct)} of line rate {line:g} {UNIT} = {_rate(self.floor_gbps)} {UNIT}"
+        text = f"fleet {_rate(self.fleet_gbps)} {UNIT}"
         return text if line is None else f"{text}; line rate {line:g} {UNIT}"
 
     @property
@@ -414,6 +417,19 @@ class LinkError:
 
 
 @dataclass(frozen=True)
+class HostLinkError:
+    """``host`` could not be tested with any of its ``partners`` (two or more), while each of them
+    was measured with some other host: its own data port, address or firewall is the likely
+    cause, not the pairs. ``reason``: every distinct error of its pairs, sorted and joined."""
+
+    kind: ClassVar[str] = "link_error"
+    host: str
+    partners: tuple[str, ...]
+    reason: str
+    evidence: str
+
+
+@dataclass(frozen=True)
 class LinkShift:
     """A whole group runs below what it should reach: below its line rate — the fleet level
     ``fleet_gbps`` is under the floor ``floor_gbps`` (``line_rate_gbps`` × the efficiency) — or,
@@ -456,6 +472,7 @@ class LinkAttribution:
     nics: tuple[NicVerdict, ...] = ()
     links: tuple[LinkVerdict, ...] = ()
     errors: tuple[LinkError, ...] = ()
+    host_errors: tuple[HostLinkError, ...] = ()
     shifts: tuple[LinkShift, ...] = ()
     references: tuple[GroupReference, ...] = ()
     suspects: Suspects = field(default_factory=Suspects)
@@ -488,7 +505,7 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
     links = tuple(sorted((v for outcome in outcomes for v in outcome.links),
                          key=lambda v: (v.a, v.b, v.backend, _rail_key(v.rail))))
     return LinkAttribution(
-        nics=nics, links=links, errors=errors,
+        nics=nics, links=links, errors=errors, host_errors=_host_errors(errors, measured),
         shifts=tuple(outcome.shift for outcome in outcomes if outcome.shift is not None),
         references=tuple(outcome.reference for outcome in outcomes),
         suspects=Suspects(tuple(suspect_hosts), tuple(suspect_pairs)),
@@ -653,7 +670,7 @@ def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     gbps = statistics.median(sorted(f.gbps for f in ordered))
     source = reference.judged_by(gbps, thresholds)
     deficit = reference.deficit_pct(gbps, source)
-    figures = _listed(f"{f.peer(host)} {f.gbps:.1f}" for f in ordered)
+    figures = _listed(f"{f.peer(host)} {_rate(f.gbps)}" for f in ordered)
     evidence = (f"{host} slow with all {len(ordered)} partners on {group.describe()}: {figures} {UNIT} "
                 f"vs {reference.describe(source)}; {_pct(deficit)} below")
     if not confirmed:
@@ -671,9 +688,9 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
     confirmed = len(runs) >= 2 and all(reference.is_slow(value, thresholds) for value in runs)
     source = reference.judged_by(figure.gbps, thresholds)
     deficit = reference.deficit_pct(figure.gbps, source)
-    measured = f"{figure.gbps:.1f} {UNIT}"
+    measured = f"{_rate(figure.gbps)} {UNIT}"
     if len(runs) > 1:
-        measured += f" (mean of {len(runs)} runs: {', '.join(f'{value:.1f}' for value in runs)})"
+        measured += f" (mean of {len(runs)} runs: {', '.join(f'{_rate(value)}' for value in runs)})"
     evidence = (f"{figure.a} ↔ {figure.b} slow on {group.describe()}: {measured} vs {reference.describe(source)}; "
                 f"{_pct(deficit)} below")
     if undecided:
@@ -697,7 +714,7 @@ def _source_label(source: str) -> str:
 
 def _fine_elsewhere(host: str, slow: PairFigure, pairs: Sequence[PairFigure]) -> str:
     fine = sorted((f for f in pairs if (f.a, f.b) != (slow.a, slow.b) and not f.slow), key=lambda f: f.peer(host))
-    return f"{host} with " + _listed(f"{f.peer(host)} {f.gbps:.1f}" for f in fine)
+    return f"{host} with " + _listed(f"{f.peer(host)} {_rate(f.gbps)}" for f in fine)
 
 
 # Evidence names this many pairs, then how many more (a node of a full round-robin has hundreds).
@@ -731,17 +748,18 @@ def _shift(reference: GroupReference, figures: Sequence[PairFigure], doubting: s
     below = sum(1 for f in figures if f.gbps < floor)
     confirmed = not doubting
     line_text = ("" if reference.floor_gbps is None or line is None else
-                 f"{_pct(reference.floor_share_pct)} of line rate {line:g} {UNIT} = {reference.floor_gbps:.1f} {UNIT}")
+                 f"{_pct(reference.floor_share_pct)} of line rate {line:g} {UNIT} = "
+                 f"{_rate(reference.floor_gbps)} {UNIT}")
     base = reference.baseline if reference.baseline_shifted else None
     if base is not None:
-        evidence = (f"links on {group.describe()} run below baseline {base.name}: fleet {fleet:.1f} {UNIT} vs "
-                    f"baseline {base.name} {base.median_gbps:.1f} {UNIT} (median of {base.count} pair figures), "
+        evidence = (f"links on {group.describe()} run below baseline {base.name}: fleet {_rate(fleet)} {UNIT} vs "
+                    f"baseline {base.name} {_rate(base.median_gbps)} {UNIT} (median of {base.count} pair figures), "
                     f"{_pct(base.deficit_pct(fleet))} below; {below} of {len(figures)} pairs below "
-                    f"{base.cutoff_gbps:.1f} {UNIT}")
+                    f"{_rate(base.cutoff_gbps)} {UNIT}")
         if reference.shifted:
             evidence += f"; below its line rate too ({line_text})"
     else:
-        evidence = (f"links on {group.describe()} run below their line rate: fleet {fleet:.1f} {UNIT} vs "
+        evidence = (f"links on {group.describe()} run below their line rate: fleet {_rate(fleet)} {UNIT} vs "
                     f"{line_text}; {below} of {len(figures)} pairs below")
     evidence += " — a cause the fabric shares (switch ports, cabling, firmware, congestion control), not one NIC"
     if not confirmed:
@@ -759,6 +777,30 @@ def _link_error(backend: str, rail: int | None, pair: Pair, reasons: set[str]) -
                      f"{pair[0]} ↔ {pair[1]} could not be measured on {where}: {reason}")
 
 
+def _host_errors(errors: Sequence[LinkError],
+                 measured: Iterable[tuple[str, int | None, Pair]]) -> tuple[HostLinkError, ...]:
+    """The hosts with no measured pair at all, two or more partners tried, each partner measured
+    with someone else (sorted by host)."""
+    reached = {host for _, _, pair in measured for host in pair}
+    partners: dict[str, set[str]] = defaultdict(set)
+    reasons: dict[str, set[str]] = defaultdict(set)
+    for error in errors:
+        for host, partner in ((error.a, error.b), (error.b, error.a)):
+            partners[host].add(partner)
+            reasons[host].add(_ENDPOINT_PORT.sub(r"\1", error.reason))  # each test had its own port
+    found = []
+    for host in sorted(partners):
+        others = tuple(sorted(partners[host]))
+        if host in reached or len(others) < 2 or not all(partner in reached for partner in others):
+            continue
+        reason = "; ".join(sorted(reasons[host]))
+        found.append(HostLinkError(host, others, reason, (
+            f"{host} could not be tested with any of its {len(others)} partners ({_listed(others)}), each of "
+            f"which was measured with other hosts: its data port, address or firewall is the likely cause; "
+            f"{reason}")))
+    return tuple(found)
+
+
 def _passed(outcomes: Sequence[_GroupOutcome], excluded: set[str]) -> tuple[str, ...]:
     compared = [outcome for outcome in outcomes if outcome.reference.compared]
     hosts = {host for outcome in compared for host in outcome.hosts} - excluded
@@ -774,6 +816,12 @@ def _mean(values: Iterable[float]) -> float:
 
 def _pct(value: float) -> str:
     return f"{value:.1f} %"
+
+
+def _rate(gbps: float) -> str:
+    """A figure in Gb/s for evidence: one decimal from 10 Gb/s up (``392.0``), three significant
+    digits below (``0.0482``: a test network or a port trained far down still reads)."""
+    return f"{gbps:.1f}" if abs(gbps) >= 10 else f"{gbps:.3g}"
 
 
 def _rail_key(rail: int | None) -> int:

@@ -20,15 +20,17 @@ from typing import Any
 
 from ..errors import ProbeOutputError
 from ..results import ProbeResult, parse_probe_output
-from ..transport import RunningCommand, Session, TransportError
+from ..transport import CommandResult, RunningCommand, Session, TransportError
 from .attribution import BACKENDS, LinkResult
 
 AUTO = "auto"
 NET_BACKENDS = (AUTO, *BACKENDS)
 # Seconds the node's Python needs to start (and import torch for nccl) before the test begins.
 STARTUP_S = 30.0
-# After the client ends, how long the server gets to end by itself.
+# After the client ends, how long the server gets to end by itself; after a client that failed
+# (it may never have reached the server, which then waits for its deadline) it is ended sooner.
 SERVER_END_S = 10.0
+SERVER_END_AFTER_FAILURE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -111,20 +113,17 @@ class RemotePairRunner:
             backend = str(listening.get("backend"))
             client = client_session.run(options.client_argv(backend, self._addresses[b], int(listening["port"])),
                                         options.deadline_s + STARTUP_S)
-            server_end = server.finish(SERVER_END_S)
+            records, problem = _client_records(a, client, options.deadline_s + STARTUP_S)
+            measured = problem is None and bool(records) and all(record.ok for record in records)
+            server_end = server.finish(SERVER_END_S if measured else SERVER_END_AFTER_FAILURE_S)
         except TransportError:
             server.cancel()
             raise
         finally:
             with self._lock:
                 self._running.discard(server)
-        if client.timed_out:
-            return [self._error(a, b, backend, None, f"{a}: the pair client did not end within "
-                                f"{options.deadline_s + STARTUP_S:g} s")]
-        try:
-            records = parse_probe_output(client.stdout, f"{a} net-client")
-        except ProbeOutputError as error:
-            return [self._error(a, b, backend, None, str(error))]
+        if problem is not None:
+            return [self._error(a, b, backend, None, problem)]
         if not records:
             why = _last_words(client.stderr) or _last_words(server_end.stderr) or f"exit status {client.exit_status}"
             return [self._error(a, b, backend, None, f"{a}: the pair client printed no result: {why}")]
@@ -141,8 +140,7 @@ class RemotePairRunner:
             line_rate = self._line_rate(rail_records)
             failed = [r for r in rail_records if not r.ok or r.value is None]
             if failed:
-                reasons = sorted({f"{r.params.get('direction', '?')}: {r.reason or r.status}" for r in failed})
-                results.append(LinkResult(a, b, backend, rail, line_rate_gbps=line_rate, error="; ".join(reasons)))
+                results.append(LinkResult(a, b, backend, rail, line_rate_gbps=line_rate, error=_failure(failed)))
                 continue
             slowest = min(float(r.value) for r in rail_records if r.value is not None)
             results.append(LinkResult(a, b, backend, rail, max(0.0, slowest), line_rate))
@@ -158,6 +156,26 @@ class RemotePairRunner:
     def _error(self, a: str, b: str, backend: str, rail: int | None, reason: str) -> LinkResult:
         backend = backend if backend in BACKENDS else "tcp"
         return LinkResult(a, b, backend, rail, line_rate_gbps=self._options.line_rate_gbps, error=reason)
+
+
+def _client_records(host: str, client: CommandResult, timeout_s: float) -> tuple[list[ProbeResult], str | None]:
+    """The client's records, or why there are none to read (it timed out, or printed something
+    other than records)."""
+    if client.timed_out:
+        return [], f"{host}: the pair client did not end within {timeout_s:g} s"
+    try:
+        return parse_probe_output(client.stdout, f"{host} net-client"), None
+    except ProbeOutputError as error:
+        return [], str(error)
+
+
+def _failure(failed: Sequence[ProbeResult]) -> str:
+    """Why a rail has no figure: ``both directions: <reason>`` when they failed alike, else each
+    direction's reason."""
+    reasons = {str(r.params.get("direction", "?")): r.reason or r.status for r in failed}
+    if len(reasons) > 1 and len(set(reasons.values())) == 1:
+        return f"both directions: {next(iter(reasons.values()))}"
+    return "; ".join(sorted(f"{direction}: {reason}" for direction, reason in reasons.items()))
 
 
 def _event(line: str | None) -> dict[str, Any]:

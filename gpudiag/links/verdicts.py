@@ -16,7 +16,7 @@ from typing import Any
 
 from ..findings import BASIS_ERROR_RECORD, BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
 from ..rules import action
-from .attribution import LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
+from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
 from .schedule import Pair, pair_key
 
 UNIT = "Gbit/s"
@@ -35,7 +35,9 @@ def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list
     so: with two nodes, or no partner left to re-pair with, it is all there is to tell."""
     findings = [_nic(v, fail_deficit_pct) for v in attribution.nics]
     findings += [_link(v, fail_deficit_pct) for v in attribution.links]
-    findings += [_error(e) for e in attribution.errors]
+    alone = {error.host for error in attribution.host_errors}
+    findings += [_host_error(e) for e in attribution.host_errors]
+    findings += [_error(e) for e in attribution.errors if not alone & {e.a, e.b}]
     findings += [_shift(s, fail_deficit_pct) for s in attribution.shifts]
     return _fold_rails(findings)
 
@@ -97,6 +99,12 @@ def _error(error: LinkError) -> Finding:
     return Finding(kind="link_error", severity=WARN, host=error.a, peer=error.b,
                    metric=_metric(error.backend, error.rail), basis=BASIS_ERROR_RECORD, evidence=error.evidence,
                    action=verb, action_detail=detail)
+
+
+def _host_error(error: HostLinkError) -> Finding:
+    verb, detail = action("host_link_error", WARN)
+    return Finding(kind="link_error", severity=WARN, host=error.host, basis=BASIS_ERROR_RECORD,
+                   evidence=error.evidence, action=verb, action_detail=detail)
 
 
 def _shift(shift: LinkShift, fail_deficit_pct: float) -> Finding:

@@ -500,7 +500,8 @@ def error_pair_rows(view: LinkView, count: int = ERROR_PAIRS_LISTED) -> list[lis
         rails: dict[str, list[int | None]] = defaultdict(list)
         for rail in pair.errors:
             rails[rail.backend].append(rail.rail)
-        where = "; ".join(f"{backend} rail{'s' if len(numbers) > 1 else ''} {_ranges(numbers)}"
+        where = "; ".join(backend if numbers == [None] else
+                          f"{backend} rail{'s' if len(numbers) > 1 else ''} {_ranges(numbers)}"
                           for backend, numbers in rails.items())
         reasons = sorted({reason for rail in pair.errors for reason in rail.errors}) or [NO_FIGURE]
         rows.append([f"{pair.a} ↔ {pair.b}", where, "; ".join(reasons)])

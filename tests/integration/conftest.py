@@ -97,6 +97,15 @@ def netns_fleet() -> Iterator[NetnsFleet]:
 
 
 @pytest.fixture
+def clean_netns_fleet(netns_fleet: NetnsFleet) -> Iterator[NetnsFleet]:
+    """The module's six hosts (``netns_fleet``), every data link whole and uncapped again after the test."""
+    yield netns_fleet
+    netns_fleet.clear_caps()
+    for host in netns_fleet.hosts:
+        netns_fleet.restore_data(host.name)
+
+
+@pytest.fixture
 def netns_fleet_factory() -> Iterator[MakeNetnsFleet]:
     """A factory ``netns_fleet_factory(count, **NetnsFleet options)`` of started fleets, all stopped after the
     test. Skips where network namespaces cannot be made."""

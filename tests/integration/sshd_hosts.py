@@ -101,6 +101,24 @@ def process_ids_matching(pattern: str) -> set[int]:
     return found
 
 
+def interrupt_in_second_link_round(process: subprocess.Popen[str], first_round_pairs: int,
+                                   timeout_s: float = 90.0) -> tuple[int, str, float]:
+    """Wait until ``process`` (a ``gpudiag sweep --links full``) has started more pair servers than round 1
+    has pairs — round 2 is under way — then send it SIGINT. Returns (its exit status, its stderr, the seconds
+    it took to end after the signal). Fails if round 2 never starts."""
+    servers: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(servers) <= first_round_pairs and time.monotonic() < deadline and process.poll() is None:
+        servers |= process_ids_matching(r"^\S*python\S* -m probes net-server")
+        time.sleep(0.05)
+    assert len(servers) > first_round_pairs, "round 2 never started"
+    time.sleep(0.3)
+    signalled = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    return process.returncode, stderr, time.monotonic() - signalled
+
+
 def process_count_matching(pattern: str) -> int:
     """How many processes ``process_ids_matching(pattern)`` finds."""
     return len(process_ids_matching(pattern))

@@ -4,6 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from netns_hosts import netns_unavailable_reason
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,3 +46,17 @@ def test_the_analysis_scale_and_gemm_probe_benchmarks_run_at_their_smoke_size():
                               text=True, timeout=300, check=False)
         assert done.returncode == 0, (script, done.stderr[-2000:])
         assert expected in done.stdout, (script, done.stdout[-1000:])
+
+
+@pytest.mark.skipif(netns_unavailable_reason() is not None,
+                    reason="bench/links_netns.py needs network namespaces (netns: root, CAP_NET_ADMIN)")
+def test_the_netns_link_benchmark_times_screen_and_full_and_both_name_the_planted_faults():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "links_netns.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split()[0]: line for line in done.stdout.splitlines()
+            if line.split()[:1] in (["screen"], ["full"]) and " / " not in line}
+    assert set(rows) == {"screen", "full"}, done.stdout
+    for row in rows.values():
+        assert row.endswith("slow_link node01–node02, slow_nic node03"), row
+    assert "full / screen link phase" in done.stdout

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import paramiko
@@ -25,12 +24,8 @@ SLOW_MBIT = 50
 
 
 @pytest.fixture
-def fleet(netns_fleet: NetnsFleet) -> Iterator[NetnsFleet]:
-    """The module's six hosts with every link whole and uncapped again after the test."""
-    yield netns_fleet
-    netns_fleet.clear_caps()
-    for host in netns_fleet.hosts:
-        netns_fleet.restore_data(host.name)
+def fleet(clean_netns_fleet: NetnsFleet) -> NetnsFleet:
+    return clean_netns_fleet
 
 
 def _connect(fleet: NetnsFleet, host: NetnsHost, known_hosts: Path) -> paramiko.SSHClient:

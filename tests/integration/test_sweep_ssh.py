@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sshd_hosts import SshdFleet, process_count_matching, process_ids_matching
+from sshd_hosts import SshdFleet, interrupt_in_second_link_round, process_count_matching
 
 from gpudiag.bundle import locate_bundle
 from gpudiag.cli import main
@@ -209,19 +209,9 @@ def test_ctrl_c_during_a_link_round_keeps_the_pairs_that_finished_and_ends_every
          "--probes", "facts", "--links", "full", "--net-backend", "tcp", "--net-duration", "1.5",
          "--json", str(paths["json"]), "-q", "--store", str(tmp_path / "gpudiag.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    servers: set[int] = set()
-    deadline = time.monotonic() + 90
-    # Two servers run in round 1 of the 4-host round robin; a third one means round 2 is under way.
-    while len(servers) < 3 and time.monotonic() < deadline and process.poll() is None:
-        servers |= process_ids_matching(r"^\S*python\S* -m probes net-server")
-        time.sleep(0.05)
-    assert len(servers) >= 3, "round 2 never started"
-    time.sleep(0.3)
-    signalled = time.monotonic()
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
-    assert time.monotonic() - signalled < 20
+    code, stderr, seconds = interrupt_in_second_link_round(process, first_round_pairs=2)  # 4-host round robin
+    assert code == 130, stderr
+    assert seconds < 20
     document = json.loads(paths["json"].read_text())
     assert document["summary"]["exit_code"] == 130 and _statuses(document) == dict.fromkeys(fleet.host_names(), "ok")
     # round 1 finished (two pairs, measured); nothing the interrupt cut short is reported as a failure

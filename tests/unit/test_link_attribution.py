@@ -14,6 +14,7 @@ from gpudiag.links import (
     pair_key,
     screen_rounds,
 )
+from gpudiag.links.verdicts import link_findings
 
 LINE_GBPS = 400.0
 HEALTHY_GBPS = 388.0
@@ -188,6 +189,42 @@ def test_a_pair_of_two_hosts_with_one_partner_each_is_undecided():
     assert verdict.undecided == ("node01", "node02") and attribution.nics == ()
     assert "tested with this partner only" in verdict.evidence and "either NIC" in verdict.evidence
     assert set(attribution.suspects.hosts) == {"node01", "node02"}
+
+
+def test_a_slow_pair_of_a_two_node_job_is_still_a_finding_that_names_both_ends_and_says_either_nic():
+    results = measure(screen_rounds(names(2)), nics={"node02": 0.5})
+    results += measure(screen_rounds(names(2)), nics={"node02": 0.5}, seed=1)  # the confirm round's re-test
+    [finding] = link_findings(attribute_links(results), 7.0)
+    assert (finding.kind, finding.host, finding.peer, finding.severity, finding.confirmed) == (
+        "slow_link", "node01", "node02", "fail", True)
+    assert "either NIC may be the cause" in finding.evidence
+
+
+def _dead_port(hosts: list[str], dead: str) -> list[LinkResult]:
+    results = []
+    for result in measure(screen_rounds(hosts)):
+        if dead in result.pair:
+            result = LinkResult(result.a, result.b, "perftest", 0, None, LINE_GBPS, error=f"{dead}: no route to host")
+        results.append(result)
+    return results
+
+
+def test_a_host_no_partner_could_reach_while_they_reached_others_is_one_host_link_error():
+    attribution = attribute_links(_dead_port(names(8), "node05"))
+    [host_error] = attribution.host_errors
+    assert (host_error.host, host_error.partners) == ("node05", ("node04", "node06"))
+    assert "its data port, address or firewall" in host_error.evidence and "no route to host" in host_error.evidence
+    findings = link_findings(attribution, 7.0)
+    # one finding for the host instead of one per pair, and its host goes on the exclude list
+    assert [(f.kind, f.host, f.peer, f.severity) for f in findings] == [("link_error", "node05", None, "warn")]
+
+
+def test_a_pair_error_alone_or_of_a_two_node_job_blames_no_host():
+    assert attribute_links(_dead_port(names(2), "node02")).host_errors == ()
+    results = [r for r in measure(screen_rounds(names(8))) if r.pair != ("node03", "node04")]
+    results.append(LinkResult("node03", "node04", "perftest", 0, None, LINE_GBPS, error="refused"))
+    attribution = attribute_links(results)
+    assert attribution.host_errors == () and len(attribution.errors) == 1
 
 
 @pytest.mark.parametrize("slow_rail", [0, 3])
