@@ -6,12 +6,13 @@ host the pattern expands to. An IPv6 literal is written in brackets with an opti
 (``[::1]:2222``) or bare without one (``::1``); it is one host, never a range. ClusterShell ``@group``
 names are not supported, so no groups configuration is ever read.
 
-Hosts keep the order they were given in; a host given twice (same label, see ``HostSpec.label``) is
-kept at its first place with its first user.
+Hosts keep the order they were given in; a host given twice (same label, see ``HostSpec.label``,
+compared without regard to case as DNS does) is kept at its first place with its first spelling and user.
 """
 
 from __future__ import annotations
 
+import codecs
 import ipaddress
 import os
 import re
@@ -32,10 +33,15 @@ MAX_HOSTS = 100_000
 _HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 _USER_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@$-]*")
 _FOLDABLE_LABEL = re.compile(r"[A-Za-z0-9._-]+(:[0-9]+)?")
-_BRACKET_RANGE = re.compile(r"(\d+)\s*-\s*(\d+)")
+_BRACKET_RANGE = re.compile(r"(\d+)\s*-\s*(\d+)(?:\s*/\s*(\d+))?")
 _SET_OPERATORS = frozenset("!&^")
 # A bare argument that ends like a file name is a missing file, not a host called "hosts.txt".
 _FILE_SUFFIXES = (".txt", ".list", ".lst", ".hosts", ".conf", ".cfg", ".csv")
+# Open MPI / DeepSpeed hostfile fields ("node1 slots=8 max_slots=16").
+_MPI_FIELDS = frozenset({"slots", "max_slots", "max-slots"})
+_BOM = "\ufeff"
+ACCEPTED_FORMATS = ("one entry per line: [user@]host[:port] or a host set such as node[01-64], "
+                    "optionally followed by net=ADDRESS")
 
 
 @dataclass(frozen=True)
@@ -85,8 +91,10 @@ def load_hosts(argument: str, stdin: TextIO) -> list[HostSpec]:
     """The hosts named by ``--hosts ARGUMENT``, in the order given, duplicates folded.
 
     ``argument`` is ``-`` (read ``stdin``), the path of an existing file, or an inline entry such as
-    ``gpu[01-64]`` or ``alice@node[1-4]:2222``. Files and stdin hold one entry per line, with blank
-    lines and ``#`` comments (whole-line or trailing).
+    ``gpu[01-64]``, ``node[1-64/2]`` or ``alice@node[1-4]:2222``. An argument that names no existing
+    path is a file only where it looks like one (a ``/`` outside brackets, or a suffix such as
+    ``.txt``); anything else is read as a host set. Files and stdin hold one entry per line (UTF-8,
+    with or without a byte-order mark), with blank lines and ``#`` comments (whole-line or trailing).
 
     Raises:
         InputError: a bad line (``path:line: problem; fix: ...``), a missing or unreadable file, an
@@ -98,8 +106,9 @@ def load_hosts(argument: str, stdin: TextIO) -> list[HostSpec]:
         return _nonempty(_load_file(argument), argument)
     if os.path.exists(argument):
         raise InputError(f"--hosts {argument}: not a regular file; fix: pass a hosts file, '-' or a host set")
-    if os.sep in argument or "/" in argument or argument.lower().endswith(_FILE_SUFFIXES):
-        raise InputError(f"--hosts {argument}: no such hosts file; fix: check the path")
+    if _looks_like_path(argument):
+        raise InputError(f"--hosts {argument}: no such hosts file; fix: check the path "
+                         "(a host set has no '/' outside its brackets, e.g. node[1-64/2])")
     try:
         specs = _dedupe(_parse_entry(argument.strip()))
     except _BadEntry as exc:
@@ -126,24 +135,48 @@ def fold_hosts(labels: Iterable[str]) -> str:
     return ",".join(parts + sorted(others))
 
 
+def _looks_like_path(argument: str) -> bool:
+    """True where ``argument`` reads as a path: a ``/`` outside brackets (``node[1-64/2]`` is a step
+    range), or a file-name suffix such as ``.txt``."""
+    depth = 0
+    for character in argument:
+        depth += {"[": 1, "]": -1}.get(character, 0)
+        if character in ("/", os.sep) and depth <= 0:
+            return True
+    return argument.lower().endswith(_FILE_SUFFIXES)
+
+
 def _load_file(path: str) -> list[HostSpec]:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return _load_lines(handle, path)
+        with open(path, "rb") as handle:
+            data = handle.read()
     except OSError as exc:
         raise InputError(f"{path}: cannot read the hosts file ({exc.strerror}); fix: check its permissions") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text; fix: pass a plain-text file, one host per line") from None
+    return _load_lines(_decode(data, path).splitlines(), path)
+
+
+def _decode(data: bytes, path: str) -> str:
+    """The text of a hosts file's bytes; raises InputError naming the line that is not UTF-8."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise InputError(f"{path}: UTF-16 text, not UTF-8; fix: save it as UTF-8 (iconv -f UTF-16 -t UTF-8)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_number = data.count(b"\n", 0, exc.start) + 1
+        raise InputError.at_line(path, line_number, f"not UTF-8 text (byte {data[exc.start]:#04x})",
+                                 "fix: save the file as UTF-8, one host per line") from None
 
 
 def _load_lines(lines: Iterable[str], source: str) -> list[HostSpec]:
     specs: list[HostSpec] = []
     for line_number, line in enumerate(lines, start=1):
-        words = line.split("#", 1)[0].split()
+        # Windows editors start a UTF-8 file with a byte-order mark; it is not part of the first host.
+        words = line.removeprefix(_BOM).split("#", 1)[0].split()
         if not words:
             continue
         entry, *fields = words
         try:
+            _check_fields(entry, fields)
             specs.extend(_with_fields(_parse_entry(entry), fields))
         except _BadEntry as exc:
             raise InputError.at_line(source, line_number, exc.problem, exc.fix) from None
@@ -160,10 +193,11 @@ def _nonempty(specs: list[HostSpec], source: str) -> list[HostSpec]:
 
 
 def _dedupe(specs: Iterable[HostSpec]) -> list[HostSpec]:
-    # Results are keyed by label, so a second entry with the same label would overwrite the first.
+    # Results are keyed by label, so a second entry with the same label would overwrite the first;
+    # NODE1 and node1 are one machine (DNS ignores case), probed once under its first spelling.
     first_by_label: dict[str, HostSpec] = {}
     for spec in specs:
-        first_by_label.setdefault(spec.label, spec)
+        first_by_label.setdefault(spec.label.lower(), spec)
     return list(first_by_label.values())
 
 
@@ -183,13 +217,27 @@ def _parse_entry(entry: str) -> list[HostSpec]:
     return [HostSpec(host=name, user=user, port=port) for name in _expand(pattern)]
 
 
+def _check_fields(entry: str, fields: list[str]) -> None:
+    """Raises _BadEntry, naming the accepted formats, for a line of another format (an MPI hostfile,
+    /etc/hosts) or several hosts on one line."""
+    line = " ".join([entry, *fields])
+    keys = {text.partition("=")[0] for text in fields if "=" in text}
+    if keys & _MPI_FIELDS:
+        raise _BadEntry(f"{line!r} is an MPI hostfile line",
+                        f"fix: write {ACCEPTED_FORMATS}; drop the slots (e.g. awk '{{print $1}}' hostfile)")
+    bare = [text for text in fields if "=" not in text]
+    if bare and _is_ip_address(entry):
+        raise _BadEntry(f"{line!r} is an /etc/hosts line (an address, then its names)",
+                        f"fix: write {ACCEPTED_FORMATS}; keep one of {entry} or {bare[0]}")
+    if bare:
+        raise _BadEntry(f"whitespace inside {' '.join([entry, bare[0]])!r}",
+                        f"fix: write {ACCEPTED_FORMATS}; join several hosts with ',' (node1,node2)")
+
+
 def _with_fields(specs: list[HostSpec], fields: list[str]) -> list[HostSpec]:
     """The hosts of one line with its ``key=value`` fields applied; raises _BadEntry."""
     for text in fields:
-        key, equals, value = text.partition("=")
-        if not equals:
-            raise _BadEntry(f"whitespace inside {' '.join([specs[0].label if specs else '', text]).strip()!r}",
-                            "fix: one entry per line; join several hosts with ',' (node1,node2)")
+        key, _, value = text.partition("=")
         if key != "net":
             raise _BadEntry(f"unknown field {text!r}",
                             "fix: the one per-host field is net=ADDRESS (the data-plane address for pair tests)")
@@ -201,6 +249,14 @@ def _with_fields(specs: list[HostSpec], fields: list[str]) -> list[HostSpec]:
                             "fix: give each host its own line with its own net= address")
         specs = [replace(specs[0], net_address=value.strip("[]"))]
     return specs
+
+
+def _is_ip_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _is_address(value: str) -> bool:
@@ -280,7 +336,8 @@ def _expand_part(part: str) -> Iterator[str]:
         nodes = NodeSet(part, resolver=RESOLVER_NOGROUP)
     except NodeSetParseError as exc:
         raise _BadEntry(f"bad host set {part!r} ({exc})",
-                        "fix: write ranges as name[1-4,7] with closed brackets and low-high bounds") from None
+                        "fix: write ranges as name[1-4,7] or name[1-64/2] with closed brackets and low-high bounds"
+                        ) from None
     for name in nodes:
         if not _HOST_NAME.fullmatch(name):
             raise _BadEntry(f"{name!r} is not a valid host name",
@@ -290,8 +347,8 @@ def _expand_part(part: str) -> Iterator[str]:
 
 def _check_range_sizes(pattern: str) -> None:
     for bracket in re.findall(r"\[([^\]]*)\]", pattern):
-        for low, high in _BRACKET_RANGE.findall(bracket):
-            if int(high) - int(low) >= MAX_HOSTS:
+        for low, high, step in _BRACKET_RANGE.findall(bracket):
+            if (int(high) - int(low)) // max(int(step or 1), 1) >= MAX_HOSTS:
                 raise _BadEntry(f"range {low}-{high} holds more than {MAX_HOSTS} hosts",
                                 "fix: check the range bounds")
 

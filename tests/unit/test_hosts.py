@@ -74,6 +74,11 @@ def test_same_host_on_another_port_is_another_host(tmp_path: Path) -> None:
     ("[::zz]:22", "not an IPv6 address"),
     ("node1:22:33", "not an IPv6 address"),
     ("node[1-999999]", "more than"),
+    ("node1 slots=8", "'node1 slots=8' is an MPI hostfile line"),
+    ("node1 slots=8 max_slots=16  # from mpirun", "is an MPI hostfile line"),
+    ("10.0.0.1 node1 node1.cluster", "'10.0.0.1 node1 node1.cluster' is an /etc/hosts line"),
+    ("::1 localhost ip6-localhost", "is an /etc/hosts line"),
+    ("node1 node2", "whitespace inside 'node1 node2'"),
 ])
 def test_malformed_line_names_file_and_line(tmp_path: Path, line: str, problem: str) -> None:
     path = write_hosts(tmp_path, f"# fleet\nnode001\n\n{line}\nnode002\n")
@@ -123,10 +128,38 @@ def test_inline_garbage_is_neither_file_nor_host_set() -> None:
     assert caught.value.exit_code == 2
 
 
-@pytest.mark.parametrize("argument", ["missing-hosts.txt", "conf/hosts", "./nodes"])
+@pytest.mark.parametrize("argument", ["missing-hosts.txt", "conf/hosts", "./nodes", "/etc/gpu[1-4]/hosts"])
 def test_missing_file_is_reported_as_a_file(argument: str) -> None:
-    with pytest.raises(InputError, match="no such hosts file"):
+    with pytest.raises(InputError, match="no such hosts file") as caught:
         load_hosts(argument, NO_STDIN)
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize(("argument", "expected"), [
+    ("node[1-9/2]", ["node1", "node3", "node5", "node7", "node9"]),
+    ("gpu[01-64/16],login", ["gpu01", "gpu17", "gpu33", "gpu49", "login"]),
+    ("alice@node[0-4/4]:2222", ["node0:2222", "node4:2222"]),
+])
+def test_step_ranges_are_host_sets_not_paths(argument: str, expected: list[str]) -> None:
+    assert labels(load_hosts(argument, NO_STDIN)) == expected
+
+
+def test_a_step_range_of_a_huge_span_is_sized_by_its_step() -> None:
+    assert len(load_hosts("node[0-999999/1000]", NO_STDIN)) == 1000
+
+
+def test_an_existing_file_wins_over_a_host_set_of_the_same_name(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "node1").write_text("gpu07\n", encoding="utf-8")
+
+    assert labels(load_hosts("node1", NO_STDIN)) == ["gpu07"]
+
+
+def test_an_unclosed_step_range_is_a_bad_host_set_not_a_missing_file() -> None:
+    with pytest.raises(InputError, match="neither a hosts file nor a valid host set: bad host set") as caught:
+        load_hosts("node[1-64/2", NO_STDIN)
+    assert caught.value.exit_code == 2
 
 
 def test_directory_is_not_a_hosts_file(tmp_path: Path) -> None:
@@ -153,6 +186,65 @@ def test_binary_file_is_an_input_error(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match="not UTF-8"):
         load_hosts(str(path), NO_STDIN)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_host(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.txt"
+    path.write_bytes(b"\xef\xbb\xbfnode1\r\nnode2 net=10.2.0.2\r\n")
+
+    specs = load_hosts(str(path), NO_STDIN)
+
+    assert [(spec.label, spec.net_address) for spec in specs] == [("node1", None), ("node2", "10.2.0.2")]
+    assert labels(load_hosts("-", io.StringIO("\ufeffnode[1-2]\n"))) == ["node1", "node2"]
+
+
+def test_a_utf16_file_says_to_save_it_as_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.txt"
+    path.write_bytes("node1\r\n".encode("utf-16"))
+
+    with pytest.raises(InputError, match=r"UTF-16 text, not UTF-8; fix: save it as UTF-8") as caught:
+        load_hosts(str(path), NO_STDIN)
+    assert caught.value.exit_code == 2
+
+
+def test_invalid_utf8_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "hosts.txt"
+    path.write_bytes(b"node1\nnode2\nn\xe9ud3\n")
+
+    with pytest.raises(InputError, match=rf"^{path}:3: not UTF-8 text \(byte 0xe9\); fix: save the file as UTF-8"):
+        load_hosts(str(path), NO_STDIN)
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("NODE1,node1", ["NODE1"]),
+    ("node1,Node[1-2]", ["node1", "Node2"]),
+    ("Login.Example.COM,login.example.com", ["Login.Example.COM"]),
+])
+def test_a_host_given_twice_in_another_case_is_probed_once_under_its_first_spelling(
+        given: str, expected: list[str]) -> None:
+    assert labels(load_hosts(given, NO_STDIN)) == expected
+
+
+def test_case_insensitive_duplicates_across_file_lines_keep_the_first_line(tmp_path: Path) -> None:
+    text = "alice@GPU01 net=10.2.0.1\nbob@gpu01\ngpu02\nGPU02:22\ngpu02:22\n"
+    specs = load_hosts(write_hosts(tmp_path, text), NO_STDIN)
+
+    assert specs == [HostSpec("GPU01", "alice", None), HostSpec("gpu02"), HostSpec("GPU02", None, 22)]
+    assert specs[0].net_address == "10.2.0.1"
+
+
+ACCEPTED = "[user@]host[:port] or a host set such as node[01-64], optionally followed by net=ADDRESS"
+
+
+OTHER_FORMATS = ["node1 slots=8", "node1 slots=8 max_slots=16", "10.0.0.1 node1 node1.cluster",
+                 "::1 localhost ip6-localhost", "node1 node2"]
+
+
+def test_lines_of_other_host_list_formats_name_the_accepted_formats(tmp_path: Path) -> None:
+    for line in OTHER_FORMATS:
+        with pytest.raises(InputError, match=r"; fix: write one entry per line: \[user@\]host\[:port\] or a host set "
+                           r"such as node\[01-64\], optionally followed by net=ADDRESS; "):
+            load_hosts(write_hosts(tmp_path, f"node0\n{line}   # copied from elsewhere\n"), NO_STDIN)
 
 
 def test_first_user_wins_for_a_repeated_host(tmp_path: Path) -> None:
