@@ -4,8 +4,9 @@
 per GPU. This module runs it, parses that tree, and finds in each GPU section the readings the
 telemetry probe reports, named by the same metric names as the NVML path. The layout differs
 between drivers (``Clocks Throttle Reasons`` before 535, ``Clocks Event Reasons`` after;
-``Power Readings`` before 530, ``GPU Power Readings`` after), so each metric has a list of
-places to look, as data.
+``Power Readings`` before 530, ``GPU Power Readings`` after; from 570 ``Average Power Draw``, which
+may read ``N/A``, then ``Instantaneous Power Draw``), so each metric has a list of places to look,
+as data, and the first place holding a number gives it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ _KEY_VALUE = re.compile(r"^(?P<key>.*?\S)\s+:(?: (?P<value>.*))?$")
 _NUMBER = re.compile(r"^(?P<number>-?\d+(?:\.\d+)?)\s*(?:x|[A-Za-z%/]+)?$")
 _GPU_SECTION = re.compile(r"^GPU (?P<bus_id>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f])$")
 _TRUTH = {"Yes": 1, "No": 0}
-# What nvidia-smi prints where a GPU or driver has no such reading.
-_NOT_APPLICABLE = ("N/A", "Not Supported", "Not Available")
+# What nvidia-smi prints where a GPU or driver has no such reading (580 prints "Not Found" for
+# sample windows it has none of; 570+ "Requested functionality has been deprecated").
+_NOT_APPLICABLE = ("N/A", "Not Supported", "Not Available", "Not Found", "Requested functionality has been deprecated")
 
-# metric -> the places (paths of keys inside a GPU section) to look for it, first found wins.
+# metric -> the places (paths of keys inside a GPU section) to look for it; the first that holds a
+# number wins, so "Average Power Draw : N/A" falls through to "Instantaneous Power Draw".
 SMI_PATHS: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
     ("sm_clock", (("Clocks", "SM"),)),
     ("sm_clock_max", (("Max Clocks", "SM"),)),
@@ -222,11 +225,34 @@ def _value(node: SmiNode, *path: str) -> str | None:
 
 
 def _first_number(section: SmiNode, paths: tuple[tuple[str, ...], ...]) -> SmiReading:
+    """The first number along ``paths``; where none holds one, the gap that says most: a failure
+    ("Unknown Error") before an "N/A", an "N/A" before an absent key."""
+    gaps: list[SmiMissing] = []
     for path in paths:
-        node = section.find(*path)
-        if node is not None and node.value is not None:
-            return parse_number(node.value)
-    return SmiMissing("")
+        reading = _reading_at(section, path)
+        if not isinstance(reading, SmiMissing):
+            return reading
+        gaps.append(reading)
+    return min(gaps, key=lambda gap: (not gap.error, not gap.text), default=SmiMissing(""))
+
+
+def _reading_at(section: SmiNode, path: tuple[str, ...]) -> SmiReading:
+    node = section
+    for key in path:
+        child = node.find(key)
+        if child is None:
+            return _gap(node, section)
+        node = child
+    return SmiMissing("") if node.value is None else parse_number(node.value)
+
+
+def _gap(deepest: SmiNode, section: SmiNode) -> SmiMissing:
+    """Why a path stops at ``deepest``: a whole section printed as one line, e.g. ``Remapped Rows :
+    N/A`` on a GPU without row remapping, gives its text; anything else is an absent key."""
+    if deepest is section or deepest.value is None or deepest.children:
+        return SmiMissing("")
+    said = parse_number(deepest.value)
+    return said if isinstance(said, SmiMissing) else SmiMissing("")
 
 
 def _reasons_mask(section: SmiNode) -> SmiReading:
@@ -250,7 +276,8 @@ def _reasons_mask(section: SmiNode) -> SmiReading:
 def _ecc_uncorrected(section: SmiNode, kind: str) -> SmiReading:
     counters = section.find("ECC Errors", kind)
     if counters is None:
-        return SmiMissing("")
+        ecc = section.find("ECC Errors")
+        return SmiMissing("") if ecc is None else _gap(ecc, section)
     # Before Ampere the counts sit under "Double Bit" > "Total"; since, one line per memory
     # ("SRAM Uncorrectable", "DRAM Uncorrectable", or SRAM split into Parity and SEC-DED).
     double_bit = counters.find("Double Bit", "Total")

@@ -14,6 +14,24 @@ from probes.records import ERROR, OK, SKIPPED
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
 X8_535 = DATA / "h100-80gb-hbm3-x8-q-driver535.txt"
 ONE_545 = DATA / "h100-80gb-hbm3-q-driver545.txt"
+V100_570 = DATA / "v100-pcie-16gb-q-driver570.txt"
+RTX5090_570 = DATA / "rtx5090-q-driver570.txt"
+GH200_550 = DATA / "gh200-480gb-q-driver550.txt"
+X4_580_POWER = DATA / "rtx3090-x4-q-d-power-driver580.txt"
+X4_580_CLOCK = DATA / "rtx3090-x4-q-d-clock-driver580.txt"
+# Every nvidia-smi -q capture: (file, driver, bus id of each GPU in file order).
+CAPTURES = (
+    (X8_535, "535.183.01", ("00000000:53:00.0", "00000000:64:00.0", "00000000:75:00.0", "00000000:86:00.0",
+                            "00000000:97:00.0", "00000000:A8:00.0", "00000000:B9:00.0", "00000000:CA:00.0")),
+    (ONE_545, "545.23.08", ("00000000:19:00.0",)),
+    (GH200_550, "550.127.05", ("00000000:DD:00.0",)),
+    (V100_570, "570.124.06", ("00000001:00:00.0",)),
+    (RTX5090_570, "570.124.06", ("00000000:02:00.0",)),
+    (X4_580_POWER, "580.65.06", ("00000000:01:00.0", "00000000:21:00.0", "00000000:C1:00.0", "00000000:E1:00.0")),
+    (X4_580_CLOCK, "580.65.06", ("00000000:01:00.0", "00000000:21:00.0", "00000000:C1:00.0", "00000000:E1:00.0")),
+)
+ABSENT = smi.SmiMissing("")
+NA = smi.SmiMissing("N/A")
 
 # Per GPU of the 8-GPU driver-535 capture, in file order: bus id, UUID, SM clock (MHz),
 # GPU / memory temperature (C), power draw (W), PCIe replays since reset.
@@ -119,6 +137,92 @@ def test_ecc_uncorrectable_counts_are_summed_across_memories():
     assert (readings["ecc_uncorrected_volatile"], readings["ecc_uncorrected_aggregate"]) == (5, 0)
 
 
+@pytest.mark.parametrize(("path", "driver", "bus_ids"), CAPTURES, ids=[path.stem for path, _, _ in CAPTURES])
+def test_every_capture_yields_every_gpu_and_no_failure(path, driver, bus_ids):
+    report = smi.parse_query(path.read_text())
+    assert (report.driver_version, report.complaints) == (driver, ())
+    gpus = _gpus(path)
+    assert [gpu.pci_bus_id for gpu in gpus] == list(bus_ids)
+    for gpu in gpus:
+        assert set(gpu.readings) == {metric for metric, _ in smi.SMI_PATHS} | {
+            "clocks_event_reasons", "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate"}
+        assert not [(m, r) for m, r in gpu.readings.items() if isinstance(r, smi.SmiMissing) and r.error]
+    records = _records(path)
+    assert len(records) == len(bus_ids) * (1 + len(telemetry.METRICS))
+    assert [r for r in records if r.status == ERROR] == []
+
+
+def test_driver_570_average_power_na_falls_through_to_instantaneous():
+    (gpu,) = _gpus(V100_570)
+    readings = gpu.readings
+    assert (gpu.name, gpu.gpu_uuid) == ("Tesla V100-PCIE-16GB", "GPU-a2db1942-76d6-3572-10f1-3d0b0e1fbd72")
+    assert (readings["power_draw"], readings["power_limit"]) == (24.07, 250.0)
+    assert [readings[m] for m in ("sm_clock", "sm_clock_max", "memory_clock", "memory_clock_max")] == [
+        135, 1380, 877, 877]
+    assert (readings["gpu_temperature"], readings["memory_temperature"]) == (29, 27)
+    assert [readings[m] for m in ("pcie_generation", "pcie_generation_max", "pcie_width", "pcie_width_max",
+                                  "pcie_replay_count")] == [3, 3, 16, 16, 0]
+    # Volta counts ECC under "Double Bit" > "Total"; a GPU without row remapping prints "Remapped Rows : N/A".
+    assert (readings["ecc_uncorrected_volatile"], readings["ecc_uncorrected_aggregate"]) == (0, 0)
+    assert readings["remapped_rows_pending"] == NA
+    assert decode_clocks_event_reasons(readings["clocks_event_reasons"]) == ("gpu_idle",)
+    by_metric = {r.metric: r for r in _records(V100_570)}
+    assert (by_metric["power_draw"].value, by_metric["power_draw"].status) == (24.07, OK)
+    pending = by_metric["remapped_rows_pending"]
+    assert (pending.status, pending.reason) == (SKIPPED, "n/a: N/A")
+
+
+def test_blackwell_570_takes_the_average_and_reports_what_it_lacks():
+    (gpu,) = _gpus(RTX5090_570)
+    readings = gpu.readings
+    # Average 24.05 W comes before Instantaneous 23.78 W; neither the memory nor the module rail.
+    assert (readings["power_draw"], readings["power_limit"]) == (24.05, 575.0)
+    assert [readings[m] for m in ("sm_clock", "sm_clock_max", "memory_clock", "memory_clock_max")] == [
+        22, 3090, 405, 14001]
+    assert (readings["gpu_temperature"], readings["memory_temperature"]) == (25, NA)
+    # An idle link trained down to Gen1 x8 of Gen5 x16.
+    assert [readings[m] for m in ("pcie_generation", "pcie_generation_max", "pcie_width", "pcie_width_max")] == [
+        1, 5, 8, 16]
+    assert decode_clocks_event_reasons(readings["clocks_event_reasons"]) == ("sw_power_cap",)
+    assert (readings["ecc_uncorrected_volatile"], readings["ecc_uncorrected_aggregate"]) == (NA, NA)
+    assert readings["remapped_rows_uncorrectable"] == NA
+
+
+def test_grace_hopper_counts_its_retired_dram_error_and_reads_the_gpu_rail_only():
+    (gpu,) = _gpus(GH200_550)
+    readings = gpu.readings
+    # The module (169.77 W) and GPU memory (18.51 W) rails have their own Power Draw lines.
+    assert (readings["power_draw"], readings["power_limit"]) == (87.88, 700.0)
+    assert (readings["ecc_uncorrected_volatile"], readings["ecc_uncorrected_aggregate"]) == (0, 1)
+    assert [readings[m] for m in ("remapped_rows_correctable", "remapped_rows_uncorrectable",
+                                  "remapped_rows_pending", "remapped_rows_failure")] == [0, 1, 0, 0]
+    assert [readings[m] for m in ("pcie_generation", "pcie_width", "sm_clock", "gpu_temperature",
+                                  "memory_temperature")] == [4, 1, 345, 31, 39]
+
+
+def test_driver_580_partial_queries_read_what_they_hold():
+    power = _gpus(X4_580_POWER)
+    assert [(g.readings["power_draw"], g.readings["power_limit"]) for g in power] == [
+        (13.44, 480.0), (12.98, 420.0), (9.52, 420.0), (31.91, 450.0)]
+    assert {g.readings["sm_clock"] for g in power} == {ABSENT}
+    clock = _gpus(X4_580_CLOCK)
+    assert [(g.readings["sm_clock"], g.readings["sm_clock_max"], g.readings["memory_clock_max"]) for g in clock] == [
+        (210, 2115, 10501), (210, 2130, 9751), (210, 2130, 9751), (210, 2115, 10501)]
+    assert {g.readings["power_draw"] for g in clock} == {ABSENT}
+
+
+def test_the_first_number_wins_and_a_failure_outranks_a_gap():
+    text = V100_570.read_text()
+    swapped = text.replace("Average Power Draw                : N/A", "Average Power Draw                : 25.5 W")
+    assert smi.read_gpu(smi.parse_query(swapped).gpus[0], 0).readings["power_draw"] == 25.5
+    failed = text.replace("Instantaneous Power Draw          : 24.07 W",
+                          "Instantaneous Power Draw          : Unknown Error")
+    assert smi.read_gpu(smi.parse_query(failed).gpus[0], 0).readings["power_draw"] == smi.SmiMissing(
+        "Unknown Error", error=True)
+    no_power = text.replace("Instantaneous Power Draw          : 24.07 W", "Instantaneous Power Draw          : N/A")
+    assert smi.read_gpu(smi.parse_query(no_power).gpus[0], 0).readings["power_draw"] == NA
+
+
 def test_numbers_words_and_gaps():
     assert smi.parse_number("345 MHz") == 345
     assert smi.parse_number("71.97 W") == 71.97
@@ -128,6 +232,8 @@ def test_numbers_words_and_gaps():
     assert smi.parse_number("N/A") == smi.SmiMissing("N/A")
     assert smi.parse_number("[Not Supported]") == smi.SmiMissing("Not Supported")
     assert smi.parse_number("Unknown Error") == smi.SmiMissing("Unknown Error", error=True)
+    assert smi.parse_number("Not Found") == smi.SmiMissing("Not Found")
+    assert smi.parse_number("Requested functionality has been deprecated").error is False
 
 
 def test_fallback_records_have_the_nvml_shapes():
