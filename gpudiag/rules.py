@@ -8,7 +8,7 @@ GPU lowers its clocks and PCIe generation on purpose.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .findings import DRAIN, FAIL, INSPECT, REBOOT, RESET_GPU, WARN, WATCH
@@ -44,6 +44,12 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "degraded_pcie": (DRAIN, "reseat the GPU or its riser and check the slot trains at full width and generation"),
     "nvlink_down": (RESET_GPU, "drain the node and reset the GPU (nvidia-smi -r); replace the NVLink/NVSwitch part "
                                "if the link stays down"),
+    "nvlink_errors": (INSPECT, "this NVLink logs errors far above its peers': read its counters (nvidia-smi nvlink -e) "
+                               "and the fabric manager log, re-check at the next sweep, and drain and reset the GPU "
+                               "(replace the NVLink/NVSwitch part) if they keep growing"),
+    "pcie_replays": (INSPECT, "this GPU's PCIe link retries corrupted packets far more than its peers': check the "
+                              "kernel log for AER errors, reseat the GPU or its riser at the next drain, and watch "
+                              "whether the counter keeps growing"),
     "ecc": (RESET_GPU, "drain the node and reset the GPU to apply pending row remaps; replace it if "
                        "uncorrectable errors persist"),
     "ecc_remap_failed": (DRAIN, "a row remap failed: drain the node and replace (RMA) the GPU"),
@@ -83,10 +89,27 @@ def action(cause: str, severity: str) -> tuple[str, str]:
 LINK_UNDER_LOAD = ("pcie_width_min_loaded", "pcie_width_max", "pcie_generation_min_loaded", "pcie_generation_max")
 
 
+# Where a GPU's wired NVLinks come from (NvlinkWiring.source).
+WIRED_BY_SKU, WIRED_BY_PEERS = "sku", "peers"
+
+
+@dataclass(frozen=True)
+class NvlinkWiring:
+    """Which NVLinks of a GPU are judged: ``links`` (indices). ``source``: ``sku`` (the SKU table
+    says how many the model wires) or ``peers`` (a model the table lacks: a link counts where
+    this GPU has it up, or most other GPUs of its model do); ``peers_up``: for ``peers``, link ->
+    (other GPUs with it up, other GPUs reporting it)."""
+
+    links: frozenset[int]
+    source: str
+    peers_up: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class GpuTelemetry:
     """What NVML said about one GPU: idle readings by metric, the evidence seen under load, and
-    its PCI bus id (None when NVML did not say)."""
+    its PCI bus id (None when NVML did not say). ``gpu_model`` and ``driver`` (the host's facts)
+    name its peers; ``nvlink_wiring`` says which NVLinks are wired (None: every link NVML lists)."""
 
     host: str
     gpu_uuid: str
@@ -94,10 +117,29 @@ class GpuTelemetry:
     readings: Mapping[str, Mapping[str, Any]]
     under_load: Mapping[str, Any]
     pci_bus_id: str | None = None
+    gpu_model: str | None = None
+    driver: str | None = None
+    nvlink_wiring: NvlinkWiring | None = None
 
     def value(self, metric: str) -> float | None:
         reading = self.readings.get(metric)
         return None if reading is None or reading.get("status") != "ok" else reading.get("value")
+
+    def nvlinks(self) -> list[Mapping[str, Any]]:
+        """Every NVLink NVML listed (``link``, ``state``, error counters), in NVML order; empty
+        without an ok ``nvlink_links_up`` reading."""
+        reading = self.readings.get("nvlink_links_up")
+        if reading is None or reading.get("status") != "ok":
+            return []
+        return [link for link in (reading.get("details") or {}).get("links") or [] if isinstance(link, dict)]
+
+    def wired_nvlinks(self) -> list[Mapping[str, Any]]:
+        """The NVLinks this GPU wires (all NVML listed, without ``nvlink_wiring``): NVML reads an
+        unwired link slot as inactive, which is not a link down."""
+        links = self.nvlinks()
+        if self.nvlink_wiring is None:
+            return links
+        return [link for link in links if link.get("link") in self.nvlink_wiring.links]
 
 
 @dataclass(frozen=True)
@@ -118,14 +160,17 @@ class TelemetryCollector:
     """Gathers one host's telemetry records and GEMM load evidence, record by record (so that the
     analysis reads a sweep's records in one pass)."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, gpu_model: str | None = None, driver: str | None = None) -> None:
         self.host = host
+        self.gpu_model = gpu_model
+        self.driver = driver
         self._readings: dict[str, dict[str, Mapping[str, Any]]] = {}
         self._nvml_index: dict[str, int | None] = {}
         self._cuda_index: dict[str, int | None] = {}
         self._load: dict[str, Mapping[str, Any]] = {}
         self._link: dict[str, dict[str, Any]] = {}
         self._bus: dict[str, str] = {}
+        self._name: dict[str, str] = {}
 
     def add(self, result: Mapping[str, Any]) -> None:
         uuid = result.get("gpu_uuid")
@@ -138,9 +183,12 @@ class TelemetryCollector:
                 readings = self._readings[uuid] = {}
                 self._nvml_index[uuid] = device_index(result.get("device"))
             readings[result["metric"]] = result
-            bus = (result.get("details") or {}).get("pci_bus_id")
-            if result.get("metric") == "identity" and bus:
-                self._bus[uuid] = str(bus)
+            details = result.get("details") or {}
+            if result.get("metric") == "identity":
+                if details.get("pci_bus_id"):
+                    self._bus[uuid] = str(details["pci_bus_id"])
+                if details.get("name"):
+                    self._name[uuid] = str(details["name"])
         elif probe == "gemm" and result.get("status") == "ok":
             self._load[uuid] = result.get("details") or {}
             self._cuda_index[uuid] = device_index(result.get("device"))
@@ -156,9 +204,12 @@ class TelemetryCollector:
                 seen[name] = min(value, seen.get(name, value)) if name.endswith("_loaded") else value
 
     def gpus(self) -> dict[str, GpuTelemetry]:
+        """Each GPU's telemetry by UUID, in UUID order. Its model is the host's facts' (NVML's
+        name for the GPU where the facts do not say)."""
         # The CUDA index names the GPU where speed findings do; NVML's where only telemetry exists.
         return {uuid: GpuTelemetry(self.host, uuid, self._cuda_index.get(uuid, self._nvml_index.get(uuid)),
-                                   self._readings.get(uuid, {}), self._under_load(uuid), self._bus.get(uuid))
+                                   self._readings.get(uuid, {}), self._under_load(uuid), self._bus.get(uuid),
+                                   self.gpu_model or self._name.get(uuid), self.driver)
                 for uuid in sorted(set(self._readings) | set(self._load) | set(self._link))}
 
     def _under_load(self, uuid: str) -> Mapping[str, Any]:
@@ -257,16 +308,22 @@ def pcie_problems(gpu: GpuTelemetry) -> list[str]:
 
 
 def nvlink_down(gpu: GpuTelemetry) -> Outcome | None:
-    """The ``nvlink_down`` outcome when one of the GPU's NVLinks is down, else None."""
-    reading = gpu.readings.get("nvlink_links_up")
-    if reading is None or reading.get("status") != "ok":
-        return None
-    links = (reading.get("details") or {}).get("links") or []
+    """The ``nvlink_down`` outcome when one of the GPU's wired NVLinks is down, else None (an
+    unwired link slot NVML reads as inactive is not down: GpuTelemetry.wired_nvlinks)."""
+    links = gpu.wired_nvlinks()
     down = [link.get("link") for link in links if link.get("state") == "down"]
     if not down:
         return None
     names = ", ".join(str(d) for d in down)
-    return "nvlink_down", FAIL, f"NVLink {names} down; {reading.get('value')} of {len(links)} up", "nvlink_down"
+    up = len(links) - len(down)
+    evidence = f"NVLink {names} down; {up} of {len(links)} up"
+    wiring = gpu.nvlink_wiring
+    if wiring is not None and wiring.source == WIRED_BY_PEERS:
+        seen = [wiring.peers_up.get(int(link), (0, 0)) for link in down if isinstance(link, int)]
+        if seen:
+            evidence += (f"; the SKU table does not list {gpu.gpu_model}: up on {min(s[0] for s in seen)} of "
+                         f"{max(s[1] for s in seen)} other GPUs of this model")
+    return "nvlink_down", FAIL, evidence, "nvlink_down"
 
 
 def _ecc(gpu: GpuTelemetry) -> Outcome | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -118,10 +118,17 @@ class Sku:
 
 @dataclass(frozen=True)
 class SkuTable:
-    """The SKU figures by GPU model; ``floor_fraction`` × a figure is that metric's per-SKU floor."""
+    """The SKU figures by GPU model; ``floor_fraction`` × a figure is that metric's per-SKU floor.
+    ``nvlinks_wired``: the NVLinks of models the table has no figures for (0: no NVLink at all)."""
 
     floor_fraction: float
     skus: Mapping[str, Sku]
+    nvlinks_wired: Mapping[str, int] = field(default_factory=dict)
+
+    def wired_nvlinks(self, gpu_model: str | None) -> int | None:
+        """How many NVLinks ``gpu_model`` wires (links 0..n-1), or None for a model the table lacks."""
+        sku = self.skus.get(gpu_model or "")
+        return sku.nvlinks if sku is not None else self.nvlinks_wired.get(gpu_model or "")
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,10 +137,31 @@ def load_skus() -> SkuTable:
     try:
         data = json.loads(resources.files("gpudiag").joinpath("data/sku.json").read_text(encoding="utf-8"))
         skus = {entry["gpu_model"]: _sku(entry) for entry in data["skus"]}
-        return SkuTable(floor_fraction=float(data["floor_fraction"]), skus=skus)
+        return SkuTable(floor_fraction=float(data["floor_fraction"]), skus=skus,
+                        nvlinks_wired=_nvlinks_wired(data.get("nvlinks_wired", {}), skus))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise InstallationError(f"gpudiag/data/sku.json is unusable ({type(error).__name__}: {error}); "
                                 "reinstall gpudiag") from error
+
+
+def wired_nvlinks(gpu_model: str | None) -> int | None:
+    """How many NVLinks the packaged table says ``gpu_model`` wires; None for a model it lacks."""
+    return load_skus().wired_nvlinks(gpu_model)
+
+
+def _nvlinks_wired(table: Mapping[str, Any], skus: Mapping[str, Sku]) -> dict[str, int]:
+    """Model -> wired NVLinks, each a whole number of at least 0, none of a model with figures
+    (its ``nvlinks`` says it). Raises ValueError, TypeError."""
+    if not isinstance(table, Mapping):
+        raise TypeError("nvlinks_wired must map each GPU model to its number of NVLinks")
+    wired = {}
+    for model, links in table.items():
+        if isinstance(links, bool) or not isinstance(links, int) or links < 0:
+            raise ValueError(f"nvlinks_wired: {model}: expected a whole number of at least 0, got {links!r}")
+        if model in skus:
+            raise ValueError(f"nvlinks_wired: {model} has figures; its entry's nvlinks says how many it wires")
+        wired[model] = links
+    return wired
 
 
 def _sku(entry: Mapping[str, Any]) -> Sku:

@@ -38,6 +38,11 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "link_mad_floor": ("link_mad_floor_pct", "percent", False),
     "link_min_hosts": ("link_min_hosts", "count", True),
     "link_confirm_partners": ("link_confirm_partners", "count", True),
+    "pcie_replay_floor": ("pcie_replay_floor", "count", True),
+    "nvlink_crc_floor": ("nvlink_crc_floor", "count", True),
+    "nvlink_replay_floor": ("nvlink_replay_floor", "count", True),
+    "nvlink_recovery_floor": ("nvlink_recovery_floor", "count", True),
+    "counter_peer_ratio": ("counter_peer_ratio", "ratio", False),
 }
 
 
@@ -56,7 +61,9 @@ class Thresholds:
     loaded NVML samples. A host is starved when its 1-minute load exceeds ``host_load_per_cpu``
     per usable CPU, fewer than ``host_cpus_usable_pct`` of its CPUs are usable, or less than
     ``host_memory_available_pct`` of its memory is available. The ``link_*`` figures judge node
-    pairs (gpudiag.links.attribution.LinkThresholds)."""
+    pairs (gpudiag.links.attribution.LinkThresholds). An error counter (a GPU's PCIe replays, an
+    NVLink's CRC, replay or recovery errors) is a warning when it reaches its ``*_floor`` (a
+    count) AND ``counter_peer_ratio`` times its peers' median (gpudiag.analysis.counters)."""
 
     robust_z: float
     deficit_warn_pct: float
@@ -77,6 +84,11 @@ class Thresholds:
     link_mad_floor_pct: float
     link_min_hosts: int
     link_confirm_partners: int
+    pcie_replay_floor: int
+    nvlink_crc_floor: int
+    nvlink_replay_floor: int
+    nvlink_recovery_floor: int
+    counter_peer_ratio: float
 
 
 def default_thresholds() -> Thresholds:
@@ -120,6 +132,9 @@ def _from_mapping(data: dict[str, Any], source: str) -> Thresholds:
         raise InputError(f"{source}: robust_z and link_robust_z must be negative (sigma below the reference)")
     if thresholds.link_min_hosts < 2 or thresholds.link_confirm_partners < 2:
         raise InputError(f"{source}: link_min_hosts and link_confirm_partners must be at least 2")
+    if thresholds.counter_peer_ratio < 1:
+        raise InputError(f"{source}: counter_peer_ratio must be at least 1 (a count at its peers' median is "
+                         "never far above it)")
     return thresholds
 
 

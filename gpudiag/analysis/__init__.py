@@ -12,19 +12,22 @@
 4. Suspects become findings by what else is known: NVML reasons seen in enough loaded samples
    make ``throttled`` (a software power cap: a warning unless it costs ``deficit_fail`` against
    the SKU), a narrow or slow-generation PCIe link ``degraded_pcie``, a link down
-   ``nvlink_down``; a GPU slow with most of its NVLink partners is the culprit of its pairs, a
+   ``nvlink_down`` (only a link the SKU wires, or most peers of an unknown model have up:
+   gpudiag.analysis.nvlinks); a GPU slow with most of its NVLink partners is the culprit of its pairs, a
    pair slow while both GPUs are fine elsewhere a ``slow_link``; a starved host (its facts) or
    most GPUs of a host slow on one metric make one ``slow_node``; otherwise ``slow_gpu``.
-   Telemetry rules add findings of their own (gpudiag.rules); gaps add ``unchecked`` and
-   ``missing_gpu`` (gpudiag.analysis.coverage); a metric slow on ``fleet_shift_share`` of the hosts adds
-   one ``fleet_shift``.
+   Telemetry rules add findings of their own (gpudiag.rules), and so do error counters far
+   above their peers' (PCIe replays, NVLink CRC/replay/recovery errors: gpudiag.analysis.counters);
+   gaps add ``unchecked`` and ``missing_gpu`` (gpudiag.analysis.coverage); a metric slow on
+   ``fleet_shift_share`` of the hosts adds one ``fleet_shift``.
 5. Job impact: a synchronous job runs at the pace of its slowest GPU, measured against the same
    reference that judges it.
 
 Pure functions of the measurements: the same input gives byte-identical findings. The parts:
 ``suspects`` (reading, references, suspects, re-test), ``reference`` (the three references),
-``pairs`` (P2P attribution), ``speed`` (causes, nodes, telemetry rules), ``coverage`` (what
-could not be checked), ``fleet`` (fleet-wide shifts, job impact).
+``pairs`` (P2P attribution), ``speed`` (causes, nodes, telemetry rules), ``nvlinks`` (which links
+are wired), ``counters`` (error counters against peers), ``coverage`` (what could not be checked),
+``fleet`` (fleet-wide shifts, job impact).
 """
 
 from __future__ import annotations
@@ -35,9 +38,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding, unchecked
+from ..sku import wired_nvlinks
 from ..thresholds import Thresholds
 from . import coverage
+from .counters import counter_findings
 from .fleet import Impact, fleet_shifts, job_impact
+from .nvlinks import WiredLookup, with_wiring
 from .speed import (
     Context,
     finding_order,
@@ -84,12 +90,18 @@ class Analysis:
 
 def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, baseline: BaselineLookup | None = None,
             skus: SkuFigures = floors_for, retest_hosts: Sequence[Mapping[str, Any]] | None = None,
-            retested: bool = False, extra: Sequence[Finding] = ()) -> Analysis:
+            retested: bool = False, extra: Sequence[Finding] = (), wired: WiredLookup = wired_nvlinks,
+            previous_hosts: Sequence[Mapping[str, Any]] | None = None) -> Analysis:
     """Findings, suspects and job impact of one sweep. ``retest_hosts``: the re-test's host
     dicts, every status (``retested`` with None: a re-test was wanted but none ran). ``extra``:
-    findings made elsewhere (the link phase), ordered and excluded with the rest."""
+    findings made elsewhere (the link phase), ordered and excluded with the rest. ``wired``: how
+    many NVLinks a GPU model wires (None: unknown, peers decide). ``previous_hosts``: the host
+    dicts of the previous sweep of these hosts (the store's), so that error counters are judged
+    on their growth since then (gpudiag.analysis.counters)."""
     readings = read_sweep(hosts, True)
-    found, telemetry = readings.found, readings.telemetry
+    found = readings.found
+    telemetry = with_wiring(readings.telemetry, wired)
+    previous = read_sweep(previous_hosts, True).telemetry if previous_hosts else None
     refs = references(found, thresholds, baseline, skus)
     suspects = find_suspects(found, refs, thresholds)
     if retest_hosts is not None or retested:
@@ -100,7 +112,7 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
         by_host[m.host].append(m)
     context = Context(thresholds, telemetry, facts, refs, found, by_host)
     findings = (speed_findings(suspects, context) + rule_findings(telemetry, thresholds)
-                + starved_hosts(suspects, context))
+                + counter_findings(telemetry, thresholds, previous) + starved_hosts(suspects, context))
     findings = merge(findings) + fleet_shifts(suspects, found, thresholds)
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]

@@ -251,18 +251,26 @@ def merge(findings: Sequence[Finding]) -> list[Finding]:
         current = chosen.get(key)
         if current is None:
             chosen[key] = f
-        elif (current.metric is None) != (f.metric is None):
+        elif _measured(current) != _measured(f):
             # a speed finding and a telemetry one of the same GPU: the figures and both evidences
-            speed, rule = (f, current) if current.metric is None else (current, f)
+            speed, rule = (current, f) if _measured(current) else (f, current)
             severity = FAIL if FAIL in (f.severity, current.severity) else WARN
             verb, detail = (rule.action, rule.action_detail) if rule.severity == severity else \
                 (speed.action, speed.action_detail)
             chosen[key] = dataclasses.replace(speed, severity=severity, action=verb, action_detail=detail,
                                               evidence=_join_evidence(speed.evidence, rule.evidence))
-        elif f.metric is not None and f.metric != current.metric:
+        elif not _measured(f):  # two telemetry findings (a narrow link that also replays): the worse, both evidences
+            chosen[key] = dataclasses.replace(current, evidence=_join_evidence(current.evidence, f.evidence))
+        elif f.metric != current.metric:
             chosen[key] = dataclasses.replace(current, evidence=f"{current.evidence}; also {f.metric} "
                                                                 f"-{f.deficit_pct:.1f} %")
     return list(chosen.values())
+
+
+def _measured(finding: Finding) -> bool:
+    """A speed finding (a measured figure against a reference), not a telemetry one (which may
+    carry a counter as its figure)."""
+    return finding.metric is not None and finding.basis != BASIS_TELEMETRY
 
 
 def _join_evidence(*texts: str) -> str:

@@ -107,7 +107,7 @@ def read_sweep(hosts: Sequence[Mapping[str, Any]], with_telemetry: bool,
         facts = host.get("facts") or {}
         key_of = host_keys(facts)
         name, model = host["host"], facts.get("gpu_model")
-        collector = rules.TelemetryCollector(name) if with_telemetry else None
+        collector = rules.TelemetryCollector(name, model, facts.get("driver_version")) if with_telemetry else None
         not_ok = []
         for result in host.get("results") or ():
             probe = result.get("probe")

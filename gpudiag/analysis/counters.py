@@ -1,0 +1,259 @@
+"""Error counters against peers: a GPU whose PCIe replay counter, or a wired NVLink whose CRC,
+replay or recovery error counter, stands far above its peers' is a warning.
+
+- Peers: the GPUs (for NVLink counters, the wired links of the GPUs: gpudiag.analysis.nvlinks)
+  of the same GPU model and driver in this sweep, the counted one left out.
+- Far above: at least the counter's floor (``pcie_replay_floor``, ``nvlink_crc_floor``,
+  ``nvlink_replay_floor``, ``nvlink_recovery_floor``: counts) AND at least ``counter_peer_ratio``
+  times the peers' median. Most healthy counters read 0, so the floor decides on a clean fleet;
+  on a platform where every link collects some replays the median lifts the bar with it. A GPU
+  with no peer is judged by the floor alone, and its evidence says so.
+- Growth: NVML's counters are cumulative since the driver loaded. Given the previous sweep's
+  telemetry (``previous``), a counter that has a previous reading is judged on what it grew by
+  since then, against what its peers' counters grew by: an old burst that has stopped is not
+  flagged again, a link that keeps erroring is. A count below its previous reading was reset (a
+  driver reload or a reboot): all of it is growth.
+
+Findings: ``degraded_pcie`` (PCIe replays) and ``nvlink_errors`` (NVLink counters), one per GPU
+and kind, at ``warn`` with action ``inspect``, basis ``telemetry``; the figure is the worst
+counter's (``value``) against its peers' median (``reference``), and the evidence names every
+counter, its value, the peers' median and the NVLink index.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .. import rules
+from ..findings import BASIS_TELEMETRY, WARN, Finding
+from ..thresholds import Thresholds
+
+Telemetry = Mapping[str, Mapping[str, rules.GpuTelemetry]]
+COUNT, GROWTH = "count", "growth"
+
+
+@dataclass(frozen=True)
+class CounterSpec:
+    """One error counter: ``name`` is the telemetry metric (PCIe) or the NVLink link's details key;
+    ``words`` names it in evidence; ``floor`` is its Thresholds field; ``kind`` and ``cause``
+    those of its findings."""
+
+    name: str
+    metric: str
+    words: str
+    floor: str
+    kind: str
+    cause: str
+
+
+PCIE_REPLAYS = CounterSpec("pcie_replay_count", "pcie_replay_count", "PCIe replay counter", "pcie_replay_floor",
+                           "degraded_pcie", "pcie_replays")
+NVLINK_COUNTERS = tuple(CounterSpec(name, f"nvlink_{name}", words, floor, "nvlink_errors", "nvlink_errors")
+                        for name, words, floor in (("crc_errors", "CRC errors", "nvlink_crc_floor"),
+                                                   ("replay_errors", "replay errors", "nvlink_replay_floor"),
+                                                   ("recovery_errors", "recovery errors", "nvlink_recovery_floor")))
+
+
+class Reading(NamedTuple):
+    """One counter of one GPU (``link``: the NVLink index, None for PCIe), its value since the
+    driver loaded (a count) and its growth since the previous sweep (None without one)."""
+
+    spec: CounterSpec
+    link: int | None
+    count: float
+    growth: float | None
+
+
+class PeerCounts:
+    """The values of one counter over a peer group. Most read 0: only the others are kept, sorted."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._nonzero: list[float] = []
+
+    def add(self, value: float) -> None:
+        self.total += 1
+        if value:
+            self._nonzero.append(value)
+
+    def add_zeros(self, count: int) -> None:
+        self.total += count
+
+    def sort(self) -> None:
+        self._nonzero.sort()
+
+    def median_without(self, value: float) -> float | None:
+        """The median of the group with one ``value`` left out (the counted one itself); None when
+        nothing is left. Call ``sort`` first, once every value is added."""
+        others = self.total - 1
+        if others <= 0:
+            return None
+        zeros = self.total - len(self._nonzero)
+        left_out = 0 if not value else zeros + bisect.bisect_left(self._nonzero, value)
+
+        def nth(rank: int) -> float:  # the rank-th smallest of the others
+            rank += rank >= left_out
+            return 0 if rank < zeros else self._nonzero[rank - zeros]
+
+        middle = others // 2
+        return nth(middle) if others % 2 else (nth(middle - 1) + nth(middle)) / 2
+
+
+@dataclass(frozen=True)
+class Excess:
+    """A counter far above its peers: the figure judged (``count`` or ``growth``), its value, the
+    counter's value now, the peers' median of the same figure (None: no peer) and how many peers."""
+
+    reading: Reading
+    figure: str
+    value: float
+    median: float | None
+    peers: int
+
+
+def counter_findings(telemetry: Telemetry, thresholds: Thresholds, previous: Telemetry | None = None) -> list[Finding]:
+    """The ``degraded_pcie`` and ``nvlink_errors`` warnings of the error counters of every GPU in
+    ``telemetry`` (host -> GPU UUID -> GPU), judged against peers as the module docstring says;
+    ``previous``: the previous sweep's telemetry of the same hosts, to judge growth."""
+    gathered = _Gathered(thresholds, _prior_counts(previous) if previous else {})
+    for host in sorted(telemetry):
+        for gpu in telemetry[host].values():
+            gathered.add(gpu)
+    for peers in gathered.groups.values():
+        peers.sort()
+    found: dict[tuple[str, str, str], list[Excess]] = defaultdict(list)
+    for gpu, reading in gathered.candidates:
+        excess = _excess(gpu, reading, gathered.groups, thresholds)
+        if excess is not None:
+            found[(gpu.host, gpu.gpu_uuid, reading.spec.kind)].append(excess)
+    return [_finding(telemetry[host][uuid], excesses, thresholds) for (host, uuid, _), excesses in found.items()]
+
+
+class _Gathered:
+    """One pass over every counter of a sweep (a 10,000-node sweep has millions, nearly all 0):
+    each peer group's values, and the readings at or above their floor (the only ones that can
+    be flagged), in the order they were added."""
+
+    def __init__(self, thresholds: Thresholds, prior: Mapping[tuple[Any, ...], float]) -> None:
+        self.groups: dict[tuple[Any, ...], PeerCounts] = defaultdict(PeerCounts)
+        self.candidates: list[tuple[rules.GpuTelemetry, Reading]] = []
+        self._floors = {spec.name: float(getattr(thresholds, spec.floor)) for spec in (PCIE_REPLAYS, *NVLINK_COUNTERS)}
+        self._prior = prior
+
+    def add(self, gpu: rules.GpuTelemetry) -> None:
+        replays = gpu.value("pcie_replay_count")
+        if replays is not None:
+            self._add(gpu, PCIE_REPLAYS, None, replays)
+        clean = 0  # links whose every counter reads 0 (nearly all): counted, nothing to judge
+        for link in gpu.wired_nvlinks():
+            index = link.get("link")
+            if not isinstance(index, int):
+                continue
+            if not self._prior and all(link.get(spec.name) == 0 for spec in NVLINK_COUNTERS):
+                clean += 1
+                continue
+            for spec in NVLINK_COUNTERS:
+                self._add(gpu, spec, index, link.get(spec.name))
+        for spec in NVLINK_COUNTERS if clean else ():
+            self.groups[_group(gpu, spec, COUNT)].add_zeros(clean)
+
+    def _add(self, gpu: rules.GpuTelemetry, spec: CounterSpec, link: int | None, count: object) -> None:
+        if count is None or (count and not _is_count(count)):  # not kept, or not a count: not judged
+            return
+        value = float(count)  # type: ignore[arg-type]
+        growth = None
+        if self._prior:
+            before = self._prior.get((gpu.host, gpu.gpu_uuid, spec.name, link))
+            if before is not None:  # below its previous reading: reset since, all of it is growth
+                growth = value - before if value >= before else value
+        figure = COUNT if growth is None else GROWTH
+        judged = value if growth is None else growth
+        self.groups[_group(gpu, spec, figure)].add(judged)
+        if judged and judged >= self._floors[spec.name]:
+            self.candidates.append((gpu, Reading(spec, link, value, growth)))
+
+
+def gpu_counters(gpu: rules.GpuTelemetry) -> Iterator[tuple[CounterSpec, int | None, float]]:
+    """Every error counter of ``gpu`` NVML read: (counter, NVLink index or None, count). Only
+    wired NVLinks count; a counter a link does not keep (None) is left out."""
+    replays = gpu.value("pcie_replay_count")
+    if _is_count(replays):
+        yield PCIE_REPLAYS, None, float(replays)  # type: ignore[arg-type]
+    for link in gpu.wired_nvlinks():
+        index = link.get("link")
+        if not isinstance(index, int):
+            continue
+        for spec in NVLINK_COUNTERS:
+            value = link.get(spec.name)
+            if _is_count(value):
+                yield spec, index, float(value)
+
+
+def _is_count(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= 0)
+
+
+def _prior_counts(previous: Telemetry) -> dict[tuple[Any, ...], float]:
+    """(host, GPU UUID, counter, NVLink index) -> the previous sweep's count."""
+    return {(host, gpu.gpu_uuid, spec.name, link): count for host, gpus in previous.items()
+            for gpu in gpus.values() for spec, link, count in gpu_counters(gpu)}
+
+
+def _group(gpu: rules.GpuTelemetry, spec: CounterSpec, figure: str) -> tuple[Any, ...]:
+    return gpu.gpu_model, gpu.driver, spec.name, figure
+
+
+def _excess(gpu: rules.GpuTelemetry, reading: Reading, groups: Mapping[tuple[Any, ...], PeerCounts],
+            thresholds: Thresholds) -> Excess | None:
+    """The reading as an Excess when it is at least ``counter_peer_ratio`` times its peers' median
+    (its floor was checked when it was gathered), else None."""
+    figure, value = (COUNT, reading.count) if reading.growth is None else (GROWTH, reading.growth)
+    peers = groups[_group(gpu, reading.spec, figure)]
+    median = peers.median_without(value)
+    if median is not None and value < thresholds.counter_peer_ratio * median:
+        return None
+    return Excess(reading, figure, value, median, peers.total - 1)
+
+
+def _finding(gpu: rules.GpuTelemetry, excesses: list[Excess], thresholds: Thresholds) -> Finding:
+    """One warning for a GPU's counters of one kind: the worst (furthest past its floor) gives the
+    figures, the evidence names each."""
+    worst = max(excesses, key=lambda e: e.value / max(1, getattr(thresholds, e.reading.spec.floor)))
+    spec = worst.reading.spec
+    verb, detail = rules.action(spec.cause, WARN)
+    metric = f"telemetry.{spec.metric}" + ("_growth" if worst.figure == GROWTH else "")
+    return Finding(kind=spec.kind, severity=WARN, host=gpu.host, gpu=gpu.nvml_index, gpu_uuid=gpu.gpu_uuid,
+                   pci_bus_id=gpu.pci_bus_id, metric=metric, value=_number(worst.value),
+                   reference=None if worst.median is None else _number(worst.median), unit="count",
+                   reference_source=None if worst.median is None else "fleet", basis=BASIS_TELEMETRY,
+                   evidence="; ".join(_evidence(e) for e in excesses), action=verb, action_detail=detail)
+
+
+def _evidence(excess: Excess) -> str:
+    """``NVLink 3 CRC errors 12000 since the driver loaded; peers' median 0 (143 links of this
+    model and driver)``, or what it grew by since the previous sweep against the peers' growth."""
+    reading = excess.reading
+    what = reading.spec.words if reading.link is None else f"NVLink {reading.link} {reading.spec.words}"
+    if excess.figure == GROWTH:
+        said = f"{what} grew by {_text(excess.value)} since the previous sweep (now {_text(reading.count)})"
+        median = "peers' median growth"
+    else:
+        said, median = f"{what} {_text(excess.value)} since the driver loaded", "peers' median"
+    if excess.median is None:
+        return f"{said}; no peer of this model and driver to compare with"
+    peers = "GPUs" if reading.link is None else "links"
+    return f"{said}; {median} {_text(excess.median)} ({excess.peers} {peers} of this model and driver)"
+
+
+def _number(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else round(value, 3)
+
+
+def _text(value: float) -> str:
+    return str(_number(value))
