@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .errors import ProbeOutputError
-from .results import ProbeResult, parse_probe_output
+from .results import ProbeResult, StrayOutput, read_probe_output, stray_only_error
 from .transport import CommandResult
 
 PROBE_NAMES = ("facts", "telemetry", "gemm", "membw", "p2p", "pcie", "smclock")
@@ -60,13 +60,18 @@ class ProbeOptions:
 
 @dataclass(frozen=True)
 class NodeProbe:
-    """The records one node printed, and how its run of the bundle ended."""
+    """The records one node printed, and how its run of the bundle ended (seconds).
+
+    ``stray`` holds the stdout lines that were no record (a library's print or warning), None when
+    there were none: reported beside the records, never a reason to drop them.
+    """
 
     results: tuple[ProbeResult, ...]
     exit_status: int | None
     timed_out: bool
     stderr: str
     duration_s: float
+    stray: StrayOutput | None = None
 
     @property
     def complete(self) -> bool:
@@ -84,16 +89,21 @@ class CommandRunner(Protocol):
 def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> NodeProbe:
     """Run the bundle through ``session`` and parse what it printed.
 
-    Raises ProbeOutputError when the output is not records, or when the bundle failed
-    without printing any (its stderr's last line is the reason).
+    Stray lines among the records are kept in ``NodeProbe.stray``. Raises ProbeOutputError when
+    the bundle printed stray lines and no record (unless it ran out of time), when a JSON object it
+    printed is not a valid record, or when it failed without printing any record (its stderr's last
+    line is the reason).
     """
     outcome = session.run(options.bundle_argv(), options.timeout_s)
-    results = tuple(parse_probe_output(outcome.stdout, source))
-    if not results and not outcome.timed_out and outcome.exit_status not in (0, EXIT_DEADLINE):
+    output = read_probe_output(outcome.stdout, source)
+    ran_out = outcome.timed_out or outcome.exit_status == EXIT_DEADLINE
+    if not output.results and output.stray is not None and not ran_out:
+        raise stray_only_error(output.stray)
+    if not output.results and not ran_out and outcome.exit_status != 0:
         raise ProbeOutputError(f"{source}: the probe bundle exited with status {outcome.exit_status} "
                                f"and printed no record: {last_line(outcome.stderr)}")
-    return NodeProbe(results=results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
-                     stderr=outcome.stderr, duration_s=outcome.duration_s)
+    return NodeProbe(results=output.results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
+                     stderr=outcome.stderr, duration_s=outcome.duration_s, stray=output.stray)
 
 
 def last_line(text: str) -> str:

@@ -1,14 +1,18 @@
 """The records the probe bundle prints, read back and checked on the controller side.
 
-The bundle prints one JSON object per line; this module turns them into ``ProbeResult``s and
-rejects anything else with ``ProbeOutputError`` (a node that prints garbage is ``probe_error``,
-never silently passed).
+The bundle prints one JSON object per line; this module turns them into ``ProbeResult``s. A line
+that is no record at all (a library's ``print`` or warning on stdout) is stray output: skipped,
+counted and kept for the report, never fatal to the node's other records. A line that starts a
+record and breaks off is an ``error`` record; a complete JSON object that is not a valid record
+raises ``ProbeOutputError``; so does output with no record at all (a node that prints only garbage
+is ``probe_error``, never silently passed).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +20,15 @@ from typing import Any
 from .errors import ProbeOutputError
 
 STATUSES = ("ok", "skipped", "error")
+# How many stray lines are kept (the rest only counted), and how much of each.
+STRAY_LINES_KEPT = 5
+STRAY_LINE_CHARS = 200
+# Every record the bundle writes starts so (probes/records.py keeps "probe" first); text before
+# it on the same line is a stray print that lost its newline. A JSON object without a "probe"
+# field is some library's log line, not a record.
+_RECORD_START = '{"probe":'
+_PROBE_FIELD = '"probe":'
+_DECODER = json.JSONDecoder()
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,34 @@ class ProbeResult:
                 "reason": self.reason, "params": dict(self.params), "details": dict(self.details)}
 
 
+@dataclass(frozen=True)
+class StrayOutput:
+    """Lines of the bundle's stdout that are no record: ``count`` of them, the first few (each cut
+    to ``STRAY_LINE_CHARS``) in ``lines``, and where the first was (``first_at``, e.g.
+    ``node001 line 3``)."""
+
+    count: int
+    lines: tuple[str, ...]
+    first_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "lines": list(self.lines)}
+
+    def describe(self) -> str:
+        """``2 lines that are not records, the first: 'UserWarning: ...'``."""
+        noun = "line that is not a record" if self.count == 1 else "lines that are not records"
+        return f"{self.count} {noun}, the first: {self.lines[0]!r}"
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    """What the bundle printed: its records in order, and the stray lines between them (None when
+    there were none)."""
+
+    results: tuple[ProbeResult, ...]
+    stray: StrayOutput | None = None
+
+
 def device_index(device: object) -> int | None:
     """The GPU index of a record's device (3 for ``cuda:3`` or NVML's ``gpu:3``); None for
     ``cpu``, ``host`` or anything else."""
@@ -54,25 +95,81 @@ def device_index(device: object) -> int | None:
 
 
 def parse_probe_output(text: str, source: str) -> list[ProbeResult]:
-    """Every record in ``text`` (JSON lines; blank lines ignored), in order.
+    """Every record in ``text`` (JSON lines; blank lines ignored), in order; stray lines skipped.
 
-    ``source`` names where the text came from, for the error message. Raises
-    ProbeOutputError at the first line that is not a valid record.
+    ``source`` names where the text came from, for error messages. Raises ProbeOutputError for a
+    JSON object that is not a valid record, and for output with stray lines but no record at all.
     """
-    results = []
+    output = read_probe_output(text, source)
+    if not output.results and output.stray is not None:
+        raise stray_only_error(output.stray)
+    return list(output.results)
+
+
+def read_probe_output(text: str, source: str) -> ProbeOutput:
+    """The records of ``text`` and its stray lines (see the module docstring).
+
+    Raises ProbeOutputError, naming ``source`` and the line, for a JSON object that is not a valid
+    record: the bundle and the controller disagree, so none of its output can be trusted.
+    """
+    results: list[ProbeResult] = []
+    stray: list[tuple[str, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            results.append(_parse_line(line, f"{source} line {number}"))
-    return results
+        where = f"{source} line {number}"
+        before, record = _split_line(line.strip())
+        if before:
+            stray.append((where, before))
+        if record:
+            result, after = _parse_record(record, where)
+            results.append(result)
+            if after:
+                stray.append((where, after))
+    if not stray:
+        return ProbeOutput(tuple(results))
+    kept = tuple(line[:STRAY_LINE_CHARS] for _, line in stray[:STRAY_LINES_KEPT])
+    return ProbeOutput(tuple(results), StrayOutput(len(stray), kept, stray[0][0]))
 
 
-def _parse_line(line: str, where: str) -> ProbeResult:
+def stray_only_error(stray: StrayOutput) -> ProbeOutputError:
+    """The error for output that held stray lines and no record: names the first line."""
+    more = f" ({stray.count} lines, no record)" if stray.count > 1 else " (no record)"
+    return ProbeOutputError(f"{stray.first_at}: not a JSON record: {stray.lines[0][:120]!r}{more}")
+
+
+def _split_line(line: str) -> tuple[str, str]:
+    """(stray text, record text) of one stripped line; either may be empty."""
+    if line.startswith("{") and _PROBE_FIELD in line:
+        return "", line
+    start = line.find(_RECORD_START)
+    if start < 0:
+        return line, ""
+    return line[:start].rstrip(), line[start:]
+
+
+def _parse_record(text: str, where: str) -> tuple[ProbeResult, str]:
+    """The record at the start of ``text`` and the stray text after it on the line. A record that
+    breaks off (the bundle killed mid-line, two writers interleaved) is an error record."""
     try:
-        data = json.loads(line)
+        data, end = _DECODER.raw_decode(text)
     except json.JSONDecodeError:
-        raise ProbeOutputError(f"{where}: not a JSON record: {line[:120]!r}") from None
-    if not isinstance(data, dict):
-        raise ProbeOutputError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        return _broken_record(text, where), ""
+    return _record(data, where), text[end:].strip()
+
+
+def _broken_record(text: str, where: str) -> ProbeResult:
+    """An error record for ``text``, a record cut short: named by what of it survived."""
+
+    def field_of(key: str, default: str) -> str:
+        found = re.search(rf'"{key}": "([^"\\]+)"', text)
+        return found.group(1) if found else default
+
+    return ProbeResult(probe=field_of("probe", "bundle"), device=field_of("device", "host"),
+                       metric=field_of("metric", "record"), value=None, unit=None, status="error",
+                       reason=f"{where}: a record that breaks off: {text[:120]!r}",
+                       gpu_uuid=field_of("gpu_uuid", "") or None)
+
+
+def _record(data: dict[str, Any], where: str) -> ProbeResult:
     return ProbeResult(
         probe=_text(data, "probe", where),
         device=_text(data, "device", where),

@@ -47,6 +47,7 @@ def render_text(document: Document) -> str:
         lines += ["", *links]
     lines += ["", "hosts:"]
     lines += [f"  {line}" for line in host_group_lines(document)]
+    lines += [f"  {line}" for line in stray_output_lines(document)]
     return "\n".join(lines) + "\n"
 
 
@@ -126,3 +127,18 @@ def host_group_lines(document: Document) -> list[str]:
             line += f": {errors[labels[0]]}"
         lines.append(line)
     return lines
+
+
+def stray_output_lines(document: Document) -> list[str]:
+    """``stray output  2  node[003,007]: 5 lines that are not records; node003's first: '...'``, from
+    ``hosts[].stray_output`` (``{"count", "lines"}``); empty when no host printed any."""
+    hosts = [host for host in _hosts(document)
+             if isinstance(host.get("stray_output"), Mapping) and host["stray_output"].get("count")]
+    if not hosts:
+        return []
+    total = sum(int(host["stray_output"]["count"]) for host in hosts)
+    what = "line that is not a record" if total == 1 else "lines that are not records"
+    first = hosts[0]
+    first_line = (first["stray_output"].get("lines") or [""])[0]
+    return [f"{'stray output':<16} {len(hosts):>5}  {fold_hosts(str(h.get('host')) for h in hosts)}: "
+            f"{total} {what}; {first.get('host')}'s first: {str(first_line)!r}"]

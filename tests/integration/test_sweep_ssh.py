@@ -143,8 +143,15 @@ def test_a_hung_probe_times_out_and_leaves_no_process_on_the_host(sshd_fleet: Ss
     assert process_count_matching(marker) == 0
 
 
-def test_a_probe_that_prints_garbage_is_a_probe_error(sshd_fleet: SshdFleet, tmp_path: Path):
+def test_a_stray_line_keeps_the_host_ok_but_only_garbage_is_a_probe_error(sshd_fleet: SshdFleet, tmp_path: Path):
     paths = _setup(sshd_fleet, tmp_path, names=["node01"])
+    # A site hook that prints on stdout before the bundle's first record: the records still count.
+    chatty = _script(tmp_path, "chatty", f"echo 'sitecustomize: proxy settings loaded'\nexec {sys.executable} \"$@\"\n")
+    code, document, output = _sweep(paths, python=chatty)
+    (host,) = document["hosts"]
+    assert host["status"] == "ok" and host["error"] is None, output
+    assert host["facts"]["cpu_count"] >= 1
+    paths["json"].unlink()
     garbage = _script(tmp_path, "python", "echo 'Segmentation fault (core dumped)'\n")
     code, document, _ = _sweep(paths, python=garbage)
     assert code == 3

@@ -16,6 +16,7 @@ from html_tables import HtmlTables
 
 from gpudiag.errors import OutputError
 from gpudiag.report import heat_colour, render_report, sort_findings, write_report
+from gpudiag.results import read_probe_output
 
 REFERENCE_TFLOPS = 741.2
 SLOW_TFLOPS = round(0.85 * REFERENCE_TFLOPS, 2)  # 630.02, shown as 630.0
@@ -166,6 +167,19 @@ def test_without_an_impact_estimate_the_summary_says_nothing_of_it():
     assert "job slowdown" not in text and "impact:" not in text
     assert "impact" not in render_report(document, "md").lower()
     assert "No job-impact estimate in this sweep." in render_report(document, "html")
+
+
+def test_text_names_the_hosts_whose_bundle_printed_stray_lines():
+    document = make_document()
+    assert "stray output" not in render_report(document, "text")
+    chatty = read_probe_output("sitecustomize: proxy loaded\nUserWarning: TF32 is off\n", "node002").stray
+    assert chatty is not None
+    document["hosts"][1]["stray_output"] = chatty.to_dict()
+    document["hosts"][3]["stray_output"] = {"count": 1, "lines": ["[W init.cpp:42] NCCL_DEBUG unset"]}
+    lines = [line.strip() for line in render_report(document, "text").splitlines()]
+    assert [line for line in lines if line.startswith("stray output")] == [
+        "stray output         2  node[002,004]: 3 lines that are not records;"
+        " node002's first: 'sitecustomize: proxy loaded'"]
 
 
 # --------------------------------------------------------------------------------------- markdown
