@@ -19,6 +19,8 @@ from .records import PROBE_NAMES
 THROTTLE_REASON_BITS = {"hw_slowdown": 0x8, "hw_thermal": 0x40, "hw_power_brake": 0x80, "sw_thermal": 0x20,
                         "sw_power_cap": 0x4}
 PCIE_WIDTHS = (1, 2, 4, 8)
+# Fleet-file NVLink error counter -> the key of a link's counter in the telemetry probe's records.
+NVLINK_COUNTER_KEYS = {"crc": "crc_errors", "replay": "replay_errors", "recovery": "recovery_errors"}
 DEFAULT_THROTTLE_FACTOR = 0.7
 DEFAULT_PROBE_ERROR = "CUDA error: an illegal memory access was encountered (Xid 13)"
 # kind -> (required fields, optional fields); every fault also has "kind".
@@ -26,6 +28,7 @@ FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "slow_gpu": (("host", "gpu", "factor"), ()),
     "throttled": (("host", "gpu", "reason"), ("factor", "share", "full_load_only")),
     "degraded_pcie": (("host", "gpu", "width"), ()), "nvlink_down": (("host", "gpu", "link"), ()),
+    "pcie_replays": (("host", "gpu", "count"), ()), "nvlink_errors": (("host", "gpu", "link", "counter", "count"), ()),
     "gpu_lost": (("host", "gpu"), ()), "gpu_missing": (("host", "gpu"), ()),
     "probe_error": (("host", "probe"), ("gpu", "reason", "from_call")),
     "slow_node": (("host", "factor"), ()), "slow_nic": (("host", "factor"), ("rail",)),
@@ -38,8 +41,10 @@ GONE_KINDS = ("gpu_lost", "gpu_missing")
 class Fault:
     """One planted fault. ``host`` is the node (for ``slow_link``: end ``a``, ``peer`` is end ``b``);
     ``factor`` scales the speed it affects (0 < factor ≤ 1); ``width`` is PCIe lanes; ``reason``
-    is the throttle reason (``throttled``) or the error text (``probe_error``); ``share``,
-    ``full_load_only``, ``probe`` and ``from_call`` as gpudiag/sim/fleet.py's docstring says."""
+    is the throttle reason (``throttled``) or the error text (``probe_error``); ``count`` the
+    reading of an error counter (``pcie_replays``, ``nvlink_errors``) and ``counter`` which NVLink
+    counter (a key of NVLINK_COUNTER_KEYS); ``share``, ``full_load_only``, ``probe`` and
+    ``from_call`` as gpudiag/sim/fleet.py's docstring says."""
 
     kind: str
     host: str
@@ -54,6 +59,8 @@ class Fault:
     share: float = 1.0
     full_load_only: bool = False
     from_call: int = 0
+    count: int = 0
+    counter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,8 @@ def check_faults(read: FieldReader, entries: list[Any], hosts: tuple[str, ...], 
     for index, entry in enumerate(entries):
         path = f"faults[{index}]"
         fault = _fault(context, entry, path)
-        identity = (fault.kind, fault.gpu, fault.link, fault.rail, fault.probe, *sorted((fault.host, fault.peer or "")))
+        identity = (fault.kind, fault.gpu, fault.link, fault.rail, fault.probe, fault.counter,
+                    *sorted((fault.host, fault.peer or "")))
         if fault.kind in GONE_KINDS:
             identity = ("gone", fault.gpu, fault.host)  # a GPU is lost or missing, not both
         if identity in seen:
@@ -120,6 +128,10 @@ def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
         fields.update(_probe_error_fields(read, entry, path, fields.get("gpu")))
     if "width" in entry:
         fields["width"] = _choice(read, entry, "width", path, PCIE_WIDTHS, "a degraded PCIe width (lanes)")
+    if "count" in entry:
+        fields["count"] = read.integer(entry, "count", path=path, low=1)
+    if "counter" in entry:
+        fields["counter"] = _choice(read, entry, "counter", path, tuple(NVLINK_COUNTER_KEYS), "an NVLink error counter")
     return Fault(**fields)
 
 

@@ -19,6 +19,10 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
 - ``nvlink_down`` (link): that link's state is ``down`` and ``nvlink_links_up`` is one less;
   every p2p pair with that GPU at either end × links_up/links_total (NVSwitch spreads a pair
   over all of a GPU's links).
+- ``pcie_replays`` (count): the GPU's PCIe replay counter reads ``count``; nothing else changes
+  (a link that retries still trains at full width and copies at nearly full speed).
+- ``nvlink_errors`` (link, counter ``crc``, ``replay`` or ``recovery``, count): that counter of
+  that link reads ``count``; the link stays up and its pairs keep their speed.
 - ``gpu_lost`` (gpu): NVML still counts the GPU but reports it lost: telemetry prints the one
   ``error`` identity record probes/telemetry.py prints when nvmlDeviceGetHandleByIndex fails with
   NVML_ERROR_GPU_IS_LOST. Torch cannot see it: the facts' ``gpu_count`` is one less, ``gpu_uuids``
@@ -54,7 +58,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..sku import Sku, SkuTable, load_skus
-from .faults import DEFAULT_PROBE_ERROR, THROTTLE_REASON_BITS, Fault
+from .faults import DEFAULT_PROBE_ERROR, NVLINK_COUNTER_KEYS, THROTTLE_REASON_BITS, Fault
 from .fleetfile import Fleet
 from .state import Draw, GpuState, NodeState, ProbeFailure, Throttle, gpu_identity, number_gpus
 
@@ -150,7 +154,7 @@ class SimulatedFleet:
         host_factor = min((f.factor for f in faults if f.kind == "slow_node"), default=1.0)
         return NodeState(host=host, sku=self._skus[host], gpus=number_gpus(on_bus),
                          gpu_memory_mib=spec.gpu_memory_mib, driver=spec.driver, cuda=spec.cuda, torch=spec.torch,
-                         noise=self.spec.noise, host_factor=host_factor)
+                         noise=self.spec.noise, host_factor=host_factor, nvml_link_slots=spec.nvml_link_slots)
 
 
 def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:
@@ -165,6 +169,11 @@ def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:
             gpu = replace(gpu, pcie_width=fault.width or gpu.pcie_width)
         elif fault.kind == "nvlink_down":
             gpu = replace(gpu, nvlinks_down=gpu.nvlinks_down | {fault.link})
+        elif fault.kind == "pcie_replays":
+            gpu = replace(gpu, pcie_replays=fault.count)
+        elif fault.kind == "nvlink_errors" and fault.link is not None:
+            counter = (fault.link, NVLINK_COUNTER_KEYS[fault.counter or ""], fault.count)
+            gpu = replace(gpu, nvlink_errors=(*gpu.nvlink_errors, counter))
         elif fault.kind == "gpu_lost":
             gpu = replace(gpu, lost=True)
     return gpu

@@ -1,10 +1,12 @@
 """Per-node settings of a fleet file: the top-level defaults, then each override in order.
 
-Top-level ``gpu_model``, ``gpu_memory_mib``, ``driver``, ``cuda``, ``torch`` and ``gpus_per_node``
-apply to every node; ``overrides`` (a list, applied in order) changes them for some nodes:
+Top-level ``gpu_model``, ``gpu_memory_mib``, ``driver``, ``cuda``, ``torch``, ``gpus_per_node`` and
+``nvml_link_slots`` apply to every node; ``overrides`` (a list, applied in order) changes them for some nodes:
 ``{"hosts": "node[001-016]" (a ClusterShell node set) or ["node001", ...], "gpu_model": ...}``
-with any of those six fields. An override that changes ``gpu_model`` without ``gpu_memory_mib``
-gives its nodes the new model's memory.
+with any of those seven fields. An override that changes ``gpu_model`` without ``gpu_memory_mib``
+gives its nodes the new model's memory. ``nvml_link_slots`` (default 0): NVML lists at least this
+many NVLink slots per GPU, and reads the slots past the ones the model wires as inactive, as a
+driver that answers for every slot up to NVML_NVLINK_MAX_LINKS does.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from .reader import ABSENT, FieldReader, join_path, json_type
 MAX_NODES = 100_000
 MAX_GPUS_PER_NODE = 64
 # What an override may change, per node.
-OVERRIDE_FIELDS = ("gpu_model", "gpu_memory_mib", "gpus_per_node", "driver", "cuda", "torch")
+OVERRIDE_FIELDS = ("gpu_model", "gpu_memory_mib", "gpus_per_node", "driver", "cuda", "torch", "nvml_link_slots")
+# NVML_NVLINK_MAX_LINKS is 18 today; a later NVML may list more link slots.
+MAX_NVML_LINK_SLOTS = 64
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
 _RANGE = re.compile(r"(\d+)\s*-\s*(\d+)")
 
@@ -38,6 +42,7 @@ class NodeSpec:
     driver: str
     cuda: str
     torch: str
+    nvml_link_slots: int = 0
 
 
 def default_spec(read: FieldReader, table: SkuTable, data: dict[str, Any]) -> NodeSpec:
@@ -47,7 +52,11 @@ def default_spec(read: FieldReader, table: SkuTable, data: dict[str, Any]) -> No
     return NodeSpec(host="", gpu_model=model, gpus_per_node=gpus,
                     gpu_memory_mib=read.integer(data, "gpu_memory_mib", table.skus[model].gpu_memory_mib, low=1),
                     driver=read.text(data, "driver", "550.54.15"), cuda=read.text(data, "cuda", "12.4"),
-                    torch=read.text(data, "torch", "2.4.0"))
+                    torch=read.text(data, "torch", "2.4.0"), nvml_link_slots=_link_slots(read, data, 0, ""))
+
+
+def _link_slots(read: FieldReader, data: dict[str, Any], default: Any, path: str) -> int:
+    return read.integer(data, "nvml_link_slots", default, path, low=0, high=MAX_NVML_LINK_SLOTS)
 
 
 def _model(read: FieldReader, table: SkuTable, data: dict[str, Any], default: Any, path: str) -> str:
@@ -86,6 +95,8 @@ def _override_changes(read: FieldReader, table: SkuTable, entry: dict[str, Any],
     for key in ("driver", "cuda", "torch"):
         if key in entry:
             changes[key] = read.text(entry, key, path=path)
+    if "nvml_link_slots" in entry:
+        changes["nvml_link_slots"] = _link_slots(read, entry, ABSENT, path)
     return changes
 
 

@@ -72,17 +72,21 @@ def _idle_readings(node: NodeState, gpu: GpuState,
     yield "pcie_generation_max", "gen", sku.pcie_generation_max, {}
     yield "pcie_width", "lanes", gpu.pcie_width, {}
     yield "pcie_width_max", "lanes", sku.pcie_width_max, {}
-    yield "pcie_replay_count", "count", 0, {}
-    links = [_nvlink(sku, link, link not in gpu.nvlinks_down) for link in range(sku.nvlinks)]
+    yield "pcie_replay_count", "count", gpu.pcie_replays, {}
+    links = [_nvlink(sku, link, link < sku.nvlinks and link not in gpu.nvlinks_down, gpu.nvlink_errors)
+             for link in range(max(sku.nvlinks, node.nvml_link_slots))]
     yield "nvlink_links_up", "count", sum(link["state"] == "up" for link in links), {"links": links}
 
 
-def _nvlink(sku: Sku, link: int, up: bool) -> dict[str, Any]:
+def _nvlink(sku: Sku, link: int, up: bool, errors: Sequence[tuple[int, str, int]]) -> dict[str, Any]:
+    """One link as probes/telemetry.py prints it; a slot the SKU does not wire reads down (inactive)."""
     status: dict[str, Any] = {"link": link, "state": "up" if up else "down"}
     if up:
         status["nvml_version_code"] = sku.nvlink_version_code
         status["speed_mbyte_per_s"] = sku.nvlink_speed_mbyte_per_s
-    return {**status, "crc_errors": 0, "replay_errors": 0, "recovery_errors": 0}
+    counters = {"crc_errors": 0, "replay_errors": 0, "recovery_errors": 0}
+    counters.update({key: count for index, key, count in errors if index == link})
+    return {**status, **counters}
 
 
 def load_evidence(node: NodeState, gpu: GpuState, rng: random.Random, loaded_s: float,

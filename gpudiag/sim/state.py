@@ -62,7 +62,8 @@ class GpuState:
     ``lost`` (NVML lists it, but it answers nothing and torch cannot see it).
     ``compute_factor`` scales GEMM alone; ``throttles`` slow the SM clock (and with it GEMM,
     copies and power); ``pcie_width`` is the trained link width (lanes); ``nvlinks_down`` the
-    NVLink indices that are down.
+    NVLink indices that are down; ``pcie_replays`` its PCIe replay counter and ``nvlink_errors``
+    its NVLink error counters that read other than 0: (link, counter key, count).
     """
 
     index: int
@@ -76,6 +77,8 @@ class GpuState:
     pcie_width: int = 16
     nvlinks_down: frozenset[int] = frozenset()
     lost: bool = False
+    pcie_replays: int = 0
+    nvlink_errors: tuple[tuple[int, str, int], ...] = ()
 
     @property
     def device(self) -> str:
@@ -121,7 +124,8 @@ class ProbeFailure:
 @dataclass(frozen=True)
 class NodeState:
     """One simulated node: the GPUs on its PCI bus in NVML order, software, ``host_factor`` (host
-    CPU/memory speed, 1.0: healthy) and the probes that fail on this run."""
+    CPU/memory speed, 1.0: healthy), the probes that fail on this run, and ``nvml_link_slots``:
+    NVML lists at least this many NVLink slots per GPU (the unwired ones inactive)."""
 
     host: str
     sku: Sku
@@ -133,6 +137,7 @@ class NodeState:
     noise: Noise
     host_factor: float = 1.0
     probe_failures: tuple[ProbeFailure, ...] = ()
+    nvml_link_slots: int = 0
 
     @property
     def cuda_gpus(self) -> tuple[GpuState, ...]:

@@ -233,6 +233,10 @@ def _mixed(*faults: dict[str, Any], overrides: Any = None) -> dict[str, Any]:
     (_mixed(overrides=[{"hosts": "node001", "gpus_per_node": 0}]),
      "fleet.json: overrides[0].gpus_per_node: 0 is out of range"),
     (_mixed(overrides={"hosts": "node001"}), "fleet.json: overrides: expected a list, got an object"),
+    (_mixed(overrides=[{"hosts": "node001", "nvml_link_slots": 65}]),
+     "fleet.json: overrides[0].nvml_link_slots: 65 is out of range; it must be in 0..64"),
+    (_mixed({"kind": "nvlink_errors", "host": "node004", "gpu": 0, "link": 12, "counter": "crc", "count": 9}),
+     "fleet.json: faults[0].link: 12 is out of range 0..11 for the 12 NVLinks of NVIDIA A100-SXM4-80GB"),
 ])
 def test_a_bad_override_or_a_fault_beyond_its_node_is_an_input_error(tmp_path: Path, data: Any,
                                                                       expected: str) -> None:
@@ -256,6 +260,14 @@ def test_a_bad_override_or_a_fault_beyond_its_node_is_an_input_error(tmp_path: P
      "faults[0].share: 0 is not in (0, 1]"),
     ({"kind": "throttled", "host": "node001", "gpu": 0, "reason": "hw_slowdown", "full_load_only": "yes"},
      'faults[0].full_load_only: expected true or false, got a string "yes"'),
+    ({"kind": "pcie_replays", "host": "node001", "gpu": 0}, "faults[0].count: missing"),
+    ({"kind": "pcie_replays", "host": "node001", "gpu": 0, "count": 0},
+     "faults[0].count: 0 is out of range; it must be at least 1"),
+    ({"kind": "nvlink_errors", "host": "node001", "gpu": 0, "link": 3, "counter": "flit", "count": 5},
+     'faults[0].counter: "flit" is not an NVLink error counter; choose from crc, replay, recovery'),
+    ({"kind": "nvlink_errors", "host": "node001", "gpu": 0, "link": 18, "counter": "crc", "count": 5},
+     "faults[0].link: 18 is out of range 0..17"),
+    ({"kind": "nvlink_errors", "host": "node001", "gpu": 0, "counter": "crc", "count": 5}, "faults[0].link: missing"),
 ])
 def test_a_bad_new_fault_is_an_input_error(tmp_path: Path, fault: dict[str, Any], expected: str) -> None:
     with pytest.raises(InputError, match=re.escape(expected)):

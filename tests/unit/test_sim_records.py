@@ -143,6 +143,33 @@ def test_an_nvlink_down_shows_in_telemetry_and_slows_that_gpus_pairs(demo: Simul
     assert statistics.median(with_two) / statistics.median(without) == pytest.approx(17 / 18, abs=0.01)
 
 
+def test_error_counter_faults_show_only_in_their_counters() -> None:
+    fleet = parse_fleet(small_fleet({"kind": "pcie_replays", "host": "node002", "gpu": 6, "count": 4000},
+                                    {"kind": "nvlink_errors", "host": "node002", "gpu": 1, "link": 9,
+                                     "counter": "crc", "count": 25000},
+                                    {"kind": "nvlink_errors", "host": "node002", "gpu": 1, "link": 9,
+                                     "counter": "recovery", "count": 7}), "x")
+    results = run_node(SimulatedConnector(SimulatedFleet(fleet)), "node002")
+    assert [one(results, "telemetry", "pcie_replay_count", f"gpu:{gpu}").value for gpu in range(GPUS)] == [
+        0, 0, 0, 0, 0, 0, 4000, 0]
+    links = one(results, "telemetry", "nvlink_links_up", "gpu:1")
+    assert links.value == 18
+    counted = {(link["link"], key): link[key] for link in links.details["links"]
+               for key in ("crc_errors", "replay_errors", "recovery_errors") if link[key]}
+    assert counted == {(9, "crc_errors"): 25000, (9, "recovery_errors"): 7}
+    assert ratio(results, "pcie", "cuda:6", direction="h2d") == pytest.approx(1.0, abs=0.05)
+
+
+def test_nvml_may_list_link_slots_the_model_does_not_wire_as_inactive() -> None:
+    fleet = parse_fleet({"nodes": 2, "gpu_model": "NVIDIA A100-SXM4-80GB", "nvml_link_slots": 18,
+                         "overrides": [{"hosts": "node002", "nvml_link_slots": 0}]}, "x")
+    connector = SimulatedConnector(SimulatedFleet(fleet))
+    links = one(run_node(connector, "node001"), "telemetry", "nvlink_links_up", "gpu:0")
+    assert links.value == 12 and len(links.details["links"]) == 18
+    assert [link["state"] for link in links.details["links"]] == ["up"] * 12 + ["down"] * 6
+    assert len(one(run_node(connector, "node002"), "telemetry", "nvlink_links_up", "gpu:0").details["links"]) == 12
+
+
 def test_a_slow_node_shows_on_the_host_side(demo: SimulatedFleet) -> None:
     connector = SimulatedConnector(demo)
     slow, healthy = run_node(connector, "node040"), run_node(connector, "node041")
