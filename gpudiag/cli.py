@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
@@ -22,12 +19,13 @@ from . import __version__, cli_store
 from .bundle import BundleMissing, locate_bundle
 from .errors import GpudiagError, InputError, InstallationError
 from .exitcodes import ExitCode, decide_exit_code
+from .interrupts import InterruptGate
 from .links.remote import NET_BACKENDS, PairTestOptions
 from .nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
 from .plan import LINK_MODES, SweepRequest, run_plan
 from .progress import make_progress
 from .render import render_probe_results, render_sweep_table
-from .report import render_report, write_report
+from .report import check_writable, render_report, write_report
 from .sim import demo_fleet_path
 from .sshconfig import SshOptions
 from .store import default_store_path
@@ -113,6 +111,8 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
             click.echo(json.dumps(result.to_dict()))
     else:
         render_probe_results(node.results, Console())
+    if node.stray is not None:
+        click.echo(f"gpudiag: the probes printed {node.stray.describe()} (skipped)", err=True)
     if node.timed_out or node.exit_status not in (0, None):
         click.echo(f"gpudiag: the probe run ended early (exit status {node.exit_status}, "
                    f"timed out: {node.timed_out})", err=True)
@@ -217,14 +217,21 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams, python=python,
                              line_rate_gbps=net_line_rate, allow_socket=net_allow_socket),
     )
-    with _sigterm_as_interrupt():
-        result = run_plan(request, sys.stdin, make_progress(quiet))
-    with _signals_ignored():  # what was gathered is written whole, whatever arrives meanwhile
+    _check_outputs(json_path, exclude_file)
+    # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
+    with InterruptGate().installed() as gate:
+        result = run_plan(request, sys.stdin, make_progress(quiet), gate)
+        if result.interrupted:
+            gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
+                ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
         _write_outputs(result, json_path, exclude_file)
         console = Console(stderr=json_path == "-")
         console.print(render_report(result.to_dict(), "text"), markup=False, highlight=False)
         render_sweep_table(result, console)
-    return result.exit_code
+        for warning in result.warnings:
+            click.echo(f"gpudiag: warning: {warning}", err=True)
+    # An interrupt that came after the last remote phase left the outputs whole, and still asked to stop.
+    return ExitCode.INTERRUPTED if gate.received else result.exit_code
 
 
 @main.command()
@@ -243,8 +250,8 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     # screen would not pair is named too.
     request = SweepRequest(hosts_argument=None, sweep=SweepOptions(probe=ProbeOptions()),
                            simulate_path=str(demo_fleet_path()), store_path=str(folder / "gpudiag.db"), links="full")
-    with _sigterm_as_interrupt():
-        result = run_plan(request, sys.stdin, make_progress(quiet))
+    with InterruptGate().installed() as gate:
+        result = run_plan(request, sys.stdin, make_progress(quiet), gate)
     document = result.to_dict()
     write_report(json.dumps(document) + "\n", folder / "sweep.json")
     write_report(render_report(document, "html"), folder / "report.html")
@@ -264,35 +271,19 @@ def _write_outputs(result: SweepResult, json_path: str | None, exclude_file: str
         write_report("".join(f"{host}\n" for host in exclude), exclude_file)
 
 
+def _check_outputs(json_path: str | None, exclude_file: str | None) -> None:
+    """Raise InputError before any node is touched when an output could not be written."""
+    if json_path is not None and json_path != "-":
+        check_writable(json_path, "--json")
+    if exclude_file is not None:
+        check_writable(exclude_file, "--exclude-file")
+
+
 def _probe_names(names: tuple[str, ...]) -> tuple[str, ...]:
     unknown = [name for name in names if name not in PROBE_NAMES]
     if unknown:
         raise InputError(f"unknown probe {unknown[0]!r}; choose from {', '.join(PROBE_NAMES)}")
     return names
-
-
-@contextlib.contextmanager
-def _signals_ignored() -> Iterator[None]:
-    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a scheduler ending the prolog) is handled like Ctrl-C: save what finished."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run_local_probe(options: ProbeOptions) -> NodeProbe:

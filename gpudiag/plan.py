@@ -24,9 +24,10 @@ from typing import Any, TextIO
 from .analysis import Analysis, analyse
 from .baseline import Baseline, list_baselines, load_baseline
 from .bundle import Bundle, BundleMissing, locate_bundle
-from .errors import InputError, InstallationError
+from .errors import InputError, InstallationError, StoreError
 from .findings import Finding, unchecked
 from .hosts import HostSpec, load_hosts
+from .interrupts import InterruptGate, QuietGate
 from .links.attribution import link_thresholds
 from .links.impact import link_impact
 from .links.remote import PairTestOptions, RemotePairRunner
@@ -38,7 +39,7 @@ from .progress import QuietProgress, SweepProgress
 from .sim import SimulatedConnector, load_fleet
 from .sshconfig import SshOptions, resolve_all
 from .store import Store
-from .sweep import Connector, HostOutcome, SweepOptions, SweepResult, new_sweep_id, run_sweep
+from .sweep import Connector, HostOutcome, SweepOptions, SweepResult, interrupted_host, new_sweep_id, run_sweep
 from .thresholds import Thresholds, load_thresholds
 from .transport import TransportError
 from .transport.fleet import FleetConnector
@@ -88,13 +89,15 @@ class _Setup:
     bundle: Bundle
 
 
-def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress) -> SweepResult:
-    """Run every phase; returns the analysed sweep. Raises InputError/StoreError before any node
-    is touched when an input is bad."""
+def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
+             gate: InterruptGate | None = None) -> SweepResult:
+    """Run every phase; returns the analysed sweep, interrupted or not (``gate`` decides what an
+    interrupt stops: gpudiag.interrupts). Raises InputError/StoreError before any node is
+    touched when an input is bad."""
     request = with_facts(request)
     setup = _set_up(request, stdin)
     try:
-        return _run(request, setup, progress)
+        return _run(request, setup, progress, gate or QuietGate())
     finally:
         setup.connector.close()
         if setup.store is not None:
@@ -145,30 +148,35 @@ def _baseline(store: Store | None, name: str | None) -> Baseline | None:
     return load_baseline(store, DEFAULT_BASELINE) if DEFAULT_BASELINE in stored else None
 
 
-def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> SweepResult:
+def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate) -> SweepResult:
+    """The phases in order. The remote ones (node probes, re-test, links) stop at an interrupt
+    and keep what finished; the local ones (analysis, the store's final write) run to their end
+    whatever arrives, and no remote phase starts after an interrupt (see gpudiag.interrupts)."""
     started_at = datetime.now(timezone.utc)
     sweep_id = new_sweep_id(started_at)
     if request.screen_stride is None:
         # Each screen moves to the next stride, so successive sweeps reach every pair in turn.
         request = dataclasses.replace(request, screen_stride=next_stride(_last_stride(setup.store), len(setup.hosts)))
     record = _recorder(setup.store, sweep_id, started_at, request)
-    first = run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
-                      on_host_done=record, started_at=started_at, sweep_id=sweep_id)
+    first = _first_pass(request, setup, progress, gate, record, started_at, sweep_id)
+    interrupted = first.interrupted or gate.received
+    if interrupted:
+        gate.say(f"analysing the {sum(h.ok for h in first.hosts)} hosts that finished")
     hosts = [host.to_dict() for host in first.hosts]
-    analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline)
-    interrupted = first.interrupted
+    analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, interrupted=interrupted)
     retest: list[dict[str, Any]] | None = None
     wanted = request.retest and bool(analysis.suspects) and not interrupted
     if wanted:
-        retest, interrupted = _retest(request, setup, analysis, first)
-    link_run, extra = (None, []) if interrupted else _links(request, setup, first)
-    interrupted = interrupted or (link_run is not None and link_run.interrupted)
+        retest, interrupted = _retest(request, setup, analysis, first, gate)
+    link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate)
+    interrupted = interrupted or gate.received or (link_run is not None and link_run.interrupted)
     if link_run is not None:
         extra += link_findings(link_run.attribution, setup.thresholds.deficit_fail_pct)
     if wanted or extra:
-        # An interrupted re-test confirms nothing: the suspects stay, unconfirmed, "not re-tested".
+        # An interrupted re-test confirms nothing, and its suspects are no findings (only counted).
         analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline,
-                           retest_hosts=None if interrupted else retest, retested=wanted, extra=extra)
+                           retest_hosts=None if interrupted else retest, retested=wanted, extra=extra,
+                           interrupted=interrupted)
     links = tuple(record.to_dict() for record in link_run.records) if link_run else ()
     impact = analysis.impact.to_dict()
     if link_run is not None:
@@ -176,18 +184,57 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress) -> Sweep
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=analysis.comparison_counts(), links=links,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted)
-    if setup.store is not None:  # the finished document carries the links, the findings and the impact
-        setup.store.finish_sweep(sweep_id, result.to_dict())
+    return _finish(setup.store, result, gate)
+
+
+def _first_pass(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate,
+                record: Callable[[HostOutcome], None] | None, started_at: datetime, sweep_id: str) -> SweepResult:
+    """The node probes on every host; every host ``interrupted`` when an interrupt came before
+    they could start."""
+    try:
+        with gate.interruptible():
+            return run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
+                             on_host_done=record, started_at=started_at, sweep_id=sweep_id, say=gate.say)
+    except KeyboardInterrupt:
+        outcomes = tuple(interrupted_host(host) for host in setup.hosts)
+        return SweepResult(sweep_id, started_at, datetime.now(timezone.utc), outcomes,
+                           tuple(unchecked(o.host, o.status, o.error) for o in outcomes), interrupted=True)
+
+
+def _finish(store: Store | None, result: SweepResult, gate: InterruptGate) -> SweepResult:
+    """Store the finished document (it carries the links, the findings and the impact). A store
+    that fails now costs the store its copy, never the document: the failure is a warning."""
+    if store is None:
+        return result
+    if result.interrupted:
+        gate.say(f"writing the sweep to the store {store.path}")
+    try:
+        store.finish_sweep(result.sweep_id, result.to_dict())
+    except StoreError as error:
+        warning = f"the store could not keep this sweep ({error}); the sweep document and exclude list still hold it"
+        gate.say(f"warning: {warning}")
+        return dataclasses.replace(result, warnings=(*result.warnings, warning))
     return result
 
 
-def _links(request: SweepRequest, setup: _Setup, first: SweepResult) -> tuple[LinkRun | None, list[Finding]]:
+def _links(request: SweepRequest, setup: _Setup, first: SweepResult,
+           gate: InterruptGate) -> tuple[LinkRun | None, list[Finding]]:
     """The link phase over the hosts whose node probes passed (``screen``, ``full``), and an
     ``unchecked`` finding for each of them whose data-plane address could not be found (left
-    out of the rounds); None when no pair test runs (``none``)."""
+    out of the rounds); None when no pair test runs (``none``). An interrupt before the first
+    round leaves no link run (nothing was measured)."""
     mode = SCREEN if request.links == AUTO_LINKS else request.links
     if mode == "none":
         return None, []
+    try:
+        with gate.interruptible():
+            return _link_phase(request, setup, first, mode)
+    except KeyboardInterrupt:
+        return None, []
+
+
+def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
+                mode: str) -> tuple[LinkRun | None, list[Finding]]:
     hosts = [host.host for host in first.hosts if host.ok]
     if isinstance(setup.connector, SimulatedConnector):
         runner: PairRunner = SimulatedPairRunner(setup.connector.fleet)
@@ -279,8 +326,8 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
     return lambda outcome: store.record_host(sweep_id, outcome.to_dict())
 
 
-def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis,
-            first: SweepResult) -> tuple[list[dict[str, Any]], bool]:
+def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: SweepResult,
+            gate: InterruptGate) -> tuple[list[dict[str, Any]] | None, bool]:
     """The suspects' probes again, in the first pass's mode, on the suspects' hosts only; returns
     every re-tested host (any status, with its first-pass facts) and whether the re-test was
     interrupted."""
@@ -289,7 +336,11 @@ def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis,
     options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes))
     wanted = set(suspect_hosts)
     specs = [host for host in setup.hosts if host.label in wanted]
-    again = run_sweep(specs, options, setup.connector, setup.bundle, QuietProgress())
+    try:
+        with gate.interruptible():
+            again = run_sweep(specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say)
+    except KeyboardInterrupt:
+        return None, True
     facts = {host.host: host.facts for host in first.hosts}
     return [{**host.to_dict(), "facts": facts[host.host]} for host in again.hosts], again.interrupted
 

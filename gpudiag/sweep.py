@@ -21,15 +21,16 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from .bundle import Bundle
-from .errors import ProbeOutputError
+from .errors import ProbeOutputError, StoreError
 from .exitcodes import ExitCode, decide_exit_code
 from .findings import FAIL, Finding, unchecked
 from .hosts import HostSpec
 from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
 from .progress import SweepProgress
 from .report import write_report
-from .results import ProbeResult
+from .results import ProbeResult, StrayOutput
 from .transport import CommandResult, Session, TransportError
+from .transport.cancel import cancel_all
 
 SCHEMA = "gpudiag.sweep/1"
 OK = "ok"
@@ -44,6 +45,8 @@ NOT_CHECKED = (UNCHECKED, "link_error")
 DEADLINE_EXITS = (124, 137)
 # After Ctrl-C, how long running hosts get to end their remote probes and report.
 CANCEL_WAIT_S = 15.0
+# Hosts named in a warning about hosts the store could not record (the rest are counted).
+HOSTS_NAMED = 5
 
 
 class Connector(Protocol):
@@ -77,15 +80,19 @@ class HostOutcome:
     duration_s: float
     facts: Mapping[str, Any] = field(default_factory=dict)
     results: tuple[ProbeResult, ...] = ()
+    stray: StrayOutput | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == OK
 
     def to_dict(self) -> dict[str, Any]:
+        """The host's entry of the sweep document (``stray_output`` only where the bundle printed
+        lines that were no record)."""
         return {"host": self.host, "status": self.status, "error": self.error,
                 "duration_s": round(self.duration_s, 3), "facts": dict(self.facts),
-                "results": [result.to_dict() for result in self.results if result.probe != "facts"]}
+                "results": [result.to_dict() for result in self.results if result.probe != "facts"],
+                **({"stray_output": self.stray.to_dict()} if self.stray is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class SweepResult:
     links: tuple[Mapping[str, Any], ...] = ()
     impact: Mapping[str, Any] | None = None
     comparison: Mapping[str, int] | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> ExitCode:
@@ -121,6 +129,7 @@ class SweepResult:
             "links": [dict(link) for link in self.links],
             "findings": [finding.to_dict() for finding in self.findings],
             **({"impact": dict(self.impact)} if self.impact is not None else {}),
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
             "summary": {"hosts_total": len(self.hosts), "hosts_ok": sum(h.ok for h in self.hosts),
                         "findings": len(self.findings),
                         "unchecked": sum(f.kind == UNCHECKED for f in self.findings),
@@ -136,29 +145,48 @@ def new_sweep_id(now: datetime) -> str:
 
 def run_sweep(hosts: Sequence[HostSpec], options: SweepOptions, connector: Connector, bundle: Bundle,
               progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None = None,
-              started_at: datetime | None = None, sweep_id: str | None = None) -> SweepResult:
+              started_at: datetime | None = None, sweep_id: str | None = None,
+              say: Callable[[str], None] | None = None) -> SweepResult:
     """Probe every host once; returns one outcome per host, in the order given, with an
     ``unchecked`` finding for each host that could not be probed. ``on_host_done`` is called
-    from worker threads as each host finishes (to store it at once). The caller closes
-    ``connector``."""
+    from worker threads as each host finishes (to store it at once); a StoreError it raises is
+    a warning of the result, never the sweep's end. ``say`` tells what an interrupted sweep is
+    doing (a line on stderr). The caller closes ``connector``."""
     started_at = started_at or datetime.now(timezone.utc)
-    runner = _SweepRunner(options, connector, bundle, progress, on_host_done)
+    runner = _SweepRunner(options, connector, bundle, progress, on_host_done, say or _silent)
     outcomes, interrupted = runner.run(hosts)
     findings = tuple(unchecked(o.host, o.status, o.error) for o in outcomes if not o.ok)
     return SweepResult(sweep_id=sweep_id or new_sweep_id(started_at), started_at=started_at,
                        finished_at=datetime.now(timezone.utc), hosts=tuple(outcomes), findings=findings,
-                       interrupted=interrupted)
+                       interrupted=interrupted, warnings=runner.warnings())
+
+
+def _silent(text: str) -> None:
+    return None
+
+
+def store_warning(failed: Mapping[str, str]) -> str:
+    """One warning for the hosts (name → StoreError text) the store could not record."""
+    names = sorted(failed)
+    shown = ", ".join(names[:HOSTS_NAMED]) + (f" and {len(names) - HOSTS_NAMED} more" if len(names) > HOSTS_NAMED
+                                              else "")
+    return (f"the store could not record {len(names)} host{'s' if len(names) != 1 else ''} as they finished "
+            f"({shown}): {failed[names[0]]}; the sweep went on, and this document has them")
 
 
 class _SweepRunner:
     def __init__(self, options: SweepOptions, connector: Connector, bundle: Bundle,
-                 progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None) -> None:
+                 progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None,
+                 say: Callable[[str], None]) -> None:
         self._on_host_done = on_host_done
+        self._say = say
+        self._not_stored: dict[str, str] = {}
         self._options = options
         self._connector = connector
         self._bundle = bundle
         self._progress = progress
         self._stop = threading.Event()
+        self._closed = threading.Event()
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
 
@@ -166,22 +194,31 @@ class _SweepRunner:
         outcomes: dict[str, HostOutcome] = {}
         self._progress.start(len(hosts))
         pool = ThreadPoolExecutor(max_workers=max(1, self._options.fanout), thread_name_prefix="sweep")
-        futures = {pool.submit(self._probe_host, host): host for host in hosts}
+        futures: dict[Future[HostOutcome], HostSpec] = {}
         interrupted = False
         try:
+            for host in hosts:  # starting a worker thread waits for the busy ones: Ctrl-C may land here
+                futures[pool.submit(self._probe_host, host)] = host
             self._gather(futures, outcomes, deadline=None)
         except KeyboardInterrupt:
             interrupted = True
-            self._interrupt()
+            deadline = time.monotonic() + CANCEL_WAIT_S  # for ending the probes and hearing back
+            self._interrupt(deadline)
             try:
-                self._gather(futures, outcomes, deadline=time.monotonic() + CANCEL_WAIT_S)
+                self._gather(futures, outcomes, deadline=deadline)
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: stop waiting, report what is in
         finally:
             pool.shutdown(wait=not interrupted, cancel_futures=True)
+            self._closed.set()  # hosts that still end now are not counted on a closed display
             self._progress.close()
-        ordered = [outcomes.get(host.label) or _interrupted(host) for host in hosts]
+        ordered = [outcomes.get(host.label) or interrupted_host(host) for host in hosts]
         return ordered, interrupted
+
+    def warnings(self) -> tuple[str, ...]:
+        with self._lock:
+            failed = dict(self._not_stored)
+        return (store_warning(failed),) if failed else ()
 
     def _gather(self, futures: dict[Future[HostOutcome], HostSpec], outcomes: dict[str, HostOutcome],
                 deadline: float | None) -> None:
@@ -196,16 +233,21 @@ class _SweepRunner:
             if deadline is not None and time.monotonic() > deadline:
                 return
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, deadline: float) -> None:
         self._stop.set()
         with self._lock:
             sessions = list(self._sessions.values())
-        for session in sessions:
-            session.cancel()
+        running = f"{len(sessions)} host{'s' if len(sessions) != 1 else ''}"
+        self._say(f"interrupted: no new hosts start; ending the probes on the {running} running "
+                  f"(at most {CANCEL_WAIT_S:g} s), then writing what finished")
+        ended = cancel_all(sessions, max(0.0, deadline - time.monotonic()))
+        if ended < len(sessions):
+            self._say(f"{len(sessions) - ended} hosts did not answer in time: their probes end by their own "
+                      f"deadline on the node")
 
     def _probe_host(self, host: HostSpec) -> HostOutcome:
         if self._stop.is_set():
-            return _interrupted(host)
+            return interrupted_host(host)
         self._progress.host_started()
         started = time.monotonic()
         try:
@@ -215,8 +257,13 @@ class _SweepRunner:
             outcome = HostOutcome(host.label, PROBE_ERROR, f"gpudiag failed on this host: "
                                   f"{type(error).__name__}: {error}", time.monotonic() - started)
         if self._on_host_done is not None:
-            self._on_host_done(outcome)
-        self._progress.host_done(outcome.ok)
+            try:
+                self._on_host_done(outcome)
+            except StoreError as error:  # the store's fault, not the host's: keep the outcome
+                with self._lock:
+                    self._not_stored[host.label] = str(error)
+        if not self._closed.is_set():
+            self._progress.host_done(outcome.ok)
         return outcome
 
     def _attempt(self, host: HostSpec, started: float) -> HostOutcome:
@@ -226,13 +273,13 @@ class _SweepRunner:
             with self._lock:
                 self._sessions[host.label] = session
             if self._stop.is_set():
-                return _interrupted(host, started)
+                return interrupted_host(host, started)
             session.prepare(self._bundle)
             node = probe_node(_TimedSession(session, self._options.command_timeout_s), self._options.probe,
                               source=host.label)
         except (TransportError, ProbeOutputError) as error:
             if self._stop.is_set():  # the failure is the interruption's doing (probes ended, links closed)
-                return _interrupted(host, started)
+                return interrupted_host(host, started)
             status = error.status if isinstance(error, TransportError) else PROBE_ERROR
             return HostOutcome(host.label, status, str(error), time.monotonic() - started)
         finally:
@@ -245,16 +292,16 @@ class _SweepRunner:
     def _outcome(self, host: HostSpec, node: NodeProbe, started: float) -> HostOutcome:
         duration = time.monotonic() - started
         facts = _facts(node.results)
-        results = node.results
+        measured = {"facts": facts, "results": node.results, "stray": node.stray}
         if self._stop.is_set():
-            return HostOutcome(host.label, INTERRUPTED, "the sweep was interrupted", duration, facts, results)
+            return HostOutcome(host.label, INTERRUPTED, "the sweep was interrupted", duration, **measured)
         if node.timed_out or node.exit_status in DEADLINE_EXITS:
             return HostOutcome(host.label, TIMEOUT, f"the probes did not finish within "
-                               f"{self._options.command_timeout_s:g} s on the node", duration, facts, results)
+                               f"{self._options.command_timeout_s:g} s on the node", duration, **measured)
         if node.exit_status != 0:
             return HostOutcome(host.label, PROBE_ERROR, f"the probe bundle exited with status {node.exit_status}: "
-                               f"{last_line(node.stderr)}", duration, facts, results)
-        return HostOutcome(host.label, OK, None, duration, facts, results)
+                               f"{last_line(node.stderr)}", duration, **measured)
+        return HostOutcome(host.label, OK, None, duration, **measured)
 
 
 class _TimedSession:
@@ -277,7 +324,8 @@ def _facts(results: Sequence[ProbeResult]) -> dict[str, Any]:
             "driver": details.get("driver_version"), **details}
 
 
-def _interrupted(host: HostSpec, started: float | None = None) -> HostOutcome:
+def interrupted_host(host: HostSpec, started: float | None = None) -> HostOutcome:
+    """The outcome of a host the sweep's interruption kept from finishing."""
     duration = 0.0 if started is None else time.monotonic() - started
     return HostOutcome(host.label, INTERRUPTED, "the sweep was interrupted before this host finished", duration)
 

@@ -82,22 +82,28 @@ class Analysis:
     impact: Impact
     results_compared: int = 0
     results_not_compared: int = 0
+    suspects_not_retested: int = 0
 
     def comparison_counts(self) -> dict[str, int]:
-        return {"results_compared": self.results_compared, "results_not_compared": self.results_not_compared}
+        counts = {"results_compared": self.results_compared, "results_not_compared": self.results_not_compared}
+        if self.suspects_not_retested:
+            counts["suspects_not_retested"] = self.suspects_not_retested
+        return counts
 
 
 
 def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, baseline: BaselineLookup | None = None,
             skus: SkuFigures = floors_for, retest_hosts: Sequence[Mapping[str, Any]] | None = None,
             retested: bool = False, extra: Sequence[Finding] = (), wired: WiredLookup = wired_nvlinks,
-            previous_hosts: Sequence[Mapping[str, Any]] | None = None) -> Analysis:
+            previous_hosts: Sequence[Mapping[str, Any]] | None = None, interrupted: bool = False) -> Analysis:
     """Findings, suspects and job impact of one sweep. ``retest_hosts``: the re-test's host
     dicts, every status (``retested`` with None: a re-test was wanted but none ran). ``extra``:
     findings made elsewhere (the link phase), ordered and excluded with the rest. ``wired``: how
     many NVLinks a GPU model wires (None: unknown, peers decide). ``previous_hosts``: the host
     dicts of the previous sweep of these hosts (the store's), so that error counters are judged
-    on their growth since then (gpudiag.analysis.counters)."""
+    on their growth since then (gpudiag.analysis.counters). ``interrupted``: the sweep was cut
+    short before its re-test could run, so a dip seen once is no finding (a sweep that finished
+    would have dropped it unless it repeated); those suspects are only counted."""
     readings = read_sweep(hosts, True)
     found = readings.found
     telemetry = with_wiring(readings.telemetry, wired)
@@ -106,6 +112,10 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     suspects = find_suspects(found, refs, thresholds)
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, retest_hosts, thresholds)
+    not_retested = 0
+    if interrupted:
+        kept = [s for s in suspects if s.confirmed or s.retest_failed]
+        suspects, not_retested = kept, len(suspects) - len(kept)
     facts = {h["host"]: h.get("facts") or {} for h in hosts if h.get("status") == "ok"}
     by_host: dict[str, list[Measurement]] = defaultdict(list)
     for m in found:
@@ -123,4 +133,4 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     ordered = tuple(sorted(findings, key=finding_order))
     impact = job_impact(found, refs, ordered, hosts)
     return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),
-                    len(not_compared) + sum(readings.unkeyed.values()))
+                    len(not_compared) + sum(readings.unkeyed.values()), not_retested)

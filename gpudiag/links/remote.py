@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import ProbeOutputError
 from ..results import ProbeResult, parse_probe_output
 from ..transport import CommandResult, RunningCommand, Session, TransportError
+from ..transport.cancel import cancel_all
 from .attribution import BACKENDS, LinkResult
 
 AUTO = "auto"
@@ -31,6 +32,8 @@ STARTUP_S = 30.0
 # (it may never have reached the server, which then waits for its deadline) it is ended sooner.
 SERVER_END_S = 10.0
 SERVER_END_AFTER_FAILURE_S = 1.0
+# After Ctrl-C, how long the pair servers get to be ended on their nodes (all at once).
+CANCEL_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,7 @@ class RemotePairRunner:
         sessions' ``cancel``."""
         with self._lock:
             running = list(self._running)
-        for command in running:
-            command.cancel()
+        cancel_all(running, CANCEL_WAIT_S)
 
     def _run_pair(self, a: str, b: str) -> list[LinkResult]:
         options = self._options

@@ -124,6 +124,8 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
         # What finished is kept for the document; verdicts from an unfinished schedule are not drawn.
         records += interrupted.records
         return LinkRun(tuple(records), attribute_links(()), rounds, interrupted=True)
+    except KeyboardInterrupt:  # between rounds (an attribution): every round run so far is whole
+        return LinkRun(tuple(records), attribute_links(()), rounds, interrupted=True)
     return LinkRun(tuple(records), attribution, rounds)
 
 

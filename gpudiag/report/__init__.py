@@ -31,7 +31,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import OutputError
+from ..errors import InputError, OutputError
 from .heatmap import heat_colour
 from .html import render_html, reports_dir
 from .markdown import render_markdown
@@ -103,6 +103,25 @@ def write_report(text: str, path: str | os.PathLike[str]) -> None:
     finally:
         if created and not replaced:
             _remove_quietly(temporary)
+
+
+def check_writable(path: str | os.PathLike[str], option: str) -> None:
+    """Raise InputError (naming ``option``, the path and the fix) unless ``write_report`` could
+    write ``path``: its folder exists and takes a new file, and the path is no folder. Tried
+    with a real file, so a read-only file system or a full disk is caught before any work."""
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"{option} {path}: is a folder; give a file path")
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{option} {path}: the folder {folder} does not exist; create it or give another path")
+    probe = folder / f".{target.name}.{secrets.token_hex(4)}.check"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as error:
+        raise InputError(f"{option} {path}: cannot write in {folder} ({error.strerror or error}); "
+                         "give a writable path") from None
+    _remove_quietly(probe)
 
 
 def _remove_quietly(path: Path) -> None:

@@ -11,6 +11,10 @@ from typing import Protocol
 from ..bundle import Bundle
 from ..hosts import HostSpec
 from . import CommandResult, RunningCommand, Session
+from .cancel import cancel_all
+
+# After Ctrl-C, how long the sessions get to end their commands on the nodes.
+CANCEL_WAIT_S = 15.0
 
 
 class _Opener(Protocol):
@@ -52,12 +56,12 @@ class SessionPool:
             session = self._sessions.get(label)
         return _Kept(session) if session is not None and session.is_open() else None
 
-    def cancel(self) -> None:
-        """End every command any session started (Ctrl-C)."""
+    def cancel(self, timeout_s: float = CANCEL_WAIT_S) -> None:
+        """End every command any session started (Ctrl-C), on all hosts at once, waiting at most
+        ``timeout_s`` seconds."""
         with self._lock:
             sessions = list(self._sessions.values())
-        for session in sessions:
-            session.cancel()
+        cancel_all(sessions, timeout_s)
 
     def close(self) -> None:
         with self._lock:

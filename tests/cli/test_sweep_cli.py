@@ -5,6 +5,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from gpudiag.cli import main
+from gpudiag.report import check_writable
 
 
 def test_a_bad_line_in_the_hosts_file_is_exit_2_with_file_and_line(tmp_path: Path):
@@ -39,3 +40,27 @@ def test_json_to_stdout_keeps_the_summary_off_stdout(tmp_path: Path):
     assert result.exit_code == 0
     document = json.loads(result.stdout)
     assert document["schema"] == "gpudiag.sweep/1"
+
+
+def _fleet_file(tmp_path: Path) -> Path:
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text('{"nodes": 4}')
+    return fleet
+
+
+def test_an_unwritable_json_or_exclude_path_is_refused_before_any_node_is_touched(tmp_path: Path):
+    store = tmp_path / "gpudiag.db"
+    cases = [("--json", str(tmp_path / "no-such-folder" / "sweep.json"),
+              f"the folder {tmp_path / 'no-such-folder'} does not exist; create it or give another path"),
+             ("--exclude-file", str(tmp_path), "is a folder; give a file path")]
+    for option, path, said in cases:
+        result = CliRunner().invoke(main, ["sweep", "--simulate", str(_fleet_file(tmp_path)), "-q", "--store",
+                                           str(store), option, path])
+        assert result.exit_code == 2, result.output
+        assert f"{option} {path}: {said}" in result.output
+    assert not store.exists()  # refused before the store was opened, let alone a node touched
+
+
+def test_the_writability_check_leaves_nothing_behind_and_accepts_a_new_file(tmp_path: Path):
+    check_writable(tmp_path / "new.json", "--json")
+    assert list(tmp_path.iterdir()) == []

@@ -151,6 +151,9 @@ def test_a_stray_line_keeps_the_host_ok_but_only_garbage_is_a_probe_error(sshd_f
     (host,) = document["hosts"]
     assert host["status"] == "ok" and host["error"] is None, output
     assert host["facts"]["cpu_count"] >= 1
+    # ... and the stray line is said, in the document and in the text report
+    assert host["stray_output"] == {"count": 1, "lines": ["sitecustomize: proxy settings loaded"]}
+    assert "stray output" in output and "sitecustomize: proxy settings loaded" in output
     paths["json"].unlink()
     garbage = _script(tmp_path, "python", "echo 'Segmentation fault (core dumped)'\n")
     code, document, _ = _sweep(paths, python=garbage)
