@@ -2,16 +2,23 @@
 
 With the ``ssh`` binary present, ``ssh -G`` is the authority: it evaluates ``Host``/``Match`` blocks,
 ``Include`` and every token exactly as a later ``ssh`` would. Without it, ``paramiko.SSHConfig`` reads
-the same file with the same precedence (it does not follow ``Include``, and ``%r``/``%p`` in
-``IdentityFile`` use the config's User/Port rather than the command line's).
+the same file with the same precedence (it does not follow ``Include``, and where a host gets both a
+ProxyJump and a ProxyCommand the ProxyJump wins, whichever came first); gpudiag expands the tokens of
+``IdentityFile``, ``UserKnownHostsFile`` and ``ProxyCommand`` itself, with the final user and port.
 
 Precedence, as in ssh: ``user@``/``:port`` from the hosts file, then ``-l``/``--user``, then the config
 file, then ssh's defaults. ``-i`` files come before the config's ``IdentityFile`` lines, and
-``--known-hosts`` replaces ``UserKnownHostsFile``.
+``--known-hosts`` replaces ``UserKnownHostsFile``. ``~`` and ``%d`` are the home directory of the
+password database, as ssh takes it, never ``$HOME``.
+
+ProxyCommand and ProxyJump are kept as written: each is turned into a connection when that host is
+reached (``proxy_command_line``, ``split_proxy_jump``, ``parse_jump_host``, ``resolve_jump_host``), so a
+host whose value cannot be used is that host's failure (``ProxySettingError``), not the sweep's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import re
@@ -20,8 +27,10 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 import paramiko
+from paramiko.config import SSHConfig
 
 from .errors import InputError
 from .hosts import HostSpec
@@ -57,8 +66,11 @@ class ResolvedHost:
     """Everything needed to open an SSH connection to one host.
 
     ``identity_files`` and ``known_hosts_files`` are tilde-expanded and may name files that do not
-    exist (the transport tries those that do). ``proxy_jump`` is the raw ProxyJump value, None for
-    none. ``strict_host_key_checking`` is ``yes``, ``no``, ``accept-new`` or ``ask``.
+    exist (the transport tries those that do). ``proxy_jump`` is the raw ProxyJump value (jump hosts
+    separated by commas), None for none. ``proxy_command`` is the raw ProxyCommand, tokens not yet
+    expanded (``proxy_command_line``), None for none or where a ProxyJump takes precedence.
+    ``original_host`` is the name as given (ssh's ``%n``). ``strict_host_key_checking`` is ``yes``,
+    ``no``, ``accept-new`` or ``ask``.
     """
 
     label: str
@@ -70,6 +82,12 @@ class ResolvedHost:
     connect_timeout_s: float
     known_hosts_files: tuple[str, ...]
     strict_host_key_checking: str
+    proxy_command: str | None = None
+    original_host: str = ""
+
+
+class ProxySettingError(ValueError):
+    """A ProxyJump or ProxyCommand value that cannot be used; the message names it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,7 @@ class _RawConfig:
     port: int
     identity_files: tuple[str, ...]
     proxy_jump: str | None
+    proxy_command: str | None
     connect_timeout: str | None
     known_hosts_files: tuple[str, ...]
     strict_host_key_checking: str
@@ -96,11 +115,32 @@ def resolve_host(spec: HostSpec, options: SshOptions, ssh_binary: str | None = "
         InputError: the config file cannot be read, or ssh rejects it (the message names the file and
             carries ssh's own words).
     """
+    return _resolve(spec, options, None, ssh_binary)
+
+
+def resolve_jump_host(hop: HostSpec, options: SshOptions, via: str | None, ssh_binary: str | None = "ssh"
+                      ) -> ResolvedHost:
+    """The connection settings of a jump host, as the ``ssh -W`` that ssh starts for it would see them.
+
+    ``hop`` carries the jump host's own ``user@``/``:port``; ``-l``/``--user`` is for the nodes and does not
+    apply (ssh passes neither ``-l`` nor the target's options on to its jump hosts). ``via`` is the rest
+    of a ``ProxyJump a,b`` chain in front of this hop (``a`` when resolving ``b``): it replaces the hop's
+    own ProxyJump and ProxyCommand, as ``ssh -J`` does; None keeps the hop's own configuration.
+
+    Raises:
+        InputError: as ``resolve_host`` (ssh also rejects a malformed ``via``).
+    """
+    return _resolve(hop, dataclasses.replace(options, user=None), via, ssh_binary)
+
+
+def _resolve(spec: HostSpec, options: SshOptions, via: str | None, ssh_binary: str | None) -> ResolvedHost:
     binary = shutil.which(ssh_binary) if ssh_binary else None
     if binary is None:
         raw = _lookup_paramiko(spec, options)
+        if via is not None:
+            raw = dataclasses.replace(raw, proxy_jump=_proxy_jump(via), proxy_command=None)
     else:
-        raw = _lookup_ssh(binary, spec, options)
+        raw = _lookup_ssh(binary, spec, options, via)
     return _apply_options(spec, options, raw)
 
 
@@ -133,10 +173,10 @@ def resolve_all(specs: Iterable[HostSpec], options: SshOptions,
 
 
 def _apply_options(spec: HostSpec, options: SshOptions, raw: _RawConfig) -> ResolvedHost:
-    explicit = tuple(os.path.expanduser(path) for path in options.identity_files)
+    explicit = tuple(expand_home(path) for path in options.identity_files)
     identities = explicit + tuple(path for path in raw.identity_files if path not in explicit)
     if options.known_hosts is not None:
-        known_hosts: tuple[str, ...] = (os.path.expanduser(options.known_hosts),)
+        known_hosts: tuple[str, ...] = (expand_home(options.known_hosts),)
     else:
         known_hosts = raw.known_hosts_files
     timeout_s = options.connect_timeout_s
@@ -144,14 +184,8 @@ def _apply_options(spec: HostSpec, options: SshOptions, raw: _RawConfig) -> Reso
         timeout_s = _parse_seconds(raw.connect_timeout, options)
     return ResolvedHost(label=spec.label, hostname=raw.hostname, user=raw.user, port=raw.port,
                         identity_files=identities, proxy_jump=raw.proxy_jump, connect_timeout_s=timeout_s,
-                        known_hosts_files=known_hosts, strict_host_key_checking=raw.strict_host_key_checking)
-
-
-def _refuse_proxy_command(command: str | None, jump: str | None, spec: HostSpec, options: SshOptions) -> None:
-    """ProxyCommand is not supported; connecting directly instead would bypass the user's path."""
-    if command and command.lower() != "none" and _proxy_jump(jump) is None:
-        raise InputError(f"{_config_name(options)}: host {spec.host} uses ProxyCommand, which gpudiag does not "
-                         "run; use ProxyJump (a jump host) for it instead")
+                        known_hosts_files=known_hosts, strict_host_key_checking=raw.strict_host_key_checking,
+                        proxy_command=raw.proxy_command, original_host=spec.host)
 
 
 def _config_name(options: SshOptions) -> str:
@@ -172,9 +206,9 @@ def _check_readable(config_file: str | None) -> None:
 # --- ssh -G ---------------------------------------------------------------------------------------
 
 
-def _lookup_ssh(binary: str, spec: HostSpec, options: SshOptions) -> _RawConfig:
+def _lookup_ssh(binary: str, spec: HostSpec, options: SshOptions, via: str | None) -> _RawConfig:
     _check_readable(options.config_file)
-    command = _ssh_g_command(binary, spec, options)
+    command = _ssh_g_command(binary, spec, options, via)
     try:
         completed = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                    timeout=SSH_G_TIMEOUT_S, check=False)
@@ -188,10 +222,12 @@ def _lookup_ssh(binary: str, spec: HostSpec, options: SshOptions) -> _RawConfig:
     return _raw_from_ssh_g(values, spec, options)
 
 
-def _ssh_g_command(binary: str, spec: HostSpec, options: SshOptions) -> list[str]:
+def _ssh_g_command(binary: str, spec: HostSpec, options: SshOptions, via: str | None) -> list[str]:
     command = [binary, "-G"]
     if options.config_file is not None:
         command += ["-F", options.config_file]
+    if via is not None:
+        command += ["-J", via]
     user = spec.user or options.user
     if user is not None:
         command += ["-l", user]
@@ -221,15 +257,17 @@ def _raw_from_ssh_g(values: Mapping[str, Sequence[str]], spec: HostSpec, options
     hostname = first("hostname") or spec.host.lower()
     user = first("user") or _local_user()
     port = _parse_port(first("port") or str(DEFAULT_PORT), options)
-    tokens = {"%%": "%", "%d": os.path.expanduser("~"), "%u": _local_user(), "%h": hostname,
-              "%p": str(port), "%r": user, "%n": spec.host}
+    tokens = _path_tokens(hostname, port, user, spec.host)
+    # ssh -G prints IdentityFile as written but UserKnownHostsFile already expanded (with the
+    # password database's home): expanding that again would misread a "%" that %% left in it.
     identities = tuple(_expand_tokens(path, tokens) for path in values.get("identityfile", ()))
+    known_hosts = first("userknownhostsfile")
     timeout = first("connecttimeout")
-    _refuse_proxy_command(first("proxycommand"), first("proxyjump"), spec, options)
-    return _RawConfig(hostname=hostname, user=user, port=port, identity_files=identities,
-                      proxy_jump=_proxy_jump(first("proxyjump")),
+    jump = _proxy_jump(first("proxyjump"))
+    return _RawConfig(hostname=hostname, user=user, port=port, identity_files=identities, proxy_jump=jump,
+                      proxy_command=None if jump else _proxy_command(first("proxycommand")),
                       connect_timeout=None if timeout in (None, "none") else timeout,
-                      known_hosts_files=_known_hosts(first("userknownhostsfile")),
+                      known_hosts_files=_known_hosts(known_hosts.split() if known_hosts else None),
                       strict_host_key_checking=_strict(first("stricthostkeychecking"), options))
 
 
@@ -240,37 +278,144 @@ def _ssh_message(stderr: str) -> str:
     return " / ".join(lines) or "no message"
 
 
+def _path_tokens(hostname: str, port: int, user: str, original_host: str) -> dict[str, str]:
+    """The tokens ssh expands in IdentityFile and UserKnownHostsFile that gpudiag can know."""
+    return {"%%": "%", "%d": home_directory(), "%u": _local_user(), "%h": hostname, "%p": str(port),
+            "%r": user, "%n": original_host, "%i": str(os.getuid())}
+
+
 def _expand_tokens(path: str, tokens: Mapping[str, str]) -> str:
-    expanded = re.sub(r"%.", lambda match: tokens.get(match.group(0), match.group(0)), path)
-    return os.path.expanduser(expanded)
+    # "~" first, as ssh does: a "~" that a token brings in is left alone.
+    return re.sub(r"%.", lambda match: tokens.get(match.group(0), match.group(0)), expand_home(path))
+
+
+# --- ProxyJump and ProxyCommand values -----------------------------------------------------------
+
+
+def split_proxy_jump(value: str) -> list[str]:
+    """A ProxyJump value's jump hosts, first first, each as written (``a, ssh://b:2222`` gives
+    ``["a", "ssh://b:2222"]``). Raises ProxySettingError for an empty entry."""
+    parts = [part.strip() for part in value.split(",")]
+    if not all(parts):
+        raise ProxySettingError(f"ProxyJump {value!r} has an empty jump host; fix: list jump hosts "
+                                "separated by single commas")
+    return parts
+
+
+def parse_jump_host(text: str) -> HostSpec:
+    """One ProxyJump entry as ssh reads it: ``[user@]host[:port]``, ``user@[v6addr%scope]:port`` or
+    ``ssh://[user@]host[:port]``. Raises ProxySettingError naming the entry and the fix."""
+    if text.startswith("ssh://"):  # as ssh: the scheme in lower case
+        return _parse_ssh_uri(text)
+    user, at, rest = text.rpartition("@")
+    if at and not user:
+        raise ProxySettingError(f"ProxyJump host {text!r} has an empty user name; fix: write user@host")
+    host, port = _split_host_port(rest, text)
+    return HostSpec(host=host, user=user or None, port=port)
+
+
+def _parse_ssh_uri(text: str) -> HostSpec:
+    authority, slash, path = text[len("ssh://"):].partition("/")
+    if path:
+        raise ProxySettingError(f"ProxyJump URI {text!r} has a path; fix: write ssh://[user@]host[:port]")
+    user, at, rest = authority.rpartition("@")
+    if ";" in user:
+        raise ProxySettingError(f"ProxyJump URI {text!r} carries connection parameters, which ssh does not "
+                                "support; fix: remove what follows ';' in the user part")
+    if at and not user:
+        raise ProxySettingError(f"ProxyJump URI {text!r} has an empty user name; fix: write ssh://user@host")
+    host, port = _split_host_port(rest, text)
+    return HostSpec(host=host, user=unquote(user) or None, port=port)
+
+
+def _split_host_port(text: str, entry: str) -> tuple[str, int | None]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` as (host, port or None)."""
+    if text.startswith("["):
+        host, bracket, after = text[1:].partition("]")
+        if not bracket or not host or (after and not after.startswith(":")):
+            raise ProxySettingError(f"ProxyJump host {entry!r}: an IPv6 address is written [address]:port; "
+                                    "fix: close the bracket and put the port after it")
+        port_text = after[1:] if after else None
+    else:
+        if text.count(":") > 1:
+            raise ProxySettingError(f"ProxyJump host {entry!r}: an IPv6 address needs brackets; "
+                                    f"fix: write [{text}] or [{text.rpartition(':')[0]}]:port")
+        host, colon, port_text_raw = text.partition(":")
+        port_text = port_text_raw if colon else None
+    if not host:
+        raise ProxySettingError(f"ProxyJump host {entry!r} has no host name; fix: write [user@]host[:port]")
+    if port_text is None:
+        return host, None
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ProxySettingError(f"ProxyJump host {entry!r}: port {port_text!r} is not a number from 1 to 65535; "
+                                "fix: correct the port")
+    return host, int(port_text)
+
+
+def proxy_command_line(host: ResolvedHost) -> str:
+    """``host.proxy_command`` with ``%%``, ``%h`` (HostName), ``%n`` (the name as given), ``%p`` and ``%r``
+    expanded as ssh does. Raises ProxySettingError for another token or a lone ``%`` at the end
+    (ssh refuses both); ValueError if the host has no ProxyCommand."""
+    command = host.proxy_command
+    if command is None:
+        raise ValueError(f"{host.label} has no ProxyCommand")
+    values = {"%": "%", "h": host.hostname, "n": host.original_host or host.hostname, "p": str(host.port),
+              "r": host.user}
+    pieces: list[str] = []
+    position = 0
+    for match in re.finditer(r"%(.?)", command, flags=re.DOTALL):
+        token = match.group(1)
+        if token not in values:
+            what = f"%{token} is not a token ssh expands there (only %%, %h, %n, %p, %r)" if token else \
+                "it ends with a lone %"
+            raise ProxySettingError(f"ProxyCommand {command!r} of {host.label}: {what}; "
+                                    "fix: write %% for a literal % in the ssh config")
+        pieces += [command[position:match.start()], values[token]]
+        position = match.end()
+    return "".join(pieces) + command[position:]
 
 
 # --- paramiko fallback ----------------------------------------------------------------------------
 
 
+class _UnexpandedSSHConfig(SSHConfig):
+    """paramiko's parser leaving IdentityFile, ProxyCommand and ProxyJump as written: paramiko would
+    expand their tokens with the config's User and Port instead of the final ones, ``~`` with
+    ``$HOME``, and ``%`` in an IPv6 scope (``[fe80::1%eth0]``) as a token. gpudiag expands them as
+    ssh does."""
+
+    TOKENS_BY_CONFIG_KEY = {key: tokens for key, tokens in SSHConfig.TOKENS_BY_CONFIG_KEY.items()
+                            if key not in ("identityfile", "proxycommand", "proxyjump")}
+
+
 def _lookup_paramiko(spec: HostSpec, options: SshOptions) -> _RawConfig:
     config = _read_paramiko_config(options)
     found = config.lookup(spec.host)
+    hostname = found.get("hostname", spec.host).lower()
     user = spec.user or options.user or found.get("user") or _local_user()
     port = spec.port or _parse_port(found.get("port", str(DEFAULT_PORT)), options)
-    from_config = tuple(os.path.expanduser(path) for path in found.get("identityfile", ()))
+    tokens = _path_tokens(hostname, port, user, spec.host)
+    from_config = tuple(_expand_tokens(path, tokens) for path in found.get("identityfile", ()))
     # As ssh: the defaults only when neither the config nor an existing -i file names a key.
-    has_explicit = any(os.path.isfile(os.path.expanduser(path)) for path in options.identity_files)
-    defaults = () if from_config or has_explicit else tuple(os.path.expanduser(p) for p in DEFAULT_IDENTITY_FILES)
-    _refuse_proxy_command(found.get("proxycommand"), found.get("proxyjump"), spec, options)
-    return _RawConfig(hostname=found.get("hostname", spec.host).lower(), user=user, port=port,
-                      identity_files=from_config + defaults, proxy_jump=_proxy_jump(found.get("proxyjump")),
+    has_explicit = any(os.path.isfile(expand_home(path)) for path in options.identity_files)
+    defaults = () if from_config or has_explicit else tuple(expand_home(p) for p in DEFAULT_IDENTITY_FILES)
+    # Which of the two came first in the file, as ssh decides, paramiko does not say: a jump host wins.
+    jump = _proxy_jump(found.get("proxyjump"))
+    known_hosts = found.get("userknownhostsfile")
+    return _RawConfig(hostname=hostname, user=user, port=port, identity_files=from_config + defaults,
+                      proxy_jump=jump, proxy_command=None if jump else _proxy_command(found.get("proxycommand")),
                       connect_timeout=found.get("connecttimeout"),
-                      known_hosts_files=_known_hosts(found.get("userknownhostsfile")),
+                      known_hosts_files=_known_hosts(
+                          [_expand_tokens(path, tokens) for path in known_hosts.split()] if known_hosts else None),
                       strict_host_key_checking=_strict(found.get("stricthostkeychecking"), options))
 
 
 def _read_paramiko_config(options: SshOptions) -> paramiko.SSHConfig:
-    path = options.config_file or os.path.expanduser(USER_CONFIG_FILE)
+    path = options.config_file or expand_home(USER_CONFIG_FILE)
     if options.config_file is None and not os.path.isfile(path):
-        return paramiko.SSHConfig()
+        return _UnexpandedSSHConfig()
     try:
-        return paramiko.SSHConfig.from_path(path)
+        return _UnexpandedSSHConfig.from_path(path)
     except OSError as exc:
         raise InputError(f"--ssh-config {path}: cannot read it ({exc.strerror}); "
                          "fix: check the path and its permissions") from None
@@ -293,16 +438,49 @@ def _local_user() -> str:
         return getpass.getuser()
 
 
+def home_directory() -> str:
+    """The local user's home as ssh takes it: the password database's, not ``$HOME`` (which sudo,
+    cron and batch systems often set to something else); ``$HOME`` only for a uid without an entry."""
+    try:
+        import pwd
+    except ImportError:  # not POSIX: no password database to ask
+        return os.path.expanduser("~")
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:  # a uid without a passwd entry, as in some containers
+        return os.path.expanduser("~")
+
+
+def expand_home(path: str) -> str:
+    """``~`` and ``~/...`` as ``home_directory()``, ``~name/...`` as that user's home (as ssh does);
+    a path without a leading ``~``, or naming an unknown user, comes back unchanged."""
+    if not path.startswith("~"):
+        return path
+    name, slash, rest = path[1:].partition("/")
+    if not name:
+        return home_directory() + slash + rest
+    try:
+        import pwd
+
+        return pwd.getpwnam(name).pw_dir + slash + rest
+    except (ImportError, KeyError):
+        return path
+
+
 def _proxy_jump(value: str | None) -> str | None:
     return None if value is None or value.lower() == "none" else value
 
 
-def _known_hosts(value: str | None) -> tuple[str, ...]:
-    if value is None:
-        return tuple(os.path.expanduser(path) for path in DEFAULT_KNOWN_HOSTS_FILES)
-    if value.lower() == "none":
+def _proxy_command(value: str | None) -> str | None:
+    return None if value is None or value.lower() == "none" else value
+
+
+def _known_hosts(paths: Sequence[str] | None) -> tuple[str, ...]:
+    if paths is None:
+        return tuple(expand_home(path) for path in DEFAULT_KNOWN_HOSTS_FILES)
+    if [path.lower() for path in paths] == ["none"]:
         return ()
-    return tuple(os.path.expanduser(path) for path in value.split())
+    return tuple(expand_home(path) for path in paths)
 
 
 def _strict(value: str | None, options: SshOptions) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..hosts import HostSpec
-from ..sshconfig import ResolvedHost, SshOptions, resolve_host
+from ..sshconfig import ResolvedHost, SshOptions, resolve_jump_host
 from . import Session, Unreachable
 from .local import LocalSession
 from .ssh import SshConnector, SshSettings
@@ -16,7 +16,8 @@ class FleetConnector:
 
     def __init__(self, resolved: Mapping[str, ResolvedHost], ssh_options: SshOptions, settings: SshSettings) -> None:
         self._resolved = resolved
-        self._ssh = SshConnector(settings, resolve_jump=lambda hop: resolve_host(hop, ssh_options))
+        # Jump hosts are resolved when first needed, each with ssh -G as the ssh -W that ssh starts for it.
+        self._ssh = SshConnector(settings, resolve_jump=lambda hop, via: resolve_jump_host(hop, ssh_options, via))
 
     def connect(self, host: HostSpec) -> Session:
         """A session on ``host``; raises TransportError when it cannot be reached or trusted."""

@@ -1,5 +1,5 @@
-"""The SSH transport (paramiko): trusted host keys, key authentication, ProxyJump, and commands
-that run under a deadline on the node itself.
+"""The SSH transport (paramiko): trusted host keys, key authentication, ProxyJump and ProxyCommand
+(``jump.py``, ``proxy.py``), and commands that run under a deadline on the node itself.
 
 Nothing is installed on nodes: the probe bundle goes over SFTP into a content-hashed folder
 of the remote user's cache, once per bundle version.
@@ -7,31 +7,31 @@ of the remote user's cache, once per bundle version.
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import io
-import itertools
 import os
 import select
 import shlex
 import socket
+import stat
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import paramiko
 
 from ..bundle import Bundle
-from ..hosts import HostSpec
-from ..sshconfig import ResolvedHost
+from ..sshconfig import ProxySettingError, ResolvedHost, proxy_command_line
 from . import AuthFailed, CommandResult, OutputWatch, TransportError, Unreachable
+from .jump import BastionPool, HopResolver, JumpResolver, Sock, close_transport, route_to
 from .knownhosts import KnownHostsRegistry
+from .proxy import ProxyCommands, ProxyCommandSocket
 
 # The remote shell reports the PID that ``exec timeout`` keeps, so that Ctrl-C can end it.
 _PID_PREFIX = "gpudiag-pid="
 _BUNDLE_CACHE = ".cache/gpudiag"
-_MAX_JUMP_HOPS = 8
 
 
 class ConnectionLost(TransportError):
@@ -60,25 +60,41 @@ class SshSettings:
 
 
 class SshConnector:
-    """Opens one SSH connection per node; bastions are shared through a small pool."""
+    """Opens one SSH connection per node, through its ProxyJump path or ProxyCommand; jump hosts
+    are shared through a small pool. ``close`` ends every connection and ProxyCommand it started."""
 
-    def __init__(self, settings: SshSettings, resolve_jump: Callable[[HostSpec], ResolvedHost]) -> None:
+    def __init__(self, settings: SshSettings, resolve_jump: JumpResolver) -> None:
+        """``resolve_jump(hop, via)`` gives a jump host's settings (``sshconfig.resolve_jump_host``)."""
         self._settings = settings
-        self._resolve_jump = resolve_jump
+        self._resolve_jump = HopResolver(resolve_jump)
         self._known_hosts = KnownHostsRegistry()
         self._keys = _KeyCache()
-        self._bastions = _BastionPool(settings.bastion_connections, self._open_transport, resolve_jump)
+        self._proxies = ProxyCommands()
+        self._bastions = BastionPool(settings.bastion_connections, self._open_first, self._open_transport)
 
     def connect(self, host: ResolvedHost) -> SshSession:
         """A logged-in session on ``host``. Raises a TransportError naming the cause."""
-        sock = self._bastions.channel_to(host) if host.proxy_jump else _tcp_connect(host)
+        path = route_to(host, self._resolve_jump)
+        sock = self._bastions.channel_to(path) if len(path) > 1 else self._open_first(host)
         transport = self._open_transport(host, sock)
         return SshSession(transport, host.label, self._settings)
 
     def close(self) -> None:
         self._bastions.close()
+        self._proxies.close_all()
 
-    def _open_transport(self, host: ResolvedHost, sock: socket.socket | paramiko.Channel) -> paramiko.Transport:
+    def _open_first(self, host: ResolvedHost) -> socket.socket | ProxyCommandSocket:
+        """A connection to ``host`` without a jump host: its ProxyCommand, or TCP."""
+        if host.proxy_command is None:
+            return _tcp_connect(host)
+        try:
+            command = proxy_command_line(host)
+        except ProxySettingError as error:
+            raise Unreachable(f"{host.label}: {error}") from error
+        return self._proxies.start(command, host.label)
+
+    def _open_transport(self, host: ResolvedHost, sock: Sock) -> paramiko.Transport:
+        """Log in to ``host`` over ``sock`` (closed if that fails). Raises a TransportError."""
         settings = self._settings
         transport = paramiko.Transport(sock)
         transport.banner_timeout = settings.banner_timeout_s
@@ -92,11 +108,14 @@ class SshConnector:
                 host.hostname, host.port, transport.get_remote_server_key(), accept_new)
             self._authenticate(transport, host)
         except TransportError:
-            transport.close()
+            close_transport(transport)
             raise
         except (paramiko.SSHException, OSError, EOFError) as error:
-            transport.close()
-            raise Unreachable(f"{host.hostname}:{host.port}: SSH handshake failed: {error}") from error
+            why = f"SSH handshake failed: {error or 'the connection was closed'}"
+            if isinstance(sock, ProxyCommandSocket):  # the command's own words say more than paramiko's
+                why = sock.failure() + ("" if sock.closed else f" ({why})")
+            close_transport(transport)
+            raise Unreachable(f"{host.hostname}:{host.port}: {why}") from error
         transport.set_keepalive(settings.keepalive_s)
         return transport
 
@@ -170,7 +189,7 @@ class SshSession:
             pass  # the connection is going away; the node's own deadline still ends the command
 
     def close(self) -> None:
-        self._transport.close()
+        close_transport(self._transport)
 
     def track(self, pid: int, running: bool) -> None:
         with self._lock:
@@ -315,81 +334,6 @@ def _read_key(path: str) -> paramiko.PKey | None:
         return None  # not a private key we can read: ssh would skip it too
 
 
-class _BastionPool:
-    """A few shared connections per jump host; each carries many direct-tcpip channels."""
-
-    def __init__(self, size: int,
-                 open_transport: Callable[[ResolvedHost, socket.socket | paramiko.Channel], paramiko.Transport],
-                 resolve: Callable[[HostSpec], ResolvedHost]) -> None:
-        self._size = max(1, size)
-        self._open_transport = open_transport
-        self._resolve = resolve
-        self._lock = threading.Lock()
-        self._slots: dict[str, list[paramiko.Transport | None]] = {}
-        self._slot_locks: dict[tuple[str, int], threading.Lock] = {}
-        self._turns = itertools.count()
-
-    def channel_to(self, host: ResolvedHost) -> paramiko.Channel:
-        hops = _parse_jump(host.proxy_jump or "")
-        if not hops or len(hops) > _MAX_JUMP_HOPS:
-            raise Unreachable(f"{host.label}: ProxyJump {host.proxy_jump!r} is not a usable jump host list")
-        transport: paramiko.Transport | None = None
-        for depth, hop in enumerate(hops):
-            transport = self._transport(",".join(h.label for h in hops[: depth + 1]), hop, transport)
-        assert transport is not None
-        return _open_forward(transport, host.hostname, host.port, host.label)
-
-    def _transport(self, key: str, hop: HostSpec, via: paramiko.Transport | None) -> paramiko.Transport:
-        with self._lock:
-            slots = self._slots.setdefault(key, [None] * self._size)
-            index = next(self._turns) % self._size
-            slot_lock = self._slot_locks.setdefault((key, index), threading.Lock())
-        with slot_lock:
-            current = slots[index]
-            if current is None or not current.is_active():
-                resolved = self._resolve_hop(hop)
-                if via is None:
-                    sock: socket.socket | paramiko.Channel = _tcp_connect(resolved)
-                else:
-                    sock = _open_forward(via, resolved.hostname, resolved.port, hop.label)
-                slots[index] = current = self._open_transport(resolved, sock)
-            return current
-
-    def _resolve_hop(self, hop: HostSpec) -> ResolvedHost:
-        resolved = self._resolve(hop)
-        # The jump host's own ProxyJump is followed by listing it in the chain, not here.
-        return resolved if resolved.proxy_jump is None else _without_jump(resolved)
-
-    def close(self) -> None:
-        with self._lock:
-            transports = [t for slots in self._slots.values() for t in slots if t is not None]
-            self._slots.clear()
-        for transport in transports:
-            transport.close()
-
-
-def _without_jump(host: ResolvedHost) -> ResolvedHost:
-    return dataclasses.replace(host, proxy_jump=None)
-
-
-def _parse_jump(value: str) -> list[HostSpec]:
-    hops = []
-    for part in (p.strip() for p in value.split(",")):
-        if not part:
-            continue
-        user, _, rest = part.rpartition("@")
-        host, _, port = rest.partition(":")
-        hops.append(HostSpec(host=host, user=user or None, port=int(port) if port.isdigit() else None))
-    return hops
-
-
-def _open_forward(via: paramiko.Transport, hostname: str, port: int, label: str) -> paramiko.Channel:
-    try:
-        return via.open_channel("direct-tcpip", (hostname, port), ("127.0.0.1", 0), timeout=15.0)
-    except (paramiko.SSHException, OSError) as error:
-        raise Unreachable(f"{label}: the jump host could not reach {hostname}:{port}: {error}") from error
-
-
 def _tcp_connect(host: ResolvedHost) -> socket.socket:
     try:
         return socket.create_connection((host.hostname, host.port), timeout=host.connect_timeout_s)
@@ -402,8 +346,9 @@ def _tcp_connect(host: ResolvedHost) -> socket.socket:
 
 
 def _ship_bundle(transport: paramiko.Transport, bundle: Bundle) -> str:
-    """Upload into a temporary folder and rename it into place, so a half-copied bundle is never
-    used. Returns the absolute remote folder."""
+    """Upload into a staging folder of its own and rename it into place, so a half-copied bundle is
+    never used. Hosts that share a home (NFS) race to rename: the loser removes its staging folder
+    and uses the winner's. Returns the absolute remote folder. Raises OSError (staging removed)."""
     name = f"bundle-{bundle.content_hash[:16]}"
     with paramiko.SFTPClient.from_transport(transport) as sftp:
         home = sftp.normalize(".")
@@ -412,17 +357,43 @@ def _ship_bundle(transport: paramiko.Transport, bundle: Bundle) -> str:
             return final
         _makedirs(sftp, f"{home}/{_BUNDLE_CACHE}")
         staging = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-        for folder in sorted({str(p.parent) for p in bundle.files} | {"."}):
-            _makedirs(sftp, f"{staging}/{folder}")
-        for relative, data in bundle.contents.items():
-            sftp.putfo(io.BytesIO(data), f"{staging}/{relative.as_posix()}")
-        sftp.putfo(io.BytesIO(bundle.content_hash.encode()), f"{staging}/.complete")
         try:
+            _upload(sftp, bundle, staging)
             sftp.posix_rename(staging, final)
         except OSError:
-            if not _exists(sftp, f"{final}/.complete"):
-                raise  # not a lost race with a concurrent sweep: a real failure
+            won_by_another = _exists(sftp, f"{final}/.complete")
+            _remove_tree(sftp, staging)
+            if not won_by_another:
+                raise  # not a lost race with another host or sweep: a real failure (disk full, ...)
     return final
+
+
+def _upload(sftp: paramiko.SFTPClient, bundle: Bundle, staging: str) -> None:
+    for folder in sorted({str(p.parent) for p in bundle.files} | {"."}):
+        _makedirs(sftp, f"{staging}/{folder}")
+    for relative, data in bundle.contents.items():
+        sftp.putfo(io.BytesIO(data), f"{staging}/{relative.as_posix()}")
+    sftp.putfo(io.BytesIO(bundle.content_hash.encode()), f"{staging}/.complete")
+
+
+def _remove_tree(sftp: paramiko.SFTPClient, path: str) -> None:
+    """Remove the folder ``path`` and everything in it, as far as it goes: a staging folder left
+    behind is litter, not a failure of the host."""
+    try:
+        entries = sftp.listdir_attr(path)
+    except OSError:
+        return  # never made, or gone already
+    for entry in entries:
+        child = f"{path}/{entry.filename}"
+        try:
+            if stat.S_ISDIR(entry.st_mode or 0):
+                _remove_tree(sftp, child)
+            else:
+                sftp.remove(child)
+        except OSError:
+            continue
+    with contextlib.suppress(OSError):
+        sftp.rmdir(path)
 
 
 def _exists(sftp: paramiko.SFTPClient, path: str) -> bool:

@@ -7,6 +7,7 @@ Every test passes its own config file (``ssh -G -F FILE`` reads neither ~/.ssh/c
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,18 @@ import pytest
 
 from gpudiag.errors import InputError
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import ResolvedHost, SshOptions, parse_ssh_g, resolve_all, resolve_host
+from gpudiag.sshconfig import (
+    ProxySettingError,
+    ResolvedHost,
+    SshOptions,
+    parse_jump_host,
+    parse_ssh_g,
+    proxy_command_line,
+    resolve_all,
+    resolve_host,
+    resolve_jump_host,
+    split_proxy_jump,
+)
 
 SSH = shutil.which("ssh")
 needs_ssh = pytest.mark.skipif(SSH is None, reason="needs the OpenSSH client (ssh) for ssh -G")
@@ -50,6 +62,17 @@ Host lax
     User dave
     StrictHostKeyChecking no
     IdentityFile {tmp}/lax_key
+
+Host behind
+    HostName 10.9.9.9
+    User erin
+    ProxyCommand nc -X connect -x proxy:3128 %h %p %r %n %%
+    IdentityFile %d/.ssh/behind_%r
+    UserKnownHostsFile %d/kh_%h ~/kh2
+
+Host chained
+    ProxyJump ssh://jump@bastion:2200,[::1]:2201
+    ProxyCommand nc %h %p
 """
 
 
@@ -75,7 +98,7 @@ def test_host_block_is_applied(config: str, tmp_path: Path, ssh_binary: str | No
         identity_files=(os.path.expanduser("~/.ssh/cluster_key"), f"{tmp_path}/second_key"),
         proxy_jump="jump@bastion:2200", connect_timeout_s=5.0,
         known_hosts_files=(f"{tmp_path}/kh1", os.path.expanduser("~/.ssh/kh2")),
-        strict_host_key_checking="accept-new")
+        strict_host_key_checking="accept-new", proxy_command=None, original_host="node07")
 
 
 @BOTH
@@ -93,7 +116,8 @@ def test_yes_no_none_and_time_units(config: str, ssh_binary: str | None) -> None
 
 @needs_ssh
 @pytest.mark.parametrize("spec", [HostSpec("node07"), HostSpec("node07", "root", 22), HostSpec("strict"),
-                                  HostSpec("lax", port=2200), HostSpec("bastion"), HostSpec("NODE8")])
+                                  HostSpec("lax", port=2200), HostSpec("bastion"), HostSpec("NODE8"),
+                                  HostSpec("behind", "root", 2201), HostSpec("chained")])
 @pytest.mark.parametrize("user", [None, "ops"])
 def test_ssh_and_paramiko_agree(config: str, tmp_path: Path, spec: HostSpec, user: str | None) -> None:
     key = tmp_path / "given_key"
@@ -235,12 +259,110 @@ def test_parse_ssh_g_keeps_repeated_keys() -> None:
     assert values["port"] == ["2222"]
 
 
-@pytest.mark.parametrize("binary", [None, "ssh"])
-def test_a_proxy_command_is_refused_not_bypassed(tmp_path: Path, binary):
-    if binary is not None and shutil.which(binary) is None:
-        pytest.fail("the OpenSSH client is part of this project's machines")
-    config = tmp_path / "ssh_config"
-    config.write_text("Host behind\n    HostName 10.9.9.9\n    ProxyCommand nc -X connect -x proxy:3128 %h %p\n")
-    with pytest.raises(InputError, match="ProxyCommand"):
-        resolve_host(HostSpec("behind"), SshOptions(config_file=str(config), known_hosts=str(tmp_path / "kh")),
-                     ssh_binary=binary)
+# --- ProxyCommand, ProxyJump and the home directory ------------------------------------------------
+
+
+@BOTH
+def test_a_proxy_command_is_kept_and_expanded_with_the_final_host_user_and_port(config: str,
+                                                                               ssh_binary: str | None) -> None:
+    resolved = resolve_host(HostSpec("behind", user="root", port=2201), options(config), ssh_binary)
+
+    assert resolved.proxy_command == "nc -X connect -x proxy:3128 %h %p %r %n %%"
+    assert proxy_command_line(resolved) == "nc -X connect -x proxy:3128 10.9.9.9 2201 root behind %"
+    assert resolve_host(HostSpec("behind"), options(config), ssh_binary).proxy_command is not None
+
+
+@BOTH
+def test_a_proxy_jump_takes_the_place_of_a_later_proxy_command(config: str, ssh_binary: str | None) -> None:
+    resolved = resolve_host(HostSpec("chained"), options(config), ssh_binary)
+
+    assert resolved.proxy_jump == "ssh://jump@bastion:2200,[::1]:2201"
+    assert resolved.proxy_command is None
+
+
+@pytest.mark.parametrize("command, problem", [("nc %h %d", "%d is not a token"), ("nc %h 100%", "lone %")])
+def test_a_proxy_command_token_ssh_does_not_expand_is_refused(command: str, problem: str) -> None:
+    host = ResolvedHost(label="n1", hostname="10.0.0.1", user="u", port=22, identity_files=(), proxy_jump=None,
+                        connect_timeout_s=10.0, known_hosts_files=(), strict_host_key_checking="yes",
+                        proxy_command=command, original_host="n1")
+
+    with pytest.raises(ProxySettingError, match=problem) as caught:
+        proxy_command_line(host)
+    assert "fix:" in str(caught.value) and command in str(caught.value)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("bastion", HostSpec("bastion")),
+    ("jump@bastion", HostSpec("bastion", "jump")),
+    ("jump@bastion:2222", HostSpec("bastion", "jump", 2222)),
+    ("[::1]:2222", HostSpec("::1", None, 2222)),
+    ("[::1]", HostSpec("::1")),
+    ("user@[fe80::1%eth0]:22", HostSpec("fe80::1%eth0", "user", 22)),
+    ("ssh://user@host:2200", HostSpec("host", "user", 2200)),
+    ("ssh://host", HostSpec("host")),
+    ("ssh://[::1]:2201", HostSpec("::1", None, 2201)),
+    ("ssh://ops%40corp@[2001:db8::5]:22", HostSpec("2001:db8::5", "ops@corp", 22)),
+    ("a@b@host:23", HostSpec("host", "a@b", 23)),
+])
+def test_jump_host_forms(text: str, expected: HostSpec) -> None:
+    parsed = parse_jump_host(text)
+
+    assert (parsed.host, parsed.user, parsed.port) == (expected.host, expected.user, expected.port)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("fe80::1", "needs brackets"), ("[::1", "close the bracket"), ("[::1]2222", "close the bracket"),
+    ("host:0", "port '0'"), ("host:ssh", "port 'ssh'"), ("@host", "empty user"), ("user@", "no host name"),
+    ("ssh://host/path", "has a path"), ("ssh://u;fingerprint=SHA256:x@host", "connection parameters"),
+    ("ssh://user@:22", "no host name"),
+])
+def test_bad_jump_hosts_name_the_entry_and_the_fix(text: str, problem: str) -> None:
+    with pytest.raises(ProxySettingError, match=problem) as caught:
+        parse_jump_host(text)
+    assert text in str(caught.value) and "fix:" in str(caught.value)
+
+
+def test_a_proxy_jump_splits_into_entries_and_refuses_an_empty_one() -> None:
+    assert split_proxy_jump("a, ssh://b:2222 ,[::1]:22") == ["a", "ssh://b:2222", "[::1]:22"]
+    with pytest.raises(ProxySettingError, match="empty jump host"):
+        split_proxy_jump("a,,b")
+
+
+@BOTH
+def test_a_jump_host_keeps_its_own_user_and_drops_dash_l(config: str, ssh_binary: str | None) -> None:
+    given = options(config, user="ops")
+
+    bastion = resolve_jump_host(HostSpec("bastion"), given, None, ssh_binary)
+    named = resolve_jump_host(HostSpec("bastion", "root", 2200), given, None, ssh_binary)
+
+    assert (bastion.hostname, bastion.user, bastion.port) == ("bastion.example", "jump", 22)
+    assert (named.user, named.port, named.label) == ("root", 2200, "bastion:2200")
+
+
+@BOTH
+def test_the_chain_before_a_jump_host_replaces_its_own_proxy_settings(config: str, ssh_binary: str | None) -> None:
+    own = resolve_jump_host(HostSpec("node3"), options(config), None, ssh_binary)
+    via = resolve_jump_host(HostSpec("node3"), options(config), "first,second", ssh_binary)
+    behind = resolve_jump_host(HostSpec("behind"), options(config), "first", ssh_binary)
+
+    assert own.proxy_jump == "jump@bastion:2200"
+    assert via.proxy_jump == "first,second"
+    assert (behind.proxy_jump, behind.proxy_command) == ("first", None)
+
+
+@BOTH
+def test_tilde_and_percent_d_are_the_password_database_home_not_dollar_home(
+        config: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ssh_binary: str | None) -> None:
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
+
+    behind = resolve_host(HostSpec("behind"), options(config, known_hosts=None), ssh_binary)
+    node = resolve_host(HostSpec("node1"), options(config, identity_files=("~/given",), known_hosts=None),
+                        ssh_binary)
+    replaced = resolve_host(HostSpec("node1"), options(config, known_hosts="~/fleet_kh"), ssh_binary)
+
+    assert behind.identity_files == (f"{home}/.ssh/behind_erin",)
+    assert behind.known_hosts_files == (f"{home}/kh_10.9.9.9", f"{home}/kh2")
+    assert node.identity_files[:2] == (f"{home}/given", f"{home}/.ssh/cluster_key")
+    assert node.known_hosts_files[1] == f"{home}/.ssh/kh2"
+    assert replaced.known_hosts_files == (f"{home}/fleet_kh",)
