@@ -12,7 +12,7 @@ file, then ssh's defaults. ``-i`` files come before the config's ``IdentityFile`
 password database, as ssh takes it, never ``$HOME``.
 
 ProxyCommand and ProxyJump are kept as written: each is turned into a connection when that host is
-reached (``proxy_command_line``, ``split_proxy_jump``, ``parse_jump_host``, ``resolve_jump_host``), so a
+reached (``proxy_command_line``, ``resolve_jump_host``; ``transport/jump.py`` reads ProxyJump entries), so a
 host whose value cannot be used is that host's failure (``ProxySettingError``), not the sweep's.
 """
 
@@ -27,7 +27,6 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import paramiko
 from paramiko.config import SSHConfig
@@ -289,67 +288,7 @@ def _expand_tokens(path: str, tokens: Mapping[str, str]) -> str:
     return re.sub(r"%.", lambda match: tokens.get(match.group(0), match.group(0)), expand_home(path))
 
 
-# --- ProxyJump and ProxyCommand values -----------------------------------------------------------
-
-
-def split_proxy_jump(value: str) -> list[str]:
-    """A ProxyJump value's jump hosts, first first, each as written (``a, ssh://b:2222`` gives
-    ``["a", "ssh://b:2222"]``). Raises ProxySettingError for an empty entry."""
-    parts = [part.strip() for part in value.split(",")]
-    if not all(parts):
-        raise ProxySettingError(f"ProxyJump {value!r} has an empty jump host; fix: list jump hosts "
-                                "separated by single commas")
-    return parts
-
-
-def parse_jump_host(text: str) -> HostSpec:
-    """One ProxyJump entry as ssh reads it: ``[user@]host[:port]``, ``user@[v6addr%scope]:port`` or
-    ``ssh://[user@]host[:port]``. Raises ProxySettingError naming the entry and the fix."""
-    if text.startswith("ssh://"):  # as ssh: the scheme in lower case
-        return _parse_ssh_uri(text)
-    user, at, rest = text.rpartition("@")
-    if at and not user:
-        raise ProxySettingError(f"ProxyJump host {text!r} has an empty user name; fix: write user@host")
-    host, port = _split_host_port(rest, text)
-    return HostSpec(host=host, user=user or None, port=port)
-
-
-def _parse_ssh_uri(text: str) -> HostSpec:
-    authority, slash, path = text[len("ssh://"):].partition("/")
-    if path:
-        raise ProxySettingError(f"ProxyJump URI {text!r} has a path; fix: write ssh://[user@]host[:port]")
-    user, at, rest = authority.rpartition("@")
-    if ";" in user:
-        raise ProxySettingError(f"ProxyJump URI {text!r} carries connection parameters, which ssh does not "
-                                "support; fix: remove what follows ';' in the user part")
-    if at and not user:
-        raise ProxySettingError(f"ProxyJump URI {text!r} has an empty user name; fix: write ssh://user@host")
-    host, port = _split_host_port(rest, text)
-    return HostSpec(host=host, user=unquote(user) or None, port=port)
-
-
-def _split_host_port(text: str, entry: str) -> tuple[str, int | None]:
-    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` as (host, port or None)."""
-    if text.startswith("["):
-        host, bracket, after = text[1:].partition("]")
-        if not bracket or not host or (after and not after.startswith(":")):
-            raise ProxySettingError(f"ProxyJump host {entry!r}: an IPv6 address is written [address]:port; "
-                                    "fix: close the bracket and put the port after it")
-        port_text = after[1:] if after else None
-    else:
-        if text.count(":") > 1:
-            raise ProxySettingError(f"ProxyJump host {entry!r}: an IPv6 address needs brackets; "
-                                    f"fix: write [{text}] or [{text.rpartition(':')[0]}]:port")
-        host, colon, port_text_raw = text.partition(":")
-        port_text = port_text_raw if colon else None
-    if not host:
-        raise ProxySettingError(f"ProxyJump host {entry!r} has no host name; fix: write [user@]host[:port]")
-    if port_text is None:
-        return host, None
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ProxySettingError(f"ProxyJump host {entry!r}: port {port_text!r} is not a number from 1 to 65535; "
-                                "fix: correct the port")
-    return host, int(port_text)
+# --- ProxyCommand values ------------------------------------------------------------------------
 
 
 def proxy_command_line(host: ResolvedHost) -> str:

@@ -19,14 +19,13 @@ from gpudiag.sshconfig import (
     ProxySettingError,
     ResolvedHost,
     SshOptions,
-    parse_jump_host,
     parse_ssh_g,
     proxy_command_line,
     resolve_all,
     resolve_host,
     resolve_jump_host,
-    split_proxy_jump,
 )
+from gpudiag.transport.jump import parse_jump_host, split_proxy_jump
 
 SSH = shutil.which("ssh")
 needs_ssh = pytest.mark.skipif(SSH is None, reason="needs the OpenSSH client (ssh) for ssh -G")
