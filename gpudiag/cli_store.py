@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .baseline import (
+    Baseline,
     baseline_samples,
     build_baseline,
     export_baseline,
@@ -28,6 +29,7 @@ from .links.attribution import HostLinkFigures, host_link_figures
 from .links.rounds import link_results
 from .report import render_report, write_report
 from .store import Store, default_store_path
+from .tables import Column, TableSpec, fit_table, print_tables
 
 FORMATS = ("text", "md", "json", "html")
 
@@ -82,29 +84,33 @@ def history(host: str | None, limit: int, store_path: str | None) -> ExitCode:
     console = Console()
     with Store.open(_store_path(store_path), readonly=True) as store:
         if host is None:
-            console.print(_sweeps_table(store.list_sweeps(limit)))
+            print_tables(console, [_sweeps_table(store.list_sweeps(limit), console.width)])
         else:
             rows = store.host_history(host, limit)
             if not rows:
                 raise InputError(f"{host}: not in any stored sweep of {_store_path(store_path)}")
-            console.print(_history_table(host, rows))
-            links = _link_history_table(host, rows)
-            if links is not None:
-                console.print(links)
+            links = _link_history_table(host, rows, console.width)
+            print_tables(console, [_history_table(host, rows, console.width), *([links] if links else [])])
     return ExitCode.OK
 
 
-def _sweeps_table(sweeps: list[dict]) -> Table:
+# Where a table leaves out columns for want of room, its caption says so and how to see them.
+WIDER_HINT = "a wider terminal (COLUMNS) shows them"
+SWEEPS_COLUMNS = (Column("sweep", "name"), Column("ok/all", justify="left"), Column("findings", justify="left"),
+                  Column("links", justify="left", drop_rank=1), Column("slowest link", justify="left", drop_rank=2),
+                  Column("exit", "text"))
+
+
+def _sweeps_table(sweeps: list[dict], width: int) -> Table:
+    """The stored sweeps within ``width`` characters."""
     # The sweep id carries its start time (gpudiag names a sweep by it): no column of its own,
     # so that the pair tests fit in 80 columns.
-    table = Table(title="Stored sweeps, newest first", title_justify="left")
-    for column in ("sweep", "ok/all", "findings", "links", "slowest link", "exit"):
-        table.add_column(column, no_wrap=column == "sweep")
+    rows = []
     for sweep in sweeps:
         exit_code = "interrupted" if sweep["interrupted"] else str(sweep["exit_code"])
-        table.add_row(sweep["sweep_id"], f"{sweep['hosts_ok']}/{sweep['hosts_total']}", str(sweep["findings"]),
-                      _link_count(sweep), _slowest_link(sweep.get("slowest_link")), exit_code)
-    return table
+        rows.append((sweep["sweep_id"], f"{sweep['hosts_ok']}/{sweep['hosts_total']}", str(sweep["findings"]),
+                     _link_count(sweep), _slowest_link(sweep.get("slowest_link")), exit_code))
+    return fit_table(TableSpec("Stored sweeps, newest first", SWEEPS_COLUMNS, tuple(rows)), width, WIDER_HINT)
 
 
 def _link_count(sweep: dict) -> str:
@@ -127,40 +133,45 @@ def _slowest_link(link: dict | None) -> str:
 HISTORY_PARAMS = ("dtype", "direction", "memory")
 
 
-def _history_table(host: str, rows: list[dict]) -> Table:
-    table = Table(title=f"{host}: min / median / max over its GPUs, newest sweep first", title_justify="left")
-    for column in ("sweep", "status", "figure", "min", "median", "max", "unit"):
-        table.add_column(column, justify="right" if column in ("min", "median", "max") else "left",
-                         no_wrap=column in ("sweep", "figure"))
+# The sweep and its status head each sweep's rows, in the figure column: a column of their own
+# (21 characters of sweep id) would not leave the figures room in 80 columns.
+HISTORY_COLUMNS = (Column("sweep, figure", "text"), Column("min"), Column("median"), Column("max"),
+                   Column("unit", "text", drop_rank=1))
+
+
+def _history_table(host: str, rows: list[dict], width: int) -> Table:
+    """The host's figures per stored sweep within ``width`` characters: a line naming the sweep
+    and its status, then one line per figure (min, median, max over its GPUs, unit)."""
+    cells: list[tuple[str, ...] | None] = []
     for row in rows:
         status = row["status"] if not row.get("error") else f"{row['status']}: {row['error']}"
-        figures = _fold_figures(row["figures"])
-        if not figures:
-            table.add_row(row["sweep_id"], status, "-", "", "", "", "")
-        for index, (name, (low, middle, high, unit)) in enumerate(sorted(figures.items())):
-            table.add_row(row["sweep_id"] if index == 0 else "", status if index == 0 else "", name,
-                          f"{low:.4g}", f"{middle:.4g}", f"{high:.4g}", unit or "")
-        table.add_section()
-    return table
+        cells.append((f"sweep {row['sweep_id']}: {status}", "", "", "", ""))
+        for name, (low, middle, high, unit) in sorted(_fold_figures(row["figures"]).items()):
+            cells.append((name, f"{low:.4g}", f"{middle:.4g}", f"{high:.4g}", unit or ""))
+        cells.append(None)
+    spec = TableSpec(f"{host}: min / median / max over its GPUs, newest sweep first", HISTORY_COLUMNS,
+                     tuple(cells))
+    return fit_table(spec, width, WIDER_HINT)
 
 
-def _link_history_table(host: str, rows: list[dict]) -> Table | None:
-    """The host's pair figures per sweep and backend/rail (None when it has none): the worst
-    partner's figure and who, the median and its share of the line rate, and the pairs."""
+LINK_HISTORY_COLUMNS = (Column("sweep, link", "text"), Column("worst, with"), Column("median, line", drop_rank=2),
+                        Column("pairs", drop_rank=1))
+
+
+def _link_history_table(host: str, rows: list[dict], width: int) -> Table | None:
+    """The host's pair figures per sweep and backend/rail (None when it has none) within
+    ``width`` characters: a line naming the sweep, then per link the worst partner's figure and
+    who, the median and its share of the line rate, and the pairs."""
     per_sweep = [(row, host_link_figures(host, link_results(row.get("links") or ()))) for row in rows]
     if not any(figures for _, figures in per_sweep):
         return None
-    table = Table(title=f"{host}: pair figures in {LINK_UNIT} (a pair's is the mean of its runs), newest sweep first",
-                  title_justify="left")
-    for column in ("sweep", "link", "worst, with", "median, line", "pairs"):
-        table.add_column(column, justify="left" if column in ("sweep", "link") else "right",
-                         no_wrap=column == "sweep")
+    cells: list[tuple[str, ...] | None] = []
     for row, figures in per_sweep:
-        for index, figure in enumerate(figures):
-            table.add_row(row["sweep_id"] if index == 0 else "", *_link_cells(figure))
         if figures:
-            table.add_section()
-    return table
+            cells.extend([(f"sweep {row['sweep_id']}", "", "", ""), *map(_link_cells, figures), None])
+    spec = TableSpec(f"{host}: pair figures in {LINK_UNIT} (a pair's is the mean of its runs), newest sweep first",
+                     LINK_HISTORY_COLUMNS, tuple(cells))
+    return fit_table(spec, width, WIDER_HINT)
 
 
 def _link_cells(figure: HostLinkFigures) -> tuple[str, str, str, str]:
@@ -224,30 +235,40 @@ def baseline_show(name: str | None, store_path: str | None) -> ExitCode:
     console = Console()
     with Store.open(_store_path(store_path), readonly=True) as store:
         if name is None:
-            table = Table(title="Stored baselines", title_justify="left")
-            for column in ("name", "created", "keys", "from sweeps"):
-                table.add_column(column)
-            for entry in list_baselines(store):
-                table.add_row(entry["name"], entry["created_at"], str(entry["entries"]),
-                              ", ".join(entry["source_sweeps"]))
-            console.print(table)
+            print_tables(console, [_baselines_table(list_baselines(store), console.width)])
             return ExitCode.OK
         shown = load_baseline(store, name)
-    table = Table(title=f"Baseline {shown.name} ({shown.created_at})", title_justify="left")
-    for column in ("key", "median", "MAD", "count", "unit"):
-        table.add_column(column, justify="left" if column == "key" else "right")
-    # Results first, then the link groups (their count is of pair figures), each part by key.
+    print_tables(console, [_baseline_table(shown, console.width)])
+    return ExitCode.OK
+
+
+BASELINES_COLUMNS = (Column("name", "name"), Column("created", "name", drop_rank=1), Column("keys", justify="left"),
+                     Column("from sweeps", "text"))
+BASELINE_COLUMNS = (Column("key", "text"), Column("median"), Column("MAD"), Column("count"),
+                    Column("unit", "text", drop_rank=1, justify="right"))
+
+
+def _baselines_table(entries: list[dict], width: int) -> Table:
+    """The stored baselines (list_baselines) within ``width`` characters."""
+    rows = tuple((entry["name"], entry["created_at"], str(entry["entries"]), ", ".join(entry["source_sweeps"]))
+                 for entry in entries)
+    return fit_table(TableSpec("Stored baselines", BASELINES_COLUMNS, rows), width, WIDER_HINT)
+
+
+def _baseline_table(shown: Baseline, width: int) -> Table:
+    """One baseline's entries within ``width`` characters: results first, then the link groups
+    (their count is of pair figures), each part by key."""
     parts: tuple[list, list] = ([], [])
     for key, entry in sorted(shown.entries.items()):
         parts[json.loads(key).get("probe") == LINK_PROBE].append((key, entry))
+    rows: list[tuple[str, ...] | None] = []
     for index, part in enumerate(parts):
         if index and part and parts[0]:
-            table.add_section()
-        for key, entry in part:
-            table.add_row(describe_key(key), f"{entry.median:.4g}", f"{entry.mad:.3g}", str(entry.count),
-                          entry.unit or "")
-    console.print(table)
-    return ExitCode.OK
+            rows.append(None)
+        rows.extend((describe_key(key), f"{entry.median:.4g}", f"{entry.mad:.3g}", str(entry.count),
+                     entry.unit or "") for key, entry in part)
+    spec = TableSpec(f"Baseline {shown.name} ({shown.created_at})", BASELINE_COLUMNS, tuple(rows))
+    return fit_table(spec, width, WIDER_HINT)
 
 
 @baseline.command("export")

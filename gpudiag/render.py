@@ -8,9 +8,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from .results import ProbeResult
+from .tables import Column, TableSpec, fit_table, print_tables, split_table
 
 # Probes shown as one row per measurement; telemetry and p2p get tables of their own.
 MEASUREMENT_PROBES = ("gemm", "membw", "pcie", "smclock")
@@ -28,22 +28,32 @@ TELEMETRY_COLUMNS = (
 
 
 def render_probe_results(results: Sequence[ProbeResult], console: Console) -> None:
-    """Print the node's facts line, measurements, P2P matrices, telemetry and anything not ok."""
+    """Print the node's facts line, measurements, P2P matrices, telemetry and anything not ok,
+    each table within the console's width (split into several where it is too narrow)."""
     facts = next((r for r in results if r.probe == "facts" and r.ok), None)
     if facts is not None:
         console.print(facts_line(facts.details))
+    for spec in probe_tables(results):
+        print_tables(console, split_table(spec, console.width))
+    for line in not_ok_lines(results):
+        console.print(line, markup=False, highlight=False)
+
+
+def probe_tables(results: Sequence[ProbeResult]) -> list[TableSpec]:
+    """The tables of one node's results that have something to show: measurements, the P2P
+    matrices (unidirectional, bidirectional), telemetry."""
+    specs = []
     measurements = [r for r in results if r.probe in MEASUREMENT_PROBES and r.ok]
     if measurements:
-        console.print(_measurement_table(measurements))
+        specs.append(_measurement_table(measurements))
     for direction in ("unidirectional", "bidirectional"):
         pairs = [r for r in results if r.probe == "p2p" and r.ok and r.params.get("direction") == direction]
         if pairs:
-            console.print(_p2p_table(pairs, direction))
+            specs.append(_p2p_table(pairs, direction))
     telemetry = [r for r in results if r.probe == "telemetry"]
     if any(r.ok for r in telemetry):
-        console.print(_telemetry_table(telemetry))
-    for line in not_ok_lines(results):
-        console.print(line, markup=False, highlight=False)
+        specs.append(_telemetry_table(telemetry))
+    return specs
 
 
 def facts_line(facts: dict[str, Any] | Any) -> str:
@@ -85,18 +95,18 @@ def format_value(value: float | None, unit: str | None) -> str:
     return f"{text} {unit}" if unit and unit not in ("count", "bool") else text
 
 
-def _measurement_table(results: Sequence[ProbeResult]) -> Table:
-    table = Table(title="Measurements", title_justify="left")
-    for column in ("probe", "device", "metric", "value", "CV", "samples"):
-        table.add_column(column, justify="right" if column in ("value", "CV", "samples") else "left",
-                         no_wrap=True)
-    table.add_column("parameters")
-    table.add_column("under load")
+MEASUREMENT_COLUMNS = (Column("probe", "name"), Column("device", "name"), Column("metric", "name"),
+                       Column("value"), Column("CV"), Column("samples"), Column("parameters", "text"),
+                       Column("under load", "text"))
+
+
+def _measurement_table(results: Sequence[ProbeResult]) -> TableSpec:
+    rows = []
     for r in results:
         cv = "-" if r.cv is None else f"{100 * r.cv:.2f} %"
-        table.add_row(r.probe, r.device, r.metric, format_value(r.value, r.unit), cv, str(r.samples),
-                      describe_params(r.params), describe_load(r.details))
-    return table
+        rows.append((r.probe, r.device, r.metric, format_value(r.value, r.unit), cv, str(r.samples),
+                     describe_params(r.params), describe_load(r.details)))
+    return TableSpec("Measurements", MEASUREMENT_COLUMNS, tuple(rows))
 
 
 def describe_load(details: dict[str, Any] | Any) -> str:
@@ -127,18 +137,16 @@ def describe_params(params: dict[str, Any] | Any) -> str:
     return " ".join(words)
 
 
-def _p2p_table(pairs: Sequence[ProbeResult], direction: str) -> Table:
+def _p2p_table(pairs: Sequence[ProbeResult], direction: str) -> TableSpec:
+    """The matrix of pair figures; a destination's header is its number alone (``3`` for
+    ``cuda:3``) where the console is too narrow for its whole name."""
     devices = sorted({str(r.params.get("src")) for r in pairs} | {str(r.params.get("dst")) for r in pairs},
                      key=_device_order)
     value = {(str(r.params.get("src")), str(r.params.get("dst"))): r.value for r in pairs}
-    table = Table(title=f"P2P {direction} bandwidth, GB/s (row = source)", title_justify="left")
-    table.add_column("")
-    for device in devices:
-        table.add_column(device, justify="right")
-    for source in devices:
-        cells = [_pair_cell(value, source, target, direction) for target in devices]
-        table.add_row(source, *cells)
-    return table
+    columns = (Column("", "name"), *(Column(device, short_title=device.rpartition(":")[2]) for device in devices))
+    rows = tuple((source, *(_pair_cell(value, source, target, direction) for target in devices))
+                 for source in devices)
+    return TableSpec(f"P2P {direction} bandwidth, GB/s (row = source, column = destination)", columns, rows)
 
 
 def _pair_cell(value: dict[tuple[str, str], float | None], source: str, target: str, direction: str) -> str:
@@ -150,23 +158,21 @@ def _pair_cell(value: dict[tuple[str, str], float | None], source: str, target: 
     return "?" if found is None else f"{found:.1f}"
 
 
-def _telemetry_table(results: Sequence[ProbeResult]) -> Table:
+def _telemetry_table(results: Sequence[ProbeResult]) -> TableSpec:
     by_device: dict[str, dict[str, ProbeResult]] = defaultdict(dict)
     for r in results:
         by_device[r.device][r.metric] = r
     sources = sorted({str(r.details.get("source")) for r in results if r.ok and r.details.get("source")})
-    table = Table(title=f"Telemetry ({', '.join(sources) or 'NVML'})", title_justify="left")
-    table.add_column("GPU")
-    for title, _ in TELEMETRY_COLUMNS:
-        table.add_column(title, justify="right")
-    table.add_column("clocks event reasons")
+    columns = (Column("GPU", "name"), *(Column(title) for title, _ in TELEMETRY_COLUMNS),
+               Column("clocks event reasons", "text"))
+    rows = []
     for device in sorted(by_device, key=_device_order):
         metrics = by_device[device]
         cells = ["/".join(_metric_text(metrics.get(name)) for name in names) for _, names in TELEMETRY_COLUMNS]
         reasons = metrics.get("clocks_event_reasons")
         active = ", ".join(reasons.details.get("active", [])) if reasons and reasons.ok else "-"
-        table.add_row(device, *cells, active or "none")
-    return table
+        rows.append((device, *cells, active or "none"))
+    return TableSpec(f"Telemetry ({', '.join(sources) or 'NVML'})", columns, tuple(rows))
 
 
 def _metric_text(result: ProbeResult | None) -> str:
@@ -180,40 +186,43 @@ def _device_order(device: str) -> tuple[str, int]:
     return (prefix, int(number)) if number.isdigit() else (device, -1)
 
 
-# Per-host columns of the sweep table: (title, probe, metric, params that must match).
+# Per-host columns of the sweep table: (column, probe, metric, params that must match). Where the
+# console is narrow, d2h goes first, then h2d, then the SM clock (Column.drop_rank).
 SWEEP_COLUMNS = (
-    ("gemm TFLOP/s", "gemm", "tflops", {}),
-    ("membw GB/s", "membw", "bandwidth", {}),
-    ("h2d GB/s", "pcie", "bandwidth", {"direction": "h2d"}),
-    ("d2h GB/s", "pcie", "bandwidth", {"direction": "d2h"}),
-    ("SM MHz", "smclock", "sm_clock", {}),
+    (Column("gemm TFLOP/s"), "gemm", "tflops", {}),
+    (Column("membw GB/s"), "membw", "bandwidth", {}),
+    (Column("h2d GB/s", drop_rank=2), "pcie", "bandwidth", {"direction": "h2d"}),
+    (Column("d2h GB/s", drop_rank=3), "pcie", "bandwidth", {"direction": "d2h"}),
+    (Column("SM MHz", drop_rank=1), "smclock", "sm_clock", {}),
 )
 SWEEP_TABLE_MAX_ROWS = 32
 
 
 def render_sweep_table(result: Any, console: Console) -> None:
-    """A compact per-host table of the measured hosts: min / median / max over each host's GPUs."""
+    """A compact per-host table of the measured hosts (min / median / max over each host's GPUs)
+    within the console's width; the caption names any column left out for want of room."""
     measured = [host for host in result.hosts if host.results]
     if measured:
-        console.print(_sweep_table(measured))
+        print_tables(console, [fit_table(sweep_table(measured), console.width, hint="see --json")])
 
 
-def _sweep_table(hosts: Sequence[Any]) -> Table:
-    table = Table(title="Per host: min / median / max over its GPUs", title_justify="left")
-    table.add_column("host", no_wrap=True)
-    table.add_column("GPUs", justify="right")
-    for title, *_ in SWEEP_COLUMNS:
-        table.add_column(title, justify="right", no_wrap=True)
-    table.add_column("not ok", justify="right")
-    for host in hosts[:SWEEP_TABLE_MAX_ROWS]:
-        cells = [_spread([r.value for r in host.results if r.ok and r.probe == probe and r.metric == metric
-                          and all(r.params.get(k) == v for k, v in params.items())])
-                 for _, probe, metric, params in SWEEP_COLUMNS]
-        not_ok = sum(1 for r in host.results if not r.ok)
-        table.add_row(host.host, str(host.facts.get("gpu_count", "-")), *cells, str(not_ok))
-    if len(hosts) > SWEEP_TABLE_MAX_ROWS:
-        table.caption = f"{len(hosts) - SWEEP_TABLE_MAX_ROWS} more hosts in the JSON document (--json)"
-    return table
+def sweep_table(hosts: Sequence[Any]) -> TableSpec:
+    """The per-host table of ``hosts`` (HostOutcome): the first SWEEP_TABLE_MAX_ROWS of them."""
+    columns = (Column("host", "name"), Column("GPUs"), *(column for column, *_ in SWEEP_COLUMNS), Column("not ok"))
+    rows = tuple(_sweep_row(host) for host in hosts[:SWEEP_TABLE_MAX_ROWS])
+    more = len(hosts) - SWEEP_TABLE_MAX_ROWS
+    caption = f"{more} more hosts in the JSON document (--json)" if more > 0 else ""
+    return TableSpec("Per host: min / median / max over its GPUs", columns, rows, caption)
+
+
+def _sweep_row(host: Any) -> tuple[str, ...]:
+    """One host's row: name, GPU count, the spread of each SWEEP_COLUMNS figure, results not ok."""
+    results = host.results  # read once: a HostOutcome may unpack its records on every read
+    cells = [_spread([r.value for r in results if r.ok and r.probe == probe and r.metric == metric
+                      and all(r.params.get(k) == v for k, v in params.items())])
+             for _, probe, metric, params in SWEEP_COLUMNS]
+    not_ok = sum(1 for r in results if not r.ok)
+    return (host.host, str(host.facts.get("gpu_count", "-")), *cells, str(not_ok))
 
 
 def _spread(values: Sequence[float | None]) -> str:
