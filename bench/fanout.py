@@ -54,7 +54,7 @@ def gpudiag_fanout(names: list[str], options: SshOptions, fanout: int) -> tuple[
     cpu_before, children_before = cpu_seconds()
     started = time.perf_counter()
     resolved = resolve_all(specs, options)
-    connector = FleetConnector({r.label: r for r in resolved}, options, SshSettings())
+    connector = FleetConnector(resolved, options, SshSettings())
 
     def one(spec: HostSpec) -> int | None:
         session = connector.connect(spec)

@@ -125,8 +125,8 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
     else:
         hosts = load_hosts(request.hosts_argument or "", stdin)
         remote = [host for host in hosts if not host.is_local]
-        resolved = dict(zip((h.label for h in remote), resolve_all(remote, request.ssh), strict=True))
-        ssh_addresses = {label: host.hostname for label, host in resolved.items()}
+        resolved = resolve_all(remote, request.ssh)  # a host whose config ssh rejects is unreachable, not the end
+        ssh_addresses = {label: host.hostname for label, host in resolved.hosts.items()}
         ssh_addresses.update({host.label: socket.getfqdn() for host in hosts if host.is_local})
         # One connection per host for the node probes, the re-tests and every link round.
         connector = SessionPool(FleetConnector(resolved, request.ssh, request.settings))

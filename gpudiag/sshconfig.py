@@ -8,8 +8,12 @@ ProxyJump and a ProxyCommand the ProxyJump wins, whichever came first); gpudiag 
 
 Precedence, as in ssh: ``user@``/``:port`` from the hosts file, then ``-l``/``--user``, then the config
 file, then ssh's defaults. ``-i`` files come before the config's ``IdentityFile`` lines, and
-``--known-hosts`` replaces ``UserKnownHostsFile``. ``~`` and ``%d`` are the home directory of the
-password database, as ssh takes it, never ``$HOME``.
+``--known-hosts`` replaces ``UserKnownHostsFile`` (not ``GlobalKnownHostsFile``, as ``-o UserKnownHostsFile``
+would not). ``~`` and ``%d`` are the home directory of the password database, as ssh takes it, never ``$HOME``.
+
+A configuration that ssh rejects for one host (a token it cannot expand there, a bad value in that host's
+block for the fallback) is that host's ``ConfigProblem`` (``resolve_all``); only a file that cannot be read
+or parsed, or one that fails every host the same way, stops the sweep before it starts.
 
 ProxyCommand and ProxyJump are kept as written: each is turned into a connection when that host is
 reached (``proxy_command_line``, ``resolve_jump_host``; ``transport/jump.py`` reads ProxyJump entries), so a
@@ -41,7 +45,10 @@ DEFAULT_PORT = 22
 # of preference among them.
 DEFAULT_IDENTITY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
 DEFAULT_KNOWN_HOSTS_FILES = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+DEFAULT_GLOBAL_KNOWN_HOSTS_FILES = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 USER_CONFIG_FILE = "~/.ssh/config"
+SYSTEM_CONFIG_FILE = "/etc/ssh/ssh_config"
+FIX_CONFIG = "correct the ssh config file"
 
 # ssh -G prints yes/no as true/false; results use the words of ssh_config(5).
 _STRICT_WORDS = {"true": "yes", "yes": "yes", "false": "no", "no": "no", "off": "no",
@@ -69,7 +76,9 @@ class ResolvedHost:
     separated by commas), None for none. ``proxy_command`` is the raw ProxyCommand, tokens not yet
     expanded (``proxy_command_line``), None for none or where a ProxyJump takes precedence.
     ``original_host`` is the name as given (ssh's ``%n``). ``strict_host_key_checking`` is ``yes``,
-    ``no``, ``accept-new`` or ``ask``.
+    ``no``, ``accept-new`` or ``ask``. ``global_known_hosts_files`` (GlobalKnownHostsFile, tilde-expanded,
+    never written) are checked after ``known_hosts_files``; ``known_hosts_command`` is the raw
+    KnownHostsCommand, its tokens expanded when the host key is checked (``transport/hostkeycommand.py``).
     """
 
     label: str
@@ -83,10 +92,53 @@ class ResolvedHost:
     strict_host_key_checking: str
     proxy_command: str | None = None
     original_host: str = ""
+    global_known_hosts_files: tuple[str, ...] = DEFAULT_GLOBAL_KNOWN_HOSTS_FILES
+    known_hosts_command: str | None = None
 
 
 class ProxySettingError(ValueError):
     """A ProxyJump or ProxyCommand value that cannot be used; the message names it and the fix."""
+
+
+class HostConfigError(InputError):
+    """The ssh configuration cannot be applied to one host; other hosts may be fine.
+
+    ``where`` is the config file (``FILE:LINE`` where the line is known), ``reason`` what is wrong without
+    naming the host (the same text for every host when the whole file is at fault), ``fix`` what to do.
+    """
+
+    def __init__(self, where: str, host: str, reason: str, fix: str = FIX_CONFIG) -> None:
+        super().__init__(f"{where}: {reason} (for host {host}); fix: {fix}")
+        self.where = where
+        self.reason = reason
+        self.fix = fix
+
+
+class _BadSetting(ValueError):
+    """A value ``keyword value`` that ssh would refuse; ``problem`` says why, without the host."""
+
+    def __init__(self, keyword: str, value: str, problem: str) -> None:
+        super().__init__(f"{keyword} {value!r} {problem}")
+        self.keyword = keyword
+        self.value = value
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """A host whose SSH settings could not be resolved. ``message`` names the config file, the line where it
+    is known, and the fix; the sweep reports the host ``unreachable`` with it."""
+
+    label: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ResolvedFleet:
+    """The SSH settings of a sweep's hosts, by label in input order: ``hosts`` those resolved, ``problems``
+    those whose configuration ssh (or the fallback) rejects."""
+
+    hosts: Mapping[str, ResolvedHost]
+    problems: Mapping[str, ConfigProblem]
 
 
 @dataclass(frozen=True)
@@ -102,6 +154,8 @@ class _RawConfig:
     connect_timeout: str | None
     known_hosts_files: tuple[str, ...]
     strict_host_key_checking: str
+    global_known_hosts_files: tuple[str, ...]
+    known_hosts_command: str | None
 
 
 def resolve_host(spec: HostSpec, options: SshOptions, ssh_binary: str | None = "ssh") -> ResolvedHost:
@@ -111,8 +165,9 @@ def resolve_host(spec: HostSpec, options: SshOptions, ssh_binary: str | None = "
     None, or a binary that cannot be found, uses the paramiko fallback.
 
     Raises:
-        InputError: the config file cannot be read, or ssh rejects it (the message names the file and
-            carries ssh's own words).
+        InputError: the config file cannot be read or parsed as a whole.
+        HostConfigError: ssh rejects the configuration for this host, or a value in it (the message names
+            the file, the line where it is known, and carries ssh's own words).
     """
     return _resolve(spec, options, None, ssh_binary)
 
@@ -134,41 +189,55 @@ def resolve_jump_host(hop: HostSpec, options: SshOptions, via: str | None, ssh_b
 
 def _resolve(spec: HostSpec, options: SshOptions, via: str | None, ssh_binary: str | None) -> ResolvedHost:
     binary = shutil.which(ssh_binary) if ssh_binary else None
-    if binary is None:
-        raw = _lookup_paramiko(spec, options)
-        if via is not None:
-            raw = dataclasses.replace(raw, proxy_jump=_proxy_jump(via), proxy_command=None)
-    else:
-        raw = _lookup_ssh(binary, spec, options, via)
-    return _apply_options(spec, options, raw)
+    try:
+        if binary is None:
+            raw = _lookup_paramiko(spec, options)
+            if via is not None:
+                raw = dataclasses.replace(raw, proxy_jump=_none_is_none(via), proxy_command=None)
+        else:
+            raw = _lookup_ssh(binary, spec, options, via)
+        return _apply_options(spec, options, raw)
+    except _BadSetting as bad:
+        where = _config_where(options, _setting_line_pattern(bad.keyword, bad.value))
+        raise HostConfigError(where, spec.host, str(bad)) from None
 
 
-def resolve_all(specs: Iterable[HostSpec], options: SshOptions,
-                ssh_binary: str | None = "ssh") -> list[ResolvedHost]:
-    """``resolve_host`` for every spec, in input order.
+def resolve_all(specs: Iterable[HostSpec], options: SshOptions, ssh_binary: str | None = "ssh") -> ResolvedFleet:
+    """``resolve_host`` for every spec: one host's bad configuration is that host's ``ConfigProblem``.
 
     Hosts with the same host, user and port are resolved once. ``ssh -G`` runs in a pool of
     ``RESOLVE_WORKERS`` threads, since one process start per host adds up over a 1,000-node fleet.
 
     Raises:
-        InputError: as ``resolve_host``; raised once, before the pool starts, for a bad config.
+        InputError: the config file cannot be read or parsed (once, before the pool starts), or every host
+            fails for one and the same reason (a broken file, not a host's block): the message names the
+            file, the line where it is known, and the fix.
     """
-    ordered = list(specs)
-    unique = list(dict.fromkeys(ordered))
+    unique = list(dict.fromkeys(specs))
     if not unique:
-        return []
+        return ResolvedFleet({}, {})
     _check_readable(options.config_file)
     binary = shutil.which(ssh_binary) if ssh_binary else None
-    # The first host alone: a broken config then fails once, not once per host in the pool.
-    resolved = {unique[0]: resolve_host(unique[0], options, binary)}
-    rest = unique[1:]
-    if rest:
-        def resolve_one(spec: HostSpec) -> ResolvedHost:
-            return resolve_host(spec, options, binary)
 
-        with ThreadPoolExecutor(max_workers=min(RESOLVE_WORKERS, len(rest))) as pool:
-            resolved.update(zip(rest, pool.map(resolve_one, rest), strict=True))
-    return [resolved[spec] for spec in ordered]
+    def resolve_one(spec: HostSpec) -> ResolvedHost | HostConfigError:
+        try:
+            return resolve_host(spec, options, binary)
+        except HostConfigError as error:
+            return error
+
+    # The first host alone: a file that cannot be parsed then fails once, not once per host in the pool.
+    outcomes = [resolve_one(unique[0])]
+    if len(unique) > 1:
+        with ThreadPoolExecutor(max_workers=min(RESOLVE_WORKERS, len(unique) - 1)) as pool:
+            outcomes += pool.map(resolve_one, unique[1:])
+    errors = [outcome for outcome in outcomes if isinstance(outcome, HostConfigError)]
+    if len(errors) == len(unique) and len({error.reason for error in errors}) == 1:
+        raise InputError(f"{errors[0].where}: {errors[0].reason} (for every host); fix: {errors[0].fix}")
+    hosts = {spec.label: outcome for spec, outcome in zip(unique, outcomes, strict=True)
+             if isinstance(outcome, ResolvedHost)}
+    problems = {spec.label: ConfigProblem(spec.label, str(outcome))
+                for spec, outcome in zip(unique, outcomes, strict=True) if isinstance(outcome, HostConfigError)}
+    return ResolvedFleet(hosts, problems)
 
 
 def _apply_options(spec: HostSpec, options: SshOptions, raw: _RawConfig) -> ResolvedHost:
@@ -180,15 +249,45 @@ def _apply_options(spec: HostSpec, options: SshOptions, raw: _RawConfig) -> Reso
         known_hosts = raw.known_hosts_files
     timeout_s = options.connect_timeout_s
     if raw.connect_timeout is not None:
-        timeout_s = _parse_seconds(raw.connect_timeout, options)
+        timeout_s = _parse_seconds(raw.connect_timeout)
     return ResolvedHost(label=spec.label, hostname=raw.hostname, user=raw.user, port=raw.port,
                         identity_files=identities, proxy_jump=raw.proxy_jump, connect_timeout_s=timeout_s,
                         known_hosts_files=known_hosts, strict_host_key_checking=raw.strict_host_key_checking,
-                        proxy_command=raw.proxy_command, original_host=spec.host)
+                        proxy_command=raw.proxy_command, original_host=spec.host,
+                        global_known_hosts_files=raw.global_known_hosts_files,
+                        known_hosts_command=raw.known_hosts_command)
 
 
 def _config_name(options: SshOptions) -> str:
     return options.config_file or USER_CONFIG_FILE
+
+
+def _config_where(options: SshOptions, pattern: re.Pattern[str] | None) -> str:
+    """``FILE:LINE`` of the first line of the config that ``pattern`` finds (``--ssh-config``, else the user's
+    then the system's file), or the config's name when no line is found. Include is not followed."""
+    paths = [options.config_file] if options.config_file else [expand_home(USER_CONFIG_FILE), SYSTEM_CONFIG_FILE]
+    for path in paths if pattern is not None else ():
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if not line.lstrip().startswith("#") and pattern.search(line):
+                        return f"{path}:{number}"
+        except OSError:
+            continue  # a file that cannot be read holds no line to point at
+    return _config_name(options)
+
+
+def _setting_line_pattern(keyword: str, value: str) -> re.Pattern[str]:
+    """A config line that sets ``keyword`` to ``value`` (``Port 99999``, ``Port=99999``, quoted or not)."""
+    return re.compile(rf"^\s*{re.escape(keyword)}(\s*=\s*|\s+)\"?{re.escape(value)}\"?\s*$", re.IGNORECASE)
+
+
+def _ssh_message_pattern(message: str) -> re.Pattern[str] | None:
+    """Where to look for the cause of an ssh -G failure that names no line: the unknown token it names."""
+    if re.search(r"\bline \d+\b", message):
+        return None  # ssh named the file and line itself
+    token = re.search(r"unknown key (%\S)", message)
+    return re.compile(re.escape(token.group(1))) if token else None
 
 
 def _check_readable(config_file: str | None) -> None:
@@ -212,11 +311,12 @@ def _lookup_ssh(binary: str, spec: HostSpec, options: SshOptions, via: str | Non
         completed = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                    timeout=SSH_G_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        raise InputError(f"{_config_name(options)}: 'ssh -G {spec.host}' took more than {SSH_G_TIMEOUT_S:g} s; "
-                         "fix: check Match exec lines in the ssh config") from None
+        raise HostConfigError(_config_name(options), spec.host, f"'ssh -G' took more than {SSH_G_TIMEOUT_S:g} s",
+                              "check Match exec lines in the ssh config") from None
     if completed.returncode != 0:
-        raise InputError(f"{_config_name(options)}: ssh rejects the configuration for {spec.host}: "
-                         f"{_ssh_message(completed.stderr)}; fix: correct the ssh config file")
+        message = _ssh_message(completed.stderr)
+        raise HostConfigError(_config_where(options, _ssh_message_pattern(message)), spec.host,
+                              f"ssh rejects the configuration: {message}")
     values = parse_ssh_g(completed.stdout)
     return _raw_from_ssh_g(values, spec, options)
 
@@ -254,20 +354,22 @@ def _raw_from_ssh_g(values: Mapping[str, Sequence[str]], spec: HostSpec, options
         return found[0] if found else None
 
     hostname = first("hostname") or spec.host.lower()
-    user = first("user") or _local_user()
-    port = _parse_port(first("port") or str(DEFAULT_PORT), options)
+    user = first("user") or local_user()
+    port = _parse_port(first("port") or str(DEFAULT_PORT))
     tokens = _path_tokens(hostname, port, user, spec.host)
     # ssh -G prints IdentityFile as written but UserKnownHostsFile already expanded (with the
     # password database's home): expanding that again would misread a "%" that %% left in it.
     identities = tuple(_expand_tokens(path, tokens) for path in values.get("identityfile", ()))
     known_hosts = first("userknownhostsfile")
     timeout = first("connecttimeout")
-    jump = _proxy_jump(first("proxyjump"))
+    jump = _none_is_none(first("proxyjump"))
     return _RawConfig(hostname=hostname, user=user, port=port, identity_files=identities, proxy_jump=jump,
-                      proxy_command=None if jump else _proxy_command(first("proxycommand")),
+                      proxy_command=None if jump else _none_is_none(first("proxycommand")),
                       connect_timeout=None if timeout in (None, "none") else timeout,
                       known_hosts_files=_known_hosts(known_hosts.split() if known_hosts else None),
-                      strict_host_key_checking=_strict(first("stricthostkeychecking"), options))
+                      strict_host_key_checking=_strict(first("stricthostkeychecking")),
+                      global_known_hosts_files=_global_known_hosts(first("globalknownhostsfile")),
+                      known_hosts_command=_none_is_none(first("knownhostscommand")))
 
 
 def _ssh_message(stderr: str) -> str:
@@ -279,7 +381,7 @@ def _ssh_message(stderr: str) -> str:
 
 def _path_tokens(hostname: str, port: int, user: str, original_host: str) -> dict[str, str]:
     """The tokens ssh expands in IdentityFile and UserKnownHostsFile that gpudiag can know."""
-    return {"%%": "%", "%d": home_directory(), "%u": _local_user(), "%h": hostname, "%p": str(port),
+    return {"%%": "%", "%d": home_directory(), "%u": local_user(), "%h": hostname, "%p": str(port),
             "%r": user, "%n": original_host, "%i": str(os.getuid())}
 
 
@@ -331,22 +433,24 @@ def _lookup_paramiko(spec: HostSpec, options: SshOptions) -> _RawConfig:
     config = _read_paramiko_config(options)
     found = config.lookup(spec.host)
     hostname = found.get("hostname", spec.host).lower()
-    user = spec.user or options.user or found.get("user") or _local_user()
-    port = spec.port or _parse_port(found.get("port", str(DEFAULT_PORT)), options)
+    user = spec.user or options.user or found.get("user") or local_user()
+    port = spec.port or _parse_port(found.get("port", str(DEFAULT_PORT)))
     tokens = _path_tokens(hostname, port, user, spec.host)
     from_config = tuple(_expand_tokens(path, tokens) for path in found.get("identityfile", ()))
     # As ssh: the defaults only when neither the config nor an existing -i file names a key.
     has_explicit = any(os.path.isfile(expand_home(path)) for path in options.identity_files)
     defaults = () if from_config or has_explicit else tuple(expand_home(p) for p in DEFAULT_IDENTITY_FILES)
     # Which of the two came first in the file, as ssh decides, paramiko does not say: a jump host wins.
-    jump = _proxy_jump(found.get("proxyjump"))
+    jump = _none_is_none(found.get("proxyjump"))
     known_hosts = found.get("userknownhostsfile")
     return _RawConfig(hostname=hostname, user=user, port=port, identity_files=from_config + defaults,
-                      proxy_jump=jump, proxy_command=None if jump else _proxy_command(found.get("proxycommand")),
+                      proxy_jump=jump, proxy_command=None if jump else _none_is_none(found.get("proxycommand")),
                       connect_timeout=found.get("connecttimeout"),
                       known_hosts_files=_known_hosts(
                           [_expand_tokens(path, tokens) for path in known_hosts.split()] if known_hosts else None),
-                      strict_host_key_checking=_strict(found.get("stricthostkeychecking"), options))
+                      strict_host_key_checking=_strict(found.get("stricthostkeychecking")),
+                      global_known_hosts_files=_global_known_hosts(found.get("globalknownhostsfile")),
+                      known_hosts_command=_none_is_none(found.get("knownhostscommand")))
 
 
 def _read_paramiko_config(options: SshOptions) -> paramiko.SSHConfig:
@@ -365,7 +469,7 @@ def _read_paramiko_config(options: SshOptions) -> paramiko.SSHConfig:
 # --- values shared by both sources ----------------------------------------------------------------
 
 
-def _local_user() -> str:
+def local_user() -> str:
     """The local account name as ssh takes it: from the password database, not from $USER."""
     try:
         import pwd
@@ -406,11 +510,8 @@ def expand_home(path: str) -> str:
         return path
 
 
-def _proxy_jump(value: str | None) -> str | None:
-    return None if value is None or value.lower() == "none" else value
-
-
-def _proxy_command(value: str | None) -> str | None:
+def _none_is_none(value: str | None) -> str | None:
+    """A command-like setting (ProxyJump, ProxyCommand, KnownHostsCommand): None where unset or ``none``."""
     return None if value is None or value.lower() == "none" else value
 
 
@@ -422,25 +523,34 @@ def _known_hosts(paths: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(expand_home(path) for path in paths)
 
 
-def _strict(value: str | None, options: SshOptions) -> str:
+def _global_known_hosts(value: str | None) -> tuple[str, ...]:
+    """GlobalKnownHostsFile's files: ssh expands ``~`` in them, and no token."""
+    if value is None:
+        return DEFAULT_GLOBAL_KNOWN_HOSTS_FILES
+    paths = value.split()
+    if [path.lower() for path in paths] == ["none"]:
+        return ()
+    return tuple(expand_home(path) for path in paths)
+
+
+def _strict(value: str | None) -> str:
+    """StrictHostKeyChecking in the words of ssh_config(5). Raises _BadSetting."""
     word = _STRICT_WORDS.get((value or "ask").lower())
     if word is None:
-        raise InputError(f"{_config_name(options)}: StrictHostKeyChecking {value!r} is not one of "
-                         "yes, no, accept-new, ask; fix: correct the ssh config file")
+        raise _BadSetting("StrictHostKeyChecking", value or "", "is not one of yes, no, accept-new, ask")
     return word
 
 
-def _parse_port(text: str, options: SshOptions) -> int:
+def _parse_port(text: str) -> int:
+    """A Port value. Raises _BadSetting."""
     if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise InputError(f"{_config_name(options)}: Port {text!r} is not a number from 1 to 65535; "
-                         "fix: correct the ssh config file")
+        raise _BadSetting("Port", text, "is not a number from 1 to 65535")
     return int(text)
 
 
-def _parse_seconds(text: str, options: SshOptions) -> float:
-    """An ssh_config time (``30``, ``1m30s``) in seconds."""
+def _parse_seconds(text: str) -> float:
+    """An ssh_config time (``30``, ``1m30s``) in seconds. Raises _BadSetting."""
     parts = re.findall(r"(\d+)([smhdwSMHDW]?)", text)
     if not parts or "".join(number + unit for number, unit in parts) != text:
-        raise InputError(f"{_config_name(options)}: ConnectTimeout {text!r} is not a time such as 30 or 1m30s; "
-                         "fix: correct the ssh config file")
+        raise _BadSetting("ConnectTimeout", text, "is not a time such as 30 or 1m30s")
     return float(sum(int(number) * _TIME_UNITS_S[unit.lower()] for number, unit in parts))

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..hosts import HostSpec
-from ..sshconfig import ResolvedHost, SshOptions, resolve_jump_host
+from ..sshconfig import ResolvedFleet, SshOptions, resolve_jump_host
 from . import Session, Unreachable
 from .local import LocalSession
 from .ssh import SshConnector, SshSettings
 
 
 class FleetConnector:
-    """Sessions for the hosts of one sweep, whose SSH settings were resolved before it began."""
+    """Sessions for the hosts of one sweep, whose SSH settings were resolved before it began (a host whose
+    configuration ssh rejects is ``unreachable``, with the config problem and its fix as the error)."""
 
-    def __init__(self, resolved: Mapping[str, ResolvedHost], ssh_options: SshOptions, settings: SshSettings) -> None:
+    def __init__(self, resolved: ResolvedFleet, ssh_options: SshOptions, settings: SshSettings) -> None:
         self._resolved = resolved
         # Jump hosts are resolved when first needed, each with ssh -G as the ssh -W that ssh starts for it.
         self._ssh = SshConnector(settings, resolve_jump=lambda hop, via: resolve_jump_host(hop, ssh_options, via))
@@ -23,7 +22,10 @@ class FleetConnector:
         """A session on ``host``; raises TransportError when it cannot be reached or trusted."""
         if host.is_local:
             return LocalSession()
-        resolved = self._resolved.get(host.label)
+        problem = self._resolved.problems.get(host.label)
+        if problem is not None:
+            raise Unreachable(problem.message)
+        resolved = self._resolved.hosts.get(host.label)
         if resolved is None:
             raise Unreachable(f"{host.label}: no SSH settings were resolved for this host")
         return self._ssh.connect(resolved)

@@ -1,7 +1,19 @@
-"""Host keys: checked against known_hosts, loaded once per sweep and shared by every connection.
+"""Host keys, checked as ssh checks them: against the host's UserKnownHostsFile and GlobalKnownHostsFile files
+and its KnownHostsCommand's output (``hostkeyfile.py`` reads the lines, ``hostkeycommand.py`` runs the command).
 
-An unknown key is refused unless the user asked for accept-new, which appends it under a file
-lock (no lost lines, even with several sweeps at once). A changed key is always refused.
+- A key filed under a ``@revoked`` line for the host is refused, always, whatever else is on file.
+- A key on file (plain, or hashed ``|1|...``, or under a matching pattern) is trusted.
+- Another key on file for the host is a changed key: always refused.
+- An unknown key is refused unless accept-new was asked, which appends it to the first UserKnownHostsFile
+  under a file lock (no lost lines, even with several sweeps at once). A global file is never written.
+- ``@cert-authority`` lines are read but host certificates are not checked: a host vouched for only by a
+  certificate authority is unknown, and the error says so.
+
+Off port 22, a key filed under the bare host name is trusted too, as ssh does. Files are read once per sweep
+and read again when they change; after a miss on a host reached through a ProxyCommand they are read again
+regardless (SSSD's ``sss_ssh_knownhostsproxy`` writes the key into its global file while it connects).
+Before the handshake the host key algorithms of the keys known for the host are put first, as ssh does, so
+a node that has several keys offers the one on file.
 """
 
 from __future__ import annotations
@@ -10,12 +22,17 @@ import fcntl
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import paramiko
 
+from ..sshconfig import ResolvedHost
 from . import HostKeyChanged, HostKeyUnknown
+from .hostkeycommand import HOSTNAME, ORDER, CommandKeys, run_known_hosts_command
+from .hostkeyfile import Judgement, KnownHostLine, Verdict, judge, known_key_types, parse_known_hosts
 
-DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts",)
+# The host key algorithms that present a key of each type (an RSA key signs with SHA-2).
+_ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")}
 
 
 def known_hosts_name(hostname: str, port: int) -> str:
@@ -24,48 +41,179 @@ def known_hosts_name(hostname: str, port: int) -> str:
 
 
 class KnownHosts:
-    """The keys of one list of known_hosts files; new keys go into the first file."""
+    """The host keys of one sweep: every connection's check goes through one of these."""
 
-    def __init__(self, paths: Sequence[str]) -> None:
-        self._paths = tuple(os.path.expanduser(path) for path in (paths or DEFAULT_KNOWN_HOSTS))
-        self._lock = threading.Lock()
-        self._keys = paramiko.HostKeys()
-        for path in self._paths:
-            if os.path.isfile(path):
-                self._keys.load(path)
+    def __init__(self) -> None:
+        self._files = _KnownHostsFiles()
+        self._accept_lock = threading.Lock()
+        # (name, key) accepted with accept-new this sweep, written or not (UserKnownHostsFile none, read-only home).
+        self._accepted: set[tuple[str, bytes]] = set()
 
-    def check(self, hostname: str, port: int, key: paramiko.PKey, accept_new: bool) -> None:
-        """Return if ``key`` is the known key of the host; append it when unknown and
-        ``accept_new``. Raises HostKeyChanged (always refused) or HostKeyUnknown."""
-        name = known_hosts_name(hostname, port)
-        with self._lock:
-            known = self._keys.lookup(name)
-            if known is not None and any(k == key for k in known.values()):
+    def preferred_key_types(self, host: ResolvedHost, offered: Sequence[str]) -> list[str]:
+        """``offered`` (host key algorithms, in preference order) with those of the keys known for ``host``
+        first. Raises KnownHostsCommandFailed (a host_key_unknown) when its KnownHostsCommand fails."""
+        name = known_hosts_name(host.hostname, host.port)
+        command = run_known_hosts_command(host, ORDER, host.hostname, None)
+        lines = self._lines(host, name, command, reread=False) + self._lines(host, host.hostname, command, False)
+        known = {algorithm for key_type in known_key_types(lines)
+                 for algorithm in _ALGORITHMS.get(key_type, (key_type,))}
+        return [algorithm for algorithm in offered if algorithm in known] + \
+            [algorithm for algorithm in offered if algorithm not in known]
+
+    def check(self, host: ResolvedHost, key: paramiko.PKey, accept_new: bool) -> None:
+        """Return if ``key`` is ``host``'s known key; record it when unknown and ``accept_new``.
+
+        Raises:
+            HostKeyChanged: the key is revoked, or another key is on file (never accepted).
+            HostKeyUnknown: the key is on file nowhere (KnownHostsCommandFailed: its command failed).
+        """
+        name = known_hosts_name(host.hostname, host.port)
+        command = run_known_hosts_command(host, HOSTNAME, name, key)
+        judgement = self._judge(host, name, key, command, reread=False)
+        if judgement.verdict is Verdict.UNKNOWN and host.proxy_command is not None:
+            judgement = self._judge(host, name, key, command, reread=True)
+        if judgement.verdict is Verdict.TRUSTED:
+            return
+        if judgement.verdict is Verdict.REVOKED:
+            raise HostKeyChanged(_revoked_message(name, key, judgement.line))
+        if judgement.verdict is Verdict.CHANGED:
+            raise HostKeyChanged(_changed_message(name, key, judgement.line))
+        self._unknown(host, name, key, accept_new, judgement, command)
+
+    def _unknown(self, host: ResolvedHost, name: str, key: paramiko.PKey, accept_new: bool,
+                 judgement: Judgement, command: CommandKeys) -> None:
+        with self._accept_lock:
+            if (name, key.asbytes()) in self._accepted:
                 return
-            if known is not None:
-                # A different key, of the same or another type, is on file: treat it as changed,
-                # as OpenSSH's StrictHostKeyChecking=yes/accept-new refuse it.
-                raise HostKeyChanged(
-                    f"{name}: the host key ({key.get_name()} {key.fingerprint}) differs from the one in "
-                    f"{self._paths[0]}; if the node was reinstalled, remove the old entry "
-                    f"(ssh-keygen -R '{name}' -f {self._paths[0]}) and run again")
+            if judgement.line is not None:
+                raise HostKeyUnknown(_certificate_message(name, key, judgement.line, host))
             if not accept_new:
-                raise HostKeyUnknown(
-                    f"{name}: host key {key.get_name()} {key.fingerprint} is not in {', '.join(self._paths)}; "
-                    "check it and add it, or run with --accept-new-host-keys")
-            self._append(name, key)
-            self._keys.add(name, key.get_name(), key)
+                raise HostKeyUnknown(_unknown_message(name, key, host, command))
+            if host.known_hosts_files:
+                _append(host.known_hosts_files[0], f"{name} {key.get_name()} {key.get_base64()}")
+            self._accepted.add((name, key.asbytes()))
 
-    def _append(self, name: str, key: paramiko.PKey) -> None:
-        path = self._paths[0]
+    def _judge(self, host: ResolvedHost, name: str, key: paramiko.PKey, command: CommandKeys,
+               reread: bool) -> Judgement:
+        judgement = judge(self._lines(host, name, command, reread), key.asbytes(), key.get_name())
+        if judgement.verdict is Verdict.UNKNOWN and name != host.hostname:
+            # As ssh: off port 22, the key may be filed under the bare host name; only a match counts there.
+            bare = judge(self._lines(host, host.hostname, command, reread), key.asbytes(), key.get_name())
+            if bare.verdict in (Verdict.TRUSTED, Verdict.REVOKED):
+                return bare
+        return judgement
+
+    def _lines(self, host: ResolvedHost, name: str, command: CommandKeys, reread: bool) -> list[KnownHostLine]:
+        """The lines about ``name`` in the host's user files, global files and command output, in that order."""
+        found = []
+        for path in (*host.known_hosts_files, *host.global_known_hosts_files):
+            found += self._files.about(path, name, reread)
+        return found + [line for line in command.lines if line.matches(name)]
+
+
+@dataclass(frozen=True)
+class _ParsedFile:
+    """One known_hosts file as read: ``signature`` says whether it changed since; lines with literal host names
+    are looked up by name, the others (patterns, hashed names) tried one by one."""
+
+    signature: tuple[int, ...]
+    by_name: dict[str, tuple[KnownHostLine, ...]]
+    others: tuple[KnownHostLine, ...]
+
+    @classmethod
+    def read(cls, lines: Sequence[KnownHostLine], signature: tuple[int, ...]) -> _ParsedFile:
+        by_name: dict[str, list[KnownHostLine]] = {}
+        others = []
+        for line in lines:
+            names = line.hosts.split(",")
+            if line.is_hashed or any(char in line.hosts for char in "*?!"):
+                others.append(line)
+                continue
+            for host_name in names:
+                by_name.setdefault(host_name, []).append(line)
+        return cls(signature, {key: tuple(value) for key, value in by_name.items()}, tuple(others))
+
+    def about(self, name: str) -> list[KnownHostLine]:
+        lowered = name.lower()
+        return [*self.by_name.get(lowered, ()), *(line for line in self.others if line.matches(lowered))]
+
+
+class _KnownHostsFiles:
+    """known_hosts files read once and shared by every connection; a file is read again when its size, times
+    or inode changed, or when asked. A file that is missing or unreadable has no line, as for ssh."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._parsed: dict[str, _ParsedFile] = {}
+
+    def about(self, path: str, name: str, reread: bool) -> list[KnownHostLine]:
+        try:
+            status = os.stat(path)
+        except OSError:
+            return []
+        signature = (status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+        with self._lock:
+            parsed = self._parsed.get(path)
+        if parsed is None or parsed.signature != signature or reread:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    text = handle.read()
+            except OSError:
+                return []
+            parsed = _ParsedFile.read(parse_known_hosts(text, path), signature)
+            with self._lock:
+                self._parsed[path] = parsed
+        return parsed.about(name)
+
+
+def _key_words(key: paramiko.PKey) -> str:
+    return f"{key.get_name()} {key.fingerprint}"
+
+
+def _revoked_message(name: str, key: paramiko.PKey, line: KnownHostLine | None) -> str:
+    where = line.where() if line else "known_hosts"
+    return (f"{name}: the host key ({_key_words(key)}) is marked @revoked ({where}) and is never accepted; "
+            "fix: find out why it was revoked (the node may be compromised) and give the node a new host key")
+
+
+def _changed_message(name: str, key: paramiko.PKey, line: KnownHostLine | None) -> str:
+    assert line is not None
+    said = f"{name}: the host key ({_key_words(key)}) differs from the {line.key_type} key on file ({line.where()})"
+    if line.from_command:
+        return (f"{said}; fix: if the node was reinstalled, update its keys where the command reads them "
+                "(FreeIPA: ipa host-mod --sshpubkey)")
+    return (f"{said}; if the node was reinstalled, remove the old entry (ssh-keygen -R '{name}' -f {line.source}; "
+            "a global file needs its administrator) and run again")
+
+
+def _certificate_message(name: str, key: paramiko.PKey, line: KnownHostLine, host: ResolvedHost) -> str:
+    target = host.known_hosts_files[0] if host.known_hosts_files else "~/.ssh/known_hosts"
+    return (f"{name}: no key is on file for the host, only a certificate authority (@cert-authority, "
+            f"{line.where()}), and gpudiag does not check host certificates; fix: check the host key "
+            f"({_key_words(key)}) and add it to {target} (ssh-keyscan -p {host.port} {host.hostname})")
+
+
+def _unknown_message(name: str, key: paramiko.PKey, host: ResolvedHost, command: CommandKeys) -> str:
+    places = [*host.known_hosts_files, *host.global_known_hosts_files]
+    if host.known_hosts_command is not None:
+        places.append(f"the output of KnownHostsCommand {host.known_hosts_command!r}")
+    note = f" ({command.note})" if command.note else ""
+    return (f"{name}: host key {_key_words(key)} is not in {', '.join(places) or 'any known_hosts file'}{note}; "
+            "check it and add it, or run with --accept-new-host-keys")
+
+
+def _append(path: str, entry: str) -> None:
+    """Append the known_hosts line ``entry`` to ``path`` unless another sweep just did; an ``OSError`` (a
+    read-only home) leaves the key accepted for this sweep only, as ssh goes on when it cannot record one."""
+    line = entry + "\n"
+    try:
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        line = f"{name} {key.get_name()} {key.get_base64()}\n"
         with open(path, "a+", encoding="utf-8") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)  # other sweeps (other processes) append too
             try:
                 handle.seek(0)
                 existing = handle.read()
-                if line.strip() in existing.splitlines():  # another sweep added it meanwhile
+                if entry in existing.splitlines():  # another sweep added it meanwhile
                     return
                 if existing and not existing.endswith("\n"):
                     line = "\n" + line  # never glue our entry onto someone's last line
@@ -74,18 +222,5 @@ class KnownHosts:
                 os.fsync(handle.fileno())
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-class KnownHostsRegistry:
-    """One KnownHosts per distinct list of files, created on first use."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_paths: dict[tuple[str, ...], KnownHosts] = {}
-
-    def get(self, paths: Sequence[str]) -> KnownHosts:
-        key = tuple(paths)
-        with self._lock:
-            if key not in self._by_paths:
-                self._by_paths[key] = KnownHosts(key)
-            return self._by_paths[key]
+    except OSError:
+        return

@@ -26,7 +26,7 @@ from ..bundle import Bundle
 from ..sshconfig import ProxySettingError, ResolvedHost, proxy_command_line
 from . import AuthFailed, CommandResult, OutputWatch, TransportError, Unreachable
 from .jump import BastionPool, HopResolver, JumpResolver, Sock, close_transport, route_to
-from .knownhosts import KnownHostsRegistry
+from .knownhosts import KnownHosts
 from .proxy import ProxyCommands, ProxyCommandSocket
 
 # The remote shell reports the PID that ``exec timeout`` keeps, so that Ctrl-C can end it.
@@ -67,7 +67,7 @@ class SshConnector:
         """``resolve_jump(hop, via)`` gives a jump host's settings (``sshconfig.resolve_jump_host``)."""
         self._settings = settings
         self._resolve_jump = HopResolver(resolve_jump)
-        self._known_hosts = KnownHostsRegistry()
+        self._known_hosts = KnownHosts()
         self._keys = _KeyCache()
         self._proxies = ProxyCommands()
         self._bastions = BastionPool(settings.bastion_connections, self._open_first, self._open_transport)
@@ -102,10 +102,11 @@ class SshConnector:
         transport.auth_timeout = settings.auth_timeout_s
         transport.channel_timeout = settings.channel_timeout_s
         try:
+            security = transport.get_security_options()
+            security.key_types = self._known_hosts.preferred_key_types(host, security.key_types)
             transport.start_client(timeout=settings.banner_timeout_s)
             accept_new = settings.accept_new_host_keys or host.strict_host_key_checking in ("accept-new", "no")
-            self._known_hosts.get(host.known_hosts_files).check(
-                host.hostname, host.port, transport.get_remote_server_key(), accept_new)
+            self._known_hosts.check(host, transport.get_remote_server_key(), accept_new)
             self._authenticate(transport, host)
         except TransportError:
             close_transport(transport)

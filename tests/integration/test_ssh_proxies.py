@@ -34,7 +34,7 @@ from sshd_hosts import (
 from gpudiag.bundle import Bundle
 from gpudiag.cli import main
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import SshOptions, resolve_host
+from gpudiag.sshconfig import ResolvedFleet, SshOptions, resolve_host
 from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.ssh import SshSettings
 
@@ -143,7 +143,7 @@ def test_closing_a_session_or_the_connector_ends_its_proxy_command(make_sshd_fle
                    ["node01", "node02"])
     options = SshOptions(config_file=str(paths["config"]), known_hosts=str(paths["known_hosts"]))
     resolved = {name: resolve_host(HostSpec(name), options) for name in ("node01", "node02")}
-    connector = FleetConnector(resolved, options, SshSettings())
+    connector = FleetConnector(ResolvedFleet(resolved, {}), options, SshSettings())
     try:
         first = connector.connect(HostSpec("node01"))
         second = connector.connect(HostSpec("node02"))
@@ -294,7 +294,7 @@ def test_hosts_that_share_a_home_ship_the_bundle_once_and_the_loser_removes_its_
     name = f"bundle-{bundle.content_hash[:16]}"
     options = SshOptions(config_file=str(paths["config"]), known_hosts=str(paths["known_hosts"]))
     resolved = {host: resolve_host(HostSpec(host), options) for host in ("node01", "node02")}
-    connector = FleetConnector(resolved, options, SshSettings())
+    connector = FleetConnector(ResolvedFleet(resolved, {}), options, SshSettings())
     staged: set[str] = set()
     watching = threading.Event()
     watching.set()

@@ -17,6 +17,7 @@ from gpudiag.errors import InputError
 from gpudiag.hosts import HostSpec
 from gpudiag.sshconfig import (
     ProxySettingError,
+    ResolvedFleet,
     ResolvedHost,
     SshOptions,
     parse_ssh_g,
@@ -72,6 +73,11 @@ Host behind
 Host chained
     ProxyJump ssh://jump@bastion:2200,[::1]:2201
     ProxyCommand nc %h %p
+
+Host ipa*
+    GlobalKnownHostsFile /var/lib/sss/pubconf/known_hosts ~/global_%h
+    KnownHostsCommand /usr/bin/sss_ssh_knownhosts %H
+    UserKnownHostsFile none
 """
 
 
@@ -101,6 +107,19 @@ def test_host_block_is_applied(config: str, tmp_path: Path, ssh_binary: str | No
 
 
 @BOTH
+def test_global_known_hosts_files_and_known_hosts_command(config: str, ssh_binary: str | None) -> None:
+    ipa = resolve_host(HostSpec("ipa1"), options(config, known_hosts=None), ssh_binary)
+    node = resolve_host(HostSpec("node1"), options(config), ssh_binary)
+
+    # ~ expanded and no token, as ssh reads GlobalKnownHostsFile; the command's tokens wait for the host key
+    assert ipa.global_known_hosts_files == ("/var/lib/sss/pubconf/known_hosts", os.path.expanduser("~/global_%h"))
+    assert ipa.known_hosts_command == "/usr/bin/sss_ssh_knownhosts %H"
+    assert ipa.known_hosts_files == ()
+    assert node.global_known_hosts_files == ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+    assert node.known_hosts_command is None
+
+
+@BOTH
 def test_yes_no_none_and_time_units(config: str, ssh_binary: str | None) -> None:
     strict = resolve_host(HostSpec("strict"), options(config), ssh_binary)
     lax = resolve_host(HostSpec("lax"), options(config), ssh_binary)
@@ -116,7 +135,7 @@ def test_yes_no_none_and_time_units(config: str, ssh_binary: str | None) -> None
 @needs_ssh
 @pytest.mark.parametrize("spec", [HostSpec("node07"), HostSpec("node07", "root", 22), HostSpec("strict"),
                                   HostSpec("lax", port=2200), HostSpec("bastion"), HostSpec("NODE8"),
-                                  HostSpec("behind", "root", 2201), HostSpec("chained")])
+                                  HostSpec("behind", "root", 2201), HostSpec("chained"), HostSpec("ipa1")])
 @pytest.mark.parametrize("user", [None, "ops"])
 def test_ssh_and_paramiko_agree(config: str, tmp_path: Path, spec: HostSpec, user: str | None) -> None:
     key = tmp_path / "given_key"
@@ -210,16 +229,17 @@ def test_missing_config_file_is_an_input_error(tmp_path: Path, ssh_binary: str |
 
 
 @BOTH
-def test_resolve_all_keeps_order_and_duplicates(config: str, ssh_binary: str | None) -> None:
+def test_resolve_all_keeps_order_and_folds_duplicates(config: str, ssh_binary: str | None) -> None:
     specs = [HostSpec(f"node{number:03d}") for number in range(40, 0, -1)]
     specs += [HostSpec("node005"), HostSpec("node005", port=2201), HostSpec("lax")]
 
     resolved = resolve_all(specs, options(config), ssh_binary)
 
-    assert [host.label for host in resolved] == [spec.label for spec in specs]
-    assert [host.hostname for host in resolved[:3]] == ["node040.example", "node039.example", "node038.example"]
-    assert resolved[-3] == resolved[35]
-    assert resolved[-2].port == 2201
+    assert list(resolved.hosts) == list(dict.fromkeys(spec.label for spec in specs))
+    assert [host.hostname for host in list(resolved.hosts.values())[:3]] == [
+        "node040.example", "node039.example", "node038.example"]
+    assert resolved.hosts["node005"].port == 2222 and resolved.hosts["node005:2201"].port == 2201
+    assert resolved.problems == {}
 
 
 @needs_ssh
@@ -234,11 +254,53 @@ def test_resolve_all_runs_ssh_once_per_distinct_host(config: str, tmp_path: Path
     resolved = resolve_all(specs, options(config), str(counting_ssh))
 
     assert len(log.read_text(encoding="utf-8").splitlines()) == 3
-    assert [host.label for host in resolved] == ["node1", "node2", "node1", "node1:2201", "node2", "node1"]
+    assert list(resolved.hosts) == ["node1", "node2", "node1:2201"]
 
 
 def test_resolve_all_of_nothing() -> None:
-    assert resolve_all([], SshOptions()) == []
+    assert resolve_all([], SshOptions()) == ResolvedFleet({}, {})
+
+
+def test_a_bad_value_in_one_hosts_block_is_that_hosts_problem_for_the_fallback(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host node01\n    User alice\n\nHost node03\n    Port 99999\n\nHost node04\n"
+                      "    ConnectTimeout 5x\n", encoding="utf-8")
+    specs = [HostSpec(f"node0{number}") for number in range(1, 5)]
+
+    resolved = resolve_all(specs, options(str(config)), None)
+
+    assert list(resolved.hosts) == ["node01", "node02"]
+    assert resolved.hosts["node01"].user == "alice"
+    assert resolved.problems["node03"].message == (
+        f"{config}:5: Port '99999' is not a number from 1 to 65535 (for host node03); fix: correct the ssh config file")
+    assert resolved.problems["node04"].message.startswith(f"{config}:8: ConnectTimeout '5x' is not a time")
+
+
+@needs_ssh
+def test_a_token_ssh_cannot_expand_for_one_host_is_that_hosts_problem(tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n    User alice\n\nHost node02\n    HostName %z.example\n", encoding="utf-8")
+
+    resolved = resolve_all([HostSpec("node01"), HostSpec("node02"), HostSpec("node03")], options(str(config)), "ssh")
+
+    assert list(resolved.hosts) == ["node01", "node03"]
+    message = resolved.problems["node02"].message
+    assert message.startswith(f"{config}:5: ssh rejects the configuration: ") and "unknown key %z" in message
+    assert message.endswith("(for host node02); fix: correct the ssh config file")
+
+
+@BOTH
+def test_a_config_that_fails_every_host_the_same_way_ends_the_sweep(tmp_path: Path, ssh_binary: str | None) -> None:
+    config = tmp_path / "ssh_config"
+    # ssh checks a Port in every block whatever the host; the fallback only where the block applies (all here)
+    config.write_text("Host node*\n    User alice\n    Port 99999\n", encoding="utf-8")
+
+    with pytest.raises(InputError) as caught:
+        resolve_all([HostSpec("node01"), HostSpec("node02")], options(str(config)), ssh_binary)
+
+    message = str(caught.value)
+    assert "(for every host); fix: correct the ssh config file" in message and "\n" not in message
+    assert message.startswith(f"{config}:3: ") or f"{config} line 3: Bad port '99999'" in message
 
 
 def test_missing_ssh_binary_falls_back_to_paramiko(config: str) -> None:
