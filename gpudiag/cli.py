@@ -17,6 +17,7 @@ from rich.console import Console
 
 from . import __version__, cli_store
 from .bundle import BundleMissing, locate_bundle
+from .detail import COMPACT, DETAILS
 from .errors import GpudiagError, InputError, InstallationError
 from .exitcodes import ExitCode, decide_exit_code
 from .interrupts import InterruptGate
@@ -173,6 +174,9 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on each host (default: --deadline plus start-up).")
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the sweep document here.")
+@click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
+              help="compact: every figure, P2P as matrices, telemetry as a table per GPU, per-SM arrays only for "
+                   "GPUs a finding names (under 50 KB a node); full: every record as the node printed it.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @judging_options
 @click.option("--no-store", is_flag=True, help="Keep nothing in the store.")
@@ -188,7 +192,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
           host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
           net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
-          json_path: str | None, quiet: bool, store_path: str | None,
+          json_path: str | None, json_detail: str, quiet: bool, store_path: str | None,
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
           known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
@@ -224,9 +228,9 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         if result.interrupted:
             gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
                 ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
-        _write_outputs(result, json_path, exclude_file)
+        _write_outputs(result, json_path, exclude_file, json_detail)
         console = Console(stderr=json_path == "-")
-        console.print(render_report(result.to_dict(), "text"), markup=False, highlight=False)
+        console.print(render_report(result.to_dict(records=False), "text"), markup=False, highlight=False)
         render_sweep_table(result, console)
         for warning in result.warnings:
             click.echo(f"gpudiag: warning: {warning}", err=True)
@@ -253,7 +257,7 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     with InterruptGate().installed() as gate:
         result = run_plan(request, sys.stdin, make_progress(quiet), gate)
     document = result.to_dict()
-    write_report(json.dumps(document) + "\n", folder / "sweep.json")
+    write_sweep_json(result, str(folder / "sweep.json"))
     write_report(render_report(document, "html"), folder / "report.html")
     _write_outputs(result, None, str(folder / "exclude.txt"))
     click.echo(render_report(document, "text"))
@@ -263,9 +267,10 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     return ExitCode.OK if not result.interrupted else ExitCode.INTERRUPTED
 
 
-def _write_outputs(result: SweepResult, json_path: str | None, exclude_file: str | None) -> None:
+def _write_outputs(result: SweepResult, json_path: str | None, exclude_file: str | None,
+                   json_detail: str = COMPACT) -> None:
     if json_path is not None:
-        write_sweep_json(result, json_path)
+        write_sweep_json(result, json_path, json_detail)
     if exclude_file is not None:
         exclude = (result.impact or {}).get("exclude") or []
         write_report("".join(f"{host}\n" for host in exclude), exclude_file)

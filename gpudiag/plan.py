@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from .analysis import Analysis, analyse
+from .analysis import Analysis, analyse, prior_counts
 from .baseline import Baseline, list_baselines, load_baseline
 from .bundle import Bundle, BundleMissing, locate_bundle
 from .errors import InputError, InstallationError, StoreError
@@ -162,9 +162,13 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     interrupted = first.interrupted or gate.received
     if interrupted:
         gate.say(f"analysing the {sum(h.ok for h in first.hosts)} hosts that finished")
-    hosts = [host.to_dict() for host in first.hosts]
-    analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, interrupted=interrupted)
-    retest: list[dict[str, Any]] | None = None
+    hosts = first.hosts  # each a mapping whose records are unpacked one host at a time
+    # Error counters count since the driver loaded: their growth since each host's last stored sweep decides.
+    previous = prior_counts(setup.store.previous_hosts([h.host for h in hosts if h.ok], sweep_id)
+                            if setup.store else ())
+    analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, interrupted=interrupted,
+                       previous_hosts=previous)
+    retest: list[HostOutcome] | None = None
     wanted = request.retest and bool(analysis.suspects) and not interrupted
     if wanted:
         retest, interrupted = _retest(request, setup, analysis, first, gate)
@@ -176,7 +180,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         # An interrupted re-test confirms nothing, and its suspects are no findings (only counted).
         analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline,
                            retest_hosts=None if interrupted else retest, retested=wanted, extra=extra,
-                           interrupted=interrupted)
+                           interrupted=interrupted, previous_hosts=previous)
     links = tuple(record.to_dict() for record in link_run.records) if link_run else ()
     impact = analysis.impact.to_dict()
     if link_run is not None:
@@ -209,7 +213,8 @@ def _finish(store: Store | None, result: SweepResult, gate: InterruptGate) -> Sw
     if result.interrupted:
         gate.say(f"writing the sweep to the store {store.path}")
     try:
-        store.finish_sweep(result.sweep_id, result.to_dict())
+        # The hosts as they are (lazy mappings): the store adds only those it has not recorded yet.
+        store.finish_sweep(result.sweep_id, {**result.to_dict(records=False), "hosts": result.hosts})
     except StoreError as error:
         warning = f"the store could not keep this sweep ({error}); the sweep document and exclude list still hold it"
         gate.say(f"warning: {warning}")
@@ -323,11 +328,11 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
     if store is None:
         return None
     store.begin_sweep(sweep_id, started_at.strftime("%Y-%m-%dT%H:%M:%SZ"), _options(request))
-    return lambda outcome: store.record_host(sweep_id, outcome.to_dict())
+    return lambda outcome: store.record_host(sweep_id, outcome)
 
 
 def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: SweepResult,
-            gate: InterruptGate) -> tuple[list[dict[str, Any]] | None, bool]:
+            gate: InterruptGate) -> tuple[list[HostOutcome] | None, bool]:
     """The suspects' probes again, in the first pass's mode, on the suspects' hosts only; returns
     every re-tested host (any status, with its first-pass facts) and whether the re-test was
     interrupted."""
@@ -342,7 +347,7 @@ def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: Swe
     except KeyboardInterrupt:
         return None, True
     facts = {host.host: host.facts for host in first.hosts}
-    return [{**host.to_dict(), "facts": facts[host.host]} for host in again.hosts], again.interrupted
+    return [host.with_facts(facts[host.host]) for host in again.hosts], again.interrupted
 
 
 def _options(request: SweepRequest) -> dict[str, Any]:

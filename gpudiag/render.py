@@ -201,7 +201,7 @@ SWEEP_TABLE_MAX_ROWS = 32
 def render_sweep_table(result: Any, console: Console) -> None:
     """A compact per-host table of the measured hosts (min / median / max over each host's GPUs)
     within the console's width; the caption names any column left out for want of room."""
-    measured = [host for host in result.hosts if host.results]
+    measured = [host for host in result.hosts if host.results_count]  # only the rows shown are unpacked
     if measured:
         print_tables(console, [fit_table(sweep_table(measured), console.width, hint="see --json")])
 

@@ -7,6 +7,7 @@ GPU lowers its clocks and PCIe generation on purpose.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,7 +132,10 @@ class GpuTelemetry:
         reading = self.readings.get("nvlink_links_up")
         if reading is None or reading.get("status") != "ok":
             return []
-        return [link for link in (reading.get("details") or {}).get("links") or [] if isinstance(link, dict)]
+        links = (reading.get("details") or {}).get("links") or []
+        if isinstance(links, _Rows):
+            return links.dicts()
+        return [link for link in links if isinstance(link, dict)]
 
     def wired_nvlinks(self) -> list[Mapping[str, Any]]:
         """The NVLinks this GPU wires (all NVML listed, without ``nvlink_wiring``): NVML reads an
@@ -154,6 +158,50 @@ class RuleFinding:
     nvml_index: int | None
     evidence: str
     cause: str
+
+
+# What the rules read of a telemetry record; the rest (and details that only name the source)
+# is left behind, so that 10,000 nodes' readings fit in memory.
+_READING_FIELDS = ("status", "value", "unit", "reason")
+_SOURCE_ONLY = ({"source": "nvml"}, {"source": "nvidia-smi"})
+
+
+def _reading(result: Mapping[str, Any]) -> Mapping[str, Any]:
+    reading = {name: _shared(result.get(name)) for name in _READING_FIELDS}
+    details = result.get("details")
+    if details and details not in _SOURCE_ONLY:
+        links = details.get("links")
+        reading["details"] = {**details, "links": _Rows.of(links)} if isinstance(links, list) else details
+    return reading
+
+
+class _Rows:
+    """A list of like dicts (a GPU's NVLinks) kept as one tuple per row: a dict each would take
+    most of a 10,000-node sweep's telemetry memory. ``dicts()`` gives them back."""
+
+    __slots__ = ("names", "rows", "others")
+
+    def __init__(self, names: tuple[str, ...], rows: tuple[tuple[Any, ...], ...], others: tuple[Any, ...]) -> None:
+        self.names = names
+        self.rows = rows
+        self.others = others  # items that were no dict of those keys, kept as they were
+
+    @classmethod
+    def of(cls, items: list[Any]) -> _Rows:
+        names = tuple(items[0]) if items and isinstance(items[0], dict) else ()
+        like = [item for item in items if isinstance(item, dict) and tuple(item) == names]
+        others = tuple(item for item in items if not (isinstance(item, dict) and tuple(item) == names))
+        return cls(tuple(_shared(name) for name in names),
+                   tuple(tuple(_shared(value) for value in item.values()) for item in like), others)
+
+    def dicts(self) -> list[Mapping[str, Any]]:
+        return [dict(zip(self.names, row, strict=True)) for row in self.rows] + [
+            item for item in self.others if isinstance(item, dict)]
+
+
+def _shared(value: Any) -> Any:
+    # The same few status and unit strings, once each instead of once per reading.
+    return sys.intern(value) if isinstance(value, str) and len(value) < 32 else value
 
 
 class TelemetryCollector:
@@ -182,7 +230,7 @@ class TelemetryCollector:
             if readings is None:
                 readings = self._readings[uuid] = {}
                 self._nvml_index[uuid] = device_index(result.get("device"))
-            readings[result["metric"]] = result
+            readings[result["metric"]] = _reading(result)
             details = result.get("details") or {}
             if result.get("metric") == "identity":
                 if details.get("pci_bus_id"):

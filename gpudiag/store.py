@@ -14,7 +14,7 @@ import os
 import sqlite3
 import statistics
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +23,17 @@ from typing import Any
 
 from .errors import StoreError
 from .exitcodes import ExitCode
-from .keys import result_key
-from .results import device_index
+from .storehosts import (
+    KeyIds,
+    StoredFigure,
+    StoredHost,
+    figures,
+    host_results,
+    insert_figures,
+    latest_ok,
+    one_host_results,
+    pack_results,
+)
 from .storeschema import (
     SCHEMA_VERSION,
     checked_connection,
@@ -103,6 +112,7 @@ class Store:
         self.readonly = readonly
         self._connection = connection
         self._lock = threading.RLock()
+        self._keys = KeyIds()
 
     @classmethod
     def open(cls, path: Path | str, *, readonly: bool = False) -> Store:
@@ -168,7 +178,7 @@ class Store:
                                (sweep_id, host["host"])).fetchone()
             ordinal = known[0] if known else _next_ordinal(db, "hosts", sweep_id)
             db.execute("DELETE FROM hosts WHERE sweep_id = ? AND host = ?", (sweep_id, host["host"]))
-            _insert_host(db, sweep_id, ordinal, host)
+            self._insert_host(db, sweep_id, ordinal, host)
         return True
 
     def record_links(self, sweep_id: str, links: Sequence[Mapping[str, Any]]) -> None:
@@ -185,23 +195,52 @@ class Store:
 
     def finish_sweep(self, sweep_id: str, document: Mapping[str, Any]) -> None:
         """Store the final sweep document: finished_at, summary, exit code, interruption and any
-        extra top-level fields (e.g. ``impact``). The document is authoritative for the parts it
-        carries: its ``hosts``, ``links`` and ``findings`` replace what was recorded, in its order.
-        A sweep not begun is begun from the document."""
+        extra top-level fields (e.g. ``impact``). Its ``hosts`` (any Mapping: a HostOutcome too)
+        complete what was recorded as hosts finished: a host not recorded yet is added with its
+        records; a recorded one keeps its records, and its status and error are updated where
+        they changed (so 10,000 recorded hosts are not written twice). Its ``links`` and
+        ``findings`` replace what was recorded, in its order. A sweep not begun is begun from the
+        document."""
         with self.writing(f"finishing sweep {sweep_id}") as db:
             if _sweep_row(db, sweep_id) is None:
                 db.execute("INSERT INTO sweeps (sweep_id, started_at, document_schema) VALUES (?, ?, ?)",
                            (sweep_id, document["started_at"], SWEEP_SCHEMA))
             if "hosts" in document:
-                db.execute("DELETE FROM hosts WHERE sweep_id = ?", (sweep_id,))
-                for ordinal, host in enumerate(document["hosts"]):
-                    _insert_host(db, sweep_id, ordinal, host)
+                self._complete_hosts(db, sweep_id, document["hosts"])
             if "links" in document:
                 db.execute("DELETE FROM links WHERE sweep_id = ?", (sweep_id,))
                 _insert_links(db, sweep_id, 0, document["links"])
             if "findings" in document:
                 _replace_findings(db, sweep_id, document["findings"])
             _update_finished(db, sweep_id, document)
+
+    def _complete_hosts(self, db: sqlite3.Connection, sweep_id: str, hosts: Sequence[Mapping[str, Any]]) -> None:
+        recorded = {row["host"]: tuple(row) for row in db.execute(
+            "SELECT host, ordinal, status, error FROM hosts WHERE sweep_id = ?", (sweep_id,))}
+        # The document's order is the hosts' order; recorded hosts came in the order they finished.
+        db.execute("UPDATE hosts SET ordinal = -1 - ordinal WHERE sweep_id = ?", (sweep_id,))
+        for ordinal, host in enumerate(hosts):
+            name = host["host"]
+            known = recorded.pop(name, None)
+            if known is None:
+                self._insert_host(db, sweep_id, ordinal, host)
+            else:
+                db.execute("UPDATE hosts SET ordinal = ?, status = ?, error = ? WHERE sweep_id = ? AND host = ?",
+                           (ordinal, host["status"], host.get("error"), sweep_id, name))
+        for extra, name in enumerate(sorted(recorded, key=lambda name: recorded[name][1]), start=len(hosts)):
+            db.execute("UPDATE hosts SET ordinal = ? WHERE sweep_id = ? AND host = ?", (extra, sweep_id, name))
+
+    def _insert_host(self, db: sqlite3.Connection, sweep_id: str, ordinal: int, host: Mapping[str, Any]) -> None:
+        """The host's row, its records packed (gpudiag.storehosts) and its compared figures."""
+        results = host.get("results") or []
+        _insert(db, "hosts", _HOST_FIELDS, [({"sweep_id": sweep_id, "ordinal": ordinal,
+                                              "results_z": pack_results(results)}, host)],
+                ignored=("results",))
+        try:
+            insert_figures(db, self._keys, sweep_id, host, results)
+        except sqlite3.Error:
+            self._keys.forget()  # key ids added in this transaction are rolled back with it
+            raise
 
     # -- reading sweeps ------------------------------------------------------------------------------
 
@@ -260,6 +299,19 @@ class Store:
                          "SELECT * FROM links WHERE sweep_id = ? AND (a = ? OR b = ?) ORDER BY ordinal",
                          (row["sweep_id"], host, host))]}
                     for row in rows]
+
+    def previous_hosts(self, hosts: Iterable[str], before: str) -> list[StoredHost]:
+        """Each of ``hosts`` as it was in its newest stored sweep other than ``before`` in which it
+        was ok (for counters judged on their growth since then); its records are read from the
+        store only when asked for, one host at a time."""
+        with self.reading("finding the hosts' previous sweeps") as db:
+            found = latest_ok(db, hosts, before)
+        return [StoredHost(self._host_results, sweep_id, host, "ok", _loads(facts) or {})
+                for host, sweep_id, facts in found]
+
+    def _host_results(self, sweep_id: str, host: str) -> list[dict[str, Any]]:
+        with self.reading(f"reading host {host} of sweep {sweep_id}") as db:
+            return one_host_results(db, sweep_id, host)
 
     def results_for_baseline(self, sweep_ids: Sequence[str]) -> Iterator[BaselineSample]:
         """The compared, ok results of the given sweeps that may go into a baseline: leaving out
@@ -324,16 +376,16 @@ class Store:
     def _baseline_samples(self, sweep_id: str) -> list[BaselineSample]:
         with self.reading(f"reading sweep {sweep_id}") as db:
             findings = db.execute("SELECT kind, host, gpu FROM findings WHERE sweep_id = ?", (sweep_id,)).fetchall()
-            rows = db.execute(
-                "SELECT r.* FROM results r JOIN hosts h USING (sweep_id, host) WHERE r.sweep_id = ?"
-                " AND h.status = 'ok' AND r.baseline_key IS NOT NULL AND r.value IS NOT NULL"
-                " ORDER BY h.ordinal, r.ordinal", (sweep_id,)).fetchall()
+            ok_hosts = {row[0] for row in db.execute(
+                "SELECT host FROM hosts WHERE sweep_id = ? AND status = 'ok'", (sweep_id,))}
+            stored = list(figures(db, sweep_id))
         hosts_out, gpus_out = _excluded(findings)
-        return [BaselineSample(sweep_id=sweep_id, baseline_key=row["baseline_key"], probe=row["probe"],
-                               metric=row["metric"], value=row["value"], unit=row["unit"], host=row["host"],
-                               gpu=row["gpu_uuid"] or row["device"])
-                for row in rows
-                if row["host"] not in hosts_out and (row["host"], device_index(row["device"])) not in gpus_out]
+        return [BaselineSample(sweep_id=sweep_id, baseline_key=figure.key, probe=figure.probe, metric=figure.metric,
+                               value=figure.value, unit=figure.unit, host=host,
+                               gpu=figure.gpu_uuid or figure.device or (None if figure.gpu is None
+                                                                        else f"cuda:{figure.gpu}"))
+                for host, figure in stored
+                if host in ok_hosts and host not in hosts_out and (host, figure.gpu) not in gpus_out]
 
 
 # -- rows --------------------------------------------------------------------------------------------
@@ -348,7 +400,7 @@ def _loads(text: str | None) -> Any:
 
 
 def _extra(item: Mapping[str, Any], known: Sequence[str]) -> str | None:
-    extra = {name: value for name, value in item.items() if name not in known}
+    extra = {name: item[name] for name in item if name not in known}  # a lazy mapping reads only these
     return _json(extra) if extra else None
 
 
@@ -404,14 +456,6 @@ def _decode(row: sqlite3.Row, fields: Sequence[str]) -> dict[str, Any]:
     return {**item, **(_loads(row["extra_json"]) or {})}
 
 
-def _insert_host(db: sqlite3.Connection, sweep_id: str, ordinal: int, host: Mapping[str, Any]) -> None:
-    facts = host.get("facts") or {}
-    _insert(db, "hosts", _HOST_FIELDS, [({"sweep_id": sweep_id, "ordinal": ordinal}, host)], ignored=("results",))
-    _insert(db, "results", _RESULT_FIELDS,
-            [({"sweep_id": sweep_id, "host": host["host"], "ordinal": index, "baseline_key": result_key(facts, r)}, r)
-             for index, r in enumerate(host.get("results") or ())])
-
-
 def _insert_links(db: sqlite3.Connection, sweep_id: str, first: int, links: Sequence[Mapping[str, Any]]) -> None:
     _insert(db, "links", _LINK_FIELDS, [({"sweep_id": sweep_id, "ordinal": first + index}, link)
                                         for index, link in enumerate(links)])
@@ -435,10 +479,10 @@ def _update_finished(db: sqlite3.Connection, sweep_id: str, document: Mapping[st
 
 
 def _load_hosts(db: sqlite3.Connection, sweep_id: str) -> list[dict[str, Any]]:
-    results: dict[str, list[dict[str, Any]]] = {}
+    legacy: dict[str, list[dict[str, Any]]] = {}  # the rows of a sweep stored before schema 3
     for row in db.execute("SELECT * FROM results WHERE sweep_id = ? ORDER BY host, ordinal", (sweep_id,)):
-        results.setdefault(row["host"], []).append(_decode(row, _RESULT_FIELDS))
-    return [{**_decode(row, _HOST_FIELDS), "results": results.get(row["host"], [])}
+        legacy.setdefault(row["host"], []).append(_decode(row, _RESULT_FIELDS))
+    return [{**_decode(row, _HOST_FIELDS), "results": host_results(db, row, legacy)}
             for row in db.execute("SELECT * FROM hosts WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
 
 
@@ -460,18 +504,17 @@ def _document(sweep: sqlite3.Row, hosts: list[dict[str, Any]], links: list[dict[
 
 
 def _host_figures(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict[str, Any]]:
-    groups: dict[str, list[sqlite3.Row]] = {}
-    for row in db.execute("SELECT probe, metric, unit, params_json, baseline_key, value FROM results"
-                          " WHERE sweep_id = ? AND host = ? AND baseline_key IS NOT NULL AND value IS NOT NULL"
-                          " ORDER BY ordinal", (sweep_id, host)):
-        groups.setdefault(row["baseline_key"], []).append(row)
-    figures = []
-    for rows in groups.values():
-        values = [row["value"] for row in rows]
-        figures.append({"metric": f"{rows[0]['probe']}.{rows[0]['metric']}",
-                        "params": json.loads(rows[0]["params_json"]), "unit": rows[0]["unit"], "count": len(values),
-                        "min": min(values), "median": statistics.median(values), "max": max(values)})
-    return sorted(figures, key=lambda figure: (figure["metric"], _json(figure["params"])))
+    groups: dict[str, list[StoredFigure]] = {}
+    for _, figure in figures(db, sweep_id, host):
+        groups.setdefault(figure.key, []).append(figure)
+    found = []
+    for group in groups.values():
+        values = [figure.value for figure in group]
+        first = group[0]
+        found.append({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params), "unit": first.unit,
+                      "count": len(values), "min": min(values), "median": statistics.median(values),
+                      "max": max(values)})
+    return sorted(found, key=lambda figure: (figure["metric"], _json(figure["params"])))
 
 
 def _link_counts(db: sqlite3.Connection, limit: int) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,9 @@ BUSY_TIMEOUT_MS = 30_000
 # One SQL script per schema version (index = version - 1), each applied in one transaction.
 # Measured numbers have no declared type, so SQLite keeps each as it was given (an int stays an
 # int, a float a float) and a stored document reads back exactly. extra_json keeps fields beyond
-# the contract's. Never edit a released script: add the next one.
+# the contract's. Never edit a released script: add the next one. Schema 3 keeps a host's records
+# packed in hosts.results_z and its compared figures in figures (gpudiag.storehosts); the results
+# table stays for sweeps stored before it.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,
@@ -48,6 +50,14 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE baselines (name TEXT NOT NULL, key TEXT NOT NULL, median REAL NOT NULL, mad REAL NOT NULL,
         count INTEGER NOT NULL, unit TEXT, created_at TEXT NOT NULL, source_sweeps_json TEXT NOT NULL,
         PRIMARY KEY (name, key));
+    """,
+    """
+    ALTER TABLE hosts ADD COLUMN results_z BLOB;
+    CREATE TABLE result_keys (key_id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE);
+    CREATE TABLE figures (sweep_id TEXT NOT NULL, host TEXT NOT NULL, ordinal INTEGER NOT NULL,
+        key_id INTEGER NOT NULL REFERENCES result_keys (key_id), gpu INTEGER, value NOT NULL,
+        PRIMARY KEY (sweep_id, host, ordinal),
+        FOREIGN KEY (sweep_id, host) REFERENCES hosts (sweep_id, host) ON DELETE CASCADE) WITHOUT ROWID;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

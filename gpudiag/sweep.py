@@ -14,21 +14,23 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from .bundle import Bundle
+from .detail import COMPACT, FULL, compact_host, flagged_gpus
 from .errors import ProbeOutputError, StoreError
 from .exitcodes import ExitCode, decide_exit_code
 from .findings import FAIL, Finding, unchecked
+from .hostoutcome import HostOutcome
 from .hosts import HostSpec
 from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
 from .progress import SweepProgress
 from .report import write_report
-from .results import ProbeResult, StrayOutput
+from .results import ProbeResult
 from .transport import CommandResult, Session, TransportError
 from .transport.cancel import cancel_all
 
@@ -71,31 +73,6 @@ class SweepOptions:
 
 
 @dataclass(frozen=True)
-class HostOutcome:
-    """How one host's part of the sweep ended, and what it measured (seconds for durations)."""
-
-    host: str
-    status: str
-    error: str | None
-    duration_s: float
-    facts: Mapping[str, Any] = field(default_factory=dict)
-    results: tuple[ProbeResult, ...] = ()
-    stray: StrayOutput | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
-
-    def to_dict(self) -> dict[str, Any]:
-        """The host's entry of the sweep document (``stray_output`` only where the bundle printed
-        lines that were no record)."""
-        return {"host": self.host, "status": self.status, "error": self.error,
-                "duration_s": round(self.duration_s, 3), "facts": dict(self.facts),
-                "results": [result.to_dict() for result in self.results if result.probe != "facts"],
-                **({"stray_output": self.stray.to_dict()} if self.stray is not None else {})}
-
-
-@dataclass(frozen=True)
 class SweepResult:
     """Everything a sweep produced; ``to_dict`` is the sweep document. ``impact`` is the job
     impact of the findings (gpudiag.analysis.Impact.to_dict()), once analysed."""
@@ -119,13 +96,16 @@ class SweepResult:
         return decide_exit_code(has_fail=any(f.severity == FAIL for f in self.findings),
                                 has_unchecked=has_unchecked, interrupted=self.interrupted)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, records: bool = True) -> dict[str, Any]:
+        """The sweep document, every record in full; without ``records``, each host's entry has
+        ``results_count`` instead of its records (what a report of hosts and findings needs,
+        without unpacking every host)."""
         return {
             "schema": SCHEMA,
             "sweep_id": self.sweep_id,
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
-            "hosts": [host.to_dict() for host in self.hosts],
+            "hosts": [host.to_dict() if records else host.summary_dict() for host in self.hosts],
             "links": [dict(link) for link in self.links],
             "findings": [finding.to_dict() for finding in self.findings],
             **({"impact": dict(self.impact)} if self.impact is not None else {}),
@@ -334,12 +314,36 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def write_sweep_json(result: SweepResult, path: str) -> None:
-    """Write the sweep document to ``path`` (``-``: stdout), replacing it in one step so a reader
-    never sees half a document. Raises OutputError when it cannot be written."""
-    text = json.dumps(result.to_dict()) + "\n"
+def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> None:
+    """Write the sweep document to ``path`` (``-``: stdout) at ``detail`` (gpudiag.detail: full or
+    compact), one host at a time, replacing the file in one step so a reader never sees half a
+    document. Raises OutputError when it cannot be written."""
+    chunks = document_chunks(result, detail)
     if path == "-":
-        sys.stdout.write(text)
+        for chunk in chunks:
+            sys.stdout.write(chunk)
         sys.stdout.flush()
         return
-    write_report(text, path)
+    write_report(chunks, path)
+
+
+def document_chunks(result: SweepResult, detail: str = COMPACT) -> Iterator[str]:
+    """The sweep document's JSON text in pieces, each host's records unpacked only for its own
+    piece; ``detail`` is COMPACT or FULL. The document says its detail (``json_detail``)."""
+    skeleton = result.to_dict(records=False)
+    flagged = flagged_gpus(skeleton["findings"])
+    fields = list(skeleton)
+    fields.insert(fields.index("hosts"), "json_detail")
+    skeleton["json_detail"] = detail
+    yield "{"
+    for index, name in enumerate(fields):
+        yield ("" if index == 0 else ", ") + json.dumps(name) + ": "
+        if name != "hosts":
+            yield json.dumps(skeleton[name])
+            continue
+        yield "["
+        for number, host in enumerate(result.hosts):
+            entry = host.to_dict() if detail == FULL else compact_host(host, flagged.get(host.host, set()))
+            yield ("" if number == 0 else ", ") + json.dumps(entry)
+        yield "]"
+    yield "}\n"

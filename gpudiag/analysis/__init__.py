@@ -33,7 +33,7 @@ are wired), ``counters`` (error counters against peers), ``coverage`` (what coul
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from ..findings import Finding, unchecked
 from ..sku import wired_nvlinks
 from ..thresholds import Thresholds
 from . import coverage
-from .counters import counter_findings
+from .counters import PriorCounts, counter_findings
 from .fleet import Impact, fleet_shifts, job_impact
 from .nvlinks import WiredLookup, with_wiring
 from .speed import (
@@ -68,8 +68,8 @@ from .suspects import (
     references,
 )
 
-__all__ = ["Analysis", "Impact", "Measurement", "Suspect", "analyse", "confirm", "find_suspects", "finding_order",
-           "measurements", "references"]
+__all__ = ["Analysis", "Impact", "Measurement", "PriorCounts", "Suspect", "analyse", "confirm", "find_suspects",
+           "finding_order", "measurements", "prior_counts", "references"]
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,20 @@ class Analysis:
 
 
 
+def prior_counts(previous_hosts: Iterable[Mapping[str, Any]]) -> PriorCounts:
+    """The error counters of the previous sweep's hosts (their host dicts; one host's records in
+    memory at a time), for counters judged on their growth (gpudiag.analysis.counters)."""
+    prior = PriorCounts()
+    for host in previous_hosts:
+        prior.add(read_sweep([host], True).telemetry)
+    return prior
+
+
 def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, baseline: BaselineLookup | None = None,
             skus: SkuFigures = floors_for, retest_hosts: Sequence[Mapping[str, Any]] | None = None,
             retested: bool = False, extra: Sequence[Finding] = (), wired: WiredLookup = wired_nvlinks,
-            previous_hosts: Sequence[Mapping[str, Any]] | None = None, interrupted: bool = False) -> Analysis:
+            previous_hosts: Sequence[Mapping[str, Any]] | PriorCounts | None = None,
+            interrupted: bool = False) -> Analysis:
     """Findings, suspects and job impact of one sweep. ``retest_hosts``: the re-test's host
     dicts, every status (``retested`` with None: a re-test was wanted but none ran). ``extra``:
     findings made elsewhere (the link phase), ordered and excluded with the rest. ``wired``: how
@@ -107,7 +117,7 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     readings = read_sweep(hosts, True)
     found = readings.found
     telemetry = with_wiring(readings.telemetry, wired)
-    previous = read_sweep(previous_hosts, True).telemetry if previous_hosts else None
+    previous = previous_hosts if isinstance(previous_hosts, PriorCounts) else prior_counts(previous_hosts or ())
     refs = references(found, thresholds, baseline, skus)
     suspects = find_suspects(found, refs, thresholds)
     if retest_hosts is not None or retested:

@@ -26,7 +26,7 @@ import bisect
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .. import rules
@@ -116,11 +116,13 @@ class Excess:
     peers: int
 
 
-def counter_findings(telemetry: Telemetry, thresholds: Thresholds, previous: Telemetry | None = None) -> list[Finding]:
+def counter_findings(telemetry: Telemetry, thresholds: Thresholds, previous: PriorCounts | None = None) -> list[
+        Finding]:
     """The ``degraded_pcie`` and ``nvlink_errors`` warnings of the error counters of every GPU in
     ``telemetry`` (host -> GPU UUID -> GPU), judged against peers as the module docstring says;
-    ``previous``: the previous sweep's telemetry of the same hosts, to judge growth."""
-    gathered = _Gathered(thresholds, _prior_counts(previous) if previous else {})
+    ``previous``: the counts of the previous sweep of the same hosts (``prior_counts``), to judge
+    growth."""
+    gathered = _Gathered(thresholds, previous or PriorCounts())
     for host in sorted(telemetry):
         for gpu in telemetry[host].values():
             gathered.add(gpu)
@@ -139,7 +141,7 @@ class _Gathered:
     each peer group's values, and the readings at or above their floor (the only ones that can
     be flagged), in the order they were added."""
 
-    def __init__(self, thresholds: Thresholds, prior: Mapping[tuple[Any, ...], float]) -> None:
+    def __init__(self, thresholds: Thresholds, prior: PriorCounts) -> None:
         self.groups: dict[tuple[Any, ...], PeerCounts] = defaultdict(PeerCounts)
         self.candidates: list[tuple[rules.GpuTelemetry, Reading]] = []
         self._floors = {spec.name: float(getattr(thresholds, spec.floor)) for spec in (PCIE_REPLAYS, *NVLINK_COUNTERS)}
@@ -154,7 +156,7 @@ class _Gathered:
             index = link.get("link")
             if not isinstance(index, int):
                 continue
-            if not self._prior and all(link.get(spec.name) == 0 for spec in NVLINK_COUNTERS):
+            if not self._prior.gpus and all(link.get(spec.name) == 0 for spec in NVLINK_COUNTERS):
                 clean += 1
                 continue
             for spec in NVLINK_COUNTERS:
@@ -167,10 +169,9 @@ class _Gathered:
             return
         value = float(count)  # type: ignore[arg-type]
         growth = None
-        if self._prior:
-            before = self._prior.get((gpu.host, gpu.gpu_uuid, spec.name, link))
-            if before is not None:  # below its previous reading: reset since, all of it is growth
-                growth = value - before if value >= before else value
+        before = self._prior.before(gpu.host, gpu.gpu_uuid, spec.name, link)
+        if before is not None:  # below its previous reading: reset since, all of it is growth
+            growth = value - before if value >= before else value
         figure = COUNT if growth is None else GROWTH
         judged = value if growth is None else growth
         self.groups[_group(gpu, spec, figure)].add(judged)
@@ -199,10 +200,28 @@ def _is_count(value: object) -> bool:
             and value >= 0)
 
 
-def _prior_counts(previous: Telemetry) -> dict[tuple[Any, ...], float]:
-    """(host, GPU UUID, counter, NVLink index) -> the previous sweep's count."""
-    return {(host, gpu.gpu_uuid, spec.name, link): count for host, gpus in previous.items()
-            for gpu in gpus.values() for spec, link, count in gpu_counters(gpu)}
+@dataclass
+class PriorCounts:
+    """The previous sweep's error counters: the GPUs ((host, UUID)) it read, and each counter
+    that was not 0 then ((host, UUID, counter, NVLink index) -> count). Only the non-zero ones
+    are kept — nearly all are 0 — so that 10,000 nodes' priors fit in memory."""
+
+    gpus: set[tuple[str, str]] = field(default_factory=set)
+    counts: dict[tuple[Any, ...], float] = field(default_factory=dict)
+
+    def before(self, host: str, uuid: str, counter: str, link: int | None) -> float | None:
+        """The counter's previous count (0 where it read 0), None where its GPU was not read."""
+        if (host, uuid) not in self.gpus:
+            return None
+        return self.counts.get((host, uuid, counter, link), 0.0)
+
+    def add(self, previous: Telemetry) -> None:
+        for host, gpus in previous.items():
+            for gpu in gpus.values():
+                self.gpus.add((host, gpu.gpu_uuid))
+                for spec, link, count in gpu_counters(gpu):
+                    if count:
+                        self.counts[(host, gpu.gpu_uuid, spec.name, link)] = count
 
 
 def _group(gpu: rules.GpuTelemetry, spec: CounterSpec, figure: str) -> tuple[Any, ...]:

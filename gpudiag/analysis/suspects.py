@@ -97,6 +97,7 @@ def measurements(hosts: Sequence[Mapping[str, Any]],
 def read_sweep(hosts: Sequence[Mapping[str, Any]], with_telemetry: bool,
           telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> Readings:
     found: list[Measurement] = []
+    shared = _Shared()
     telemetry = telemetry if telemetry is not None else {}
     gaps: list[Finding] = []
     unkeyed: dict[str, int] = {}
@@ -122,14 +123,38 @@ def read_sweep(hosts: Sequence[Mapping[str, Any]], with_telemetry: bool,
             if key is None:
                 unkeyed[name] = unkeyed.get(name, 0) + 1
                 continue
-            found.append(Measurement(name, result["device"], result.get("gpu_uuid"), key, probe, result["metric"],
-                                     float(result["value"]), result.get("params") or {}, result.get("unit"),
+            found.append(Measurement(name, shared.text(result["device"]), shared.text(result.get("gpu_uuid")),
+                                     shared.text(key),
+                                     shared.text(probe), shared.text(result["metric"]), float(result["value"]),
+                                     shared.params(result.get("params") or {}), shared.text(result.get("unit")),
                                      model))
         if collector is not None:
             telemetry[name] = collector.gpus()
             gaps += coverage.record_gaps(name, not_ok, facts)
         failed[name] = not_ok
     return Readings(found, telemetry, gaps, unkeyed, failed)
+
+
+class _Shared:
+    """One object for each distinct string and parameter set of a sweep's measurements: a
+    million measurements name a few hundred keys, devices and parameter sets."""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, str] = {}
+        self._params: dict[tuple[tuple[str, Any], ...], Mapping[str, Any]] = {}
+
+    def text(self, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        return self._texts.setdefault(value, value)
+
+    def params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        try:
+            signature = tuple(sorted(params.items()))
+            hash(signature)
+        except TypeError:  # a list among the parameters: not shared, kept as it is
+            return params
+        return self._params.setdefault(signature, params)
 
 
 def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: BaselineLookup | None = None,

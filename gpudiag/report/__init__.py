@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import InputError, OutputError
@@ -81,10 +81,11 @@ def render_json(document: Document) -> str:
     return json.dumps(ordered, indent=1, sort_keys=False) + "\n"
 
 
-def write_report(text: str, path: str | os.PathLike[str]) -> None:
-    """Write ``text`` (UTF-8) to ``path`` in one step: a temporary file in the same folder, then
-    ``os.replace``, so a reader never sees half a report. The file gets the usual permissions
-    (0666 less the umask). Raises OutputError when it cannot be written."""
+def write_report(text: str | Iterable[str], path: str | os.PathLike[str]) -> None:
+    """Write ``text`` (UTF-8; a string, or pieces of one written as they come) to ``path`` in one
+    step: a temporary file in the same folder, then ``os.replace``, so a reader never sees half a
+    report. The file gets the usual permissions (0666 less the umask). Raises OutputError when it
+    cannot be written."""
     target = Path(path)
     temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     created = replaced = False
@@ -93,7 +94,8 @@ def write_report(text: str, path: str | os.PathLike[str]) -> None:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         created = True
         with open(descriptor, "w", encoding="utf-8") as out:
-            out.write(text)
+            for piece in [text] if isinstance(text, str) else text:
+                out.write(piece)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, target)

@@ -1,5 +1,6 @@
 """``gpudiag sweep`` input errors: one line naming the file, line and fix; exit 2; nothing run."""
 
+import json
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -64,3 +65,27 @@ def test_an_unwritable_json_or_exclude_path_is_refused_before_any_node_is_touche
 def test_the_writability_check_leaves_nothing_behind_and_accepts_a_new_file(tmp_path: Path):
     check_writable(tmp_path / "new.json", "--json")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_json_is_compact_by_default_full_on_request_and_both_render_as_reports(tmp_path: Path):
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text('{"nodes": 3, "faults": [{"kind": "slow_gpu", "host": "node002", "gpu": 1, "factor": 0.7}]}')
+    sizes = {}
+    for detail in ("compact", "full"):
+        out = tmp_path / f"{detail}.json"
+        args = ["sweep", "--simulate", str(fleet), "-q", "--no-store", "--links", "none", "--json", str(out)]
+        result = CliRunner().invoke(main, args + ([] if detail == "compact" else ["--json-detail", "full"]))
+        assert result.exit_code in (1, 3), result.output
+        document = json.loads(out.read_text())
+        assert document["json_detail"] == detail and len(document["hosts"]) == 3
+        host = document["hosts"][0]
+        probes = {r["probe"] for r in host["results"]}
+        if detail == "compact":
+            assert "p2p" not in probes and "telemetry" not in probes and host["p2p"] and host["telemetry"]
+        else:
+            assert {"p2p", "telemetry", "gemm"} <= probes and "p2p" not in host
+        sizes[detail] = out.stat().st_size
+        for fmt in ("text", "md", "html"):
+            shown = CliRunner().invoke(main, ["report", str(out), "--format", fmt])
+            assert shown.exit_code == 0 and "node002" in shown.output, (detail, fmt, shown.output[-300:])
+    assert sizes["compact"] * 2.5 < sizes["full"] and sizes["compact"] < 3 * 50_000

@@ -86,3 +86,22 @@ def test_link_slots_a_model_does_not_wire_are_not_down_but_a_wired_link_down_is(
     assert (finding["kind"], finding["host"], finding["gpu"], finding["severity"]) == ("nvlink_down", "node003", 2,
                                                                                        "fail")
     assert finding["evidence"] == "NVLink 5 down; 11 of 12 up"
+
+
+def test_with_a_store_counters_are_judged_on_their_growth_since_each_hosts_last_sweep(tmp_path: Path):
+    store, out = tmp_path / "gpudiag.db", tmp_path / "sweep.json"
+
+    def sweep(count: int) -> dict:
+        fault = {"kind": "nvlink_errors", "host": "node011", "gpu": 6, "link": 7, "counter": "crc", "count": count}
+        fleet = tmp_path / f"fleet-{count}.json"
+        fleet.write_text(json.dumps({"nodes": 16, "seed": 5, "faults": [fault]}))
+        result = CliRunner().invoke(main, ["sweep", "--simulate", str(fleet), "-q", "--store", str(store), "--json",
+                                           str(out), *FAST], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return _found(json.loads(out.read_text()))
+
+    first = sweep(30000)  # nothing stored yet: the count since the driver loaded is judged
+    assert "30000 since the driver loaded" in first[("nvlink_errors", "node011", 6)]["evidence"]
+    assert sweep(30000) == {}  # the same count a sweep later: an old burst that stopped, not flagged again
+    grown = sweep(60000)[("nvlink_errors", "node011", 6)]  # it errors again: 30000 more since the last sweep
+    assert "30000" in grown["evidence"] and "since the driver loaded" not in grown["evidence"]

@@ -17,6 +17,7 @@ import pytest
 from gpudiag.errors import StoreError
 from gpudiag.exitcodes import ExitCode
 from gpudiag.findings import Finding
+from gpudiag.keys import result_key
 from gpudiag.results import ProbeResult
 from gpudiag.store import Store, default_store_path
 from gpudiag.storeschema import MIGRATIONS, SCHEMA_VERSION
@@ -422,3 +423,77 @@ def test_the_document_given_is_not_changed_by_storing_it(tmp_path: Path) -> None
     with Store.open(tmp_path / "s.db") as store:
         _record_as_it_runs(store, document)
     assert document == original
+
+
+def _legacy_rows(path: Path, document: dict[str, Any]) -> None:
+    """The sweep as a schema-2 gpudiag stored it: one ``results`` row per record."""
+    connection = sqlite3.connect(path, isolation_level=None)
+    sweep_id = document["sweep_id"]
+    connection.execute("INSERT INTO sweeps (sweep_id, started_at, finished_at, exit_code, document_schema,"
+                       " summary_json) VALUES (?, ?, ?, 0, 'gpudiag.sweep/1', ?)",
+                       (sweep_id, document["started_at"], document["finished_at"], json.dumps(document["summary"])))
+    for ordinal, host in enumerate(document["hosts"]):
+        connection.execute("INSERT INTO hosts (sweep_id, host, ordinal, status, error, duration_s, facts_json)"
+                           " VALUES (?, ?, ?, ?, ?, ?, ?)", (sweep_id, host["host"], ordinal, host["status"],
+                                                             host["error"], host["duration_s"],
+                                                             json.dumps(host["facts"])))
+        for index, r in enumerate(host["results"]):
+            key = result_key(host["facts"], r)
+            connection.execute(
+                "INSERT INTO results (sweep_id, host, ordinal, probe, device, gpu_uuid, metric, value, unit,"
+                " samples, cv, status, reason, params_json, details_json, baseline_key) VALUES"
+                " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (sweep_id, host["host"], index, r["probe"], r["device"], r["gpu_uuid"], r["metric"], r["value"],
+                 r["unit"], r["samples"], r["cv"], r["status"], r["reason"], json.dumps(r["params"]),
+                 json.dumps(r["details"]), key))
+    connection.close()
+
+
+def test_a_sweep_stored_by_schema_2_reads_back_beside_new_ones_for_reports_history_and_baselines(
+        tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _store_at_version(path, 2)
+    old = sweep_document()
+    old["sweep_id"], old["started_at"] = "20250101T000000Z-old0", "2025-01-01T00:00:00Z"
+    _legacy_rows(path, old)
+    with Store.open(path) as store:  # upgraded to schema 3; the old rows stay where they are
+        store.record_findings(old["sweep_id"], old["findings"])  # that table did not change
+        _record_as_it_runs(store, sweep_document())
+        loaded = store.load_document(old["sweep_id"])
+        assert [h["results"] for h in loaded["hosts"]] == [h["results"] for h in old["hosts"]]
+        history = store.host_history("node001")
+        assert [row["sweep_id"] for row in history] == [sweep_document()["sweep_id"], old["sweep_id"]]
+        assert history[0]["figures"] == history[1]["figures"] and history[0]["figures"]
+        new, legacy = (list(store.results_for_baseline([sweep_id]))
+                       for sweep_id in (sweep_document()["sweep_id"], old["sweep_id"]))
+    assert [(s.baseline_key, s.value, s.host) for s in new] == [(s.baseline_key, s.value, s.host) for s in legacy]
+    assert new  # node002's GPU 1 (a finding) and the unreachable node003 are left out of both
+
+
+def test_a_stored_host_takes_a_fraction_of_its_records_and_the_store_does_not_rewrite_it_at_the_end(
+        tmp_path: Path) -> None:
+    path = tmp_path / "gpudiag.db"
+    document = sweep_document()
+    with Store.open(path) as store:
+        _record_as_it_runs(store, document)
+        with store.reading("test") as db:
+            packed = db.execute("SELECT results_z FROM hosts WHERE host = 'node001'").fetchone()[0]
+            figures = db.execute("SELECT count(*) FROM figures WHERE host = 'node001'").fetchone()[0]
+    assert len(packed) < len(json.dumps(document["hosts"][0]["results"])) / 2
+    assert figures == 4  # 2 GPUs x (gemm, membw): every compared figure, one row each
+
+
+def test_finishing_keeps_recorded_hosts_and_adds_those_never_recorded(tmp_path: Path) -> None:
+    document = sweep_document()
+    with Store.open(tmp_path / "gpudiag.db") as store:
+        store.begin_sweep(document["sweep_id"], document["started_at"], {})
+        assert store.record_host(document["sweep_id"], document["hosts"][0])
+        # the finished document says something else of node001 (interrupted later): its status is
+        # updated, its records stay; node002 and node003 were never recorded and are added
+        finished = copy.deepcopy(document)
+        finished["hosts"][0] = {**finished["hosts"][0], "results": []}
+        store.finish_sweep(document["sweep_id"], finished)
+        loaded = store.load_document(document["sweep_id"])
+    assert [h["host"] for h in loaded["hosts"]] == ["node001", "node002", "node003"]
+    assert loaded["hosts"][0]["results"] == document["hosts"][0]["results"]
+    assert loaded["hosts"][1:] == document["hosts"][1:]
