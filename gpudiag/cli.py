@@ -303,3 +303,4 @@ def run_local_probe(options: ProbeOptions) -> NodeProbe:
 main.add_command(cli_store.report)
 main.add_command(cli_store.history)
 main.add_command(cli_store.baseline)
+main.add_command(cli_store.store_group)

@@ -1,11 +1,12 @@
-"""Commands over the store: ``report``, ``history`` and ``baseline``. Read-only commands open the
-store read-only, so they never create or change it."""
+"""Commands over the store: ``report``, ``history``, ``baseline`` and ``store prune``. Read-only
+commands open the store read-only, so they never create or change it."""
 
 from __future__ import annotations
 
 import json
 import os
 import statistics
+from datetime import datetime, timezone
 from pathlib import Path
 
 import click
@@ -29,6 +30,7 @@ from .links.attribution import HostLinkFigures, host_link_figures
 from .links.rounds import link_results
 from .report import render_report, write_report
 from .store import Store, default_store_path
+from .storeprune import PruneResult, check_rules, open_for_prune, prune
 from .tables import Column, TableSpec, fit_table, print_tables
 
 FORMATS = ("text", "md", "json", "html")
@@ -295,3 +297,66 @@ def baseline_import(path: str, replace: bool, store_path: str | None) -> ExitCod
         save_baseline(store, imported, replace=replace)
     click.echo(f"imported baseline {imported.name} ({len(imported.entries)} keys)")
     return ExitCode.OK
+
+
+@click.group("store")
+def store_group() -> None:
+    """Look after the store file."""
+
+
+@store_group.command("prune")
+@click.option("--keep-days", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Keep the sweeps started within the last N days.")
+@click.option("--keep", type=click.IntRange(min=1), default=None, metavar="N", help="Keep the newest N sweeps.")
+@click.option("--dry-run", is_flag=True, help="Say what would go; change nothing.")
+@store_option
+def store_prune(keep_days: int | None, keep: int | None, dry_run: bool, store_path: str | None) -> ExitCode:
+    """Delete old sweeps and give their space back (VACUUM).
+
+    Given both options, keeps the union. Never deletes the newest sweep, a sweep a stored
+    baseline was built from, or a sweep still running (unfinished, started within a day).
+    """
+    check_rules(keep_days, keep)  # before the store is opened: a bad option is named first
+    path = _store_path(store_path)
+    with open_for_prune(path, dry_run=dry_run) as store:
+        result = prune(store, keep_days, keep, datetime.now(timezone.utc), dry_run)
+    click.echo(_prune_line(result, path, keep_days))
+    for sweep_id in result.pruned if dry_run else ():
+        click.echo(f"  {sweep_id}")
+    return ExitCode.OK
+
+
+def _prune_line(result: PruneResult, path: str, keep_days: int | None) -> str:
+    """``pruned 37 sweeps (kept 12: the newest 10, 2 sources of baselines); 412.3 MB → 96.1 MB``."""
+    count = len(result.pruned)
+    done = f"{'would prune' if result.dry_run else 'pruned'} {count} sweep{'' if count == 1 else 's'}"
+    head = f"{done if count or result.dry_run else 'nothing to prune'} ({_kept_words(result, keep_days)})"
+    before, after = _mb(result.size_before_bytes), _mb(result.size_after_bytes)
+    if result.vacuum_failure is not None:
+        return (f"{head}; the store stays {after}: VACUUM failed ({result.vacuum_failure}); the freed space will "
+                f"be reused by later sweeps; to shrink the file later, run `gpudiag store prune` again or "
+                f"`sqlite3 {path} VACUUM`")
+    return f"{head}; {before} → {after}" if result.vacuumed else f"{head}; the store is {before}"
+
+
+def _kept_words(result: PruneResult, keep_days: int | None) -> str:
+    """``kept 12: the newest 10, 2 sources of baselines``."""
+    if not result.kept:
+        return "the store holds no sweeps"
+    days = f"{keep_days} day{'' if keep_days == 1 else 's'}"
+    sources = result.kept_baseline_sources
+    parts = ((result.kept_newest_n, _newest(result.kept_newest_n)),
+             (result.kept_recent, f"{result.kept_recent} from the last {days}"),
+             (result.kept_running, f"{result.kept_running} still running"),
+             (sources, "1 source of a baseline" if sources == 1 else f"{sources} sources of baselines"),
+             (result.kept_newest, _newest(result.kept_newest)),
+             (result.kept_undated, f"{result.kept_undated} with an unreadable start time"))
+    return f"kept {result.kept}: " + ", ".join(words for count, words in parts if count)
+
+
+def _newest(count: int) -> str:
+    return "the newest sweep" if count == 1 else f"the newest {count}"
+
+
+def _mb(size_bytes: int) -> str:
+    return f"{size_bytes / 1e6:.1f} MB"
