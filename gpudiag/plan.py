@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from .analysis import Analysis, analyse, prior_counts
+from .analysis import Analysis, SweepReader, analyse, prior_counts
 from .baseline import Baseline, list_baselines, load_baseline
 from .bundle import Bundle, BundleMissing, locate_bundle
 from .errors import InputError, InstallationError, StoreError
+from .fdlimit import plan_open_files
 from .findings import Finding, unchecked
 from .hosts import HostSpec, load_hosts
 from .interrupts import InterruptGate, QuietGate
@@ -87,6 +88,9 @@ class _Setup:
     store: Store | None
     baseline: Baseline | None
     bundle: Bundle
+    fanout: int  # hosts at once, as the open-file limit allows
+    pairs_at_once: int
+    notes: tuple[str, ...] = ()  # what the sweep had to adapt (the open-file limit): warnings of the result
 
 
 def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
@@ -96,6 +100,7 @@ def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
     touched when an input is bad."""
     request = with_facts(request)
     setup = _set_up(request, stdin)
+    request = dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, fanout=setup.fanout))
     try:
         return _run(request, setup, progress, gate or QuietGate())
     finally:
@@ -118,6 +123,8 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
     thresholds = load_thresholds(request.thresholds_path)
     check_net_address(request.net_address)
     ssh_addresses: dict[str, str] = {}
+    fanout = pairs_at_once = request.sweep.fanout
+    notes: tuple[str, ...] = ()
     if request.simulate_path is not None:
         fleet = load_fleet(request.simulate_path)
         hosts: list[HostSpec] = list(fleet.host_specs())
@@ -128,15 +135,19 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
         resolved = resolve_all(remote, request.ssh)  # a host whose config ssh rejects is unreachable, not the end
         ssh_addresses = {label: host.hostname for label, host in resolved.hosts.items()}
         ssh_addresses.update({host.label: socket.getfqdn() for host in hosts if host.is_local})
-        # One connection per host for the node probes, the re-tests and every link round.
-        connector = SessionPool(FleetConnector(resolved, request.ssh, request.settings))
+        # One connection per host for the node probes, the re-tests and every link round, as the
+        # open-file limit allows (gpudiag.fdlimit).
+        per_connection = 4 if any(host.proxy_command for host in resolved.hosts.values()) else 1
+        files = plan_open_files(len(resolved.hosts), per_connection, request.sweep.fanout)
+        fanout, pairs_at_once, notes = files.fanout, files.pairs_at_once, files.notes
+        connector = SessionPool(FleetConnector(resolved, request.ssh, request.settings), max_open=files.max_open)
     store = Store.open(request.store_path) if request.store_path else None
     baseline = _baseline(store, request.baseline_name)
     try:
         bundle = locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
-    return _Setup(hosts, connector, ssh_addresses, thresholds, store, baseline, bundle)
+    return _Setup(hosts, connector, ssh_addresses, thresholds, store, baseline, bundle, fanout, pairs_at_once, notes)
 
 
 def _baseline(store: Store | None, name: str | None) -> Baseline | None:
@@ -187,12 +198,13 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         impact.update(link_impact(link_run, impact["exclude"]) or {})
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=analysis.comparison_counts(), links=links,
-                                 finished_at=datetime.now(timezone.utc), interrupted=interrupted)
+                                 finished_at=datetime.now(timezone.utc), interrupted=interrupted,
+                                 warnings=(*setup.notes, *first.warnings))
     return _finish(setup.store, result, gate)
 
 
 def _first_pass(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate,
-                record: Callable[[HostOutcome], None] | None, started_at: datetime, sweep_id: str) -> SweepResult:
+                record: Callable[[HostOutcome], None], started_at: datetime, sweep_id: str) -> SweepResult:
     """The node probes on every host; every host ``interrupted`` when an interrupt came before
     they could start."""
     try:
@@ -249,7 +261,7 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
         addresses, missing = _data_addresses(request, setup, hosts, setup.connector)
         hosts = [host for host in hosts if host in addresses]
         runner = RemotePairRunner(setup.connector.session, addresses, request.pair)
-    run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=request.sweep.fanout,
+    run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=setup.pairs_at_once,
                     stride=request.screen_stride or 1, baseline=setup.baseline)
     return run, missing
 
@@ -310,6 +322,8 @@ def _interface_address(pool: SessionPool, label: str, interface: str, python: st
         ran = session.run([python, "-m", "probes", "net-info", "--interface", interface], ADDRESS_LOOKUP_S)
     except TransportError as error:
         return None, f"could not ask for the address of {interface}: {error}"
+    finally:
+        session.close()  # the pool keeps the connection
     for line in ran.stdout.splitlines():
         try:
             event = json.loads(line)
@@ -324,11 +338,20 @@ def _interface_address(pool: SessionPool, label: str, interface: str, python: st
 
 
 def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
-              request: SweepRequest) -> Callable[[HostOutcome], None] | None:
-    if store is None:
-        return None
-    store.begin_sweep(sweep_id, started_at.strftime("%Y-%m-%dT%H:%M:%SZ"), _options(request))
-    return lambda outcome: store.record_host(sweep_id, outcome)
+              request: SweepRequest) -> Callable[[HostOutcome], None]:
+    """What each host does as it finishes (in a worker thread, while others still probe): the
+    analysis reads it, and the store records it (a StoreError is the sweep's warning)."""
+    reader = SweepReader()
+    if store is not None:
+        store.begin_sweep(sweep_id, started_at.strftime("%Y-%m-%dT%H:%M:%SZ"), _options(request))
+
+    def done(outcome: HostOutcome) -> None:
+        if outcome.ok:
+            outcome.reading = reader.read(outcome)
+        if store is not None:
+            store.record_host(sweep_id, outcome)
+
+    return done
 
 
 def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: SweepResult,

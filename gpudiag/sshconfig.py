@@ -36,6 +36,7 @@ import paramiko
 from paramiko.config import SSHConfig
 
 from .errors import InputError
+from .fdlimit import children_at_once
 from .hosts import HostSpec
 
 SSH_G_TIMEOUT_S = 10.0
@@ -228,7 +229,8 @@ def resolve_all(specs: Iterable[HostSpec], options: SshOptions, ssh_binary: str 
     # The first host alone: a file that cannot be parsed then fails once, not once per host in the pool.
     outcomes = [resolve_one(unique[0])]
     if len(unique) > 1:
-        with ThreadPoolExecutor(max_workers=min(RESOLVE_WORKERS, len(unique) - 1)) as pool:
+        # Each `ssh -G` child holds three pipes: as many at once as the open-file limit allows.
+        with ThreadPoolExecutor(max_workers=children_at_once(min(RESOLVE_WORKERS, len(unique) - 1))) as pool:
             outcomes += pool.map(resolve_one, unique[1:])
     errors = [outcome for outcome in outcomes if isinstance(outcome, HostConfigError)]
     if len(errors) == len(unique) and len({error.reason for error in errors}) == 1:

@@ -51,10 +51,20 @@ def unpack_results(packed: bytes) -> list[dict[str, Any]]:
 
 
 class KeyIds:
-    """The ``result_keys`` ids of baseline keys, looked up or added once each per store handle."""
+    """The ``result_keys`` ids of baseline keys, looked up or added once each per store handle,
+    and looked up again once another connection has written the file (a ``gpudiag store prune``
+    may have removed keys no figure used)."""
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
+        self._version: int | None = None
+
+    def check(self, db: sqlite3.Connection) -> None:
+        """Forget the ids when another connection committed since the last check."""
+        version = int(db.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._version:
+            self._ids.clear()
+            self._version = version
 
     def id_of(self, db: sqlite3.Connection, key: str) -> int:
         known = self._ids.get(key)
@@ -74,6 +84,7 @@ class KeyIds:
 def insert_figures(db: sqlite3.Connection, keys: KeyIds, sweep_id: str, host: Mapping[str, Any],
                    results: Sequence[Mapping[str, Any]]) -> None:
     """A ``figures`` row for every ok result of ``host`` that has a baseline key."""
+    keys.check(db)
     facts = host.get("facts") or {}
     rows = []
     for ordinal, result in enumerate(results):

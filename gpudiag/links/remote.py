@@ -69,8 +69,9 @@ class PairTestOptions:
 
 class RemotePairRunner:
     """The PairRunner of gpudiag.links.rounds over the sweep's sessions. ``session_of(host)``
-    gives a host's open session (None: it has none); ``addresses`` each host's data-plane
-    address. Thread-safe: the pairs of a round run at once."""
+    gives a host's open session (None: it has none), which the runner closes when its pair is
+    done (a pooled session stays connected); ``addresses`` each host's data-plane address.
+    Thread-safe: the pairs of a round run at once."""
 
     def __init__(self, session_of: Callable[[str], Session | None], addresses: Mapping[str, str],
                  options: PairTestOptions) -> None:
@@ -96,12 +97,21 @@ class RemotePairRunner:
         cancel_all(running, CANCEL_WAIT_S)
 
     def _run_pair(self, a: str, b: str) -> list[LinkResult]:
-        options = self._options
         client_session, server_session = self._session_of(a), self._session_of(b)
-        for host, session in ((a, client_session), (b, server_session)):
-            if session is None:
-                return [self._error(a, b, options.backend, None, f"{host}: no open SSH session for the pair test")]
-        assert client_session is not None and server_session is not None
+        try:
+            for host, session in ((a, client_session), (b, server_session)):
+                if session is None:
+                    return [self._error(a, b, self._options.backend, None,
+                                        f"{host}: no open SSH session for the pair test")]
+            assert client_session is not None and server_session is not None
+            return self._test(a, b, client_session, server_session)
+        finally:  # handed back: the pool keeps the connections (or closes some where files are short)
+            for session in (client_session, server_session):
+                if session is not None:
+                    session.close()
+
+    def _test(self, a: str, b: str, client_session: Session, server_session: Session) -> list[LinkResult]:
+        options = self._options
         server = server_session.start(options.server_argv(), options.deadline_s + STARTUP_S)
         with self._lock:
             self._running.add(server)

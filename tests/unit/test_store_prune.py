@@ -268,3 +268,18 @@ def test_a_sweep_written_while_pruning_is_kept_whole(six_sweeps):
     ("not a time", None), (None, None)])
 def test_start_times_are_read_as_utc(text: object, expected: datetime | None):
     assert parse_time(text) == expected
+
+
+def test_a_handle_that_knew_a_key_a_prune_removed_adds_it_again_when_it_records(six_sweeps):
+    with Store.open(six_sweeps) as running:  # a long sweep's handle: it has looked up the fp16 key
+        _store_sweep(running, "s7", days_ago=0.5, dtype="fp16")
+        assert _prune(six_sweeps, keep=1).keys_removed == 0  # s7 (the newest) still uses it
+        _store_sweep(running, "s8", days_ago=0.4)
+        result = _prune(six_sweeps, keep=1)  # s7 goes, and the fp16 key with it
+        assert "s7" in result.pruned and result.keys_removed == 1
+        _store_sweep(running, "s9", days_ago=0.1, dtype="fp16")  # the handle must not use the stale id
+        stored = running.load_document("s9")
+        samples = list(running.results_for_baseline(["s9"]))
+    assert stored["hosts"] and any('"fp16"' in sample.baseline_key for sample in samples)
+    with _db(six_sweeps) as db:
+        assert db.execute("PRAGMA foreign_key_check").fetchall() == []
