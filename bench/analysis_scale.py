@@ -7,21 +7,31 @@ its peak memory with tracemalloc (the input is built before tracing starts). Tar
 <= 1 GiB. The wall time is printed as a ratio to a baseline pass over the same records done in
 the same process (a loop that only reads every value), so a noisy machine shows as both moving.
 
-Usage: python bench/analysis_scale.py [--nodes 10000] [--p2p]
+Then whole simulated sweeps (``gpudiag sweep --simulate``: every probe, a link screen, the store
+and the compact JSON) in a child process each: wall time, peak memory (the child's maximum
+resident set) and the store's and the JSON's bytes a node (targets <= 30 KB and <= 50 KB).
+
+Usage: python bench/analysis_scale.py [--nodes 10000] [--p2p] [--sweep-nodes 500 2000]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from gpudiag.analysis import analyse  # noqa: E402
+from gpudiag.analysis import SweepReader, analyse  # noqa: E402
+from gpudiag.hostoutcome import HostOutcome  # noqa: E402
+from gpudiag.results import ProbeResult  # noqa: E402
 from gpudiag.thresholds import default_thresholds  # noqa: E402
 
 FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
@@ -78,13 +88,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--p2p", action="store_true", help="also 56 NVLink pair records per node")
-    parser.add_argument("--smoke", action="store_true", help="200 nodes: seconds")
+    parser.add_argument("--sweep-nodes", type=int, nargs="*", default=[500, 2000],
+                        help="whole simulated sweeps of these sizes (0 to skip): memory and bytes per node")
+    parser.add_argument("--smoke", action="store_true", help="200 nodes, a 20-node sweep: seconds")
     arguments = parser.parse_args()
     if arguments.smoke:
-        arguments.nodes = 200
+        arguments.nodes, arguments.sweep_nodes = 200, [20]
+    analysis(arguments.nodes, arguments.p2p)
+    for nodes in (n for n in arguments.sweep_nodes if n > 0):
+        whole_sweep(nodes)
+
+
+def analysis(nodes: int, with_p2p: bool) -> None:
+    """The analysis of ``nodes`` 8-GPU hosts: all at once from their dicts, and as a sweep runs it
+    (each host read as it finishes, then the fleet analysis after the last one)."""
     rng = random.Random(3)
-    slow = {f"node{i:05d}": rng.randrange(8) for i in rng.sample(range(arguments.nodes), 20)}
-    hosts = [node(f"node{i:05d}", rng, slow.get(f"node{i:05d}"), arguments.p2p) for i in range(arguments.nodes)]
+    slow = {f"node{i:05d}": rng.randrange(8) for i in rng.sample(range(nodes), 20)}
+    hosts = [node(f"node{i:05d}", rng, slow.get(f"node{i:05d}"), with_p2p) for i in range(nodes)]
     records = sum(len(h["results"]) for h in hosts)
     baseline_s = reading_pass(hosts)
     tracemalloc.start()
@@ -96,26 +116,82 @@ def main() -> None:
     started = time.perf_counter()
     analyse(hosts, default_thresholds())
     untraced = time.perf_counter() - started
+    # As a sweep runs it: each host read in its worker thread as it finishes (a HostOutcome keeps
+    # its reading), then the fleet analysis after the last host joins the readings.
+    reader = SweepReader()
+    outcomes = [HostOutcome(h["host"], "ok", None, 10.0, h["facts"], [ProbeResult(**r) for r in h["results"]])
+                for h in hosts]
+    started = time.perf_counter()
+    for outcome in outcomes:
+        outcome.reading = reader.read(outcome)
+    per_host_s = (time.perf_counter() - started) / nodes
+    started = time.perf_counter()
+    analyse(outcomes, default_thresholds())
+    after_last = time.perf_counter() - started
     # The pipeline re-tests the suspects' hosts and analyses again: fresh noise, same faults.
     suspect_hosts = sorted({s.measurement.host for s in result.suspects})
-    retest = [node(name, rng, slow.get(name), arguments.p2p) for name in suspect_hosts]
+    retest = [node(name, rng, slow.get(name), with_p2p) for name in suspect_hosts]
     for host in retest:
         for item in host["results"]:
             if "mode" in item["params"]:
                 item["params"] = {**item["params"], "mode": "sequential"}
     started = time.perf_counter()
-    final = analyse(hosts, default_thresholds(), retest_hosts=retest)
+    final = analyse(outcomes, default_thresholds(), retest_hosts=retest)
     second = time.perf_counter() - started
     named = {(f.host, f.gpu) for f in final.findings}
     found = sum((host, gpu) in named for host, gpu in slow.items())
-    print(f"analysis of {arguments.nodes} nodes x 8 GPUs, {records:,} records"
-          f"{' (with NVLink pairs)' if arguments.p2p else ''}:")
-    print(f"  wall {untraced:.2f} s untraced ({elapsed:.2f} s under tracemalloc); "
+    print(f"analysis of {nodes} nodes x 8 GPUs, {records:,} records{' (with NVLink pairs)' if with_p2p else ''}:")
+    print(f"  all at once from the hosts' dicts: {untraced:.2f} s untraced ({elapsed:.2f} s under tracemalloc); "
           f"{untraced / baseline_s:.0f}x a bare pass over the values ({baseline_s * 1000:.0f} ms)")
+    print(f"  as a sweep runs it: {per_host_s * 1000:.2f} ms to read each host as it finishes (in its worker "
+          f"thread, beside the probing), then {after_last:.2f} s after the last host")
     print(f"  peak memory of the analysis {peak / 2**20:.0f} MiB")
     print(f"  first pass: {len(result.suspects)} suspects on {len(suspect_hosts)} hosts; after their re-test "
           f"({second:.2f} s): {len(final.findings)} findings, {found} of the {len(slow)} slow GPUs named")
-    print("targets: <= 2 s and <= 1 GiB")
+    print("targets: <= 2 s after the last host, and <= 1 GiB")
+
+
+# gpudiag as a child process that says, as it exits, its own peak resident memory (VmHWM of its
+# own image: a fork's copy of this process, before the exec, does not count as the child's rusage would).
+PEAK_REPORTING_SWEEP = """
+import atexit, sys
+def peak():
+    with open('/proc/self/status') as status:
+        sys.stderr.write(next((line for line in status if line.startswith('VmHWM:')), 'VmHWM: unknown\\n'))
+atexit.register(peak)
+from gpudiag.cli import main
+sys.argv = ['gpudiag', *sys.argv[1:]]
+main()
+"""
+
+
+def whole_sweep(nodes: int) -> None:
+    """``gpudiag sweep --simulate`` of ``nodes`` 8-GPU H100 nodes (every probe, a link screen, the
+    store and the compact JSON) in a child process: its wall time, peak memory and bytes a node."""
+    fleet = json.loads((ROOT / "gpudiag" / "data" / "demo_fleet.json").read_text())
+    fleet["nodes"] = nodes
+    names = {fleet["name_format"].format(number) for number in range(1, nodes + 1)}
+    fleet["faults"] = [fault for fault in fleet["faults"]  # the demo's faults on nodes this fleet has
+                       if all(fault[end] in names for end in ("host", "a", "b") if end in fault)]
+    with tempfile.TemporaryDirectory(prefix="gpudiag-scale-") as folder:
+        path = Path(folder)
+        (path / "fleet.json").write_text(json.dumps(fleet))
+        started = time.perf_counter()
+        argv = ["sweep", "--simulate", str(path / "fleet.json"), "-q", "--store", str(path / "gpudiag.db"),
+                "--json", str(path / "sweep.json"), "--links", "screen"]
+        done = subprocess.run([sys.executable, "-c", PEAK_REPORTING_SWEEP, *argv], capture_output=True, text=True,
+                              check=False)
+        wall = time.perf_counter() - started
+        if done.returncode not in (0, 1, 3):
+            raise SystemExit(f"the {nodes}-node sweep exited {done.returncode}: {done.stderr[-2000:]}")
+        peak = [f"{int(line.split()[1]) / 1024:.0f} MiB" for line in done.stderr.splitlines()
+                if line.startswith("VmHWM:") and line.split()[1].isdigit()]
+        store = sum(f.stat().st_size for f in path.glob("gpudiag.db*"))
+        document = (path / "sweep.json").stat().st_size
+    print(f"whole sweep of {nodes} simulated nodes (every probe, link screen, store, compact JSON): {wall:.1f} s, "
+          f"peak memory {peak[-1] if peak else 'unknown'}; store {store / nodes / 1000:.1f} KB a node, JSON "
+          f"{document / nodes / 1000:.1f} KB a node")
+    print("targets: store <= 30 KB and JSON <= 50 KB a node; <= 1 GiB at 10,000 nodes")
 
 
 if __name__ == "__main__":

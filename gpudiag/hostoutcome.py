@@ -29,7 +29,7 @@ class HostOutcome(Mapping[str, Any]):
     ``stray_output`` where the bundle printed lines that were no record), which is what the
     analysis and the store read."""
 
-    __slots__ = ("host", "status", "error", "duration_s", "facts", "stray", "_packed", "_count")
+    __slots__ = ("host", "status", "error", "duration_s", "facts", "stray", "reading", "_packed", "_count")
 
     def __init__(self, host: str, status: str, error: str | None, duration_s: float,
                  facts: Mapping[str, Any] | None = None, results: Iterable[ProbeResult] = (),
@@ -40,6 +40,8 @@ class HostOutcome(Mapping[str, Any]):
         self.duration_s = duration_s
         self.facts: Mapping[str, Any] = dict(facts or {})
         self.stray = stray
+        # What the analysis read of it as it finished (gpudiag.analysis.SweepReader), or None.
+        self.reading: Any = None
         # The facts record is the facts above; the document carries it once.
         records = [result.to_dict() for result in results if result.probe != "facts"]
         self._count = len(records)
@@ -87,6 +89,7 @@ class HostOutcome(Mapping[str, Any]):
         for name in HostOutcome.__slots__:
             object.__setattr__(copy, name, getattr(self, name))
         copy.facts = dict(facts)
+        copy.reading = None  # read with other facts, it would read otherwise
         return copy
 
     # -- the mapping ---------------------------------------------------------------------------

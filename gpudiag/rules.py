@@ -7,7 +7,6 @@ GPU lowers its clocks and PCIe generation on purpose.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,14 +159,19 @@ class RuleFinding:
     cause: str
 
 
-# What the rules read of a telemetry record; the rest (and details that only name the source)
-# is left behind, so that 10,000 nodes' readings fit in memory.
-_READING_FIELDS = ("status", "value", "unit", "reason")
+# What the rules read of a telemetry record (status, value, unit, reason, details); the rest (and
+# details that only name the source) is left behind, so that 10,000 nodes' readings fit in memory.
 _SOURCE_ONLY = ({"source": "nvml"}, {"source": "nvidia-smi"})
+# The same few status and unit strings, one object each instead of one per reading.
+_TEXTS: dict[str, str] = {}
 
 
 def _reading(result: Mapping[str, Any]) -> Mapping[str, Any]:
-    reading = {name: _shared(result.get(name)) for name in _READING_FIELDS}
+    # Written out, not a loop over _READING_FIELDS: this runs for every reading of a sweep.
+    status, unit = result.get("status"), result.get("unit")
+    reading = {"status": _TEXTS.setdefault(status, status) if isinstance(status, str) else status,
+               "value": result.get("value"), "unit": _TEXTS.setdefault(unit, unit) if isinstance(unit, str) else unit,
+               "reason": result.get("reason")}
     details = result.get("details")
     if details and details not in _SOURCE_ONLY:
         links = details.get("links")
@@ -200,8 +204,7 @@ class _Rows:
 
 
 def _shared(value: Any) -> Any:
-    # The same few status and unit strings, once each instead of once per reading.
-    return sys.intern(value) if isinstance(value, str) and len(value) < 32 else value
+    return _TEXTS.setdefault(value, value) if isinstance(value, str) and len(value) < 32 else value
 
 
 class TelemetryCollector:

@@ -16,7 +16,6 @@ A GPU whose model is not known at all (no facts, no NVML name) keeps every link 
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 
@@ -48,7 +47,11 @@ def with_wiring(telemetry: Telemetry, wired: WiredLookup) -> dict[str, dict[str,
 
 
 def _wired(gpu: GpuTelemetry, wiring: NvlinkWiring | None) -> GpuTelemetry:
-    return gpu if wiring is None else dataclasses.replace(gpu, nvlink_wiring=wiring)
+    if wiring is None:
+        return gpu
+    # Positional, not dataclasses.replace: a 10,000-node sweep has 80,000 GPUs to copy.
+    return GpuTelemetry(gpu.host, gpu.gpu_uuid, gpu.nvml_index, gpu.readings, gpu.under_load, gpu.pci_bus_id,
+                        gpu.gpu_model, gpu.driver, wiring)
 
 
 def _peer_wiring(gpus: list[GpuTelemetry]) -> dict[tuple[str, str], NvlinkWiring]:

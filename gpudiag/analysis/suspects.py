@@ -87,6 +87,11 @@ class Readings:
     not_ok: dict[str, list[Mapping[str, Any]]]
 
 
+# Measurement from one tuple, without the generated __new__'s keyword handling (a million calls).
+def _MEASUREMENT(values: tuple[Any, ...]) -> Measurement:  # noqa: N802 - a constructor
+    return tuple.__new__(Measurement, values)
+
+
 def measurements(hosts: Sequence[Mapping[str, Any]],
                  telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> list[Measurement]:
     """The compared results of every ok host, in document order. With ``telemetry``, each ok
@@ -94,10 +99,12 @@ def measurements(hosts: Sequence[Mapping[str, Any]],
     return read_sweep(hosts, telemetry is not None, telemetry).found
 
 
-def read_sweep(hosts: Sequence[Mapping[str, Any]], with_telemetry: bool,
-          telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> Readings:
+def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
+               telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> Readings:
+    """Every ok host's reading (``HostReading``) gathered: a host that already carries one (a
+    ``reading`` attribute, read as it finished: see ``SweepReader``) is not read again."""
     found: list[Measurement] = []
-    shared = _Shared()
+    reader = SweepReader()
     telemetry = telemetry if telemetry is not None else {}
     gaps: list[Finding] = []
     unkeyed: dict[str, int] = {}
@@ -105,34 +112,84 @@ def read_sweep(hosts: Sequence[Mapping[str, Any]], with_telemetry: bool,
     for host in hosts:
         if host.get("status") != "ok":
             continue
-        facts = host.get("facts") or {}
-        key_of = host_keys(facts)
-        name, model = host["host"], facts.get("gpu_model")
-        collector = rules.TelemetryCollector(name, model, facts.get("driver_version")) if with_telemetry else None
-        not_ok = []
-        for result in host.get("results") or ():
-            probe = result.get("probe")
-            if collector is not None and probe in ("telemetry", "gemm", "pcie"):
-                collector.add(result)
-            if result.get("status") != "ok":
-                not_ok.append(result)
-                continue
-            if probe not in COMPARED_PROBES or result.get("value") is None:
-                continue
-            key = key_of(result)
-            if key is None:
-                unkeyed[name] = unkeyed.get(name, 0) + 1
-                continue
-            found.append(Measurement(name, shared.text(result["device"]), shared.text(result.get("gpu_uuid")),
-                                     shared.text(key),
-                                     shared.text(probe), shared.text(result["metric"]), float(result["value"]),
-                                     shared.params(result.get("params") or {}), shared.text(result.get("unit")),
-                                     model))
-        if collector is not None:
-            telemetry[name] = collector.gpus()
-            gaps += coverage.record_gaps(name, not_ok, facts)
-        failed[name] = not_ok
+        reading = getattr(host, "reading", None) if with_telemetry else None
+        if reading is None:
+            reading = reader.read(host, with_telemetry)
+        name = reading.host
+        found += reading.found
+        if reading.unkeyed:
+            unkeyed[name] = reading.unkeyed
+        if with_telemetry:
+            telemetry[name] = reading.gpus
+            gaps += reading.gaps
+        failed[name] = reading.not_ok
     return Readings(found, telemetry, gaps, unkeyed, failed)
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """What the analysis takes from one ok host: its compared measurements, its GPUs' telemetry,
+    the gaps its records leave, how many compared results had no key, and its records not ok."""
+
+    host: str
+    found: list[Measurement]
+    gpus: dict[str, rules.GpuTelemetry]
+    gaps: list[Finding]
+    unkeyed: int
+    not_ok: list[Mapping[str, Any]]
+
+
+class SweepReader:
+    """Reads ok hosts one at a time — in the sweep's worker threads as each host finishes, so the
+    analysis after the last host only joins the readings — sharing one object per distinct
+    string and parameter set across the sweep (safe from several threads)."""
+
+    def __init__(self) -> None:
+        self._shared = _Shared()
+
+    def read(self, host: Mapping[str, Any], with_telemetry: bool = True) -> HostReading:
+        facts = host.get("facts") or {}
+        name = host["host"]
+        collector = rules.TelemetryCollector(name, facts.get("gpu_model"), facts.get("driver_version")) \
+            if with_telemetry else None
+        found: list[Measurement] = []
+        unkeyed: dict[str, int] = {}
+        not_ok = _read_host(host.get("results") or (), name, facts, collector, self._shared, found, unkeyed)
+        gpus = collector.gpus() if collector is not None else {}
+        gaps = coverage.record_gaps(name, not_ok, facts) if collector is not None else []
+        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok)
+
+
+# The probes whose records the telemetry collector reads (telemetry, and the load evidence).
+_COLLECTED = frozenset({"telemetry", "gemm", "pcie"})
+
+
+def _read_host(results: Iterable[Mapping[str, Any]], name: str, facts: Mapping[str, Any],
+               collector: rules.TelemetryCollector | None, shared: _Shared, found: list[Measurement],
+               unkeyed: dict[str, int]) -> list[Mapping[str, Any]]:
+    """One host's records into ``found`` (and ``collector``); returns those not ok. The hot loop
+    of a sweep's analysis (every record of every host), so written for speed."""
+    key_of = host_keys(facts)
+    model = facts.get("gpu_model")
+    text = shared.text
+    not_ok = []
+    for result in results:
+        probe = result.get("probe")
+        if collector is not None and probe in _COLLECTED:
+            collector.add(result)
+        if result.get("status") != "ok":
+            not_ok.append(result)
+            continue
+        if probe not in COMPARED_PROBES or result.get("value") is None:
+            continue
+        key = key_of(result)
+        if key is None:
+            unkeyed[name] = unkeyed.get(name, 0) + 1
+            continue
+        found.append(_MEASUREMENT((name, text(result["device"]), text(result.get("gpu_uuid")), text(key), text(probe),
+                                   text(result["metric"]), float(result["value"]),
+                                   shared.params(result.get("params") or {}), text(result.get("unit")), model)))
+    return not_ok
 
 
 class _Shared:
@@ -140,13 +197,9 @@ class _Shared:
     million measurements name a few hundred keys, devices and parameter sets."""
 
     def __init__(self) -> None:
-        self._texts: dict[str, str] = {}
+        texts: dict[Any, Any] = {}
+        self.text: Callable[[Any], Any] = lambda value: texts.setdefault(value, value)  # None maps to itself
         self._params: dict[tuple[tuple[str, Any], ...], Mapping[str, Any]] = {}
-
-    def text(self, value: Any) -> Any:
-        if not isinstance(value, str):
-            return value
-        return self._texts.setdefault(value, value)
 
     def params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         try:
