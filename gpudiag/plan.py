@@ -173,6 +173,8 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     interrupted = first.interrupted or gate.received
     if interrupted:
         gate.say(f"analysing the {sum(h.ok for h in first.hosts)} hosts that finished")
+    else:
+        progress.phase(f"analysing {sum(h.ok for h in first.hosts)} hosts")
     hosts = first.hosts  # each a mapping whose records are unpacked one host at a time
     # Error counters count since the driver loaded: their growth since each host's last stored sweep decides.
     previous = prior_counts(setup.store.previous_hosts([h.host for h in hosts if h.ok], sweep_id)
@@ -182,8 +184,11 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     retest: list[HostOutcome] | None = None
     wanted = request.retest and bool(analysis.suspects) and not interrupted
     if wanted:
+        count = len({s.measurement.host for s in analysis.suspects})
+        progress.phase(f"re-testing {len(analysis.suspects)} suspect{'s' if len(analysis.suspects) != 1 else ''} "
+                       f"on {count} host{'s' if count != 1 else ''}")
         retest, interrupted = _retest(request, setup, analysis, first, gate)
-    link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate)
+    link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate, progress)
     interrupted = interrupted or gate.received or (link_run is not None and link_run.interrupted)
     if link_run is not None:
         extra += link_findings(link_run.attribution, setup.thresholds.deficit_fail_pct)
@@ -196,6 +201,8 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     impact = analysis.impact.to_dict()
     if link_run is not None:
         impact.update(link_impact(link_run, impact["exclude"]) or {})
+    if setup.store is not None:
+        progress.phase(f"storing the sweep in {setup.store.path}")
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=analysis.comparison_counts(), links=links,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted,
@@ -234,8 +241,8 @@ def _finish(store: Store | None, result: SweepResult, gate: InterruptGate) -> Sw
     return result
 
 
-def _links(request: SweepRequest, setup: _Setup, first: SweepResult,
-           gate: InterruptGate) -> tuple[LinkRun | None, list[Finding]]:
+def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: InterruptGate,
+           progress: SweepProgress) -> tuple[LinkRun | None, list[Finding]]:
     """The link phase over the hosts whose node probes passed (``screen``, ``full``), and an
     ``unchecked`` finding for each of them whose data-plane address could not be found (left
     out of the rounds); None when no pair test runs (``none``). An interrupt before the first
@@ -243,6 +250,7 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult,
     mode = SCREEN if request.links == AUTO_LINKS else request.links
     if mode == "none":
         return None, []
+    progress.phase(f"pair tests between nodes ({mode}) over {sum(h.ok for h in first.hosts)} hosts")
     try:
         with gate.interruptible():
             return _link_phase(request, setup, first, mode)

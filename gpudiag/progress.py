@@ -21,6 +21,10 @@ class SweepProgress(Protocol):
 
     def close(self) -> None: ...
 
+    def phase(self, text: str) -> None:
+        """Say what the sweep does next (after the node probes: the analysis, a re-test, link
+        rounds, writing), so a 1,000-node sweep is never silent for long."""
+
 
 class _Counts:
     def __init__(self) -> None:
@@ -44,6 +48,9 @@ class QuietProgress:
         return None
 
     def close(self) -> None:
+        return None
+
+    def phase(self, text: str) -> None:
         return None
 
 
@@ -80,6 +87,9 @@ class PlainProgress:
             if self._counts.done != self._printed_done:
                 self._print()
 
+    def phase(self, text: str) -> None:
+        print(f"gpudiag: {text}", file=self._stream, flush=True)
+
     def _print(self) -> None:
         self._printed_done = self._counts.done
         print(f"gpudiag: {self._counts.line()}", file=self._stream, flush=True)
@@ -115,6 +125,9 @@ class BarProgress:
 
     def close(self) -> None:
         self._bar.stop()
+
+    def phase(self, text: str) -> None:
+        self._bar.console.print(f"gpudiag: {text}", markup=False, highlight=False)
 
     def _describe(self) -> None:
         counts = self._counts

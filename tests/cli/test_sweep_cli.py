@@ -1,6 +1,7 @@
 """``gpudiag sweep`` input errors: one line naming the file, line and fix; exit 2; nothing run."""
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -89,3 +90,16 @@ def test_the_json_is_compact_by_default_full_on_request_and_both_render_as_repor
             shown = CliRunner().invoke(main, ["report", str(out), "--format", fmt])
             assert shown.exit_code == 0 and "node002" in shown.output, (detail, fmt, shown.output[-300:])
     assert sizes["compact"] * 2.5 < sizes["full"] and sizes["compact"] < 3 * 50_000
+
+
+def test_after_the_node_probes_progress_says_each_phase(tmp_path: Path):
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text('{"nodes": 8, "faults": [{"kind": "slow_gpu", "host": "node002", "gpu": 1, "factor": 0.7}]}')
+    result = CliRunner().invoke(main, ["sweep", "--simulate", str(fleet), "--store", str(tmp_path / "g.db"),
+                                       "--links", "screen"])
+    said = [line for line in result.stderr.splitlines() if line.startswith("gpudiag: ")]
+    phases = [line for line in said if "hosts done" not in line]
+    assert phases[0] == "gpudiag: analysing 8 hosts", said
+    assert re.fullmatch(r"gpudiag: re-testing \d+ suspects? on \d+ hosts?", phases[1]), said
+    assert phases[2].startswith("gpudiag: pair tests between nodes (screen) over 8 hosts")
+    assert phases[3] == f"gpudiag: storing the sweep in {tmp_path / 'g.db'}"
