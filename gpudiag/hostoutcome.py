@@ -77,11 +77,16 @@ class HostOutcome(Mapping[str, Any]):
                 "duration_s": round(self.duration_s, 3), "facts": dict(self.facts), "results": self.result_dicts(),
                 **({"stray_output": self.stray.to_dict()} if self.stray is not None else {})}
 
+    def unpacked(self) -> Mapping[str, Any]:
+        """The document entry with its records unpacked once (for several readers in a row)."""
+        return {**self.summary_dict_without_count(), "results": self.result_dicts()}
+
+    def summary_dict_without_count(self) -> dict[str, Any]:
+        return {name: self[name] for name in self if name != "results"}
+
     def summary_dict(self) -> dict[str, Any]:
         """The entry without its records (what a report of hosts and findings needs)."""
-        entry = {name: self[name] for name in self if name != "results"}
-        entry["results_count"] = self.results_count
-        return entry
+        return {**self.summary_dict_without_count(), "results_count": self.results_count}
 
     def with_facts(self, facts: Mapping[str, Any]) -> HostOutcome:
         """The same outcome with other facts (a re-test reads with its first pass's facts)."""

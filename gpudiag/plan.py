@@ -354,10 +354,11 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
         store.begin_sweep(sweep_id, started_at.strftime("%Y-%m-%dT%H:%M:%SZ"), _options(request))
 
     def done(outcome: HostOutcome) -> None:
+        entry = outcome.unpacked()  # its records unpacked once, for both
         if outcome.ok:
-            outcome.reading = reader.read(outcome)
+            outcome.reading = reader.read(entry)
         if store is not None:
-            store.record_host(sweep_id, outcome)
+            store.record_host(sweep_id, entry)
 
     return done
 

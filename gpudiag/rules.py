@@ -87,6 +87,9 @@ def action(cause: str, severity: str) -> tuple[str, str]:
 
 # The PCIe link figures a probe's NVML evidence carries (lowest seen under load, and the maximum).
 LINK_UNDER_LOAD = ("pcie_width_min_loaded", "pcie_width_max", "pcie_generation_min_loaded", "pcie_generation_max")
+# What the rules read of the NVML evidence a GEMM carries (``active_reasons``, ``load_evidence``).
+LOAD_EVIDENCE = ("clocks_event_reasons", "clocks_event_reason_samples", "nvml_samples", "nvml_samples_idle",
+                 "sm_clock_mhz_median", "sm_clock_max_mhz", "power_w_max", "power_limit_w", *LINK_UNDER_LOAD)
 
 
 # Where a GPU's wired NVLinks come from (NvlinkWiring.source).
@@ -114,7 +117,7 @@ class GpuTelemetry:
     host: str
     gpu_uuid: str
     nvml_index: int | None
-    readings: Mapping[str, Mapping[str, Any]]
+    readings: Mapping[str, Reading | Mapping[str, Any]]
     under_load: Mapping[str, Any]
     pci_bus_id: str | None = None
     gpu_model: str | None = None
@@ -164,47 +167,94 @@ class RuleFinding:
 _SOURCE_ONLY = ({"source": "nvml"}, {"source": "nvidia-smi"})
 # The same few status and unit strings, one object each instead of one per reading.
 _TEXTS: dict[str, str] = {}
+# The readings whose details a rule reads (each NVLink's state and counters; the clocks-event
+# reasons active at idle); the identity's are kept apart (bus id, name), the rest left behind.
+DETAILED_READINGS = frozenset({"nvlink_links_up", "clocks_event_reasons"})
+_INTS: dict[int, int] = {}
+_SHARED_INT = 1 << 20
 
 
-def _reading(result: Mapping[str, Any]) -> Mapping[str, Any]:
-    # Written out, not a loop over _READING_FIELDS: this runs for every reading of a sweep.
-    status, unit = result.get("status"), result.get("unit")
-    reading = {"status": _TEXTS.setdefault(status, status) if isinstance(status, str) else status,
-               "value": result.get("value"), "unit": _TEXTS.setdefault(unit, unit) if isinstance(unit, str) else unit,
-               "reason": result.get("reason")}
-    details = result.get("details")
-    if details and details not in _SOURCE_ONLY:
-        links = details.get("links")
-        reading["details"] = {**details, "links": _Rows.of(links)} if isinstance(links, list) else details
-    return reading
+class Reading:
+    """What the rules read of one telemetry record: ``status``, ``value``, ``unit``, ``reason``
+    and ``details`` (None where they only named their source). Read like the record's dict
+    (``get``), at a third of a dict's memory: a 10,000-node sweep holds 1.8 million."""
+
+    __slots__ = ("status", "value", "unit", "reason", "details")
+
+    def __init__(self, result: Mapping[str, Any]) -> None:
+        status, unit = result.get("status"), result.get("unit")
+        self.status = _TEXTS.setdefault(status, status) if isinstance(status, str) else status
+        self.value = _shared(result.get("value"))
+        self.unit = _TEXTS.setdefault(unit, unit) if isinstance(unit, str) else unit
+        self.reason = result.get("reason")
+        details = result.get("details")
+        if not details or details in _SOURCE_ONLY or result.get("metric") not in DETAILED_READINGS:
+            self.details: Mapping[str, Any] | None = None
+        else:
+            links = details.get("links")
+            self.details = {**details, "links": _Rows.of(links)} if isinstance(links, list) else details
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = getattr(self, name, None) if name in Reading.__slots__ else None
+        return default if value is None else value
+
+
+def _reading(result: Mapping[str, Any]) -> Reading:
+    return Reading(result)
 
 
 class _Rows:
-    """A list of like dicts (a GPU's NVLinks) kept as one tuple per row: a dict each would take
-    most of a 10,000-node sweep's telemetry memory. ``dicts()`` gives them back."""
+    """A list of like dicts (a GPU's NVLinks) kept small: a healthy GPU's 18 links differ only in
+    their index, so the rows that match the first one but for their ``index_name`` value are one
+    template and a tuple of indexes; the others are a tuple each. A dict a link would take most
+    of a 10,000-node sweep's telemetry memory. ``dicts()`` gives them back, in their order."""
 
-    __slots__ = ("names", "rows", "others")
+    __slots__ = ("names", "at", "template", "order", "others")
 
-    def __init__(self, names: tuple[str, ...], rows: tuple[tuple[Any, ...], ...], others: tuple[Any, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], at: int | None, template: tuple[Any, ...] | None,
+                 order: tuple[int | tuple[Any, ...], ...], others: tuple[Any, ...]) -> None:
         self.names = names
-        self.rows = rows
+        self.at = at  # where the index stands in a row
+        self.template = template  # the shared values (the index's place holds None)
+        self.order = order  # per row: its index (a template row) or its own values
         self.others = others  # items that were no dict of those keys, kept as they were
 
     @classmethod
-    def of(cls, items: list[Any]) -> _Rows:
+    def of(cls, items: list[Any], index_name: str = "link") -> _Rows:
         names = tuple(items[0]) if items and isinstance(items[0], dict) else ()
         like = [item for item in items if isinstance(item, dict) and tuple(item) == names]
         others = tuple(item for item in items if not (isinstance(item, dict) and tuple(item) == names))
-        return cls(tuple(_shared(name) for name in names),
-                   tuple(tuple(_shared(value) for value in item.values()) for item in like), others)
+        at = names.index(index_name) if index_name in names else None
+        rows = [tuple(_shared(value) for value in item.values()) for item in like]
+        template = None if at is None or not rows else rows[0][:at] + (None,) + rows[0][at + 1:]
+        order: list[int | tuple[Any, ...]] = []
+        for row in rows:
+            fits = template is not None and at is not None and isinstance(row[at], int) and \
+                row[:at] + (None,) + row[at + 1:] == template
+            order.append(row[at] if fits else row)  # type: ignore[index]
+        return cls(tuple(_shared(name) for name in names), at, template, tuple(order), others)
 
     def dicts(self) -> list[Mapping[str, Any]]:
-        return [dict(zip(self.names, row, strict=True)) for row in self.rows] + [
-            item for item in self.others if isinstance(item, dict)]
+        at = self.at
+        rows = []
+        for entry in self.order:
+            if isinstance(entry, tuple):
+                rows.append(dict(zip(self.names, entry, strict=True)))
+            else:
+                assert self.template is not None and at is not None
+                values = self.template[:at] + (entry,) + self.template[at + 1:]
+                rows.append(dict(zip(self.names, values, strict=True)))
+        return rows + [item for item in self.others if isinstance(item, dict)]
 
 
 def _shared(value: Any) -> Any:
-    return _TEXTS.setdefault(value, value) if isinstance(value, str) and len(value) < 32 else value
+    """One object for equal short strings and small whole numbers (an NVLink's state, speed and
+    counters repeat on every link of a fleet)."""
+    if isinstance(value, str) and len(value) < 32:
+        return _TEXTS.setdefault(value, value)
+    if type(value) is int and -_SHARED_INT < value < _SHARED_INT:
+        return _INTS.setdefault(value, value)
+    return value
 
 
 class TelemetryCollector:
@@ -241,7 +291,8 @@ class TelemetryCollector:
                 if details.get("name"):
                     self._name[uuid] = str(details["name"])
         elif probe == "gemm" and result.get("status") == "ok":
-            self._load[uuid] = result.get("details") or {}
+            details = result.get("details") or {}
+            self._load[uuid] = {name: details[name] for name in LOAD_EVIDENCE if name in details}
             self._cuda_index[uuid] = device_index(result.get("device"))
         elif probe == "pcie" and result.get("status") == "ok":
             self._add_link(uuid, result.get("details") or {})

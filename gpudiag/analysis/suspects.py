@@ -30,21 +30,52 @@ class BaselineLookup(Protocol):
 SkuFigures = Callable[[str | None], Mapping[FloorKey, float]]
 
 
-class Measurement(NamedTuple):
-    """One ok result of a compared probe, with where it came from and its baseline key.
+class KeyInfo(NamedTuple):
+    """What every measurement of one baseline key (and GPU model) shares: one object per key."""
 
-    A NamedTuple rather than a dataclass: a 10,000-node sweep makes a million of them."""
+    key: str
+    probe: str
+    metric: str
+    params: Mapping[str, Any]
+    unit: str | None
+    gpu_model: str | None
+
+
+class Measurement(NamedTuple):
+    """One ok result of a compared probe, with where it came from and its baseline key (``info``:
+    the key, probe, metric, parameters, unit and GPU model it shares with its kind).
+
+    A NamedTuple of five rather than a dataclass: a 10,000-node sweep makes a million of them."""
 
     host: str
     device: str
     gpu_uuid: str | None
-    key: str
-    probe: str
-    metric: str
+    info: KeyInfo
     value: float
-    params: Mapping[str, Any]
-    unit: str | None = None
-    gpu_model: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.info.key
+
+    @property
+    def probe(self) -> str:
+        return self.info.probe
+
+    @property
+    def metric(self) -> str:
+        return self.info.metric
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self.info.params
+
+    @property
+    def unit(self) -> str | None:
+        return self.info.unit
+
+    @property
+    def gpu_model(self) -> str | None:
+        return self.info.gpu_model
 
     @property
     def gpu(self) -> int | None:
@@ -186,9 +217,12 @@ def _read_host(results: Iterable[Mapping[str, Any]], name: str, facts: Mapping[s
         if key is None:
             unkeyed[name] = unkeyed.get(name, 0) + 1
             continue
-        found.append(_MEASUREMENT((name, text(result["device"]), text(result.get("gpu_uuid")), text(key), text(probe),
-                                   text(result["metric"]), float(result["value"]),
-                                   shared.params(result.get("params") or {}), text(result.get("unit")), model)))
+        info = shared.info(key, model)
+        if info is None:
+            info = shared.add_info(KeyInfo(text(key), text(probe), text(result["metric"]),
+                                           shared.params(result.get("params") or {}), text(result.get("unit")), model))
+        found.append(_MEASUREMENT((name, text(result["device"]), text(result.get("gpu_uuid")), info,
+                                   float(result["value"]))))
     return not_ok
 
 
@@ -200,6 +234,13 @@ class _Shared:
         texts: dict[Any, Any] = {}
         self.text: Callable[[Any], Any] = lambda value: texts.setdefault(value, value)  # None maps to itself
         self._params: dict[tuple[tuple[str, Any], ...], Mapping[str, Any]] = {}
+        self._infos: dict[tuple[str, str | None], KeyInfo] = {}
+
+    def info(self, key: str, model: str | None) -> KeyInfo | None:
+        return self._infos.get((key, model))
+
+    def add_info(self, info: KeyInfo) -> KeyInfo:
+        return self._infos.setdefault((info.key, info.gpu_model), info)
 
     def params(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         try:
