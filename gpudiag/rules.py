@@ -7,7 +7,7 @@ GPU lowers its clocks and PCIe generation on purpose.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +203,44 @@ def _reading(result: Mapping[str, Any]) -> Reading:
     return Reading(result)
 
 
+class ReadingTable(Mapping[str, Any]):
+    """One GPU's readings by metric, kept small: a reading that is ok, with no details and no
+    reason, is kept as its value alone (most of them: clocks, temperatures, counters), the
+    others as their ``Reading``; the metric names are one tuple shared by every GPU that has the
+    same. Looking one up gives a ``Reading`` either way."""
+
+    __slots__ = ("_where", "_values")
+    _shapes: dict[tuple[str, ...], dict[str, int]] = {}
+
+    def __init__(self, readings: Mapping[str, Reading]) -> None:
+        names = tuple(readings)
+        self._where = ReadingTable._shapes.setdefault(names, {name: index for index, name in enumerate(names)})
+        self._values = tuple(reading.value if _plain(reading) else reading for reading in readings.values())
+
+    def __getitem__(self, metric: str) -> Reading:
+        value = self._values[self._where[metric]]
+        return value if isinstance(value, Reading) else _PlainReading(value)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def _plain(reading: Reading) -> bool:
+    return reading.status == "ok" and reading.details is None and reading.reason is None
+
+
+class _PlainReading(Reading):
+    """A reading given back from its value alone: ok, no reason, no details."""
+
+    __slots__ = ()
+
+    def __init__(self, value: Any) -> None:  # noqa: D107 - Reading's fields, without a record
+        self.status, self.value, self.unit, self.reason, self.details = "ok", value, None, None, None
+
+
 class _Rows:
     """A list of like dicts (a GPU's NVLinks) kept small: a healthy GPU's 18 links differ only in
     their index, so the rows that match the first one but for their ``index_name`` value are one
@@ -310,7 +348,8 @@ class TelemetryCollector:
         name for the GPU where the facts do not say)."""
         # The CUDA index names the GPU where speed findings do; NVML's where only telemetry exists.
         return {uuid: GpuTelemetry(self.host, uuid, self._cuda_index.get(uuid, self._nvml_index.get(uuid)),
-                                   self._readings.get(uuid, {}), self._under_load(uuid), self._bus.get(uuid),
+                                   ReadingTable(self._readings.get(uuid, {})), self._under_load(uuid),
+                                   self._bus.get(uuid),
                                    self.gpu_model or self._name.get(uuid), self.driver)
                 for uuid in sorted(set(self._readings) | set(self._load) | set(self._link))}
 
