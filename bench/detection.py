@@ -20,8 +20,8 @@ reported where one was expected, and the share of healthy hosts flagged on fault
 Targets at noise CV <= 1 %: precision and recall >= 0.99 for slowdowns >= 10 %, >= 0.95 at
 5 %, and <= 1 % of healthy hosts flagged.
 
-slow_nic and slow_link act on the pairwise network probes, which this version does not run yet;
-they are left out of the fault mix.
+slow_nic and slow_link act on the pairwise link tests; their detection is scored by
+bench/link_schedule.py (screen against full, 8 to 4,096 nodes), so they are left out of this mix.
 
 Usage: python bench/detection.py [--scenarios mix share40 ...] [--sizes 64 256 1024]
                                  [--cvs 0.005 0.01 0.02] [--slowdowns 3 5 10 20 50] [--seeds 1]
