@@ -1,11 +1,11 @@
-"""Commands over the store: ``report``, ``history``, ``baseline`` and ``store prune``. Read-only
-commands open the store read-only, so they never create or change it."""
+"""Commands over the store: ``report``, ``baseline`` and ``store prune`` (``history`` is in
+gpudiag.cli_history, and exported here for the CLI). Read-only commands open the store
+read-only, so they never create or change it."""
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,26 +23,17 @@ from .baseline import (
     load_baseline,
     save_baseline,
 )
+from .cli_history import history  # noqa: F401 - gpudiag.cli registers it from here
+from .cli_options import WIDER_HINT, store_location, store_option
 from .errors import InputError, read_json_file
 from .exitcodes import ExitCode
-from .keys import LINK_PROBE, LINK_UNIT, describe_key
-from .links.attribution import HostLinkFigures, host_link_figures
-from .links.rounds import link_results
+from .keys import LINK_PROBE, describe_key
 from .report import render_report, write_report
-from .store import Store, default_store_path
+from .store import Store
 from .storeprune import PruneResult, check_rules, open_for_prune, prune
 from .tables import Column, TableSpec, fit_table, print_tables
 
 FORMATS = ("text", "md", "json", "html")
-
-
-def store_option(function: click.decorators.FC) -> click.decorators.FC:
-    return click.option("--store", "store_path", default=None, metavar="PATH",
-                        help="SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db).")(function)
-
-
-def _store_path(store_path: str | None) -> str:
-    return store_path or str(default_store_path(os.environ))
 
 
 @click.command()
@@ -70,136 +61,11 @@ def _document(source: str | None, store_path: str | None) -> dict:
         if not isinstance(data, dict) or data.get("schema") != "gpudiag.sweep/1":
             raise InputError(f"{source}: not a gpudiag sweep document (schema gpudiag.sweep/1)")
         return data
-    with Store.open(_store_path(store_path), readonly=True) as store:
+    with Store.open(store_location(store_path), readonly=True) as store:
         sweep_id = source or store.latest_sweep_id()
         if sweep_id is None:
-            raise InputError(f"{_store_path(store_path)}: no sweep is stored yet; run gpudiag sweep first")
+            raise InputError(f"{store_location(store_path)}: no sweep is stored yet; run gpudiag sweep first")
         return store.load_document(sweep_id)
-
-
-@click.command()
-@click.argument("host", required=False)
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sweeps to show.")
-@store_option
-def history(host: str | None, limit: int, store_path: str | None) -> ExitCode:
-    """A host's key figures across stored sweeps (without HOST: the stored sweeps)."""
-    console = Console()
-    with Store.open(_store_path(store_path), readonly=True) as store:
-        if host is None:
-            print_tables(console, [_sweeps_table(store.list_sweeps(limit), console.width)])
-        else:
-            rows = store.host_history(host, limit)
-            if not rows:
-                raise InputError(f"{host}: not in any stored sweep of {_store_path(store_path)}")
-            links = _link_history_table(host, rows, console.width)
-            print_tables(console, [_history_table(host, rows, console.width), *([links] if links else [])])
-    return ExitCode.OK
-
-
-# Where a table leaves out columns for want of room, its caption says so and how to see them.
-WIDER_HINT = "a wider terminal (COLUMNS) shows them"
-SWEEPS_COLUMNS = (Column("sweep", "name"), Column("ok/all", justify="left"), Column("findings", justify="left"),
-                  Column("links", justify="left", drop_rank=1), Column("slowest link", justify="left", drop_rank=2),
-                  Column("exit", "text"))
-
-
-def _sweeps_table(sweeps: list[dict], width: int) -> Table:
-    """The stored sweeps within ``width`` characters."""
-    # The sweep id carries its start time (gpudiag names a sweep by it): no column of its own,
-    # so that the pair tests fit in 80 columns.
-    rows = []
-    for sweep in sweeps:
-        exit_code = "interrupted" if sweep["interrupted"] else str(sweep["exit_code"])
-        rows.append((sweep["sweep_id"], f"{sweep['hosts_ok']}/{sweep['hosts_total']}", str(sweep["findings"]),
-                     _link_count(sweep), _slowest_link(sweep.get("slowest_link")), exit_code))
-    return fit_table(TableSpec("Stored sweeps, newest first", SWEEPS_COLUMNS, tuple(rows)), width, WIDER_HINT)
-
-
-def _link_count(sweep: dict) -> str:
-    """The sweep's pair tests (one per rail), and below, how many gave no figure."""
-    if not sweep.get("links"):
-        return ""
-    failed = sweep.get("links_failed") or 0
-    return f"{sweep['links']}" + (f"\n{failed} failed" if failed else "")
-
-
-def _slowest_link(link: dict | None) -> str:
-    """The slowest measured test: its ends, and below, its rail and figure."""
-    if not link:
-        return ""
-    rail = "" if link.get("rail") is None else f"r{link['rail']} "
-    return f"{link['a']}–{link['b']}\n{rail}{link['value']:.1f} {LINK_UNIT}"
-
-
-# Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).
-HISTORY_PARAMS = ("dtype", "direction", "memory")
-
-
-# The sweep and its status head each sweep's rows, in the figure column: a column of their own
-# (21 characters of sweep id) would not leave the figures room in 80 columns.
-HISTORY_COLUMNS = (Column("sweep, figure", "text"), Column("min"), Column("median"), Column("max"),
-                   Column("unit", "text", drop_rank=1))
-
-
-def _history_table(host: str, rows: list[dict], width: int) -> Table:
-    """The host's figures per stored sweep within ``width`` characters: a line naming the sweep
-    and its status, then one line per figure (min, median, max over its GPUs, unit)."""
-    cells: list[tuple[str, ...] | None] = []
-    for row in rows:
-        status = row["status"] if not row.get("error") else f"{row['status']}: {row['error']}"
-        cells.append((f"sweep {row['sweep_id']}: {status}", "", "", "", ""))
-        for name, (low, middle, high, unit) in sorted(_fold_figures(row["figures"]).items()):
-            cells.append((name, f"{low:.4g}", f"{middle:.4g}", f"{high:.4g}", unit or ""))
-        cells.append(None)
-    spec = TableSpec(f"{host}: min / median / max over its GPUs, newest sweep first", HISTORY_COLUMNS,
-                     tuple(cells))
-    return fit_table(spec, width, WIDER_HINT)
-
-
-LINK_HISTORY_COLUMNS = (Column("sweep, link", "text"), Column("worst, with"), Column("median, line", drop_rank=2),
-                        Column("pairs", drop_rank=1))
-
-
-def _link_history_table(host: str, rows: list[dict], width: int) -> Table | None:
-    """The host's pair figures per sweep and backend/rail (None when it has none) within
-    ``width`` characters: a line naming the sweep, then per link the worst partner's figure and
-    who, the median and its share of the line rate, and the pairs."""
-    per_sweep = [(row, host_link_figures(host, link_results(row.get("links") or ()))) for row in rows]
-    if not any(figures for _, figures in per_sweep):
-        return None
-    cells: list[tuple[str, ...] | None] = []
-    for row, figures in per_sweep:
-        if figures:
-            cells.extend([(f"sweep {row['sweep_id']}", "", "", ""), *map(_link_cells, figures), None])
-    spec = TableSpec(f"{host}: pair figures in {LINK_UNIT} (a pair's is the mean of its runs), newest sweep first",
-                     LINK_HISTORY_COLUMNS, tuple(cells))
-    return fit_table(spec, width, WIDER_HINT)
-
-
-def _link_cells(figure: HostLinkFigures) -> tuple[str, str, str, str]:
-    """``nccl r3``, ``225.8 node031``, ``236.1 59 %``, ``7`` (``7 +1 failed``)."""
-    group = figure.group
-    link = group.backend if group.rail is None else f"{group.backend} r{group.rail}"
-    share = figure.median_line_rate_pct
-    worst = "-" if figure.worst_gbps is None else f"{figure.worst_gbps:.1f} {figure.worst_peer}"
-    median = "-" if figure.median_gbps is None else f"{figure.median_gbps:.1f}"
-    if share is not None:
-        median += f" {share:.0f} %"
-    pairs = str(figure.partners) + (f" +{figure.unmeasured} failed" if figure.unmeasured else "")
-    return link, worst, median, pairs
-
-
-def _fold_figures(figures: list[dict]) -> dict[str, tuple[float, float, float, str | None]]:
-    """Figures of one sweep by metric and naming parameters; pairs and buffer sizes folded
-    (the median shown is the median of their medians)."""
-    groups: dict[str, list[dict]] = {}
-    for figure in figures:
-        params = figure.get("params") or {}
-        name = " ".join([figure["metric"], *(str(params[p]) for p in HISTORY_PARAMS if p in params)])
-        groups.setdefault(name, []).append(figure)
-    return {name: (min(f["min"] for f in group), statistics.median(f["median"] for f in group),
-                   max(f["max"] for f in group), group[0].get("unit"))
-            for name, group in groups.items()}
 
 
 @click.group()
@@ -218,10 +84,10 @@ def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, repl
     """Build a baseline from results that were not themselves findings."""
     if last is not None and sweep_ids:
         raise InputError("give --last N or --sweep ID, not both")
-    with Store.open(_store_path(store_path)) as store:
+    with Store.open(store_location(store_path)) as store:
         chosen = list(sweep_ids) or [s["sweep_id"] for s in store.list_sweeps(last or 1)]
         if not chosen:
-            raise InputError(f"{_store_path(store_path)}: no sweep is stored yet; run gpudiag sweep first")
+            raise InputError(f"{store_location(store_path)}: no sweep is stored yet; run gpudiag sweep first")
         built = build_baseline(name, baseline_samples(store, chosen))
         save_baseline(store, built, replace=replace)
     click.echo(f"baseline {name}: {len(built.entries)} keys from {len(chosen)} sweeps"
@@ -235,7 +101,7 @@ def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, repl
 def baseline_show(name: str | None, store_path: str | None) -> ExitCode:
     """List the stored baselines, or one baseline's entries."""
     console = Console()
-    with Store.open(_store_path(store_path), readonly=True) as store:
+    with Store.open(store_location(store_path), readonly=True) as store:
         if name is None:
             print_tables(console, [_baselines_table(list_baselines(store), console.width)])
             return ExitCode.OK
@@ -279,7 +145,7 @@ def _baseline_table(shown: Baseline, width: int) -> Table:
 @store_option
 def baseline_export(name: str, path: str, store_path: str | None) -> ExitCode:
     """Write a stored baseline to FILE.json, to share it with another controller."""
-    with Store.open(_store_path(store_path), readonly=True) as store:
+    with Store.open(store_location(store_path), readonly=True) as store:
         data = export_baseline(load_baseline(store, name))
     write_report(json.dumps(data, indent=1) + "\n", path)
     click.echo(f"wrote baseline {name} ({len(data['entries'])} keys) to {path}")
@@ -293,7 +159,7 @@ def baseline_export(name: str, path: str, store_path: str | None) -> ExitCode:
 def baseline_import(path: str, replace: bool, store_path: str | None) -> ExitCode:
     """Store a baseline exported by ``gpudiag baseline export``."""
     imported = import_baseline(read_json_file(path, "the baseline file"), path)
-    with Store.open(_store_path(store_path)) as store:
+    with Store.open(store_location(store_path)) as store:
         save_baseline(store, imported, replace=replace)
     click.echo(f"imported baseline {imported.name} ({len(imported.entries)} keys)")
     return ExitCode.OK
@@ -317,7 +183,7 @@ def store_prune(keep_days: int | None, keep: int | None, dry_run: bool, store_pa
     baseline was built from, or a sweep still running (unfinished, started within a day).
     """
     check_rules(keep_days, keep)  # before the store is opened: a bad option is named first
-    path = _store_path(store_path)
+    path = store_location(store_path)
     with open_for_prune(path, dry_run=dry_run) as store:
         result = prune(store, keep_days, keep, datetime.now(timezone.utc), dry_run)
     click.echo(_prune_line(result, path, keep_days))
