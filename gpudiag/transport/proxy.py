@@ -15,6 +15,7 @@ and never reaps the process.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -122,7 +123,8 @@ class ProxyCommandSocket:
         return pipe
 
     def _closed_error(self) -> OSError:
-        return OSError(f"the ProxyCommand {self.command_line!r} was closed")
+        # (errno, text), as a socket's errors are: paramiko's transport thread formats both
+        return OSError(errno.EBADF, f"the ProxyCommand {self.command_line!r} was closed")
 
     def _keep_stderr(self) -> None:
         stderr = self._process.stderr
