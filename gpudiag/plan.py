@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,7 @@ from .links.simulated import SimulatedPairRunner
 from .links.verdicts import link_findings
 from .progress import QuietProgress, SweepProgress
 from .sim import SimulatedConnector, load_fleet
+from .slurm.launcher import slurm_connector
 from .sshconfig import SshOptions, resolve_all
 from .store import Store
 from .sweep import Connector, HostOutcome, SweepOptions, SweepResult, interrupted_host, new_sweep_id, run_sweep
@@ -77,6 +79,9 @@ class SweepRequest:
     net_address: str = "auto"
     pair: PairTestOptions = PairTestOptions()
     screen_stride: int | None = None
+    launcher: str = "ssh"  # or "slurm": gpudiag.slurm.launcher
+    launcher_fallback: str = "none"  # "ssh": hosts srun cannot reach are probed over SSH
+    slurm_bundle_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,11 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
         connector: Connector = SimulatedConnector(fleet)
     else:
         hosts = load_hosts(request.hosts_argument or "", stdin)
+    if request.simulate_path is None and request.launcher == "slurm":
+        connector, ssh_addresses, fanout = slurm_connector(hosts, request.ssh, request.settings, os.environ,
+                                                           request.launcher_fallback, request.slurm_bundle_dir,
+                                                           request.sweep.fanout)
+    elif request.simulate_path is None:
         remote = [host for host in hosts if not host.is_local]
         resolved = resolve_all(remote, request.ssh)  # a host whose config ssh rejects is unreachable, not the end
         ssh_addresses = {label: host.hostname for label, host in resolved.hosts.items()}
@@ -201,7 +211,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     impact = analysis.impact.to_dict()
     if link_run is not None:
         impact.update(link_impact(link_run, impact["exclude"]) or {})
-    if setup.store is not None:
+    if setup.store is not None and not interrupted:  # an interrupted sweep says so itself (gate)
         progress.phase(f"storing the sweep in {setup.store.path}")
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=analysis.comparison_counts(), links=links,
@@ -389,4 +399,4 @@ def _options(request: SweepRequest) -> dict[str, Any]:
             "fanout": request.sweep.fanout, "simulate": request.simulate_path, "retest": request.retest,
             "links": request.links, "net_address": request.net_address, "net_backend": request.pair.backend,
             "net_duration_s": request.pair.duration_s, "net_line_rate_gbps": request.pair.line_rate_gbps,
-            "screen_stride": request.screen_stride}
+            "screen_stride": request.screen_stride, "launcher": request.launcher}
