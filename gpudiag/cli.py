@@ -304,3 +304,4 @@ main.add_command(cli_store.report)
 main.add_command(cli_store.history)
 main.add_command(cli_store.baseline)
 main.add_command(cli_store.store_group)
+main.add_command(__import__("gpudiag.cli_triage", fromlist=["triage"]).triage)  # one line: no import to add

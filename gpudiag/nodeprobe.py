@@ -15,7 +15,9 @@ from .errors import ProbeOutputError
 from .results import ProbeResult, StrayOutput, read_probe_output, stray_only_error
 from .transport import CommandResult
 
-PROBE_NAMES = ("facts", "telemetry", "gemm", "membw", "p2p", "pcie", "smclock")
+PROBE_NAMES = ("facts", "telemetry", "xid", "gemm", "membw", "p2p", "pcie", "smclock")
+# What runs when no probe is named: every probe but xid, which reads the kernel log (gpudiag triage).
+DEFAULT_PROBE_NAMES = tuple(name for name in PROBE_NAMES if name != "xid")
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
 # Time the node's Python needs to start and import torch, on top of the probes' own deadline.
 STARTUP_ALLOWANCE_S = 30.0
@@ -28,10 +30,10 @@ EXIT_DEADLINE = 124
 class ProbeOptions:
     """What to measure and how; the options of ``gpudiag probe``.
 
-    ``names``: probes to run (empty: all). ``duration_s``: seconds of timed load per probe and
-    GPU. ``max_gpu_mem_mib``: cap on GPU memory one probe may take on one GPU (MiB).
-    ``deadline_s``: the bundle's overall deadline on the node (seconds). ``python``: the node's
-    interpreter that runs the bundle.
+    ``names``: probes to run (empty: DEFAULT_PROBE_NAMES, every probe but xid). ``duration_s``:
+    seconds of timed load per probe and GPU. ``max_gpu_mem_mib``: cap on GPU memory one probe may
+    take on one GPU (MiB). ``deadline_s``: the bundle's overall deadline on the node (seconds).
+    ``python``: the node's interpreter that runs the bundle.
     """
 
     names: tuple[str, ...] = ()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from . import gemm, hostfacts, membw, p2p, pcie, smclock, telemetry
+from . import gemm, hostfacts, membw, p2p, pcie, smclock, telemetry, xid
 from .context import DTYPES, Deadline, ProbeContext
 from .devices import DeviceUnavailable
 from .records import Record, failed, skipped, write_records
@@ -28,22 +28,27 @@ ProbeRun = Callable[[ProbeContext], Iterator[Record]]
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    """A probe's name, entry point, and time budget: ``base_s + per_duration * duration_s``."""
+    """A probe's name, entry point, and time budget: ``base_s + per_duration * duration_s``.
+    ``by_default``: whether it runs when no probe is named (False: only when named)."""
 
     name: str
     run: ProbeRun
     metric: str
     base_s: float
     per_duration: float
+    by_default: bool = True
 
     def budget_s(self, duration_s: float) -> float:
         return self.base_s + self.per_duration * duration_s
 
 
-# The probes, in the order they run: facts and telemetry first, while the GPUs are idle.
+# The probes, in the order they run: facts and telemetry first, while the GPUs are idle; then the
+# kernel log's Xid history (gpudiag triage), before any load can hang a failing GPU. xid runs only
+# when named: a sweep does not read kernel logs.
 PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("facts", hostfacts.run, hostfacts.METRIC, 15.0, 0.0),
     ProbeSpec("telemetry", telemetry.run, "nvml", 30.0, 0.0),
+    ProbeSpec("xid", xid.run, xid.METRIC, 70.0, 0.0, by_default=False),
     ProbeSpec("gemm", gemm.run, gemm.METRIC, 60.0, 10.0),
     ProbeSpec("membw", membw.run, membw.METRIC, 30.0, 10.0),
     ProbeSpec("p2p", p2p.run, p2p.METRIC, 120.0, 0.0),
@@ -51,6 +56,7 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("smclock", smclock.run, smclock.METRIC, 90.0, 2.0),
 )
 PROBE_NAMES = tuple(spec.name for spec in PROBES)
+DEFAULT_PROBE_NAMES = tuple(spec.name for spec in PROBES if spec.by_default)
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -74,7 +80,7 @@ class RecordWriter:
 def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m probes", description=__doc__)
     parser.add_argument("names", nargs="*", metavar="PROBE",
-                        help=f"probes to run (default: all): {', '.join(PROBE_NAMES)}")
+                        help=f"probes to run (default: all but xid): {', '.join(PROBE_NAMES)}")
     parser.add_argument("--duration", type=float, default=1.0, metavar="S",
                         help="seconds of timed load per probe and GPU (default 1)")
     parser.add_argument("--max-gpu-mem", type=int, default=None, metavar="MIB",
@@ -93,8 +99,8 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def selected(names: Sequence[str]) -> list[ProbeSpec]:
-    """The named probes in run order (all of them when none is named)."""
-    wanted = set(names) or set(PROBE_NAMES)
+    """The named probes in run order (those that run by default when none is named)."""
+    wanted = set(names) or set(DEFAULT_PROBE_NAMES)
     return [spec for spec in PROBES if spec.name in wanted]
 
 

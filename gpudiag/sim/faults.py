@@ -23,6 +23,10 @@ PCIE_WIDTHS = (1, 2, 4, 8)
 NVLINK_COUNTER_KEYS = {"crc": "crc_errors", "replay": "replay_errors", "recovery": "recovery_errors"}
 DEFAULT_THROTTLE_FACTOR = 0.7
 DEFAULT_PROBE_ERROR = "CUDA error: an illegal memory access was encountered (Xid 13)"
+# What dmesg says on a node with kernel.dmesg_restrict=1 (and no readable journal).
+DEFAULT_KERNEL_LOG_REASON = "dmesg: read kernel buffer failed: Operation not permitted"
+# NVML's GPU recovery actions (nvmlDeviceGpuRecoveryAction_t): 0 none .. 7 system reboot.
+RECOVERY_ACTIONS = range(0, 8)
 # kind -> (required fields, optional fields); every fault also has "kind".
 FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "slow_gpu": (("host", "gpu", "factor"), ()),
@@ -32,7 +36,9 @@ FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "gpu_lost": (("host", "gpu"), ()), "gpu_missing": (("host", "gpu"), ()),
     "probe_error": (("host", "probe"), ("gpu", "reason", "from_call")),
     "slow_node": (("host", "factor"), ()), "slow_nic": (("host", "factor"), ("rail",)),
-    "slow_link": (("a", "b", "factor"), ("rail",)), "unreachable": (("host",), ()), "hang": (("host",), ())}
+    "slow_link": (("a", "b", "factor"), ("rail",)), "unreachable": (("host",), ()), "hang": (("host",), ()),
+    "xid": (("host", "gpu", "code"), ("count", "message", "recovery_action")),
+    "kernel_log_unreadable": (("host",), ("reason",))}
 # GPUs that torch cannot use: a node needs at least one left.
 GONE_KINDS = ("gpu_lost", "gpu_missing")
 
@@ -42,9 +48,11 @@ class Fault:
     """One planted fault. ``host`` is the node (for ``slow_link``: end ``a``, ``peer`` is end ``b``);
     ``factor`` scales the speed it affects (0 < factor ≤ 1); ``width`` is PCIe lanes; ``reason``
     is the throttle reason (``throttled``) or the error text (``probe_error``); ``count`` the
-    reading of an error counter (``pcie_replays``, ``nvlink_errors``) and ``counter`` which NVLink
-    counter (a key of NVLINK_COUNTER_KEYS); ``share``, ``full_load_only``, ``probe`` and
-    ``from_call`` as gpudiag/sim/fleet.py's docstring says."""
+    reading of an error counter (``pcie_replays``, ``nvlink_errors``), or how many times an Xid was
+    logged (``xid``), and ``counter`` which NVLink counter (a key of NVLINK_COUNTER_KEYS); ``code``,
+    ``message`` and ``recovery_action`` the Xid, its driver text and the GPU's pending NVML recovery
+    action (``xid``); ``reason`` also why the kernel log cannot be read (``kernel_log_unreadable``);
+    ``share``, ``full_load_only``, ``probe`` and ``from_call`` as gpudiag/sim/fleet.py's docstring says."""
 
     kind: str
     host: str
@@ -61,6 +69,9 @@ class Fault:
     from_call: int = 0
     count: int = 0
     counter: str | None = None
+    code: int | None = None
+    message: str | None = None
+    recovery_action: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,7 @@ def check_faults(read: FieldReader, entries: list[Any], hosts: tuple[str, ...], 
     for index, entry in enumerate(entries):
         path = f"faults[{index}]"
         fault = _fault(context, entry, path)
-        identity = (fault.kind, fault.gpu, fault.link, fault.rail, fault.probe, fault.counter,
+        identity = (fault.kind, fault.gpu, fault.link, fault.rail, fault.probe, fault.counter, fault.code,
                     *sorted((fault.host, fault.peer or "")))
         if fault.kind in GONE_KINDS:
             identity = ("gone", fault.gpu, fault.host)  # a GPU is lost or missing, not both
@@ -132,7 +143,23 @@ def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
         fields["count"] = read.integer(entry, "count", path=path, low=1)
     if "counter" in entry:
         fields["counter"] = _choice(read, entry, "counter", path, tuple(NVLINK_COUNTER_KEYS), "an NVLink error counter")
+    if kind == "xid":
+        fields.update(_xid_fields(read, entry, path))
+    if kind == "kernel_log_unreadable":
+        fields["reason"] = read.text(entry, "reason", DEFAULT_KERNEL_LOG_REASON, path)
     return Fault(**fields)
+
+
+def _xid_fields(read: FieldReader, entry: dict[str, Any], path: str) -> dict[str, Any]:
+    """An ``xid`` fault's code, count (default 1), driver message and pending recovery action."""
+    fields: dict[str, Any] = {"code": read.integer(entry, "code", path=path, low=0, high=65535),
+                              "count": read.integer(entry, "count", 1, path, low=1)}
+    if "message" in entry:
+        fields["message"] = read.text(entry, "message", path=path)
+    if "recovery_action" in entry:
+        fields["recovery_action"] = read.integer(entry, "recovery_action", path=path, low=min(RECOVERY_ACTIONS),
+                                                 high=max(RECOVERY_ACTIONS))
+    return fields
 
 
 def _gpu_fields(context: _FaultContext, entry: dict[str, Any], path: str, host: str) -> dict[str, Any]:

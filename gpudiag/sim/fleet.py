@@ -40,6 +40,11 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
   come late), facts show fewer usable CPUs, a high load average and less available memory.
 - ``slow_nic`` (factor, optional rail) and ``slow_link`` (a, b, factor, optional rail): only the
   pairwise network measurements, through :meth:`SimulatedFleet.link_gbps`.
+- ``xid`` (gpu, code, optional count, message, recovery_action): the kernel log holds that Xid
+  ``count`` times (default 1) for the GPU's PCI bus id, read only by the ``xid`` probe; with
+  ``recovery_action`` NVML reports that pending action for the GPU. Nothing else changes: a planted
+  Xid 79 does not also take the GPU off the bus (``gpu_lost`` does that).
+- ``kernel_log_unreadable`` (optional reason): the ``xid`` probe cannot read the kernel log.
 - ``unreachable``: connecting raises ``Unreachable``. ``hang``: the bundle never finishes; ``run``
   reports a timeout at once.
 
@@ -60,7 +65,7 @@ from dataclasses import replace
 from ..sku import Sku, SkuTable, load_skus
 from .faults import DEFAULT_PROBE_ERROR, NVLINK_COUNTER_KEYS, THROTTLE_REASON_BITS, Fault
 from .fleetfile import Fleet
-from .state import Draw, GpuState, NodeState, ProbeFailure, Throttle, gpu_identity, number_gpus
+from .state import Draw, GpuState, NodeState, ProbeFailure, Throttle, XidLog, gpu_identity, number_gpus
 
 
 class SimulatedFleet:
@@ -152,9 +157,13 @@ class SimulatedFleet:
         on_bus = [_apply_gpu_faults(gpu_identity(self.spec.seed, host, index), [f for f in faults if f.gpu == index])
                   for index in range(spec.gpus_per_node) if index not in missing]
         host_factor = min((f.factor for f in faults if f.kind == "slow_node"), default=1.0)
+        xids = tuple(XidLog(gpu_identity(self.spec.seed, host, f.gpu or 0).pci_bus_id, f.code or 0, f.count,
+                            f.message or "") for f in faults if f.kind == "xid")
+        unreadable = next((f.reason for f in faults if f.kind == "kernel_log_unreadable"), None)
         return NodeState(host=host, sku=self._skus[host], gpus=number_gpus(on_bus),
                          gpu_memory_mib=spec.gpu_memory_mib, driver=spec.driver, cuda=spec.cuda, torch=spec.torch,
-                         noise=self.spec.noise, host_factor=host_factor, nvml_link_slots=spec.nvml_link_slots)
+                         noise=self.spec.noise, host_factor=host_factor, nvml_link_slots=spec.nvml_link_slots,
+                         xids=xids, kernel_log_unreadable=unreadable)
 
 
 def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:
@@ -176,4 +185,6 @@ def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:
             gpu = replace(gpu, nvlink_errors=(*gpu.nvlink_errors, counter))
         elif fault.kind == "gpu_lost":
             gpu = replace(gpu, lost=True)
+        elif fault.kind == "xid" and fault.recovery_action is not None:
+            gpu = replace(gpu, recovery_action=fault.recovery_action)
     return gpu

@@ -1,6 +1,6 @@
-"""One function per simulated probe (facts, telemetry, gemm, membw, p2p, pcie, smclock): the
-records the real probe of probes/ prints for a node in that state, and the simulated seconds it
-takes."""
+"""One function per simulated probe (facts, telemetry, gemm, membw, p2p, pcie, smclock; xid in
+xidprobe.py): the records the real probe of probes/ prints for a node in that state, and the
+simulated seconds it takes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 from .nvml import gpu_telemetry, load_evidence
 from .records import MIB, SAMPLE_S, BundleCall, ProbeOutput, measured, noisy, not_ok, record, sample_count
 from .state import Draw, GpuState, NodeState
+from .xidprobe import xid
 
 # Square GEMM sizes the probe tries, largest first (probes/gemm.py GPU_SIZES); the healthy
 # TFLOP/s of each is the SKU table's per-size figure. Buffer sizes of the copy probes, largest
@@ -291,4 +292,4 @@ def _smclock_gpu(node: NodeState, gpu: GpuState, rng: random.Random, duration_s:
 
 ProbeRun = Callable[[BundleCall, NodeState, Draw], ProbeOutput]
 PROBES: Mapping[str, ProbeRun] = {"facts": facts, "telemetry": telemetry, "gemm": gemm, "membw": membw,
-                                  "p2p": p2p, "pcie": pcie, "smclock": smclock}
+                                  "p2p": p2p, "pcie": pcie, "smclock": smclock, "xid": xid}

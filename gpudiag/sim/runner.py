@@ -11,11 +11,11 @@ from typing import Any, NoReturn
 
 from ..transport import CommandResult
 from .probes import PROBES
-from .records import PROBE_NAMES, BundleCall, not_ok
+from .records import DEFAULT_PROBE_NAMES, PROBE_NAMES, BundleCall, not_ok
 from .state import Draw, NodeState
 
 HEADLINE_METRICS = {"facts": "gpu_count", "telemetry": "nvml", "gemm": "tflops", "membw": "bandwidth",
-                    "p2p": "bandwidth", "pcie": "bandwidth", "smclock": "sm_clock"}
+                    "p2p": "bandwidth", "pcie": "bandwidth", "smclock": "sm_clock", "xid": "kernel_log"}
 DTYPES = ("bf16", "fp16", "tf32", "fp32")
 # Simulated wall time (s) the node's Python takes to import torch.
 STARTUP_S = 4.0
@@ -74,7 +74,7 @@ class BundleRun:
 
 def run_bundle(call: BundleCall, node: NodeState, draw: Draw) -> BundleRun:
     """Every selected probe in run order, under the bundle's deadline, as JSON lines."""
-    wanted = set(call.names) or set(PROBE_NAMES)
+    wanted = set(call.names) or set(DEFAULT_PROBE_NAMES)
     clock_s = STARTUP_S
     lines: list[tuple[float, str]] = []
     for name in (name for name in PROBE_NAMES if name in wanted):

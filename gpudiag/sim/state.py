@@ -63,7 +63,8 @@ class GpuState:
     ``compute_factor`` scales GEMM alone; ``throttles`` slow the SM clock (and with it GEMM,
     copies and power); ``pcie_width`` is the trained link width (lanes); ``nvlinks_down`` the
     NVLink indices that are down; ``pcie_replays`` its PCIe replay counter and ``nvlink_errors``
-    its NVLink error counters that read other than 0: (link, counter key, count).
+    its NVLink error counters that read other than 0: (link, counter key, count);
+    ``recovery_action`` the action NVML says the GPU needs (nvmlDeviceGpuRecoveryAction_t, 0: none).
     """
 
     index: int
@@ -79,6 +80,7 @@ class GpuState:
     lost: bool = False
     pcie_replays: int = 0
     nvlink_errors: tuple[tuple[int, str, int], ...] = ()
+    recovery_action: int = 0
 
     @property
     def device(self) -> str:
@@ -122,10 +124,22 @@ class ProbeFailure:
 
 
 @dataclass(frozen=True)
+class XidLog:
+    """Xid ``code`` logged ``count`` times for the GPU at ``pci_bus_id`` (NVML's spelling; it may be
+    gone from the bus), with the driver's ``message`` after the code."""
+
+    pci_bus_id: str
+    code: int
+    count: int
+    message: str
+
+
+@dataclass(frozen=True)
 class NodeState:
     """One simulated node: the GPUs on its PCI bus in NVML order, software, ``host_factor`` (host
     CPU/memory speed, 1.0: healthy), the probes that fail on this run, and ``nvml_link_slots``:
-    NVML lists at least this many NVLink slots per GPU (the unwired ones inactive)."""
+    NVML lists at least this many NVLink slots per GPU (the unwired ones inactive); ``xids`` the
+    kernel log's Xid lines, and ``kernel_log_unreadable`` why the log cannot be read (None: it can)."""
 
     host: str
     sku: Sku
@@ -138,6 +152,8 @@ class NodeState:
     host_factor: float = 1.0
     probe_failures: tuple[ProbeFailure, ...] = ()
     nvml_link_slots: int = 0
+    xids: tuple[XidLog, ...] = ()
+    kernel_log_unreadable: str | None = None
 
     @property
     def cuda_gpus(self) -> tuple[GpuState, ...]:

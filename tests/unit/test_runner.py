@@ -20,7 +20,8 @@ def _records(stream: io.StringIO) -> list[dict]:
 
 def test_probes_run_in_their_fixed_order_whatever_order_they_are_named_in():
     assert [spec.name for spec in runner.selected(["membw", "facts", "gemm"])] == ["facts", "gemm", "membw"]
-    assert [spec.name for spec in runner.selected([])] == list(runner.PROBE_NAMES)
+    assert [spec.name for spec in runner.selected([])] == list(runner.DEFAULT_PROBE_NAMES)
+    assert "xid" in runner.PROBE_NAMES and "xid" not in runner.DEFAULT_PROBE_NAMES  # the kernel log only when named
 
 
 def test_an_unknown_probe_name_is_a_usage_error(capsys):
@@ -61,7 +62,7 @@ def test_the_watchdog_ends_a_stuck_probe_with_an_error_record_and_status_124():
         from probes import runner
         from probes.context import Deadline
         writer = runner.RecordWriter(sys.stdout)
-        writer.current_probe = runner.PROBES[2]
+        writer.current_probe = next(spec for spec in runner.PROBES if spec.name == "gemm")
         runner.DEADLINE_GRACE_S = 0.1
         runner.start_watchdog(Deadline.after(0.2), writer)
         time.sleep(30)

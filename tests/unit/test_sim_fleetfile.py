@@ -249,7 +249,7 @@ def test_a_bad_override_or_a_fault_beyond_its_node_is_an_input_error(tmp_path: P
     ({"kind": "gpu_lost", "host": "node001"}, "faults[0].gpu: missing"),
     ({"kind": "gpu_missing", "host": "node001", "gpu": 8}, "faults[0].gpu: 8 is out of range 0..7"),
     ({"kind": "probe_error", "host": "node001", "probe": "nccl"},
-     'faults[0].probe: "nccl" is not a probe; choose from facts, telemetry, gemm'),
+     'faults[0].probe: "nccl" is not a probe; choose from facts, telemetry, xid, gemm'),
     ({"kind": "probe_error", "host": "node001", "probe": "facts", "gpu": 0},
      "faults[0].gpu: the facts probe has no per-GPU records"),
     ({"kind": "probe_error", "host": "node001", "probe": "gemm", "from_call": -1},

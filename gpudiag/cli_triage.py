@@ -1,0 +1,113 @@
+"""``gpudiag triage HOST``: a deep look at one node for the engineer on call (gpudiag/triage/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .errors import InputError
+from .exitcodes import ExitCode
+from .interrupts import InterruptGate
+from .nodeprobe import DTYPES, ProbeOptions
+from .progress import make_progress
+from .report import check_writable, write_report
+from .sshconfig import SshOptions
+from .transport.ssh import SshSettings
+from .triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
+from .triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
+
+
+@click.command()
+@click.argument("host_argument", required=False, metavar="HOST")
+@click.option("--host", "host_option", default=None, metavar="HOST",
+              help="The host (the same as the HOST argument; with --simulate, a node of the fleet).")
+@click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
+              help="Triage a node of a simulated fleet instead of a real host (demos, tests).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_DURATION_S,
+              show_default=True, metavar="S",
+              help="Seconds of timed load per load probe (GEMM, memory): long enough for heat and power limits "
+                   "to show.")
+@click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
+              help="Most GPU memory one probe may take on one GPU, in MiB.")
+@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type.")
+@click.option("--sequential", is_flag=True, help="Load one GPU at a time instead of all at once.")
+@click.option("--deadline", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="Overall deadline of the probes on the node (default: 600 s plus 4 x --duration).")
+@click.option("--python", "python", default="python3", show_default=True, metavar="PATH",
+              help="The node's Python interpreter (it needs torch for the GPU probes).")
+@click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="Time limit of the probes on the host (default: --deadline plus start-up).")
+@click.option("--store", "store_path", default=None, metavar="PATH",
+              help="SQLite store with the baseline and the host's history (default: $XDG_DATA_HOME/gpudiag/gpudiag.db)."
+                   " Only read.")
+@click.option("--no-store", is_flag=True, help="Compare with no stored baseline or history.")
+@click.option("--baseline", "baseline_name", default=None, metavar="NAME",
+              help="Stored baseline to judge against (default: 'default', if stored).")
+@click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
+              help="Detection thresholds overriding the shipped defaults (JSON with units).")
+@click.option("--no-retest", is_flag=True, help="Report suspects without re-testing them (unconfirmed).")
+@click.option("--history", "history_sweeps", type=click.IntRange(min=0), default=HISTORY_SWEEPS, show_default=True,
+              metavar="N", help="How many of the host's stored sweeps to compare with.")
+@click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the triage document here.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@click.option("--ssh-config", default=None, metavar="FILE", help="OpenSSH client configuration to use.")
+@click.option("-i", "--identity", "identities", multiple=True, metavar="FILE", help="Private key (repeatable).")
+@click.option("-l", "--user", default=None, help="Remote user, where the host and config name none.")
+@click.option("--known-hosts", default=None, metavar="FILE", help="known_hosts file to check host keys against.")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Trust and record a host key seen for the first time (a changed key is always refused).")
+@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="S",
+              help="TCP connect timeout, where the SSH config sets none.")
+def triage(host_argument: str | None, host_option: str | None, simulate_path: str | None, duration: float,
+           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float | None, python: str,
+           host_timeout: float | None, store_path: str | None, no_store: bool, baseline_name: str | None,
+           thresholds_path: str | None, no_retest: bool, history_sweeps: int, json_path: str | None, quiet: bool,
+           ssh_config: str | None, identities: tuple[str, ...], user: str | None, known_hosts: str | None,
+           accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
+    """Look deeply at one node: every probe with a longer load (heat and power throttling show), the
+    P2P matrix, all telemetry, the Xid history of the kernel log decoded with NVIDIA's catalog, and
+    each GPU's pending recovery action; judged against the stored baseline, the SKU figures and the
+    host's own history. Prints each problem with its evidence and the next action, most severe
+    first, and what could not be checked.
+
+    Exit status: 0 nothing found and everything checked; 1 a problem to act on; 2 bad input;
+    3 nothing to act on, but something could not be checked; 4 gpudiag itself failed; 130 interrupted.
+    """
+    host = _one_host(host_argument, host_option)
+    if no_store and (store_path is not None or baseline_name is not None):
+        raise InputError("--no-store reads no store: leave out --store and --baseline")
+    if json_path is not None and json_path != "-":
+        check_writable(json_path, "--json")
+    probe = ProbeOptions(names=TRIAGE_PROBES, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
+                         sequential=sequential, deadline_s=deadline or default_deadline_s(duration), python=python)
+    request = TriageRequest(
+        host=host, probe=probe, simulate_path=simulate_path,
+        ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
+                       connect_timeout_s=connect_timeout),
+        settings=SshSettings(accept_new_host_keys=accept_new_host_keys),
+        store_path=store_path_for(store_path, no_store, os.environ), store_required=store_path is not None,
+        thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest,
+        history_sweeps=history_sweeps, host_timeout_s=host_timeout)
+    with InterruptGate().installed() as gate:
+        run = run_triage(request, sys.stdin, make_progress(quiet), gate)
+        result = explain(run)
+        if json_path is not None:
+            text = json.dumps(result.to_dict(), indent=1) + "\n"
+            if json_path == "-":
+                click.echo(text, nl=False)
+            else:
+                write_report(text, json_path)
+        click.echo(render_text(result), nl=False, err=json_path == "-")
+    return ExitCode.INTERRUPTED if gate.received else result.exit_code
+
+
+def _one_host(argument: str | None, option: str | None) -> str:
+    """The one host given, as HOST or --host (InputError for none, or two that differ)."""
+    if argument is None and option is None:
+        raise InputError("name the host: gpudiag triage HOST (or --simulate FLEET.json --host NODE)")
+    if argument is not None and option is not None and argument != option:
+        raise InputError(f"two hosts given ({argument} and --host {option}): gpudiag triage looks at one")
+    return argument or option or ""

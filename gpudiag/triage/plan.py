@@ -1,0 +1,224 @@
+"""Running a triage: every node probe and the kernel log's Xid history on one host, over the
+transport a sweep uses, judged as a sweep judges it, against the stored baseline and the host's
+own history.
+
+1. The host (or a node of a simulated fleet) is reached as ``gpudiag sweep`` reaches it: SSH with
+   the user's OpenSSH configuration, ``localhost`` here.
+2. The probes run with a longer load (``duration_s``, two minutes by default) so throttling from
+   heat or power has time to show, and the xid probe reads the kernel log and NVML's pending
+   recovery actions.
+3. The sweep's analysis judges the results (gpudiag.analysis.analyse): alone, the host has no
+   fleet to compare with, so the stored baseline and the SKU figures decide, and error counters
+   are judged on their growth since the host's last stored sweep. Suspects are re-tested once.
+4. The host's stored history (its last sweeps' figures) is read for the explanation.
+
+The store is only read: a triage is never stored as a sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..analysis import Analysis, analyse, prior_counts
+from ..baseline import Baseline, list_baselines, load_baseline
+from ..bundle import Bundle, BundleMissing, locate_bundle
+from ..errors import InputError, InstallationError
+from ..hostoutcome import HostOutcome
+from ..hosts import HostSpec, load_hosts
+from ..interrupts import InterruptGate, QuietGate
+from ..nodeprobe import DEFAULT_PROBE_NAMES, ProbeOptions
+from ..progress import QuietProgress, SweepProgress
+from ..sim import SimulatedConnector, load_fleet
+from ..sshconfig import SshOptions, resolve_all
+from ..store import Store, default_store_path
+from ..sweep import Connector, SweepOptions, SweepResult, run_sweep
+from ..thresholds import Thresholds, load_thresholds
+from ..transport.fleet import FleetConnector
+from ..transport.ssh import SshSettings
+
+XID = "xid"
+# Every probe a sweep runs, and the kernel log's Xid history.
+TRIAGE_PROBES = (*DEFAULT_PROBE_NAMES, XID)
+# Seconds of timed load per probe: long enough for heat and power limits to show.
+DEFAULT_DURATION_S = 120.0
+# The bundle's deadline: a sweep's 600 s and room for the longer load of every load probe.
+DEADLINE_BASE_S = 600.0
+DEADLINE_PER_DURATION = 4.0
+DEFAULT_BASELINE = "default"
+HISTORY_SWEEPS = 10
+
+
+def default_deadline_s(duration_s: float) -> float:
+    """The bundle's overall deadline (s) for a triage whose load probes run ``duration_s`` each."""
+    return DEADLINE_BASE_S + DEADLINE_PER_DURATION * duration_s
+
+
+@dataclass(frozen=True)
+class TriageRequest:
+    """One ``gpudiag triage``: which host (or node of the simulated fleet ``simulate_path``), what
+    to run, how to reach it, where the store is (``store_path``; ``store_required``: it was named,
+    so a missing file is an error) and how to judge it."""
+
+    host: str
+    probe: ProbeOptions
+    simulate_path: str | None = None
+    ssh: SshOptions = SshOptions()
+    settings: SshSettings = SshSettings()
+    store_path: str | None = None
+    store_required: bool = False
+    thresholds_path: str | None = None
+    baseline_name: str | None = None
+    retest: bool = True
+    history_sweeps: int = HISTORY_SWEEPS
+    host_timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TriageRun:
+    """What a triage gathered: the host's ``outcome`` (its records), the sweep's ``analysis`` of it,
+    whether suspects were ``retested``, the ``baseline`` name used (None: none), ``notes`` on what
+    could not be compared (no store, no baseline), the host's stored ``history`` (newest first, as
+    Store.host_history gives it), the deficit (percent) that makes a figure a suspect, and whether
+    it was ``interrupted``."""
+
+    host: str
+    outcome: HostOutcome
+    analysis: Analysis
+    retested: bool
+    baseline: str | None
+    notes: tuple[str, ...]
+    history: tuple[dict[str, Any], ...]
+    probe: ProbeOptions
+    started_at: datetime
+    finished_at: datetime
+    deficit_warn_pct: float
+    interrupted: bool = False
+
+
+@dataclass
+class _Setup:
+    spec: HostSpec
+    connector: Connector
+    thresholds: Thresholds
+    store: Store | None
+    baseline: Baseline | None
+    notes: list[str]
+
+
+def run_triage(request: TriageRequest, stdin: TextIO, progress: SweepProgress,
+               gate: InterruptGate | None = None) -> TriageRun:
+    """Probe the host, judge it and read its history. Raises InputError, StoreError or
+    InstallationError before the host is touched when an input is bad."""
+    gate = gate or QuietGate()
+    setup = _set_up(request, stdin)
+    try:
+        return _run(request, setup, progress, gate)
+    finally:
+        setup.connector.close()
+        if setup.store is not None:
+            setup.store.close()
+
+
+def _set_up(request: TriageRequest, stdin: TextIO) -> _Setup:
+    thresholds = load_thresholds(request.thresholds_path)
+    spec, connector = _connect(request, stdin)
+    notes: list[str] = []
+    store = _open_store(request, notes)
+    baseline = _baseline(store, request.baseline_name, notes)
+    return _Setup(spec, connector, thresholds, store, baseline, notes)
+
+
+def _connect(request: TriageRequest, stdin: TextIO) -> tuple[HostSpec, Connector]:
+    if request.simulate_path is not None:
+        fleet = load_fleet(request.simulate_path)
+        if request.host not in fleet.hosts:
+            raise InputError(f"--host {request.host}: not a node of the simulated fleet {request.simulate_path} "
+                             f"({fleet.hosts[0]}..{fleet.hosts[-1]})")
+        return HostSpec(request.host), SimulatedConnector(fleet)
+    specs = load_hosts(request.host, stdin)
+    if len(specs) != 1:
+        raise InputError(f"gpudiag triage looks at one host; {request.host!r} names {len(specs)} "
+                         f"({', '.join(spec.label for spec in specs[:3])}{'...' if len(specs) > 3 else ''})")
+    resolved = resolve_all([spec for spec in specs if not spec.is_local], request.ssh)
+    return specs[0], FleetConnector(resolved, request.ssh, request.settings)
+
+
+def _open_store(request: TriageRequest, notes: list[str]) -> Store | None:
+    if request.store_path is None:
+        notes.append("no store given (--no-store): no baseline or history to compare with")
+        return None
+    path = Path(request.store_path).expanduser()
+    if not path.exists():
+        if request.store_required:
+            raise InputError(f"--store {request.store_path}: no such store")
+        notes.append(f"no store at {path} yet: no baseline or history to compare with (gpudiag sweep fills it)")
+        return None
+    return Store.open(path, readonly=True)
+
+
+def _baseline(store: Store | None, name: str | None, notes: list[str]) -> Baseline | None:
+    if store is None:
+        return None
+    if name is not None:
+        return load_baseline(store, name)
+    if DEFAULT_BASELINE in {entry["name"] for entry in list_baselines(store)}:
+        return load_baseline(store, DEFAULT_BASELINE)
+    notes.append(f"no baseline named {DEFAULT_BASELINE!r} in {store.path}: results are judged against the SKU "
+                 "figures only (gpudiag baseline build --name default)")
+    return None
+
+
+def _run(request: TriageRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate) -> TriageRun:
+    started_at = datetime.now(timezone.utc)
+    bundle = _bundle()
+    options = SweepOptions(probe=request.probe, fanout=1, host_timeout_s=request.host_timeout_s)
+
+    def probe(names: Sequence[str], shown: SweepProgress) -> SweepResult | None:
+        chosen = dataclasses.replace(options, probe=dataclasses.replace(options.probe, names=tuple(names)))
+        try:
+            with gate.interruptible():
+                return run_sweep([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say)
+        except KeyboardInterrupt:
+            return None
+
+    first = probe(request.probe.names, progress)
+    interrupted = first is None or first.interrupted
+    outcome = first.hosts[0] if first is not None else HostOutcome(setup.spec.label, "interrupted",
+                                                                   "the triage was interrupted", 0.0)
+    previous = prior_counts(setup.store.previous_hosts([outcome.host], "") if setup.store else ())
+    analysis = analyse([outcome], setup.thresholds, baseline=setup.baseline, previous_hosts=previous,
+                       interrupted=interrupted)
+    retested = False
+    if request.retest and analysis.suspects and not interrupted:
+        progress.phase(f"re-testing {len(analysis.suspects)} suspect result(s)")
+        again = probe(sorted({s.measurement.probe for s in analysis.suspects}), QuietProgress())
+        interrupted = again is None or again.interrupted
+        retested = True
+        retest_hosts = None if again is None else [host.with_facts(outcome.facts) for host in again.hosts]
+        analysis = analyse([outcome], setup.thresholds, baseline=setup.baseline, previous_hosts=previous,
+                           retest_hosts=None if interrupted else retest_hosts, retested=True, interrupted=interrupted)
+    history = tuple(setup.store.host_history(outcome.host, request.history_sweeps)) if setup.store else ()
+    return TriageRun(host=outcome.host, outcome=outcome, analysis=analysis, retested=retested,
+                     baseline=setup.baseline.name if setup.baseline else None, notes=tuple(setup.notes),
+                     history=history, probe=request.probe, started_at=started_at,
+                     finished_at=datetime.now(timezone.utc), deficit_warn_pct=setup.thresholds.deficit_warn_pct,
+                     interrupted=interrupted or gate.received)
+
+
+def _bundle() -> Bundle:
+    try:
+        return locate_bundle()
+    except BundleMissing as missing:
+        raise InstallationError(str(missing)) from missing
+
+
+def store_path_for(store: str | None, no_store: bool, environ: Mapping[str, str]) -> str | None:
+    """The store a triage reads: ``--store``, else the default one; None with ``--no-store``."""
+    if no_store:
+        return None
+    return store if store is not None else str(default_store_path(environ))

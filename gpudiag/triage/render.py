@@ -1,0 +1,65 @@
+"""The triage explanation as plain text for the terminal: a headline, each problem with its next
+action and evidence (most severe first), then what was checked, what could not be, notes and the
+host's stored history."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable
+
+from ..exitcodes import ExitCode
+from .explain import Problem, Triage
+
+WIDTH = 100
+INDENT = "     "
+
+
+def render_text(triage: Triage) -> str:
+    """The whole explanation (ends with a newline)."""
+    lines = [_headline(triage), ""]
+    if triage.problems:
+        for number, problem in enumerate(triage.problems, start=1):
+            lines += _problem(number, problem)
+    elif triage.status == "ok":
+        scope = "in what could be checked (see what could not, below)" if triage.not_checked else \
+            "in the measurements, the telemetry, the kernel log or the recovery actions (see what was checked below)"
+        lines += [f"Nothing found {scope}.", ""]
+    lines += _section("Checked", triage.checked)
+    lines += _section("Not checked (not a pass)", triage.not_checked or ("nothing: every check ran",))
+    lines += _section("Notes", triage.notes)
+    lines += _section("History (newest first)", triage.history)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _headline(triage: Triage) -> str:
+    fails = sum(problem.severity == "fail" for problem in triage.problems)
+    count = len(triage.problems)
+    found = "nothing found" if not count else f"{count} problem{'s' if count != 1 else ''} ({fails} to act on)"
+    status = "" if triage.status == "ok" else f" · host {triage.status}"
+    meaning = {ExitCode.OK: "healthy", ExitCode.FAIL: "act on it", ExitCode.UNCHECKED: "not everything was checked",
+               ExitCode.INTERRUPTED: "interrupted"}.get(triage.exit_code, "")
+    return f"gpudiag triage {triage.host}: {found}{status} · exit {int(triage.exit_code)} ({meaning})"
+
+
+def _problem(number: int, problem: Problem) -> list[str]:
+    lines = [f"{number}. {problem.severity.upper():4}  {problem.title}",
+             *_wrapped(f"next: {problem.action} — {problem.next_step}", INDENT),
+             *_wrapped(f"how: {problem.detail}", INDENT), f"{INDENT}evidence ({problem.source}):"]
+    for item in problem.evidence:
+        lines += _wrapped(f"- {item}", INDENT + "  ", INDENT + "    ")
+    return [*lines, ""]
+
+
+def _section(title: str, items: Iterable[str]) -> list[str]:
+    items = list(items)
+    if not items:
+        return []
+    lines = [f"{title}:"]
+    for item in items:
+        lines += _wrapped(f"- {item}", "  ", "    ")
+    return [*lines, ""]
+
+
+def _wrapped(text: str, first: str, rest: str | None = None) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest or first,
+                         break_long_words=False, break_on_hyphens=False) or [first]

@@ -1,0 +1,288 @@
+"""Decoding the xid probe's records (probes/xid.py): each Xid in plain words with what to do,
+on the GPU it happened to, and each GPU's pending recovery action.
+
+The catalog (gpudiag/data/xid_catalog.json) is data: for each Xid code its name, what it means in
+plain words, a severity (``fail``: act on it, ``warn``: watch it), an action verb a hook can branch
+on (drain, reset_gpu, reboot, inspect, watch) and the plain action (reseat, RMA, check cooling,
+ignore ...). It is written from NVIDIA's documentation, in our own words:
+
+- Xid errors and the Xid catalog (Ampere and later: immediate and investigatory resolution
+  buckets such as RESET_GPU, RESTART_BM for Xid 79, WORKFLOW_XID_48):
+  https://docs.nvidia.com/deploy/xid-errors/index.html and
+  https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html
+- GPU memory error management (row remapping, Xid 63/64, contained and uncontained errors
+  Xid 94/95, the RMA criterion of a failed remap, the recovery-action flag):
+  https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html and its page
+  error-recovery-and-response-flags.html
+- the recovery actions (nvmlDeviceGpuRecoveryAction_t: 0 none .. 7 system reboot) as NVML and
+  nvidia-ml-py define them (NVML_GPU_RECOVERY_ACTION_*).
+
+A code the catalog lacks is decoded as unknown, with its count and the driver's message, never
+dropped. Xid 154 (recovery action changed) takes its severity and action from the action its
+message names (``... to 0x2 (Node Reboot Required)``). A GPU is named by the index, UUID and
+NVML bus id of the telemetry identity record with the same PCI bus id (the driver prints
+``0000:18:00``, NVML ``00000000:18:00.0``); where none matches, by the bus id alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..errors import InstallationError
+from ..findings import ACTION_VERBS, FAIL, INSPECT, WARN
+from ..results import device_index
+
+PROBE = "xid"
+LOG_METRIC = "kernel_log"
+EVENT_METRIC = "xid"
+RECOVERY_METRIC = "recovery_action"
+RECOVERY_CHANGED = 154
+NOT_APPLICABLE = "n/a: "
+_NEW_ACTION = re.compile(r"\bto (0x[0-9A-Fa-f]+|\d+)\b")
+_BUS = re.compile(r"^(?:PCI:)?([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.[0-7])?$")
+BusKey = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What a code or recovery action means and what to do: ``severity`` fail or warn (None: nothing
+    to do), ``action`` a verb of ACTION_VERBS, ``plain`` the action in a few words (reseat, RMA,
+    check cooling, ignore ...), ``detail`` the steps."""
+
+    name: str
+    meaning: str
+    severity: str | None
+    action: str | None
+    plain: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class XidCatalog:
+    """Xid code -> Advice, and NVML recovery action -> Advice."""
+
+    codes: Mapping[int, Advice]
+    recovery_actions: Mapping[int, Advice]
+
+    def recovery(self, code: int) -> Advice:
+        """The advice for recovery action ``code``; an unknown one says so and asks to inspect."""
+        known = self.recovery_actions.get(code)
+        if known is not None:
+            return known
+        return Advice(f"UNKNOWN_{code}", f"a recovery action ({code}) this gpudiag does not know", FAIL, INSPECT,
+                      "look the action up", f"look recovery action {code} up in NVIDIA's NVML documentation")
+
+
+def load_catalog() -> XidCatalog:
+    """The packaged catalog. Raises InstallationError when it is unusable."""
+    try:
+        data = json.loads(resources.files("gpudiag").joinpath("data/xid_catalog.json").read_text(encoding="utf-8"))
+        return XidCatalog(codes=_advice_table(data["codes"]), recovery_actions=_advice_table(data["recovery_actions"]))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise InstallationError(f"gpudiag/data/xid_catalog.json is unusable ({type(error).__name__}: {error}); "
+                                "reinstall gpudiag") from error
+
+
+def _advice_table(entries: Mapping[str, Any]) -> dict[int, Advice]:
+    table = {}
+    for code, entry in entries.items():
+        advice = Advice(str(entry["name"]), str(entry["meaning"]), entry["severity"], entry["action"],
+                        str(entry["plain"]), str(entry["detail"]))
+        if advice.severity not in (FAIL, WARN, None) or advice.action not in (*ACTION_VERBS, None):
+            raise ValueError(f"entry {code}: severity {advice.severity!r} or action {advice.action!r} is not allowed")
+        table[int(code)] = advice
+    return table
+
+
+# ------------------------------------------------------------------------------ GPU identity
+
+
+@dataclass(frozen=True)
+class GpuName:
+    """A GPU as triage names it: NVML ``index`` and ``gpu_uuid`` (None where no telemetry identity
+    has its bus id), and its PCI bus id."""
+
+    index: int | None
+    gpu_uuid: str | None
+    pci_bus_id: str
+
+    def describe(self) -> str:
+        """``GPU 3 (PCI 0000:5d:00, GPU-...)`` or ``the GPU at PCI 0000:5d:00`` when unknown."""
+        if self.index is None:
+            return f"the GPU at PCI {self.pci_bus_id} (no GPU with this bus id answered NVML)"
+        uuid = f", {self.gpu_uuid}" if self.gpu_uuid else ""
+        return f"GPU {self.index} (PCI {self.pci_bus_id}{uuid})"
+
+
+def bus_key(text: object) -> BusKey | None:
+    """(domain, bus, device) of a PCI bus id in any of its spellings (``PCI:0000:18:00``,
+    ``00000000:18:00.0``, ``0000:18:00.0``), or None when ``text`` is none of them."""
+    match = _BUS.match(str(text).strip())
+    if match is None:
+        return None
+    domain, bus, device = (int(part, 16) for part in match.groups())
+    return domain, bus, device
+
+
+def gpus_by_bus(records: Iterable[Mapping[str, Any]]) -> dict[BusKey, GpuName]:
+    """The GPUs the telemetry identity records name, by PCI bus id."""
+    found: dict[BusKey, GpuName] = {}
+    for record in records:
+        if record.get("probe") != "telemetry" or record.get("metric") != "identity" or record.get("status") != "ok":
+            continue
+        details = record.get("details") or {}
+        key = bus_key(details.get("pci_bus_id"))
+        if key is not None:
+            index = details.get("nvml_index", device_index(record.get("device")))
+            found[key] = GpuName(index, record.get("gpu_uuid"), str(details["pci_bus_id"]))
+    return found
+
+
+# --------------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One Xid code on one GPU: ``count`` times between ``first_seen`` and ``last_seen`` (the
+    log's words), the driver's ``messages``, and the ``advice`` (for Xid 154, the advice of the
+    recovery action it names). ``known`` is False for a code the catalog lacks."""
+
+    code: int
+    count: int
+    gpu: GpuName
+    first_seen: str | None
+    last_seen: str | None
+    messages: tuple[str, ...]
+    last_line: str | None
+    advice: Advice
+    known: bool
+
+
+@dataclass(frozen=True)
+class PendingRecovery:
+    """A GPU whose NVML recovery action is not NONE."""
+
+    gpu: GpuName
+    code: int
+    advice: Advice
+
+
+@dataclass(frozen=True)
+class RecoveryGap:
+    """A GPU (None: every GPU) whose recovery action could not be read, and why."""
+
+    gpu: int | None
+    reason: str
+
+    @property
+    def not_applicable(self) -> bool:
+        """True when the driver or NVML bindings simply have no such reading (too old)."""
+        return self.reason.startswith(NOT_APPLICABLE)
+
+    def describe(self) -> str:
+        where = "the GPUs" if self.gpu is None else f"GPU {self.gpu}"
+        return f"the recovery action of {where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class XidReport:
+    """What the xid probe's records say. ``log_read``: whether the kernel log was read (None: the
+    probe did not run); ``log_reason``: why not; ``log_source``/``log_scope``: from where and what it
+    covers; ``unparsed``: lines naming an Xid in a shape the probe could not read; ``events`` the
+    Xids; ``pending`` the GPUs with a recovery action pending, ``recovery_checked`` how many GPUs
+    were asked, ``recovery_gaps`` why the others (or all) could not be."""
+
+    log_read: bool | None
+    log_reason: str | None
+    log_source: str | None
+    log_scope: str | None
+    lines_scanned: int
+    unparsed: tuple[str, ...]
+    events: tuple[XidEvent, ...]
+    pending: tuple[PendingRecovery, ...]
+    recovery_checked: int
+    recovery_gaps: tuple[RecoveryGap, ...]
+
+
+def decode(records: Iterable[Mapping[str, Any]], catalog: XidCatalog | None = None) -> XidReport:
+    """The XidReport of one host's records (every probe's: telemetry names the GPUs)."""
+    catalog = catalog or load_catalog()
+    records = list(records)
+    gpus = gpus_by_bus(records)
+    mine = [record for record in records if record.get("probe") == PROBE]
+    log = next((r for r in mine if r.get("metric") == LOG_METRIC), None)
+    details = (log or {}).get("details") or {}
+    events = tuple(_event(record, gpus, catalog) for record in mine
+                   if record.get("metric") == EVENT_METRIC and record.get("status") == "ok")
+    recovery = [r for r in mine if r.get("metric") == RECOVERY_METRIC]
+    pending, checked, gaps = _recovery(recovery, gpus, catalog)
+    return XidReport(log_read=None if log is None else log.get("status") == "ok",
+                     log_reason=None if log is None else log.get("reason"),
+                     log_source=details.get("source"), log_scope=details.get("scope"),
+                     lines_scanned=int(details.get("lines_scanned") or 0),
+                     unparsed=tuple(str(line) for line in details.get("unparsed_xid_lines") or ()),
+                     events=tuple(sorted(events, key=_event_order)), pending=pending, recovery_checked=checked,
+                     recovery_gaps=gaps)
+
+
+def _event(record: Mapping[str, Any], gpus: Mapping[BusKey, GpuName], catalog: XidCatalog) -> XidEvent:
+    details = record.get("details") or {}
+    code = int(details["code"])
+    bus = str(details.get("pci_bus_id") or str(record.get("device", "")).removeprefix("pci:"))
+    key = bus_key(bus)
+    gpu = gpus.get(key) if key is not None else None
+    advice = catalog.codes.get(code)
+    known = advice is not None
+    if advice is None:
+        advice = Advice(f"unknown Xid {code}", f"Xid {code} is not in gpudiag's catalog; look it up in NVIDIA's Xid "
+                        "catalog (docs.nvidia.com/deploy/xid-errors)", WARN, INSPECT, "look it up",
+                        f"look Xid {code} up in NVIDIA's Xid catalog and act on what it says")
+    elif code == RECOVERY_CHANGED:
+        advice = _recovery_named(str(details.get("last_message") or ""), advice, catalog)
+    messages = tuple(str(message) for message in details.get("messages") or ())
+    return XidEvent(code=code, count=int(record.get("value") or 0),
+                    gpu=gpu or GpuName(None, None, bus), first_seen=details.get("first_seen"),
+                    last_seen=details.get("last_seen"), messages=messages, last_line=details.get("last_line"),
+                    advice=advice, known=known)
+
+
+def _recovery_named(message: str, base: Advice, catalog: XidCatalog) -> Advice:
+    """Xid 154's advice: the recovery action its message names (``... to 0x2 (...)``)."""
+    match = _NEW_ACTION.search(message)
+    if match is None:
+        return base
+    action = catalog.recovery(int(match.group(1), 0))
+    return Advice(f"{base.name}: {action.name}", f"{base.meaning}; it now needs: {action.meaning}",
+                  action.severity, action.action, action.plain, action.detail)
+
+
+def _event_order(event: XidEvent) -> tuple[Any, ...]:
+    severity = {FAIL: 0, WARN: 1}.get(event.advice.severity or "", 2)
+    verb = ACTION_VERBS.index(event.advice.action) if event.advice.action in ACTION_VERBS else len(ACTION_VERBS)
+    return severity, verb, event.gpu.index is None, event.gpu.index or 0, event.code
+
+
+def _recovery(records: Iterable[Mapping[str, Any]], gpus: Mapping[BusKey, GpuName],
+              catalog: XidCatalog) -> tuple[tuple[PendingRecovery, ...], int, tuple[RecoveryGap, ...]]:
+    pending: list[PendingRecovery] = []
+    gaps: list[RecoveryGap] = []
+    checked = 0
+    names = {gpu.index: gpu for gpu in gpus.values()}
+    for record in records:
+        index = device_index(record.get("device"))
+        if record.get("status") != "ok":
+            gaps.append(RecoveryGap(index, str(record.get("reason") or "no reason given")))
+            continue
+        checked += 1
+        code = int(record.get("value") or 0)
+        if code == 0:
+            continue
+        details = record.get("details") or {}
+        gpu = names.get(index) or GpuName(index, record.get("gpu_uuid"), str(details.get("pci_bus_id")))
+        pending.append(PendingRecovery(gpu, code, catalog.recovery(code)))
+    return tuple(pending), checked, tuple(gaps)
