@@ -1,8 +1,14 @@
-"""``gpudiag history``: the stored sweeps, or one host's figures and pair figures across them."""
+"""``gpudiag history``: the stored sweeps, or one host's figures and pair figures across them,
+their trend since its last repair and any slow degradation (gpudiag.trend); ``--repaired``
+records a repair (gpudiag.repairs)."""
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+from datetime import datetime, timezone
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -14,27 +20,81 @@ from .exitcodes import ExitCode
 from .keys import LINK_UNIT
 from .links.attribution import HostLinkFigures, host_link_figures
 from .links.rounds import link_results
+from .repairs import Repair, host_repairs, operator_name, record_repair
 from .store import Store
+from .storeschema import refuse_unusable
 from .tables import Column, TableSpec, fit_table, print_tables
+from .thresholds import load_thresholds
+from .trend import FigureTrend, HostTrends, degradation_words, figure_name, host_trends
 
 
 @click.command()
 @click.argument("host", required=False)
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sweeps to show.")
+@click.option("--repaired", "repair_text", default=None, metavar="TEXT",
+              help="Record a repair of HOST (what was done, e.g. 'replaced GPU 3 (RMA 12345)'): its trend starts "
+                   "again after it.")
+@click.option("--gpu", type=click.IntRange(min=0), default=None, metavar="N",
+              help="With --repaired: the repair was of GPU N alone (its index as gpudiag shows it, cuda:N).")
+@click.option("--json", "as_json", is_flag=True, help="Print the history, repairs and trend as JSON (for scripts).")
+@click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
+              help="Thresholds overriding the shipped defaults (history_degradation, history_min_sweeps).")
 @store_option
-def history(host: str | None, limit: int, store_path: str | None) -> ExitCode:
-    """A host's key figures across stored sweeps (without HOST: the stored sweeps)."""
-    console = Console()
+def history(host: str | None, limit: int, repair_text: str | None, gpu: int | None, as_json: bool,
+            thresholds_path: str | None, store_path: str | None) -> ExitCode:
+    """A host's figures across stored sweeps, their trend since its last repair, and any slow
+    degradation (without HOST: the stored sweeps).
+
+    A slow degradation is information, not a verdict on a run: the exit status is 0 unless the
+    input is bad (2). With --repaired, records a repair instead.
+    """
+    if repair_text is not None or gpu is not None:
+        return _record(host, repair_text, gpu, store_location(store_path))
+    thresholds = load_thresholds(thresholds_path)  # a bad file is named before the store is read
     with Store.open(store_location(store_path), readonly=True) as store:
         if host is None:
-            print_tables(console, [_sweeps_table(store.list_sweeps(limit), console.width)])
-        else:
-            rows = store.host_history(host, limit)
-            if not rows:
-                raise InputError(f"{host}: not in any stored sweep of {store_location(store_path)}")
-            links = _link_history_table(host, rows, console.width)
-            print_tables(console, [_history_table(host, rows, console.width), *([links] if links else [])])
+            _show_sweeps(store.list_sweeps(limit), as_json)
+            return ExitCode.OK
+        rows = store.host_history(host, limit)
+        if not rows:
+            raise InputError(f"{host}: not in any stored sweep of {store_location(store_path)}")
+        repairs = host_repairs(store, host)
+    trends = host_trends(host, rows, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps)
+    if as_json:
+        click.echo(json.dumps({"host": host, "sweeps": rows, "repairs": [r.to_dict() for r in repairs],
+                               "trend": trends.to_dict()}, indent=1))
+        return ExitCode.OK
+    console = Console()
+    links = _link_history_table(host, rows, console.width)
+    print_tables(console, [_history_table(host, rows, repairs, console.width), *([links] if links else []),
+                           *_trend_tables(trends, console.width)])
+    for line in _trend_words(trends):
+        console.print(line, markup=False, highlight=False)
     return ExitCode.OK
+
+
+def _record(host: str | None, text: str | None, gpu: int | None, path: str) -> ExitCode:
+    """Record a repair (``history HOST --repaired TEXT [--gpu N]``) and say so."""
+    if host is None:
+        raise InputError('--repaired needs the HOST that was repaired: gpudiag history HOST --repaired "..."')
+    if text is None:
+        raise InputError(f'--gpu goes with --repaired: gpudiag history {host} --repaired "..." --gpu {gpu}')
+    refuse_unusable(Path(path).expanduser(), readonly=True)  # never create a store to record a repair in
+    with Store.open(path) as store:
+        repair = record_repair(store, host, text, gpu, operator_name(os.environ), datetime.now(timezone.utc))
+    what = "its trends start" if repair.gpu is None else f"GPU {repair.gpu}'s trend starts"
+    click.echo(f"recorded a repair of {host} ({repair.describe()}); {what} again with the sweeps after "
+               f"{repair.after_sweep_id}")
+    return ExitCode.OK
+
+
+def _show_sweeps(sweeps: list[dict], as_json: bool) -> None:
+    """The stored sweeps (Store.list_sweeps) as a table, or as JSON."""
+    if as_json:
+        click.echo(json.dumps({"sweeps": sweeps}, indent=1))
+    else:
+        console = Console()
+        print_tables(console, [_sweeps_table(sweeps, console.width)])
 
 
 SWEEPS_COLUMNS = (Column("sweep", "name"), Column("ok/all", justify="left"), Column("findings", justify="left"),
@@ -70,29 +130,35 @@ def _slowest_link(link: dict | None) -> str:
     return f"{link['a']}–{link['b']}\n{rail}{link['value']:.1f} {LINK_UNIT}"
 
 
-# Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).
-HISTORY_PARAMS = ("dtype", "direction", "memory")
-
-
 # The sweep and its status head each sweep's rows, in the figure column: a column of their own
 # (21 characters of sweep id) would not leave the figures room in 80 columns.
 HISTORY_COLUMNS = (Column("sweep, figure", "text"), Column("min"), Column("median"), Column("max"),
                    Column("unit", "text", drop_rank=1))
 
 
-def _history_table(host: str, rows: list[dict], width: int) -> Table:
+def _history_table(host: str, rows: list[dict], repairs: list[Repair], width: int) -> Table:
     """The host's figures per stored sweep within ``width`` characters: a line naming the sweep
-    and its status, then one line per figure (min, median, max over its GPUs, unit)."""
+    and its status, then one line per figure (min, median, max over its GPUs, unit); each
+    repair a line of its own where it came, between two sweeps."""
     cells: list[tuple[str, ...] | None] = []
+    pending = list(reversed(repairs))  # newest first, as the sweeps
     for row in rows:
+        cells.extend(_repair_cells([r for r in pending if not r.precedes(row["sweep_id"], row["started_at"])]))
+        pending = [r for r in pending if r.precedes(row["sweep_id"], row["started_at"])]
         status = row["status"] if not row.get("error") else f"{row['status']}: {row['error']}"
         cells.append((f"sweep {row['sweep_id']}: {status}", "", "", "", ""))
         for name, (low, middle, high, unit) in sorted(_fold_figures(row["figures"]).items()):
             cells.append((name, f"{low:.4g}", f"{middle:.4g}", f"{high:.4g}", unit or ""))
         cells.append(None)
+    cells.extend(_repair_cells(pending))
     spec = TableSpec(f"{host}: min / median / max over its GPUs, newest sweep first", HISTORY_COLUMNS,
                      tuple(cells))
     return fit_table(spec, width, WIDER_HINT)
+
+
+def _repair_cells(repairs: list[Repair]) -> list[tuple[str, ...] | None]:
+    """A line per repair, then a section line."""
+    return [cell for repair in repairs for cell in ((f"repair of {repair.describe()}", "", "", "", ""), None)]
 
 
 LINK_HISTORY_COLUMNS = (Column("sweep, link", "text"), Column("worst, with"), Column("median, line", drop_rank=2),
@@ -133,9 +199,55 @@ def _fold_figures(figures: list[dict]) -> dict[str, tuple[float, float, float, s
     (the median shown is the median of their medians)."""
     groups: dict[str, list[dict]] = {}
     for figure in figures:
-        params = figure.get("params") or {}
-        name = " ".join([figure["metric"], *(str(params[p]) for p in HISTORY_PARAMS if p in params)])
-        groups.setdefault(name, []).append(figure)
+        groups.setdefault(figure_name(figure), []).append(figure)
     return {name: (min(f["min"] for f in group), statistics.median(f["median"] for f in group),
                    max(f["max"] for f in group), group[0].get("unit"))
             for name, group in groups.items()}
+
+
+TREND_COLUMNS = (Column("figure, unit", "text"), Column("first → latest"), Column("change"), Column("worst GPU"),
+                 Column("sweeps", drop_rank=1))
+
+
+def _trend_tables(trends: HostTrends, width: int) -> list[Table]:
+    """The trend of each figure within ``width`` characters (none when no figure has one): the
+    median of the host's GPUs in its first and latest sweep since the last repair, the change,
+    the GPU that fell the most, and the sweeps; a slow degradation named under its figure."""
+    rows = tuple(_trend_row(figure) for figure in trends.figures
+                 if len(figure.median.points) > 1 or figure.worst_gpu is not None)
+    if not rows:
+        return []
+    spec = TableSpec(f"{trends.host}: trend since the last repair, first and latest sweep (median of its GPUs)",
+                     TREND_COLUMNS, rows)
+    return [fit_table(spec, width, WIDER_HINT)]
+
+
+def _trend_row(figure: FigureTrend) -> tuple[str, ...]:
+    """``gemm.tflops bf16 TFLOP/s`` (and the slow degradations under it), the median's first and
+    latest figure (``741.2 → 738.4``) and change, the GPU that fell the most and its change, the
+    sweeps."""
+    median, worst = figure.median, figure.worst_gpu
+    name = f"{figure.figure} {figure.unit}" if figure.unit else figure.figure
+    flagged = ", ".join("median" if trend.gpu is None else f"GPU {trend.gpu}" for trend in figure.degraded)
+    span = f"{median.points[0].value:.4g} → {median.points[-1].value:.4g}" if median.points else "-"
+    return (name + (f"\nslow degradation: {flagged}" if flagged else ""), span, _pct(median.change_pct),
+            "-" if worst is None else f"{worst.gpu}: {_pct(worst.change_pct)}", str(len(median.points)))
+
+
+def _pct(change: float | None) -> str:
+    """``-6.0 %`` (``-`` for no change measured)."""
+    return "-" if change is None else f"{change:+.1f} %"
+
+
+def _trend_words(trends: HostTrends) -> list[str]:
+    """Each slow degradation in plain words, else one line saying there is none (or no trend yet)."""
+    if trends.degradations:
+        return [degradation_words(trends.host, trend, trends.threshold_pct) for trend in trends.degradations]
+    series = [trend for figure in trends.figures for trend in (figure.median, *figure.gpus)]
+    longest = max((len(trend.points) for trend in series), default=0)
+    since = "since its last repair" if any(trend.repair for trend in series) else "in the sweeps shown"
+    rule = f"{trends.threshold_pct:g} % or more over {trends.min_sweeps} or more sweeps"
+    if longest < trends.min_sweeps:
+        return [f"no trend judged yet: {longest} sweep{'' if longest == 1 else 's'} of {trends.host} {since}; "
+                f"slow degradation ({rule}) needs {trends.min_sweeps}"]
+    return [f"no slow degradation: no figure of {trends.host} fell {rule} {since}"]

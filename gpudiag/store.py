@@ -287,7 +287,8 @@ class Store:
     def host_history(self, host: str, limit: int = 20) -> list[dict[str, Any]]:
         """The host in its last ``limit`` stored sweeps, newest first: sweep_id, started_at, status,
         error, ``figures``: per compared metric (``probe.metric``) and parameters, the count,
-        min, median and max of its ok values over the host's GPUs, in their unit; and ``links``:
+        min, median and max of its ok values over the host's GPUs, in their unit, and ``per_gpu``:
+        each value as ``[GPU index, value]`` (the index None for a figure of no GPU); and ``links``:
         the sweep's ``links[]`` items that the host is an end of, in their stored order."""
         with self.reading(f"reading the history of {host}") as db:
             rows = db.execute(
@@ -513,7 +514,7 @@ def _host_figures(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict
         first = group[0]
         found.append({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params), "unit": first.unit,
                       "count": len(values), "min": min(values), "median": statistics.median(values),
-                      "max": max(values)})
+                      "max": max(values), "per_gpu": [[figure.gpu, figure.value] for figure in group]})
     return sorted(found, key=lambda figure: (figure["metric"], _json(figure["params"])))
 
 

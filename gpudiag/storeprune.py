@@ -30,7 +30,8 @@ from .storeschema import refuse_unusable
 # writing it); an older one was interrupted and is a leftover.
 RUNNING_WINDOW = timedelta(days=1)
 # A sweep's rows, children before their parents (the foreign keys cascade too; deleting each
-# table explicitly does not depend on PRAGMA foreign_keys being on).
+# table explicitly does not depend on PRAGMA foreign_keys being on). Not ``repairs``: an
+# operator's record of a repair is kept whatever is pruned (it names its sweep, not a row of it).
 SWEEP_TABLES = ("figures", "results", "hosts", "links", "findings", "sweeps")
 
 

@@ -21,7 +21,8 @@ BUSY_TIMEOUT_MS = 30_000
 # int, a float a float) and a stored document reads back exactly. extra_json keeps fields beyond
 # the contract's. Never edit a released script: add the next one. Schema 3 keeps a host's records
 # packed in hosts.results_z and its compared figures in figures (gpudiag.storehosts); the results
-# table stays for sweeps stored before it.
+# table stays for sweeps stored before it. Schema 4 adds the repairs an operator records
+# (gpudiag.repairs): not a sweep's rows, so pruning sweeps never deletes them.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,
@@ -58,6 +59,11 @@ MIGRATIONS: tuple[str, ...] = (
         key_id INTEGER NOT NULL REFERENCES result_keys (key_id), gpu INTEGER, value NOT NULL,
         PRIMARY KEY (sweep_id, host, ordinal),
         FOREIGN KEY (sweep_id, host) REFERENCES hosts (sweep_id, host) ON DELETE CASCADE) WITHOUT ROWID;
+    """,
+    """
+    CREATE TABLE repairs (repair_id INTEGER PRIMARY KEY, host TEXT NOT NULL, gpu INTEGER, recorded_at TEXT NOT NULL,
+        operator TEXT, text TEXT NOT NULL, after_sweep_id TEXT NOT NULL, after_started_at TEXT NOT NULL);
+    CREATE INDEX repairs_by_host ON repairs (host);
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -43,6 +43,8 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "nvlink_replay_floor": ("nvlink_replay_floor", "count", True),
     "nvlink_recovery_floor": ("nvlink_recovery_floor", "count", True),
     "counter_peer_ratio": ("counter_peer_ratio", "ratio", False),
+    "history_degradation": ("history_degradation_pct", "percent", False),
+    "history_min_sweeps": ("history_min_sweeps", "count", True),
 }
 
 
@@ -63,7 +65,11 @@ class Thresholds:
     ``host_memory_available_pct`` of its memory is available. The ``link_*`` figures judge node
     pairs (gpudiag.links.attribution.LinkThresholds). An error counter (a GPU's PCIe replays, an
     NVLink's CRC, replay or recovery errors) is a warning when it reaches its ``*_floor`` (a
-    count) AND ``counter_peer_ratio`` times its peers' median (gpudiag.analysis.counters)."""
+    count) AND ``counter_peer_ratio`` times its peers' median (gpudiag.analysis.counters).
+    ``gpudiag history`` calls a host's figure (the median of its GPUs, or one GPU's) a slow
+    degradation when, over at least ``history_min_sweeps`` of its sweeps since its last repair,
+    the latest falls ``history_degradation_pct`` or more below the first and the sweep before
+    it already half as far (gpudiag.trend)."""
 
     robust_z: float
     deficit_warn_pct: float
@@ -89,6 +95,8 @@ class Thresholds:
     nvlink_replay_floor: int
     nvlink_recovery_floor: int
     counter_peer_ratio: float
+    history_degradation_pct: float
+    history_min_sweeps: int
 
 
 def default_thresholds() -> Thresholds:
@@ -135,6 +143,9 @@ def _from_mapping(data: dict[str, Any], source: str) -> Thresholds:
     if thresholds.counter_peer_ratio < 1:
         raise InputError(f"{source}: counter_peer_ratio must be at least 1 (a count at its peers' median is "
                          "never far above it)")
+    if thresholds.history_degradation_pct <= 0 or thresholds.history_min_sweeps < 3:
+        raise InputError(f"{source}: history_degradation must be above 0 percent and history_min_sweeps at least 3 "
+                         "(a first sweep, the one before the latest, and the latest)")
     return thresholds
 
 

@@ -63,7 +63,8 @@ def test_history_at_80_columns_shows_the_slow_gpus_figure_and_each_sweeps_status
     result = _run("history", "node003", "--store", str(stores["short-names"]), columns=80)
     assert result.exit_code == 0
     assert max(len(line) for line in result.output.splitlines()) <= 80 and "…" not in result.output
-    figures = [line for line in result.output.splitlines() if "gemm.tflops bf16" in line]
+    figures_table = result.output[:result.output.index("node003: trend since")]  # the trend table follows
+    figures = [line for line in figures_table.splitlines() if "gemm.tflops bf16" in line]
     assert len(figures) == 2 and all(line.split("│")[2].strip() == "590.4" for line in figures)
     assert "TFLOP/s" in figures[0] and "left out" not in result.output
     unreachable = _run("history", "node012", "--store", str(stores["short-names"]), columns=80).output
