@@ -27,6 +27,7 @@ from .plan import LINK_MODES, SweepRequest, run_plan
 from .progress import make_progress
 from .render import render_probe_results, render_sweep_table
 from .report import check_writable, render_report, write_report
+from .report.prometheus import check_prom_file, write_prom_file
 from .sim import demo_fleet_path
 from .sshconfig import SshOptions
 from .store import default_store_path
@@ -177,6 +178,9 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
               help="compact: every figure, P2P as matrices, telemetry as a table per GPU, per-SM arrays only for "
                    "GPUs a finding names (under 50 KB a node); full: every record as the node printed it.")
+@click.option("--prom-file", default=None, metavar="PATH.prom",
+              help="Write the sweep here as a node_exporter textfile (per-GPU and per-link figures, findings, last "
+                   "run; dcgm-exporter's labels), replaced atomically.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @judging_options
 @click.option("--no-store", is_flag=True, help="Keep nothing in the store.")
@@ -192,7 +196,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
           host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
           net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
-          json_path: str | None, json_detail: str, quiet: bool, store_path: str | None,
+          json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool, store_path: str | None,
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
           known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
@@ -222,6 +226,8 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
                              line_rate_gbps=net_line_rate, allow_socket=net_allow_socket),
     )
     _check_outputs(json_path, exclude_file)
+    if prom_file is not None:
+        check_prom_file(prom_file)
     # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
     with InterruptGate().installed() as gate:
         result = run_plan(request, sys.stdin, make_progress(quiet), gate)
@@ -229,6 +235,8 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
             gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
                 ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
         _write_outputs(result, json_path, exclude_file, json_detail)
+        if prom_file is not None:  # its hosts read one at a time, from the sweep's packed outcomes
+            write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file)
         console = Console(stderr=json_path == "-")
         console.print(render_report(result.to_dict(records=False), "text"), markup=False, highlight=False)
         render_sweep_table(result, console)

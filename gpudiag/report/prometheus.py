@@ -1,0 +1,239 @@
+"""A sweep as a Prometheus node_exporter textfile (``gpudiag sweep --prom-file PATH.prom``).
+
+node_exporter's textfile collector, run on the controller with
+``--collector.textfile.directory``, exposes every ``*.prom`` file there. The file holds the
+last sweep's per-GPU figures (GEMM TFLOP/s, memory and PCIe bandwidth), per-link figures, its
+findings and each host's status (each a series of value 1), and when the sweep finished and
+its exit code. prometheus_client formats it (a fresh CollectorRegistry per chunk of samples, so
+a 10,000-node sweep's half a million samples are never all text at once); it is written into a
+temporary file beside the target, then renamed over it, so the collector never reads half a
+file.
+
+Labels are dcgm-exporter's, so gpudiag's series join with DCGM's on the same GPU:
+``Hostname`` (the node's own hostname as its facts probe read it, which is what dcgm-exporter
+running on the node reports; the host's name in the sweep where the node did not answer),
+``gpu`` (the GPU's NVML index, as dcgm-exporter numbers GPUs; the CUDA index where NVML was not
+read), ``UUID``, ``pci_bus_id`` and ``modelName`` (NVML's name). ``host`` is the host's name as
+the sweep was given it. node_exporter adds its own ``instance`` label, the controller's: join on
+``Hostname`` and ``gpu`` (or ``UUID``), not on ``instance``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from ..errors import InputError
+from ..results import device_index
+from . import check_writable, write_report
+
+PROM_SUFFIX = ".prom"
+GPU_LABELS = ("host", "Hostname", "gpu", "UUID", "pci_bus_id", "modelName")
+# Samples formatted at a time: a 10,000-node sweep has some 500,000, and the text of all of
+# them at once (prometheus_client formats a whole registry in memory) would take ~250 MB.
+CHUNK_SAMPLES = 10_000
+# Per-GPU gauges: probe -> (metric name, help, extra label from the record's params).
+_GPU_GAUGES: dict[str, tuple[str, str, str | None]] = {
+    "gemm": ("gpudiag_gemm_tflops", "Matrix-multiply throughput of one GPU in the last sweep, TFLOP/s.", "dtype"),
+    "membw": ("gpudiag_membw_gbps", "Device memory copy bandwidth of one GPU in the last sweep, GB/s (bytes read "
+              "and written per second, 1e9).", None),
+    "pcie": ("gpudiag_pcie_gbps", "Host-device copy bandwidth of one GPU over PCIe in the last sweep, GB/s (1e9 "
+             "bytes per second), by direction (h2d, d2h).", "direction"),
+}
+
+
+@dataclass
+class _Family:
+    """One gauge: its name, help, label names and samples (label values, value), in order."""
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+    samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+
+
+class _Identity:
+    """What a GPU is called where dcgm-exporter names it: NVML index, PCI bus id, model name."""
+
+    __slots__ = ("gpu", "model", "pci_bus_id")
+
+    def __init__(self, gpu: int | None, pci_bus_id: str, model: str) -> None:
+        self.gpu, self.pci_bus_id, self.model = gpu, pci_bus_id, model
+
+
+class _Chunk:
+    """A prometheus_client collector of some samples of one family (CollectorRegistry.register)."""
+
+    def __init__(self, family: _Family, samples: list[tuple[tuple[str, ...], float]]) -> None:
+        self._family, self._samples = family, samples
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """The family with this chunk's samples."""
+        gauge = GaugeMetricFamily(self._family.name, self._family.documentation, labels=self._family.labels)
+        for labels, value in self._samples:
+            gauge.add_metric(labels, value)
+        yield gauge
+
+
+def check_prom_file(path: str) -> None:
+    """Raise InputError unless ``path`` names a ``.prom`` file that can be written (the textfile
+    collector reads no other), before a sweep touches any node."""
+    if not path.endswith(PROM_SUFFIX):
+        raise InputError(f"--prom-file {path}: node_exporter's textfile collector reads only files ending in "
+                         f"{PROM_SUFFIX}; give a path such as {Path(path).with_suffix(PROM_SUFFIX)}")
+    check_writable(path, "--prom-file")
+
+
+def write_prom_file(document: Mapping[str, Any], path: str) -> None:
+    """Write the sweep ``document`` (the sweep document's fields; its ``hosts`` any iterable of
+    host entries, read one at a time, such as a SweepResult's HostOutcomes) to ``path`` as a
+    textfile: a temporary file beside it, then renamed over it. Raises OutputError when it
+    cannot be written."""
+    write_report(prom_text(document), path)
+
+
+def prom_text(document: Mapping[str, Any]) -> Iterator[str]:
+    """The textfile's text in pieces, each family's samples formatted by prometheus_client
+    (``generate_latest`` of a fresh CollectorRegistry) CHUNK_SAMPLES at a time."""
+    for family in sweep_families(document):
+        for start in range(0, max(len(family.samples), 1), CHUNK_SAMPLES):
+            registry = CollectorRegistry()
+            registry.register(_Chunk(family, family.samples[start:start + CHUNK_SAMPLES]))
+            text = generate_latest(registry).decode()
+            # A family's HELP and TYPE lines come once, before its first sample.
+            yield text if start == 0 else text.split("\n", 2)[2]
+
+
+def sweep_families(document: Mapping[str, Any]) -> list[_Family]:
+    """The gauges of one sweep document (see the module), its hosts read one at a time. Host
+    entries carry full records (``results``), or a compact document's ``telemetry`` tables for
+    the GPUs' identity."""
+    gpu_families = {probe: _Family(name, text, (*GPU_LABELS, *([extra] if extra else [])))
+                    for probe, (name, text, extra) in _GPU_GAUGES.items()}
+    status = _Family("gpudiag_host_status", "1 for each host, labelled with its status in the last sweep (ok, "
+                     "unreachable, auth_failed, timeout, probe_error, ...).", ("host", "Hostname", "status"))
+    hostnames: dict[str, str] = {}
+    nvml_index: dict[str, int | None] = {}
+    for entry in document.get("hosts") or ():
+        host = str(entry["host"])
+        facts = entry.get("facts") or {}
+        hostname = hostnames[host] = str(facts.get("hostname") or host)
+        status.samples.append(((host, hostname, str(entry.get("status"))), 1.0))
+        records = entry.get("results") or []
+        model = str(facts.get("gpu_model") or "")
+        identities = _identities(records, entry.get("telemetry") or {}, model)
+        nvml_index.update((uuid, identity.gpu) for uuid, identity in identities.items())
+        _gpu_figures(gpu_families, (host, hostname, model), records, identities)
+    return [*gpu_families.values(), status, _links(document.get("links") or (), hostnames),
+            _findings(document.get("findings") or (), hostnames, nvml_index), *_last_run(document)]
+
+
+def _identities(records: Iterable[Mapping[str, Any]], telemetry: Mapping[str, Any],
+                model: str) -> dict[str, _Identity]:
+    """Each GPU's identity by UUID, from NVML's identity records (a full document) or the
+    telemetry tables of a compact one."""
+    found: dict[str, _Identity] = {}
+    for record in records:
+        if record.get("probe") == "telemetry" and record.get("metric") == "identity" and record.get("gpu_uuid"):
+            found[str(record["gpu_uuid"])] = _identity(record.get("device"), record.get("details") or {}, model)
+    for device, table in telemetry.items():
+        details = (table.get("details") or {}).get("identity") or {}
+        if table.get("gpu_uuid") and str(table["gpu_uuid"]) not in found:
+            found[str(table["gpu_uuid"])] = _identity(device, details, model)
+    return found
+
+
+def _identity(device: object, details: Mapping[str, Any], model: str) -> _Identity:
+    """A GPU's identity from NVML's identity details (its device, ``gpu:N``, where they lack the index)."""
+    index = details.get("nvml_index")
+    return _Identity(index if isinstance(index, int) else device_index(device), str(details.get("pci_bus_id") or ""),
+                     str(details.get("name") or model))
+
+
+def _gpu_figures(families: Mapping[str, _Family], names: tuple[str, str, str], records: Iterable[Mapping[str, Any]],
+                 identities: Mapping[str, _Identity]) -> None:
+    """Add each ok GEMM, memory and PCIe figure of a GPU (not a CPU's) to its family; ``names``:
+    the host's name in the sweep, its own hostname and its GPU model (for a GPU NVML did not name)."""
+    host, hostname, model = names
+    for record in records:
+        probe = str(record.get("probe"))
+        cuda_index = device_index(record.get("device"))
+        if probe not in families or record.get("status") != "ok" or record.get("value") is None or cuda_index is None:
+            continue
+        params = record.get("params") or {}
+        if probe == "membw" and params.get("memory", "device") != "device":
+            continue
+        uuid = str(record.get("gpu_uuid") or "")
+        identity = identities.get(uuid) or _Identity(cuda_index, "", model)
+        gpu = cuda_index if identity.gpu is None else identity.gpu
+        extra = _GPU_GAUGES[probe][2]
+        labels = (host, hostname, str(gpu), uuid, identity.pci_bus_id, identity.model)
+        families[probe].samples.append(((*labels, str(params.get(extra, ""))) if extra else labels,
+                                        float(record["value"])))
+
+
+def _links(links: Iterable[Mapping[str, Any]], hostnames: Mapping[str, str]) -> _Family:
+    """A pair's figure per rail and backend: the mean of its measured runs (screen, confirm)."""
+    runs: dict[tuple[str, str, str, str], list[float]] = {}
+    for link in links:
+        if link.get("value") is None:
+            continue  # a pair that could not be tested is a link_error finding
+        a, b = sorted((str(link["a"]), str(link["b"])))
+        rail = "" if link.get("rail") is None else str(link["rail"])
+        runs.setdefault((a, b, rail, str(link.get("backend") or "")), []).append(float(link["value"]))
+    family = _Family("gpudiag_link_gbps", "Node-to-node bandwidth of a pair in the last sweep, Gbit/s (the mean of "
+                     "its runs), per rail and backend; Hostname and peer name its two ends.",
+                     ("host", "Hostname", "peer_host", "peer", "rail", "backend"))
+    family.samples.extend(((a, hostnames.get(a, a), b, hostnames.get(b, b), rail, backend), sum(values) / len(values))
+                          for (a, b, rail, backend), values in runs.items())
+    return family
+
+
+def _findings(findings: Iterable[Mapping[str, Any]], hostnames: Mapping[str, str],
+              nvml_index: Mapping[str, int | None]) -> _Family:
+    """A series per finding, its GPU named by NVML's index where its UUID is known."""
+    family = _Family("gpudiag_finding", "1 for each finding of the last sweep: kind, severity (fail, warn) and action "
+                     "(drain, reset_gpu, reboot, inspect, watch); gpu and peer empty where they do not apply.",
+                     ("host", "Hostname", "gpu", "UUID", "pci_bus_id", "peer", "kind", "severity", "action",
+                      "metric"))
+    for finding in findings:
+        host, peer = str(finding.get("host") or ""), finding.get("peer")
+        uuid = str(finding.get("gpu_uuid") or "")
+        gpu = nvml_index.get(uuid)
+        if gpu is None:
+            gpu = finding.get("gpu")
+        family.samples.append(((host, hostnames.get(host, host), "" if gpu is None else str(gpu), uuid,
+                                str(finding.get("pci_bus_id") or ""),
+                                "" if peer is None else hostnames.get(str(peer), str(peer)), str(finding.get("kind")),
+                                str(finding.get("severity")), str(finding.get("action")),
+                                str(finding.get("metric") or "")), 1.0))
+    return family
+
+
+def _last_run(document: Mapping[str, Any]) -> list[_Family]:
+    """When the sweep finished, its exit status and its id."""
+    finished = _epoch_s(document.get("finished_at")) or _epoch_s(document.get("started_at")) or 0.0
+    summary = document.get("summary") or {}
+    return [_Family("gpudiag_last_run_timestamp_seconds", "When the last sweep finished, in seconds since the epoch.",
+                    (), [((), finished)]),
+            _Family("gpudiag_last_run_exit_code", "The last sweep's exit status (0 all checked, 1 a fail finding, 3 "
+                    "not all checked, 130 interrupted).", (), [((), float(summary.get("exit_code", 0)))]),
+            _Family("gpudiag_last_run_info", "1, labelled with the last sweep's id (gpudiag report SWEEP_ID shows it).",
+                    ("sweep_id",), [((str(document.get("sweep_id") or ""),), 1.0)])]
+
+
+def _epoch_s(text: object) -> float | None:
+    """``2026-11-21T10:15:41Z`` in seconds since the epoch; None when it is not such a time."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
