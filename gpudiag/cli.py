@@ -29,6 +29,8 @@ from .render import render_probe_results, render_sweep_table
 from .report import check_writable, render_report, write_report
 from .report.prometheus import check_prom_file, write_prom_file
 from .sim import demo_fleet_path
+from .slurm.launcher import FALLBACKS, LAUNCHERS
+from .slurm.nodelist import job_nodelist
 from .sshconfig import SshOptions
 from .store import default_store_path
 from .sweep import SweepOptions, SweepResult, write_sweep_json
@@ -192,6 +194,13 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="Trust and record host keys seen for the first time (changed keys are always refused).")
 @click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="S",
               help="TCP connect timeout, where the SSH config sets none.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
+              help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a job, "
+                   "--hosts defaults to $SLURM_JOB_NODELIST).")
+@click.option("--launcher-fallback", type=click.Choice(FALLBACKS), default="none", show_default=True,
+              help="slurm: probe the hosts srun cannot reach (down, drained, not in the job) over SSH instead.")
+@click.option("--slurm-bundle-dir", default=None, metavar="DIR",
+              help="slurm: a folder the nodes share where the probe bundle is staged (default: ~/.cache/gpudiag).")
 def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
           host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
@@ -199,13 +208,16 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool, store_path: str | None,
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
-          known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
+          known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, launcher: str,
+          launcher_fallback: str, slurm_bundle_dir: str | None) -> ExitCode:
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
 
     Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
     3 some hosts, GPUs or measurements could not be checked or compared; 4 gpudiag itself failed;
     130 interrupted (what finished is still written).
     """
+    if hosts_argument is None and simulate_path is None and launcher == "slurm":
+        hosts_argument = job_nodelist(os.environ)  # inside a job: its nodes
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
     names = _probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
@@ -221,7 +233,8 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         simulate_path=simulate_path,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
-        net_address=net_address, screen_stride=screen_stride,
+        net_address=net_address, screen_stride=screen_stride, launcher=launcher, launcher_fallback=launcher_fallback,
+        slurm_bundle_dir=slurm_bundle_dir,
         pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams, python=python,
                              line_rate_gbps=net_line_rate, allow_socket=net_allow_socket),
     )

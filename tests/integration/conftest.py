@@ -1,5 +1,6 @@
 """Fixtures of real OpenSSH hosts on loopback addresses (the harness is ``sshd_hosts.py`` beside this file),
-and of hosts in network namespaces with their own sshd and data network (``netns_hosts.py``).
+of hosts in network namespaces with their own sshd and data network (``netns_hosts.py``), and of a real Slurm
+cluster on this machine (``slurm_cluster.py``).
 
 ``sshd_fleet`` is one 8-host fleet shared by a test module: tests that change a host (reject the client key,
 restart it) take their own from ``make_sshd_fleet`` instead. Both fail where sshd cannot run, and fail the
@@ -8,8 +9,9 @@ test if a process of the fleet (listener, connection, session or command) outliv
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
 from netns_hosts import MakeNetnsFleet, NetnsFleet, link_names, namespace_names, netns_unavailable_reason  # noqa: E402
+from slurm_cluster import SlurmCluster, slurm_unavailable_reason  # noqa: E402
 from sshd_hosts import MakeSshdFleet, SshdFleet, pid_is_running, sshd_unavailable_reason  # noqa: E402
 
 
@@ -119,3 +122,58 @@ def netns_fleet_factory() -> Iterator[MakeNetnsFleet]:
 
     yield make
     _stop_netns_fleets(fleets)
+
+
+# --- a Slurm cluster on this machine (the harness is slurm_cluster.py beside this file) ---------------------
+
+
+def _require_slurm() -> None:
+    # Skips (the reason names slurm): slurm-wlm and munge come from scripts/install-test-deps, and the daemons
+    # need root.
+    reason = slurm_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+
+
+def _stop_clusters(clusters: list[SlurmCluster]) -> None:
+    """Stop every cluster, then fail if a process of one (daemon, slurmstepd, task) is still running."""
+    pids = set().union(*(cluster.process_ids() for cluster in clusters))
+    for cluster in clusters:
+        cluster.stop()
+    left = sorted(pid for pid in pids if pid_is_running(pid))
+    assert not left, f"processes of a slurm test cluster still running after its stop: {left}"
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A started four-node cluster, n1..n4, shared by the test module; stopped after its last test."""
+    _require_slurm()
+    cluster = SlurmCluster(4).start()
+    yield cluster
+    _stop_clusters([cluster])
+
+
+@pytest.fixture
+def clean_slurm_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The module's cluster with this process's SLURM_CONF pointing at it (no outer job's SLURM_* variables);
+    after the test every job is cancelled and every node back in service."""
+    for name in [name for name in os.environ if name.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf_path))
+    yield slurm_cluster
+    slurm_cluster.reset()
+
+
+@pytest.fixture
+def make_slurm_cluster() -> Iterator[Callable[..., SlurmCluster]]:
+    """A factory ``make_slurm_cluster(count, prolog=...)`` of started clusters, all stopped after the test."""
+    _require_slurm()
+    clusters: list[SlurmCluster] = []
+
+    def make(count: int = 4, *, prolog: str | None = None) -> SlurmCluster:
+        cluster = SlurmCluster(count, prolog=prolog)
+        clusters.append(cluster)
+        return cluster.start()
+
+    yield make
+    _stop_clusters(clusters)

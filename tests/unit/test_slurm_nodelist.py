@@ -1,0 +1,77 @@
+"""Slurm node lists ($SLURM_JOB_NODELIST) and node states (scontrol show node -o, captured from Slurm 22.05)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudiag.errors import InputError
+from gpudiag.slurm.nodelist import expand_nodelist, job_hosts, job_nodelist
+from gpudiag.slurm.nodes import NodeState, launch_problems, parse_show_node
+
+SHOW_NODE = (Path(__file__).parents[1] / "data" / "slurm" / "scontrol-show-node.txt").read_text()
+
+
+@pytest.mark.parametrize(("nodelist", "nodes"), [
+    ("gpu[001-004,010],cpu1", ["gpu001", "gpu002", "gpu003", "gpu004", "gpu010", "cpu1"]),
+    ("n[1-2],n[7-8]", ["n1", "n2", "n7", "n8"]),
+    ("node-ib[09-11]", ["node-ib09", "node-ib10", "node-ib11"]),
+    ("rack[1-2]-gpu[1-2]", ["rack1-gpu1", "rack1-gpu2", "rack2-gpu1", "rack2-gpu2"]),
+    ("single", ["single"]),
+])
+def test_folded_node_lists_expand_in_their_order(nodelist: str, nodes: list[str]) -> None:
+    assert expand_nodelist(nodelist) == nodes
+
+
+def test_a_node_list_that_names_a_file_here_is_still_a_node_list(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "n1").write_text("not-a-host\n")
+    assert expand_nodelist("n1") == ["n1"]
+
+
+@pytest.mark.parametrize("nodelist", ["gpu[1-", "gpu[3-1]", "a,,b"])
+def test_a_bad_node_list_is_an_input_error_naming_it(nodelist: str) -> None:
+    with pytest.raises(InputError, match="not a valid Slurm node list"):
+        expand_nodelist(nodelist)
+
+
+def test_the_job_hosts_come_from_slurm_job_nodelist_then_slurm_nodelist() -> None:
+    assert [h.host for h in job_hosts({"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_NODELIST": "x"})] == [
+        "gpu01", "gpu02"]
+    assert job_nodelist({"SLURM_NODELIST": "cpu[1-2]"}) == "cpu[1-2]"
+    assert job_nodelist({}) is None
+    with pytest.raises(InputError, match=r"\$SLURM_JOB_NODELIST is not set"):
+        job_hosts({"SLURM_JOB_NODELIST": "  "})
+
+
+def test_scontrol_show_node_gives_state_reason_and_address() -> None:
+    nodes = parse_show_node(SHOW_NODE)
+    assert sorted(nodes) == ["n1", "n2", "n3", "n4"]  # "Node n9 not found" is no node
+    assert nodes["n1"] == NodeState("n1", "IDLE", None, "vm")
+    # the reason is everything after Reason= ('=' signs too), less Slurm's [user@time] stamp
+    assert nodes["n2"] == NodeState("n2", "IDLE+DRAIN", "gpudiag: slow_gpu GPU 3 gemm.tflops -18%: value=611 of 742",
+                                    "vm")
+    assert nodes["n2"].drained and not nodes["n1"].drained
+    assert nodes["n3"].reason == "cable pulled" and nodes["n3"].words == {"DOWN"}
+
+
+def test_what_keeps_srun_off_a_node_depends_on_the_allocation() -> None:
+    nodes = parse_show_node(SHOW_NODE)
+    outside = launch_problems(["n1", "n2", "n3", "n9"], nodes, allocation=None)
+    assert sorted(outside) == ["n2", "n3", "n9"]
+    assert outside["n3"] == 'n3 is DOWN in Slurm (reason: "cable pulled"): srun cannot start a task there'
+    assert "a new job cannot start there" in outside["n2"]
+    assert outside["n9"] == "Slurm knows no node called n9"
+    # inside a job that holds the draining node, a step still runs there; a node outside the job is refused
+    inside = launch_problems(["n1", "n2", "n4"], nodes, allocation=frozenset({"n1", "n2"}))
+    assert list(inside) == ["n4"] and "not in this job's allocation (n[1-2])" in inside["n4"]
+
+
+@pytest.mark.parametrize(("state", "usable"), [
+    ("IDLE", True), ("MIXED", True), ("ALLOCATED", True), ("IDLE+DRAIN", False), ("DOWN+NOT_RESPONDING", False),
+    ("IDLE+NOT_RESPONDING", False), ("IDLE+POWERED_DOWN", False), ("MIXED+DRAIN", False), ("FUTURE", False),
+])
+def test_states_outside_an_allocation(state: str, usable: bool) -> None:
+    assert (NodeState("g1", state).launch_problem(None) is None) == usable
