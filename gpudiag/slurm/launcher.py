@@ -127,12 +127,11 @@ class StepLauncher:
         task ran on the node."""
         key = (tuple(argv), timeout_s, folder)
         with self._changed:
-            step = self._gathering.get(key)
-            leader = step is None or node in step.nodes
+            found = self._gathering.get(key)
+            leader = found is None or node in found.nodes  # the first to ask launches it
+            step = _Step(key, time.monotonic(), time.monotonic()) if leader or found is None else found
             if leader:
-                step = _Step(key, time.monotonic(), time.monotonic())
                 self._gathering[key] = step
-            assert step is not None
             step.nodes.append(node)
             step.last_join = time.monotonic()
             self._changed.notify_all()
@@ -154,7 +153,8 @@ class StepLauncher:
     def cancel(self, node: str) -> None:
         """End the steps ``node`` is part of (Ctrl-C): srun gets TERM and ends the step."""
         with self._changed:
-            steps = [step for step in (*self._gathering.values(), *self._running) if node in step.nodes]
+            steps = [step for step in (*self._gathering.values(), *self._running)
+                     if node in step.nodes and not step.cancelled]  # each srun gets one TERM, whoever asks
             for step in steps:
                 step.cancelled = True
             self._changed.notify_all()
@@ -263,6 +263,10 @@ class SrunCommand:
     def cancel(self) -> None:
         _terminate(self._process)
 
+    def running(self) -> bool:
+        """True until srun has ended."""
+        return self._process.poll() is None
+
     def _read_stdout(self, stream: IO[bytes]) -> None:
         for line in iter(stream.readline, b""):
             fed = self._output.feed(line)
@@ -313,7 +317,7 @@ class SlurmSession:
             return self._fallback_session.start(argv, timeout_s)
         command = self._launcher.start(self._host.host, argv, timeout_s, self._folder)
         with self._lock:
-            self._started.add(command)
+            self._started = {started for started in self._started if started.running()} | {command}
         return command
 
     def is_open(self) -> bool:

@@ -4,8 +4,10 @@ through the real ``scontrol``, and ``gpudiag sweep --launcher slurm`` through th
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +237,43 @@ exec {sys.executable} "$@"
     assert "within 10 s" in errors["n3"]
     assert len(clean_slurm_cluster.step_ids() - steps_before) == 1
     assert code == 3
-    assert not [pid for pid in clean_slurm_cluster.process_ids() if "sleep" in _command_line(pid)]
+    assert not _sleeping(clean_slurm_cluster)
+
+
+def test_pair_tests_run_as_one_node_steps_inside_the_job(clean_slurm_cluster: SlurmCluster, tmp_path: Path):
+    code, document, stderr = _sweep_in_job(clean_slurm_cluster, tmp_path, ["-N3"], None, "--links", "full",
+                                           "--net-backend", "tcp", "--net-duration", "0.3", "--net-streams", "1")
+    assert _statuses(document) == dict.fromkeys(("n1", "n2", "n3"), "ok"), stderr
+    measured = {frozenset((link["a"], link["b"])) for link in document["links"] if link["value"]}
+    assert measured == {frozenset(pair) for pair in (("n1", "n2"), ("n1", "n3"), ("n2", "n3"))}, document["links"]
+    assert code == 3  # nothing compared (NO_COMPARISON): unchecked, as in every sweep here
+
+
+def test_ctrl_c_ends_the_step_on_every_node(clean_slurm_cluster: SlurmCluster, tmp_path: Path):
+    python = tmp_path / "python"  # the probes hang on every node
+    python.write_text(f'#!/bin/sh\nif [ "$1" = -m ]; then exec sleep 600; fi\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    out = tmp_path / "interrupted.json"
+    sweep = subprocess.Popen([sys.executable, "-m", "gpudiag",
+                              *_sweep_args(tmp_path, "n[1-4]", "--launcher", "slurm", "--python", str(python),
+                                           "--json", str(out))],
+                             env=clean_slurm_cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(_sleeping(clean_slurm_cluster)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(_sleeping(clean_slurm_cluster)) == 4
+    sweep.send_signal(signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=60)
+    assert sweep.returncode == 130, stderr
+    assert _statuses(json.loads(out.read_text())) == dict.fromkeys(("n1", "n2", "n3", "n4"), "interrupted")
+    deadline = time.monotonic() + 15
+    while _sleeping(clean_slurm_cluster) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _sleeping(clean_slurm_cluster)
+
+
+def _sleeping(cluster: SlurmCluster) -> list[int]:
+    return [pid for pid in cluster.process_ids() if _command_line(pid).startswith("sleep 600")]
 
 
 def _command_line(pid: int) -> str:
