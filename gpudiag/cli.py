@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from . import __version__, cli_store
+from . import __version__, cli_store, cli_triage
 from .bundle import BundleMissing, locate_bundle
 from .detail import COMPACT, DETAILS
 from .errors import GpudiagError, InputError, InstallationError
@@ -325,4 +325,4 @@ main.add_command(cli_store.report)
 main.add_command(cli_store.history)
 main.add_command(cli_store.baseline)
 main.add_command(cli_store.store_group)
-main.add_command(__import__("gpudiag.cli_triage", fromlist=["triage"]).triage)  # one line: no import to add
+main.add_command(cli_triage.triage)
