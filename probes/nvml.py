@@ -275,6 +275,19 @@ class Nvml:
         correctable, uncorrectable, pending, failure = self.module.nvmlDeviceGetRemappedRows(handle)
         return RemappedRows(int(correctable), int(uncorrectable), bool(pending), bool(failure))
 
+    def memory_info(self, handle: Any) -> tuple[int, int]:
+        """(free, total) device memory in bytes, as every process on the GPU leaves it."""
+        info = self.module.nvmlDeviceGetMemoryInfo(handle)
+        return int(info.free), int(info.total)
+
+    def compute_mode(self, handle: Any) -> int:
+        """The compute mode (nvmlComputeMode_t: 0 default, 1 exclusive thread, 2 prohibited, 3 exclusive process)."""
+        return int(self.module.nvmlDeviceGetComputeMode(handle))
+
+    def compute_process_count(self, handle: Any) -> int:
+        """How many compute processes have a context on the GPU; they are only counted, never touched."""
+        return len(self.module.nvmlDeviceGetComputeRunningProcesses(handle))
+
     def field_value(self, handle: Any, field_id: int, scope_id: int | None = None) -> int | float:
         """One NVML field value as a number; raises NVMLError when NVML could not read it."""
         requested = field_id if scope_id is None else (field_id, scope_id)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from . import gemm, hostfacts, membw, p2p, pcie, smclock, telemetry, xid
+from . import gemm, hostfacts, membw, p2p, pause, pcie, smclock, telemetry, xid
 from .context import DTYPES, Deadline, ProbeContext
 from .devices import DeviceUnavailable
 from .records import Record, failed, skipped, write_records
@@ -76,6 +76,12 @@ class RecordWriter:
         with self._lock:
             write_records([record], self._stream)
 
+    def write_line(self, line: str) -> None:
+        """One line as it is (a record a pause child printed, already JSON), flushed at once."""
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
 
 def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m probes", description=__doc__)
@@ -91,6 +97,9 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
                         help="overall deadline for the whole run (seconds)")
     parser.add_argument("--kernel-dir", default=None, metavar="DIR",
                         help="folder of the CUDA kernel sources (default: cuda_kernels/ beside probes/)")
+    parser.add_argument("--pause", action="store_true",
+                        help="a job is paused on these GPUs: size each GPU's probes to the memory it left free "
+                             "(NVML), one GPU per child process, never touching its processes (probes/pause.py)")
     arguments = parser.parse_args(argv)
     unknown = [name for name in arguments.names if name not in PROBE_NAMES]
     if unknown:
@@ -158,5 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     writer = RecordWriter(sys.stdout)
     start_watchdog(ctx.deadline, writer)
-    run_probes(selected(arguments.names), ctx, writer)
+    if arguments.pause:
+        pause.run_paused(selected(arguments.names), ctx, writer, run_probes,
+                         cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    else:
+        run_probes(selected(arguments.names), ctx, writer)
     return EXIT_OK
