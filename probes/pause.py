@@ -8,15 +8,18 @@ The paused job keeps its processes, its CUDA contexts and most of each GPU's mem
 2. The probes that need no GPU memory (facts, telemetry, xid) run here, as without ``--pause``.
 3. Each GPU's memory probes (gemm, membw, pcie, smclock) run in a child process of ours that sees
    that GPU alone (``CUDA_VISIBLE_DEVICES=<its UUID>``), so no context is made on the others, with
-   ``--max-gpu-mem`` set to what the paused job left (probes/pauseroom.py), one GPU at a time
-   (``--sequential``). A probe that does not fit, or a GPU whose compute mode forbids a context,
-   gets a ``skipped`` record naming the GPU and the figures: never a pass.
-4. P2P runs in one child that sees the GPUs with room for it; each GPU without is a ``skipped``
-   record of its own (its pairs are not measured).
+   ``--max-gpu-mem`` set to what the paused job left (probes/pauseroom.py). The GPUs' children
+   run at once, as the probes load every GPU at once without ``--pause`` (the pause's budget is
+   short); with ``--sequential`` one after another. A probe that does not fit, or a GPU whose
+   compute mode forbids a context, gets a ``skipped`` record naming the GPU and the figures:
+   never a pass.
+4. P2P runs in one child, after them, that sees the GPUs with room for it; each GPU without is a
+   ``skipped`` record of its own (its pairs are not measured).
 
-Every child gets an equal share of the time left before the run's deadline (less a margin), as
-its own ``--deadline``; its own watchdog ends it after that, and this process kills it (it is our
-child) should it still run ``ChildTiming.kill_after_s`` seconds past its share. A probe a child
+The time left before the run's deadline (less a margin) is shared equally between the batches
+of children (the GPUs' children at once, then p2p; or each child alone with ``--sequential``);
+a child's share is its own ``--deadline``, its own watchdog ends it after that, and this process
+kills it (it is our child) should it still run ``ChildTiming.kill_after_s`` seconds past it. A probe a child
 never printed a record for gets an ``error`` record saying how the child ended. Records come back
 with the run's own names: ``cuda:0`` of a child is the GPU's ``cuda:`` number here.
 """
@@ -28,6 +31,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
@@ -57,7 +61,8 @@ class ProbeHead(Protocol):
 
 
 class LineWriter(Protocol):
-    """Where records go: whole records, or lines a child printed (relayed as they are)."""
+    """Where records go: whole records, or lines a child printed (relayed as they are); written
+    to from several threads at once (the children of a batch)."""
 
     def write(self, record: Record) -> None: ...
 
@@ -192,13 +197,25 @@ def run_paused(specs: Sequence[ProbeHead], ctx: ProbeContext, writer: LineWriter
         return
     steps = plan_pause(rooms, [spec.name for spec in gpu_specs], ctx.dtype, ctx.max_gpu_mem_mib)
     command = list(child_command) if child_command is not None else [sys.executable, "-m", "probes"]
-    children_left = sum(isinstance(step, Child) for step in steps)
     for step in steps:
         if isinstance(step, Record):
             writer.write(step)
-            continue
-        run_child(step, ctx, writer, command, children_left, timing)
-        children_left -= 1
+    batches = child_batches([step for step in steps if isinstance(step, Child)], ctx.sequential)
+    for left, batch in zip(range(len(batches), 0, -1), batches, strict=True):
+        share_s = child_share_s(ctx.deadline.left_s(), left, timing)
+        with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="pause-child") as workers:
+            for done in [workers.submit(run_child, child, ctx, writer, command, share_s, timing) for child in batch]:
+                done.result()
+
+
+def child_batches(children: Sequence[Child], sequential: bool) -> list[list[Child]]:
+    """The children in the batches that run at once: every GPU's child, then p2p's; with
+    ``sequential`` each child alone."""
+    if sequential:
+        return [[child] for child in children]
+    per_gpu = [child for child in children if "p2p" not in child.names]
+    pairs = [child for child in children if "p2p" in child.names]
+    return [batch for batch in (per_gpu, pairs) if batch]
 
 
 def _read_rooms(nvml_module: ModuleType | None, cuda_visible: str | None) -> list[GpuRoom] | str:
@@ -211,9 +228,9 @@ def _read_rooms(nvml_module: ModuleType | None, cuda_visible: str | None) -> lis
                 f"that failed: {error}; no GPU probe ran")
 
 
-def child_share_s(left_s: float, children_left: int, timing: ChildTiming = ChildTiming()) -> float:
-    """A child's share of the ``left_s`` seconds before the deadline: equal among those left, less the margin."""
-    return max(0.0, left_s - timing.margin_s) / max(1, children_left)
+def child_share_s(left_s: float, batches_left: int, timing: ChildTiming = ChildTiming()) -> float:
+    """A batch's share of the ``left_s`` seconds before the deadline: equal among those left, less the margin."""
+    return max(0.0, left_s - timing.margin_s) / max(1, batches_left)
 
 
 def child_argv(command: Sequence[str], child: Child, ctx: ProbeContext, share_s: float) -> list[str]:
@@ -223,10 +240,10 @@ def child_argv(command: Sequence[str], child: Child, ctx: ProbeContext, share_s:
     return argv + (["--kernel-dir", ctx.kernel_dir] if ctx.kernel_dir else [])
 
 
-def run_child(child: Child, ctx: ProbeContext, writer: LineWriter, command: Sequence[str], children_left: int,
+def run_child(child: Child, ctx: ProbeContext, writer: LineWriter, command: Sequence[str], share_s: float,
               timing: ChildTiming = ChildTiming(), environ: Mapping[str, str] | None = None) -> None:
-    """Run ``child`` under its share of the deadline and relay its records (renamed) to ``writer``."""
-    share_s = child_share_s(ctx.deadline.left_s(), children_left, timing)
+    """Run ``child`` under its share of the deadline (``share_s`` seconds) and relay its records
+    (renamed) to ``writer`` (thread-safe: children of a batch run at once)."""
     where = ", ".join(room.label for room in child.rooms)
     if share_s < timing.min_share_s:
         for name in child.names:

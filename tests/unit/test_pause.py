@@ -12,6 +12,7 @@ import io
 import json
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,23 @@ def test_each_gpu_child_sees_only_its_gpu_under_its_cap_and_comes_back_renamed(t
         assert argv[argv.index("--max-gpu-mem") + 1] == str(cap) and "--sequential" in argv
         assert record["details"]["visible"] == UUIDS[index]
     assert fake.open_sessions == 0
+
+
+def test_the_gpus_children_run_at_once_then_p2p_and_one_at_a_time_with_sequential(tmp_path):
+    rooms = [room(), room(label="cuda:1")]
+    steps = plan_pause(rooms, ["gemm", "p2p"], "bf16", None)
+    first, second, p2p = [s for s in steps if isinstance(s, Child)]
+    assert pause.child_batches([first, second, p2p], sequential=False) == [[first, second], [p2p]]
+    assert pause.child_batches([first, second, p2p], sequential=True) == [[first], [second], [p2p]]
+    slow = _script(tmp_path, "import time\ntime.sleep(1.0)\n" + textwrap.dedent(ECHO))
+    fake = FakePynvml([fake_gpu(0, used_mib=1000), fake_gpu(1, used_mib=1000)])
+    for sequential, at_least_s, under_s in ((False, 1.0, 1.9), (True, 2.0, 10.0)):
+        lines = Lines()
+        started = time.monotonic()
+        run_paused(runner.selected(["gemm"]), _context(sequential=sequential), lines, runner.run_probes,
+                   nvml_module=fake, child_command=slow, timing=FAST)
+        assert at_least_s <= time.monotonic() - started < under_s
+        assert sorted(r["device"] for r in lines.records) == ["cuda:0", "cuda:1"]
 
 
 def test_a_real_probes_child_runs_on_this_cpu_and_its_records_come_back(tmp_path):
