@@ -33,7 +33,9 @@ class ProbeOptions:
     ``names``: probes to run (empty: DEFAULT_PROBE_NAMES, every probe but xid). ``duration_s``:
     seconds of timed load per probe and GPU. ``max_gpu_mem_mib``: cap on GPU memory one probe may
     take on one GPU (MiB). ``deadline_s``: the bundle's overall deadline on the node (seconds).
-    ``python``: the node's interpreter that runs the bundle.
+    ``python``: the node's interpreter that runs the bundle. ``pause``: a job paused for
+    mitigation holds the GPUs (the bundle's ``--pause``: each GPU's probes sized to the memory
+    the job left, in a child process that sees that GPU alone; probes/pause.py).
     """
 
     names: tuple[str, ...] = ()
@@ -43,6 +45,7 @@ class ProbeOptions:
     sequential: bool = False
     deadline_s: float = 600.0
     python: str = "python3"
+    pause: bool = False
 
     def bundle_argv(self) -> list[str]:
         """The command that runs the bundle from its root folder."""
@@ -52,6 +55,8 @@ class ProbeOptions:
             argv += ["--max-gpu-mem", str(self.max_gpu_mem_mib)]
         if self.sequential:
             argv.append("--sequential")
+        if self.pause:
+            argv.append("--pause")
         return argv
 
     @property

@@ -38,7 +38,8 @@ FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "slow_node": (("host", "factor"), ()), "slow_nic": (("host", "factor"), ("rail",)),
     "slow_link": (("a", "b", "factor"), ("rail",)), "unreachable": (("host",), ()), "hang": (("host",), ()),
     "xid": (("host", "gpu", "code"), ("count", "message", "recovery_action")),
-    "kernel_log_unreadable": (("host",), ("reason",))}
+    "kernel_log_unreadable": (("host",), ("reason",)),
+    "paused_job": (("host", "used_mib"), ("gpu", "exclusive"))}
 # GPUs that torch cannot use: a node needs at least one left.
 GONE_KINDS = ("gpu_lost", "gpu_missing")
 
@@ -52,7 +53,10 @@ class Fault:
     logged (``xid``), and ``counter`` which NVLink counter (a key of NVLINK_COUNTER_KEYS); ``code``,
     ``message`` and ``recovery_action`` the Xid, its driver text and the GPU's pending NVML recovery
     action (``xid``); ``reason`` also why the kernel log cannot be read (``kernel_log_unreadable``);
-    ``share``, ``full_load_only``, ``probe`` and ``from_call`` as gpudiag/sim/fleet.py's docstring says."""
+    ``used_mib`` the GPU memory a paused job holds on the GPU (every GPU of the host without ``gpu``)
+    and ``exclusive`` whether the GPU is in exclusive-process compute mode with the job's process on it
+    (``paused_job``); ``share``, ``full_load_only``, ``probe`` and ``from_call`` as gpudiag/sim/fleet.py's
+    docstring says."""
 
     kind: str
     host: str
@@ -72,6 +76,8 @@ class Fault:
     code: int | None = None
     message: str | None = None
     recovery_action: int | None = None
+    used_mib: int = 0
+    exclusive: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,10 @@ def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
         fields.update(_xid_fields(read, entry, path))
     if kind == "kernel_log_unreadable":
         fields["reason"] = read.text(entry, "reason", DEFAULT_KERNEL_LOG_REASON, path)
+    if kind == "paused_job":
+        memory = context.specs[fields["host"]].gpu_memory_mib
+        fields["used_mib"] = read.integer(entry, "used_mib", path=path, low=1, high=memory)
+        fields["exclusive"] = read.flag(entry, "exclusive", False, path)
     return Fault(**fields)
 
 

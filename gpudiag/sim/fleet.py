@@ -45,6 +45,11 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
   ``recovery_action`` NVML reports that pending action for the GPU. Nothing else changes: a planted
   Xid 79 does not also take the GPU off the bus (``gpu_lost`` does that).
 - ``kernel_log_unreadable`` (optional reason): the ``xid`` probe cannot read the kernel log.
+- ``paused_job`` (used_mib, optional gpu, optional exclusive): a job paused for mitigation holds
+  ``used_mib`` of that GPU's memory (every GPU's without ``gpu``), so NVML reports that much used
+  and every probe sizes itself to the rest (gpudiag/sim/pause.py mirrors ``--pause``); with
+  ``exclusive`` the GPU is in exclusive-process compute mode with the job's process on it, so a
+  probe's CUDA context is refused (CUDA error: busy or unavailable) and ``--pause`` leaves it alone.
 - ``unreachable``: connecting raises ``Unreachable``. ``hang``: the bundle never finishes; ``run``
   reports a timeout at once.
 
@@ -154,7 +159,8 @@ class SimulatedFleet:
         spec = self._node_specs[host]
         faults = self._faults_by_host.get(host, [])
         missing = {f.gpu for f in faults if f.kind == "gpu_missing"}
-        on_bus = [_apply_gpu_faults(gpu_identity(self.spec.seed, host, index), [f for f in faults if f.gpu == index])
+        on_bus = [_apply_gpu_faults(gpu_identity(self.spec.seed, host, index),
+                                    [f for f in faults if f.gpu == index or (f.kind == "paused_job" and f.gpu is None)])
                   for index in range(spec.gpus_per_node) if index not in missing]
         host_factor = min((f.factor for f in faults if f.kind == "slow_node"), default=1.0)
         xids = tuple(XidLog(gpu_identity(self.spec.seed, host, f.gpu or 0).pci_bus_id, f.code or 0, f.count,
@@ -187,4 +193,6 @@ def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:
             gpu = replace(gpu, lost=True)
         elif fault.kind == "xid" and fault.recovery_action is not None:
             gpu = replace(gpu, recovery_action=fault.recovery_action)
+        elif fault.kind == "paused_job":
+            gpu = replace(gpu, job_mib=fault.used_mib, exclusive=fault.exclusive)
     return gpu

@@ -35,13 +35,14 @@ HOST_GEMM_EXPONENT = 0.25
 # ------------------------------------------------------------------------------ memory sizing
 
 
-def _choose(sizes: Sequence[tuple[int, float]], bytes_needed: Callable[[int], int], node: NodeState,
+def _choose(sizes: Sequence[tuple[int, float]], bytes_needed: Callable[[int], int], free_mib: int,
             cap_mib: int | None, what: str) -> tuple[int, float] | str:
-    """The largest (size, figure) that fits the free memory and the cap, or the refusal text.
+    """The largest (size, figure) that fits the GPU's ``free_mib`` (MiB, before our CUDA context)
+    and the cap, or the refusal text.
 
     ``figure`` is whatever goes with the size: the healthy rate (GEMM) or the efficiency.
     """
-    free_bytes = (node.gpu_memory_mib - CONTEXT_MIB) * MIB
+    free_bytes = max(0, free_mib - CONTEXT_MIB) * MIB
     headroom = max(256 * MIB, int(free_bytes * 0.05))
     usable = max(0, free_bytes - headroom)
     if cap_mib is not None:
@@ -109,7 +110,7 @@ def gemm(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
 def _gemm_gpu(call: BundleCall, node: NodeState, gpu: GpuState, rng: random.Random, count: int) -> dict[str, Any]:
     width = DTYPE_BYTES[call.dtype]
     figures = tuple((size, node.sku.gemm_tflops[call.dtype][size]) for size in GEMM_SIZES)
-    chosen = _choose(figures, lambda s: 3 * s * s * width + CUBLAS_WORKSPACE_MIB * MIB, node,
+    chosen = _choose(figures, lambda s: 3 * s * s * width + CUBLAS_WORKSPACE_MIB * MIB, node.free_mib(gpu),
                      call.max_gpu_mem_mib, "gemm")
     if isinstance(chosen, str):
         return not_ok("error", "gemm", gpu.device, "tflops", chosen, gpu_uuid=gpu.gpu_uuid)
@@ -142,7 +143,8 @@ def membw(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
 
 
 def _membw_gpu(call: BundleCall, node: NodeState, gpu: GpuState, rng: random.Random, count: int) -> dict[str, Any]:
-    chosen = _choose(MEMBW_BUFFERS_MIB, lambda mib: 2 * mib * MIB, node, call.max_gpu_mem_mib, "membw")
+    chosen = _choose(MEMBW_BUFFERS_MIB, lambda mib: 2 * mib * MIB, node.free_mib(gpu), call.max_gpu_mem_mib,
+                     "membw")
     reason = chosen if isinstance(chosen, str) else node.failure("membw", gpu)
     if reason is not None or isinstance(chosen, str):
         return not_ok("error", "membw", gpu.device, "bandwidth", str(reason), gpu_uuid=gpu.gpu_uuid)
@@ -167,7 +169,8 @@ def p2p(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
     if len(visible) < 2:
         reason = f"needs at least 2 GPUs; this machine has {len(visible)} visible to torch"
         return ProbeOutput((not_ok("skipped", "p2p", "host", "bandwidth", reason),), SETUP_S["p2p"])
-    chosen = _choose(PAIR_BUFFERS_MIB, lambda mib: 2 * mib * MIB, node, call.max_gpu_mem_mib,
+    chosen = _choose(PAIR_BUFFERS_MIB, lambda mib: 2 * mib * MIB, min(node.free_mib(gpu) for gpu in visible),
+                     call.max_gpu_mem_mib,
                      "p2p (on the GPU with least free memory)")
     reason = chosen if isinstance(chosen, str) else node.failure("p2p", None)
     if reason is not None or isinstance(chosen, str):
@@ -203,12 +206,12 @@ def pcie(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
     Scales with the trained link width, and with the host's memory speed (pinned copies are
     bound by host memory when the host is starved). One GPU at a time, as the real probe runs.
     """
-    chosen = _choose(PAIR_BUFFERS_MIB, lambda mib: mib * MIB, node, call.max_gpu_mem_mib, "pcie")
     count = sample_count(min(call.duration_s, 0.5))
     visible = node.cuda_gpus
     records = []
     for direction in ("h2d", "d2h"):
         for gpu in visible:
+            chosen = _choose(PAIR_BUFFERS_MIB, lambda mib: mib * MIB, node.free_mib(gpu), call.max_gpu_mem_mib, "pcie")
             if isinstance(chosen, str):
                 records.append(not_ok("error", "pcie", gpu.device, "bandwidth", chosen, gpu_uuid=gpu.gpu_uuid))
                 continue

@@ -40,6 +40,7 @@ class BundleCall:
     dtype: str = "bf16"
     sequential: bool = False
     deadline_s: float = 600.0
+    pause: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
 from ..transport import CommandResult
+from .pause import GPU_PROBES, run_paused
 from .probes import PROBES
 from .records import DEFAULT_PROBE_NAMES, PROBE_NAMES, BundleCall, not_ok
 from .state import Draw, NodeState
@@ -44,6 +45,7 @@ def parse_bundle_argv(argv: Sequence[str]) -> BundleCall:
     parser.add_argument("--sequential", action="store_true")
     parser.add_argument("--deadline", type=float, default=600.0)
     parser.add_argument("--kernel-dir", default=None)
+    parser.add_argument("--pause", action="store_true")
     arguments = parser.parse_args(list(argv[3:]))
     unknown = [name for name in arguments.names if name not in PROBE_NAMES]
     if unknown:
@@ -51,7 +53,7 @@ def parse_bundle_argv(argv: Sequence[str]) -> BundleCall:
     if arguments.duration <= 0 or (arguments.max_gpu_mem is not None and arguments.max_gpu_mem <= 0):
         raise BundleUsage("duration and max GPU memory must be positive")
     return BundleCall(tuple(arguments.names), arguments.duration, arguments.max_gpu_mem, arguments.dtype,
-                      arguments.sequential, arguments.deadline)
+                      arguments.sequential, arguments.deadline, arguments.pause)
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,25 @@ class BundleRun:
 
 
 def run_bundle(call: BundleCall, node: NodeState, draw: Draw) -> BundleRun:
-    """Every selected probe in run order, under the bundle's deadline, as JSON lines."""
+    """Every selected probe in run order, under the bundle's deadline, as JSON lines; with
+    ``--pause`` the GPU probes after the others, as gpudiag/sim/pause.py says."""
     wanted = set(call.names) or set(DEFAULT_PROBE_NAMES)
+    names = [name for name in PROBE_NAMES if name in wanted]
+    gpu_names = tuple(name for name in names if name in GPU_PROBES)
+    if not (call.pause and gpu_names and node.cuda_gpus):  # no GPU torch sees: probes/pause.py runs them as usual
+        return _run_in_order(names, call, node, draw)
+    first = _run_in_order([name for name in names if name not in GPU_PROBES], call, node, draw)
+    if first.exit_status != 0:
+        return first
+    records, end_s = run_paused(replace(call, names=gpu_names), node, draw, first.duration_s, STARTUP_S, run_bundle)
+    lines = first.lines + tuple((at_s, _line(record)) for at_s, record in records)
+    return BundleRun(lines, 0, end_s)
+
+
+def _run_in_order(names: Sequence[str], call: BundleCall, node: NodeState, draw: Draw) -> BundleRun:
     clock_s = STARTUP_S
     lines: list[tuple[float, str]] = []
-    for name in (name for name in PROBE_NAMES if name in wanted):
+    for name in names:
         if clock_s - STARTUP_S >= call.deadline_s:
             lines.append((clock_s, _line(not_ok("skipped", name, "host", HEADLINE_METRICS[name],
                                                 "the run's overall deadline passed before this probe started"))))

@@ -17,6 +17,10 @@ from dataclasses import dataclass, replace
 from ..sku import Sku
 
 # PCI buses of the eight GPUs of an HGX baseboard, in NVML order.
+# The probes that make a CUDA context on a GPU, and what CUDA says when the GPU is in
+# exclusive-process mode and another process (a paused job) holds it.
+CUDA_PROBES = ("gemm", "membw", "p2p", "pcie", "smclock")
+EXCLUSIVE_BUSY = "CUDA error: CUDA-capable device(s) is/are busy or unavailable"
 PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
@@ -64,7 +68,9 @@ class GpuState:
     copies and power); ``pcie_width`` is the trained link width (lanes); ``nvlinks_down`` the
     NVLink indices that are down; ``pcie_replays`` its PCIe replay counter and ``nvlink_errors``
     its NVLink error counters that read other than 0: (link, counter key, count);
-    ``recovery_action`` the action NVML says the GPU needs (nvmlDeviceGpuRecoveryAction_t, 0: none).
+    ``recovery_action`` the action NVML says the GPU needs (nvmlDeviceGpuRecoveryAction_t, 0: none);
+    ``job_mib`` the memory (MiB) a paused job holds on it, and ``exclusive`` whether it is in
+    exclusive-process compute mode with that job's process on it (no other context may be made).
     """
 
     index: int
@@ -81,6 +87,8 @@ class GpuState:
     pcie_replays: int = 0
     nvlink_errors: tuple[tuple[int, str, int], ...] = ()
     recovery_action: int = 0
+    job_mib: int = 0
+    exclusive: bool = False
 
     @property
     def device(self) -> str:
@@ -160,8 +168,15 @@ class NodeState:
         """The GPUs torch sees, in ``cuda:`` order."""
         return tuple(gpu for gpu in self.gpus if not gpu.lost)
 
+    def free_mib(self, gpu: GpuState) -> int:
+        """The memory (MiB) free on ``gpu`` before any context of ours: what a paused job left."""
+        return self.gpu_memory_mib - gpu.job_mib
+
     def failure(self, probe: str, gpu: GpuState | None) -> str | None:
-        """The error reason of ``probe`` on ``gpu`` (None: the probe as a whole), or None when it works."""
+        """The error reason of ``probe`` on ``gpu`` (None: the probe as a whole), or None when it works.
+        A CUDA probe on a GPU in exclusive-process mode held by a paused job cannot make its context."""
+        if gpu is not None and gpu.exclusive and probe in CUDA_PROBES:
+            return EXCLUSIVE_BUSY
         for failure in self.probe_failures:
             if failure.probe == probe and (failure.gpu is None or (gpu is not None and failure.gpu == gpu.index)):
                 return failure.reason
