@@ -84,6 +84,7 @@ class NetOptions:
     message_bytes: int | None = None
     gid_index: int | None = None
     gpu_direct: bool = True
+    host_memory: bool = False
     ib_write_bw: str | None = None
     sysfs_root: str = "/sys"
 
@@ -320,27 +321,32 @@ class NetCapabilities:
     nccl: bool
 
 
-def choose_backend(capabilities: NetCapabilities) -> tuple[str, str]:
+def choose_backend(capabilities: NetCapabilities, host_memory: bool = False) -> tuple[str, str]:
     """(backend, why): perftest when ``ib_write_bw`` and RDMA devices exist, else nccl when
-    CUDA and NCCL exist, else tcp."""
+    CUDA and NCCL exist (never with ``host_memory``: a paused job holds the GPUs), else tcp."""
     if capabilities.ib_write_bw and capabilities.rdma_devices:
         return "perftest", f"ib_write_bw and {len(capabilities.rdma_devices)} RDMA device(s)"
+    if host_memory:
+        return "tcp", "host memory only (--host-memory) and no perftest with RDMA devices"
     if capabilities.cuda_devices > 0 and capabilities.nccl:
         missing = "no ib_write_bw" if not capabilities.ib_write_bw else "no RDMA device"
         return "nccl", f"{capabilities.cuda_devices} CUDA device(s) and NCCL; {missing}"
     return "tcp", "neither perftest with RDMA devices nor CUDA with NCCL"
 
 
-def detect_capabilities(sysfs_root: str = "/sys", ib_write_bw: str | None = None) -> NetCapabilities:
-    """This node's :class:`NetCapabilities` (imports torch only to count CUDA devices)."""
+def detect_capabilities(sysfs_root: str = "/sys", ib_write_bw: str | None = None,
+                        count_cuda: bool = True) -> NetCapabilities:
+    """This node's :class:`NetCapabilities` (imports torch only to count CUDA devices; not at all
+    without ``count_cuda``, which then reads 0 devices)."""
     from .devices import DeviceUnavailable, import_torch
     from .topology import list_ib_ports
 
     cuda, nccl = 0, False
     try:
-        torch = import_torch()
-        cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        nccl = bool(torch.distributed.is_available() and torch.distributed.is_nccl_available())
+        if count_cuda:
+            torch = import_torch()
+            cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            nccl = bool(torch.distributed.is_available() and torch.distributed.is_nccl_available())
     except DeviceUnavailable:
         pass
     hcas = tuple(dict.fromkeys(port.hca for port in list_ib_ports(sysfs_root)))
@@ -375,6 +381,9 @@ def parse_arguments(argv: Sequence[str]) -> tuple[str, NetOptions]:
                          help="nccl: let NCCL fall back to sockets instead of requiring IB")
         sub.add_argument("--gid-index", type=int, default=None, metavar="N", help="perftest: GID index (-x), RoCE")
         sub.add_argument("--no-gpu-direct", action="store_true", help="perftest: host memory even with GPUDirect")
+        sub.add_argument("--host-memory", action="store_true",
+                         help="no GPU memory at all (a job paused for mitigation holds it): perftest without "
+                              "GPUDirect, auto never picks nccl, and nccl is refused")
         sub.add_argument("--ib-write-bw", default=None, metavar="PATH", help="perftest: the ib_write_bw to run")
         sub.add_argument("--sysfs-root", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
     info = commands.add_parser("net-info", help="print the backend --backend auto picks and the rails")
@@ -395,11 +404,14 @@ def parse_arguments(argv: Sequence[str]) -> tuple[str, NetOptions]:
 def _options(arguments: argparse.Namespace) -> NetOptions:
     if arguments.deadline <= 0:
         raise ValueError("--deadline must be positive (seconds)")
+    if arguments.host_memory and arguments.backend == "nccl":
+        raise ValueError("--host-memory: nccl moves GPU memory; use perftest, tcp or auto")
     common: dict[str, Any] = {
         "backend": arguments.backend, "deadline_s": arguments.deadline, "rails": _rails(arguments.rails),
         "hcas": tuple(arguments.hcas.split(",")) if arguments.hcas else None,
         "allow_socket": arguments.allow_socket, "gid_index": arguments.gid_index,
-        "gpu_direct": not arguments.no_gpu_direct, "ib_write_bw": arguments.ib_write_bw,
+        "gpu_direct": not (arguments.no_gpu_direct or arguments.host_memory), "host_memory": arguments.host_memory,
+        "ib_write_bw": arguments.ib_write_bw,
         "sysfs_root": arguments.sysfs_root}
     if arguments.command == "net-server":
         return NetOptions(role="server", bind=arguments.bind, **common)
@@ -468,7 +480,8 @@ def main(argv: Sequence[str]) -> int:
     if command == "net-info":
         return net_info(options, out)
     if options.backend == "auto":
-        backend, _ = choose_backend(detect_capabilities(options.sysfs_root, options.ib_write_bw))
+        capabilities = detect_capabilities(options.sysfs_root, options.ib_write_bw, count_cuda=not options.host_memory)
+        backend, _ = choose_backend(capabilities, options.host_memory)
         options = dataclasses.replace(options, backend=backend)
     module = _backend_module(options.backend)
     try:

@@ -40,7 +40,9 @@ CANCEL_WAIT_S = 15.0
 class PairTestOptions:
     """How every pair is tested: ``backend`` (auto: the server node's choice), timed seconds per
     direction, parallel streams, the nodes' Python, and ``line_rate_gbps`` (Gb/s) to judge
-    links against where the nodes' own port speed is wrong or unknown (virtual NICs)."""
+    links against where the nodes' own port speed is wrong or unknown (virtual NICs);
+    ``host_memory``: no GPU memory is touched (a job paused for mitigation holds it), so perftest
+    runs without GPUDirect and auto never picks nccl (the nodes' ``--host-memory``)."""
 
     backend: str = AUTO
     duration_s: float = 2.0
@@ -48,6 +50,7 @@ class PairTestOptions:
     python: str = "python3"
     line_rate_gbps: float | None = None
     allow_socket: bool = False
+    host_memory: bool = False
 
     @property
     def deadline_s(self) -> float:
@@ -57,14 +60,17 @@ class PairTestOptions:
     def server_argv(self) -> list[str]:
         argv = [self.python, "-m", "probes", "net-server", "--backend", self.backend,
                 "--deadline", f"{self.deadline_s + STARTUP_S:g}"]
-        return argv + (["--allow-socket"] if self.allow_socket else [])
+        return argv + self._flags()
 
     def client_argv(self, backend: str, address: str, port: int) -> list[str]:
         host = f"[{address}]" if ":" in address else address
         argv = [self.python, "-m", "probes", "net-client", "--backend", backend, "--connect", f"{host}:{port}",
                 "--duration", f"{self.duration_s:g}", "--streams", str(self.streams),
                 "--deadline", f"{self.deadline_s:g}"]
-        return argv + (["--allow-socket"] if self.allow_socket else [])
+        return argv + self._flags()
+
+    def _flags(self) -> list[str]:
+        return ["--allow-socket"] * self.allow_socket + ["--host-memory"] * self.host_memory
 
 
 class RemotePairRunner:

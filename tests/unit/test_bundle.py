@@ -3,7 +3,8 @@ from pathlib import Path
 
 from gpudiag import nodeprobe
 from gpudiag.bundle import Bundle, locate_bundle
-from probes import runner
+from gpudiag.links.remote import PairTestOptions
+from probes import net, runner
 
 
 def test_the_bundle_holds_the_probes_and_the_kernel_sources():
@@ -32,10 +33,18 @@ def test_controller_and_bundle_agree_on_probe_names():
 
 def test_bundle_command_passes_the_options_through():
     options = nodeprobe.ProbeOptions(names=("gemm",), duration_s=30, max_gpu_mem_mib=2048, dtype="fp16",
-                                     sequential=True, deadline_s=120, python="/opt/py/bin/python3")
+                                     sequential=True, deadline_s=120, python="/opt/py/bin/python3", pause=True)
     argv = options.bundle_argv()
     assert argv[:4] == ["/opt/py/bin/python3", "-m", "probes", "gemm"]
     arguments = runner.parse_arguments(argv[3:])
     assert arguments.names == ["gemm"] and arguments.duration == 30 and arguments.max_gpu_mem == 2048
-    assert arguments.dtype == "fp16" and arguments.sequential and arguments.deadline == 120
+    assert arguments.dtype == "fp16" and arguments.sequential and arguments.deadline == 120 and arguments.pause
     assert options.timeout_s > 120
+
+
+def test_pair_commands_in_host_memory_are_read_so_by_the_nodes():
+    options = PairTestOptions(backend="auto", host_memory=True)
+    _, server = net.parse_arguments(options.server_argv()[3:])
+    _, client = net.parse_arguments(options.client_argv("perftest", "10.0.0.2", 4000)[3:])
+    assert server.host_memory and client.host_memory and not (server.gpu_direct or client.gpu_direct)
+    assert "--host-memory" not in PairTestOptions().server_argv()

@@ -27,6 +27,25 @@ def test_auto_backend(capabilities: NetCapabilities, backend: str):
     assert why
 
 
+@pytest.mark.parametrize(("capabilities", "backend"), [
+    (NetCapabilities("/usr/bin/ib_write_bw", ("mlx5_0",), 8, True), "perftest"),
+    (NetCapabilities(None, ("mlx5_0",), 8, True), "tcp"),
+    (NetCapabilities("/usr/bin/ib_write_bw", (), 8, True), "tcp"),
+])
+def test_auto_never_picks_nccl_in_host_memory(capabilities: NetCapabilities, backend: str):
+    assert net.choose_backend(capabilities, host_memory=True)[0] == backend
+
+
+def test_host_memory_turns_gpudirect_off_and_refuses_nccl(capsys):
+    _, server = net.parse_arguments(["net-server", "--backend", "auto", "--host-memory"])
+    assert server.host_memory and not server.gpu_direct
+    _, client = net.parse_arguments(["net-client", "--backend", "perftest", "--connect", "node2:1", "--host-memory"])
+    assert client.host_memory and not client.gpu_direct
+    with pytest.raises(SystemExit) as exited:
+        net.parse_arguments(["net-server", "--backend", "nccl", "--host-memory"])
+    assert exited.value.code == 2 and "nccl moves GPU memory" in capsys.readouterr().err
+
+
 def test_server_and_client_command_lines():
     command, server = net.parse_arguments(["net-server", "--backend", "nccl", "--deadline", "30", "--bind", "10.0.0.1"])
     assert command == "net-server"
