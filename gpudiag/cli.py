@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from . import __version__, cli_store, cli_triage
+from . import __version__, cli_preflight, cli_store, cli_triage
 from .bundle import BundleMissing, locate_bundle
 from .detail import COMPACT, DETAILS
 from .errors import GpudiagError, InputError, InstallationError
@@ -326,3 +326,4 @@ main.add_command(cli_store.history)
 main.add_command(cli_store.baseline)
 main.add_command(cli_store.store_group)
 main.add_command(cli_triage.triage)
+main.add_command(cli_preflight.preflight)

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 from .analysis import Analysis, SweepReader, analyse, prior_counts
 from .baseline import Baseline, list_baselines, load_baseline
+from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .bundle import Bundle, BundleMissing, locate_bundle
 from .errors import InputError, InstallationError, StoreError
 from .fdlimit import plan_open_files
@@ -42,10 +43,20 @@ from .sim import SimulatedConnector, load_fleet
 from .slurm.launcher import slurm_connector
 from .sshconfig import SshOptions, resolve_all
 from .store import Store
-from .sweep import Connector, HostOutcome, SweepOptions, SweepResult, interrupted_host, new_sweep_id, run_sweep
+from .sweep import (
+    TIMEOUT,
+    Connector,
+    HostOutcome,
+    SweepOptions,
+    SweepResult,
+    interrupted_host,
+    new_sweep_id,
+    run_sweep,
+)
 from .thresholds import Thresholds, load_thresholds
 from .transport import TransportError
 from .transport.fleet import FleetConnector
+from .transport.local import LocalConnector
 from .transport.pool import SessionPool
 from .transport.ssh import SshSettings
 
@@ -82,6 +93,11 @@ class SweepRequest:
     launcher: str = "ssh"  # or "slurm": gpudiag.slurm.launcher
     launcher_fallback: str = "none"  # "ssh": hosts srun cannot reach are probed over SSH
     slurm_bundle_dir: str | None = None
+    # Seconds for the whole run (gpudiag preflight --budget): every remote phase ends by then
+    # (gpudiag.budget); None: no run-wide limit.
+    budget_s: float | None = None
+    # The one host named is this machine, probed without SSH or srun (a prolog on the node).
+    here: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,11 +119,12 @@ def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
     """Run every phase; returns the analysed sweep, interrupted or not (``gate`` decides what an
     interrupt stops: gpudiag.interrupts). Raises InputError/StoreError before any node is
     touched when an input is bad."""
+    budget = RunBudget.start(request.budget_s) if request.budget_s is not None else None
     request = with_facts(request)
     setup = _set_up(request, stdin)
     request = dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, fanout=setup.fanout))
     try:
-        return _run(request, setup, progress, gate or QuietGate())
+        return _run(request, setup, progress, gate or QuietGate(), budget)
     finally:
         setup.connector.close()
         if setup.store is not None:
@@ -132,11 +149,17 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
     notes: tuple[str, ...] = ()
     if request.simulate_path is not None:
         fleet = load_fleet(request.simulate_path)
-        hosts: list[HostSpec] = list(fleet.host_specs())
+        # Hosts named beside a fleet are those of its nodes to sweep (a node it lacks is unreachable).
+        hosts: list[HostSpec] = (load_hosts(request.hosts_argument, stdin) if request.hosts_argument
+                                 else list(fleet.host_specs()))
         connector: Connector = SimulatedConnector(fleet)
     else:
         hosts = load_hosts(request.hosts_argument or "", stdin)
-    if request.simulate_path is None and request.launcher == "slurm":
+    if request.simulate_path is None and request.here:
+        if len(hosts) != 1:
+            raise InputError(f"--here probes this machine: name it as one host, not {len(hosts)}")
+        connector = LocalConnector()
+    elif request.simulate_path is None and request.launcher == "slurm":
         connector, ssh_addresses, fanout = slurm_connector(hosts, request.ssh, request.settings, os.environ,
                                                            request.launcher_fallback, request.slurm_bundle_dir,
                                                            request.sweep.fanout)
@@ -169,17 +192,23 @@ def _baseline(store: Store | None, name: str | None) -> Baseline | None:
     return load_baseline(store, DEFAULT_BASELINE) if DEFAULT_BASELINE in stored else None
 
 
-def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate) -> SweepResult:
+def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate,
+         budget: RunBudget | None = None) -> SweepResult:
     """The phases in order. The remote ones (node probes, re-test, links) stop at an interrupt
     and keep what finished; the local ones (analysis, the store's final write) run to their end
-    whatever arrives, and no remote phase starts after an interrupt (see gpudiag.interrupts)."""
+    whatever arrives, and no remote phase starts after an interrupt (see gpudiag.interrupts).
+    With a ``budget`` every remote phase ends by its deadline, and what it cut short is
+    ``unchecked`` (gpudiag.budget)."""
     started_at = datetime.now(timezone.utc)
     sweep_id = new_sweep_id(started_at)
     if request.screen_stride is None:
         # Each screen moves to the next stride, so successive sweeps reach every pair in turn.
         request = dataclasses.replace(request, screen_stride=next_stride(_last_stride(setup.store), len(setup.hosts)))
     record = _recorder(setup.store, sweep_id, started_at, request)
-    first = _first_pass(request, setup, progress, gate, record, started_at, sweep_id)
+    first = _first_pass(_within(request, budget), setup, progress, gate, record, started_at, sweep_id)
+    budget_notes: list[str] = []
+    if budget is not None:
+        _blame_budget(first, budget)
     interrupted = first.interrupted or gate.received
     if interrupted:
         gate.say(f"analysing the {sum(h.ok for h in first.hosts)} hosts that finished")
@@ -193,15 +222,21 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
                        previous_hosts=previous)
     retest: list[HostOutcome] | None = None
     wanted = request.retest and bool(analysis.suspects) and not interrupted
+    if wanted and budget is not None and not budget.fits(_retest_need_s(first, analysis)):
+        wanted = False  # reported unconfirmed, as with --no-retest
+        budget_notes.append(f"the re-test of {len(analysis.suspects)} suspects was skipped: {budget.reason()}")
     if wanted:
         count = len({s.measurement.host for s in analysis.suspects})
         progress.phase(f"re-testing {len(analysis.suspects)} suspect{'s' if len(analysis.suspects) != 1 else ''} "
                        f"on {count} host{'s' if count != 1 else ''}")
-        retest, interrupted = _retest(request, setup, analysis, first, gate)
-    link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate, progress)
+        retest, interrupted = _retest(_within(request, budget), setup, analysis, first, gate)
+    link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate, progress, budget)
     interrupted = interrupted or gate.received or (link_run is not None and link_run.interrupted)
     if link_run is not None:
         extra += link_findings(link_run.attribution, setup.thresholds.deficit_fail_pct)
+    if link_run is not None and link_run.cut_short and budget is not None:
+        # Verdicts need the whole schedule: every host of the link phase is left unchecked.
+        extra += [out_of_budget(h.host, "pair tests", budget) for h in first.hosts if h.ok]
     if wanted or extra:
         # An interrupted re-test confirms nothing, and its suspects are no findings (only counted).
         analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline,
@@ -216,7 +251,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=analysis.comparison_counts(), links=links,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted,
-                                 warnings=(*setup.notes, *first.warnings))
+                                 warnings=(*setup.notes, *first.warnings, *budget_notes))
     return _finish(setup.store, result, gate)
 
 
@@ -251,8 +286,30 @@ def _finish(store: Store | None, result: SweepResult, gate: InterruptGate) -> Sw
     return result
 
 
+def _within(request: SweepRequest, budget: RunBudget | None) -> SweepRequest:
+    """The request with each host's time limit cut to what the budget has left."""
+    if budget is None:
+        return request
+    limit = min(request.sweep.command_timeout_s, max(budget.remaining_s(), 0.1))
+    return dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, host_timeout_s=limit))
+
+
+def _retest_need_s(first: SweepResult, analysis: Analysis) -> float:
+    """Seconds a re-test needs: as long as the first pass took on the slowest suspect's host
+    (the same probes, or fewer, on the same host)."""
+    hosts = {s.measurement.host for s in analysis.suspects}
+    return max([MIN_PHASE_S, *(h.duration_s for h in first.hosts if h.host in hosts)])
+
+
+def _blame_budget(first: SweepResult, budget: RunBudget) -> None:
+    """A host that ran out of time ran out of the budget: its error says so (never a pass)."""
+    for host in first.hosts:
+        if host.status == TIMEOUT:
+            host.error = f"node probes {budget.reason()} ({host.error})"
+
+
 def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: InterruptGate,
-           progress: SweepProgress) -> tuple[LinkRun | None, list[Finding]]:
+           progress: SweepProgress, budget: RunBudget | None = None) -> tuple[LinkRun | None, list[Finding]]:
     """The link phase over the hosts whose node probes passed (``screen``, ``full``), and an
     ``unchecked`` finding for each of them whose data-plane address could not be found (left
     out of the rounds); None when no pair test runs (``none``). An interrupt before the first
@@ -260,16 +317,19 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
     mode = SCREEN if request.links == AUTO_LINKS else request.links
     if mode == "none":
         return None, []
+    ok_hosts = [h.host for h in first.hosts if h.ok]
+    if budget is not None and len(ok_hosts) >= 2 and not budget.fits():
+        return None, [out_of_budget(host, "pair tests", budget) for host in ok_hosts]
     progress.phase(f"pair tests between nodes ({mode}) over {sum(h.ok for h in first.hosts)} hosts")
     try:
         with gate.interruptible():
-            return _link_phase(request, setup, first, mode)
+            return _link_phase(request, setup, first, mode, budget.deadline if budget is not None else None)
     except KeyboardInterrupt:
         return None, []
 
 
 def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
-                mode: str) -> tuple[LinkRun | None, list[Finding]]:
+                mode: str, deadline: float | None = None) -> tuple[LinkRun | None, list[Finding]]:
     hosts = [host.host for host in first.hosts if host.ok]
     if isinstance(setup.connector, SimulatedConnector):
         runner: PairRunner = SimulatedPairRunner(setup.connector.fleet)
@@ -280,7 +340,7 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
         hosts = [host for host in hosts if host in addresses]
         runner = RemotePairRunner(setup.connector.session, addresses, request.pair)
     run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=setup.pairs_at_once,
-                    stride=request.screen_stride or 1, baseline=setup.baseline)
+                    stride=request.screen_stride or 1, baseline=setup.baseline, deadline=deadline)
     return run, missing
 
 

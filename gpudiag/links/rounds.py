@@ -81,6 +81,7 @@ class LinkRun:
     attribution: LinkAttribution
     rounds: int
     interrupted: bool = False
+    cut_short: bool = False  # the run's deadline (a --budget) ended it before its schedule did
 
 
 class _Interrupted(Exception):
@@ -91,14 +92,20 @@ class _Interrupted(Exception):
         self.records = records
 
 
+class _OutOfTime(_Interrupted):
+    """The deadline came before a round could start or while it ran; carries what finished."""
+
+
 def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
               thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64, stride: int = 1, *,
-              baseline: LinkBaseline | None = None) -> LinkRun:
+              baseline: LinkBaseline | None = None, deadline: float | None = None) -> LinkRun:
     """The link phase of a sweep over ``hosts`` (those whose node probes passed, in sweep
     order): ``screen`` (two rounds forming a cycle of ``stride``, then confirm rounds; a stride
     beyond ⌊N/2⌋ for the hosts left wraps around) or ``full`` (the round-robin, then confirm
     rounds); ``none`` runs nothing. Every attribution also judges against ``baseline`` (a
-    gpudiag.baseline.Baseline; its link entries) where given. Raises ValueError for another mode."""
+    gpudiag.baseline.Baseline; its link entries) where given. ``deadline`` (time.monotonic()):
+    no round starts after it, and a round still running at it is ended; the run is then
+    ``cut_short``, with what finished and no verdicts. Raises ValueError for another mode."""
     if mode not in MODES:
         raise ValueError(f"unknown link mode {mode!r}; choose from {', '.join(MODES)}")
     if mode == "none" or len(hosts) < 2:
@@ -107,7 +114,7 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     records: list[LinkRecord] = []
     rounds = 0
     try:
-        records += _run_rounds(first, runner, parallel)
+        records += _run_rounds(first, runner, parallel, deadline)
         attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
         rounds = len(first)
         for _ in range(MAX_CONFIRM_PHASES):
@@ -117,9 +124,12 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
             confirm = confirm_rounds(attribution.suspects, attribution.passed, tested)
             if not confirm:
                 break
-            records += _run_rounds(confirm, runner, parallel)
+            records += _run_rounds(confirm, runner, parallel, deadline)
             rounds += len(confirm)
             attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
+    except _OutOfTime as late:
+        records += late.records
+        return LinkRun(tuple(records), attribute_links(()), rounds, cut_short=True)
     except _Interrupted as interrupted:
         # What finished is kept for the document; verdicts from an unfinished schedule are not drawn.
         records += interrupted.records
@@ -129,15 +139,25 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     return LinkRun(tuple(records), attribution, rounds)
 
 
-def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int) -> list[LinkRecord]:
+def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int,
+                deadline: float | None = None) -> list[LinkRecord]:
     """Rounds one after another; the pairs of one round all at once (a node is in one pair).
-    Raises _Interrupted on Ctrl-C, after ending the pairs in flight."""
+    Raises _Interrupted on Ctrl-C, after ending the pairs in flight, and _OutOfTime when
+    ``deadline`` (time.monotonic()) comes before a round starts or while one runs."""
     records: list[LinkRecord] = []
     for round_ in rounds:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise _OutOfTime(records)
         pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(round_.pairs))), thread_name_prefix="links")
         futures = [pool.submit(runner.run_pair, *pair) for pair in round_.pairs]
         try:
-            _wait_all(futures)
+            _wait_all(futures, deadline=deadline)
+            if not all(future.done() for future in futures):  # the deadline came first
+                finished = [f for f in futures if f.done()]
+                runner.cancel()
+                _wait_all(futures, deadline=time.monotonic() + CANCEL_WAIT_S)
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise _OutOfTime(records + _round_records(round_, finished))
         except KeyboardInterrupt:
             finished = [f for f in futures if f.done()]
             runner.cancel()

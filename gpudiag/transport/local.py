@@ -82,6 +82,18 @@ class LocalSession:
         return None
 
 
+class LocalConnector:
+    """The Connector of a sweep whose one host is this machine under its own name (a Slurm
+    prolog on the node: ``gpudiag preflight --here --hosts $SLURMD_NODENAME``): every host
+    named is reached here, without SSH."""
+
+    def connect(self, host: Any) -> LocalSession:
+        return LocalSession()
+
+    def close(self) -> None:
+        return None
+
+
 class LocalCommand:
     """A child process whose stdout and stderr are read on threads as they arrive."""
 

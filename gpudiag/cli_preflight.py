@@ -1,0 +1,188 @@
+"""``gpudiag preflight``: a job's nodes checked before it starts, within a time budget
+(gpudiag/preflight/); drains the nodes of ``fail`` findings with ``--drain``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import click
+from rich.console import Console
+
+from .detail import COMPACT, DETAILS
+from .errors import InputError
+from .exitcodes import ExitCode
+from .interrupts import InterruptGate
+from .links.remote import NET_BACKENDS
+from .nodeprobe import DTYPES
+from .preflight import DEFAULT_BUDGET_S, PreflightRequest, run_preflight
+from .preflight.render import action_lines, summary_line
+from .preflight.run import PreflightRun, check_request, host_text, make_plan
+from .progress import make_progress
+from .render import render_sweep_table
+from .report import check_writable, render_report, write_report
+from .report.prometheus import check_prom_file, write_prom_file
+from .slurm.launcher import LAUNCHERS
+from .slurm.nodelist import job_nodelist
+from .sshconfig import SshOptions
+from .store import default_store_path
+from .sweep import document_chunks
+from .transport.ssh import SshSettings
+
+
+@click.command()
+@click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
+              help="The nodes: a hosts file, a host set such as 'gpu[01-04]', or - for stdin (default: "
+                   "$SLURM_JOB_NODELIST, in a job or a prolog).")
+@click.option("--here", is_flag=True,
+              help="The one host named is this machine: probe it directly, without SSH or srun (a prolog or "
+                   "health check on the node: --here --hosts \"$SLURMD_NODENAME\").")
+@click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
+              help="Check nodes of a simulated fleet (with --hosts or in a job: those of its nodes) instead of "
+                   "real hosts.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=1), default=DEFAULT_BUDGET_S, show_default=True,
+              metavar="S", help="Seconds the whole check may take; what does not finish is unchecked (exit 3).")
+@click.option("--drain", is_flag=True,
+              help="Drain the nodes of fail findings: scontrol update NodeName=... State=DRAIN Reason=\"gpudiag: "
+                   "...\" (without it, the command is printed).")
+@click.option("--undrain", is_flag=True,
+              help="Return to service the nodes that now pass and that gpudiag drained (reason 'gpudiag:...'); "
+                   "a node drained by anyone else stays drained.")
+@click.option("--no-links", is_flag=True, help="No link screen between the nodes.")
+@click.option("--no-retest", is_flag=True, help="Report suspects without re-testing them (unconfirmed).")
+@click.option("--python", "python", default="python3", show_default=True, metavar="PATH",
+              help="The nodes' Python interpreter (it needs torch for the GPU probes).")
+@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type.")
+@click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
+              help="Most GPU memory one probe may take on one GPU, in MiB.")
+@click.option("--store", "store_path", default=None, metavar="PATH",
+              help="SQLite store with the baseline; the check is kept there (default: "
+                   "$XDG_DATA_HOME/gpudiag/gpudiag.db).")
+@click.option("--no-store", is_flag=True, help="No store: judged against the SKU figures and the nodes alone.")
+@click.option("--baseline", "baseline_name", default=None, metavar="NAME",
+              help="Stored baseline to judge against (default: 'default', if stored).")
+@click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
+              help="Detection thresholds overriding the shipped defaults (JSON with units).")
+@click.option("--exclude-file", default=None, metavar="PATH", help="Write the nodes a job should not get here.")
+@click.option("--json", "json_path", default=None, metavar="PATH|-",
+              help="Write the sweep document (with a 'preflight' part: plan, drains) here.")
+@click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
+              help="How much of each node's records the document keeps.")
+@click.option("--prom-file", default=None, metavar="PATH.prom", help="Write a node_exporter textfile here.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
+              help="How the probes reach the nodes: ssh, or slurm (srun inside the job).")
+@click.option("--slurm-bundle-dir", default=None, metavar="DIR",
+              help="slurm: a folder the nodes share where the probe bundle is staged.")
+@click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
+              help="Link screen backend (as gpudiag sweep).")
+@click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
+              help="Each node's data-plane address for the link screen (as gpudiag sweep).")
+@click.option("--ssh-config", default=None, metavar="FILE", help="OpenSSH client configuration to use.")
+@click.option("-i", "--identity", "identities", multiple=True, metavar="FILE", help="Private key (repeatable).")
+@click.option("-l", "--user", default=None, help="Remote user, where the hosts file and config name none.")
+@click.option("--known-hosts", default=None, metavar="FILE", help="known_hosts file to check host keys against.")
+@click.option("--accept-new-host-keys", is_flag=True, help="Trust and record host keys seen for the first time.")
+@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="S",
+              help="TCP connect timeout, where the SSH config sets none.")
+def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
+              undrain: bool, no_links: bool, no_retest: bool, python: str, dtype: str, max_gpu_mem: int | None,
+              store_path: str | None, no_store: bool, baseline_name: str | None, thresholds_path: str | None,
+              exclude_file: str | None, json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool,
+              launcher: str, slurm_bundle_dir: str | None, net_backend: str, net_address: str,
+              ssh_config: str | None, identities: tuple[str, ...], user: str | None, known_hosts: str | None,
+              accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
+    """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
+    where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
+    figures and the live peers. Prints the plan first and one summary line last.
+
+    Exit status: 0 healthy; 1 a fail finding (the only outcome --drain drains); 2 bad input;
+    3 inconclusive (something could not be checked, within the budget or at all: never drains);
+    4 gpudiag itself failed (inconclusive, never drains); 130 interrupted (drains nothing).
+    """
+    started = time.monotonic()
+    if hosts_argument is None:
+        hosts_argument = job_nodelist(os.environ)  # in a job or a prolog: its nodes (of a simulated fleet too)
+    if no_store and (store_path is not None or baseline_name is not None):
+        raise InputError("--no-store reads no store: leave out --store and --baseline")
+    request = PreflightRequest(
+        hosts_argument=hosts_argument, budget_s=budget_s, simulate_path=simulate_path, here=here, python=python,
+        dtype=dtype, max_gpu_mem_mib=max_gpu_mem,
+        ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
+                       connect_timeout_s=connect_timeout),
+        settings=SshSettings(accept_new_host_keys=accept_new_host_keys), launcher=launcher,
+        slurm_bundle_dir=slurm_bundle_dir, net_backend=net_backend, net_address=net_address,
+        store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
+        thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=not no_links,
+        drain=drain, undrain=undrain)
+    check_request(request)
+    count, hosts_stdin = host_text(request, sys.stdin)
+    if here and count != 1:
+        raise InputError(f"--here probes this machine: name it as one host, not {count}")
+    plan = make_plan(request, count)
+    _check_outputs(json_path, exclude_file, prom_file)
+    to_stderr = json_path == "-"  # stdout carries the document
+    for line in plan.lines():
+        click.echo(line, err=to_stderr)
+    with InterruptGate().installed() as gate:
+        run = run_preflight(request, plan, hosts_stdin, make_progress(quiet), gate, started)
+        _write_outputs(run, json_path, json_detail, exclude_file, prom_file)
+        _print_report(run, to_stderr)
+    return ExitCode.INTERRUPTED if gate.received else run.exit_code
+
+
+def _check_outputs(json_path: str | None, exclude_file: str | None, prom_file: str | None) -> None:
+    """Raise InputError before any node is touched when an output could not be written."""
+    if json_path is not None and json_path != "-":
+        check_writable(json_path, "--json")
+    if exclude_file is not None:
+        check_writable(exclude_file, "--exclude-file")
+    if prom_file is not None:
+        check_prom_file(prom_file)
+
+
+def _write_outputs(run: PreflightRun, json_path: str | None, json_detail: str, exclude_file: str | None,
+                   prom_file: str | None) -> None:
+    result = run.result
+    if json_path is not None:
+        chunks = _document(run, json_detail)
+        if json_path == "-":
+            for chunk in chunks:
+                sys.stdout.write(chunk)
+            sys.stdout.flush()
+        else:
+            write_report(chunks, json_path)
+    if exclude_file is not None:
+        exclude = (result.impact or {}).get("exclude") or []
+        write_report("".join(f"{host}\n" for host in exclude), exclude_file)
+    if prom_file is not None:
+        write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file)
+
+
+def _document(run: PreflightRun, detail: str) -> Iterator[str]:
+    """The sweep document with the pre-flight's own part (``preflight``) as its last field."""
+    for chunk in document_chunks(run.result, detail):
+        if chunk == "}\n":  # the document's end
+            yield ", " + json.dumps("preflight") + ": " + json.dumps(run.to_dict()) + "}\n"
+        else:
+            yield chunk
+
+
+def _print_report(run: PreflightRun, to_stderr: bool) -> None:
+    """The report, then the drains and the summary line: plain lines unless on a terminal."""
+    text = render_report(run.result.to_dict(records=False), "text")
+    stream = sys.stderr if to_stderr else sys.stdout
+    if stream.isatty():
+        console = Console(stderr=to_stderr)
+        console.print(text, markup=False, highlight=False)
+        render_sweep_table(run.result, console)
+    else:
+        click.echo(text.rstrip("\n"), err=to_stderr)
+    for warning in run.result.warnings:
+        click.echo(f"gpudiag: warning: {warning}", err=True)
+    for line in action_lines(run):
+        click.echo(line, err=to_stderr)
+    click.echo(summary_line(run), err=to_stderr)

@@ -1,0 +1,176 @@
+"""Running a pre-flight: plan it from the budget, run it as a sweep (gpudiag.plan.run_plan) under
+that budget, then drain the nodes of ``fail`` findings and return to service the nodes gpudiag
+drained that now pass.
+
+Three outcomes, never confused: healthy (exit 0), a ``fail`` finding (1: the only outcome that
+drains), inconclusive (3: something could not be checked within the budget or at all; 4: gpudiag
+itself failed, raised before anything is drained). An interrupted pre-flight (130) drains nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from ..analysis.fleet import NOT_EXCLUDING
+from ..errors import InputError
+from ..exitcodes import ExitCode
+from ..findings import FAIL
+from ..hosts import load_hosts
+from ..interrupts import InterruptGate
+from ..links.remote import PairTestOptions
+from ..nodeprobe import ProbeOptions
+from ..plan import SweepRequest, run_plan
+from ..progress import SweepProgress
+from ..sim import load_fleet
+from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
+from ..sshconfig import SshOptions
+from ..sweep import NOT_CHECKED, SweepOptions, SweepResult
+from ..transport.ssh import SshSettings
+from .planner import PreflightPlan, plan_preflight
+
+DEFAULT_BUDGET_S = 120.0
+# Hosts probed at once: every node of a job, up to the sweep's largest fan-out.
+MAX_FANOUT = 4096
+MIN_FANOUT = 64
+
+
+@dataclass(frozen=True)
+class PreflightRequest:
+    """One ``gpudiag preflight``: the hosts (``hosts_argument``, or the nodes of the simulated
+    fleet ``simulate_path``), the ``budget_s`` in seconds, how the nodes are reached (``here``:
+    the one host is this machine), how results are judged, and whether to ``drain`` and
+    ``undrain`` through scontrol."""
+
+    hosts_argument: str | None
+    budget_s: float = DEFAULT_BUDGET_S
+    simulate_path: str | None = None
+    here: bool = False
+    python: str = "python3"
+    dtype: str = "bf16"
+    max_gpu_mem_mib: int | None = None
+    ssh: SshOptions = SshOptions()
+    settings: SshSettings = SshSettings()
+    launcher: str = "ssh"
+    slurm_bundle_dir: str | None = None
+    net_backend: str = "auto"
+    net_address: str = "auto"
+    store_path: str | None = None
+    thresholds_path: str | None = None
+    baseline_name: str | None = None
+    retest: bool = True
+    links: bool = True
+    drain: bool = False
+    undrain: bool = False
+    scontrol: str = "scontrol"
+
+
+@dataclass(frozen=True)
+class PreflightRun:
+    """What a pre-flight did: its ``plan``, the sweep ``result``, the drain commands (run with
+    ``--drain``, else only said), the undrain's result (None without ``--undrain``), and its
+    ``elapsed_s`` seconds from the start."""
+
+    plan: PreflightPlan
+    result: SweepResult
+    drains: tuple[CommandOutcome, ...]
+    undrained: UndrainResult | None
+    drain_asked: bool
+    elapsed_s: float
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.result.exit_code
+
+    def to_dict(self) -> dict[str, Any]:
+        """The pre-flight's own part of its JSON document (beside the sweep document's fields)."""
+        undrained = None if self.undrained is None else {
+            "resumed": list(self.undrained.resumed), "kept": [{"node": n, "why": w} for n, w in self.undrained.kept],
+            "commands": [_command_dict(c) for c in self.undrained.commands], "error": self.undrained.error}
+        return {"plan": self.plan.to_dict(), "elapsed_s": round(self.elapsed_s, 2),
+                "drain": [_command_dict(c) for c in self.drains], "undrain": undrained}
+
+
+def _command_dict(outcome: CommandOutcome) -> dict[str, Any]:
+    return {"command": outcome.command, "ran": outcome.ran, "error": outcome.error}
+
+
+def host_text(request: PreflightRequest, stdin: TextIO) -> tuple[int, TextIO]:
+    """How many hosts the pre-flight has, and the stdin to read them from again (``-`` is read
+    once here). Raises InputError for bad hosts or a bad fleet file."""
+    text = stdin.read() if request.hosts_argument == "-" else ""
+    if request.hosts_argument is not None:
+        count = len(load_hosts(request.hosts_argument, io.StringIO(text)))
+    elif request.simulate_path is not None:
+        count = len(load_fleet(request.simulate_path).hosts)
+    else:
+        raise InputError("no hosts: give --hosts, run inside a Slurm job ($SLURM_JOB_NODELIST), or --simulate")
+    return count, io.StringIO(text)
+
+
+def check_request(request: PreflightRequest) -> None:
+    """Raises InputError for options that do not go together."""
+    if request.here and request.simulate_path is not None:
+        raise InputError("--here probes this machine; --simulate a simulated fleet: give one of them")
+    if request.here and request.launcher != "ssh":
+        raise InputError("--here probes this machine directly: leave out --launcher")
+
+
+def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepRequest:
+    """The sweep that carries out ``plan``."""
+    probe = ProbeOptions(names=plan.probes, duration_s=plan.duration_s, max_gpu_mem_mib=request.max_gpu_mem_mib,
+                         dtype=request.dtype, deadline_s=plan.deadline_s, python=request.python)
+    return SweepRequest(
+        hosts_argument=request.hosts_argument,
+        sweep=SweepOptions(probe=probe, fanout=min(MAX_FANOUT, max(MIN_FANOUT, plan.hosts)),
+                           host_timeout_s=plan.host_timeout_s),
+        ssh=request.ssh, settings=request.settings, simulate_path=request.simulate_path,
+        store_path=request.store_path, thresholds_path=request.thresholds_path, baseline_name=request.baseline_name,
+        retest=plan.retest and request.retest, links="screen" if plan.links else "none",
+        net_address=request.net_address,
+        pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s, python=request.python),
+        launcher=request.launcher, slurm_bundle_dir=request.slurm_bundle_dir, budget_s=request.budget_s,
+        here=request.here)
+
+
+def make_plan(request: PreflightRequest, hosts: int) -> PreflightPlan:
+    """The plan for ``hosts`` nodes within the request's budget (the link screen only where
+    asked). Raises InputError for a budget too short for anything."""
+    return plan_preflight(request.budget_s, hosts, links=request.links)
+
+
+def run_preflight(request: PreflightRequest, plan: PreflightPlan, stdin: TextIO, progress: SweepProgress,
+                  gate: InterruptGate, started: float) -> PreflightRun:
+    """Carry out ``plan``, then drain (``fail`` findings only) and undrain as asked. ``started``:
+    time.monotonic() when the command began. Raises InputError or StoreError before any node
+    is touched when an input is bad."""
+    result = run_plan(sweep_request(request, plan), stdin, progress, gate)
+    interrupted = result.interrupted or gate.received
+    commands = drain_commands(result.findings, scontrol=request.scontrol) if not interrupted else []
+    drains = tuple(drain(commands, run=request.drain))
+    undrained = None
+    if request.undrain and not interrupted:
+        undrained = undrain(passed_hosts(result), run=True, scontrol=request.scontrol)
+    return PreflightRun(plan, result, drains, undrained, request.drain, time.monotonic() - started)
+
+
+def passed_hosts(result: SweepResult) -> list[str]:
+    """The hosts that pass now: probed, and named by no ``fail`` finding and nothing unchecked
+    (a fleet-wide finding names no one host)."""
+    named = {name for finding in result.findings
+             if (finding.severity == FAIL or finding.kind in NOT_CHECKED) and finding.kind not in NOT_EXCLUDING
+             for name in (finding.host, finding.peer) if name}
+    return [host.host for host in result.hosts if host.ok and host.host not in named]
+
+
+def failed_hosts(findings: Sequence[Any]) -> list[str]:
+    """The hosts of ``fail`` findings that drain a node (in order of first appearance)."""
+    seen: dict[str, None] = {}
+    for finding in findings:
+        fields: Mapping[str, Any] = finding.to_dict() if hasattr(finding, "to_dict") else finding
+        if fields.get("severity") == FAIL and fields.get("kind") not in NOT_EXCLUDING and fields.get("host"):
+            seen.setdefault(str(fields["host"]), None)
+    return list(seen)

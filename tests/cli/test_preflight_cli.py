@@ -1,0 +1,176 @@
+"""``gpudiag preflight`` on a simulated fleet (and on this machine for the budget's wall clock):
+exit codes 0/1/3, the plan printed first, the drain command it would run, $SLURM_JOB_NODELIST as
+the hosts, the exclude file, bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpudiag.cli import main
+
+SLOW_N2 = {"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7}
+HUNG_N3 = {"kind": "hang", "host": "n3"}
+
+
+def _fleet(tmp_path: Path, *faults: dict[str, Any], nodes: int = 4) -> Path:
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"nodes": nodes, "name_format": "n{}", "faults": list(faults)}))
+    return path
+
+
+def _preflight(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, ["preflight", "--no-store", "-q", *args], catch_exceptions=False,
+                              env={"SLURM_JOB_NODELIST": "", "SLURM_NODELIST": "", **(env or {})})
+
+
+def _lines(result: Result) -> list[str]:
+    return result.stdout.splitlines()
+
+
+def test_a_healthy_job_exits_0_with_the_plan_first_and_one_summary_line_last(tmp_path):
+    result = _preflight("--simulate", str(_fleet(tmp_path)))
+    assert result.exit_code == 0, result.output
+    lines = _lines(result)
+    assert lines[0] == "pre-flight plan: 4 nodes within a budget of 120 s (120 s planned)"
+    assert lines[1].startswith("  node probes: facts, telemetry, gemm, membw, 2.0 s of load")
+    assert any(line.startswith("  link screen: 3 rounds") for line in lines)
+    assert lines[-1].startswith("gpudiag preflight: healthy n[1-4] (exit 0) in ")
+    assert "\x1b[" not in result.stdout and "┃" not in result.stdout  # plain lines, not on a terminal
+    assert "would run" not in result.stdout
+
+
+def test_a_fail_finding_exits_1_and_says_the_drain_command_it_would_run(tmp_path):
+    result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)))
+    assert result.exit_code == 1, result.output
+    would = [line for line in _lines(result) if line.startswith("would run: ")]
+    assert len(would) == 1
+    assert would[0].startswith("would run: scontrol update NodeName=n2 State=DRAIN 'Reason=gpudiag: slow_gpu GPU 3 "
+                               "gemm.tflops -30%")
+    summary = _lines(result)[-1]
+    assert summary.startswith("gpudiag preflight: FAIL n2 (exit 1)")
+    assert "n2 slow_gpu GPU 3 gemm.tflops -30%" in summary and summary.endswith("not drained (without --drain)")
+
+
+def test_one_node_is_judged_against_the_sku_figures(tmp_path):
+    fleet = _fleet(tmp_path, SLOW_N2)
+    failing, healthy = _preflight("--simulate", str(fleet), "--hosts", "n2"), \
+        _preflight("--simulate", str(fleet), "--hosts", "n1")
+    assert (failing.exit_code, healthy.exit_code) == (1, 0), failing.output + healthy.output
+    assert "link screen" not in failing.stdout  # one node: no pairs
+    assert _lines(healthy)[-1].startswith("gpudiag preflight: healthy n1 (exit 0)")
+
+
+def test_a_hung_node_is_unchecked_exit_3_and_drains_nothing(tmp_path):
+    result = _preflight("--simulate", str(_fleet(tmp_path, HUNG_N3)), "--json", str(tmp_path / "out.json"))
+    assert result.exit_code == 3, result.output
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert {h["host"]: h["status"] for h in document["hosts"]}["n3"] == "timeout"
+    finding = next(f for f in document["findings"] if f["host"] == "n3")
+    assert finding["kind"] == "unchecked" and "not finished within the --budget 120 s" in finding["evidence"]
+    assert document["preflight"]["drain"] == []
+    assert "would run" not in result.stdout
+    assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
+    assert _lines(result)[-1].endswith("nothing drained")
+
+
+def test_json_to_stdout_moves_the_plan_and_summary_to_stderr(tmp_path):
+    result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--json", "-")
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert document["schema"] == "gpudiag.sweep/1" and document["summary"]["exit_code"] == 1
+    part = document["preflight"]
+    assert part["plan"]["budget_s"] == 120 and part["plan"]["links"] is True
+    assert [command["ran"] for command in part["drain"]] == [False]
+    assert part["drain"][0]["command"].startswith("scontrol update NodeName=n2 State=DRAIN")
+    assert result.stderr.startswith("pre-flight plan: 4 nodes")
+    assert result.stderr.splitlines()[-1].startswith("gpudiag preflight: FAIL n2 (exit 1)")
+
+
+def test_the_exclude_file_and_prom_file_name_the_failed_node(tmp_path):
+    exclude, prom = tmp_path / "exclude.txt", tmp_path / "preflight.prom"
+    result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--exclude-file", str(exclude),
+                        "--prom-file", str(prom))
+    assert result.exit_code == 1
+    assert exclude.read_text() == "n2\n"
+    assert 'gpudiag_finding{' in prom.read_text() and 'host="n2"' in prom.read_text()
+
+
+def test_the_hosts_default_to_the_jobs_node_list(tmp_path):
+    result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), env={"SLURM_JOB_NODELIST": "n[3-4]"})
+    assert result.exit_code == 0, result.output
+    assert _lines(result)[0].startswith("pre-flight plan: 2 nodes")
+    assert _lines(result)[-1].startswith("gpudiag preflight: healthy n[3-4] (exit 0)")
+
+
+def test_a_small_budget_drops_what_does_not_fit_and_says_so(tmp_path):
+    result = _preflight("--simulate", str(_fleet(tmp_path)), "--budget", "45")
+    assert result.exit_code == 0, result.output
+    assert "  not run: link screen (the budget leaves no time for it)" in _lines(result)
+    assert "pair tests" not in result.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--budget", "10"), "--budget 10: too short"),
+    (("--hosts", "n[1-"), "--hosts 'n[1-'"),
+    (("--here", "--hosts", "n[1-2]"), "--here probes this machine: name it as one host, not 2"),
+    (("--no-store", "--baseline", "x"), "--no-store reads no store"),
+    ((), "no hosts"),
+])
+def test_bad_input_is_exit_2_with_one_line(tmp_path, args, message):
+    fleet = ("--simulate", str(_fleet(tmp_path))) if args and args[0] in ("--budget", "--no-store") else ()
+    result = _preflight(*fleet, *args)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line]
+    assert len(errors) == 1 and errors[0].startswith("gpudiag: error: ") and message in errors[0], result.stderr
+    assert "pre-flight plan" not in result.stdout
+
+
+def test_drain_and_undrain_call_scontrol_only_for_fail_and_for_nodes_gpudiag_drained(tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    # n1 was drained by gpudiag and n4 by hand; both pass now
+    scontrol.write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+if [ "$1" = show ]; then
+  echo "NodeName=n1 State=IDLE+DRAIN Reason=gpudiag: slow_gpu GPU 1 [root@2026-11-24T10:00:00]"
+  echo "NodeName=n3 State=IDLE Reason=(null)"
+  echo "NodeName=n4 State=IDLE+DRAIN Reason=bad cable [alice@2026-11-24T10:00:00]"
+fi
+""")
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{scontrol.parent}:{__import__('os').environ['PATH']}")
+    result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--drain", "--undrain")
+    assert result.exit_code == 1, result.output
+    ran = calls.read_text().splitlines()
+    assert ran[0].startswith("update NodeName=n2 State=DRAIN Reason=gpudiag: slow_gpu GPU 3")
+    assert ran[1] == "show node -o n[1,3-4]"  # n2 failed: never among those to return
+    assert ran[2:] == ["update NodeName=n1 State=RESUME"]
+    lines = _lines(result)
+    assert any(line.startswith("drained: scontrol update NodeName=n2 State=DRAIN") for line in lines)
+    assert "returned to service: scontrol update NodeName=n1 State=RESUME" in lines
+    assert any(line.startswith("left drained: n4: drained by someone else") for line in lines)
+    assert lines[-1].endswith("; drained")
+
+
+def test_the_budget_ends_a_hung_node_in_time_exit_3(tmp_path):
+    python = tmp_path / "python"  # the node's Python hangs in the probes
+    python.write_text(f'#!/bin/sh\nif [ "$1" = -m ]; then exec sleep 600; fi\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    started = time.monotonic()
+    result = _preflight("--here", "--hosts", "localhost", "--python", str(python), "--budget", "30",
+                        "--json", str(tmp_path / "out.json"))
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 3, result.output
+    assert elapsed <= 30 + 2, elapsed
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert [(h["host"], h["status"]) for h in document["hosts"]] == [("localhost", "timeout")]
+    assert "node probes not finished within the --budget 30 s" in document["hosts"][0]["error"]
+    assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
