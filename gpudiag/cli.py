@@ -23,6 +23,7 @@ from .exitcodes import ExitCode, decide_exit_code
 from .interrupts import InterruptGate
 from .links.remote import NET_BACKENDS, PairTestOptions
 from .nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
+from .pause import DEFAULT_REFERENCE_PEERS, PAUSE_DEADLINE_S, FocusRequest, check_pause_backend, pause_deadline_s
 from .plan import LINK_MODES, SweepRequest, run_plan
 from .progress import make_progress
 from .render import render_probe_results, render_sweep_table
@@ -201,6 +202,17 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="slurm: probe the hosts srun cannot reach (down, drained, not in the job) over SSH instead.")
 @click.option("--slurm-bundle-dir", default=None, metavar="DIR",
               help="slurm: a folder the nodes share where the probe bundle is staged (default: ~/.cache/gpudiag).")
+@click.option("--pause", is_flag=True,
+              help="A job paused for mitigation holds the GPUs: each GPU's probes are sized to the memory it left "
+                   "(read through NVML first), in a process that sees that GPU alone, never touching the job's "
+                   "processes; a GPU in exclusive mode or with too little free memory is unchecked, never passed; "
+                   f"links over host memory (no nccl); --deadline defaults to {PAUSE_DEADLINE_S:g} s.")
+@click.option("--suspects", default=None, metavar="HOSTS|rank:LIST",
+              help="Probe only these hosts (a host set or file, or rank:3,7: 0-based positions in the host list, "
+                   "the job's node ranks) and --reference-peers unsuspected peers each as reference.")
+@click.option("--reference-peers", type=click.IntRange(min=0, max=64), default=DEFAULT_REFERENCE_PEERS,
+              show_default=True, metavar="K",
+              help="With --suspects: unsuspected hosts probed per suspect, spread over the host list.")
 def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
           host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
@@ -209,7 +221,8 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
           known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, launcher: str,
-          launcher_fallback: str, slurm_bundle_dir: str | None) -> ExitCode:
+          launcher_fallback: str, slurm_bundle_dir: str | None, pause: bool, suspects: str | None,
+          reference_peers: int) -> ExitCode:
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
 
     Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
@@ -221,11 +234,17 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
     names = _probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
+    check_pause_backend(pause, net_backend)
+    given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
+    deadline = pause_deadline_s(pause, deadline, given)
+    focus = FocusRequest(suspects, reference_peers) if suspects is not None else None
+    if focus is not None and screen_stride is None:
+        screen_stride = 1  # the hosts come suspect, its references, …: the screen pairs neighbours
     request = SweepRequest(
         hosts_argument=hosts_argument,
         sweep=SweepOptions(
             probe=ProbeOptions(names=names, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
-                               sequential=sequential, deadline_s=deadline, python=python),
+                               sequential=sequential, deadline_s=deadline, python=python, pause=pause),
             fanout=fanout, host_timeout_s=host_timeout),
         ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                        connect_timeout_s=connect_timeout),
@@ -234,9 +253,9 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
         net_address=net_address, screen_stride=screen_stride, launcher=launcher, launcher_fallback=launcher_fallback,
-        slurm_bundle_dir=slurm_bundle_dir,
+        slurm_bundle_dir=slurm_bundle_dir, focus=focus,
         pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams, python=python,
-                             line_rate_gbps=net_line_rate, allow_socket=net_allow_socket),
+                             line_rate_gbps=net_line_rate, allow_socket=net_allow_socket, host_memory=pause),
     )
     _check_outputs(json_path, exclude_file)
     if prom_file is not None:

@@ -38,6 +38,7 @@ from .links.rounds import LinkRun, PairRunner, run_links
 from .links.schedule import FULL, SCREEN, next_stride
 from .links.simulated import SimulatedPairRunner
 from .links.verdicts import link_findings
+from .pause import Focus, FocusRequest, focus_hosts
 from .progress import QuietProgress, SweepProgress
 from .sim import SimulatedConnector, load_fleet
 from .slurm.launcher import slurm_connector
@@ -93,6 +94,7 @@ class SweepRequest:
     launcher: str = "ssh"  # or "slurm": gpudiag.slurm.launcher
     launcher_fallback: str = "none"  # "ssh": hosts srun cannot reach are probed over SSH
     slurm_bundle_dir: str | None = None
+    focus: FocusRequest | None = None  # --suspects: the suspects and their reference peers only
     # Seconds for the whole run (gpudiag preflight --budget): every remote phase ends by then
     # (gpudiag.budget); None: no run-wide limit.
     budget_s: float | None = None
@@ -112,6 +114,7 @@ class _Setup:
     fanout: int  # hosts at once, as the open-file limit allows
     pairs_at_once: int
     notes: tuple[str, ...] = ()  # what the sweep had to adapt (the open-file limit): warnings of the result
+    focus: Focus | None = None  # --suspects: who is a suspect and who a reference
 
 
 def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
@@ -155,6 +158,7 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
         connector: Connector = SimulatedConnector(fleet)
     else:
         hosts = load_hosts(request.hosts_argument or "", stdin)
+    hosts, focus = focus_hosts(hosts, request.focus)
     if request.simulate_path is None and request.here:
         if len(hosts) != 1:
             raise InputError(f"--here probes this machine: name it as one host, not {len(hosts)}")
@@ -180,7 +184,8 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
         bundle = locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
-    return _Setup(hosts, connector, ssh_addresses, thresholds, store, baseline, bundle, fanout, pairs_at_once, notes)
+    return _Setup(hosts, connector, ssh_addresses, thresholds, store, baseline, bundle, fanout, pairs_at_once, notes,
+                  focus)
 
 
 def _baseline(store: Store | None, name: str | None) -> Baseline | None:
@@ -261,12 +266,14 @@ def _first_pass(request: SweepRequest, setup: _Setup, progress: SweepProgress, g
     they could start."""
     try:
         with gate.interruptible():
-            return run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
-                             on_host_done=record, started_at=started_at, sweep_id=sweep_id, say=gate.say)
+            first = run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
+                              on_host_done=record, started_at=started_at, sweep_id=sweep_id, say=gate.say)
+            return dataclasses.replace(first, focus=setup.focus.to_dict() if setup.focus else None)
     except KeyboardInterrupt:
         outcomes = tuple(interrupted_host(host) for host in setup.hosts)
         return SweepResult(sweep_id, started_at, datetime.now(timezone.utc), outcomes,
-                           tuple(unchecked(o.host, o.status, o.error) for o in outcomes), interrupted=True)
+                           tuple(unchecked(o.host, o.status, o.error) for o in outcomes), interrupted=True,
+                           focus=setup.focus.to_dict() if setup.focus else None)
 
 
 def _finish(store: Store | None, result: SweepResult, gate: InterruptGate) -> SweepResult:
@@ -459,4 +466,5 @@ def _options(request: SweepRequest) -> dict[str, Any]:
             "fanout": request.sweep.fanout, "simulate": request.simulate_path, "retest": request.retest,
             "links": request.links, "net_address": request.net_address, "net_backend": request.pair.backend,
             "net_duration_s": request.pair.duration_s, "net_line_rate_gbps": request.pair.line_rate_gbps,
-            "screen_stride": request.screen_stride, "launcher": request.launcher}
+            "screen_stride": request.screen_stride, "launcher": request.launcher, "pause": probe.pause,
+            "suspects": request.focus.suspects if request.focus else None}

@@ -75,7 +75,8 @@ class SweepOptions:
 @dataclass(frozen=True)
 class SweepResult:
     """Everything a sweep produced; ``to_dict`` is the sweep document. ``impact`` is the job
-    impact of the findings (gpudiag.analysis.Impact.to_dict()), once analysed."""
+    impact of the findings (gpudiag.analysis.Impact.to_dict()), once analysed; ``focus`` the
+    suspects and reference peers of a ``--suspects`` sweep (gpudiag.pause.Focus.to_dict())."""
 
     sweep_id: str
     started_at: datetime
@@ -87,6 +88,7 @@ class SweepResult:
     impact: Mapping[str, Any] | None = None
     comparison: Mapping[str, int] | None = None
     warnings: tuple[str, ...] = ()
+    focus: Mapping[str, Any] | None = None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -110,6 +112,7 @@ class SweepResult:
             "findings": [finding.to_dict() for finding in self.findings],
             **({"impact": dict(self.impact)} if self.impact is not None else {}),
             **({"warnings": list(self.warnings)} if self.warnings else {}),
+            **({"focus": dict(self.focus)} if self.focus is not None else {}),
             "summary": {"hosts_total": len(self.hosts), "hosts_ok": sum(h.ok for h in self.hosts),
                         "findings": len(self.findings),
                         "unchecked": sum(f.kind == UNCHECKED for f in self.findings),

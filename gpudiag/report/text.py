@@ -39,6 +39,9 @@ def render_text(document: Document) -> str:
     impact = _impact_detail(document.get("impact"))
     if impact:
         lines.append(f"impact: {impact}")
+    focus = focus_line(document)
+    if focus:
+        lines.append(focus)
     findings = sort_findings(_findings(document))
     lines += ["", f"findings ({len(findings)}, most costly first):" if findings else "findings: none"]
     lines += [f"  {finding_text(finding)}" for finding in findings]
@@ -49,6 +52,16 @@ def render_text(document: Document) -> str:
     lines += [f"  {line}" for line in host_group_lines(document)]
     lines += [f"  {line}" for line in stray_output_lines(document)]
     return "\n".join(lines) + "\n"
+
+
+def focus_line(document: Document) -> str | None:
+    """``focus: suspects node[003,007] · references node[001,005,010,014]`` for a ``--suspects``
+    sweep (the document's ``focus``), None for any other."""
+    focus = document.get("focus")
+    if not isinstance(focus, Mapping):
+        return None
+    return (f"focus: suspects {fold_hosts(focus.get('suspects') or ()) or 'none'} · "
+            f"references {fold_hosts(focus.get('references') or ()) or 'none'}")
 
 
 def finding_text(finding: Mapping[str, Any]) -> str:
