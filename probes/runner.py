@@ -168,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     writer = RecordWriter(sys.stdout)
     start_watchdog(ctx.deadline, writer)
     if arguments.pause:
+        # Before torch starts: its cuda:N must be the NVML (PCI bus) order the pause rooms are read in.
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         pause.run_paused(selected(arguments.names), ctx, writer, run_probes,
                          cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     else:

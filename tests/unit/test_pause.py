@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import sys
 import textwrap
 import time
@@ -274,3 +275,12 @@ def test_nvml_unavailable_where_the_bus_has_gpus_skips_every_gpu_probe(tmp_path)
     assert [(r["probe"], r["device"], r["status"]) for r in lines.records] == [
         ("gemm", "host", SKIPPED), ("p2p", "host", SKIPPED)]
     assert "read through NVML before any CUDA context" in lines.records[0]["reason"]
+
+
+def test_the_bundle_takes_pause_on_its_command_line():
+    done = subprocess.run([sys.executable, "-m", "probes", "--pause", "gemm", "--duration", "0.05", "--dtype", "fp32",
+                           "--deadline", "60"], capture_output=True, text=True, timeout=120, check=False,
+                          cwd=Path(runner.__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    (record,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert record["probe"] == "gemm" and record["status"] in (OK, SKIPPED)
