@@ -23,7 +23,15 @@ from .exitcodes import ExitCode, decide_exit_code
 from .interrupts import InterruptGate
 from .links.remote import NET_BACKENDS, PairTestOptions
 from .nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
-from .pause import DEFAULT_REFERENCE_PEERS, PAUSE_DEADLINE_S, FocusRequest, check_pause_backend, pause_deadline_s
+from .pause import (
+    DEFAULT_REFERENCE_PEERS,
+    PAUSE_BUDGET_S,
+    PAUSE_DEADLINE_S,
+    FocusRequest,
+    check_pause_backend,
+    pause_budget_s,
+    pause_deadline_s,
+)
 from .plan import LINK_MODES, SweepRequest, run_plan
 from .progress import make_progress
 from .render import render_probe_results, render_sweep_table
@@ -206,7 +214,11 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="A job paused for mitigation holds the GPUs: each GPU's probes are sized to the memory it left "
                    "(read through NVML first), in a process that sees that GPU alone, never touching the job's "
                    "processes; a GPU in exclusive mode or with too little free memory is unchecked, never passed; "
-                   f"links over host memory (no nccl); --deadline defaults to {PAUSE_DEADLINE_S:g} s.")
+                   f"links over host memory (no nccl); --deadline defaults to {PAUSE_DEADLINE_S:g} s and --budget "
+                   f"to {PAUSE_BUDGET_S:g} s.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="Seconds for the whole sweep: every remote phase ends by then, and what it cut short is "
+                   f"unchecked (default: none; {PAUSE_BUDGET_S:g} with --pause).")
 @click.option("--suspects", default=None, metavar="HOSTS|rank:LIST",
               help="Probe only these hosts (a host set or file, or rank:3,7: 0-based positions in the host list, "
                    "the job's node ranks) and --reference-peers unsuspected peers each as reference.")
@@ -221,8 +233,8 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
           known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, launcher: str,
-          launcher_fallback: str, slurm_bundle_dir: str | None, pause: bool, suspects: str | None,
-          reference_peers: int) -> ExitCode:
+          launcher_fallback: str, slurm_bundle_dir: str | None, pause: bool, budget_s: float | None,
+          suspects: str | None, reference_peers: int) -> ExitCode:
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
 
     Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
@@ -253,7 +265,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
         net_address=net_address, screen_stride=screen_stride, launcher=launcher, launcher_fallback=launcher_fallback,
-        slurm_bundle_dir=slurm_bundle_dir, focus=focus,
+        slurm_bundle_dir=slurm_bundle_dir, focus=focus, budget_s=pause_budget_s(pause, budget_s),
         pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams, python=python,
                              line_rate_gbps=net_line_rate, allow_socket=net_allow_socket, host_memory=pause),
     )

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from gpudiag.cli import main
 from gpudiag.exitcodes import ExitCode
+from gpudiag.pause import PAUSE_BUDGET_S, pause_budget_s
 from gpudiag.store import Store
 
 NODES = 8
@@ -118,3 +119,12 @@ def test_pause_shortens_the_default_deadline_and_keeps_a_given_one(tmp_path):
         with Store.open(str(store)) as opened:
             options = opened.list_sweeps()[0]["options"]
         assert (options["deadline_s"], options["pause"]) == (deadline_s, bool(args))
+
+
+def test_the_run_wide_budget_bounds_a_pause_and_what_it_cut_is_unchecked(tmp_path):
+    result, document = _sweep(tmp_path, _fleet(tmp_path), "--pause", "--budget", "1")
+    assert result.exit_code == ExitCode.UNCHECKED
+    assert {h["status"] for h in document["hosts"]} == {"timeout"}
+    assert all("--budget 1 s" in h["error"] for h in document["hosts"])
+    assert pause_budget_s(True, None) == PAUSE_BUDGET_S and pause_budget_s(False, None) is None
+    assert pause_budget_s(True, 30.0) == 30.0
