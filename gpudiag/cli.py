@@ -105,8 +105,11 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @probe_options
 @click.option("--python", "python", default=None, metavar="PATH",
               help="Python interpreter that runs the probes (default: this one).")
+@click.option("--pause", is_flag=True,
+              help="A job paused for mitigation holds the GPUs: each GPU's probes sized to the memory it left, "
+                   "in a process that sees that GPU alone; a GPU without room is skipped with the figures.")
 def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: int | None, dtype: str,
-          sequential: bool, deadline: float, python: str | None) -> ExitCode:
+          sequential: bool, deadline: float, python: str | None, pause: bool) -> ExitCode:
     """Measure this machine: GEMM, memory bandwidth, NVLink/P2P, PCIe, NVML telemetry, SM clocks.
 
     PROBE names any of: facts, telemetry, gemm, membw, p2p, pcie, smclock (default: all).
@@ -117,7 +120,7 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
         raise InputError(f"--python {python}: no such executable; give the path of a Python 3 interpreter")
     options = ProbeOptions(names=_probe_names(names), duration_s=duration, max_gpu_mem_mib=max_gpu_mem,
                            dtype=dtype, sequential=sequential, deadline_s=deadline,
-                           python=python or sys.executable)
+                           python=python or sys.executable, pause=pause)
     node = run_local_probe(options)
     if as_json:
         for result in node.results:

@@ -11,7 +11,7 @@ analysis see only the records, and must find the faults from them.
 - ``fleet``: ``SimulatedFleet``, each node's state from the faults (what each fault does) and the
   network between nodes; ``state``: node and GPU state;
 - the records: ``records`` (record shapes and noise), ``nvml`` (what NVML shows), ``probes`` (one
-  function per probe), ``runner`` (the bundle's command line and run);
+  function per probe), ``runner`` (the bundle's command line and run), ``pause`` (its ``--pause``);
 - ``connector``: ``SimulatedConnector`` and ``SimulatedSession``, the transport.
 """
 

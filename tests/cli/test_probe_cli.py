@@ -39,6 +39,13 @@ def test_without_a_gpu_gemm_and_membw_run_on_the_cpu_and_gpu_probes_say_why_they
 
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the CPU-only path; this machine has a CUDA GPU")
+def test_pause_without_a_gpu_runs_the_probes_as_usual():
+    result = _invoke("--json", "--duration", "0.1", "--pause", "gemm", "pcie")
+    assert result.exit_code == 0, result.output
+    assert [(r["probe"], r["status"]) for r in _records(result.output)] == [("gemm", "ok"), ("pcie", "skipped")]
+
+
+@pytest.mark.skipif(not NO_GPU, reason="checks the CPU-only path; this machine has a CUDA GPU")
 def test_the_table_shows_the_cpu_measurements_and_each_skip_reason():
     result = _invoke("gemm", "membw", "p2p", "--duration", "0.2")
     assert result.exit_code == 0, result.output
