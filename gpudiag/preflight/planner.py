@@ -5,7 +5,7 @@ The plan is a time table of windows that add up to no more than the budget:
 
     controller (set-up, analysis, store, outputs)  CONTROLLER_S
     node probes: facts, telemetry, gemm, membw     SAFETY x (start-up + telemetry + 2 x (overhead + duration))
-    re-test of suspects (the same, once more)      the same window, where it fits
+    re-test of suspects                            SAFETY x (start-up + overhead + duration), where it fits
     link screen (>= 2 nodes)                       SAFETY x rounds x (pair overhead + 2 x net duration)
 
 What must fit comes first: the node probes at their shortest load, then the link screen (a job of
@@ -115,6 +115,12 @@ def node_pass_s(duration_s: float, loads: int = len(LOAD_PROBES)) -> float:
     return NODE_STARTUP_S + TELEMETRY_S + loads * (LOAD_OVERHEAD_S + duration_s)
 
 
+def retest_s(duration_s: float) -> float:
+    """Estimated seconds of a re-test: the node starts again and runs the suspect's probe (one
+    load probe, as a slow GPU or slow memory is; the run checks the time it measured before)."""
+    return NODE_STARTUP_S + LOAD_OVERHEAD_S + duration_s
+
+
 def links_s(rounds: int, net_duration_s: float) -> float:
     """Estimated seconds of ``rounds`` rounds of pair tests (both directions each)."""
     return rounds * (PAIR_OVERHEAD_S + 2 * net_duration_s)
@@ -151,13 +157,13 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True) -> Prefli
     if wanted and not links:
         dropped.append("link screen (the budget leaves no time for it)")
     link_min = SAFETY * links_s(rounds, MIN_NET_DURATION_S) if links else 0.0
-    retest = room >= 2 * node_min + link_min
+    retest = room >= node_min + SAFETY * retest_s(MIN_DURATION_S) + link_min
     if not retest:
         dropped.append("re-test of suspects (the budget leaves no time for it): they are reported unconfirmed")
     duration, net_duration = _lengthen(room, retest, rounds if links else 0)
     window = SAFETY * node_pass_s(duration)
     link_window = SAFETY * links_s(rounds, net_duration) if links else 0.0
-    retest_window = window if retest else 0.0
+    retest_window = SAFETY * retest_s(duration) if retest else 0.0
     # What is left goes to the first pass (a slow node still finishes), up to WINDOW_MAX times
     # its estimate: a hung node should not hold the job's start for the whole budget.
     window = min(room - retest_window - link_window, WINDOW_MAX * node_pass_s(duration))
@@ -168,12 +174,10 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True) -> Prefli
 def _lengthen(room: float, retest: bool, rounds: int) -> tuple[float, float]:
     """The load and net durations (s) that fill ``room``: both grow together from their least
     towards their targets, as far as the time allows."""
-    passes = 2 if retest else 1
-
     def need(share: float) -> float:
         duration = MIN_DURATION_S + share * (TARGET_DURATION_S - MIN_DURATION_S)
         net = MIN_NET_DURATION_S + share * (TARGET_NET_DURATION_S - MIN_NET_DURATION_S)
-        return SAFETY * (passes * node_pass_s(duration) + links_s(rounds, net))
+        return SAFETY * (node_pass_s(duration) + (retest_s(duration) if retest else 0.0) + links_s(rounds, net))
 
     low, high = 0.0, 1.0
     if need(high) <= room:

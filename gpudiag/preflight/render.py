@@ -53,7 +53,10 @@ def summary_line(run: PreflightRun) -> str:
     hosts = [host["host"] for host in document["hosts"]]
     timing = f"in {run.elapsed_s:.0f} s of a {run.plan.budget_s:g} s budget"
     if code == ExitCode.OK:
-        return f"{PREFIX}: healthy {fold_hosts(hosts)} (exit 0) {timing}"
+        warnings = [_finding_text(f) + (" (not re-tested)" if not f.get("confirmed") else "")
+                    for f in document["findings"] if f["severity"] == "warn"]
+        watch = f"; {len(warnings)} to watch: {_reasons(warnings)}" if warnings else ""
+        return f"{PREFIX}: healthy {fold_hosts(hosts)} (exit 0) {timing}{watch}"
     if code == ExitCode.INTERRUPTED:
         return f"{PREFIX}: interrupted (exit 130) {timing}; nothing drained"
     if code == ExitCode.FAIL:

@@ -39,14 +39,20 @@ def test_one_node_has_no_link_screen_and_says_nothing_was_dropped_for_it():
 
 
 def test_smaller_budgets_drop_the_retest_and_the_links_before_the_load():
-    roomy, tight, tighter, tightest = (plan_preflight(budget, 4) for budget in (120, 90, 62, 30))
-    assert roomy.retest and roomy.links
-    assert not tight.retest and tight.links
-    assert not tighter.retest and not tighter.links
-    assert tightest.probes == ("facts", "telemetry")
-    assert any("gemm, membw" in reason for reason in tightest.dropped)
-    assert any("link screen" in reason for reason in tighter.dropped)
-    assert any("re-test" in reason for reason in tight.dropped)
+    both, links_only, retest_only, neither, no_load = (plan_preflight(budget, 4) for budget in (120, 80, 62, 55, 30))
+    assert both.retest and both.links
+    assert links_only.links and not links_only.retest
+    assert retest_only.retest and not retest_only.links
+    assert not neither.retest and not neither.links and neither.probes[-2:] == ("gemm", "membw")
+    assert no_load.probes == ("facts", "telemetry")
+    assert any("gemm, membw" in reason for reason in no_load.dropped)
+    assert any("link screen" in reason for reason in neither.dropped)
+    assert any("re-test" in reason for reason in links_only.dropped)
+
+
+def test_one_node_keeps_its_retest_within_a_minute():
+    plan = plan_preflight(60, 1)
+    assert plan.retest and plan.probes == ("facts", "telemetry", "gemm", "membw")
 
 
 def test_probe_durations_shrink_with_the_budget():

@@ -1,0 +1,56 @@
+#!/bin/bash
+# gpudiag as a Slurm HealthCheckProgram (docs/slurm.md).
+#
+# slurmd runs this as root every HealthCheckInterval seconds on the nodes HealthCheckNodeState
+# names. Use HealthCheckNodeState=IDLE: the check loads the GPUs, so it must never run beside a
+# job (IDLE also covers an idle node that is drained, which is how a node gpudiag drained gets
+# back). As a second guard it does nothing when Slurm says a job holds this node.
+#
+#   a fail finding      -> gpudiag drains this node with its reason ("gpudiag: ...")
+#   the node passes     -> if gpudiag drained it earlier, it is returned to service; a node
+#                          drained by anyone else (any reason not starting "gpudiag:") stays drained
+#   inconclusive (3/4)  -> nothing changes; logged
+#
+# Slurm does not act on a health check's exit status: this script always exits 0 and leaves the
+# node's state to gpudiag. Settings as the prolog's (examples/slurm/prolog.sh), read from
+# /etc/default/gpudiag-healthcheck (or $GPUDIAG_HEALTHCHECK_CONFIG): GPUDIAG, GPUDIAG_BUDGET
+# (default 120), GPUDIAG_ARGS, GPUDIAG_HERE, GPUDIAG_LOG (default /var/log/gpudiag/healthcheck.log).
+set -u
+
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+GPUDIAG=gpudiag
+GPUDIAG_BUDGET=120
+GPUDIAG_ARGS=""
+GPUDIAG_HERE=--here
+GPUDIAG_LOG=/var/log/gpudiag/healthcheck.log
+config=${GPUDIAG_HEALTHCHECK_CONFIG:-/etc/default/gpudiag-healthcheck}
+# shellcheck source=/dev/null
+[ -r "$config" ] && . "$config"
+export PATH
+
+node=${SLURMD_NODENAME:-$(hostname -s)}
+mkdir -p "$(dirname "$GPUDIAG_LOG")" 2>/dev/null
+
+log() {
+    printf '%s node %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$*" >>"$GPUDIAG_LOG" 2>/dev/null
+    command -v logger >/dev/null && logger -t gpudiag-healthcheck -- "node $node: $*"
+}
+
+# A job on the node (allocated or mixed): no load beside it.
+state=$(scontrol show node -o "$node" 2>/dev/null | sed -n 's/.*State=\([^ ]*\).*/\1/p')
+case $state in
+    *ALLOC*|*MIXED*|*COMPLETING*)
+        log "skipped: a job holds the node ($state)"
+        exit 0 ;;
+esac
+
+# shellcheck disable=SC2086
+$GPUDIAG preflight $GPUDIAG_HERE --hosts "$node" --budget "$GPUDIAG_BUDGET" --drain --undrain -q $GPUDIAG_ARGS \
+    >>"$GPUDIAG_LOG" 2>&1 </dev/null
+status=$?
+case $status in
+    0) log "healthy (gpudiag exit 0)" ;;
+    1) log "FAILED (gpudiag exit 1): drained by gpudiag" ;;
+    *) log "inconclusive (gpudiag exit $status): nothing changed" ;;
+esac
+exit 0

@@ -1,0 +1,199 @@
+"""``gpudiag preflight`` as a real Slurm prolog and health check, and its --drain/--undrain against the real
+``scontrol`` (the cluster of slurm_cluster.py, its prolog the shipped examples/slurm/prolog.sh).
+
+The nodes are those of a simulated fleet named as the cluster's nodes (n1..n4): on n2 a GPU is 30 % slow
+(a ``fail`` finding), on n3 the probes hang (``unchecked``, exit 3: inconclusive); n1 and n4 are healthy. The
+prolog on each node runs ``gpudiag preflight --simulate FLEET --hosts $SLURMD_NODENAME --drain``: everything a
+real prolog does but reaching a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from slurm_cluster import SlurmCluster, slurm_unavailable_reason
+from sshd_hosts import pid_is_running
+
+ROOT = Path(__file__).resolve().parents[2]
+PROLOG = ROOT / "examples" / "slurm" / "prolog.sh"
+HEALTHCHECK = ROOT / "examples" / "slurm" / "healthcheck.sh"
+FLEET = {"nodes": 4, "name_format": "n{}", "faults": [
+    {"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7},
+    {"kind": "hang", "host": "n3"},
+]}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmCluster, Path]]:
+    """A four-node cluster whose prolog is the shipped one, reading its settings from ``folder/prolog.conf``."""
+    reason = slurm_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    folder = tmp_path_factory.mktemp("preflight")
+    folder.chmod(0o755)
+    (folder / "fleet.json").write_text(json.dumps(FLEET))
+    settings = (f'GPUDIAG="{sys.executable} -m gpudiag"\nGPUDIAG_HERE=""\nGPUDIAG_BUDGET=60\n'
+                f'GPUDIAG_ARGS="--simulate {folder / "fleet.json"} --no-store"\n')
+    (folder / "prolog.conf").write_text(settings + f"GPUDIAG_LOG={folder / 'prolog.log'}\n")
+    (folder / "healthcheck.conf").write_text(settings + f"GPUDIAG_LOG={folder / 'healthcheck.log'}\n")
+    # slurmd gives a prolog its own environment: this wrapper names the settings and runs the shipped script.
+    wrapper = folder / "prolog"
+    wrapper.write_text(f"#!/bin/sh\nGPUDIAG_PROLOG_CONFIG={folder / 'prolog.conf'} exec {PROLOG}\n")
+    wrapper.chmod(0o755)
+    cluster = SlurmCluster(4, prolog=str(wrapper)).start()
+    pids: set[int] = set()
+    try:
+        yield cluster, folder
+    finally:
+        pids = cluster.process_ids()
+        cluster.stop()
+    left = sorted(pid for pid in pids if pid_is_running(pid))
+    assert not left, f"processes of the slurm test cluster still running after its stop: {left}"
+
+
+@pytest.fixture
+def cluster(setup: tuple[SlurmCluster, Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The module's cluster, SLURM_CONF pointing at it; after the test every job cancelled and node resumed."""
+    for name in [name for name in os.environ if name.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SLURM_CONF", str(setup[0].conf_path))
+    yield setup[0]
+    setup[0].reset()
+
+
+@pytest.fixture
+def folder(setup: tuple[SlurmCluster, Path]) -> Path:
+    return setup[1]
+
+
+def _job(cluster: SlurmCluster, folder: Path, nodes: str, count: int) -> tuple[str, Path]:
+    """``sbatch`` a job on ``nodes`` that writes where each of its tasks ran; (job id, its output file)."""
+    out = folder / f"job-{time.monotonic_ns()}.out"
+    done = cluster.run(["sbatch", "--parsable", f"-N{count}", "-w", nodes, "-o", str(out),
+                        "--wrap", "srun sh -c 'echo ran on $SLURMD_NODENAME'"])
+    return done.stdout.strip().split(";")[0], out
+
+
+def _wait_job(cluster: SlurmCluster, job: str, timeout_s: float = 60.0) -> dict[str, str]:
+    """Wait until the job has ended or is pending held (requeued); its ``scontrol show job`` fields."""
+    deadline = time.monotonic() + timeout_s
+    fields: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        shown = cluster.run(["scontrol", "show", "job", "-o", job], check=False).stdout
+        fields = dict(word.split("=", 1) for word in shown.split() if "=" in word)
+        state = fields.get("JobState")
+        if state in ("COMPLETED", "FAILED", "CANCELLED") or (state == "PENDING" and "held" in fields.get("Reason", "")):
+            return fields
+        time.sleep(0.2)
+    raise AssertionError(f"job {job} neither ended nor was held in {timeout_s} s: {fields}")
+
+
+def _log(folder: Path, name: str = "prolog.log") -> str:
+    path = folder / name
+    return path.read_text() if path.exists() else ""
+
+
+def _preflight(cluster: SlurmCluster, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpudiag", "preflight", "--simulate", str(folder / "fleet.json"),
+                           "--no-store", "-q", "--budget", "60", *args], env=cluster.env(), capture_output=True,
+                          text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+
+
+# --- the prolog through real jobs ------------------------------------------------------------------------------
+
+
+def test_a_healthy_allocation_starts_and_the_job_runs(cluster: SlurmCluster, folder: Path):
+    job, out = _job(cluster, folder, "n[1,4]", 2)
+    fields = _wait_job(cluster, job)
+    assert fields["JobState"] == "COMPLETED", (fields, _log(folder))
+    assert sorted(out.read_text().split("\n")[:-1]) == ["ran on n1", "ran on n4"]
+    assert cluster.node_states()["n1"] == cluster.node_states()["n4"] == ("idle", "")
+    assert f"job {job} node n1: healthy (gpudiag exit 0)" in _log(folder)
+
+
+def test_a_fail_finding_drains_the_node_with_its_reason_and_the_job_does_not_run_there(
+        cluster: SlurmCluster, folder: Path):
+    job, out = _job(cluster, folder, "n[1-2]", 2)
+    fields = _wait_job(cluster, job)
+    # Slurm requeues a job whose prolog failed on any node, held; the node was drained by gpudiag first, so
+    # Slurm's own "Prolog error" does not replace its reason. The batch script may already have started on n1
+    # (its prolog passed; n2's still ran): the requeue cancels it there. It never runs on n2.
+    assert fields["JobState"] == "PENDING" and fields["Reason"] == "launch_failed_requeued_held", fields
+    assert "ran on n2" not in (out.read_text() if out.exists() else "")
+    state, reason = cluster.node_states()["n2"]
+    assert state == "drained" and reason.startswith("gpudiag: slow_gpu GPU 3 gemm.tflops -"), (state, reason)
+    assert cluster.node_states()["n1"][0] in ("idle", "idle*")  # the healthy node is not drained
+    log = _log(folder)
+    assert f"job {job} node n2: FAILED its pre-flight check (gpudiag exit 1)" in log
+    assert "gpudiag preflight: FAIL n2 (exit 1)" in log and "drained: scontrol update NodeName=n2" in log
+
+
+def test_an_inconclusive_check_drains_nothing_and_the_job_runs(cluster: SlurmCluster, folder: Path):
+    job, out = _job(cluster, folder, "n3", 1)
+    fields = _wait_job(cluster, job)
+    assert fields["JobState"] == "COMPLETED", (fields, _log(folder))
+    assert out.read_text() == "ran on n3\n"
+    assert cluster.node_states()["n3"] == ("idle", "")
+    log = _log(folder)
+    assert f"job {job} node n3: inconclusive (gpudiag exit 3): the job starts; nothing drained" in log
+    assert "node probes not finished within the --budget 60 s" in log
+
+
+# --- --drain / --undrain against the real scontrol --------------------------------------------------------------
+
+
+def test_drain_through_the_cli_drains_only_the_failing_node(cluster: SlurmCluster, folder: Path):
+    done = _preflight(cluster, folder, "--hosts", "n[1-4]", "--drain")
+    assert done.returncode == 1, done.stdout + done.stderr
+    states = cluster.node_states()
+    assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: slow_gpu GPU 3")
+    assert {name: states[name] for name in ("n1", "n3", "n4")} == dict.fromkeys(("n1", "n3", "n4"), ("idle", ""))
+    assert done.stdout.splitlines()[-1].startswith("gpudiag preflight: FAIL n2 (exit 1)")
+
+
+def test_without_drain_the_command_is_only_said(cluster: SlurmCluster, folder: Path):
+    done = _preflight(cluster, folder, "--hosts", "n2")
+    assert done.returncode == 1
+    assert any(line.startswith("would run: scontrol update NodeName=n2 State=DRAIN 'Reason=gpudiag: slow_gpu")
+               for line in done.stdout.splitlines())
+    assert cluster.node_states()["n2"] == ("idle", "")
+
+
+def test_undrain_returns_what_gpudiag_drained_and_a_node_drained_by_hand_stays_drained(
+        cluster: SlurmCluster, folder: Path):
+    cluster.set_state("n1", "DRAIN", "bad cable")
+    cluster.set_state("n4", "DRAIN", "gpudiag: slow_gpu GPU 5 gemm.tflops -20%")
+    cluster.set_state("n2", "DRAIN", "gpudiag: slow_gpu GPU 3 gemm.tflops -30%")
+    done = _preflight(cluster, folder, "--hosts", "n[1-2,4]", "--undrain")
+    assert done.returncode == 1  # n2 still fails
+    states = cluster.node_states()
+    assert states["n4"][0] in ("idle", "idle*") and states["n4"][1] == ""
+    assert states["n1"] == ("drained", "bad cable")
+    assert states["n2"][0] == "drained"  # it fails again: not among those that pass
+    lines = done.stdout.splitlines()
+    assert "returned to service: scontrol update NodeName=n4 State=RESUME" in lines
+    assert any(line.startswith('left drained: n1: drained by someone else (reason: "bad cable")') for line in lines)
+
+
+def test_the_health_check_drains_on_fail_and_undrains_what_passes(cluster: SlurmCluster, folder: Path):
+    cluster.set_state("n4", "DRAIN", "gpudiag: slow_gpu GPU 5 gemm.tflops -20%")
+    cluster.set_state("n3", "DRAIN", "gpudiag: ecc GPU 0")
+    for node in ("n2", "n3", "n4"):
+        env = cluster.env({"SLURMD_NODENAME": node, "GPUDIAG_HEALTHCHECK_CONFIG": str(folder / "healthcheck.conf")})
+        done = subprocess.run([str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+    states = cluster.node_states()
+    assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: slow_gpu GPU 3")
+    assert states["n3"] == ("drained", "gpudiag: ecc GPU 0")  # inconclusive: nothing changes
+    assert states["n4"][0] in ("idle", "idle*") and states["n4"][1] == ""
+    log = _log(folder, "healthcheck.log")
+    assert "node n2: FAILED (gpudiag exit 1): drained by gpudiag" in log
+    assert "node n3: inconclusive (gpudiag exit 3): nothing changed" in log
+    assert "node n4: healthy (gpudiag exit 0)" in log
