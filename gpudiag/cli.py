@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from . import __version__, cli_preflight, cli_store, cli_triage
 from .bundle import BundleMissing, locate_bundle
@@ -43,6 +42,7 @@ from .slurm.nodelist import job_nodelist
 from .sshconfig import SshOptions
 from .store import default_store_path
 from .sweep import SweepOptions, SweepResult, write_sweep_json
+from .tables import make_console
 from .transport.local import LocalSession
 from .transport.ssh import SshSettings
 
@@ -126,7 +126,7 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
         for result in node.results:
             click.echo(json.dumps(result.to_dict()))
     else:
-        render_probe_results(node.results, Console())
+        render_probe_results(node.results, make_console())
     if node.stray is not None:
         click.echo(f"gpudiag: the probes printed {node.stray.describe()} (skipped)", err=True)
     if node.timed_out or node.exit_status not in (0, None):
@@ -284,7 +284,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         _write_outputs(result, json_path, exclude_file, json_detail)
         if prom_file is not None:  # its hosts read one at a time, from the sweep's packed outcomes
             write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file)
-        console = Console(stderr=json_path == "-")
+        console = make_console(stderr=json_path == "-")
         console.print(render_report(result.to_dict(records=False), "text"), markup=False, highlight=False)
         render_sweep_table(result, console)
         for warning in result.warnings:

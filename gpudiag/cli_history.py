@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from .cli_options import WIDER_HINT, store_location, store_option
@@ -23,7 +22,7 @@ from .links.rounds import link_results
 from .repairs import Repair, host_repairs, operator_name, record_repair
 from .store import Store
 from .storeschema import refuse_unusable
-from .tables import Column, TableSpec, fit_table, print_tables
+from .tables import Column, TableSpec, fit_table, make_console, print_tables
 from .thresholds import load_thresholds
 from .trend import FigureTrend, HostTrends, degradation_words, figure_name, host_trends
 
@@ -64,7 +63,7 @@ def history(host: str | None, limit: int, repair_text: str | None, gpu: int | No
         click.echo(json.dumps({"host": host, "sweeps": rows, "repairs": [r.to_dict() for r in repairs],
                                "trend": trends.to_dict()}, indent=1))
         return ExitCode.OK
-    console = Console()
+    console = make_console()
     links = _link_history_table(host, rows, console.width)
     print_tables(console, [_history_table(host, rows, repairs, console.width), *([links] if links else []),
                            *_trend_tables(trends, console.width)])
@@ -93,7 +92,7 @@ def _show_sweeps(sweeps: list[dict], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"sweeps": sweeps}, indent=1))
     else:
-        console = Console()
+        console = make_console()
         print_tables(console, [_sweeps_table(sweeps, console.width)])
 
 

@@ -10,7 +10,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from .baseline import (
@@ -31,7 +30,7 @@ from .keys import LINK_PROBE, describe_key
 from .report import render_report, write_report
 from .store import Store
 from .storeprune import PruneResult, check_rules, open_for_prune, prune
-from .tables import Column, TableSpec, fit_table, print_tables
+from .tables import Column, TableSpec, fit_table, make_console, print_tables
 
 FORMATS = ("text", "md", "json", "html")
 
@@ -100,7 +99,7 @@ def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, repl
 @store_option
 def baseline_show(name: str | None, store_path: str | None) -> ExitCode:
     """List the stored baselines, or one baseline's entries."""
-    console = Console()
+    console = make_console()
     with Store.open(store_location(store_path), readonly=True) as store:
         if name is None:
             print_tables(console, [_baselines_table(list_baselines(store), console.width)])

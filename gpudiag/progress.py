@@ -11,6 +11,8 @@ from typing import Protocol, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from .tables import make_console
+
 
 class SweepProgress(Protocol):
     def start(self, total: int) -> None: ...
@@ -140,5 +142,5 @@ def make_progress(quiet: bool, stream: TextIO | None = None) -> SweepProgress:
     if quiet:
         return QuietProgress()
     if stream.isatty():
-        return BarProgress(Console(file=stream))
+        return BarProgress(make_console(file=stream))
     return PlainProgress(stream)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TextIO
 
 from rich.cells import cell_len
 from rich.console import Console, JustifyMethod
@@ -30,6 +30,12 @@ TEXT_FOLD_MIN_CHARS = 12
 # The narrowest widths tried, from the most room to the least (see column_widths): fit_table
 # leaves columns out before it tries a tighter level.
 LEVELS = ("comfortable", "tight", "hard")
+
+
+def make_console(*, stderr: bool = False, file: TextIO | None = None) -> Console:
+    """The console every command prints through: rich's emoji codes off, since a PCI bus id such as
+    ``00000000:AB:00.0`` holds ``:ab:``, which rich would print as an emoji."""
+    return Console(stderr=stderr, file=file, emoji=False)
 
 
 @dataclass(frozen=True)

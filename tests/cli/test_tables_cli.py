@@ -86,3 +86,16 @@ def test_the_sweep_prints_its_per_host_table_within_80_columns(tmp_path: Path):
     table = narrow[narrow.index("Per host"):]
     assert_readable(table, wide[wide.index("Per host"):], 80, names=[f"node{i:03d}" for i in range(1, 13)])
     assert "h2d GB/s, d2h GB/s left out at 80 columns; see --json" in " ".join(table.split())
+
+
+def test_a_pci_bus_id_is_printed_as_it_is_never_as_an_emoji(tmp_path: Path):
+    """rich turns ``:ab:`` into an emoji: node004:5 of this fleet sits at bus id 00000000:AB:00.0."""
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 8, "seed": 3, "faults": [
+        {"kind": "throttled", "host": "node004", "gpu": 5, "factor": 0.8, "reason": "hw_thermal"}]}))
+    out = tmp_path / "sweep.json"
+    swept = _run("sweep", "--simulate", str(fleet), "--no-store", "-q", "--json", str(out), columns=200)
+    bus_ids = {f["pci_bus_id"] for f in json.loads(out.read_text())["findings"] if f.get("pci_bus_id")}
+    assert any(":AB:" in bus_id.upper() for bus_id in bus_ids), bus_ids
+    assert all(bus_id in swept.output for bus_id in bus_ids), swept.output
+    assert "\N{NEGATIVE SQUARED AB}" not in swept.output
