@@ -75,3 +75,61 @@ def test_no_round_starts_after_the_deadline():
 def test_without_a_deadline_the_schedule_runs_whole():
     run = run_links(["a", "b", "c", "d"], "screen", _SlowPairs(pair_s=0.0))
     assert not run.cut_short and run.rounds == 2
+
+
+# --- a whole sweep under a budget that is nearly spent (gpudiag.plan) ------------------------------------
+# A simulated node's run takes no wall time but says how long it took (about 6 s for facts and gemm), and
+# times out against a limit shorter than that: here the first pass takes 3.6 s of wall time as well, and
+# each pair test 2 s.
+
+
+def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving_them_unchecked(
+        tmp_path, monkeypatch):
+    import json
+
+    from gpudiag import plan
+    from gpudiag.links.simulated import SimulatedPairRunner
+    from gpudiag.nodeprobe import ProbeOptions
+    from gpudiag.progress import QuietProgress
+    from gpudiag.sim.connector import SimulatedSession
+    from gpudiag.sweep import SweepOptions
+
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 4, "name_format": "n{}",
+                                 "faults": [{"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7}]}))
+    left_s = 7.0  # of a 60 s budget
+
+    def nearly_spent(budget_s: float, clock=time.monotonic) -> RunBudget:
+        return RunBudget(budget_s, clock() - (budget_s - FINISH_RESERVE_S - left_s), clock)
+
+    real_run, real_pair = SimulatedSession.run, SimulatedPairRunner.run_pair
+
+    def slow_run(self, argv, timeout_s):
+        time.sleep(3.6)
+        return real_run(self, argv, timeout_s)
+
+    def slow_pair(self, a, b):
+        time.sleep(2.0)
+        return real_pair(self, a, b)
+
+    monkeypatch.setattr(plan.RunBudget, "start", staticmethod(nearly_spent))
+    monkeypatch.setattr(SimulatedSession, "run", slow_run)
+    monkeypatch.setattr(SimulatedPairRunner, "run_pair", slow_pair)
+    request = plan.SweepRequest(hosts_argument=None, sweep=SweepOptions(ProbeOptions(names=("gemm",), duration_s=0.1)),
+                                simulate_path=str(fleet), links="screen", budget_s=60.0)
+    started = time.monotonic()
+    result = plan.run_plan(request, None, QuietProgress())
+    elapsed = time.monotonic() - started
+    assert elapsed < left_s + 2.0 + 1.0  # the second round was ended at the deadline (its pairs end on their own)
+    assert [host.status for host in result.hosts] == ["ok"] * 4
+    # 3.4 s left after the first pass, which took 3.6 s on n2: no re-test, the suspect unconfirmed
+    assert any("re-test of 1 suspects was skipped: not finished within the --budget 60 s" in w for w in result.warnings)
+    slow = next(f for f in result.findings if f.kind == "slow_gpu")
+    assert slow.severity == "warn" and not slow.confirmed  # never drains
+    # the first screen round finished and is kept; the second was cut: no link verdicts, every host unchecked
+    assert result.links and {link["phase"] for link in result.links} == {"screen"}
+    assert len({(link["a"], link["b"]) for link in result.links}) == 2
+    unchecked = sorted(f.host for f in result.findings if f.evidence.startswith("budget: pair tests"))
+    assert unchecked == ["n1", "n2", "n3", "n4"]
+    assert not any(f.kind in ("slow_link", "slow_nic") for f in result.findings)
+    assert int(result.exit_code) == 3
