@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 
 import click
-from rich.console import Console
 
 from .detail import COMPACT, DETAILS
 from .errors import InputError
@@ -30,6 +29,7 @@ from .slurm.nodelist import job_nodelist
 from .sshconfig import SshOptions
 from .store import default_store_path
 from .sweep import document_chunks
+from .tables import make_console
 from .transport.ssh import SshSettings
 
 
@@ -176,7 +176,7 @@ def _print_report(run: PreflightRun, to_stderr: bool) -> None:
     text = render_report(run.result.to_dict(records=False), "text")
     stream = sys.stderr if to_stderr else sys.stdout
     if stream.isatty():
-        console = Console(stderr=to_stderr)
+        console = make_console(stderr=to_stderr)
         console.print(text, markup=False, highlight=False)
         render_sweep_table(run.result, console)
     else:
