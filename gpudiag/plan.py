@@ -298,7 +298,8 @@ def _within(request: SweepRequest, budget: RunBudget | None) -> SweepRequest:
     if budget is None:
         return request
     limit = min(request.sweep.command_timeout_s, max(budget.remaining_s(), 0.1))
-    return dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, host_timeout_s=limit))
+    return dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, host_timeout_s=limit,
+                                                                  deadline=budget.deadline))
 
 
 def _retest_need_s(first: SweepResult, analysis: Analysis) -> float:

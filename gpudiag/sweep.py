@@ -47,6 +47,8 @@ NOT_CHECKED = (UNCHECKED, "link_error")
 DEADLINE_EXITS = (124, 137)
 # After Ctrl-C, how long running hosts get to end their remote probes and report.
 CANCEL_WAIT_S = 15.0
+# At the run's deadline, how long running hosts' commands are waited for as they are ended.
+LATE_CANCEL_WAIT_S = 2.0
 # Hosts named in a warning about hosts the store could not record (the rest are counted).
 HOSTS_NAMED = 5
 
@@ -61,11 +63,14 @@ class Connector(Protocol):
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """How the sweep runs: what to probe, how many hosts at once, and the per-host time limit (s)."""
+    """How the sweep runs: what to probe, how many hosts at once, and the per-host time limit (s).
+    ``deadline``: a time.monotonic() by which every host has finished (a run-wide budget): a host
+    still connecting, preparing or probing then is ended and ``timeout``; None: no such limit."""
 
     probe: ProbeOptions
     fanout: int = 64
     host_timeout_s: float | None = None
+    deadline: float | None = None
 
     @property
     def command_timeout_s(self) -> float:
@@ -172,17 +177,21 @@ class _SweepRunner:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
+        self._started_at = time.monotonic()
 
     def run(self, hosts: Sequence[HostSpec]) -> tuple[list[HostOutcome], bool]:
         outcomes: dict[str, HostOutcome] = {}
         self._progress.start(len(hosts))
         pool = ThreadPoolExecutor(max_workers=max(1, self._options.fanout), thread_name_prefix="sweep")
         futures: dict[Future[HostOutcome], HostSpec] = {}
-        interrupted = False
+        interrupted = late = False
         try:
             for host in hosts:  # starting a worker thread waits for the busy ones: Ctrl-C may land here
                 futures[pool.submit(self._probe_host, host)] = host
-            self._gather(futures, outcomes, deadline=None)
+            self._gather(futures, outcomes, deadline=self._options.deadline)
+            late = len(outcomes) < len(futures)  # the run's deadline came first
+            if late:
+                self._end_late()
         except KeyboardInterrupt:
             interrupted = True
             deadline = time.monotonic() + CANCEL_WAIT_S  # for ending the probes and hearing back
@@ -192,10 +201,12 @@ class _SweepRunner:
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: stop waiting, report what is in
         finally:
-            pool.shutdown(wait=not interrupted, cancel_futures=True)
+            pool.shutdown(wait=not (interrupted or late), cancel_futures=True)
             self._closed.set()  # hosts that still end now are not counted on a closed display
             self._progress.close()
-        ordered = [outcomes.get(host.label) or interrupted_host(host) for host in hosts]
+        started = self._started_at
+        ordered = [outcomes.get(host.label) or (_late_host(host, started) if late and not interrupted
+                                                else interrupted_host(host)) for host in hosts]
         return ordered, interrupted
 
     def warnings(self) -> tuple[str, ...]:
@@ -215,6 +226,14 @@ class _SweepRunner:
                     outcomes[outcome.host] = outcome
             if deadline is not None and time.monotonic() > deadline:
                 return
+
+    def _end_late(self) -> None:
+        """The run's deadline came with hosts still running: no new host starts, and the running
+        ones' commands are ended (briefly waited for; each also ends by its deadline on the node)."""
+        self._stop.set()
+        with self._lock:
+            sessions = list(self._sessions.values())
+        cancel_all(sessions, LATE_CANCEL_WAIT_S)
 
     def _interrupt(self, deadline: float) -> None:
         self._stop.set()
@@ -305,6 +324,11 @@ def _facts(results: Sequence[ProbeResult]) -> dict[str, Any]:
     details = dict(facts_record.details)
     return {"gpu_model": details.get("gpu_model"), "gpu_count": details.get("gpu_count"),
             "driver": details.get("driver_version"), **details}
+
+
+def _late_host(host: HostSpec, started: float) -> HostOutcome:
+    """The outcome of a host still running at the run's deadline (SweepOptions.deadline)."""
+    return HostOutcome(host.label, TIMEOUT, "not finished by the run's deadline: ended", time.monotonic() - started)
 
 
 def interrupted_host(host: HostSpec, started: float | None = None) -> HostOutcome:

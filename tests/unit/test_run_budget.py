@@ -133,3 +133,44 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
     assert unchecked == ["n1", "n2", "n3", "n4"]
     assert not any(f.kind in ("slow_link", "slow_nic") for f in result.findings)
     assert int(result.exit_code) == 3
+
+
+class _StuckConnector:
+    """Connecting to ``stuck`` hangs (an SSH handshake that never ends) until the test is over;
+    every other host is this machine."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def connect(self, host):
+        from gpudiag.transport.local import LocalSession
+
+        if host.host == "stuck":
+            self.release.wait(30.0)
+        return LocalSession()
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
+    import sys
+
+    from gpudiag.bundle import locate_bundle
+    from gpudiag.hosts import HostSpec
+    from gpudiag.nodeprobe import ProbeOptions
+    from gpudiag.progress import QuietProgress
+    from gpudiag.sweep import SweepOptions, run_sweep
+
+    connector = _StuckConnector()
+    options = SweepOptions(ProbeOptions(names=("facts",), python=sys.executable), deadline=time.monotonic() + 4.0)
+    started = time.monotonic()
+    try:
+        result = run_sweep([HostSpec("here"), HostSpec("stuck")], options, connector, locate_bundle(),
+                           QuietProgress())
+    finally:
+        connector.close()
+    assert time.monotonic() - started < 4.0 + 1.0
+    assert [(h.host, h.status) for h in result.hosts] == [("here", "ok"), ("stuck", "timeout")]
+    assert "not finished by the run's deadline" in (result.hosts[1].error or "")
+    assert not result.interrupted and int(result.exit_code) == 3
