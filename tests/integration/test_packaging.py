@@ -16,5 +16,9 @@ def test_the_wheel_ships_the_bundle_under_gpudiag_and_no_top_level_probes(tmp_pa
     for expected in ("gpudiag/cli.py", "gpudiag/bundle/probes/__main__.py", "gpudiag/bundle/probes/gemm.py",
                      "gpudiag/bundle/cuda_kernels/sm_clock.cu"):
         assert expected in names
+    # every package of the controller ships (pyproject lists them one by one)
+    packages = {str(init.parent.relative_to(REPO)) for init in (REPO / "gpudiag").rglob("__init__.py")
+                if "bundle" not in init.parts}
+    assert {package for package in packages if f"{package}/__init__.py" not in names} == set()
     assert not any(name.startswith("probes/") for name in names)
     assert not any(name.startswith("tests/") for name in names)
