@@ -131,10 +131,10 @@ def link_rounds(hosts: int) -> int:
     return len(screen_rounds([f"n{index}" for index in range(hosts)])) + CONFIRM_ROUNDS
 
 
-def plan_preflight(budget_s: float, hosts: int, *, links: bool = True) -> PreflightPlan:
+def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: bool = True) -> PreflightPlan:
     """The pre-flight of ``hosts`` nodes within ``budget_s`` seconds; the link screen where
-    ``links`` and there are two nodes or more. Raises InputError when the budget is too short
-    for even the telemetry of a node (it names the least that is)."""
+    ``links`` and there are two nodes or more, the re-test where ``retest``. Raises InputError
+    when the budget is too short for even the telemetry of a node (it names the least that is)."""
     if hosts < 1:
         raise InputError("a pre-flight needs at least one node")
     room = budget_s - CONTROLLER_S
@@ -157,9 +157,10 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True) -> Prefli
     if wanted and not links:
         dropped.append("link screen (the budget leaves no time for it)")
     link_min = SAFETY * links_s(rounds, MIN_NET_DURATION_S) if links else 0.0
-    retest = room >= node_min + SAFETY * retest_s(MIN_DURATION_S) + link_min
-    if not retest:
+    fits = room >= node_min + SAFETY * retest_s(MIN_DURATION_S) + link_min
+    if retest and not fits:
         dropped.append("re-test of suspects (the budget leaves no time for it): they are reported unconfirmed")
+    retest = retest and fits
     duration, net_duration = _lengthen(room, retest, rounds if links else 0)
     window = SAFETY * node_pass_s(duration)
     link_window = SAFETY * links_s(rounds, net_duration) if links else 0.0

@@ -129,7 +129,7 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
                            host_timeout_s=plan.host_timeout_s),
         ssh=request.ssh, settings=request.settings, simulate_path=request.simulate_path,
         store_path=request.store_path, thresholds_path=request.thresholds_path, baseline_name=request.baseline_name,
-        retest=plan.retest and request.retest, links="screen" if plan.links else "none",
+        retest=plan.retest, links="screen" if plan.links else "none",
         net_address=request.net_address,
         pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s, python=request.python),
         launcher=request.launcher, slurm_bundle_dir=request.slurm_bundle_dir, budget_s=request.budget_s,
@@ -137,9 +137,9 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
 
 
 def make_plan(request: PreflightRequest, hosts: int) -> PreflightPlan:
-    """The plan for ``hosts`` nodes within the request's budget (the link screen only where
-    asked). Raises InputError for a budget too short for anything."""
-    return plan_preflight(request.budget_s, hosts, links=request.links)
+    """The plan for ``hosts`` nodes within the request's budget (the link screen and the re-test
+    only where asked). Raises InputError for a budget too short for anything."""
+    return plan_preflight(request.budget_s, hosts, links=request.links, retest=request.retest)
 
 
 def run_preflight(request: PreflightRequest, plan: PreflightPlan, stdin: TextIO, progress: SweepProgress,

@@ -64,9 +64,11 @@ def test_probe_durations_shrink_with_the_budget():
     assert nets == sorted(nets, reverse=True) and nets[0] > nets[-1]
 
 
-def test_links_can_be_left_out_by_choice():
+def test_links_and_the_retest_can_be_left_out_by_choice():
     plan = plan_preflight(120, 4, links=False)
-    assert not plan.links and not plan.dropped
+    assert not plan.links and plan.retest and not plan.dropped
+    plan = plan_preflight(120, 4, retest=False)
+    assert plan.links and not plan.retest and not plan.dropped and plan.planned_s <= 120
 
 
 def test_a_budget_too_short_for_anything_is_an_input_error_naming_the_least():
