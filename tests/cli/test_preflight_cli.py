@@ -5,6 +5,9 @@ the hosts, the exclude file, bad input."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -146,7 +149,7 @@ if [ "$1" = show ]; then
 fi
 """)
     scontrol.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{scontrol.parent}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{scontrol.parent}:{os.environ['PATH']}")
     result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--drain", "--undrain")
     assert result.exit_code == 1, result.output
     ran = calls.read_text().splitlines()
@@ -174,3 +177,37 @@ def test_the_budget_ends_a_hung_node_in_time_exit_3(tmp_path):
     assert [(h["host"], h["status"]) for h in document["hosts"]] == [("localhost", "timeout")]
     assert "node probes not finished within the --budget 30 s" in document["hosts"][0]["error"]
     assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
+
+
+def test_an_interrupted_check_exits_130_and_drains_nothing(tmp_path):
+    python = tmp_path / "python"  # the probes hang, so Ctrl-C lands while they run
+    python.write_text(f'#!/bin/sh\nif [ "$1" = -m ]; then exec sleep 600; fi\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    calls = tmp_path / "calls"
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    scontrol.chmod(0o755)
+    env = {**os.environ, "PATH": f"{scontrol.parent}:{os.environ['PATH']}"}
+    check = subprocess.Popen([sys.executable, "-m", "gpudiag", "preflight", "--here", "--hosts", "localhost",
+                              "--python", str(python), "--no-store", "-q", "--drain", "--undrain"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not _probes_hang():
+        time.sleep(0.1)
+    check.send_signal(signal.SIGINT)
+    stdout, stderr = check.communicate(timeout=60)
+    assert check.returncode == 130, stderr
+    assert stdout.splitlines()[-1].startswith("gpudiag preflight: interrupted (exit 130)")
+    assert not calls.exists()  # neither drained nor undrained
+
+
+def _probes_hang() -> bool:
+    """True once a ``sleep 600`` (the fake Python's probes) runs."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == b"sleep\x00600\x00":
+                return True
+        except OSError:
+            continue
+    return False
