@@ -224,6 +224,13 @@ class GroupReference:
         return self.baseline.median_gbps if self.baseline is not None else self.floor_gbps
 
     @property
+    def reference_source(self) -> str:
+        """Where ``reference_gbps`` comes from: FLEET, BASELINE or LINE_RATE (the floor)."""
+        if self.fleet_gbps is not None:
+            return FLEET
+        return BASELINE if self.baseline is not None else LINE_RATE
+
+    @property
     def compared(self) -> bool:
         return self.reference_gbps is not None
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
-from .attribution import LinkAttribution, LinkGroup
+from .attribution import LinkGroup
 from .rounds import LinkRun
 from .schedule import Pair
 
@@ -20,7 +20,8 @@ def link_impact(run: LinkRun, exclude: Iterable[str]) -> dict[str, Any] | None:
     """``link_slowdown_pct`` (percent below the group's reference of the slowest pair's mean),
     ``slowest_link`` (its ends, rail, figure and reference) and ``link_recovered_pct`` (what
     excluding ``exclude`` gives back); None when no compared pair was measured."""
-    references = _references(run.attribution)
+    compared = {ref.group: ref for ref in run.attribution.references if ref.compared}
+    references = {group: ref.level_gbps for group, ref in compared.items()}
     figures: dict[tuple[LinkGroup, Pair], list[float]] = defaultdict(list)
     for record in run.records:
         result = record.result
@@ -39,9 +40,5 @@ def link_impact(run: LinkRun, exclude: Iterable[str]) -> dict[str, Any] | None:
     mean = statistics.fmean(figures[(group, pair)])
     return {"link_slowdown_pct": round(slowdown, 2), "link_recovered_pct": round(max(0.0, slowdown - remaining), 2),
             "slowest_link": {"a": pair[0], "b": pair[1], "backend": group.backend, "rail": group.rail,
-                             "value": round(mean, 3), "reference": round(references[group], 3), "unit": UNIT}}
-
-
-def _references(attribution: LinkAttribution) -> Mapping[LinkGroup, float]:
-    """Each compared group's reference (the fleet level, else the line-rate floor), in Gb/s."""
-    return {ref.group: ref.level_gbps for ref in attribution.references if ref.compared}
+                             "value": round(mean, 3), "reference": round(references[group], 3),
+                             "reference_source": compared[group].reference_source, "unit": UNIT}}

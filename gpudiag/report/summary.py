@@ -21,6 +21,8 @@ from .phrasing import (
 )
 
 NOT_A_PASS = "no result could be compared: this sweep is not a pass"
+# The slowest link's reference, in words (gpudiag.links.groups: fleet, baseline, line_rate).
+LINK_REFERENCE_WORDS = {"fleet": "fleet ", "baseline": "baseline ", "line_rate": "line-rate floor "}
 
 
 def summary_line(document: Document) -> str:
@@ -106,7 +108,10 @@ def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     link = impact.get("slowest_link")
     if link and impact.get("link_slowdown_pct") is not None:
         rail = "" if link.get("rail") is None else f" rail {link['rail']}"
-        rows.append(("slowest link", f"{link['a']} ↔ {link['b']}{rail} {link['value']:.1f} vs {link['reference']:.1f} "
-                                     f"{link.get('unit') or ''} (-{_pct(impact['link_slowdown_pct'])}; a ring "
+        source = LINK_REFERENCE_WORDS.get(link.get("reference_source"), "")
+        below = (f"-{_pct(impact['link_slowdown_pct'])}" if impact["link_slowdown_pct"] > 0
+                 else "not below its reference")
+        rows.append(("slowest link", f"{link['a']} ↔ {link['b']}{rail} {link['value']:.1f} vs {source}"
+                                     f"{link['reference']:.1f} {link.get('unit') or ''} ({below}; a ring "
                                      "collective runs at its slowest link)"))
     return rows

@@ -64,6 +64,19 @@ def test_a_slow_link_bounds_the_job_and_excluding_one_end_recovers_it():
     impact = link_impact(run, exclude=[])
     assert impact["slowest_link"]["a"] == "node002" and impact["slowest_link"]["b"] == "node009"
     assert 45 < impact["link_slowdown_pct"] < 55 and impact["link_recovered_pct"] == 0.0
+    assert impact["slowest_link"]["reference_source"] == "fleet"
     recovered = link_impact(run, exclude=["node009"])
     assert recovered["link_recovered_pct"] > 40  # what is left is noise among the other pairs
     assert link_impact(_run([], mode="none")[0], exclude=[]) is None
+
+
+def test_the_slowest_link_of_a_small_job_is_said_against_the_line_rate_floor_not_as_a_deficit():
+    from gpudiag.links.impact import link_impact
+    from gpudiag.report.summary import _impact_rows
+
+    run, _ = _run([], hosts=["node001", "node002", "node003"], mode="full")  # too few hosts for a fleet level
+    impact = link_impact(run, exclude=[])
+    assert impact["slowest_link"]["reference_source"] == "line_rate" and impact["link_slowdown_pct"] == 0.0
+    rows = dict(_impact_rows({"slowdown_pct": 0.0, **impact}))
+    assert "vs line-rate floor" in rows["slowest link"] and "not below its reference" in rows["slowest link"]
+    assert "-0.0" not in rows["slowest link"]
