@@ -20,6 +20,8 @@
 #   GPUDIAG_ARGS     more options, e.g. "--store /var/lib/gpudiag/gpudiag.db --python /opt/torch/bin/python"
 #   GPUDIAG_HERE     how the node is reached         (default: --here, this machine; empty with --simulate)
 #   GPUDIAG_LOG      where each check's output goes  (default: /var/log/gpudiag/prolog.log)
+#   GPUDIAG_SHARED   what to do when another job already runs on the node (OverSubscribe, shared
+#                    nodes): skip (default: no load beside a running job) or check
 #   PATH             the prolog's search path        (slurmd gives a prolog none)
 set -u
 
@@ -29,6 +31,7 @@ GPUDIAG_BUDGET=60
 GPUDIAG_ARGS=""
 GPUDIAG_HERE=--here
 GPUDIAG_LOG=/var/log/gpudiag/prolog.log
+GPUDIAG_SHARED=skip
 config=${GPUDIAG_PROLOG_CONFIG:-/etc/default/gpudiag-prolog}
 # shellcheck source=/dev/null
 [ -r "$config" ] && . "$config"
@@ -42,6 +45,17 @@ log() {
     printf '%s job %s node %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$job" "$node" "$*" >>"$GPUDIAG_LOG" 2>/dev/null
     command -v logger >/dev/null && logger -t gpudiag-prolog -- "job $job node $node: $*"
 }
+
+# Another job already on this node (a shared node): the check would load its GPUs. Skip it.
+# scontrol listpids asks this node's slurmd about the tasks it runs, never slurmctld (a prolog
+# must not load the controller: every node of every job runs it).
+if [ "$GPUDIAG_SHARED" = skip ]; then
+    others=$(scontrol listpids 2>/dev/null | awk -v job="$job" 'NR > 1 && $2 != job {print $2}' | sort -u | tr '\n' ' ')
+    if [ -n "$others" ]; then
+        log "skipped: job(s) ${others% } already run on the node (GPUDIAG_SHARED=skip)"
+        exit 0
+    fi
+fi
 
 # The check's own output (plan, findings, the drain it ran, a summary line) goes to the log.
 # shellcheck disable=SC2086  # GPUDIAG and the args are word lists by design

@@ -197,3 +197,35 @@ def test_the_health_check_drains_on_fail_and_undrains_what_passes(cluster: Slurm
     assert "node n2: FAILED (gpudiag exit 1): drained by gpudiag" in log
     assert "node n3: inconclusive (gpudiag exit 3): nothing changed" in log
     assert "node n4: healthy (gpudiag exit 0)" in log
+
+
+def test_the_prolog_leaves_a_node_alone_while_another_job_runs_there(cluster: SlurmCluster, folder: Path):
+    other = subprocess.Popen(["srun", "-N1", "-w", "n1", "--quiet", "sleep", "60"], env=cluster.env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _task_runs(cluster, "sleep 60") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # the prolog of a second job on n1 (a shared node), run as slurmd runs it
+        env = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "99999", "SLURM_CONF": str(cluster.conf_path),
+               "GPUDIAG_PROLOG_CONFIG": str(folder / "prolog.conf")}
+        done = subprocess.run([str(PROLOG)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        other.kill()
+        other.wait()
+    assert done.returncode == 0, done.stderr
+    log = _log(folder)
+    assert "job 99999 node n1: skipped: job(s) " in log and "already run on the node (GPUDIAG_SHARED=skip)" in log
+    assert "job 99999 node n1: healthy" not in log  # no check ran beside the other job
+
+
+def _task_runs(cluster: SlurmCluster, command: str) -> bool:
+    """True once a process of the cluster runs ``command`` (its program named by any path)."""
+    for pid in cluster.process_ids():
+        try:
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if " ".join([Path(words[0]).name, *words[1:]]).strip() == command:
+            return True
+    return False
