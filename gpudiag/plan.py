@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from .analysis import Analysis, SweepReader, analyse, prior_counts
+from .analysis.speed import unmeasured_retest
 from .baseline import Baseline, list_baselines, load_baseline
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .bundle import Bundle, BundleMissing, locate_bundle
@@ -227,15 +228,19 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
                        previous_hosts=previous)
     retest: list[HostOutcome] | None = None
     wanted = request.retest and bool(analysis.suspects) and not interrupted
+    unretested: list[Finding] = []
     if wanted and budget is not None and not budget.fits(_retest_need_s(first, analysis)):
-        wanted = False  # reported unconfirmed, as with --no-retest
+        wanted = False  # unconfirmed, and each suspect a gap: neither confirmed nor cleared, never healthy
         budget_notes.append(f"the re-test of {len(analysis.suspects)} suspects was skipped: {budget.reason()}")
+        unretested = [unmeasured_retest(dataclasses.replace(s, note=f"its re-test {budget.reason()}"))
+                      for s in analysis.suspects]
     if wanted:
         count = len({s.measurement.host for s in analysis.suspects})
         progress.phase(f"re-testing {len(analysis.suspects)} suspect{'s' if len(analysis.suspects) != 1 else ''} "
                        f"on {count} host{'s' if count != 1 else ''}")
         retest, interrupted = _retest(_within(request, budget), setup, analysis, first, gate)
     link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate, progress, budget)
+    extra = [*unretested, *extra]
     interrupted = interrupted or gate.received or (link_run is not None and link_run.interrupted)
     if link_run is not None:
         extra += link_findings(link_run.attribution, setup.thresholds.deficit_fail_pct)
