@@ -16,6 +16,7 @@ import click
 
 from . import __version__, cli_preflight, cli_store, cli_triage
 from .bundle import BundleMissing, locate_bundle
+from .cli_options import ssh_options
 from .detail import COMPACT, DETAILS
 from .errors import GpudiagError, InputError, InstallationError
 from .exitcodes import ExitCode, decide_exit_code
@@ -198,14 +199,7 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @judging_options
 @click.option("--no-store", is_flag=True, help="Keep nothing in the store.")
-@click.option("--ssh-config", default=None, metavar="FILE", help="OpenSSH client configuration to use.")
-@click.option("-i", "--identity", "identities", multiple=True, metavar="FILE", help="Private key (repeatable).")
-@click.option("-l", "--user", default=None, help="Remote user, where the hosts file and config name none.")
-@click.option("--known-hosts", default=None, metavar="FILE", help="known_hosts file to check host keys against.")
-@click.option("--accept-new-host-keys", is_flag=True,
-              help="Trust and record host keys seen for the first time (changed keys are always refused).")
-@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="S",
-              help="TCP connect timeout, where the SSH config sets none.")
+@ssh_options
 @click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
               help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a job, "
                    "--hosts defaults to $SLURM_JOB_NODELIST).")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import click
 
+from .cli_options import ssh_options
 from .detail import COMPACT, DETAILS
 from .errors import InputError
 from .exitcodes import ExitCode
@@ -81,13 +82,7 @@ from .transport.ssh import SshSettings
               help="Link screen backend (as gpudiag sweep).")
 @click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
               help="Each node's data-plane address for the link screen (as gpudiag sweep).")
-@click.option("--ssh-config", default=None, metavar="FILE", help="OpenSSH client configuration to use.")
-@click.option("-i", "--identity", "identities", multiple=True, metavar="FILE", help="Private key (repeatable).")
-@click.option("-l", "--user", default=None, help="Remote user, where the hosts file and config name none.")
-@click.option("--known-hosts", default=None, metavar="FILE", help="known_hosts file to check host keys against.")
-@click.option("--accept-new-host-keys", is_flag=True, help="Trust and record host keys seen for the first time.")
-@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="S",
-              help="TCP connect timeout, where the SSH config sets none.")
+@ssh_options
 def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
               undrain: bool, no_links: bool, no_retest: bool, python: str, dtype: str, max_gpu_mem: int | None,
               store_path: str | None, no_store: bool, baseline_name: str | None, thresholds_path: str | None,

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from .cli_options import ssh_options
 from .errors import InputError
 from .exitcodes import ExitCode
 from .interrupts import InterruptGate
@@ -53,14 +54,7 @@ from .triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
               metavar="N", help="How many of the host's stored sweeps to compare with.")
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the triage document here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
-@click.option("--ssh-config", default=None, metavar="FILE", help="OpenSSH client configuration to use.")
-@click.option("-i", "--identity", "identities", multiple=True, metavar="FILE", help="Private key (repeatable).")
-@click.option("-l", "--user", default=None, help="Remote user, where the host and config name none.")
-@click.option("--known-hosts", default=None, metavar="FILE", help="known_hosts file to check host keys against.")
-@click.option("--accept-new-host-keys", is_flag=True,
-              help="Trust and record a host key seen for the first time (a changed key is always refused).")
-@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="S",
-              help="TCP connect timeout, where the SSH config sets none.")
+@ssh_options
 def triage(host_argument: str | None, host_option: str | None, simulate_path: str | None, duration: float,
            max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float | None, python: str,
            host_timeout: float | None, store_path: str | None, no_store: bool, baseline_name: str | None,

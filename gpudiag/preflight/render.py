@@ -9,6 +9,7 @@ from typing import Any
 
 from ..exitcodes import ExitCode
 from ..hosts import fold_hosts
+from ..slurm.drain import finding_words
 from ..sweep import NOT_CHECKED
 from .run import PreflightRun, failed_hosts
 
@@ -70,16 +71,7 @@ def summary_line(run: PreflightRun) -> str:
 
 
 def _finding_text(finding: Mapping[str, Any]) -> str:
-    parts = [str(finding["host"]), str(finding["kind"])]
-    if finding.get("gpu") is not None:
-        parts.append(f"GPU {finding['gpu']}")
-    if finding.get("peer"):
-        parts.append(f"with {finding['peer']}")
-    if finding.get("metric"):
-        parts.append(str(finding["metric"]))
-    if isinstance(finding.get("deficit_pct"), (int, float)):
-        parts.append(f"-{finding['deficit_pct']:.0f}%")
-    return " ".join(parts)
+    return " ".join([str(finding["host"]), *finding_words(finding)])
 
 
 def _reasons(reasons: list[str]) -> str:

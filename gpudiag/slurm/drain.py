@@ -65,21 +65,27 @@ class UndrainResult:
         return self.error is None and all(command.ok for command in self.commands)
 
 
+def finding_words(finding: Mapping[str, Any]) -> list[str]:
+    """A finding (its dict) in a few words: ``slow_gpu GPU 3 gemm.tflops -18%`` (its kind, GPU,
+    peer, metric and deficit, those it has): drain reasons and one-line summaries."""
+    words = [str(finding.get("kind") or "fail")]
+    if finding.get("gpu") is not None:
+        words.append(f"GPU {finding['gpu']}")
+    if finding.get("peer"):
+        words.append(f"with {finding['peer']}")
+    if finding.get("metric"):
+        words.append(str(finding["metric"]))
+    if isinstance(finding.get("deficit_pct"), (int, float)):
+        words.append(f"-{finding['deficit_pct']:.0f}%")
+    return words
+
+
 def drain_reason(findings: Sequence[Finding | Mapping[str, Any]]) -> str:
     """The drain reason for one node's ``fail`` findings (the first, the costliest, is named; the
     rest counted): ``gpudiag: slow_gpu GPU 3 gemm.tflops -18%: HW thermal slowdown ...``,
     printable ASCII without double quotes, at most MAX_REASON_CHARS characters."""
     first = _fields(findings[0])
-    words = [REASON_PREFIX, str(first.get("kind") or "fail")]
-    if first.get("gpu") is not None:
-        words.append(f"GPU {first['gpu']}")
-    if first.get("peer"):
-        words.append(f"with {first['peer']}")
-    if first.get("metric"):
-        words.append(str(first["metric"]))
-    if isinstance(first.get("deficit_pct"), (int, float)):
-        words.append(f"-{first['deficit_pct']:.0f}%")
-    text = " ".join(words)
+    text = " ".join([REASON_PREFIX, *finding_words(first)])
     if first.get("evidence"):
         text += f": {first['evidence']}"
     more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
