@@ -41,6 +41,7 @@ from .links.simulated import SimulatedPairRunner
 from .links.verdicts import link_findings
 from .pause import Focus, FocusRequest, focus_hosts
 from .progress import QuietProgress, SweepProgress
+from .report.phrasing import plural
 from .sim import SimulatedConnector, load_fleet
 from .slurm.launcher import slurm_connector
 from .sshconfig import SshOptions, resolve_all
@@ -219,7 +220,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     if interrupted:
         gate.say(f"analysing the {sum(h.ok for h in first.hosts)} hosts that finished")
     else:
-        progress.phase(f"analysing {sum(h.ok for h in first.hosts)} hosts")
+        progress.phase(f"analysing {plural(sum(h.ok for h in first.hosts), 'host')}")
     hosts = first.hosts  # each a mapping whose records are unpacked one host at a time
     # Error counters count since the driver loaded: their growth since each host's last stored sweep decides.
     previous = prior_counts(setup.store.previous_hosts([h.host for h in hosts if h.ok], sweep_id)

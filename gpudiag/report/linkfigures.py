@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .phrasing import OK, UNCHECKED, Document, _findings, _fixed, _hosts
+from .phrasing import OK, UNCHECKED, Document, _findings, _fixed, _hosts, plural
 
 LINK_METRIC = "gbps"
 LINK_UNITS = {"gbps": "Gbit/s"}
@@ -220,11 +220,6 @@ def link_view(document: Document) -> LinkView:
                     shifts=tuple(f for f in _findings(document) if f.get("kind") == SHIFT_KIND
                                  and str(f.get("metric") or "").startswith("link.")),
                     other_metric_entries=len(entries) - len(kept))
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 pair``, ``2 pairs``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def rail_label(backend: str, rail: int | None, *, with_backend: bool = True) -> str:

@@ -25,12 +25,11 @@ from .linkfigures import (
     RailFigure,
     link_view,
     not_tested_groups,
-    plural,
     rail_label,
     rails_text,
 )
 from .markup import _e, _html_table
-from .phrasing import Document, _fixed, _hosts
+from .phrasing import Document, _fixed, _hosts, plural
 
 # Up to this many hosts the symmetric host × host matrix is drawn as well as the rows.
 LINK_MATRIX_MAX_HOSTS = 64

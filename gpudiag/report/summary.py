@@ -18,6 +18,7 @@ from .phrasing import (
     finding_measure,
     finding_where,
     hosts_by_status,
+    plural,
 )
 
 NOT_A_PASS = "no result could be compared: this sweep is not a pass"
@@ -36,7 +37,7 @@ def summary_parts(document: Document) -> list[tuple[str, bool]]:
     results that could not be compared) that the HTML report sets apart."""
     hosts = _hosts(document)
     groups = hosts_by_status(document)
-    parts = [f"sweep {document.get('sweep_id', '?')}", f"{len(hosts)} hosts", f"{len(groups.pop(OK, []))} ok"]
+    parts = [f"sweep {document.get('sweep_id', '?')}", plural(len(hosts), "host"), f"{len(groups.pop(OK, []))} ok"]
     parts += [f"{fold_hosts(labels)} {status}" for status, labels in groups.items()]
     findings = _findings(document)
     counts = [f"{sum(1 for finding in findings if finding.get('severity') == 'fail')} fail"]

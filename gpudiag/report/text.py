@@ -13,7 +13,6 @@ from .linkfigures import (
     error_pair_rows,
     link_view,
     not_tested_groups,
-    plural,
     slowest_pair_rows,
 )
 from .phrasing import (
@@ -27,6 +26,7 @@ from .phrasing import (
     finding_measure,
     finding_where,
     hosts_by_status,
+    plural,
     sort_findings,
 )
 from .summary import _impact_detail, summary_line
