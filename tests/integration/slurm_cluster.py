@@ -71,14 +71,23 @@ class SlurmCluster:
     """``count`` nodes ``n1``..``nN`` on this host, one partition ``test`` holding them all (the default).
 
     ``prolog``: a script slurmd runs when a job is allocated (``Prolog=``, with ``PrologFlags=Alloc``), None
-    for none. A context manager: ``with SlurmCluster(4) as cluster:`` starts and stops it.
+    for none. ``health_check``: a script each slurmd runs at its start and then every ``health_check_interval``
+    seconds on the nodes ``health_check_node_state`` names (``HealthCheckProgram=``, ``HealthCheckInterval=``,
+    ``HealthCheckNodeState=``), None for none; a cluster with one is started once every node has registered,
+    idle or drained (its check may drain a node). A context manager: ``with SlurmCluster(4) as cluster:`` starts
+    and stops it.
     """
 
-    def __init__(self, count: int = 4, *, prolog: str | None = None, start_timeout_s: float = 60.0) -> None:
+    def __init__(self, count: int = 4, *, prolog: str | None = None, health_check: str | None = None,
+                 health_check_interval: int = 5, health_check_node_state: str = "IDLE",
+                 start_timeout_s: float = 60.0) -> None:
         if count < 1:
             raise ValueError("a cluster needs a node")
         self.count = count
         self.prolog = prolog
+        self.health_check = health_check
+        self.health_check_interval = health_check_interval
+        self.health_check_node_state = health_check_node_state
         self.start_timeout_s = start_timeout_s
         self.hostname = socket.gethostname()
         self.directory: Path | None = None
@@ -129,19 +138,23 @@ class SlurmCluster:
             states[name] = (state, "" if reason == "none" else reason)
         return states
 
-    def wait_idle(self, names: Iterable[str] | None = None, timeout_s: float | None = None) -> None:
-        """Wait until every node of ``names`` (default: all) is idle; raises SlurmStartError with the logs."""
+    def wait_idle(self, names: Iterable[str] | None = None, timeout_s: float | None = None,
+                  states_wanted: Iterable[str] = ("idle",)) -> None:
+        """Wait until every node of ``names`` (default: all) is idle (or in any of ``states_wanted``, as sinfo
+        spells them); raises SlurmStartError with the logs."""
         wanted = set(names or self.node_names())
+        accepted = set(states_wanted)
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         states: dict[str, tuple[str, str]] = {}
         while time.monotonic() < deadline:
             self._check_alive()
             with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
                 states = self.node_states()
-                if all(states.get(name, ("",))[0] == "idle" for name in wanted):
+                if all(states.get(name, ("",))[0] in accepted for name in wanted):
                     return
             time.sleep(0.2)
-        raise SlurmStartError(f"nodes not idle after {timeout_s or self.start_timeout_s} s: {states}\n"
+        raise SlurmStartError(f"nodes not {'/'.join(sorted(accepted))} after {timeout_s or self.start_timeout_s} s: "
+                              f"{states}\n"
                               f"{_log_tail(self._dir / 'slurmctld.log')}")
 
     def set_state(self, nodes: str, state: str, reason: str | None = None) -> None:
@@ -194,7 +207,8 @@ class SlurmCluster:
         self._spawn("slurmctld", [str(DAEMONS["slurmctld"]), "-D", "-i"])
         for name in self.node_names():
             self._spawn(f"slurmd-{name}", [str(DAEMONS["slurmd"]), "-D", "-N", name])
-        self.wait_idle()
+        # a health check runs before a slurmd registers and may drain its node: registered is enough then
+        self.wait_idle(states_wanted=("idle", "drained") if self.health_check else ("idle",))
 
     def config_text(self, controller_port: int, node_ports: list[int]) -> str:
         """The cluster's slurm.conf: its own ports, files under its directory, munge on its own socket."""
@@ -202,6 +216,9 @@ class SlurmCluster:
         nodes = "".join(f"NodeName={name} NodeHostname={self.hostname} NodeAddr={self.hostname} Port={port} "
                         f"CPUs=1 State=UNKNOWN\n" for name, port in zip(self.node_names(), node_ports, strict=True))
         prolog = f"Prolog={self.prolog}\n" if self.prolog else ""
+        if self.health_check:
+            prolog += (f"HealthCheckProgram={self.health_check}\nHealthCheckInterval={self.health_check_interval}\n"
+                       f"HealthCheckNodeState={self.health_check_node_state}\n")
         return f"""\
 ClusterName=gpudiagtest
 SlurmctldHost={self.hostname}
