@@ -14,12 +14,15 @@
 # Slurm does not act on a health check's exit status: this script always exits 0 and leaves the
 # node's state to gpudiag. Settings as the prolog's (examples/slurm/prolog.sh), read from
 # /etc/default/gpudiag-healthcheck (or $GPUDIAG_HEALTHCHECK_CONFIG): GPUDIAG, GPUDIAG_BUDGET
-# (default 120), GPUDIAG_ARGS, GPUDIAG_HERE, GPUDIAG_LOG (default /var/log/gpudiag/healthcheck.log).
+# (default 45: slurmd kills a health check that runs past 60 s, possibly between its drain and
+# its log line), GPUDIAG_ARGS, GPUDIAG_HERE, GPUDIAG_LOG (default /var/log/gpudiag/healthcheck.log).
+# slurmd gives a health check almost no environment (SLURMD_NODENAME, no SLURM_CONF): where
+# slurm.conf is not in its default place, put "export SLURM_CONF=/path/slurm.conf" in that file.
 set -u
 
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 GPUDIAG=gpudiag
-GPUDIAG_BUDGET=120
+GPUDIAG_BUDGET=45
 GPUDIAG_ARGS=""
 GPUDIAG_HERE=--here
 GPUDIAG_LOG=/var/log/gpudiag/healthcheck.log

@@ -96,7 +96,7 @@ class PreflightPlan:
         if self.links:
             lines.append(f"  link screen: {self.link_rounds} round{'s' if self.link_rounds != 1 else ''} of pair "
                          f"tests, {self.net_duration_s:.1f} s each way; at most {self.links_s:.0f} s")
-        lines += [f"  not run: {reason}" for reason in self.dropped]
+        lines += [f"  not planned: {reason}" for reason in self.dropped]
         lines.append("  what does not finish within the budget is unchecked (exit 3), never passed")
         return lines
 
@@ -159,7 +159,8 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
     link_min = SAFETY * links_s(rounds, MIN_NET_DURATION_S) if links else 0.0
     fits = room >= node_min + SAFETY * retest_s(MIN_DURATION_S) + link_min
     if retest and not fits:
-        dropped.append("re-test of suspects (the budget leaves no time for it): they are reported unconfirmed")
+        dropped.append("re-test of suspects (the budget leaves no time for it): it runs only if "
+                       "the first pass leaves as much time as it took, else each suspect is unchecked (exit 3)")
     retest = retest and fits
     duration, net_duration = _lengthen(room, retest, rounds if links else 0)
     window = SAFETY * node_pass_s(duration)

@@ -129,7 +129,9 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
                            host_timeout_s=plan.host_timeout_s),
         ssh=request.ssh, settings=request.settings, simulate_path=request.simulate_path,
         store_path=request.store_path, thresholds_path=request.thresholds_path, baseline_name=request.baseline_name,
-        retest=plan.retest, links="screen" if plan.links else "none",
+        # The re-test runs whenever asked and the first pass leaves the time it took (gpudiag.plan):
+        # the plan only says whether a window is kept for it.
+        retest=request.retest, links="screen" if plan.links else "none",
         net_address=request.net_address,
         pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s, python=request.python),
         launcher=request.launcher, slurm_bundle_dir=request.slurm_bundle_dir, budget_s=request.budget_s,

@@ -115,8 +115,17 @@ def test_the_hosts_default_to_the_jobs_node_list(tmp_path):
 def test_a_small_budget_drops_what_does_not_fit_and_says_so(tmp_path):
     result = _preflight("--simulate", str(_fleet(tmp_path)), "--budget", "45")
     assert result.exit_code == 0, result.output
-    assert "  not run: link screen (the budget leaves no time for it)" in _lines(result)
+    assert "  not planned: link screen (the budget leaves no time for it)" in _lines(result)
     assert "pair tests" not in result.stdout
+
+
+def test_without_a_window_for_the_retest_a_quick_first_pass_still_confirms_a_slow_gpu(tmp_path):
+    """45 s keeps no re-test window for one node (a health check must end within slurmd's 60 s),
+    yet a first pass that took a fraction of it leaves the time: the suspect is confirmed and fails."""
+    result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--hosts", "n2", "--budget", "45")
+    assert any(line.startswith("  not planned: re-test of suspects") for line in _lines(result)), result.output
+    assert result.exit_code == 1, result.output
+    assert _lines(result)[-1].startswith("gpudiag preflight: FAIL n2 (exit 1)")
 
 
 @pytest.mark.parametrize(("args", "message"), [

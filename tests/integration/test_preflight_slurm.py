@@ -258,7 +258,7 @@ def test_slurmd_runs_the_health_check_which_drains_on_fail_and_undrains_what_pas
     (tmp_path / "fleet.json").write_text(json.dumps(fleet))
     log = tmp_path / "healthcheck.log"
     (tmp_path / "healthcheck.conf").write_text(
-        f'GPUDIAG="{sys.executable} -m gpudiag"\nGPUDIAG_HERE=""\nGPUDIAG_BUDGET=60\n'
+        f'GPUDIAG="{sys.executable} -m gpudiag"\nGPUDIAG_HERE=""\nGPUDIAG_BUDGET=45\n'
         f'GPUDIAG_ARGS="--simulate {tmp_path / "fleet.json"} --no-store"\nGPUDIAG_LOG={log}\n')
     # slurmd gives a health check SLURMD_NODENAME and nothing else: a real node's scontrol reads
     # /etc/slurm/slurm.conf, this cluster's file is named in the environment of the slurmd running the check.
