@@ -288,11 +288,12 @@ def unkeyed(unkeyed: Mapping[str, int]) -> list[Finding]:
                                              "compared", BASIS_FACTS) for host in sorted(unkeyed)]
 
 
-def unmeasured_retest(suspect: Suspect) -> Finding:
-    """A suspect its re-test could not measure: it was neither confirmed nor cleared."""
+def unmeasured_retest(suspect: Suspect, why: str | None = None) -> Finding:
+    """A suspect its re-test could not measure (or, ``why``, that was not re-tested): it was
+    neither confirmed nor cleared."""
     m = suspect.measurement
-    evidence = (f"{m.probe}.{m.metric} was {suspect.deficit_pct:.1f} % low and its re-test could not measure it "
-                f"({suspect.note}): neither confirmed nor cleared")
+    why = why or f"its re-test could not measure it ({suspect.note})"
+    evidence = f"{m.probe}.{m.metric} was {suspect.deficit_pct:.1f} % low and {why}: neither confirmed nor cleared"
     return coverage.unchecked_finding(m.host, evidence, BASIS_ERROR_RECORD, gpu=m.gpu, gpu_uuid=m.gpu_uuid,
                                       metric=f"{m.probe}.{m.metric}")
 

@@ -128,6 +128,14 @@ def test_without_a_window_for_the_retest_a_quick_first_pass_still_confirms_a_slo
     assert _lines(result)[-1].startswith("gpudiag preflight: FAIL n2 (exit 1)")
 
 
+def test_with_no_retest_a_slow_gpu_is_inconclusive_never_healthy_and_drains_nothing(tmp_path):
+    result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--no-retest")
+    assert result.exit_code == 3, result.output
+    assert "gemm.tflops was 30" in result.stdout and "it was not re-tested (--no-retest)" in result.stdout
+    assert "would run" not in result.stdout
+    assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (("--budget", "10"), "--budget 10: too short"),
     (("--hosts", "n[1-"), "--hosts 'n[1-'"),
