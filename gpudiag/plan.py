@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -354,7 +355,7 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
         missing: list[Finding] = []
     else:
         assert isinstance(setup.connector, SessionPool)
-        addresses, missing = _data_addresses(request, setup, hosts, setup.connector)
+        addresses, missing = _data_addresses(request, setup, hosts, setup.connector, deadline)
         hosts = [host for host in hosts if host in addresses]
         runner = RemotePairRunner(setup.connector.session, addresses, request.pair)
     run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=setup.pairs_at_once,
@@ -380,19 +381,23 @@ def check_net_address(source: str) -> None:
     raise InputError(f"--net-address {source!r}: expected auto, field, ssh or iface:NAME (e.g. iface:ib0)")
 
 
-def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
-                    pool: SessionPool) -> tuple[dict[str, str], list[Finding]]:
+def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str], pool: SessionPool,
+                    deadline: float | None = None) -> tuple[dict[str, str], list[Finding]]:
     """Each host's data-plane address, by --net-address: ``field`` the hosts file's ``net=``,
     ``ssh`` the address SSH reaches, ``auto`` the field where given else the SSH address,
-    ``iface:NAME`` the address of NAME on the node. Hosts without one get an ``unchecked``."""
+    ``iface:NAME`` the address of NAME on the node, asked within ADDRESS_LOOKUP_S and before the
+    run's ``deadline`` (time.monotonic()). Hosts without one get an ``unchecked``."""
     source = request.net_address
     specs = {host.label: host for host in setup.hosts}
     if source.startswith(IFACE_PREFIX):
         interface = source[len(IFACE_PREFIX):]
         python = request.pair.python
+        lookup_s = ADDRESS_LOOKUP_S if deadline is None else max(0.1, min(ADDRESS_LOOKUP_S,
+                                                                          deadline - time.monotonic()))
         with ThreadPoolExecutor(max_workers=max(1, min(request.sweep.fanout, len(labels) or 1)),
                                 thread_name_prefix="address") as workers:
-            answers = workers.map(lambda label: _interface_address(pool, label, interface, python), labels)
+            answers = workers.map(lambda label: _interface_address(pool, label, interface, python, lookup_s),
+                                  labels)
             found = dict(zip(labels, answers, strict=True))
     else:
         found = {}
@@ -409,13 +414,14 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
     return addresses, missing
 
 
-def _interface_address(pool: SessionPool, label: str, interface: str, python: str) -> tuple[str | None, str | None]:
-    """(address, None) of ``interface`` on the node, or (None, why not)."""
+def _interface_address(pool: SessionPool, label: str, interface: str, python: str,
+                       timeout_s: float = ADDRESS_LOOKUP_S) -> tuple[str | None, str | None]:
+    """(address, None) of ``interface`` on the node (asked within ``timeout_s``), or (None, why not)."""
     session = pool.session(label)
     if session is None:
         return None, "no open SSH session to ask for its data-plane address"
     try:
-        ran = session.run([python, "-m", "probes", "net-info", "--interface", interface], ADDRESS_LOOKUP_S)
+        ran = session.run([python, "-m", "probes", "net-info", "--interface", interface], timeout_s)
     except TransportError as error:
         return None, f"could not ask for the address of {interface}: {error}"
     finally:

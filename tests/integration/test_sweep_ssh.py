@@ -245,3 +245,26 @@ def test_hosts_without_a_data_address_are_left_out_of_the_rounds_and_said_to_be_
         ("node01", "node02"), ("node01", "node03"), ("node02", "node03")}
     (left_out,) = [f for f in document["findings"] if f["host"] == "node04"]
     assert left_out["kind"] == "unchecked" and "no net= address" in left_out["evidence"]
+
+
+def test_an_interface_lookup_that_hangs_ends_within_the_budget(make_sshd_fleet, tmp_path: Path):
+    """--net-address iface:NAME asks each node for the address: a node that never answers costs the
+    lookup only until the run's --budget, and leaves its host out of the pair tests, unchecked."""
+    fleet = make_sshd_fleet(2)
+    paths = _setup(fleet, tmp_path)
+    python = _script(tmp_path, "python",
+                     f'if [ "$3" = net-info ]; then exec sleep 300; fi\nexec {sys.executable} "$@"\n')
+    started = time.monotonic()
+    code, document, output = _sweep(paths, "--links", "screen", "--net-backend", "tcp", "--net-address", "iface:lo",
+                                    "--budget", "20", python=python)
+    elapsed = time.monotonic() - started
+    assert _statuses(document) == {name: "ok" for name in fleet.host_names()}, output
+    assert elapsed < 25, elapsed
+    left_out = {f["host"] for f in document["findings"] if f["kind"] == "unchecked"
+                and "left out of the link rounds" in f["evidence"]}
+    assert left_out == set(fleet.host_names()), document["findings"]
+    assert not document["links"] and code == 3
+    deadline = time.monotonic() + 10
+    while process_count_matching(r"sleep 300") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert process_count_matching(r"sleep 300") == 0
