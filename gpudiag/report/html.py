@@ -25,7 +25,7 @@ from .phrasing import (
     host_group_rows,
     sort_findings,
 )
-from .summary import _impact_rows, summary_parts
+from .summary import _impact_rows, focus_line, summary_parts
 
 TEMPLATE_FILES = ("report.html", "report.css")
 
@@ -43,9 +43,12 @@ def render_html(document: Document) -> str:
 
 
 def html_summary(document: Document) -> str:
-    """The summary line, escaped, its alarms (nothing could be compared, ...) set in ``<strong>``."""
-    return " · ".join(f'<strong class="alert">{_e(text)}</strong>' if alarm else _e(text)
-                      for text, alarm in summary_parts(document))
+    """The summary line, escaped, its alarms (nothing could be compared, ...) set in ``<strong>``;
+    a ``--suspects`` sweep's focus (suspects and references) after it."""
+    summary = " · ".join(f'<strong class="alert">{_e(text)}</strong>' if alarm else _e(text)
+                         for text, alarm in summary_parts(document))
+    focus = focus_line(document)
+    return summary + (f'<br><span id="focus">{_e(focus)}</span>' if focus else "")
 
 
 def html_impact(impact: Mapping[str, Any] | None) -> str:

@@ -20,7 +20,7 @@ from .linkfigures import (
     slowest_pair_rows,
 )
 from .phrasing import FINDING_COLUMNS, HOST_COLUMNS, Document, _findings, finding_row, host_group_rows, sort_findings
-from .summary import _impact_rows, summary_parts
+from .summary import _impact_rows, focus_line, summary_parts
 
 
 def render_markdown(document: Document) -> str:
@@ -30,6 +30,9 @@ def render_markdown(document: Document) -> str:
                           for text, alarm in summary_parts(document))
     sections = [f"# gpudiag sweep {_md_cell(document.get('sweep_id', '?'))}", headline,
                 f"Started {document.get('started_at', '?')}, finished {document.get('finished_at', '?')}."]
+    focus = focus_line(document)
+    if focus:
+        sections.append(_md_cell(focus))
     impact_rows = _impact_rows(document.get("impact"))
     if impact_rows:
         sections += ["## Impact on a synchronous job", _md_table(["estimate", "value"], impact_rows)]

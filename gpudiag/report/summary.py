@@ -116,3 +116,13 @@ def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
                                      f"{link['reference']:.1f} {link.get('unit') or ''} ({below}; a ring "
                                      "collective runs at its slowest link)"))
     return rows
+
+
+def focus_line(document: Document) -> str | None:
+    """``focus: suspects node[003,007] · references node[001,005,010,014]`` for a ``--suspects``
+    sweep (the document's ``focus``), None for any other."""
+    focus = document.get("focus")
+    if not isinstance(focus, Mapping):
+        return None
+    return (f"focus: suspects {fold_hosts(focus.get('suspects') or ()) or 'none'} · "
+            f"references {fold_hosts(focus.get('references') or ()) or 'none'}")

@@ -29,7 +29,7 @@ from .phrasing import (
     plural,
     sort_findings,
 )
-from .summary import _impact_detail, summary_line
+from .summary import _impact_detail, focus_line, summary_line
 
 
 def render_text(document: Document) -> str:
@@ -52,16 +52,6 @@ def render_text(document: Document) -> str:
     lines += [f"  {line}" for line in host_group_lines(document)]
     lines += [f"  {line}" for line in stray_output_lines(document)]
     return "\n".join(lines) + "\n"
-
-
-def focus_line(document: Document) -> str | None:
-    """``focus: suspects node[003,007] · references node[001,005,010,014]`` for a ``--suspects``
-    sweep (the document's ``focus``), None for any other."""
-    focus = document.get("focus")
-    if not isinstance(focus, Mapping):
-        return None
-    return (f"focus: suspects {fold_hosts(focus.get('suspects') or ()) or 'none'} · "
-            f"references {fold_hosts(focus.get('references') or ()) or 'none'}")
 
 
 def finding_text(finding: Mapping[str, Any]) -> str:

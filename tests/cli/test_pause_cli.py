@@ -83,7 +83,11 @@ def test_suspects_are_probed_with_reference_peers_and_the_output_says_which(tmp_
     assert result.exit_code == ExitCode.FAIL
     assert {(f["kind"], f["host"], f["gpu"]) for f in document["findings"] if f["severity"] == "fail"} == {
         ("slow_gpu", "node006", 1)}
-    assert "focus: suspects node[003,006] · references node[001,004-005,008]" in result.output
+    focus = "focus: suspects node[003,006] · references node[001,004-005,008]"
+    assert focus in result.output
+    for form in ("md", "html"):  # every report format says it, from the document
+        report = CliRunner().invoke(main, ["report", str(tmp_path / "sweep.json"), "--format", form])
+        assert report.exit_code == 0 and focus in report.output, report.output
     for suspect in ("node003", "node006"):  # each suspect's links are tested against references
         peers = {link["a"] if link["b"] == suspect else link["b"] for link in document["links"]
                  if suspect in (link["a"], link["b"])}
