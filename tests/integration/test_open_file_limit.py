@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sshd_hosts import SshdFleet
 
-HOSTS = 40
+HOSTS = 24
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 
@@ -52,8 +52,8 @@ def _logins(fleet: SshdFleet) -> dict[str, int]:
 def test_below_the_hosts_count_a_hard_limit_caps_the_fanout_and_every_host_is_still_reached(
         fleet: SshdFleet, tmp_path: Path):
     before = _logins(fleet)
-    # 48 descriptors: fewer than one per host on top of what the process holds anyway
-    code, document, output = _sweep(fleet, tmp_path, 48, 48, "--links", "screen", "--net-backend", "tcp",
+    # 32 descriptors: fewer than one per host on top of what the process holds anyway
+    code, document, output = _sweep(fleet, tmp_path, 32, 32, "--links", "screen", "--net-backend", "tcp",
                                     "--net-duration", "0.2", "--net-streams", "1", "--net-address", "ssh")
     assert code == 0, output[-3000:]
     assert {host["status"] for host in document["hosts"]} == {"ok"} and len(document["hosts"]) == HOSTS
@@ -66,8 +66,8 @@ def test_below_the_hosts_count_a_hard_limit_caps_the_fanout_and_every_host_is_st
 
 
 def test_a_low_soft_limit_is_raised_to_what_the_sweep_needs(fleet: SshdFleet, tmp_path: Path):
-    code, document, output = _sweep(fleet, tmp_path, 48, 4096, "--links", "none")
+    code, document, output = _sweep(fleet, tmp_path, 32, 4096, "--links", "none")
     assert code == 0, output[-3000:]
     assert {host["status"] for host in document["hosts"]} == {"ok"}
     (warning,) = document["warnings"]
-    assert warning.startswith("raised the open-file limit from 48 to ")
+    assert warning.startswith("raised the open-file limit from 32 to ")
