@@ -26,6 +26,7 @@ GPUDIAG_BUDGET=45
 GPUDIAG_ARGS=""
 GPUDIAG_HERE=--here
 GPUDIAG_LOG=/var/log/gpudiag/healthcheck.log
+GPUDIAG_SLACK=10
 config=${GPUDIAG_HEALTHCHECK_CONFIG:-/etc/default/gpudiag-healthcheck}
 # shellcheck source=/dev/null
 [ -r "$config" ] && . "$config"
@@ -47,9 +48,12 @@ case $state in
         exit 0 ;;
 esac
 
+# Ended GPUDIAG_SLACK s past its budget should it hang, so the outcome is logged before slurmd kills
+# this script at 60 s.
+limit=$(( ${GPUDIAG_BUDGET%.*} + GPUDIAG_SLACK ))
 # shellcheck disable=SC2086
-$GPUDIAG preflight $GPUDIAG_HERE --hosts "$node" --budget "$GPUDIAG_BUDGET" --drain --undrain -q $GPUDIAG_ARGS \
-    >>"$GPUDIAG_LOG" 2>&1 </dev/null
+timeout --kill-after=2 "$limit" $GPUDIAG preflight $GPUDIAG_HERE --hosts "$node" --budget "$GPUDIAG_BUDGET" \
+    --drain --undrain -q $GPUDIAG_ARGS >>"$GPUDIAG_LOG" 2>&1 </dev/null
 status=$?
 case $status in
     0) log "healthy (gpudiag exit 0)" ;;

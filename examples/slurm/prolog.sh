@@ -22,6 +22,7 @@
 #   GPUDIAG_LOG      where each check's output goes  (default: /var/log/gpudiag/prolog.log)
 #   GPUDIAG_SHARED   what to do when another job already runs on the node (OverSubscribe, shared
 #                    nodes): skip (default: no load beside a running job) or check
+#   GPUDIAG_SLACK    seconds past the budget after which gpudiag is ended (default: 15): inconclusive
 #   PATH             the prolog's search path        (slurmd gives a prolog none)
 set -u
 
@@ -32,6 +33,7 @@ GPUDIAG_ARGS=""
 GPUDIAG_HERE=--here
 GPUDIAG_LOG=/var/log/gpudiag/prolog.log
 GPUDIAG_SHARED=skip
+GPUDIAG_SLACK=15
 config=${GPUDIAG_PROLOG_CONFIG:-/etc/default/gpudiag-prolog}
 # shellcheck source=/dev/null
 [ -r "$config" ] && . "$config"
@@ -58,9 +60,13 @@ if [ "$GPUDIAG_SHARED" = skip ]; then
 fi
 
 # The check's own output (plan, findings, the drain it ran, a summary line) goes to the log.
+# gpudiag ends by its budget; should it not (a bug, a hung filesystem), timeout ends it GPUDIAG_SLACK s later
+# (exit 124, or 137 once killed): inconclusive, before Slurm's PrologEpilogTimeout would count the
+# prolog as failed and drain the node for gpudiag's own fault.
+limit=$(( ${GPUDIAG_BUDGET%.*} + GPUDIAG_SLACK ))
 # shellcheck disable=SC2086  # GPUDIAG and the args are word lists by design
-$GPUDIAG preflight $GPUDIAG_HERE --hosts "$node" --budget "$GPUDIAG_BUDGET" --drain -q $GPUDIAG_ARGS \
-    >>"$GPUDIAG_LOG" 2>&1 </dev/null
+timeout --kill-after=5 "$limit" $GPUDIAG preflight $GPUDIAG_HERE --hosts "$node" --budget "$GPUDIAG_BUDGET" \
+    --drain -q $GPUDIAG_ARGS >>"$GPUDIAG_LOG" 2>&1 </dev/null
 status=$?
 
 case $status in

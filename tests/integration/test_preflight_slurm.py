@@ -219,6 +219,27 @@ def test_the_prolog_leaves_a_node_alone_while_another_job_runs_there(cluster: Sl
     assert "job 99999 node n1: healthy" not in log  # no check ran beside the other job
 
 
+def test_a_gpudiag_that_never_ends_is_ended_by_the_prolog_as_inconclusive(cluster: SlurmCluster, folder: Path):
+    """A gpudiag that outlives its budget (a bug, a hung filesystem) must not run into Slurm's
+    PrologEpilogTimeout, which would drain the node: the prolog ends it GPUDIAG_SLACK s past the
+    budget and lets the job start."""
+    hung = folder / "hung-gpudiag"
+    hung.write_text("#!/bin/sh\nexec sleep 300\n")
+    hung.chmod(0o755)
+    settings = folder / "hung.conf"
+    settings.write_text(f'GPUDIAG={hung}\nGPUDIAG_BUDGET=1\nGPUDIAG_SLACK=1\nGPUDIAG_LOG={folder / "hung.log"}\n')
+    env = {"SLURMD_NODENAME": "n4", "SLURM_JOB_ID": "4242", "SLURM_CONF": str(cluster.conf_path),
+           "GPUDIAG_PROLOG_CONFIG": str(settings)}
+    started = time.monotonic()
+    done = subprocess.run([str(PROLOG)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 10
+    assert "job 4242 node n4: inconclusive (gpudiag exit 124): the job starts; nothing drained" in _log(folder,
+                                                                                                         "hung.log")
+    assert cluster.node_states()["n4"] == ("idle", "")
+    assert not _task_runs(cluster, "sleep 300")
+
+
 def _task_runs(cluster: SlurmCluster, command: str) -> bool:
     """True once a process of the cluster runs ``command`` (its program named by any path)."""
     for pid in cluster.process_ids():
