@@ -240,6 +240,27 @@ def test_a_gpudiag_that_never_ends_is_ended_by_the_prolog_as_inconclusive(cluste
     assert not _task_runs(cluster, "sleep 300")
 
 
+def test_a_jobs_first_step_checks_its_nodes_and_the_links_between_them_through_srun(cluster: SlurmCluster,
+                                                                                       folder: Path):
+    """What a prolog cannot do (it sees one node): inside the allocation, preflight --launcher slurm
+    takes the job's nodes, probes them through srun and screens the link between them. Real probes
+    on this CPU: nothing to compare with, so inconclusive (exit 3), and nothing drained."""
+    out = folder / "in-job.json"
+    done = subprocess.run(["salloc", "--quiet", "-N2", "-w", "n[1,4]", sys.executable, "-m", "gpudiag", "preflight",
+                           "--launcher", "slurm", "--budget", "90", "--no-store", "--python", sys.executable,
+                           "--json", str(out), "--slurm-bundle-dir", str(folder / "bundles"), "-q"],
+                          env=cluster.env(), capture_output=True, text=True, timeout=200, check=False,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert any(line.startswith("  link screen: ") for line in done.stdout.splitlines())
+    document = json.loads(out.read_text())
+    assert {host["host"]: host["status"] for host in document["hosts"]} == {"n1": "ok", "n4": "ok"}
+    assert [(link["a"], link["b"], link["backend"]) for link in document["links"] if link["value"]] == [
+        ("n1", "n4", "tcp")]
+    assert done.stdout.splitlines()[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
+    assert cluster.node_states()["n1"] == ("idle", "") and cluster.node_states()["n4"] == ("idle", "")
+
+
 def _task_runs(cluster: SlurmCluster, command: str) -> bool:
     """True once a process of the cluster runs ``command`` (its program named by any path)."""
     for pid in cluster.process_ids():
