@@ -20,8 +20,8 @@ import pytest
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
-from netns_hosts import MakeNetnsFleet, NetnsFleet, link_names, namespace_names, netns_unavailable_reason  # noqa: E402
-from slurm_cluster import SlurmCluster, slurm_unavailable_reason  # noqa: E402
+from netns_hosts import MakeNetnsFleet, NetnsFleet, link_names, namespace_names  # noqa: E402
+from slurm_cluster import SlurmCluster  # noqa: E402
 from sshd_hosts import MakeSshdFleet, SshdFleet, pid_is_running, sshd_unavailable_reason  # noqa: E402
 
 
@@ -69,13 +69,6 @@ def make_sshd_fleet() -> Iterator[MakeSshdFleet]:
 # --- hosts in network namespaces (the harness is netns_hosts.py beside this file) ------------------
 
 
-def _require_netns() -> None:
-    # Skips rather than fails: unlike sshd, which scripts/install-test-deps installs, network namespaces need
-    # CAP_NET_ADMIN, which many containers and CI runners do not grant.
-    reason = netns_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-
 
 def _stop_netns_fleets(fleets: list[NetnsFleet]) -> None:
     """Stop every fleet, then fail if a process, namespace or link of one is still there."""
@@ -93,7 +86,6 @@ def _stop_netns_fleets(fleets: list[NetnsFleet]) -> None:
 def netns_fleet() -> Iterator[NetnsFleet]:
     """Six started hosts in network namespaces, node01..node06, shared by the test module; stopped after its
     last test. Tests that cap or cut links undo that themselves."""
-    _require_netns()
     fleet = NetnsFleet(6).start()
     yield fleet
     _stop_netns_fleets([fleet])
@@ -111,8 +103,7 @@ def clean_netns_fleet(netns_fleet: NetnsFleet) -> Iterator[NetnsFleet]:
 @pytest.fixture
 def netns_fleet_factory() -> Iterator[MakeNetnsFleet]:
     """A factory ``netns_fleet_factory(count, **NetnsFleet options)`` of started fleets, all stopped after the
-    test. Skips where network namespaces cannot be made."""
-    _require_netns()
+    test. Its users are marked to skip where network namespaces cannot be made (netns_hosts.requires_netns)."""
     fleets: list[NetnsFleet] = []
 
     def make(count: int = 6, *, tag: str | None = None, log_level: str = "ERROR") -> NetnsFleet:
@@ -127,13 +118,6 @@ def netns_fleet_factory() -> Iterator[MakeNetnsFleet]:
 # --- a Slurm cluster on this machine (the harness is slurm_cluster.py beside this file) ---------------------
 
 
-def _require_slurm() -> None:
-    # Skips (the reason names slurm): slurm-wlm and munge come from scripts/install-test-deps, and the daemons
-    # need root.
-    reason = slurm_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
-
 
 def _stop_clusters(clusters: list[SlurmCluster]) -> None:
     """Stop every cluster, then fail if a process of one (daemon, slurmstepd, task) is still running."""
@@ -147,7 +131,6 @@ def _stop_clusters(clusters: list[SlurmCluster]) -> None:
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """A started four-node cluster, n1..n4, shared by the test module; stopped after its last test."""
-    _require_slurm()
     cluster = SlurmCluster(4).start()
     yield cluster
     _stop_clusters([cluster])
@@ -167,7 +150,6 @@ def clean_slurm_cluster(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyP
 @pytest.fixture
 def make_slurm_cluster() -> Iterator[Callable[..., SlurmCluster]]:
     """A factory ``make_slurm_cluster(count, prolog=...)`` of started clusters, all stopped after the test."""
-    _require_slurm()
     clusters: list[SlurmCluster] = []
 
     def make(count: int = 4, *, prolog: str | None = None) -> SlurmCluster:

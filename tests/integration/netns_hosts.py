@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import ipaddress
 import json
 import os
@@ -39,6 +40,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+import pytest
 from sshd_hosts import (
     IP,
     PRIVSEP_DIR,
@@ -78,6 +80,7 @@ class NetnsSetupError(RuntimeError):
     """A namespace, link, address or qdisc could not be made; the message carries the tool's stderr."""
 
 
+@functools.cache
 def netns_unavailable_reason() -> str | None:
     """Why this machine cannot run a ``NetnsFleet`` (a sentence for ``pytest.skip``), or None if it can.
     Tries ``ip netns add`` once: containers without CAP_NET_ADMIN refuse it."""
@@ -92,6 +95,12 @@ def netns_unavailable_reason() -> str | None:
         return f"cannot make network namespaces (ip netns add: {added.stderr.strip()}); needs CAP_NET_ADMIN"
     subprocess.run([str(IP), "netns", "delete", probe], capture_output=True)
     return None
+
+
+# The explicit condition of every test that needs hosts in network namespaces (root, CAP_NET_ADMIN,
+# iproute2, sshd): many containers and CI runners do not grant CAP_NET_ADMIN.
+requires_netns = pytest.mark.skipif(netns_unavailable_reason() is not None,
+                                    reason=f"network namespaces: {netns_unavailable_reason()}")
 
 
 def _run_ip_batch(commands: Iterable[str], *, namespace: str | None = None, tool: Path = IP,

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
+import pytest
 from sshd_hosts import descendant_pids, pid_is_running
 
 DAEMONS = {"munged": Path("/usr/sbin/munged"), "slurmctld": Path("/usr/sbin/slurmctld"),
@@ -47,6 +48,12 @@ def slurm_unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "the slurm test cluster needs root: slurmd starts jobs as their users and munged owns its key"
     return None
+
+
+# The explicit condition of every test that starts a cluster: Debian's slurm-wlm and munge
+# (scripts/install-test-deps), and root for the daemons.
+requires_slurm = pytest.mark.skipif(slurm_unavailable_reason() is not None,
+                                    reason=f"slurm test cluster: {slurm_unavailable_reason()}")
 
 
 def _free_port() -> int:

@@ -4,8 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from netns_hosts import netns_unavailable_reason
+from netns_hosts import requires_netns
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,8 +48,7 @@ def test_the_analysis_scale_and_gemm_probe_benchmarks_run_at_their_smoke_size():
         assert expected in done.stdout, (script, done.stdout[-1000:])
 
 
-@pytest.mark.skipif(netns_unavailable_reason() is not None,
-                    reason="bench/links_netns.py needs network namespaces (netns: root, CAP_NET_ADMIN)")
+@requires_netns
 def test_the_netns_link_benchmark_times_screen_and_full_and_both_name_the_planted_faults():
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "links_netns.py"), "--smoke"], capture_output=True,
                           text=True, timeout=300, check=False)

@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
-from netns_hosts import NetnsFleet
+from netns_hosts import NetnsFleet, requires_netns
 from sshd_hosts import interrupt_in_second_link_round, process_count_matching
 
 from gpudiag.cli import main
+
+pytestmark = requires_netns
 
 LINE_RATE_MBIT = 200
 SLOW_MBIT = 50

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from netns_hosts import MakeNetnsFleet, NetnsFleet, NetnsHost, NetnsSetupError
+from netns_hosts import MakeNetnsFleet, NetnsFleet, NetnsHost, NetnsSetupError, requires_netns
 from sshd_hosts import SshdStartError, pid_is_running
+
+pytestmark = requires_netns
 
 BUNDLE_ROOT = Path(__file__).resolve().parents[2]  # python -m probes runs from here, as from a bundle
 DIRECTIONS = {"client_to_server", "server_to_client"}

@@ -18,8 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, slurm_unavailable_reason
+from slurm_cluster import SlurmCluster, requires_slurm
 from sshd_hosts import pid_is_running
+
+pytestmark = requires_slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 PROLOG = ROOT / "examples" / "slurm" / "prolog.sh"
@@ -33,9 +35,6 @@ FLEET = {"nodes": 4, "name_format": "n{}", "faults": [
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmCluster, Path]]:
     """A four-node cluster whose prolog is the shipped one, reading its settings from ``folder/prolog.conf``."""
-    reason = slurm_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
     folder = tmp_path_factory.mktemp("preflight")
     folder.chmod(0o755)
     (folder / "fleet.json").write_text(json.dumps(FLEET))
@@ -292,9 +291,6 @@ def test_slurmd_runs_the_health_check_which_drains_on_fail_and_undrains_what_pas
     IDLE nodes, drained ones included): the failing node is drained with gpudiag's reason, the healthy nodes
     stay idle; a node gpudiag drained that passes now is returned to service, one drained by hand stays
     drained. The cluster is this test's own, so its checks touch no other test's nodes."""
-    reason = slurm_unavailable_reason()
-    if reason is not None:
-        pytest.skip(reason)
     tmp_path.chmod(0o755)
     fleet = {"nodes": 4, "name_format": "n{}", "faults": [{"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7}]}
     (tmp_path / "fleet.json").write_text(json.dumps(fleet))

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from slurm_cluster import SlurmCluster
+from slurm_cluster import SlurmCluster, requires_slurm
 from sshd_hosts import ssh_config_block
 from test_sweep_ssh import NO_COMPARISON
 
@@ -21,6 +21,8 @@ from gpudiag.cli import main
 from gpudiag.findings import Finding
 from gpudiag.slurm.drain import drain, drain_commands, undrain
 from gpudiag.slurm.nodelist import expand_nodelist, scontrol_hostnames
+
+pytestmark = requires_slurm
 
 PROBES = ("--probes", "facts,membw", "--duration", "0.2")
 
