@@ -9,9 +9,9 @@ from typing import Any
 
 from ..exitcodes import ExitCode
 from ..hosts import fold_hosts
-from ..slurm.drain import finding_words
+from ..slurm.drain import fail_findings_by_host, finding_words
 from ..sweep import NOT_CHECKED
-from .run import PreflightRun, failed_hosts
+from .run import PreflightRun
 
 PREFIX = "gpudiag preflight"
 # Reasons named in the summary line (the rest are counted).
@@ -61,7 +61,7 @@ def summary_line(run: PreflightRun) -> str:
     if code == ExitCode.INTERRUPTED:
         return f"{PREFIX}: interrupted (exit 130) {timing}; nothing drained"
     if code == ExitCode.FAIL:
-        failed = failed_hosts(document["findings"])
+        failed = list(fail_findings_by_host(document["findings"]))
         reasons = [_finding_text(f) for f in document["findings"] if f["severity"] == "fail"]
         return (f"{PREFIX}: FAIL {fold_hosts(failed)} (exit 1) {timing}: {_reasons(reasons)}; "
                 f"{_drain_state(run)}")

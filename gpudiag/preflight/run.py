@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -166,13 +165,3 @@ def passed_hosts(result: SweepResult) -> list[str]:
              if (finding.severity == FAIL or finding.kind in NOT_CHECKED) and finding.kind not in NOT_EXCLUDING
              for name in (finding.host, finding.peer) if name}
     return [host.host for host in result.hosts if host.ok and host.host not in named]
-
-
-def failed_hosts(findings: Sequence[Any]) -> list[str]:
-    """The hosts of ``fail`` findings that drain a node (in order of first appearance)."""
-    seen: dict[str, None] = {}
-    for finding in findings:
-        fields: Mapping[str, Any] = finding.to_dict() if hasattr(finding, "to_dict") else finding
-        if fields.get("severity") == FAIL and fields.get("kind") not in NOT_EXCLUDING and fields.get("host"):
-            seen.setdefault(str(fields["host"]), None)
-    return list(seen)

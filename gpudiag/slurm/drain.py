@@ -96,18 +96,24 @@ def drain_reason(findings: Sequence[Finding | Mapping[str, Any]]) -> str:
     return text + more
 
 
+def fail_findings_by_host(findings: Iterable[Finding | Mapping[str, Any]]
+                          ) -> dict[str, list[Finding | Mapping[str, Any]]]:
+    """The ``fail`` findings that name one host (not fleet-wide ones), per host in order of first
+    appearance: what drains a node."""
+    by_host: dict[str, list[Finding | Mapping[str, Any]]] = {}
+    for finding in findings:
+        fields = _fields(finding)
+        if fields.get("severity") == FAIL and fields.get("kind") not in NOT_EXCLUDING and fields.get("host"):
+            by_host.setdefault(str(fields["host"]), []).append(finding)
+    return by_host
+
+
 def drain_commands(findings: Iterable[Finding | Mapping[str, Any]], scontrol: str = "scontrol") -> list[list[str]]:
     """``scontrol update NodeName=<set> State=DRAIN Reason=<reason>`` for the hosts of ``fail``
     findings (not fleet-wide ones), one command per distinct reason with its nodes folded, in a
     stable order. Findings of other severities, and hosts that are no Slurm node name (``h:22``),
     drain nothing. Each Reason is one argv element: no shell ever reads it."""
-    by_node: dict[str, list[Finding | Mapping[str, Any]]] = {}
-    for finding in findings:
-        fields = _fields(finding)
-        host = str(fields.get("host") or "")
-        if fields.get("severity") != FAIL or fields.get("kind") in NOT_EXCLUDING or not _NODE_NAME.fullmatch(host):
-            continue
-        by_node.setdefault(host, []).append(finding)
+    by_node = {host: mine for host, mine in fail_findings_by_host(findings).items() if _NODE_NAME.fullmatch(host)}
     by_reason: dict[str, list[str]] = {}
     for node, node_findings in by_node.items():
         by_reason.setdefault(drain_reason(node_findings), []).append(node)
