@@ -103,9 +103,6 @@ class SweepRequest:
     budget_s: float | None = None
     # The one host named is this machine, probed without SSH or srun (a prolog on the node).
     here: bool = False
-    # A suspect not re-tested (retest False) is also an unchecked finding, never a pass: a gate
-    # (gpudiag preflight) must not read "measured slow once" as healthy.
-    unretested_unchecked: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,7 +235,8 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         wanted = False  # unconfirmed, and each suspect a gap: neither confirmed nor cleared, never healthy
         budget_notes.append(f"the re-test of {len(analysis.suspects)} suspects was skipped: {budget.reason()}")
         unretested = [unmeasured_retest(s, f"it was not re-tested ({budget.reason()})") for s in analysis.suspects]
-    elif not request.retest and request.unretested_unchecked and not interrupted:
+    elif not request.retest and not interrupted:
+        # Each suspect is also an unchecked finding, never a pass: "measured slow once" is no verdict.
         unretested = [unmeasured_retest(s, "it was not re-tested (--no-retest)") for s in analysis.suspects]
     if wanted:
         count = len({s.measurement.host for s in analysis.suspects})

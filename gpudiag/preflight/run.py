@@ -134,7 +134,7 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
         net_address=request.net_address,
         pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s, python=request.python),
         launcher=request.launcher, slurm_bundle_dir=request.slurm_bundle_dir, budget_s=request.budget_s,
-        here=request.here, unretested_unchecked=True)
+        here=request.here)
 
 
 def make_plan(request: PreflightRequest, hosts: int) -> PreflightPlan:

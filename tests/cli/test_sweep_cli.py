@@ -103,3 +103,38 @@ def test_after_the_node_probes_progress_says_each_phase(tmp_path: Path):
     assert re.fullmatch(r"gpudiag: re-testing \d+ suspects? on \d+ hosts?", phases[1]), said
     assert phases[2].startswith("gpudiag: pair tests between nodes (screen) over 8 hosts")
     assert phases[3] == f"gpudiag: storing the sweep in {tmp_path / 'g.db'}"
+
+
+def test_with_no_retest_a_slow_gpu_is_unconfirmed_and_unchecked_never_a_pass(tmp_path: Path):
+    """--no-retest skips the re-test that would confirm or clear a suspect: the sweep says so, keeps
+    the host out of jobs, and exits 3 (could not be checked), never 0."""
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 8, "faults": [{"kind": "slow_gpu", "host": "node003", "gpu": 2,
+                                                         "factor": 0.7}]}))
+    json_path, exclude = tmp_path / "sweep.json", tmp_path / "exclude.txt"
+    result = CliRunner().invoke(main, ["sweep", "--simulate", str(fleet), "--no-store", "--no-retest", "-q",
+                                       "--json", str(json_path), "--exclude-file", str(exclude)])
+    assert result.exit_code == 3, result.output
+    findings = json.loads(json_path.read_text())["findings"]
+    (slow,) = [f for f in findings if f["kind"] == "slow_gpu"]
+    assert (slow["host"], slow["gpu"], slow["severity"], slow["confirmed"]) == ("node003", 2, "warn", False)
+    unchecked = {(f["host"], f["gpu"]): f["evidence"] for f in findings if f["kind"] == "unchecked"}
+    assert "it was not re-tested (--no-retest)" in unchecked["node003", 2]
+    # every suspect, the simulator's noise-level ones too, is unchecked: none was confirmed or cleared
+    suspects = {f["host"] for f in findings if f["severity"] == "warn" and f["kind"] != "fleet_shift"}
+    assert {host for host, _ in unchecked} == suspects
+    assert "node003" in exclude.read_text().split()
+
+
+def test_with_the_retest_the_same_slow_gpu_is_confirmed_and_fails(tmp_path: Path):
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 8, "faults": [{"kind": "slow_gpu", "host": "node003", "gpu": 2,
+                                                         "factor": 0.7}]}))
+    json_path = tmp_path / "sweep.json"
+    result = CliRunner().invoke(main, ["sweep", "--simulate", str(fleet), "--no-store", "-q", "--json",
+                                       str(json_path)])
+    assert result.exit_code == 1, result.output
+    findings = json.loads(json_path.read_text())["findings"]
+    assert [(f["kind"], f["host"], f["confirmed"]) for f in findings if f["severity"] == "fail"] == [
+        ("slow_gpu", "node003", True)]
+    assert not [f for f in findings if f["kind"] == "unchecked"]
