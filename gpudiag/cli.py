@@ -145,7 +145,9 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
                      help="Detection thresholds overriding the shipped defaults (JSON with units)."),
         click.option("--baseline", "baseline_name", default=None, metavar="NAME",
                      help="Stored baseline for keys with too few peers (default: 'default', if stored)."),
-        click.option("--no-retest", is_flag=True, help="Report suspects without re-testing them: each stays unconfirmed and unchecked (exit 3, on the exclude list)."),
+        click.option("--no-retest", is_flag=True,
+                     help="Report suspects without re-testing them: each stays unconfirmed and unchecked "
+                          "(exit 3, on the exclude list)."),
         click.option("--exclude-file", default=None, metavar="PATH",
                      help="Write the hosts a job should not get here, one per line."),
     ]

@@ -32,7 +32,8 @@ from .storehosts import (
     insert_figures,
     latest_ok,
     one_host_results,
-    pack_results,
+    packed_for,
+    release_bases,
 )
 from .storeschema import (
     SCHEMA_VERSION,
@@ -177,6 +178,7 @@ class Store:
             known = db.execute("SELECT ordinal FROM hosts WHERE sweep_id = ? AND host = ?",
                                (sweep_id, host["host"])).fetchone()
             ordinal = known[0] if known else _next_ordinal(db, "hosts", sweep_id)
+            release_bases(db, [sweep_id], host["host"])  # another sweep's row may keep only what changed since
             db.execute("DELETE FROM hosts WHERE sweep_id = ? AND host = ?", (sweep_id, host["host"]))
             self._insert_host(db, sweep_id, ordinal, host)
         return True
@@ -233,8 +235,9 @@ class Store:
     def _insert_host(self, db: sqlite3.Connection, sweep_id: str, ordinal: int, host: Mapping[str, Any]) -> None:
         """The host's row, its records packed (gpudiag.storehosts) and its compared figures."""
         results = host.get("results") or []
-        _insert(db, "hosts", _HOST_FIELDS, [({"sweep_id": sweep_id, "ordinal": ordinal,
-                                              "results_z": pack_results(results)}, host)],
+        packed, base_sweep_id = packed_for(db, sweep_id, host["host"], results)
+        _insert(db, "hosts", _HOST_FIELDS, [({"sweep_id": sweep_id, "ordinal": ordinal, "results_z": packed,
+                                              "base_sweep_id": base_sweep_id}, host)],
                 ignored=("results",))
         try:
             insert_figures(db, self._keys, sweep_id, host, results)

@@ -6,10 +6,19 @@ figure — an ok result with a baseline key (gpudiag.keys.result_key) — is als
 ``figures``: the key's id (``result_keys``), the GPU's index and the value, which is all that a
 baseline or a host's history reads. Sweeps stored by schema 1–2 keep their rows in ``results``;
 every reader here takes both.
+
+Since schema 5 a host's record that is unchanged since the host's *base* — its newest row stored
+in full, in an earlier sweep (``hosts.base_sweep_id``) — is stored as that record's index in the
+base: a node's identity, clocks, link widths and error counters are not stored again each sweep.
+A base is always a full row, so a record is one lookup away, never a chain. A row with fewer than
+half its records unchanged is stored in full and becomes the base of the host's later rows.
+Before a base row is deleted (a host recorded again, a sweep pruned) its dependants are written
+out again against the oldest of them (``release_bases``): nothing stored is lost.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 import zlib
@@ -17,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import StoreError
 from .keys import result_key
 from .results import device_index
 
@@ -40,14 +50,120 @@ class StoredFigure:
     value: float
 
 
-def pack_results(results: Sequence[Mapping[str, Any]]) -> bytes:
-    """The records as compressed JSON (what ``hosts.results_z`` holds)."""
+# A row is stored against its base when at least this share of its records is unchanged.
+UNCHANGED_SHARE = 0.5
+
+
+def pack_results(results: Sequence[Mapping[str, Any] | int]) -> bytes:
+    """The records as compressed JSON (what ``hosts.results_z`` holds); an int stands for the
+    base's record of that index."""
     return zlib.compress(json.dumps(list(results), separators=(",", ":")).encode(), _LEVEL)
 
 
-def unpack_results(packed: bytes) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = json.loads(zlib.decompress(packed))
+def pack_against(results: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> bytes | None:
+    """The records packed with each one equal to a record of ``base`` as that record's index, or
+    None when fewer than UNCHANGED_SHARE of them are (the row is then better stored in full)."""
+    if not results or not base:
+        return None
+    candidates: dict[tuple[Any, ...], list[int]] = {}
+    for position, record in enumerate(base):
+        candidates.setdefault(_identity(record), []).append(position)
+    items = [_position(record, base, candidates.get(_identity(record), ())) for record in results]
+    if sum(isinstance(item, int) for item in items) < UNCHANGED_SHARE * len(items):
+        return None
+    return pack_results(items)
+
+
+def _identity(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    return record.get("probe"), record.get("device"), record.get("metric"), record.get("gpu_uuid")
+
+
+def _position(record: Mapping[str, Any], base: Sequence[Mapping[str, Any]],
+              positions: Sequence[int]) -> Mapping[str, Any] | int:
+    """The position of a base record equal to ``record`` (its value of the same type: 700 is not
+    stored as 700.0), else the record itself."""
+    for position in positions:
+        if base[position] == record and type(base[position].get("value")) is type(record.get("value")):
+            return position
+    return record
+
+
+def unpack_results(packed: bytes, base: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The records of ``packed``, each index replaced by the ``base`` record it names (``base`` is
+    freshly unpacked and given away: a record named twice is copied, never shared). Raises
+    StoreError when it names a record the base does not have."""
+    items = json.loads(zlib.decompress(packed))
+    if not any(isinstance(item, int) for item in items):
+        return list(items)
+    if base is None or any(isinstance(item, int) and not 0 <= item < len(base) for item in items):
+        raise StoreError("a stored host's records name unchanged records of a base row that is missing or shorter; "
+                         "the store was changed by something other than gpudiag; move it aside and start a new one")
+    records, named = [], set()
+    for item in items:
+        if isinstance(item, int):
+            records.append(copy.deepcopy(base[item]) if item in named else base[item])
+            named.add(item)
+        else:
+            records.append(item)
     return records
+
+
+def base_of(db: sqlite3.Connection, sweep_id: str, host: str) -> tuple[str, list[dict[str, Any]]] | None:
+    """The sweep id and the records of ``host``'s newest row stored in full in another sweep than
+    ``sweep_id``, or None when it has none."""
+    row = db.execute(
+        "SELECT h.sweep_id, h.results_z FROM hosts h JOIN sweeps s USING (sweep_id) WHERE h.host = ?"
+        " AND h.sweep_id != ? AND h.base_sweep_id IS NULL AND h.results_z IS NOT NULL"
+        " ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT 1", (host, sweep_id)).fetchone()
+    return None if row is None else (row[0], unpack_results(row[1]))
+
+
+def packed_for(db: sqlite3.Connection, sweep_id: str, host: str,
+               results: Sequence[Mapping[str, Any]]) -> tuple[bytes, str | None]:
+    """``results_z`` and ``base_sweep_id`` for a new row of ``host`` in ``sweep_id``: against the
+    host's base where enough of its records are unchanged, else in full (base None)."""
+    base = base_of(db, sweep_id, host)
+    packed = pack_against(results, base[1]) if base is not None else None
+    return (pack_results(results), None) if packed is None or base is None else (packed, base[0])
+
+
+def _stored_records(db: sqlite3.Connection, packed: bytes, base_sweep_id: str | None,
+                    host: str) -> list[dict[str, Any]]:
+    if base_sweep_id is None:
+        return unpack_results(packed)
+    base = db.execute("SELECT results_z FROM hosts WHERE sweep_id = ? AND host = ? AND base_sweep_id IS NULL",
+                      (base_sweep_id, host)).fetchone()
+    return unpack_results(packed, None if base is None or base[0] is None else unpack_results(base[0]))
+
+
+def release_bases(db: sqlite3.Connection, sweep_ids: Sequence[str], host: str | None = None) -> int:
+    """Before the rows of ``sweep_ids`` (only ``host``'s, when given) are deleted, write out again
+    the rows of other sweeps stored against them: per host, the oldest in full (the new base) and
+    the others against it. Returns how many rows were written."""
+    doomed = set(sweep_ids)
+    marks = ", ".join("?" * len(doomed))
+    query = ("SELECT h.sweep_id, h.host, h.results_z, h.base_sweep_id FROM hosts h JOIN sweeps s USING (sweep_id)"
+             f" WHERE h.base_sweep_id IN ({marks})")
+    arguments: list[str] = sorted(doomed)
+    if host is not None:
+        query += " AND h.host = ?"
+        arguments.append(host)
+    dependants: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
+    for row in db.execute(query + " ORDER BY h.host, s.started_at, h.sweep_id", arguments).fetchall():
+        if row[0] not in doomed:
+            dependants.setdefault(row[1], []).append((row[0], _stored_records(db, row[2], row[3], row[1])))
+    written = 0
+    for name, rows in dependants.items():
+        (base_sweep, base), *later = rows
+        db.execute("UPDATE hosts SET results_z = ?, base_sweep_id = NULL WHERE sweep_id = ? AND host = ?",
+                   (pack_results(base), base_sweep, name))
+        for sweep_id, records in later:
+            packed = pack_against(records, base)
+            db.execute("UPDATE hosts SET results_z = ?, base_sweep_id = ? WHERE sweep_id = ? AND host = ?",
+                       (pack_results(records) if packed is None else packed, None if packed is None else base_sweep,
+                        sweep_id, name))
+        written += len(rows)
+    return written
 
 
 class KeyIds:
@@ -103,7 +219,7 @@ def host_results(db: sqlite3.Connection, row: sqlite3.Row, legacy: Mapping[str, 
     """A stored host's records: its packed array, else (a sweep stored before schema 3) its rows."""
     packed = row["results_z"]
     if packed is not None:
-        return unpack_results(packed)
+        return _stored_records(db, packed, row["base_sweep_id"], row["host"])
     return legacy.get(row["host"], [])
 
 
@@ -167,11 +283,12 @@ def latest_ok(db: sqlite3.Connection, hosts: Iterable[str], before: str) -> list
 
 def one_host_results(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict[str, Any]]:
     """One stored host's records, whichever schema stored them."""
-    row = db.execute("SELECT host, results_z FROM hosts WHERE sweep_id = ? AND host = ?", (sweep_id, host)).fetchone()
+    row = db.execute("SELECT host, results_z, base_sweep_id FROM hosts WHERE sweep_id = ? AND host = ?",
+                     (sweep_id, host)).fetchone()
     if row is None:
         return []
     if row["results_z"] is not None:
-        return unpack_results(row["results_z"])
+        return _stored_records(db, row["results_z"], row["base_sweep_id"], host)
     return [{**{name: item for name, item in dict(r).items() if name in _LEGACY_FIELDS},
              "params": json.loads(r["params_json"] or "{}"), "details": json.loads(r["details_json"] or "{}")}
             for r in db.execute("SELECT * FROM results WHERE sweep_id = ? AND host = ? ORDER BY ordinal",

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .errors import InputError, StoreError
 from .store import Store
+from .storehosts import release_bases
 from .storeschema import refuse_unusable
 
 # An unfinished sweep started within this long is taken to be running (another gpudiag is
@@ -240,6 +241,7 @@ def delete_sweeps(db: sqlite3.Connection, sweep_ids: Sequence[str]) -> int:
     ``result_keys`` rows no figure uses any more; returns how many keys went."""
     if not sweep_ids:
         return 0
+    release_bases(db, sweep_ids)  # a kept sweep's host rows may keep only what changed since a pruned one's
     rows = [(sweep_id,) for sweep_id in sweep_ids]
     for table in SWEEP_TABLES:  # one of this module's literals, never user input
         db.executemany(f"DELETE FROM {table} WHERE sweep_id = ?", rows)

@@ -22,7 +22,9 @@ BUSY_TIMEOUT_MS = 30_000
 # the contract's. Never edit a released script: add the next one. Schema 3 keeps a host's records
 # packed in hosts.results_z and its compared figures in figures (gpudiag.storehosts); the results
 # table stays for sweeps stored before it. Schema 4 adds the repairs an operator records
-# (gpudiag.repairs): not a sweep's rows, so pruning sweeps never deletes them.
+# (gpudiag.repairs): not a sweep's rows, so pruning sweeps never deletes them. Schema 5 lets a
+# host's row keep only what changed since the host's newest full row (hosts.base_sweep_id;
+# gpudiag.storehosts): telemetry that did not change is not stored again.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,
@@ -64,6 +66,10 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE repairs (repair_id INTEGER PRIMARY KEY, host TEXT NOT NULL, gpu INTEGER, recorded_at TEXT NOT NULL,
         operator TEXT, text TEXT NOT NULL, after_sweep_id TEXT NOT NULL, after_started_at TEXT NOT NULL);
     CREATE INDEX repairs_by_host ON repairs (host);
+    """,
+    """
+    ALTER TABLE hosts ADD COLUMN base_sweep_id TEXT;
+    CREATE INDEX hosts_by_base ON hosts (base_sweep_id) WHERE base_sweep_id IS NOT NULL;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

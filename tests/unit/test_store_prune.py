@@ -39,11 +39,11 @@ def _iso(days_ago: float) -> str:
     return (NOW - timedelta(days=days_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _result(host: str, gpu: int, probe: str, metric: str, value: float, unit: str,
+def _result(sweep_id: str, host: str, gpu: int, probe: str, metric: str, value: float, unit: str,
             params: dict[str, Any]) -> dict[str, Any]:
     return {"probe": probe, "device": f"cuda:{gpu}", "gpu_uuid": f"GPU-{host}-{gpu}", "metric": metric,
             "value": value, "unit": unit, "samples": 20, "cv": 0.004, "status": "ok", "reason": None,
-            "params": dict(params), "details": {"sm_clock_mhz": _samples(f"{host}{gpu}{probe}", 200)}}
+            "params": dict(params), "details": {"sm_clock_mhz": _samples(f"{sweep_id}{host}{gpu}{probe}", 200)}}
 
 
 def _samples(seed: str, count: int) -> list[float]:
@@ -52,10 +52,11 @@ def _samples(seed: str, count: int) -> list[float]:
     return [round(1980 - generator.random() * 40, 3) for _ in range(count)]
 
 
-def _host(name: str, index: int, dtype: str) -> dict[str, Any]:
-    results = [_result(name, gpu, "gemm", "tflops", 740.0 - index - gpu * 0.7, "TFLOP/s",
+def _host(sweep_id: str, name: str, index: int, dtype: str) -> dict[str, Any]:
+    """A host whose every record differs from its last sweep's (each sweep samples anew)."""
+    results = [_result(sweep_id, name, gpu, "gemm", "tflops", 740.0 - index - gpu * 0.7, "TFLOP/s",
                        {"dtype": dtype, "m": 8192, "n": 8192, "k": 8192, "mode": "steady"}) for gpu in range(2)]
-    results += [_result(name, gpu, "membw", "gbps", 3010.0 + index + gpu, "GB/s",
+    results += [_result(sweep_id, name, gpu, "membw", "gbps", 3010.0 + index + gpu, "GB/s",
                         {"memory": "device", "buffer_mib": 1024}) for gpu in range(2)]
     return {"host": name, "status": "ok", "error": None, "duration_s": 12.4, "facts": dict(FACTS),
             "results": results}
@@ -63,7 +64,7 @@ def _host(name: str, index: int, dtype: str) -> dict[str, Any]:
 
 def _document(sweep_id: str, started_at: str, dtype: str = "bf16") -> dict[str, Any]:
     """A finished sweep of 8 hosts of 2 GPUs, one pair test and one finding."""
-    hosts = [_host(f"node{index:03d}", index, dtype) for index in range(1, 9)]
+    hosts = [_host(sweep_id, f"node{index:03d}", index, dtype) for index in range(1, 9)]
     return {"schema": "gpudiag.sweep/1", "sweep_id": sweep_id, "started_at": started_at,
             "finished_at": started_at, "hosts": hosts,
             "links": [{"a": "node001", "b": "node002", "rail": 0, "backend": "tcp", "metric": "gbps",
