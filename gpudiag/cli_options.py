@@ -1,5 +1,5 @@
-"""What the commands over the store share: the ``--store`` option, where the store is by
-default, and the hint under a table that left columns out."""
+"""What the commands share: the ``--store`` option, where the store is by default, the SSH and
+judging options, and the hint under a table that left columns out."""
 
 from __future__ import annotations
 
@@ -32,6 +32,23 @@ def ssh_options(function: click.decorators.FC) -> click.decorators.FC:
                      help="Trust and record host keys seen for the first time (changed keys are always refused)."),
         click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
                      metavar="S", help="TCP connect timeout, where the SSH config sets none."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
+def judging_options(function: click.decorators.FC) -> click.decorators.FC:
+    """What commands that judge one job's or one node's figures take (preflight, triage): the
+    stored baseline, the thresholds file and whether suspects are re-tested (parameters
+    baseline_name, thresholds_path, no_retest)."""
+    decorators = [
+        click.option("--baseline", "baseline_name", default=None, metavar="NAME",
+                     help="Stored baseline to judge against (default: 'default', if stored)."),
+        click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
+                     help="Detection thresholds overriding the shipped defaults (JSON with units)."),
+        click.option("--no-retest", is_flag=True,
+                     help="Report suspects without re-testing them: each stays unconfirmed and unchecked (exit 3)."),
     ]
     for decorator in reversed(decorators):
         function = decorator(function)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import click
 
-from .cli_options import ssh_options
+from .cli_options import judging_options, ssh_options
 from .detail import COMPACT, DETAILS
 from .errors import InputError
 from .exitcodes import ExitCode
@@ -53,7 +53,6 @@ from .transport.ssh import SshSettings
               help="Return to service the nodes that now pass and that gpudiag drained (reason 'gpudiag:...'); "
                    "a node drained by anyone else stays drained.")
 @click.option("--no-links", is_flag=True, help="No link screen between the nodes.")
-@click.option("--no-retest", is_flag=True, help="Report suspects without re-testing them (unconfirmed).")
 @click.option("--python", "python", default="python3", show_default=True, metavar="PATH",
               help="The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type.")
@@ -63,10 +62,7 @@ from .transport.ssh import SshSettings
               help="SQLite store with the baseline; the check is kept there (default: "
                    "$XDG_DATA_HOME/gpudiag/gpudiag.db).")
 @click.option("--no-store", is_flag=True, help="No store: judged against the SKU figures and the nodes alone.")
-@click.option("--baseline", "baseline_name", default=None, metavar="NAME",
-              help="Stored baseline to judge against (default: 'default', if stored).")
-@click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
-              help="Detection thresholds overriding the shipped defaults (JSON with units).")
+@judging_options
 @click.option("--exclude-file", default=None, metavar="PATH", help="Write the nodes a job should not get here.")
 @click.option("--json", "json_path", default=None, metavar="PATH|-",
               help="Write the sweep document (with a 'preflight' part: plan, drains) here.")

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .cli_options import ssh_options
+from .cli_options import judging_options, ssh_options
 from .errors import InputError
 from .exitcodes import ExitCode
 from .interrupts import InterruptGate
@@ -45,11 +45,7 @@ from .triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
               help="SQLite store with the baseline and the host's history (default: $XDG_DATA_HOME/gpudiag/gpudiag.db)."
                    " Only read.")
 @click.option("--no-store", is_flag=True, help="Compare with no stored baseline or history.")
-@click.option("--baseline", "baseline_name", default=None, metavar="NAME",
-              help="Stored baseline to judge against (default: 'default', if stored).")
-@click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
-              help="Detection thresholds overriding the shipped defaults (JSON with units).")
-@click.option("--no-retest", is_flag=True, help="Report suspects without re-testing them (unconfirmed).")
+@judging_options
 @click.option("--history", "history_sweeps", type=click.IntRange(min=0), default=HISTORY_SWEEPS, show_default=True,
               metavar="N", help="How many of the host's stored sweeps to compare with.")
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the triage document here.")

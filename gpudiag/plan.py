@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from .analysis import Analysis, SweepReader, analyse, prior_counts
-from .analysis.speed import unmeasured_retest
+from .analysis.speed import not_retested
 from .baseline import Baseline, list_baselines, load_baseline
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .bundle import Bundle, BundleMissing, locate_bundle
@@ -234,10 +234,10 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     if wanted and budget is not None and not budget.fits(_retest_need_s(first, analysis)):
         wanted = False  # unconfirmed, and each suspect a gap: neither confirmed nor cleared, never healthy
         budget_notes.append(f"the re-test of {len(analysis.suspects)} suspects was skipped: {budget.reason()}")
-        unretested = [unmeasured_retest(s, f"it was not re-tested ({budget.reason()})") for s in analysis.suspects]
+        unretested = not_retested(analysis.suspects, budget.reason())
     elif not request.retest and not interrupted:
         # Each suspect is also an unchecked finding, never a pass: "measured slow once" is no verdict.
-        unretested = [unmeasured_retest(s, "it was not re-tested (--no-retest)") for s in analysis.suspects]
+        unretested = not_retested(analysis.suspects)
     if wanted:
         count = len({s.measurement.host for s in analysis.suspects})
         progress.phase(f"re-testing {len(analysis.suspects)} suspect{'s' if len(analysis.suspects) != 1 else ''} "

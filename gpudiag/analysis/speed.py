@@ -298,6 +298,11 @@ def unmeasured_retest(suspect: Suspect, why: str | None = None) -> Finding:
                                       metric=f"{m.probe}.{m.metric}")
 
 
+def not_retested(suspects: Iterable[Suspect], why: str = "--no-retest") -> list[Finding]:
+    """Each suspect that was not re-tested (``why``: the option or the budget) as an unchecked finding."""
+    return [unmeasured_retest(suspect, f"it was not re-tested ({why})") for suspect in suspects]
+
+
 def hosts_by_metric(found: Iterable[Measurement]) -> dict[tuple[str, str], list[str]]:
     hosts: dict[tuple[str, str], list[str]] = defaultdict(list)
     for m in found:

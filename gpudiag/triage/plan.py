@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..analysis import Analysis, analyse, prior_counts
+from ..analysis.speed import not_retested
 from ..baseline import Baseline, list_baselines, load_baseline
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
@@ -202,6 +203,9 @@ def _run(request: TriageRequest, setup: _Setup, progress: SweepProgress, gate: I
         retest_hosts = None if again is None else [host.with_facts(outcome.facts) for host in again.hosts]
         analysis = analyse([outcome], setup.thresholds, baseline=setup.baseline, previous_hosts=previous,
                            retest_hosts=None if interrupted else retest_hosts, retested=True, interrupted=interrupted)
+    elif analysis.suspects and not interrupted:  # --no-retest: measured slow once is no verdict
+        analysis = analyse([outcome], setup.thresholds, baseline=setup.baseline, previous_hosts=previous,
+                           extra=not_retested(analysis.suspects))
     history = tuple(setup.store.host_history(outcome.host, request.history_sweeps)) if setup.store else ()
     return TriageRun(host=outcome.host, outcome=outcome, analysis=analysis, retested=retested,
                      baseline=setup.baseline.name if setup.baseline else None, notes=tuple(setup.notes),

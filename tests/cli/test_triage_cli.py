@@ -67,6 +67,22 @@ def test_a_throttled_gpu_says_check_cooling(fleet, tmp_path):
     assert document["retested"] is True
 
 
+def test_with_no_retest_a_slow_gpu_is_unconfirmed_and_unchecked_never_a_pass(tmp_path):
+    """A GPU slow with no reason NVML shows needs its re-test: without one it is no verdict (exit 3)."""
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps({"nodes": 2, "faults": [{"kind": "slow_gpu", "host": "node002", "gpu": 4,
+                                                         "factor": 0.7}]}))
+    result, document = _triage(slow, "node002", tmp_path, "--no-retest")
+    assert result.exit_code == 3, result.output
+    assert document["retested"] is False
+    (problem,) = document["problems"]
+    assert (problem["severity"], problem["gpu"]) == ("warn", 4)
+    (not_checked,) = document["not_checked"]
+    assert not_checked.startswith("gemm.tflops was 30") and "it was not re-tested (--no-retest)" in not_checked
+    confirmed, _ = _triage(slow, "node002", tmp_path)  # the same GPU, re-tested: slow again, a fail
+    assert confirmed.exit_code == 1, confirmed.output
+
+
 def test_a_healthy_node_says_nothing_found_and_what_was_checked(fleet, tmp_path):
     result, document = _triage(fleet, "node001", tmp_path)
     assert result.exit_code == 0
