@@ -187,6 +187,12 @@ class Nvml:
                 raise
             return self.module.nvmlDeviceGetHandleByIndex(nvml_index)
 
+    def cpu_affinity(self, handle: Any, cpu_count: int) -> frozenset[int]:
+        """The CPUs nearest the GPU (NVML's ideal affinity: its own socket's or NUMA node's), out of
+        ``cpu_count`` on the node. Raises NVMLError where NVML cannot tell (NOT_SUPPORTED)."""
+        words = max(1, (cpu_count + 63) // 64)
+        return cpus_from_mask(self.module.nvmlDeviceGetCpuAffinity(handle, words))
+
     def driver_version(self) -> str:
         """Kernel driver version, e.g. ``535.183.01``."""
         return _text(self.module.nvmlSystemGetDriverVersion())
@@ -302,6 +308,12 @@ class Nvml:
 
 # nvmlValueType_t -> the member of the nvmlValue_t union that holds the number.
 _FIELD_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def cpus_from_mask(words: Iterable[int], bits: int = 64) -> frozenset[int]:
+    """The CPU numbers set in an NVML CPU mask: word i's bit b is CPU i × ``bits`` + b."""
+    return frozenset(index * bits + bit for index, word in enumerate(words) for bit in range(bits)
+                     if int(word) >> bit & 1)
 
 
 def normalise_uuid(gpu_uuid: str) -> str:

@@ -1,7 +1,9 @@
 """Host<->device (PCIe) copy bandwidth per GPU, both directions (GB/s).
 
-Pinned host memory, CUDA-event timing on the GPU's stream, one GPU at a time so a GPU's figure
-is its own link's and not shared with its neighbours under the same PCIe switch.
+Pinned host memory on the GPU's own socket (allocated with the thread on the CPUs NVML names
+nearest the GPU: gpudiag's probes/placement.py), CUDA-event timing on the GPU's stream, one GPU
+at a time so a GPU's figure is its own link's and not shared with its neighbours under the same
+PCIe switch.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from types import ModuleType
 from .context import ProbeContext
 from .devices import CudaDevice, import_torch, require_cuda_devices
 from .pergpu import Measure, run_with_evidence
+from .placement import near_gpu
 from .rates import transfer_gbps
 from .records import Record, measured
 from .sizing import MIB, MemoryBudget, choose_size
@@ -39,7 +42,12 @@ def _measure(torch: ModuleType, ctx: ProbeContext, direction: str) -> Measure:
         free_bytes, _ = torch.cuda.mem_get_info(device.index)
         budget = MemoryBudget.from_mib_cap(free_bytes, ctx.max_gpu_mem_mib)
         buffer_mib = choose_size(BUFFER_MIB, lambda mib: mib * MIB, budget, "pcie")
-        host = torch.ones(buffer_mib * MIB, dtype=torch.uint8).pin_memory()
+        release_pinned(torch)  # a cached buffer of the GPU before would sit on its socket, maybe not this one's
+        with near_gpu(device.gpu_uuid) as placement:
+            host = torch.empty(buffer_mib * MIB, dtype=torch.uint8, pin_memory=True)
+        if not hasattr(getattr(torch, "accelerator", None), "empty_host_cache"):
+            placement = {**placement, "host_buffer": f"torch {torch.__version__} cannot release its cached pinned "
+                                                     "buffers: this one may be an earlier GPU's, on its socket"}
         gpu = torch.empty(buffer_mib * MIB, dtype=torch.uint8, device=device.label)
         source, target = (host, gpu) if direction == "h2d" else (gpu, host)
 
@@ -54,6 +62,15 @@ def _measure(torch: ModuleType, ctx: ProbeContext, direction: str) -> Measure:
         rates = [transfer_gbps(buffer_mib * MIB, s) for s in seconds]
         return measured(PROBE, device.label, METRIC, UNIT, rates, gpu_uuid=device.gpu_uuid,
                         params={"direction": direction, "buffer_mib": buffer_mib, "host_memory": "pinned"},
-                        details={"runs_per_sample": runs})
+                        details={"runs_per_sample": runs, **placement})
 
     return measure
+
+
+def release_pinned(torch: ModuleType) -> None:
+    """Give torch's cached pinned host buffers back (where torch has
+    ``torch.accelerator.empty_host_cache``), so the next one is allocated anew where the thread
+    now runs."""
+    empty_host_cache = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None)
+    if empty_host_cache is not None:
+        empty_host_cache()
