@@ -224,14 +224,23 @@ def test_a_store_the_user_may_not_write_is_refused_untouched(store: Path):
 # -- in a mount namespace of their own (root): a read-only and a full file system ---------------------------
 
 
-def _in_mount_namespace(script: str) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` with sh in a private mount namespace (its mounts vanish with it); skip the
-    test where one cannot be made (not root, no unshare)."""
+def _mount_namespace_missing() -> str | None:
+    """Why this machine cannot give a test a mount namespace of its own, or None when it can."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare to mount a file system of the test's own")
+        return "needs root and unshare to mount a file system of the test's own"
     probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
-        pytest.skip(f"cannot make a mount namespace here: {probe.stderr.decode().strip()}")
+        return f"cannot make a mount namespace here: {probe.stderr.decode().strip()}"
+    return None
+
+
+_NO_MOUNT_NAMESPACE = _mount_namespace_missing()
+# The tests that mount a file system of their own, in a mount namespace that vanishes with them.
+requires_mount_namespace = pytest.mark.skipif(_NO_MOUNT_NAMESPACE is not None, reason=_NO_MOUNT_NAMESPACE or "")
+
+
+def _in_mount_namespace(script: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with sh in a private mount namespace (its mounts vanish with it)."""
     return subprocess.run(["unshare", "--mount", "sh", "-ec", script], capture_output=True, text=True, check=False,
                           timeout=120)
 
@@ -240,6 +249,7 @@ def _prune_command(store: Path, *args: str) -> str:
     return f"{sys.executable} -m gpudiag store prune --store {store} {' '.join(args)}"
 
 
+@requires_mount_namespace
 def test_a_store_on_a_read_only_file_system_is_refused_untouched(store: Path):
     before = _snapshot(store.parent)
     folder = store.parent
@@ -249,6 +259,7 @@ def test_a_store_on_a_read_only_file_system_is_refused_untouched(store: Path):
     assert _snapshot(store.parent) == before
 
 
+@requires_mount_namespace
 def test_vacuum_on_a_full_disk_keeps_the_deletions_and_says_so(store: Path, tmp_path: Path):
     """A tmpfs with room for the deletions' log but not for VACUUM's copy of the store."""
     full, out = tmp_path / "full", tmp_path / "out"
@@ -271,6 +282,7 @@ def test_vacuum_on_a_full_disk_keeps_the_deletions_and_says_so(store: Path, tmp_
         assert db.execute("PRAGMA freelist_count").fetchone()[0] > 0  # the freed pages, for later sweeps
 
 
+@requires_mount_namespace
 def test_a_disk_too_full_to_delete_prunes_nothing(store: Path, tmp_path: Path):
     full = tmp_path / "full"
     full.mkdir()
