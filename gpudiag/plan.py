@@ -240,8 +240,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         unretested = not_retested(analysis.suspects)
     if wanted:
         count = len({s.measurement.host for s in analysis.suspects})
-        progress.phase(f"re-testing {len(analysis.suspects)} suspect{'s' if len(analysis.suspects) != 1 else ''} "
-                       f"on {count} host{'s' if count != 1 else ''}")
+        progress.phase(f"re-testing {plural(len(analysis.suspects), 'suspect')} on {plural(count, 'host')}")
         retest, interrupted = _retest(_within(request, budget), setup, analysis, first, gate)
     link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate, progress, budget)
     extra = [*unretested, *extra]
@@ -337,7 +336,7 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
     ok_hosts = [h.host for h in first.hosts if h.ok]
     if budget is not None and len(ok_hosts) >= 2 and not budget.fits():
         return None, [out_of_budget(host, "pair tests", budget) for host in ok_hosts]
-    progress.phase(f"pair tests between nodes ({mode}) over {sum(h.ok for h in first.hosts)} hosts")
+    progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts")
     try:
         with gate.interruptible():
             return _link_phase(request, setup, first, mode, budget.deadline if budget is not None else None)

@@ -89,9 +89,10 @@ def _position(record: Mapping[str, Any], base: Sequence[Mapping[str, Any]],
 
 
 def unpack_results(packed: bytes, base: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """The records of ``packed``, each index replaced by the ``base`` record it names (``base`` is
-    freshly unpacked and given away: a record named twice is copied, never shared). Raises
-    StoreError when it names a record the base does not have."""
+    """The records of ``packed``, each index replaced by the ``base`` record it names: that record
+    itself, shared with ``base`` (a record named twice is copied the second time), so a caller that
+    hands the records on gives a base of their own. Raises StoreError when an index names a record
+    the base does not have."""
     items = json.loads(zlib.decompress(packed))
     if not any(isinstance(item, int) for item in items):
         return list(items)
@@ -108,32 +109,36 @@ def unpack_results(packed: bytes, base: Sequence[Mapping[str, Any]] | None = Non
     return records
 
 
-def base_of(db: sqlite3.Connection, sweep_id: str, host: str) -> tuple[str, list[dict[str, Any]]] | None:
-    """The sweep id and the records of ``host``'s newest row stored in full in another sweep than
-    ``sweep_id``, or None when it has none."""
+def packed_for(db: sqlite3.Connection, sweep_id: str, host: str,
+               results: Sequence[Mapping[str, Any]]) -> tuple[bytes, str | None]:
+    """``results_z`` and ``base_sweep_id`` for a new row of ``host`` in ``sweep_id``: against the
+    host's base (its newest row stored in full in another sweep) where enough of its records are
+    unchanged, else in full (base None)."""
     row = db.execute(
         "SELECT h.sweep_id, h.results_z FROM hosts h JOIN sweeps s USING (sweep_id) WHERE h.host = ?"
         " AND h.sweep_id != ? AND h.base_sweep_id IS NULL AND h.results_z IS NOT NULL"
         " ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT 1", (host, sweep_id)).fetchone()
-    return None if row is None else (row[0], unpack_results(row[1]))
+    return _packed(results, None) if row is None else _packed(results, (row[0], unpack_results(row[1])))
 
 
-def packed_for(db: sqlite3.Connection, sweep_id: str, host: str,
-               results: Sequence[Mapping[str, Any]]) -> tuple[bytes, str | None]:
-    """``results_z`` and ``base_sweep_id`` for a new row of ``host`` in ``sweep_id``: against the
-    host's base where enough of its records are unchanged, else in full (base None)."""
-    base = base_of(db, sweep_id, host)
-    packed = pack_against(results, base[1]) if base is not None else None
-    return (pack_results(results), None) if packed is None or base is None else (packed, base[0])
+def _packed(records: Sequence[Mapping[str, Any]],
+            base: tuple[str, Sequence[Mapping[str, Any]]] | None) -> tuple[bytes, str | None]:
+    """(``results_z``, ``base_sweep_id``) of ``records`` against ``base`` (its sweep id and
+    records) where enough are unchanged, else in full."""
+    packed = None if base is None else pack_against(records, base[1])
+    return (pack_results(records), None) if packed is None or base is None else (packed, base[0])
+
+
+def _base_records(db: sqlite3.Connection, base_sweep_id: str, host: str) -> list[dict[str, Any]] | None:
+    """The records of the full row a host's row refers to; None when it is missing."""
+    base = db.execute("SELECT results_z FROM hosts WHERE sweep_id = ? AND host = ? AND base_sweep_id IS NULL",
+                      (base_sweep_id, host)).fetchone()
+    return None if base is None or base[0] is None else unpack_results(base[0])
 
 
 def _stored_records(db: sqlite3.Connection, packed: bytes, base_sweep_id: str | None,
                     host: str) -> list[dict[str, Any]]:
-    if base_sweep_id is None:
-        return unpack_results(packed)
-    base = db.execute("SELECT results_z FROM hosts WHERE sweep_id = ? AND host = ? AND base_sweep_id IS NULL",
-                      (base_sweep_id, host)).fetchone()
-    return unpack_results(packed, None if base is None or base[0] is None else unpack_results(base[0]))
+    return unpack_results(packed, None if base_sweep_id is None else _base_records(db, base_sweep_id, host))
 
 
 def release_bases(db: sqlite3.Connection, sweep_ids: Sequence[str], host: str | None = None) -> int:
@@ -148,22 +153,23 @@ def release_bases(db: sqlite3.Connection, sweep_ids: Sequence[str], host: str | 
     if host is not None:
         query += " AND h.host = ?"
         arguments.append(host)
+    # Each base is read once, however many rows refer to it; the records are only packed again here.
+    bases: dict[tuple[str, str], list[dict[str, Any]] | None] = {}
     dependants: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
     for row in db.execute(query + " ORDER BY h.host, s.started_at, h.sweep_id", arguments).fetchall():
-        if row[0] not in doomed:
-            dependants.setdefault(row[1], []).append((row[0], _stored_records(db, row[2], row[3], row[1])))
-    written = 0
+        sweep_id, name, packed, base_sweep_id = row
+        if sweep_id in doomed:
+            continue
+        if (base_sweep_id, name) not in bases:
+            bases[base_sweep_id, name] = _base_records(db, base_sweep_id, name)
+        dependants.setdefault(name, []).append((sweep_id, unpack_results(packed, bases[base_sweep_id, name])))
     for name, rows in dependants.items():
         (base_sweep, base), *later = rows
-        db.execute("UPDATE hosts SET results_z = ?, base_sweep_id = NULL WHERE sweep_id = ? AND host = ?",
-                   (pack_results(base), base_sweep, name))
-        for sweep_id, records in later:
-            packed = pack_against(records, base)
+        for sweep_id, records in [(base_sweep, base), *later]:
+            results_z, refers_to = _packed(records, None if sweep_id == base_sweep else (base_sweep, base))
             db.execute("UPDATE hosts SET results_z = ?, base_sweep_id = ? WHERE sweep_id = ? AND host = ?",
-                       (pack_results(records) if packed is None else packed, None if packed is None else base_sweep,
-                        sweep_id, name))
-        written += len(rows)
-    return written
+                       (results_z, refers_to, sweep_id, name))
+    return sum(len(rows) for rows in dependants.values())
 
 
 class KeyIds:

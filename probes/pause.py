@@ -147,7 +147,6 @@ def plan_pause(rooms: Sequence[GpuRoom], names: Sequence[str], dtype: str, user_
     return steps
 
 
-
 def _p2p_steps(rooms: Sequence[GpuRoom], dtype: str, user_cap_mib: int | None) -> list[Step]:
     if len(rooms) < 2:
         return [skipped("p2p", "host", P2P_METRIC,

@@ -42,10 +42,11 @@ def _measure(torch: ModuleType, ctx: ProbeContext, direction: str) -> Measure:
         free_bytes, _ = torch.cuda.mem_get_info(device.index)
         budget = MemoryBudget.from_mib_cap(free_bytes, ctx.max_gpu_mem_mib)
         buffer_mib = choose_size(BUFFER_MIB, lambda mib: mib * MIB, budget, "pcie")
-        release_pinned(torch)  # a cached buffer of the GPU before would sit on its socket, maybe not this one's
+        # A cached buffer of the GPU before would sit on its socket, maybe not this one's.
+        released = release_pinned(torch)
         with near_gpu(device.gpu_uuid) as placement:
             host = torch.empty(buffer_mib * MIB, dtype=torch.uint8, pin_memory=True)
-        if not hasattr(getattr(torch, "accelerator", None), "empty_host_cache"):
+        if not released:
             placement = {**placement, "host_buffer": f"torch {torch.__version__} cannot release its cached pinned "
                                                      "buffers: this one may be an earlier GPU's, on its socket"}
         gpu = torch.empty(buffer_mib * MIB, dtype=torch.uint8, device=device.label)
@@ -67,10 +68,11 @@ def _measure(torch: ModuleType, ctx: ProbeContext, direction: str) -> Measure:
     return measure
 
 
-def release_pinned(torch: ModuleType) -> None:
-    """Give torch's cached pinned host buffers back (where torch has
-    ``torch.accelerator.empty_host_cache``), so the next one is allocated anew where the thread
-    now runs."""
+def release_pinned(torch: ModuleType) -> bool:
+    """Give torch's cached pinned host buffers back, so the next one is allocated anew where the
+    thread now runs. False where this torch cannot (no ``torch.accelerator.empty_host_cache``)."""
     empty_host_cache = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None)
-    if empty_host_cache is not None:
-        empty_host_cache()
+    if empty_host_cache is None:
+        return False
+    empty_host_cache()
+    return True

@@ -310,10 +310,6 @@ def hosts_by_metric(found: Iterable[Measurement]) -> dict[tuple[str, str], list[
     return hosts
 
 
-# Findings that keep a host out of a job: any fail on the host itself, or a host or GPU that
-# could not be checked. A fleet-wide shift names no host to exclude; a result with nothing to
-
-
 def _pair_finding(pair: Pair, context: Context) -> Finding:
     a, b = pair.ends
     severity = _severity(pair.worst, context.thresholds)

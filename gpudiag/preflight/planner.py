@@ -163,7 +163,6 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
                        "the first pass leaves as much time as it took, else each suspect is unchecked (exit 3)")
     retest = retest and fits
     duration, net_duration = _lengthen(room, retest, rounds if links else 0)
-    window = SAFETY * node_pass_s(duration)
     link_window = SAFETY * links_s(rounds, net_duration) if links else 0.0
     retest_window = SAFETY * retest_s(duration) if retest else 0.0
     # What is left goes to the first pass (a slow node still finishes), up to WINDOW_MAX times
@@ -176,9 +175,12 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
 def _lengthen(room: float, retest: bool, rounds: int) -> tuple[float, float]:
     """The load and net durations (s) that fill ``room``: both grow together from their least
     towards their targets, as far as the time allows."""
+    def durations(share: float) -> tuple[float, float]:
+        return (MIN_DURATION_S + share * (TARGET_DURATION_S - MIN_DURATION_S),
+                MIN_NET_DURATION_S + share * (TARGET_NET_DURATION_S - MIN_NET_DURATION_S))
+
     def need(share: float) -> float:
-        duration = MIN_DURATION_S + share * (TARGET_DURATION_S - MIN_DURATION_S)
-        net = MIN_NET_DURATION_S + share * (TARGET_NET_DURATION_S - MIN_NET_DURATION_S)
+        duration, net = durations(share)
         return SAFETY * (node_pass_s(duration) + (retest_s(duration) if retest else 0.0) + links_s(rounds, net))
 
     low, high = 0.0, 1.0
@@ -188,8 +190,7 @@ def _lengthen(room: float, retest: bool, rounds: int) -> tuple[float, float]:
         for _ in range(30):  # bisection: need() grows with the share
             middle = (low + high) / 2
             low, high = (middle, high) if need(middle) <= room else (low, middle)
-    duration = MIN_DURATION_S + low * (TARGET_DURATION_S - MIN_DURATION_S)
-    net = MIN_NET_DURATION_S + low * (TARGET_NET_DURATION_S - MIN_NET_DURATION_S)
+    duration, net = durations(low)
     return math.floor(duration * 100) / 100, math.floor(net * 100) / 100
 
 
