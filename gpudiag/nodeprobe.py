@@ -96,21 +96,36 @@ class CommandRunner(Protocol):
 def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> NodeProbe:
     """Run the bundle through ``session`` and parse what it printed.
 
-    Stray lines among the records are kept in ``NodeProbe.stray``. Raises ProbeOutputError when
-    the bundle printed stray lines and no record (unless it ran out of time), when a JSON object it
-    printed is not a valid record, or when it failed without printing any record (its stderr's last
-    line is the reason).
+    A node that says nothing has not passed: each probe asked for that printed no record at all
+    gets an ``error`` record of its own (``unanswered``). Stray lines among the records are kept
+    in ``NodeProbe.stray``. Raises ProbeOutputError when the output passed a cap of the session's
+    OutputLimits, when the bundle printed no record at all (unless it ran out of time; its
+    stderr's last line, or its stray output, is the reason), or when a JSON object it printed is
+    not a valid record.
     """
     outcome = session.run(options.bundle_argv(), options.timeout_s)
+    if outcome.overflow is not None:
+        raise ProbeOutputError(f"{source}: {outcome.overflow}")
     output = read_probe_output(outcome.stdout, source)
     ran_out = outcome.timed_out or outcome.exit_status == EXIT_DEADLINE
-    if not output.results and output.stray is not None and not ran_out:
-        raise stray_only_error(output.stray)
-    if not output.results and not ran_out and outcome.exit_status != 0:
+    if not output.results and not ran_out:
+        if output.stray is not None:
+            raise stray_only_error(output.stray)
         raise ProbeOutputError(f"{source}: the probe bundle exited with status {outcome.exit_status} "
-                               f"and printed no record: {last_line(outcome.stderr)}")
-    return NodeProbe(results=output.results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
+                               f"and printed no record at all: {last_line(outcome.stderr)}")
+    results = (*output.results, *unanswered(options, output.results, ran_out))
+    return NodeProbe(results=results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
                      stderr=outcome.stderr, duration_s=outcome.duration_s, stray=output.stray)
+
+
+def unanswered(options: ProbeOptions, results: Sequence[ProbeResult], ran_out: bool) -> list[ProbeResult]:
+    """An ``error`` record for each probe ``options`` asked for that has no record among
+    ``results``: a probe the node never answered was not measured, and is never a pass."""
+    printed = {result.probe for result in results}
+    why = ("the run ended at its deadline before this probe printed a record" if ran_out
+           else "the node printed no record of this probe, which was asked for")
+    return [ProbeResult(probe=name, device="host", metric="record", value=None, unit=None, status="error",
+                        reason=why) for name in options.names or DEFAULT_PROBE_NAMES if name not in printed]
 
 
 def last_line(text: str) -> str:

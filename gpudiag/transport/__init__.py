@@ -18,13 +18,16 @@ from ..bundle import Bundle
 
 @dataclass(frozen=True)
 class CommandResult:
-    """What one command did: exit status (None when it was killed), output, and wall time (s)."""
+    """What one command did: exit status (None when it was killed), output, and wall time (s).
+    ``overflow``: the command printed past a cap of its OutputLimits (gpudiag.transport.bounded),
+    in words; its output is cut there and it was ended. None when it stayed within them."""
 
     exit_status: int | None
     stdout: str
     stderr: str
     timed_out: bool
     duration_s: float
+    overflow: str | None = None
 
 
 class TransportError(Exception):
