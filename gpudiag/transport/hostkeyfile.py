@@ -2,7 +2,10 @@
 
 A line is ``[@marker] hostpatterns keytype base64key [comment]``. Host patterns are a comma list with ``*`` and
 ``?`` wildcards and ``!`` negation (a negated match excludes the line whatever else matches), or one hashed
-entry ``|1|salt|hash`` (HMAC-SHA1 of the name), and name hosts off port 22 as ``[host]:port``. Markers are
+entry ``|1|salt|hash`` (HMAC-SHA1 of the name), and name hosts off port 22 as ``[host]:port``. Names are
+matched without regard to case, as ssh matches them: ssh lowercases the host name before it looks it up (so
+a hashed entry is the hash of the lowercased name, as ``ssh-keygen -H`` writes it) and compares patterns in
+lower case (match.c ``match_hostname``); ``[LOCALHOST]:2299`` is about ``[localhost]:2299``. Markers are
 ``@revoked`` (this key must never be accepted for these hosts) and ``@cert-authority`` (host certificates signed
 by this key are trusted). Lines that cannot be read (an unknown marker, a key that is not base64) are skipped,
 as ssh skips them.
@@ -18,6 +21,7 @@ import enum
 import hashlib
 import hmac
 import re
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +29,8 @@ REVOKED = "@revoked"
 CERT_AUTHORITY = "@cert-authority"
 _MARKERS = (REVOKED, CERT_AUTHORITY)
 _HASH_MAGIC = "|1|"
+# ssh lowercases byte by byte in the C locale: ASCII letters only.
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 # How the lines a KnownHostsCommand printed name their source: "KnownHostsCommand /usr/bin/sss_ssh_knownhosts".
 COMMAND_SOURCE = "KnownHostsCommand "
 
@@ -62,7 +68,7 @@ class KnownHostLine:
 
     def matches(self, name: str) -> bool:
         """Whether this line is about ``name`` (``host`` or ``[host]:port``, compared in lower case as ssh does)."""
-        return host_field_matches(self.hosts, name.lower())
+        return host_field_matches(self.hosts, name)
 
 
 def parse_known_hosts(text: str, source: str) -> list[KnownHostLine]:
@@ -107,17 +113,24 @@ def _blob_type(blob: bytes) -> str | None:
 
 
 def host_field_matches(field: str, name: str) -> bool:
-    """Whether a known_hosts host field (hashed, or patterns with ``*``, ``?`` and ``!``) names ``name``."""
+    """Whether a known_hosts host field (hashed, or patterns with ``*``, ``?`` and ``!``) names ``name``, as
+    ssh decides it: ``name`` lowercased (and hashed so), patterns compared in lower case."""
+    name = lower_host_name(name)
     if field.startswith(_HASH_MAGIC):
         return _hashed_matches(field, name)
     found = False
-    for pattern in field.split(","):
+    for pattern in lower_host_name(field).split(","):
         negated = pattern.startswith("!")
         if _pattern_regex(pattern[1:] if negated else pattern).fullmatch(name):
             if negated:
                 return False  # as ssh: a negated match rules the line out
             found = True
     return found
+
+
+def lower_host_name(name: str) -> str:
+    """``name`` lowercased as ssh lowercases host names (ASCII letters only)."""
+    return name.translate(_ASCII_LOWER)
 
 
 def _hashed_matches(field: str, name: str) -> bool:

@@ -1,11 +1,17 @@
 """Host keys, checked as ssh checks them: against the host's UserKnownHostsFile and GlobalKnownHostsFile files
 and its KnownHostsCommand's output (``hostkeyfile.py`` reads the lines, ``hostkeycommand.py`` runs the command).
 
+- Host names are matched as ssh matches them, without regard to case (``hostkeyfile.py``): an entry
+  ``[LOCALHOST]:2299``, plain, hashed or a pattern, in any of the files or the command's output, is about
+  the host ``localhost`` on port 2299.
 - A key filed under a ``@revoked`` line for the host is refused, always, whatever else is on file.
 - A key on file (plain, or hashed ``|1|...``, or under a matching pattern) is trusted.
-- Another key on file for the host is a changed key: always refused.
+- Another key on file for the host is a changed key: always refused (stricter than ssh, which calls a key of
+  another type new: a node that offers another type than the one on file is refused too).
 - An unknown key is refused unless accept-new was asked, which appends it to the first UserKnownHostsFile
-  under a file lock (no lost lines, even with several sweeps at once). A global file is never written.
+  under a file lock (no lost lines, even with several sweeps at once). The file is judged again under the
+  lock, so a conflicting entry another sweep wrote meanwhile is never joined by a second key. A global file
+  is never written.
 - ``@cert-authority`` lines are read but host certificates are not checked: a host vouched for only by a
   certificate authority is unknown, and the error says so.
 
@@ -29,7 +35,15 @@ import paramiko
 from ..sshconfig import ResolvedHost
 from . import HostKeyChanged, HostKeyUnknown
 from .hostkeycommand import HOSTNAME, ORDER, CommandKeys, run_known_hosts_command
-from .hostkeyfile import Judgement, KnownHostLine, Verdict, judge, known_key_types, parse_known_hosts
+from .hostkeyfile import (
+    Judgement,
+    KnownHostLine,
+    Verdict,
+    judge,
+    known_key_types,
+    lower_host_name,
+    parse_known_hosts,
+)
 
 # The host key algorithms that present a key of each type (an RSA key signs with SHA-2).
 _ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")}
@@ -90,7 +104,7 @@ class KnownHosts:
             if not accept_new:
                 raise HostKeyUnknown(_unknown_message(name, key, host, command))
             if host.known_hosts_files:
-                _append(host.known_hosts_files[0], f"{name} {key.get_name()} {key.get_base64()}")
+                _append_unless_known(host.known_hosts_files[0], name, key)
             self._accepted.add((name, key.asbytes()))
 
     def _judge(self, host: ResolvedHost, name: str, key: paramiko.PKey, command: CommandKeys,
@@ -125,16 +139,16 @@ class _ParsedFile:
         by_name: dict[str, list[KnownHostLine]] = {}
         others = []
         for line in lines:
-            names = line.hosts.split(",")
             if line.is_hashed or any(char in line.hosts for char in "*?!"):
                 others.append(line)
                 continue
-            for host_name in names:
+            # as ssh: a name on file is about the host whatever its case ([LOCALHOST]:2299 is [localhost]:2299)
+            for host_name in dict.fromkeys(lower_host_name(line.hosts).split(",")):
                 by_name.setdefault(host_name, []).append(line)
         return cls(signature, {key: tuple(value) for key, value in by_name.items()}, tuple(others))
 
     def about(self, name: str) -> list[KnownHostLine]:
-        lowered = name.lower()
+        lowered = lower_host_name(name)
         return [*self.by_name.get(lowered, ()), *(line for line in self.others if line.matches(lowered))]
 
 
@@ -202,10 +216,16 @@ def _unknown_message(name: str, key: paramiko.PKey, host: ResolvedHost, command:
             "check it and add it, or run with --accept-new-host-keys")
 
 
-def _append(path: str, entry: str) -> None:
-    """Append the known_hosts line ``entry`` to ``path`` unless another sweep just did; an ``OSError`` (a
-    read-only home) leaves the key accepted for this sweep only, as ssh goes on when it cannot record one."""
-    line = entry + "\n"
+def _append_unless_known(path: str, name: str, key: paramiko.PKey) -> None:
+    """Append ``name``'s ``key`` to ``path`` unless the file, read again under its lock, already says something
+    about it: the key itself (another sweep just added it) returns, another key or a ``@revoked`` one raises.
+    An ``OSError`` (a read-only home) leaves the key accepted for this sweep only, as ssh goes on when it
+    cannot record one.
+
+    Raises:
+        HostKeyChanged: another sweep filed another key for ``name`` (or revoked this one) meanwhile.
+    """
+    line = f"{name} {key.get_name()} {key.get_base64()}\n"
     try:
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
         with open(path, "a+", encoding="utf-8") as handle:
@@ -213,7 +233,7 @@ def _append(path: str, entry: str) -> None:
             try:
                 handle.seek(0)
                 existing = handle.read()
-                if entry in existing.splitlines():  # another sweep added it meanwhile
+                if _filed_meanwhile(existing, path, name, key):
                     return
                 if existing and not existing.endswith("\n"):
                     line = "\n" + line  # never glue our entry onto someone's last line
@@ -224,3 +244,15 @@ def _append(path: str, entry: str) -> None:
                 fcntl.flock(handle, fcntl.LOCK_UN)
     except OSError:
         return
+
+
+def _filed_meanwhile(text: str, path: str, name: str, key: paramiko.PKey) -> bool:
+    """True when ``text`` (the user file under its lock) already trusts ``key`` for ``name``. Raises
+    HostKeyChanged when it holds another key for ``name`` or revokes this one."""
+    about = [line for line in parse_known_hosts(text, path) if line.matches(name)]
+    judgement = judge(about, key.asbytes(), key.get_name())
+    if judgement.verdict is Verdict.REVOKED:
+        raise HostKeyChanged(_revoked_message(name, key, judgement.line))
+    if judgement.verdict is Verdict.CHANGED:
+        raise HostKeyChanged(_changed_message(name, key, judgement.line))
+    return judgement.verdict is Verdict.TRUSTED
