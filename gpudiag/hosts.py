@@ -8,6 +8,11 @@ names are not supported, so no groups configuration is ever read.
 
 Hosts keep the order they were given in; a host given twice (same label, see ``HostSpec.label``,
 compared without regard to case as DNS does) is kept at its first place with its first spelling and user.
+
+Host and user names are checked as OpenSSH 9.6 and later check those of its command line (ssh.c's
+``valid_hostname`` and ``valid_ruser``), from every source: a name reaches a ProxyCommand's ``%h``/``%r``
+through a shell, so a shell metacharacter, whitespace or a control character in it (an IPv6 scope id
+``%$(cmd)`` included) is refused before it gets there (``host_name_problem``, ``user_name_problem``).
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ _MPI_FIELDS = frozenset({"slots", "max_slots", "max-slots"})
 _BOM = "\ufeff"
 ACCEPTED_FORMATS = ("one entry per line: [user@]host[:port] or a host set such as node[01-64], "
                     "optionally followed by net=ADDRESS")
+# What OpenSSH >= 9.6 refuses in a host name (ssh.c valid_hostname; ',' since 10.0) and in a user name
+# (valid_ruser): the characters a shell acts on where the name is expanded into a ProxyCommand.
+_HOST_NAME_FORBIDDEN = frozenset("'`\"$\\;&<>|(){},")
+_USER_NAME_FORBIDDEN = frozenset("'`\";&<>|(){}")
+# The fix for a refused name, after "fix: ".
+FIX_HOST_NAME = "use letters, digits, '.', '-', '_' and ':' only (an IPv6 scope as %eth0)"
+FIX_USER_NAME = "use letters, digits, '.', '_' and '-' only"
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,46 @@ class HostSpec:
         reached over SSH (test hosts listen there).
         """
         return self.host.lower() == "localhost" and self.user is None and self.port is None
+
+
+def host_name_problem(name: str) -> str | None:
+    """Why OpenSSH (9.6 and later) would refuse ``name`` as a host name, as words that follow the name
+    (``"contains '$', ..."``); None when it would take it.
+
+    Refused as ssh refuses them: an empty name, a leading ``-`` (read as an option), a shell metacharacter
+    (any of ``'"`$\\;&<>|(){},``), whitespace and control characters; also any other character that is not
+    printable (a Unicode line separator).
+    """
+    if not name:
+        return "is empty"
+    if name.startswith("-"):
+        return "starts with '-', which ssh would read as an option"
+    return _bad_character(name, "a host name", _HOST_NAME_FORBIDDEN, forbid_space=True)
+
+
+def user_name_problem(name: str) -> str | None:
+    """Why OpenSSH (9.6 and later) would refuse ``name`` as a remote user name, as words that follow the
+    name; None when it would take it. Refused: empty, a ``-`` at the start or after whitespace, a ``\\`` at
+    the end, a shell metacharacter (as in a host name, but ``$``, ``\\`` and ``,`` are allowed), a control or
+    other unprintable character."""
+    if not name:
+        return "is empty"
+    if name.startswith("-") or re.search(r"\s-", name):
+        return "has a '-' at its start or after a space, which ssh would read as an option"
+    if name.endswith("\\"):
+        return "ends with '\\'"
+    return _bad_character(name, "a user name", _USER_NAME_FORBIDDEN, forbid_space=False)
+
+
+def _bad_character(name: str, where: str, forbidden: frozenset[str], forbid_space: bool) -> str | None:
+    for character in name:
+        if character in forbidden:
+            return f"contains {character!r}, a shell metacharacter that ssh refuses in {where}"
+        if character.isspace() and forbid_space:
+            return f"contains whitespace ({character!r})"
+        if not character.isprintable():  # a space is printable: a user name may hold one, as for ssh
+            return f"contains the unprintable character {character!r}"
+    return None
 
 
 class _BadEntry(ValueError):
@@ -212,9 +264,20 @@ def _parse_entry(entry: str) -> list[HostSpec]:
     ipv6 = _split_ipv6(rest)
     if ipv6 is not None:
         address, port = ipv6
-        return [HostSpec(host=address, user=user, port=port)]
+        return [_checked(HostSpec(host=address, user=user, port=port))]
     pattern, port = _split_port(rest)
-    return [HostSpec(host=name, user=user, port=port) for name in _expand(pattern)]
+    return [_checked(HostSpec(host=name, user=user, port=port)) for name in _expand(pattern)]
+
+
+def _checked(spec: HostSpec) -> HostSpec:
+    """``spec`` when ssh would take its host and user names; raises _BadEntry naming the problem."""
+    problem = host_name_problem(spec.host)
+    if problem is not None:
+        raise _BadEntry(f"host name {spec.host!r} {problem}", f"fix: {FIX_HOST_NAME}")
+    problem = user_name_problem(spec.user) if spec.user is not None else None
+    if problem is not None:
+        raise _BadEntry(f"user name {spec.user!r} {problem}", f"fix: {FIX_USER_NAME}")
+    return spec
 
 
 def _check_fields(entry: str, fields: list[str]) -> None:
@@ -261,6 +324,8 @@ def _is_ip_address(text: str) -> bool:
 
 def _is_address(value: str) -> bool:
     bare = value[1:-1] if value.startswith("[") and value.endswith("]") else value
+    if host_name_problem(bare) is not None:  # an IPv6 scope such as %$(cmd) parses as an address
+        return False
     try:
         ipaddress.ip_address(bare)
     except ValueError:

@@ -18,6 +18,12 @@ or parsed, or one that fails every host the same way, stops the sweep before it 
 ProxyCommand and ProxyJump are kept as written: each is turned into a connection when that host is
 reached (``proxy_command_line``, ``resolve_jump_host``; ``transport/jump.py`` reads ProxyJump entries), so a
 host whose value cannot be used is that host's failure (``ProxySettingError``), not the sweep's.
+
+Host and user names are checked as OpenSSH 9.6+ checks those of its command line (``hosts.host_name_problem``),
+wherever they come from: ``-l``/``--user`` before anything runs (an InputError), the name given before ``ssh -G``
+sees it (its ``Match exec`` runs a shell), and the HostName and User that the config gives a host after it is
+resolved (OpenSSH itself takes those unchecked, and they reach a ProxyCommand's ``%h``/``%r``): a bad one is that
+host's ``ConfigProblem``. ``proxy_command_line`` checks again what it expands.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from paramiko.config import SSHConfig
 
 from .errors import InputError
 from .fdlimit import children_at_once
-from .hosts import HostSpec
+from .hosts import FIX_HOST_NAME, FIX_USER_NAME, HostSpec, host_name_problem, user_name_problem
 
 SSH_G_TIMEOUT_S = 10.0
 RESOLVE_WORKERS = 16
@@ -116,12 +122,14 @@ class HostConfigError(InputError):
 
 
 class _BadSetting(ValueError):
-    """A value ``keyword value`` that ssh would refuse; ``problem`` says why, without the host."""
+    """A value ``keyword value`` that ssh (or gpudiag, for a name) would refuse; ``problem`` says why, without
+    the host; ``fix`` what to do."""
 
-    def __init__(self, keyword: str, value: str, problem: str) -> None:
+    def __init__(self, keyword: str, value: str, problem: str, fix: str = FIX_CONFIG) -> None:
         super().__init__(f"{keyword} {value!r} {problem}")
         self.keyword = keyword
         self.value = value
+        self.fix = fix
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,7 @@ def resolve_jump_host(hop: HostSpec, options: SshOptions, via: str | None, ssh_b
 
 
 def _resolve(spec: HostSpec, options: SshOptions, via: str | None, ssh_binary: str | None) -> ResolvedHost:
+    _check_given_names(spec, options)
     binary = shutil.which(ssh_binary) if ssh_binary else None
     try:
         if binary is None:
@@ -197,10 +206,34 @@ def _resolve(spec: HostSpec, options: SshOptions, via: str | None, ssh_binary: s
                 raw = dataclasses.replace(raw, proxy_jump=_none_is_none(via), proxy_command=None)
         else:
             raw = _lookup_ssh(binary, spec, options, via)
-        return _apply_options(spec, options, raw)
+        return _apply_options(spec, options, _checked_names(raw))
     except _BadSetting as bad:
-        where = _config_where(options, _setting_line_pattern(bad.keyword, bad.value))
-        raise HostConfigError(where, spec.host, str(bad)) from None
+        raise HostConfigError(_setting_where(options, bad), spec.host, str(bad), bad.fix) from None
+
+
+def _check_given_names(spec: HostSpec, options: SshOptions) -> None:
+    """Raises HostConfigError when the host or user name given for ``spec`` is one ssh would refuse: it must
+    not reach ``ssh -G`` (whose ``Match exec`` expands it into a shell command) nor a ProxyCommand. The hosts
+    file, ``-l`` and ProxyJump entries are checked where they are read; this is the last guard."""
+    problem = host_name_problem(spec.host)
+    if problem is not None:
+        raise HostConfigError(_config_name(options), spec.host, f"host name {spec.host!r} {problem}", FIX_HOST_NAME)
+    for user in (spec.user, options.user):
+        problem = user_name_problem(user) if user is not None else None
+        if problem is not None:
+            raise HostConfigError(_config_name(options), spec.host, f"user name {user!r} {problem}", FIX_USER_NAME)
+
+
+def _checked_names(raw: _RawConfig) -> _RawConfig:
+    """``raw`` when its HostName and User are names ssh would take on its command line; raises _BadSetting
+    (the config gave them, or a token such as ``%h`` in HostName brought them in)."""
+    problem = host_name_problem(raw.hostname)
+    if problem is not None:
+        raise _BadSetting("HostName", raw.hostname, problem, f"correct the ssh config ({FIX_HOST_NAME})")
+    problem = user_name_problem(raw.user)
+    if problem is not None:
+        raise _BadSetting("User", raw.user, problem, f"correct the ssh config ({FIX_USER_NAME})")
+    return raw
 
 
 def resolve_all(specs: Iterable[HostSpec], options: SshOptions, ssh_binary: str | None = "ssh") -> ResolvedFleet:
@@ -217,6 +250,7 @@ def resolve_all(specs: Iterable[HostSpec], options: SshOptions, ssh_binary: str 
     unique = list(dict.fromkeys(specs))
     if not unique:
         return ResolvedFleet({}, {})
+    _check_user_option(options.user)
     _check_readable(options.config_file)
     binary = shutil.which(ssh_binary) if ssh_binary else None
 
@@ -279,9 +313,19 @@ def _config_where(options: SshOptions, pattern: re.Pattern[str] | None) -> str:
     return _config_name(options)
 
 
-def _setting_line_pattern(keyword: str, value: str) -> re.Pattern[str]:
-    """A config line that sets ``keyword`` to ``value`` (``Port 99999``, ``Port=99999``, quoted or not)."""
-    return re.compile(rf"^\s*{re.escape(keyword)}(\s*=\s*|\s+)\"?{re.escape(value)}\"?\s*$", re.IGNORECASE)
+def _setting_where(options: SshOptions, bad: _BadSetting) -> str:
+    """``FILE:LINE`` of the line that set ``bad``'s value: as written (the fallback's values), else with each
+    ``%`` written ``%%`` (ssh -G prints HostName expanded); the config's name when neither is found."""
+    where = _config_where(options, _setting_line_pattern(bad.keyword, re.escape(bad.value)))
+    if where == _config_name(options) and "%" in bad.value:
+        where = _config_where(options, _setting_line_pattern(bad.keyword, re.escape(bad.value).replace("%", "%%")))
+    return where
+
+
+def _setting_line_pattern(keyword: str, value_pattern: str) -> re.Pattern[str]:
+    """A config line that sets ``keyword`` to what ``value_pattern`` matches (``Port 99999``, ``Port=99999``,
+    quoted or not), without regard to case: ssh -G prints a HostName lowercased."""
+    return re.compile(rf"^\s*{re.escape(keyword)}(\s*=\s*|\s+)\"?{value_pattern}\"?\s*$", re.IGNORECASE)
 
 
 def _ssh_message_pattern(message: str) -> re.Pattern[str] | None:
@@ -289,7 +333,15 @@ def _ssh_message_pattern(message: str) -> re.Pattern[str] | None:
     if re.search(r"\bline \d+\b", message):
         return None  # ssh named the file and line itself
     token = re.search(r"unknown key (%\S)", message)
-    return re.compile(re.escape(token.group(1))) if token else None
+    # the token itself, not a "%%" followed by its letter: fe80::1%%eth0 is not the line of an unknown %e
+    return re.compile(r"(?<!%)(?:%%)*" + re.escape(token.group(1))) if token else None
+
+
+def _check_user_option(user: str | None) -> None:
+    """Raises InputError when ``-l``/``--user`` is a name ssh would refuse (it would fail every host)."""
+    problem = user_name_problem(user) if user is not None else None
+    if problem is not None:
+        raise InputError(f"-l/--user {user!r} {problem}; fix: {FIX_USER_NAME}")
 
 
 def _check_readable(config_file: str | None) -> None:
@@ -413,28 +465,41 @@ def proxy_command_line(host: ResolvedHost) -> str:
                 "it ends with a lone %"
             raise ProxySettingError(f"ProxyCommand {command!r} of {host.label}: {what}; "
                                     "fix: write %% for a literal % in the ssh config")
+        _check_expanded(host, token, values[token])
         pieces += [command[position:match.start()], values[token]]
         position = match.end()
     return "".join(pieces) + command[position:]
+
+
+def _check_expanded(host: ResolvedHost, token: str, value: str) -> None:
+    """Raises ProxySettingError when ``%token`` would bring a name ssh refuses into the shell command."""
+    problem = user_name_problem(value) if token == "r" else host_name_problem(value) if token in ("h", "n") else None
+    if problem is not None:
+        what = "user name" if token == "r" else "host name"
+        raise ProxySettingError(f"ProxyCommand {host.proxy_command!r} of {host.label}: %{token} would be the {what} "
+                                f"{value!r}, which {problem}, and is never passed to a shell; "
+                                f"fix: {FIX_USER_NAME if token == 'r' else FIX_HOST_NAME}")
 
 
 # --- paramiko fallback ----------------------------------------------------------------------------
 
 
 class _UnexpandedSSHConfig(SSHConfig):
-    """paramiko's parser leaving IdentityFile, ProxyCommand and ProxyJump as written: paramiko would
+    """paramiko's parser leaving HostName, IdentityFile, ProxyCommand and ProxyJump as written: paramiko would
     expand their tokens with the config's User and Port instead of the final ones, ``~`` with
-    ``$HOME``, and ``%`` in an IPv6 scope (``[fe80::1%eth0]``) as a token. gpudiag expands them as
-    ssh does."""
+    ``$HOME``, ``%`` in an IPv6 scope (``[fe80::1%eth0]``) as a token, and leave ``%%`` and unknown
+    tokens in HostName. gpudiag expands them as ssh does."""
 
     TOKENS_BY_CONFIG_KEY = {key: tokens for key, tokens in SSHConfig.TOKENS_BY_CONFIG_KEY.items()
-                            if key not in ("identityfile", "proxycommand", "proxyjump")}
+                            if key not in ("hostname", "identityfile", "proxycommand", "proxyjump")}
 
 
 def _lookup_paramiko(spec: HostSpec, options: SshOptions) -> _RawConfig:
     config = _read_paramiko_config(options)
     found = config.lookup(spec.host)
-    hostname = found.get("hostname", spec.host).lower()
+    # paramiko puts the name given in place of a missing HostName: that one is no template
+    written = found.get("hostname", spec.host)
+    hostname = _ssh_lowercase(spec.host if written == spec.host else _expand_host_name(written, spec.host))
     user = spec.user or options.user or found.get("user") or local_user()
     port = spec.port or _parse_port(found.get("port", str(DEFAULT_PORT)))
     tokens = _path_tokens(hostname, port, user, spec.host)
@@ -453,6 +518,28 @@ def _lookup_paramiko(spec: HostSpec, options: SshOptions) -> _RawConfig:
                       strict_host_key_checking=_strict(found.get("stricthostkeychecking")),
                       global_known_hosts_files=_global_known_hosts(found.get("globalknownhostsfile")),
                       known_hosts_command=_none_is_none(found.get("knownhostscommand")))
+
+
+def _expand_host_name(value: str, given: str) -> str:
+    """A HostName value as ssh expands it (ssh.c: ``percent_expand(hostname, "h", host)``): ``%h`` is the
+    name given, ``%%`` a ``%``. Raises _BadSetting for another token, as ssh fails there (an IPv6 scope is
+    written ``fe80::1%%eth0``)."""
+    def replace(match: re.Match[str]) -> str:
+        token = match.group(1)
+        if token not in ("h", "%"):
+            raise _BadSetting("HostName", value, f"has %{token}, a token ssh does not expand there (only %h and "
+                              "%%)" if token else "ends with a lone %")
+        return given if token == "h" else "%"
+
+    return re.sub(r"%(.?)", replace, value, flags=re.DOTALL)
+
+
+def _ssh_lowercase(hostname: str) -> str:
+    """``hostname`` lowercased as ssh lowercases it: a name, but not an address (ssh.c leaves a name with
+    ``%`` or ``:``, or of digits and dots only, as it is: an IPv6 scope such as ``%ETH0`` is case-sensitive)."""
+    if "%" in hostname or ":" in hostname or not hostname.strip("0123456789."):
+        return hostname
+    return hostname.lower()
 
 
 def _read_paramiko_config(options: SshOptions) -> paramiko.SSHConfig:

@@ -6,7 +6,9 @@ ones before it, which replace its own ProxyJump and ProxyCommand, while the firs
 configuration says, through its own ProxyJump or ProxyCommand if it has one. ``route_to`` follows
 that to the end: every hop is resolved with ``ssh -G`` (``sshconfig.resolve_jump_host``), so a jump host
 whose block says ``ProxyJump j1`` is reached through ``j1`` even when the node's block never names
-``j1``. Each ProxyJump entry is read as ssh reads it (``split_proxy_jump``, ``parse_jump_host``).
+``j1``. Each ProxyJump entry is read as ssh reads it (``split_proxy_jump``, ``parse_jump_host``), and its
+host and user names are checked as OpenSSH 9.6+ checks ``-J``'s (``hosts.host_name_problem``): every entry of
+a value before any hop is resolved, since a hop's name reaches ``ssh -G`` and its ProxyCommand.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from urllib.parse import unquote
 import paramiko
 
 from ..errors import InputError
-from ..hosts import HostSpec
+from ..hosts import FIX_HOST_NAME, FIX_USER_NAME, HostSpec, host_name_problem, user_name_problem
 from ..sshconfig import ProxySettingError, ResolvedHost
 from . import TransportError, Unreachable
 from .proxy import ProxyCommandSocket
@@ -82,7 +84,7 @@ def _previous_hop(host: ResolvedHost, current: ResolvedHost, jump: str, resolve:
     where = host.label if current is host else f"{host.label} (jump host {current.label})"
     try:
         entries = split_proxy_jump(jump)
-        hop = parse_jump_host(entries[-1])
+        hop = [parse_jump_host(entry) for entry in entries][-1]  # all of them: each reaches ssh -G in turn
     except ProxySettingError as error:
         raise Unreachable(f"{where}: {error}") from error
     try:
@@ -106,14 +108,26 @@ def split_proxy_jump(value: str) -> list[str]:
 
 def parse_jump_host(text: str) -> HostSpec:
     """One ProxyJump entry as ssh reads it: ``[user@]host[:port]``, ``user@[v6addr%scope]:port`` or
-    ``ssh://[user@]host[:port]``. Raises ProxySettingError naming the entry and the fix."""
+    ``ssh://[user@]host[:port]``. Raises ProxySettingError naming the entry and the fix, also for a host or
+    user name that OpenSSH 9.6+ refuses."""
     if text.startswith("ssh://"):  # as ssh: the scheme in lower case
-        return _parse_ssh_uri(text)
+        return _checked_hop(_parse_ssh_uri(text), text)
     user, at, rest = text.rpartition("@")
     if at and not user:
         raise ProxySettingError(f"ProxyJump host {text!r} has an empty user name; fix: write user@host")
     host, port = _split_host_port(rest, text)
-    return HostSpec(host=host, user=user or None, port=port)
+    return _checked_hop(HostSpec(host=host, user=user or None, port=port), text)
+
+
+def _checked_hop(hop: HostSpec, entry: str) -> HostSpec:
+    """``hop`` when ssh would take its names; raises ProxySettingError naming the entry."""
+    problem = host_name_problem(hop.host)
+    if problem is not None:
+        raise ProxySettingError(f"ProxyJump host {entry!r}: host name {hop.host!r} {problem}; fix: {FIX_HOST_NAME}")
+    problem = user_name_problem(hop.user) if hop.user is not None else None
+    if problem is not None:
+        raise ProxySettingError(f"ProxyJump host {entry!r}: user name {hop.user!r} {problem}; fix: {FIX_USER_NAME}")
+    return hop
 
 
 def _parse_ssh_uri(text: str) -> HostSpec:
