@@ -4,8 +4,8 @@ same files, and must agree, each leaving the known_hosts file byte-identical.
 
 The host is reached as ``LocalHost`` (its ``HostName``, on 127.0.0.1), so ssh and gpudiag file it as
 ``[localhost]:PORT``; the entries on file spell it ``[LOCALHOST]:PORT``, plain, hashed by ``ssh-keygen -H``,
-as a pattern, in the user file or the global file. Both with the ``ssh`` binary (``ssh -G``) and without
-it (the paramiko fallback reads the config).
+as a pattern, in the user file, the global file or a KnownHostsCommand's output. Both with the ``ssh``
+binary (``ssh -G``) and without it (the paramiko fallback reads the config).
 """
 
 from __future__ import annotations
@@ -36,27 +36,29 @@ def _other_key(tmp_path: Path) -> str:
     return generate_ed25519_key(tmp_path / "other_host_key", "other")
 
 
-def _entries(case: str, node: TestHost, tmp_path: Path) -> tuple[str, str]:
-    """(user file, global file) for ``case``, with the host filed in capitals."""
+def _entries(case: str, node: TestHost, tmp_path: Path) -> tuple[str, str, str]:
+    """(user file, global file, KnownHostsCommand output) for ``case``, with the host filed in capitals."""
     name = f"[LOCALHOST]:{node.port}"
     other = _other_key(tmp_path)
     if case == "right key":
-        return f"{name} {node.host_public_key_line}\n", ""
+        return f"{name} {node.host_public_key_line}\n", "", ""
     if case == "right key, pattern":
-        return f"[Local*]:* {node.host_public_key_line}\n", ""
+        return f"[Local*]:* {node.host_public_key_line}\n", "", ""
     if case in ("another key", "another key, hashed"):
-        return f"{name} {other}\n", ""
+        return f"{name} {other}\n", "", ""
     if case == "another key, global file":
-        return "", f"{name} {other}\n"
+        return "", f"{name} {other}\n", ""
+    if case == "another key, KnownHostsCommand":
+        return "", "", f"{name} {other}\n"
     if case == "revoked":  # the user file trusts the key, the global file revokes it
         key = node.host_public_key_line
-        return f"[localhost]:{node.port} {key}\n", f"@revoked [LOCALHOST]:* {key}\n"
+        return f"[localhost]:{node.port} {key}\n", f"@revoked [LOCALHOST]:* {key}\n", ""
     raise ValueError(case)
 
 
 def _write(fleet: SshdFleet, tmp_path: Path, case: str) -> dict[str, Path]:
     (node,) = fleet.hosts
-    user_text, global_text = _entries(case, node, tmp_path)
+    user_text, global_text, command_text = _entries(case, node, tmp_path)
     paths = {"known_hosts": tmp_path / "known_hosts", "global": tmp_path / "global_known_hosts",
              "config": tmp_path / "ssh_config", "hosts": fleet.write_hosts_file(tmp_path / "hosts.txt"),
              "json": tmp_path / "sweep.json", "thresholds": tmp_path / "thresholds.json"}
@@ -65,7 +67,14 @@ def _write(fleet: SshdFleet, tmp_path: Path, case: str) -> dict[str, Path]:
     if case.endswith("hashed"):
         subprocess.run([str(SSH_KEYGEN), "-H", "-f", str(paths["known_hosts"])], check=True, capture_output=True)
         assert paths["known_hosts"].read_text().startswith("|1|")
-    fleet.write_ssh_config(paths["config"], known_hosts_path=paths["known_hosts"])
+    extra = {}
+    if command_text:  # as SSSD's sss_ssh_knownhosts: the keys a directory holds for the name
+        (tmp_path / "directory").write_text(command_text)
+        command = tmp_path / "knownhostscommand"
+        command.write_text(f"#!/bin/sh\n{shutil.which('cat')} {tmp_path / 'directory'}\n")  # PATH may be bare
+        command.chmod(0o755)
+        extra["node01"] = f"KnownHostsCommand {command} %H"
+    fleet.write_ssh_config(paths["config"], extra_by_host=extra, known_hosts_path=paths["known_hosts"])
     text = paths["config"].read_text().replace(f"HostName {node.address}", "HostName LocalHost")
     text = text.replace("GlobalKnownHostsFile /dev/null", f"GlobalKnownHostsFile {paths['global']}")
     paths["config"].write_text(text)
@@ -98,6 +107,7 @@ def _openssh(paths: dict[str, Path]) -> subprocess.CompletedProcess[str]:
     ("another key", "host_key_changed"),
     ("another key, hashed", "host_key_changed"),
     ("another key, global file", "host_key_changed"),
+    ("another key, KnownHostsCommand", "host_key_changed"),
     ("revoked", "revoked"),
 ])
 def test_gpudiag_and_openssh_agree_on_a_host_filed_in_capitals(
