@@ -11,7 +11,8 @@ and its KnownHostsCommand's output (``hostkeyfile.py`` reads the lines, ``hostke
 - An unknown key is refused unless accept-new was asked, which appends it to the first UserKnownHostsFile
   under a file lock (no lost lines, even with several sweeps at once). The file is judged again under the
   lock, so a conflicting entry another sweep wrote meanwhile is never joined by a second key. A global file
-  is never written.
+  is never written, nor a name with a pattern character (``*``, ``?``, ``!``, ``,``): it would vouch for
+  other hosts too.
 - ``@cert-authority`` lines are read but host certificates are not checked: a host vouched for only by a
   certificate authority is unknown, and the error says so.
 
@@ -47,6 +48,8 @@ from .hostkeyfile import (
 
 # The host key algorithms that present a key of each type (an RSA key signs with SHA-2).
 _ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")}
+# A name with these filed by accept-new would be a pattern (or a list) and vouch for other hosts too.
+_NOT_IN_A_NAME = frozenset("*?!,") | frozenset(" \t\r\n")
 
 
 def known_hosts_name(hostname: str, port: int) -> str:
@@ -103,6 +106,8 @@ class KnownHosts:
                 raise HostKeyUnknown(_certificate_message(name, key, judgement.line, host))
             if not accept_new:
                 raise HostKeyUnknown(_unknown_message(name, key, host, command))
+            if any(char in name for char in _NOT_IN_A_NAME):
+                raise HostKeyUnknown(_pattern_name_message(name, key, host))
             if host.known_hosts_files:
                 _append_unless_known(host.known_hosts_files[0], name, key)
             self._accepted.add((name, key.asbytes()))
@@ -205,6 +210,12 @@ def _certificate_message(name: str, key: paramiko.PKey, line: KnownHostLine, hos
     return (f"{name}: no key is on file for the host, only a certificate authority (@cert-authority, "
             f"{line.where()}), and gpudiag does not check host certificates; fix: check the host key "
             f"({_key_words(key)}) and add it to {target} (ssh-keyscan -p {host.port} {host.hostname})")
+
+
+def _pattern_name_message(name: str, key: paramiko.PKey, host: ResolvedHost) -> str:
+    return (f"{name}: host key {_key_words(key)} is not on file, and accept-new does not file it: the name holds a "
+            "pattern character (* ? ! ,) and the entry would vouch for other hosts too; fix: check the key and add "
+            f"it by hand for the host's own name (HostName of {host.label} in the ssh config)")
 
 
 def _unknown_message(name: str, key: paramiko.PKey, host: ResolvedHost, command: CommandKeys) -> str:

@@ -204,3 +204,11 @@ def test_two_sweeps_accepting_two_keys_at_once_file_one_and_refuse_the_other(tmp
     (line,) = user.read_text().splitlines()  # one key filed, never a second one beside it
     winner = KEY if outcomes["a"] == "accepted" else OTHER
     assert line == _entry("[localhost]:2299", winner).strip()
+
+
+def test_accept_new_never_files_a_key_under_a_name_that_is_a_pattern(tmp_path: Path) -> None:
+    # a HostName such as "node*" would file a wildcard entry that vouches for every node
+    with pytest.raises(HostKeyUnknown, match=r"accept-new does not file it: the name holds a pattern character"):
+        KnownHosts().check(_host(tmp_path, hostname="node*", port=22), KEY, accept_new=True)
+
+    assert not (tmp_path / "known_hosts").exists()
