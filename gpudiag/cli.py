@@ -16,7 +16,7 @@ import click
 
 from . import __version__, cli_preflight, cli_store, cli_triage
 from .bundle import BundleMissing, locate_bundle
-from .cli_options import ssh_options
+from .cli_options import output_limits, output_options, ssh_options
 from .detail import COMPACT, DETAILS
 from .errors import GpudiagError, InputError, InstallationError
 from .exitcodes import ExitCode, decide_exit_code
@@ -44,6 +44,7 @@ from .sshconfig import SshOptions
 from .store import default_store_path
 from .sweep import SweepOptions, SweepResult, write_sweep_json
 from .tables import make_console
+from .transport.bounded import OutputLimits
 from .transport.local import LocalSession
 from .transport.ssh import SshSettings
 
@@ -109,8 +110,10 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--pause", is_flag=True,
               help="A job paused for mitigation holds the GPUs: each GPU's probes sized to the memory it left, "
                    "in a process that sees that GPU alone; a GPU without room is skipped with the figures.")
+@output_options
 def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: int | None, dtype: str,
-          sequential: bool, deadline: float, python: str | None, pause: bool) -> ExitCode:
+          sequential: bool, deadline: float, python: str | None, pause: bool, max_output_mib: int,
+          max_line_kib: int) -> ExitCode:
     """Measure this machine: GEMM, memory bandwidth, NVLink/P2P, PCIe, NVML telemetry, SM clocks.
 
     PROBE names any of: facts, telemetry, gemm, membw, p2p, pcie, smclock (default: all).
@@ -122,7 +125,7 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
     options = ProbeOptions(names=_probe_names(names), duration_s=duration, max_gpu_mem_mib=max_gpu_mem,
                            dtype=dtype, sequential=sequential, deadline_s=deadline,
                            python=python or sys.executable, pause=pause)
-    node = run_local_probe(options)
+    node = run_local_probe(options, output_limits(max_output_mib, max_line_kib))
     if as_json:
         for result in node.results:
             click.echo(json.dumps(result.to_dict()))
@@ -202,6 +205,7 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @judging_options
 @click.option("--no-store", is_flag=True, help="Keep nothing in the store.")
 @ssh_options
+@output_options
 @click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
               help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a job, "
                    "--hosts defaults to $SLURM_JOB_NODELIST).")
@@ -231,9 +235,9 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool, store_path: str | None,
           thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
           no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
-          known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, launcher: str,
-          launcher_fallback: str, slurm_bundle_dir: str | None, pause: bool, budget_s: float | None,
-          suspects: str | None, reference_peers: int) -> ExitCode:
+          known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, max_output_mib: int,
+          max_line_kib: int, launcher: str, launcher_fallback: str, slurm_bundle_dir: str | None, pause: bool,
+          budget_s: float | None, suspects: str | None, reference_peers: int) -> ExitCode:
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
 
     Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
@@ -245,6 +249,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
     names = _probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
+    output = output_limits(max_output_mib, max_line_kib)
     check_pause_backend(pause, net_backend)
     given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
     deadline = pause_deadline_s(pause, deadline, given)
@@ -259,7 +264,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
             fanout=fanout, host_timeout_s=host_timeout),
         ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                        connect_timeout_s=connect_timeout),
-        settings=SshSettings(accept_new_host_keys=accept_new_host_keys),
+        settings=SshSettings(accept_new_host_keys=accept_new_host_keys, output=output),
         simulate_path=simulate_path,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
@@ -342,13 +347,14 @@ def _probe_names(names: tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
-def run_local_probe(options: ProbeOptions) -> NodeProbe:
-    """Run the probe bundle on this machine; raises InstallationError if it is missing."""
+def run_local_probe(options: ProbeOptions, limits: OutputLimits | None = None) -> NodeProbe:
+    """Run the probe bundle on this machine, its output within ``limits`` (default caps when
+    None); raises InstallationError if it is missing, ProbeOutputError past a cap."""
     try:
         bundle = locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
-    return probe_node(LocalSession(bundle.root), options, source="localhost")
+    return probe_node(LocalSession(bundle.root, limits), options, source="localhost")
 
 
 main.add_command(cli_store.report)

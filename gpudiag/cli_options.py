@@ -1,5 +1,5 @@
-"""What the commands share: the ``--store`` option, where the store is by default, the SSH and
-judging options, and the hint under a table that left columns out."""
+"""What the commands share: the ``--store`` option, where the store is by default, the SSH,
+output-cap and judging options, and the hint under a table that left columns out."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import os
 
 import click
 
+from .errors import InputError
 from .store import default_store_path
+from .transport.bounded import KIB, MIB, OutputLimits
 
 # Where a table leaves out columns for want of room, its caption says so and how to see them.
 WIDER_HINT = "a wider terminal (COLUMNS) shows them"
@@ -36,6 +38,34 @@ def ssh_options(function: click.decorators.FC) -> click.decorators.FC:
     for decorator in reversed(decorators):
         function = decorator(function)
     return function
+
+
+def output_options(function: click.decorators.FC) -> click.decorators.FC:
+    """The caps on what one command on a node may print (sweep, probe, preflight, triage):
+    parameters max_output_mib and max_line_kib; ``output_limits`` makes them OutputLimits."""
+    defaults = OutputLimits()
+    decorators = [
+        click.option("--max-output-mib", type=click.IntRange(min=1), default=defaults.max_bytes // MIB,
+                     show_default=True, metavar="MIB",
+                     help="Most output one node's probe run may print, in MiB; past it the run is ended and the "
+                          "host is a probe_error naming the cap."),
+        click.option("--max-line-kib", type=click.IntRange(min=1), default=defaults.max_line_bytes // KIB,
+                     show_default=True, metavar="KIB",
+                     help="Longest line a node may print, in KiB; past it the run is ended as for --max-output-mib."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
+def output_limits(max_output_mib: int, max_line_kib: int) -> OutputLimits:
+    """The OutputLimits of ``--max-output-mib`` and ``--max-line-kib`` (the stderr tail as by
+    default). Raises InputError when a line may be longer than the whole output."""
+    if max_line_kib * KIB > max_output_mib * MIB:
+        raise InputError(f"--max-line-kib {max_line_kib} is more than --max-output-mib {max_output_mib} "
+                         f"({max_output_mib * MIB // KIB} KiB): a line cannot be longer than the whole output; "
+                         f"lower --max-line-kib or raise --max-output-mib")
+    return OutputLimits(max_bytes=max_output_mib * MIB, max_line_bytes=max_line_kib * KIB)
 
 
 def judging_options(function: click.decorators.FC) -> click.decorators.FC:

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .cli_options import judging_options, ssh_options
+from .cli_options import judging_options, output_limits, output_options, ssh_options
 from .errors import InputError
 from .exitcodes import ExitCode
 from .interrupts import InterruptGate
@@ -51,12 +51,13 @@ from .triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the triage document here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @ssh_options
+@output_options
 def triage(host_argument: str | None, host_option: str | None, simulate_path: str | None, duration: float,
            max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float | None, python: str,
            host_timeout: float | None, store_path: str | None, no_store: bool, baseline_name: str | None,
            thresholds_path: str | None, no_retest: bool, history_sweeps: int, json_path: str | None, quiet: bool,
            ssh_config: str | None, identities: tuple[str, ...], user: str | None, known_hosts: str | None,
-           accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
+           accept_new_host_keys: bool, connect_timeout: float, max_output_mib: int, max_line_kib: int) -> ExitCode:
     """Look deeply at one node: every probe with a longer load (heat and power throttling show), the
     P2P matrix, all telemetry, the Xid history of the kernel log decoded with NVIDIA's catalog, and
     each GPU's pending recovery action; judged against the stored baseline, the SKU figures and the
@@ -77,7 +78,8 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
         host=host, probe=probe, simulate_path=simulate_path,
         ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                        connect_timeout_s=connect_timeout),
-        settings=SshSettings(accept_new_host_keys=accept_new_host_keys),
+        settings=SshSettings(accept_new_host_keys=accept_new_host_keys,
+                             output=output_limits(max_output_mib, max_line_kib)),
         store_path=store_path_for(store_path, no_store, os.environ), store_required=store_path is not None,
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest,
         history_sweeps=history_sweeps, host_timeout_s=host_timeout)

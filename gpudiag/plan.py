@@ -84,6 +84,8 @@ class SweepRequest:
     hosts_argument: str | None
     sweep: SweepOptions
     ssh: SshOptions = SshOptions()
+    # How nodes are reached, and the caps on what one command may print (settings.output), for
+    # every connector: SSH, this machine (--here, localhost) and srun.
     settings: SshSettings = SshSettings()
     simulate_path: str | None = None
     store_path: str | None = None
@@ -165,7 +167,7 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
     if request.simulate_path is None and request.here:
         if len(hosts) != 1:
             raise InputError(f"--here probes this machine: name it as one host, not {len(hosts)}")
-        connector = LocalConnector()
+        connector = LocalConnector(request.settings.output)
     elif request.simulate_path is None and request.launcher == "slurm":
         connector, ssh_addresses, fanout = slurm_connector(hosts, request.ssh, request.settings, os.environ,
                                                            request.launcher_fallback, request.slurm_bundle_dir,

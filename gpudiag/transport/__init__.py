@@ -7,13 +7,12 @@ Every transport (``local``: this machine; ``ssh``: paramiko; a simulated fleet) 
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from ..bundle import Bundle
+from .bounded import BoundedOutput, OutputLimits
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,12 @@ class HostKeyChanged(TransportError):
 
 class RunningCommand(Protocol):
     """A command started on a node that goes on while the controller does other things (a pair
-    server: its first line says where it listens, then it serves the client started elsewhere)."""
+    server: its first line says where it listens, then it serves the client started elsewhere).
+
+    Its stdin stays open while the controller holds it, and reaches EOF when the controller
+    ends it or dies (SIGKILL included): a command that must not outlive its controller reads
+    stdin and ends at EOF. Its stdout is read through a ``BoundedOutput`` (the session's caps):
+    past a cap it is ended and ``finish`` says so in ``CommandResult.overflow``."""
 
     def first_line(self, timeout_s: float) -> str | None:
         """The first line of its stdout, once printed; None when it ended, or ``timeout_s``
@@ -78,11 +82,17 @@ class Session(Protocol):
         ...
 
     def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
-        """Run ``argv`` in the node's bundle folder; it is killed on the node after ``timeout_s``."""
+        """Run ``argv`` in the node's bundle folder; it is killed on the node after ``timeout_s``.
+        Nothing is written to its stdin: /dev/null on this machine, over SSH the channel's (open
+        until the command ends or the connection goes, as for ``start``). Its output is read to
+        the end (EOF of stdout and stderr, then its exit status), within the session's
+        OutputLimits: past a cap the command is ended and the result's ``overflow`` names it."""
         ...
 
     def start(self, argv: Sequence[str], timeout_s: float) -> RunningCommand:
-        """Start ``argv`` like ``run`` and return at once; the node ends it after ``timeout_s``."""
+        """Start ``argv`` like ``run`` and return at once; the node ends it after ``timeout_s``.
+        Unlike ``run``, its stdin is a live pipe from this controller: open while the controller
+        holds the command, at EOF once it is finished, cancelled, or the controller is gone."""
         ...
 
     def is_open(self) -> bool:
@@ -90,39 +100,18 @@ class Session(Protocol):
         ...
 
     def cancel(self) -> None:
-        """End what this session started on the node (from another thread, on Ctrl-C)."""
+        """End what this session started on the node (from another thread: Ctrl-C, or a host past
+        its time limit), a bundle copy in progress included."""
         ...
 
     def close(self) -> None:
         ...
 
 
-class OutputWatch:
-    """A command's stdout as it arrives, for a reader that waits for its first line."""
+class OutputWatch(BoundedOutput):
+    """A command's stdout as it arrives, for a reader that waits for its first line: a
+    ``BoundedOutput`` under the default caps. Kept for the srun launcher until it reads through a
+    ``BoundedOutput`` of its own limits; new readers use ``BoundedOutput`` directly."""
 
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._data = bytearray()
-        self._ended = False
-
-    def feed(self, chunk: bytes) -> None:
-        with self._changed:
-            self._data += chunk
-            self._changed.notify_all()
-
-    def end(self) -> None:
-        with self._changed:
-            self._ended = True
-            self._changed.notify_all()
-
-    def first_line(self, timeout_s: float) -> str | None:
-        """The first whole line (without its newline); None when the output ended or
-        ``timeout_s`` passed without one."""
-        deadline = time.monotonic() + timeout_s
-        with self._changed:
-            while b"\n" not in self._data:
-                left = deadline - time.monotonic()
-                if self._ended or left <= 0:
-                    return None
-                self._changed.wait(left)
-            return bytes(self._data).split(b"\n", 1)[0].decode(errors="replace")
+    def __init__(self, limits: OutputLimits | None = None) -> None:
+        super().__init__(limits or OutputLimits())

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 MIB = 1 << 20
 KIB = 1 << 10
+# The command-line options that set the caps (gpudiag.cli_options.output_options), for messages.
+CAP_OPTIONS = "--max-output-mib and --max-line-kib"
 
 
 @dataclass(frozen=True)
@@ -41,14 +43,15 @@ class OutputLimits:
 
 class BoundedOutput:
     """A command's stdout as it arrives, split into lines and kept up to the caps; safe to feed
-    from one reader thread while others wait for its first line."""
+    from one reader thread while others wait for its first line. The lines are kept as one
+    buffer (no object per line): the memory of a full output is about the cap itself."""
 
     def __init__(self, limits: OutputLimits) -> None:
         self._limits = limits
         self._changed = threading.Condition()
-        self._lines: list[bytes] = []
+        self._kept = bytearray()  # whole lines, each with its newline
+        self._first: bytes | None = None  # the first whole line, without its newline
         self._partial = bytearray()
-        self._kept = 0  # bytes in _lines, newlines counted
         self._ended = False
         self.overflow: str | None = None
 
@@ -61,11 +64,11 @@ class BoundedOutput:
             start = 0
             while start < len(chunk):
                 newline = chunk.find(b"\n", start)
-                piece = chunk[start:] if newline < 0 else chunk[start:newline]
-                if len(self._partial) + len(piece) > self._limits.max_line_bytes:
+                end = len(chunk) if newline < 0 else newline
+                if len(self._partial) + end - start > self._limits.max_line_bytes:
                     self._over(f"a line longer than {_size(self._limits.max_line_bytes)}")
                     return False
-                self._partial += piece
+                self._partial += chunk[start:end]
                 if newline < 0:
                     break
                 if not self._keep_line():
@@ -86,54 +89,71 @@ class BoundedOutput:
         ``timeout_s`` passed, without one."""
         deadline = time.monotonic() + timeout_s
         with self._changed:
-            while not self._lines:
+            while self._first is None:
                 left = deadline - time.monotonic()
                 if self._ended or self.overflow is not None or left <= 0:
                     return None
                 self._changed.wait(left)
-            return self._lines[0].decode(errors="replace")
+            return self._first.decode(errors="replace")
 
     def text(self) -> str:
         """Every line kept so far, each ended by a newline."""
         with self._changed:
-            return "".join(line.decode(errors="replace") + "\n" for line in self._lines)
+            return self._kept.decode(errors="replace")
 
     def _keep_line(self) -> bool:
-        line = bytes(self._partial)
-        self._partial.clear()
-        if self._kept + len(line) + 1 > self._limits.max_bytes:
+        if len(self._kept) + len(self._partial) + 1 > self._limits.max_bytes:
             self._over(f"more than {_size(self._limits.max_bytes)} of output")
             return False
-        self._lines.append(line)
-        self._kept += len(line) + 1
-        self._changed.notify_all()
+        if self._first is None:
+            self._first = bytes(self._partial)
+            self._changed.notify_all()
+        self._kept += self._partial
+        self._kept += b"\n"
+        self._partial.clear()
         return True
 
     def _over(self, what: str) -> None:
-        self.overflow = (f"the node printed {what} (the cap: {self._limits.describe()}); "
-                         f"its output was cut there and the command ended")
+        self.overflow = (f"the node printed {what} (the cap: {self._limits.describe()}); its output was cut "
+                         f"there and the command ended ({CAP_OPTIONS} raise the caps for output this large "
+                         f"on purpose)")
         self._partial.clear()
         self._changed.notify_all()
 
 
 class TailBuffer:
-    """The last ``limit`` bytes of a stream (stderr: where a failing program says why)."""
+    """The last ``limit`` bytes of a stream (stderr: where a failing program says why); safe to
+    feed from one reader thread while another reads its text."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
+        self._lock = threading.Lock()
         self._data = bytearray()
         self.dropped = 0  # bytes that fell off the front
 
     def feed(self, chunk: bytes) -> None:
-        self._data += chunk
-        extra = len(self._data) - self._limit
-        if extra > 0:
-            del self._data[:extra]
-            self.dropped += extra
+        with self._lock:
+            if len(chunk) >= self._limit:  # a chunk as large as the whole tail replaces it
+                self.dropped += len(self._data) + len(chunk) - self._limit
+                self._data = bytearray(chunk[len(chunk) - self._limit:])
+                return
+            self._data += chunk
+            extra = len(self._data) - self._limit
+            if extra > 0:
+                del self._data[:extra]
+                self.dropped += extra
 
     def text(self) -> str:
-        text = bytes(self._data).decode(errors="replace")
-        return f"[{self.dropped} earlier bytes of error output dropped]\n{text}" if self.dropped else text
+        """The bytes kept, decoded; when earlier bytes were dropped, a first line says how many,
+        and a character the cut split at the front is left out."""
+        with self._lock:
+            data, dropped = bytes(self._data), self.dropped
+        if not dropped:
+            return data.decode(errors="replace")
+        start = 0
+        while start < min(len(data), 3) and data[start] & 0xC0 == 0x80:  # UTF-8 continuation bytes
+            start += 1
+        return f"[{dropped} earlier bytes of error output dropped]\n{data[start:].decode(errors='replace')}"
 
 
 def _size(count: int) -> str:

@@ -15,13 +15,14 @@ class FleetConnector:
 
     def __init__(self, resolved: ResolvedFleet, ssh_options: SshOptions, settings: SshSettings) -> None:
         self._resolved = resolved
+        self._output = settings.output  # this machine's commands are read within the same caps
         # Jump hosts are resolved when first needed, each with ssh -G as the ssh -W that ssh starts for it.
         self._ssh = SshConnector(settings, resolve_jump=lambda hop, via: resolve_jump_host(hop, ssh_options, via))
 
     def connect(self, host: HostSpec) -> Session:
         """A session on ``host``; raises TransportError when it cannot be reached or trusted."""
         if host.is_local:
-            return LocalSession()
+            return LocalSession(limits=self._output)
         problem = self._resolved.problems.get(host.label)
         if problem is not None:
             raise Unreachable(problem.message)

@@ -17,20 +17,24 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import paramiko
 
 from ..bundle import Bundle
 from ..sshconfig import ProxySettingError, ResolvedHost, proxy_command_line
-from . import AuthFailed, CommandResult, OutputWatch, TransportError, Unreachable
+from . import AuthFailed, CommandResult, TransportError, Unreachable
+from .bounded import BoundedOutput, OutputLimits, TailBuffer
 from .jump import BastionPool, HopResolver, JumpResolver, Sock, close_transport, route_to
 from .knownhosts import KnownHosts
 from .proxy import ProxyCommands, ProxyCommandSocket
 
 # The remote shell reports the PID that ``exec timeout`` keeps, so that Ctrl-C can end it.
 _PID_PREFIX = "gpudiag-pid="
+# The PID line is short: a first stderr line longer than this is the command's own output.
+_PID_LINE_BYTES = 64
+_CHUNK_BYTES = 65536
 _BUNDLE_CACHE = ".cache/gpudiag"
 
 
@@ -46,17 +50,31 @@ class BundleShipError(TransportError):
     status = "probe_error"
 
 
+class BundleCopyTimeout(TransportError):
+    """The node's SFTP server stopped answering while the bundle was copied (a hung home file
+    system): the host is ``timeout``."""
+
+    status = "timeout"
+
+
 @dataclass(frozen=True)
 class SshSettings:
-    """Timeouts (seconds) and host-key policy shared by every connection of a sweep."""
+    """Timeouts (seconds), host-key policy and output caps shared by every connection of a sweep.
+
+    ``sftp_timeout_s``: how long one SFTP request of the bundle copy may go unanswered before
+    the host is ``timeout`` (the sweep's per-host limit ends a slower copy sooner). ``output``:
+    what one command may print (gpudiag.transport.bounded); every connector of the sweep (SSH,
+    this machine, srun) reads through these caps."""
 
     accept_new_host_keys: bool = False
     banner_timeout_s: float = 15.0
     auth_timeout_s: float = 15.0
     channel_timeout_s: float = 15.0
+    sftp_timeout_s: float = 60.0
     keepalive_s: int = 15
     kill_grace_s: int = 5
     bastion_connections: int = 4
+    output: OutputLimits = OutputLimits()
 
 
 class SshConnector:
@@ -145,15 +163,46 @@ class SshSession:
         self._bundle_dir: str | None = None
         self._lock = threading.Lock()
         self._remote_pids: set[int] = set()
+        self._copying: paramiko.Channel | None = None  # the SFTP channel of a bundle copy under way
+        self._cancelled = False
 
     def prepare(self, bundle: Bundle) -> None:
-        """Copy the bundle to ``~/.cache/gpudiag/bundle-<hash>`` unless it is there already."""
+        """Copy the bundle to ``~/.cache/gpudiag/bundle-<hash>`` unless it is there already.
+        Raises BundleCopyTimeout when an SFTP request goes unanswered for ``sftp_timeout_s``,
+        BundleShipError for any other failure (``cancel`` from another thread ends the copy)."""
         if self._bundle_dir is not None and self._bundle_dir.endswith(bundle.content_hash[:16]):
             return  # shipped earlier on this connection
+        timeout_s = self._settings.sftp_timeout_s
         try:
-            self._bundle_dir = _ship_bundle(self._transport, bundle)
+            with self._sftp() as sftp:
+                self._bundle_dir = _ship_bundle(sftp, bundle)
+        except TimeoutError as error:
+            raise BundleCopyTimeout(f"{self._label}: the node's SFTP server did not answer for {timeout_s:g} s "
+                                    f"while the probe bundle was copied (a hung home file system?); check "
+                                    f"the node's file systems") from error
         except (OSError, EOFError, paramiko.SSHException) as error:
-            raise BundleShipError(f"{self._label}: could not copy the probe bundle over SFTP: {error}") from error
+            raise BundleShipError(f"{self._label}: could not copy the probe bundle over SFTP: "
+                                  f"{error or type(error).__name__}") from error
+
+    @contextlib.contextmanager
+    def _sftp(self) -> Iterator[paramiko.SFTPClient]:
+        """An SFTP client whose every request times out after ``sftp_timeout_s`` (TimeoutError),
+        and whose channel ``cancel`` closes."""
+        channel = self._transport.open_session(timeout=self._settings.channel_timeout_s)
+        with self._lock:
+            self._copying = channel
+            cancelled = self._cancelled
+        try:
+            if cancelled:
+                raise EOFError("the session was cancelled")
+            channel.settimeout(self._settings.sftp_timeout_s)
+            channel.invoke_subsystem("sftp")
+            with paramiko.SFTPClient(channel) as sftp:
+                yield sftp
+        finally:
+            with self._lock:
+                self._copying = None
+            channel.close()
 
     def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
         """Run ``argv`` in the bundle folder under ``timeout -k`` on the node.
@@ -169,15 +218,21 @@ class SshSession:
         where = f"cd {shlex.quote(self._bundle_dir)} && " if self._bundle_dir else ""
         command = (f"{where}echo {_PID_PREFIX}$$ >&2 && "
                    f"exec timeout -k {grace} {timeout_s:.1f} {shlex.join(argv)}")
-        return SshCommand(self, self._open(command), timeout_s + grace + 5.0)
+        return SshCommand(self, self._open(command), timeout_s + grace + 5.0, self._settings.output)
 
     def is_open(self) -> bool:
         return self._transport.is_active()
 
     def cancel(self) -> None:
-        """End the commands this session started on the node (TERM, then KILL from ``timeout -k``)."""
+        """End the commands this session started on the node (TERM, then KILL from ``timeout -k``),
+        and a bundle copy under way (its SFTP channel is closed: the copy fails at once). A copy
+        that starts after this fails too."""
         with self._lock:
             pids = sorted(self._remote_pids)
+            copying, self._copying = self._copying, None
+            self._cancelled = True
+        if copying is not None:
+            copying.close()
         self.kill(pids)
 
     def kill(self, pids: Sequence[int]) -> None:
@@ -185,7 +240,8 @@ class SshSession:
             return
         targets = " ".join(str(pid) for pid in pids)
         try:
-            SshCommand(self, self._open(f"kill -TERM {targets} 2>/dev/null; true"), 10.0, track=False).finish(10.0)
+            SshCommand(self, self._open(f"kill -TERM {targets} 2>/dev/null; true"), 10.0, self._settings.output,
+                       track=False).finish(10.0)
         except ConnectionLost:
             pass  # the connection is going away; the node's own deadline still ends the command
 
@@ -215,23 +271,28 @@ class SshSession:
 
 class SshCommand:
     """One command on a node: its output gathered on a thread of its own, so the caller can
-    read its first line while it runs."""
+    read its first line while it runs. stdout goes through a ``BoundedOutput`` and stderr
+    through a ``TailBuffer`` (the session's OutputLimits): past a cap the command is ended on
+    the node and nothing more is read. Its stdin is the channel's, open until the command ends
+    or the connection goes (the controller's death closes it)."""
 
-    def __init__(self, session: SshSession, channel: paramiko.Channel, wait_s: float, track: bool = True) -> None:
+    def __init__(self, session: SshSession, channel: paramiko.Channel, wait_s: float, limits: OutputLimits,
+                 track: bool = True) -> None:
         self._session = session
         self._channel = channel
         self._started = time.monotonic()
         self._deadline = self._started + wait_s
         self._track = track
         self._pid: int | None = None
-        self._watch = OutputWatch()
+        self._stdout = BoundedOutput(limits)
+        self._stderr = _ErrorOutput(limits.stderr_tail_bytes, pid_line=track)
         self._done = threading.Event()
         self._result: CommandResult | None = None
         self._error: ConnectionLost | None = None
         threading.Thread(target=self._gather, name="ssh-command", daemon=True).start()
 
     def first_line(self, timeout_s: float) -> str | None:
-        return self._watch.first_line(timeout_s)
+        return self._stdout.first_line(timeout_s)
 
     def finish(self, timeout_s: float) -> CommandResult:
         """How it ended; raises ConnectionLost when the connection broke first."""
@@ -254,48 +315,97 @@ class SshCommand:
         channel = self._channel
         try:
             try:
-                stdout, stderr, timed_out = self._collect(channel)
-                status = None if timed_out else channel.recv_exit_status()
+                status, timed_out = self._collect(channel)
             finally:
                 channel.close()
                 if self._pid is not None:
                     self._session.track(self._pid, running=False)
-            self._result = CommandResult(exit_status=status, stdout=stdout, stderr=stderr, timed_out=timed_out,
-                                         duration_s=time.monotonic() - self._started)
+            self._result = CommandResult(exit_status=status, stdout=self._stdout.text(), stderr=self._stderr.text(),
+                                         timed_out=timed_out, duration_s=time.monotonic() - self._started,
+                                         overflow=self._stdout.overflow)
         except (paramiko.SSHException, EOFError, OSError) as error:
             self._error = self._session.lost(error)
         finally:
-            self._watch.end()
+            self._stdout.end()
             self._done.set()
 
-    def _collect(self, channel: paramiko.Channel) -> tuple[str, str, bool]:
-        out, err = bytearray(), bytearray()
-        pid_seen = not self._track
+    def _collect(self, channel: paramiko.Channel) -> tuple[int | None, bool]:
+        """Read stdout and stderr until EOF, then wait for the exit status, all by the deadline:
+        (exit status, timed out). OpenSSH may send the exit status before the last bytes of the
+        pipe (and a child of the command may hold the pipe after it exited): what was printed is
+        read to its end first. Past a cap of the output the command is ended and (None, False)
+        returned. Raises ConnectionLost when the connection broke before EOF."""
         while True:
-            while channel.recv_ready():
-                chunk = channel.recv(65536)
-                out += chunk
-                self._watch.feed(chunk)
-            while channel.recv_stderr_ready():
-                err += channel.recv_stderr(65536)
-            if not pid_seen:
-                pid_seen = self._note_pid(err)
-            if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                return _text(out), _strip_pid(_text(err)), False
+            if not self._read_ready(channel):
+                self.cancel()  # past a cap: end it on the node (the channel's close ends the rest)
+                return None, False
+            if (channel.eof_received or channel.closed) and not _ready(channel):
+                break
             left = self._deadline - time.monotonic()
             if left <= 0:
-                return _text(out), _strip_pid(_text(err)), True
+                return None, True
             select.select([channel], [], [], min(left, 0.5))
+        if not channel.eof_received and not self._session.is_open():
+            raise self._session.lost(EOFError("the output ended without an end of file"))
+        while not channel.exit_status_ready():
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                return None, True
+            channel.status_event.wait(min(left, 0.5))
+        self._read_ready(channel)  # error output that came with the status
+        return channel.recv_exit_status(), False
 
-    def _note_pid(self, err: bytearray) -> bool:
-        line, newline, _ = bytes(err).partition(b"\n")
-        if not newline:
-            return False
+    def _read_ready(self, channel: paramiko.Channel) -> bool:
+        """Take what has arrived on stdout and stderr; False once stdout passed a cap."""
+        while channel.recv_stderr_ready():
+            self._stderr.feed(channel.recv_stderr(_CHUNK_BYTES))
+        if self._pid is None and self._stderr.pid is not None:
+            self._pid = self._stderr.pid
+            self._session.track(self._pid, running=True)
+        while channel.recv_ready():
+            if not self._stdout.feed(channel.recv(_CHUNK_BYTES)):
+                return False
+        return True
+
+
+class _ErrorOutput:
+    """A command's stderr: its first line the PID line of the remote shell (``gpudiag-pid=N``,
+    where the command is tracked), the rest kept as a tail."""
+
+    def __init__(self, tail_bytes: int, pid_line: bool) -> None:
+        self._tail = TailBuffer(tail_bytes)
+        self._first = bytearray()
+        self._first_done = not pid_line
+        self.pid: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        if not self._first_done:
+            line, newline, rest = chunk.partition(b"\n")
+            self._first += line
+            if not newline and len(self._first) <= _PID_LINE_BYTES:
+                return  # the first line goes on in the next chunk
+            self._first_done = True
+            first = bytes(self._first)
+            self._first.clear()
+            chunk = rest if newline and self._is_pid_line(first) else first + newline + rest
+        if chunk:
+            self._tail.feed(chunk)
+
+    def text(self) -> str:
+        pending = bytes(self._first).decode(errors="replace")  # a first line still without its newline
+        return pending + self._tail.text()
+
+    def _is_pid_line(self, line: bytes) -> bool:
+        """Whether ``line`` is the PID line (its PID is noted)."""
         text = line.decode(errors="replace")
         if text.startswith(_PID_PREFIX) and text[len(_PID_PREFIX):].isdigit():
-            self._pid = int(text[len(_PID_PREFIX):])
-            self._session.track(self._pid, running=True)
-        return True
+            self.pid = int(text[len(_PID_PREFIX):])
+            return True
+        return False
+
+
+def _ready(channel: paramiko.Channel) -> bool:
+    return channel.recv_ready() or channel.recv_stderr_ready()
 
 
 class _KeyCache:
@@ -346,26 +456,28 @@ def _tcp_connect(host: ResolvedHost) -> socket.socket:
         raise Unreachable(f"{host.hostname}:{host.port}: {error.strerror or error}") from error
 
 
-def _ship_bundle(transport: paramiko.Transport, bundle: Bundle) -> str:
+def _ship_bundle(sftp: paramiko.SFTPClient, bundle: Bundle) -> str:
     """Upload into a staging folder of its own and rename it into place, so a half-copied bundle is
     never used. Hosts that share a home (NFS) race to rename: the loser removes its staging folder
-    and uses the winner's. Returns the absolute remote folder. Raises OSError (staging removed)."""
+    and uses the winner's. Returns the absolute remote folder. Raises OSError (staging removed),
+    TimeoutError at once when the server stops answering (nothing more can be done over it)."""
     name = f"bundle-{bundle.content_hash[:16]}"
-    with paramiko.SFTPClient.from_transport(transport) as sftp:
-        home = sftp.normalize(".")
-        final = f"{home}/{_BUNDLE_CACHE}/{name}"
-        if _exists(sftp, f"{final}/.complete"):
-            return final
-        _makedirs(sftp, f"{home}/{_BUNDLE_CACHE}")
-        staging = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-        try:
-            _upload(sftp, bundle, staging)
-            sftp.posix_rename(staging, final)
-        except OSError:
-            won_by_another = _exists(sftp, f"{final}/.complete")
-            _remove_tree(sftp, staging)
-            if not won_by_another:
-                raise  # not a lost race with another host or sweep: a real failure (disk full, ...)
+    home = sftp.normalize(".")
+    final = f"{home}/{_BUNDLE_CACHE}/{name}"
+    if _exists(sftp, f"{final}/.complete"):
+        return final
+    _makedirs(sftp, f"{home}/{_BUNDLE_CACHE}")
+    staging = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        _upload(sftp, bundle, staging)
+        sftp.posix_rename(staging, final)
+    except TimeoutError:
+        raise
+    except OSError:
+        won_by_another = _exists(sftp, f"{final}/.complete")
+        _remove_tree(sftp, staging)
+        if not won_by_another:
+            raise  # not a lost race with another host or sweep: a real failure (disk full, ...)
     return final
 
 
@@ -415,12 +527,3 @@ def _makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
             except OSError:
                 if not _exists(sftp, partial):  # another sweep made it meanwhile
                     raise
-
-
-def _strip_pid(text: str) -> str:
-    lines = text.splitlines(keepends=True)
-    return "".join(line for line in lines if not line.startswith(_PID_PREFIX))
-
-
-def _text(data: bytearray) -> str:
-    return bytes(data).decode(errors="replace")

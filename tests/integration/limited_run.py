@@ -1,0 +1,72 @@
+"""Run a controller (``python -m gpudiag ...``) in a child process under an address-space limit, and
+measure its peak memory: a regression that lets a node's output grow the controller fails the test
+(the child's allocations fail) instead of taking the machine down.
+
+Tests import it from this folder; benchmarks after putting the folder on ``sys.path`` (as for
+``sshd_hosts.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 1 << 30
+DEFAULT_ADDRESS_SPACE = 3 * GIB
+
+
+@dataclass(frozen=True)
+class LimitedRun:
+    """How the child ended: exit status (negative: the signal that ended it), its output, its peak
+    resident memory (KiB, the kernel's ru_maxrss of it and the children it waited for) and the
+    wall time (s)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    peak_rss_kib: int
+    wall_s: float
+
+
+def run_limited(argv: Sequence[str], *, address_space_bytes: int = DEFAULT_ADDRESS_SPACE, timeout_s: float = 300.0,
+                cwd: str | Path | None = None) -> LimitedRun:
+    """Run ``argv`` with RLIMIT_AS at ``address_space_bytes`` (set in the child before exec); kill it
+    (and its process group) past ``timeout_s``. Returns the LimitedRun, the timed-out one too."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.monotonic()
+        process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd,
+                                   preexec_fn=limit, start_new_session=True)
+        status, usage = _wait(process.pid, started + timeout_s)
+        wall_s = time.monotonic() - started
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        return LimitedRun(process.returncode, out.read().decode(errors="replace"),
+                          err.read().decode(errors="replace"), usage.ru_maxrss, wall_s)
+
+
+def _wait(pid: int, deadline: float) -> tuple[int, resource.struct_rusage]:
+    """(wait status, resource usage) of ``pid`` once it ended; killed with its group at ``deadline``."""
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done == pid:
+            return status, usage
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, status, usage = os.wait4(pid, 0)
+            return status, usage
+        time.sleep(0.05)
