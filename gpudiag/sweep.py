@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -51,6 +51,17 @@ CANCEL_WAIT_S = 15.0
 LATE_CANCEL_WAIT_S = 2.0
 # Hosts named in a warning about hosts the store could not record (the rest are counted).
 HOSTS_NAMED = 5
+# The phases of a host's part of the sweep, in the words of a timeout's message. Every phase is
+# inside the host's time limit (SweepOptions.command_timeout_s), counted from its start.
+CONNECTING = "connecting"
+COPYING = "copying the probe bundle"
+PROBING = "running the probes"
+# The probes get what is left of the host's time limit, under a deadline on the node (timeout -k)
+# and in their reader: what they printed by then comes back (a timeout with its records). A host
+# still probing this much later (a connection that hangs) is ended by the sweep's watch.
+PROBE_BACKSTOP_S = 15.0
+# The shortest time limit a command gets when its host's time is all but spent (seconds).
+MIN_COMMAND_S = 0.5
 
 
 class Connector(Protocol):
@@ -63,7 +74,8 @@ class Connector(Protocol):
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """How the sweep runs: what to probe, how many hosts at once, and the per-host time limit (s).
+    """How the sweep runs: what to probe, how many hosts at once, and the per-host time limit (s),
+    which every phase of a host (connecting, copying the bundle, probing) is inside of.
     ``deadline``: a time.monotonic() by which every host has finished (a run-wide budget): a host
     still connecting, preparing or probing then is ended and ``timeout``; None: no such limit."""
 
@@ -162,6 +174,67 @@ def store_warning(failed: Mapping[str, str]) -> str:
             f"({shown}): {failed[names[0]]}; the sweep went on, and this document has them")
 
 
+class _HostRun:
+    """One host's part of the sweep as the runner's watch sees it: the phase it is in, the
+    session it holds, when that phase must end, and its one outcome (``result``): its worker's,
+    or the timeout the watch gives a host still in a phase when the phase's time is up."""
+
+    def __init__(self, host: HostSpec) -> None:
+        self.host = host
+        self.result: Future[HostOutcome] = Future()
+        self._lock = threading.Lock()
+        self._claimed = False
+        self._started = 0.0
+        self._limit_s = 0.0
+        self._phase = ""
+        self._phase_ends: float | None = None
+        self._session: Session | None = None
+
+    def begin(self, limit_s: float) -> float:
+        """The host starts now, with ``limit_s`` seconds for every phase; returns the time.monotonic()."""
+        with self._lock:
+            self._started, self._limit_s = time.monotonic(), limit_s
+            return self._started
+
+    def enter(self, phase: str, grace_s: float = 0.0) -> bool:
+        """Start ``phase``, which must end ``grace_s`` seconds after the host's time limit; False
+        when the host's outcome is decided already (its worker stops there)."""
+        with self._lock:
+            self._phase = phase
+            self._phase_ends = self._started + self._limit_s + grace_s
+            return not self._claimed
+
+    def hold(self, session: Session) -> bool:
+        """The host's session, for the watch to cancel; False when the outcome is decided already."""
+        with self._lock:
+            self._session = session
+            return not self._claimed
+
+    def remaining_s(self) -> float:
+        """Seconds left of the host's time limit (negative past it)."""
+        with self._lock:
+            return self._started + self._limit_s - time.monotonic()
+
+    def overdue(self, now: float) -> bool:
+        """Whether the host is still in a phase whose time is up at ``now`` (time.monotonic())."""
+        with self._lock:
+            return not self._claimed and self._phase_ends is not None and now > self._phase_ends
+
+    def claim(self) -> bool:
+        """True for the first caller only: it decides the outcome."""
+        with self._lock:
+            claimed, self._claimed = self._claimed, True
+            return not claimed
+
+    def timed_out(self) -> tuple[HostOutcome, Session | None]:
+        """The outcome of a host whose phase ran out of time, and the session to end."""
+        with self._lock:
+            elapsed = time.monotonic() - self._started
+            error = (f"no result within the host's {self._limit_s:g} s time limit: still {self._phase} after "
+                     f"{elapsed:.1f} s; ended")
+            return HostOutcome(self.host.label, TIMEOUT, error, elapsed), self._session
+
+
 class _SweepRunner:
     def __init__(self, options: SweepOptions, connector: Connector, bundle: Bundle,
                  progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None,
@@ -175,6 +248,7 @@ class _SweepRunner:
         self._progress = progress
         self._stop = threading.Event()
         self._closed = threading.Event()
+        self._overdue = threading.Event()  # a host was ended by the watch: its worker may still be busy
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._started_at = time.monotonic()
@@ -183,13 +257,13 @@ class _SweepRunner:
         outcomes: dict[str, HostOutcome] = {}
         self._progress.start(len(hosts))
         pool = ThreadPoolExecutor(max_workers=max(1, self._options.fanout), thread_name_prefix="sweep")
-        futures: dict[Future[HostOutcome], HostSpec] = {}
+        runs = [_HostRun(host) for host in hosts]
         interrupted = late = False
         try:
-            for host in hosts:  # starting a worker thread waits for the busy ones: Ctrl-C may land here
-                futures[pool.submit(self._probe_host, host)] = host
-            self._gather(futures, outcomes, deadline=self._options.deadline)
-            late = len(outcomes) < len(futures)  # the run's deadline came first
+            for run in runs:  # starting a worker thread waits for the busy ones: Ctrl-C may land here
+                pool.submit(self._probe_host, run)
+            self._gather(runs, outcomes, deadline=self._options.deadline)
+            late = len(outcomes) < len(runs)  # the run's deadline came first
             if late:
                 self._end_late()
         except KeyboardInterrupt:
@@ -197,11 +271,11 @@ class _SweepRunner:
             deadline = time.monotonic() + CANCEL_WAIT_S  # for ending the probes and hearing back
             self._interrupt(deadline)
             try:
-                self._gather(futures, outcomes, deadline=deadline)
+                self._gather(runs, outcomes, deadline=deadline)
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: stop waiting, report what is in
         finally:
-            pool.shutdown(wait=not (interrupted or late), cancel_futures=True)
+            pool.shutdown(wait=not (interrupted or late or self._overdue.is_set()), cancel_futures=True)
             self._closed.set()  # hosts that still end now are not counted on a closed display
             self._progress.close()
         started = self._started_at
@@ -214,18 +288,39 @@ class _SweepRunner:
             failed = dict(self._not_stored)
         return (store_warning(failed),) if failed else ()
 
-    def _gather(self, futures: dict[Future[HostOutcome], HostSpec], outcomes: dict[str, HostOutcome],
-                deadline: float | None) -> None:
-        pending = {f for f in futures if futures[f].label not in outcomes}
+    def _gather(self, runs: Sequence[_HostRun], outcomes: dict[str, HostOutcome], deadline: float | None) -> None:
+        """Collect outcomes as hosts finish, ending each host still in a phase whose time is up,
+        until every host has one or ``deadline`` (time.monotonic()) passes."""
+        pending = {run.result: run for run in runs if run.host.label not in outcomes}
         while pending:
             # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            done, _ = wait(list(pending), timeout=0.2, return_when=FIRST_COMPLETED)
             for future in done:
-                if not future.cancelled():
-                    outcome = future.result()
-                    outcomes[outcome.host] = outcome
+                outcome = future.result()
+                outcomes[outcome.host] = outcome
+                del pending[future]
+            self._end_overdue(pending.values())
             if deadline is not None and time.monotonic() > deadline:
                 return
+
+    def _end_overdue(self, runs: Iterable[_HostRun]) -> None:
+        """Give each host still in a phase past its time a ``timeout`` naming the phase, and end
+        its session's work on the node (on a thread of its own: a dying host may be slow to
+        answer the kill)."""
+        now = time.monotonic()
+        for run in runs:
+            if run.overdue(now) and run.claim():
+                self._overdue.set()
+                threading.Thread(target=self._end_host, args=(run,), name="host-timeout", daemon=True).start()
+
+    def _end_host(self, run: _HostRun) -> None:
+        outcome, session = run.timed_out()
+        self._deliver(run, outcome)
+        if session is not None:
+            try:
+                session.cancel()
+            except TransportError:
+                pass  # the connection is gone: nothing is left running through it
 
     def _end_late(self) -> None:
         """The run's deadline came with hosts still running: no new host starts, and the running
@@ -247,17 +342,35 @@ class _SweepRunner:
             self._say(f"{len(sessions) - ended} hosts did not answer in time: their probes end by their own "
                       f"deadline on the node")
 
-    def _probe_host(self, host: HostSpec) -> HostOutcome:
+    def _probe_host(self, run: _HostRun) -> None:
+        host = run.host
         if self._stop.is_set():
-            return interrupted_host(host)
+            if run.claim():
+                run.result.set_result(interrupted_host(host))
+            return
         self._progress.host_started()
-        started = time.monotonic()
+        started = run.begin(self._options.command_timeout_s)
         try:
-            outcome = self._attempt(host, started)
+            outcome = self._attempt(run, started)
         except Exception as error:  # noqa: BLE001 - one host's unforeseen failure must not end the sweep
             traceback.print_exc(file=sys.stderr)
             outcome = HostOutcome(host.label, PROBE_ERROR, f"gpudiag failed on this host: "
                                   f"{type(error).__name__}: {error}", time.monotonic() - started)
+        if run.claim():  # else the watch ended the host first, and its outcome stands
+            self._deliver(run, outcome)
+
+    def _deliver(self, run: _HostRun, outcome: HostOutcome) -> None:
+        """Record the host's outcome (the store, the progress display), then make it its result.
+        An error of the recording other than the store's is the result instead: the main thread
+        raises it (gpudiag's own failure, as from any worker)."""
+        try:
+            self._record(run.host, outcome)
+        except BaseException as error:  # noqa: BLE001 - not swallowed: handed to the main thread, which raises it
+            run.result.set_exception(error)
+            return
+        run.result.set_result(outcome)
+
+    def _record(self, host: HostSpec, outcome: HostOutcome) -> None:
         if self._on_host_done is not None:
             try:
                 self._on_host_done(outcome)
@@ -266,19 +379,27 @@ class _SweepRunner:
                     self._not_stored[host.label] = str(error)
         if not self._closed.is_set():
             self._progress.host_done(outcome.ok)
-        return outcome
 
-    def _attempt(self, host: HostSpec, started: float) -> HostOutcome:
+    def _attempt(self, run: _HostRun, started: float) -> HostOutcome:
+        """Connect, copy the bundle, run the probes: each phase inside the host's time limit
+        (the watch ends a host still in one at its end; the probes get what is left of it)."""
+        host = run.host
         session: Session | None = None
         try:
+            if not run.enter(CONNECTING):
+                return run.timed_out()[0]
             session = self._connector.connect(host)
+            held = run.hold(session)
             with self._lock:
                 self._sessions[host.label] = session
             if self._stop.is_set():
                 return interrupted_host(host, started)
+            if not (held and run.enter(COPYING)):
+                return run.timed_out()[0]
             session.prepare(self._bundle)
-            node = probe_node(_TimedSession(session, self._options.command_timeout_s), self._options.probe,
-                              source=host.label)
+            if not run.enter(PROBING, PROBE_BACKSTOP_S):
+                return run.timed_out()[0]
+            node = probe_node(_TimedSession(session, run), self._options.probe, source=host.label)
         except (TransportError, ProbeOutputError) as error:
             if self._stop.is_set():  # the failure is the interruption's doing (probes ended, links closed)
                 return interrupted_host(host, started)
@@ -307,14 +428,14 @@ class _SweepRunner:
 
 
 class _TimedSession:
-    """A session whose commands run under the sweep's per-host time limit."""
+    """A session whose commands run within what is left of the host's time limit."""
 
-    def __init__(self, session: Session, timeout_s: float) -> None:
+    def __init__(self, session: Session, run: _HostRun) -> None:
         self._session = session
-        self._timeout_s = timeout_s
+        self._run = run
 
     def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
-        return self._session.run(argv, min(timeout_s, self._timeout_s))
+        return self._session.run(argv, min(timeout_s, max(MIN_COMMAND_S, self._run.remaining_s())))
 
 
 def _facts(results: Sequence[ProbeResult]) -> dict[str, Any]:

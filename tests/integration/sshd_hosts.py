@@ -260,6 +260,16 @@ class TestHost:
         host = self.address if self.port == 22 else f"[{self.address}]:{self.port}"
         return f"{host} {self.host_public_key_line}"
 
+    def restart_with_sftp_subsystem(self, command: str, timeout_s: float = 10.0) -> None:
+        """Restart on the same address, port and host key with ``command`` as the sftp subsystem
+        (``Subsystem sftp COMMAND``; by default ``internal-sftp``): e.g. a script that reads its stdin
+        and never answers, as the SFTP server of a node with a hung home file system does."""
+        text = self.config_path.read_text()
+        self.config_path.write_text(re.sub(r"(?m)^Subsystem sftp .*$", lambda _: f"Subsystem sftp {command}", text))
+        self.stop()
+        self.start()
+        wait_listening([self], timeout_s)
+
     def regenerate_host_key_and_restart(self, timeout_s: float = 10.0) -> None:
         """Restart on the same address and port with a new host key; known_hosts entries become 'changed'."""
         self.stop()
