@@ -59,3 +59,17 @@ def test_the_netns_link_benchmark_times_screen_and_full_and_both_name_the_plante
     for row in rows.values():
         assert row.endswith("slow_link node01–node02, slow_nic node03"), row
     assert "full / screen link phase" in done.stdout
+
+
+def test_the_hostile_output_benchmark_measures_the_controllers_memory_and_the_hung_sftp_timeout():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "hostile_output.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = ("clean", "endless line", "endless records")
+    rows = {name: line[len(name):].split() for line in done.stdout.splitlines() for name in names
+            if line.startswith(name + " ")}  # exit, wall s, peak RSS MiB, above clean MiB
+    assert set(rows) == set(names), done.stdout
+    assert rows["endless line"][0] == "3" and rows["endless records"][0] == "3"  # the hostile host is unchecked
+    assert all(float(row[3]) <= 200 for row in rows.values()), done.stdout  # bounded, whatever the node prints
+    assert "above the clean sweep (target <= 200 MiB)" in done.stdout
+    assert "hung SFTP on node02: timeout after" in done.stdout
