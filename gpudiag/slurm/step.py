@@ -44,8 +44,9 @@ SRUN_STDERR_TAIL_BYTES = 64 * 1024
 # srun's stdout lines that carry no task label, kept for an error message (each cut to its first bytes).
 UNLABELLED_LINES = 20
 UNLABELLED_LINE_BYTES = 512
-# Characters of a task's @ line kept to name what it claimed.
+# Characters of a task's @ line kept to name what it claimed, and of a line it printed quoted in a reason.
 CLAIM_CHARS = 128
+REASON_LINE_CHARS = 200
 _LABEL = re.compile(rb" *(\d+): ?(.*)", re.DOTALL)
 _EXIT = re.compile(rb"X (\d{1,3})")
 # What the node task says when it ended a command at a cap (``V LINE`` / ``V BYTES``), in our words.
@@ -77,8 +78,9 @@ class SrunOptions:
 
 
 class TaskIdentityError(TransportError):
-    """A task's node task said it runs on another node than the one Slurm placed it on: its
-    output is used for no node, and the node it ran on could not be checked."""
+    """A task's output cannot be its node's: it said it runs on another node than the one Slurm
+    placed it on, or it flooded its output without saying where it runs. Its output is used for
+    no node, and the node it ran on could not be checked."""
 
     status: ClassVar[str] = "probe_error"
 
@@ -283,7 +285,10 @@ def step_results(layout: Sequence[str], output: StepOutput, end: StepEnd) -> dic
     results: dict[str, CommandResult | TransportError] = {}
     for task_id, node in enumerate(layout):
         task = output.tasks[task_id] if task_id < len(output.tasks) else TaskOutput(output.limits)
-        if task.claimed is None:
+        if task.claimed is None and task.overflowed:
+            results[node] = TaskIdentityError(f"{node}: task {task_id} of the srun step ran on {node} (Slurm's "
+                                              f"layout) and never said where it runs; {task.overflow}")
+        elif task.claimed is None:
             results[node] = Unreachable(f"{node}: srun did not run the probes there: "
                                         f"{_reason(node, task, output, end)}")
         elif task.claimed != node:
@@ -314,16 +319,21 @@ def failed_nodes(nodes: Sequence[str], output: StepOutput, end: StepEnd) -> list
 
 def _reason(node: str, task: TaskOutput, output: StepOutput, end: StepEnd) -> str:
     named = [line for line in _lines_naming(node, end.stderr) if not _SRUN_NOISE.match(line)]
-    own = [line for line in task.other.text().splitlines() if line.strip()]
+    own = [_printable(line) for line in task.other.text().splitlines() if line.strip()]
     if named or own:
         return "; ".join((named + own)[-3:])
     if end.killed:
         return f"no task reported from it before srun was ended after {end.duration_s:.0f} s"
     lines = [line for line in end.stderr.splitlines() if line.strip() and not _SRUN_NOISE.match(line)]
-    lines += output.unlabelled
+    lines += [_printable(line) for line in output.unlabelled]
     if lines:
         return "; ".join(lines[-3:])
     return f"srun exited with status {end.exit_status} without starting a task there"
+
+
+def _printable(line: str) -> str:
+    """A line a node printed, for a message: at most REASON_LINE_CHARS, control characters as ``?``."""
+    return "".join(char if char.isprintable() else "?" for char in line.strip()[:REASON_LINE_CHARS])
 
 
 def _lines_naming(node: str, text: str) -> list[str]:

@@ -173,6 +173,25 @@ def test_a_task_that_never_says_its_node_is_not_taken_as_any_other() -> None:
     assert isinstance(results["n2"], Unreachable)
 
 
+def test_a_task_flooding_raw_bytes_without_saying_its_node_is_its_nodes_probe_error_named_plainly() -> None:
+    output = StepOutput(2, SMALL)
+    output.feed(b"0: @n1")
+    for _ in range(200):  # srun's labelled pieces of an endless line of NULs and escapes: 120 KB
+        output.feed(b"1: " + b"\0\x1b[2J" * 120)
+    output.feed(b"0: X 0")
+    assert output.settled()
+    results = step_results(["n1", "n2"], output, StepEnd(None, "", False, 1.0))
+    n2 = results["n2"]
+    assert isinstance(results["n1"], CommandResult)
+    assert isinstance(n2, TaskIdentityError) and n2.status == "probe_error"
+    assert "never said where it runs; the node printed more unframed output than the cap" in str(n2)
+    few = StepOutput(1, SMALL)
+    few.feed_stderr(b"0: \x1b]0;owned\x07python3: " + b"\0" * 5000)
+    unreachable = step_results(["n1"], few, StepEnd(1, "", False, 1.0))["n1"]
+    assert isinstance(unreachable, Unreachable) and "?]0;owned?python3: ???" in str(unreachable)
+    assert len(str(unreachable)) < 300 and str(unreachable).isprintable()
+
+
 # --- bounded ----------------------------------------------------------------------------------------------
 
 
