@@ -7,13 +7,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import click
 
 from .cli_options import judging_options, ssh_options
 from .detail import COMPACT, DETAILS
-from .errors import InputError
+from .errors import InputError, OutputError
 from .exitcodes import ExitCode
 from .interrupts import InterruptGate
 from .links.remote import NET_BACKENDS
@@ -47,11 +47,16 @@ from .transport.ssh import SshSettings
 @click.option("--budget", "budget_s", type=click.FloatRange(min=1), default=DEFAULT_BUDGET_S, show_default=True,
               metavar="S", help="Seconds the whole check may take; what does not finish is unchecked (exit 3).")
 @click.option("--drain", is_flag=True,
-              help="Drain the nodes of fail findings: scontrol update NodeName=... State=DRAIN Reason=\"gpudiag: "
-                   "...\" (without it, the command is printed).")
+              help="Drain the nodes of fail findings whose action takes a node out of service (drain, reset_gpu, "
+                   "reboot): scontrol update NodeName=... State=DRAIN Reason=\"gpudiag: CHECKS: ...\" (without it, the "
+                   "command is printed).")
 @click.option("--undrain", is_flag=True,
-              help="Return to service the nodes that now pass and that gpudiag drained (reason 'gpudiag:...'); "
-                   "a node drained by anyone else stays drained.")
+              help="Return to service the nodes gpudiag drained that pass this run and in it passed again each "
+                   "check their reason names ('gpudiag: gemm: ...'); a node drained by anyone else, or for a check "
+                   "this run did not make, stays drained and is named with why.")
+@click.option("--scontrol", "scontrol", default="scontrol", show_default=True, metavar="PATH",
+              help="The scontrol command that drains, reads and resumes nodes; each call ends within what is left "
+                   "of the budget (5 s at least for them all).")
 @click.option("--no-links", is_flag=True, help="No link screen between the nodes.")
 @click.option("--python", "python", default="python3", show_default=True, metavar="PATH",
               help="The nodes' Python interpreter (it needs torch for the GPU probes).")
@@ -80,7 +85,8 @@ from .transport.ssh import SshSettings
               help="Each node's data-plane address for the link screen (as gpudiag sweep).")
 @ssh_options
 def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
-              undrain: bool, no_links: bool, no_retest: bool, python: str, dtype: str, max_gpu_mem: int | None,
+              undrain: bool, scontrol: str, no_links: bool, no_retest: bool, python: str, dtype: str,
+              max_gpu_mem: int | None,
               store_path: str | None, no_store: bool, baseline_name: str | None, thresholds_path: str | None,
               exclude_file: str | None, json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool,
               launcher: str, slurm_bundle_dir: str | None, net_backend: str, net_address: str,
@@ -90,7 +96,8 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
     figures and the live peers. Prints the plan first and one summary line last.
 
-    Exit status: 0 healthy; 1 a fail finding (the only outcome --drain drains); 2 bad input;
+    Exit status: 0 healthy; 1 a fail finding (the only outcome --drain drains; also when an output
+    could not be written after a drain); 2 bad input, or an output that could not be written;
     3 inconclusive (something could not be checked, within the budget or at all: never drains);
     4 gpudiag itself failed (inconclusive, never drains); 130 interrupted (drains nothing).
     """
@@ -108,7 +115,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
         slurm_bundle_dir=slurm_bundle_dir, net_backend=net_backend, net_address=net_address,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=not no_links,
-        drain=drain, undrain=undrain)
+        drain=drain, undrain=undrain, scontrol=scontrol)
     check_request(request)
     count, hosts_stdin = host_text(request, sys.stdin)
     if here and count != 1:
@@ -120,9 +127,20 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
         click.echo(line, err=to_stderr)
     with InterruptGate().installed() as gate:
         run = run_preflight(request, plan, hosts_stdin, make_progress(quiet), gate, started)
-        _write_outputs(run, json_path, json_detail, exclude_file, prom_file)
-        _print_report(run, to_stderr)
-    return ExitCode.INTERRUPTED if gate.received else run.exit_code
+        output_errors = _write_outputs(run, json_path, json_detail, exclude_file, prom_file)
+        _print_report(run, to_stderr, output_errors)
+    if gate.received:
+        return ExitCode.INTERRUPTED
+    return outputs_exit_code(run, output_errors)
+
+
+def outputs_exit_code(run: PreflightRun, output_errors: list[str]) -> ExitCode:
+    """The exit code once the outputs are written: the run's own; where an output could not be
+    written, 1 when nodes were drained (the drain happened: a hook must see the fail), else 2
+    (an output error)."""
+    if not output_errors:
+        return run.exit_code
+    return ExitCode.FAIL if run.drained else ExitCode.USAGE
 
 
 def _check_outputs(json_path: str | None, exclude_file: str | None, prom_file: str | None) -> None:
@@ -136,8 +154,11 @@ def _check_outputs(json_path: str | None, exclude_file: str | None, prom_file: s
 
 
 def _write_outputs(run: PreflightRun, json_path: str | None, json_detail: str, exclude_file: str | None,
-                   prom_file: str | None) -> None:
+                   prom_file: str | None) -> list[str]:
+    """Write each output asked for; one that cannot be written does not stop the others (the
+    drains are done by now: what happened must still be said). Returns each failure's message."""
     result = run.result
+    errors = []
     if json_path is not None:
         chunks = _document(run, json_detail)
         if json_path == "-":
@@ -145,12 +166,24 @@ def _write_outputs(run: PreflightRun, json_path: str | None, json_detail: str, e
                 sys.stdout.write(chunk)
             sys.stdout.flush()
         else:
-            write_report(chunks, json_path)
+            errors += _written(lambda: write_report(chunks, json_path), "--json")
     if exclude_file is not None:
         exclude = (result.impact or {}).get("exclude") or []
-        write_report("".join(f"{host}\n" for host in exclude), exclude_file)
+        errors += _written(lambda: write_report("".join(f"{host}\n" for host in exclude), exclude_file),
+                           "--exclude-file")
     if prom_file is not None:
-        write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file)
+        errors += _written(lambda: write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file),
+                           "--prom-file")
+    return errors
+
+
+def _written(write: Callable[[], None], option: str) -> list[str]:
+    """[] when ``write`` wrote its output, else [its error, naming ``option``]."""
+    try:
+        write()
+    except OutputError as error:
+        return [f"{option} {error}"]
+    return []
 
 
 def _document(run: PreflightRun, detail: str) -> Iterator[str]:
@@ -162,8 +195,9 @@ def _document(run: PreflightRun, detail: str) -> Iterator[str]:
             yield chunk
 
 
-def _print_report(run: PreflightRun, to_stderr: bool) -> None:
-    """The report, then the drains and the summary line: plain lines unless on a terminal."""
+def _print_report(run: PreflightRun, to_stderr: bool, output_errors: list[str]) -> None:
+    """The report, then the drains, the outputs that could not be written, and the summary line:
+    plain lines unless on a terminal."""
     text = render_report(run.result.to_dict(records=False), "text")
     stream = sys.stderr if to_stderr else sys.stdout
     if stream.isatty():
@@ -176,4 +210,6 @@ def _print_report(run: PreflightRun, to_stderr: bool) -> None:
         click.echo(f"gpudiag: warning: {warning}", err=True)
     for line in action_lines(run):
         click.echo(line, err=to_stderr)
-    click.echo(summary_line(run), err=to_stderr)
+    for error in output_errors:
+        click.echo(f"gpudiag: error: {error}", err=True)
+    click.echo(summary_line(run, output_errors), err=to_stderr)

@@ -6,9 +6,13 @@
 # job (IDLE also covers an idle node that is drained, which is how a node gpudiag drained gets
 # back). As a second guard it does nothing when Slurm says a job holds this node.
 #
-#   a fail finding      -> gpudiag drains this node with its reason ("gpudiag: ...")
-#   the node passes     -> if gpudiag drained it earlier, it is returned to service; a node
-#                          drained by anyone else (any reason not starting "gpudiag:") stays drained
+#   a fail finding      -> gpudiag drains this node with its reason ("gpudiag: gemm: ...": the
+#                          checks that drained it, then the finding)
+#   the node passes     -> if gpudiag drained it earlier and this check made, and the node passed,
+#                          each check its reason names, it is returned to service (NHC's rule); a
+#                          node drained for a check this run could not make (links, in a one-node
+#                          check) or by anyone else (any reason not starting "gpudiag:") stays
+#                          drained, and the log says why
 #   inconclusive (3/4)  -> nothing changes; logged
 #
 # Slurm does not act on a health check's exit status: this script always exits 0 and leaves the
@@ -40,24 +44,39 @@ log() {
     command -v logger >/dev/null && logger -t gpudiag-healthcheck -- "node $node: $*"
 }
 
-# A job on the node (allocated or mixed): no load beside it.
-state=$(scontrol show node -o "$node" 2>/dev/null | sed -n 's/.*State=\([^ ]*\).*/\1/p')
+# A job on the node (allocated, mixed, completing, or draining: a drained node a job still holds):
+# no load beside it. The state is asked for alone (sinfo %T), never read out of scontrol's line,
+# where a node's reason ("... State=IDLE ...") could imitate it. No answer: no check either.
+state=$(timeout -k 2 10 sinfo -h -N -n "$node" -o '%T' 2>/dev/null | head -n 1)
 case $state in
-    *ALLOC*|*MIXED*|*COMPLETING*)
+    "")
+        log "skipped: Slurm did not say whether a job holds the node (sinfo gave no state)"
+        exit 0 ;;
+    allocated*|mixed*|completing*|draining*)
         log "skipped: a job holds the node ($state)"
         exit 0 ;;
 esac
 
 # Ended GPUDIAG_SLACK s past its budget should it hang, so the outcome is logged before slurmd kills
-# this script at 60 s.
+# this script at 60 s. gpudiag's stdout is kept apart until it ends, so that its last line, the
+# summary, can be read: an exit 1 without it is Python's or gpudiag's own failure, not a FAIL.
+output=$(mktemp -d "${TMPDIR:-/tmp}/gpudiag-healthcheck.XXXXXX") || {
+    log "inconclusive: no temporary folder for the check's output: nothing changed"
+    exit 0
+}
+trap 'rm -rf "$output"' EXIT
 limit=$(( ${GPUDIAG_BUDGET%.*} + GPUDIAG_SLACK ))
 # shellcheck disable=SC2086
 timeout --kill-after=2 "$limit" $GPUDIAG preflight $GPUDIAG_HERE --hosts "$node" --budget "$GPUDIAG_BUDGET" \
-    --drain --undrain -q $GPUDIAG_ARGS >>"$GPUDIAG_LOG" 2>&1 </dev/null
+    --drain --undrain -q $GPUDIAG_ARGS >"$output/stdout" 2>"$output/stderr" </dev/null
 status=$?
-case $status in
-    0) log "healthy (gpudiag exit 0)" ;;
-    1) log "FAILED (gpudiag exit 1): drained by gpudiag" ;;
+cat "$output/stdout" "$output/stderr" >>"$GPUDIAG_LOG" 2>/dev/null
+summary=$(tail -n 1 "$output/stdout")
+case $status:$summary in
+    0:*) log "healthy (gpudiag exit 0)" ;;
+    "1:gpudiag preflight: FAIL $node, exit 1, "*) log "FAILED (gpudiag exit 1): $summary" ;;
+    1:*) log "inconclusive (gpudiag exit 1 without its FAIL summary line: Python or gpudiag itself failed):" \
+             "nothing changed" ;;
     *) log "inconclusive (gpudiag exit $status): nothing changed" ;;
 esac
 exit 0

@@ -1,6 +1,8 @@
 """Running a pre-flight: plan it from the budget, run it as a sweep (gpudiag.plan.run_plan) under
-that budget, then drain the nodes of ``fail`` findings and return to service the nodes gpudiag
-drained that now pass.
+that budget, then drain the nodes of ``fail`` findings that take a node out of service, and
+return to service the nodes gpudiag drained that passed again the checks that drained them
+(gpudiag.slurm.resume). Every scontrol call runs within what is left of the budget (at least
+SCONTROL_FLOOR_S for them all) and is ended at its deadline.
 
 Three outcomes, never confused: healthy (exit 0), a ``fail`` finding (1: the only outcome that
 drains), inconclusive (3: something could not be checked within the budget or at all; 4: gpudiag
@@ -14,10 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from ..analysis.fleet import NOT_EXCLUDING
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..findings import FAIL
 from ..hosts import load_hosts
 from ..interrupts import InterruptGate
 from ..links.remote import PairTestOptions
@@ -27,11 +27,15 @@ from ..progress import SweepProgress
 from ..sim import load_fleet
 from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
 from ..sshconfig import SshOptions
-from ..sweep import NOT_CHECKED, SweepOptions, SweepResult
+from ..sweep import SweepOptions, SweepResult
 from ..transport.ssh import SshSettings
+from .checked import host_checks
 from .planner import PreflightPlan, plan_preflight
 
 DEFAULT_BUDGET_S = 120.0
+# Seconds the scontrol calls after the run (drain, node query, resume) get together even when the
+# budget is spent: a hung scontrol costs at most this much past the budget.
+SCONTROL_FLOOR_S = 5.0
 # Hosts probed at once: every node of a job, up to the sweep's largest fan-out.
 MAX_FANOUT = 4096
 MIN_FANOUT = 64
@@ -83,6 +87,11 @@ class PreflightRun:
     @property
     def exit_code(self) -> ExitCode:
         return self.result.exit_code
+
+    @property
+    def drained(self) -> tuple[str, ...]:
+        """The node sets (``n[1,3]``) of the drain commands that ran and succeeded."""
+        return tuple(outcome.nodes for outcome in self.drains if outcome.ran and outcome.ok)
 
     def to_dict(self) -> dict[str, Any]:
         """The pre-flight's own part of its JSON document (beside the sweep document's fields)."""
@@ -150,18 +159,16 @@ def run_preflight(request: PreflightRequest, plan: PreflightPlan, stdin: TextIO,
     is touched when an input is bad."""
     result = run_plan(sweep_request(request, plan), stdin, progress, gate)
     interrupted = result.interrupted or gate.received
+    deadline = scontrol_deadline(request.budget_s, started)
     commands = drain_commands(result.findings, scontrol=request.scontrol) if not interrupted else []
-    drains = tuple(drain(commands, run=request.drain))
+    drains = tuple(drain(commands, run=request.drain, deadline=deadline))
     undrained = None
     if request.undrain and not interrupted:
-        undrained = undrain(passed_hosts(result), run=True, scontrol=request.scontrol)
+        undrained = undrain(host_checks(result), run=True, scontrol=request.scontrol, deadline=deadline)
     return PreflightRun(plan, result, drains, undrained, request.drain, time.monotonic() - started)
 
 
-def passed_hosts(result: SweepResult) -> list[str]:
-    """The hosts that pass now: probed, and named by no ``fail`` finding and nothing unchecked
-    (a fleet-wide finding names no one host)."""
-    named = {name for finding in result.findings
-             if (finding.severity == FAIL or finding.kind in NOT_CHECKED) and finding.kind not in NOT_EXCLUDING
-             for name in (finding.host, finding.peer) if name}
-    return [host.host for host in result.hosts if host.ok and host.host not in named]
+def scontrol_deadline(budget_s: float, started: float) -> float:
+    """The time.monotonic() by which every scontrol call of a pre-flight that began at
+    ``started`` ends: the end of its budget, or SCONTROL_FLOOR_S from now where that is later."""
+    return max(started + budget_s, time.monotonic() + SCONTROL_FLOOR_S)

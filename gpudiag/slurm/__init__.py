@@ -4,10 +4,15 @@ launcher that runs the probe bundle with one ``srun`` step across the nodes inst
 - ``nodelist``: the hosts of ``$SLURM_JOB_NODELIST`` (folded ``gpu[001-004,010]`` syntax) and of
   ``scontrol show hostnames``.
 - ``nodes``: what Slurm says about each node (state, drain reason, address).
-- ``drain``: ``scontrol update ... State=DRAIN`` for ``fail`` findings; ``State=RESUME`` only for
-  nodes gpudiag drained that now pass.
+- ``reason``: the drain reason (``gpudiag: <checks>: <finding>: <evidence>``), written and read
+  back, and the one-line safe text reasons and hook log lines are made of.
+- ``resume``: NHC's rule: a node gpudiag drained returns only after a run that made, and the node
+  passed, each check its reason names.
+- ``drain``: ``scontrol update ... State=DRAIN`` for ``fail`` findings whose action takes the
+  node out of service; ``State=RESUME`` only as ``resume`` allows.
 - ``launcher``: a connector for the sweep whose sessions run their commands through ``srun``.
 
-Every Slurm command runs through ``commands.run_slurm``; a command that is missing, times out or
-fails is a ``SlurmCommandError`` naming the command and its error output, never a crash.
+Every Slurm command runs through ``commands.run_slurm`` in a process group of its own, within a
+time limit; a command that is missing, times out (then it is ended, children and all) or fails is
+a ``SlurmCommandError`` naming the command and its error output, never a crash.
 """

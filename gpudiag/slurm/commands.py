@@ -1,19 +1,36 @@
-"""Running Slurm's client commands (``scontrol``, ``sinfo``) from the controller."""
+"""Running Slurm's client commands (``scontrol``, ``sinfo``) from the controller.
+
+Each command runs in a process group of its own, so one that hangs (a controller that does not
+answer, a wrapper script stuck in a sleep) is ended whole at its time limit, children included,
+and reported as having been ended.
+"""
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 # Seconds a Slurm client command gets: slurmctld answers in milliseconds, or retries for
 # MessageTimeout (10 s by default) when it is down.
 COMMAND_TIMEOUT_S = 60.0
+# A command is not started with less time than this left before its deadline (seconds): it
+# could not even reach slurmctld.
+MIN_COMMAND_S = 0.5
+# Seconds to collect what an ended command printed before its pipes are given up.
+_REAP_S = 2.0
 
 
 class SlurmCommandError(Exception):
     """A Slurm command could not run or failed; the message names it and says why."""
+
+
+class NoTimeLeft(SlurmCommandError):
+    """A Slurm command was not started: its deadline left it too little time."""
 
 
 @dataclass(frozen=True)
@@ -36,22 +53,57 @@ class SlurmOutput:
         return lines[-1] if lines else f"exit status {self.exit_status}"
 
 
+def time_left_s(deadline: float | None, default_s: float = COMMAND_TIMEOUT_S) -> float:
+    """Seconds a command may take to end by ``deadline`` (time.monotonic()), at most
+    ``default_s``; ``default_s`` when there is no deadline. Raises NoTimeLeft when less than
+    MIN_COMMAND_S is left (the command is then not started)."""
+    if deadline is None:
+        return default_s
+    left = deadline - time.monotonic()
+    if left < MIN_COMMAND_S:
+        raise NoTimeLeft("not run: the --budget had no time left for it")
+    return min(default_s, left)
+
+
 def run_slurm(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S, check: bool = True) -> SlurmOutput:
     """Run ``argv`` and return what it printed. Raises SlurmCommandError when the program is
-    missing, runs past ``timeout_s`` seconds, or (with ``check``) exits non-zero."""
+    missing, runs past ``timeout_s`` seconds (it is then ended, with its children), or (with
+    ``check``) exits non-zero."""
     argv = tuple(argv)
     try:
-        done = subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+        process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
     except FileNotFoundError as error:
         raise SlurmCommandError(f"{argv[0]} not found: install Slurm's client commands on this machine "
                                 f"(Debian: slurm-client) or put them on PATH") from error
-    except subprocess.TimeoutExpired as error:
-        raise SlurmCommandError(f"{shlex.join(argv)} did not answer within {timeout_s:g} s "
-                                f"(is slurmctld up?)") from error
     except OSError as error:
         raise SlurmCommandError(f"{shlex.join(argv)} could not run: {error}") from error
-    output = SlurmOutput(argv, done.returncode, done.stdout, done.stderr)
-    if check and done.returncode != 0:
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as error:
+        _end(process)  # its children too, even where the command itself has exited
+        raise SlurmCommandError(f"{shlex.join(argv)} did not answer within {timeout_s:.3g} s and was ended "
+                                f"(is slurmctld up?)") from error
+    finally:
+        if process.poll() is None:  # Ctrl-C while it ran: it must not outlive us
+            _end(process)
+    output = SlurmOutput(argv, process.returncode, stdout, stderr)
+    if check and process.returncode != 0:
         raise SlurmCommandError(f"{output.command} failed: {output.why()}")
     return output
+
+
+def _end(process: subprocess.Popen[str]) -> None:
+    """Kill the command's process group (the command and whatever it started) and reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        process.communicate(timeout=_REAP_S)
+    except subprocess.TimeoutExpired:
+        # a child that left the group still holds the pipes: give them up, the command is dead
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+        process.wait()

@@ -1,10 +1,14 @@
-"""Draining the nodes a sweep failed, and returning to service only those gpudiag drained.
+"""Draining the nodes a sweep failed, and returning to service only those gpudiag drained and that
+passed again the checks that drained them.
 
-``drain_commands`` turns ``fail`` findings into ``scontrol update NodeName=<set> State=DRAIN
-Reason="gpudiag: ..."`` commands, one per distinct reason with its nodes folded; ``drain`` runs
-them (or only says them). ``undrain`` resumes a node only when Slurm has it drained with a
-reason that starts ``gpudiag:`` and it is among the nodes that now pass: a node someone drained
-by hand stays drained. A failing scontrol is reported in the outcome, never raised.
+``drain_commands`` turns the findings that take a node out of service (``fail``, with the action
+``drain``, ``reset_gpu`` or ``reboot``) into ``scontrol update NodeName=<set> State=DRAIN
+Reason="gpudiag: <checks>: ..."`` commands, one per distinct reason with its nodes folded (the
+reason: gpudiag.slurm.reason); ``drain`` runs them (or only says them). ``undrain`` resumes a node
+only when Slurm has it drained with a gpudiag reason and this run made and passed each check the
+reason names (gpudiag.slurm.resume): a node someone drained by hand, or one the run could not see,
+stays drained and is named with the reason. Every scontrol runs within a deadline and is ended at
+it; a failing or hung scontrol is reported in the outcome, never raised.
 """
 
 from __future__ import annotations
@@ -18,22 +22,23 @@ from typing import Any
 from ..analysis.fleet import NOT_EXCLUDING
 from ..findings import FAIL, Finding
 from ..hosts import fold_hosts
-from .commands import SlurmCommandError, run_slurm
+from ..rules import SERVICE_VERBS
+from .commands import NoTimeLeft, SlurmCommandError, run_slurm, time_left_s
 from .nodes import query_nodes
+from .reason import MAX_REASON_CHARS, REASON_PREFIX, drain_reason, finding_words
+from .resume import HostChecks, resume_problem
 
-REASON_PREFIX = "gpudiag:"
-# Long enough for the kind, GPU, metric, deficit and the start of the evidence; Slurm keeps
-# reasons whole, but sinfo -R and squeue columns are read by people.
-MAX_REASON_CHARS = 120
+__all__ = ["MAX_REASON_CHARS", "REASON_PREFIX", "CommandOutcome", "UndrainResult", "drain", "drain_commands",
+           "drain_findings_by_host", "drain_reason", "fail_findings_by_host", "finding_words", "undrain"]
+
 # A Slurm node name (what a finding's host must be for scontrol to take it).
 _NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
-_UNSAFE = re.compile(r"[^\x20-\x7e]")
 
 
 @dataclass(frozen=True)
 class CommandOutcome:
     """One scontrol command: its argv, whether it ran, and its error (None: it ran and
-    succeeded, or was not run)."""
+    succeeded, or was only to be said; a command not run for want of time has its error)."""
 
     argv: tuple[str, ...]
     ran: bool
@@ -47,6 +52,11 @@ class CommandOutcome:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def nodes(self) -> str:
+        """The node set the command names (``n[1,3]``), "" when it names none."""
+        return next((word[len("NodeName="):] for word in self.argv if word.startswith("NodeName=")), "")
 
 
 @dataclass(frozen=True)
@@ -65,41 +75,10 @@ class UndrainResult:
         return self.error is None and all(command.ok for command in self.commands)
 
 
-def finding_words(finding: Mapping[str, Any]) -> list[str]:
-    """A finding (its dict) in a few words: ``slow_gpu GPU 3 gemm.tflops -18%`` (its kind, GPU,
-    peer, metric and deficit, those it has): drain reasons and one-line summaries."""
-    words = [str(finding.get("kind") or "fail")]
-    if finding.get("gpu") is not None:
-        words.append(f"GPU {finding['gpu']}")
-    if finding.get("peer"):
-        words.append(f"with {finding['peer']}")
-    if finding.get("metric"):
-        words.append(str(finding["metric"]))
-    if isinstance(finding.get("deficit_pct"), (int, float)):
-        words.append(f"-{finding['deficit_pct']:.0f}%")
-    return words
-
-
-def drain_reason(findings: Sequence[Finding | Mapping[str, Any]]) -> str:
-    """The drain reason for one node's ``fail`` findings (the first, the costliest, is named; the
-    rest counted): ``gpudiag: slow_gpu GPU 3 gemm.tflops -18%: HW thermal slowdown ...``,
-    printable ASCII without double quotes, at most MAX_REASON_CHARS characters."""
-    first = _fields(findings[0])
-    text = " ".join([REASON_PREFIX, *finding_words(first)])
-    if first.get("evidence"):
-        text += f": {first['evidence']}"
-    more = f" (+{len(findings) - 1} more)" if len(findings) > 1 else ""
-    text = " ".join(_UNSAFE.sub(" ", text).replace('"', "'").split())
-    room = MAX_REASON_CHARS - len(more)
-    if len(text) > room:
-        text = text[:room - 3].rstrip() + "..."
-    return text + more
-
-
 def fail_findings_by_host(findings: Iterable[Finding | Mapping[str, Any]]
                           ) -> dict[str, list[Finding | Mapping[str, Any]]]:
     """The ``fail`` findings that name one host (not fleet-wide ones), per host in order of first
-    appearance: what drains a node."""
+    appearance: the hosts a pre-flight calls FAIL."""
     by_host: dict[str, list[Finding | Mapping[str, Any]]] = {}
     for finding in findings:
         fields = _fields(finding)
@@ -108,12 +87,22 @@ def fail_findings_by_host(findings: Iterable[Finding | Mapping[str, Any]]
     return by_host
 
 
+def drain_findings_by_host(findings: Iterable[Finding | Mapping[str, Any]]
+                           ) -> dict[str, list[Finding | Mapping[str, Any]]]:
+    """Of those, the findings whose action takes the node out of service (``drain``,
+    ``reset_gpu``, ``reboot``): what drains a node. A ``fail`` that asks to ``inspect`` (a slow
+    link that cannot say which end is at fault, a power cap) drains neither end."""
+    by_host = {host: [f for f in mine if _fields(f).get("action") in SERVICE_VERBS]
+               for host, mine in fail_findings_by_host(findings).items()}
+    return {host: mine for host, mine in by_host.items() if mine}
+
+
 def drain_commands(findings: Iterable[Finding | Mapping[str, Any]], scontrol: str = "scontrol") -> list[list[str]]:
-    """``scontrol update NodeName=<set> State=DRAIN Reason=<reason>`` for the hosts of ``fail``
-    findings (not fleet-wide ones), one command per distinct reason with its nodes folded, in a
-    stable order. Findings of other severities, and hosts that are no Slurm node name (``h:22``),
-    drain nothing. Each Reason is one argv element: no shell ever reads it."""
-    by_node = {host: mine for host, mine in fail_findings_by_host(findings).items() if _NODE_NAME.fullmatch(host)}
+    """``scontrol update NodeName=<set> State=DRAIN Reason=<reason>`` for the hosts of the findings
+    that take a node out of service (drain_findings_by_host), one command per distinct reason with
+    its nodes folded, in a stable order. Other findings, and hosts that are no Slurm node name
+    (``h:22``), drain nothing. Each Reason is one argv element: no shell ever reads it."""
+    by_node = {host: mine for host, mine in drain_findings_by_host(findings).items() if _NODE_NAME.fullmatch(host)}
     by_reason: dict[str, list[str]] = {}
     for node, node_findings in by_node.items():
         by_reason.setdefault(drain_reason(node_findings), []).append(node)
@@ -122,36 +111,44 @@ def drain_commands(findings: Iterable[Finding | Mapping[str, Any]], scontrol: st
     return sorted(commands, key=lambda argv: (argv[2], argv[4]))
 
 
-def drain(commands: Iterable[Sequence[str]], run: bool = True) -> list[CommandOutcome]:
-    """Run each command (``run``), or only return it to be printed (not ``run``). A command that
-    fails is that outcome's error; the others still run."""
-    return [_run(tuple(argv)) if run else CommandOutcome(tuple(argv), ran=False) for argv in commands]
+def drain(commands: Iterable[Sequence[str]], run: bool = True, deadline: float | None = None) -> list[CommandOutcome]:
+    """Run each command (``run``), or only return it to be printed (not ``run``). Each must end
+    by ``deadline`` (time.monotonic(); None: a minute each) or is ended; a command that fails is
+    that outcome's error, and the others still run."""
+    return [_run(tuple(argv), deadline) if run else CommandOutcome(tuple(argv), ran=False) for argv in commands]
 
 
-def undrain(passed: Iterable[str], run: bool = True, scontrol: str = "scontrol") -> UndrainResult:
-    """Return to service the nodes of ``passed`` (nodes that now pass) that Slurm has drained
-    with a reason starting ``gpudiag:``; a node drained for any other reason, or not drained,
-    is left as it is. Without ``run`` the command is only returned. A failed node query or
-    scontrol command is the result's error."""
-    names = sorted({name for name in passed if _NODE_NAME.fullmatch(name)})
+def undrain(checked: Mapping[str, HostChecks], run: bool = True, scontrol: str = "scontrol",
+            deadline: float | None = None) -> UndrainResult:
+    """Return to service the nodes of ``checked`` (what this run says about each host it was
+    given) that Slurm has drained with a gpudiag reason and that passed again each check the
+    reason names (gpudiag.slurm.resume); every other drained node is kept, with why. Without
+    ``run`` the command is only returned. The query and the resume end by ``deadline``
+    (time.monotonic(); None: a minute each). A failed or hung node query or scontrol command is
+    the result's error."""
+    names = sorted(name for name in checked if _NODE_NAME.fullmatch(name))
     try:
-        nodes = query_nodes(names, scontrol=scontrol)
+        nodes = query_nodes(names, scontrol=scontrol, timeout_s=time_left_s(deadline))
     except SlurmCommandError as error:
         return UndrainResult((), (), (), error=str(error))
-    ours = [name for name in names if name in nodes and nodes[name].drained
-            and (nodes[name].reason or "").startswith(REASON_PREFIX)]
-    kept = tuple((name, f'drained by someone else (reason: "{nodes[name].reason or ""}"): left drained')
-                 for name in names if name in nodes and nodes[name].drained and name not in ours)
+    drained = [name for name in names if name in nodes and nodes[name].drained]
+    problems = {name: resume_problem(nodes[name], checked.get(name)) for name in drained}
+    ours = [name for name in drained if problems[name] is None]
+    kept = tuple((name, problem) for name, problem in problems.items() if problem is not None)
     if not ours:
         return UndrainResult((), kept, ())
     argv = (scontrol, "update", f"NodeName={fold_hosts(ours)}", "State=RESUME")
-    outcome = _run(argv) if run else CommandOutcome(argv, ran=False)
+    outcome = _run(argv, deadline) if run else CommandOutcome(argv, ran=False)
     return UndrainResult(tuple(ours) if outcome.ok else (), kept, (outcome,))
 
 
-def _run(argv: tuple[str, ...]) -> CommandOutcome:
+def _run(argv: tuple[str, ...], deadline: float | None) -> CommandOutcome:
     try:
-        run_slurm(argv)
+        timeout_s = time_left_s(deadline)
+    except NoTimeLeft as error:
+        return CommandOutcome(argv, ran=False, error=str(error))
+    try:
+        run_slurm(argv, timeout_s=timeout_s)
     except SlurmCommandError as error:
         return CommandOutcome(argv, ran=True, error=str(error))
     return CommandOutcome(argv, ran=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..hosts import fold_hosts
-from .commands import SlurmCommandError, run_slurm
+from .commands import COMMAND_TIMEOUT_S, SlurmCommandError, run_slurm
 
 # States in which no new step can start on a node (base states and flags, as scontrol spells them).
 _UNUSABLE = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "FUTURE", "POWERED_DOWN", "POWER_DOWN",
@@ -101,14 +101,16 @@ def _fields(line: str) -> tuple[dict[str, str], str | None]:
     return fields, reason
 
 
-def query_nodes(names: Iterable[str] | None = None, scontrol: str = "scontrol") -> dict[str, NodeState]:
+def query_nodes(names: Iterable[str] | None = None, scontrol: str = "scontrol",
+                timeout_s: float = COMMAND_TIMEOUT_S) -> dict[str, NodeState]:
     """Slurm's view of ``names`` (every node when None), by name; a name Slurm does not know is
-    left out. Raises SlurmCommandError when scontrol cannot run or the controller does not answer."""
+    left out. Raises SlurmCommandError when scontrol cannot run, or the controller does not
+    answer within ``timeout_s`` seconds (scontrol is then ended)."""
     wanted = sorted(set(names)) if names is not None else None
     if wanted == []:
         return {}
     argv = [scontrol, "show", "node", "-o"] + ([fold_hosts(wanted)] if wanted else [])
-    output = run_slurm(argv, check=False)
+    output = run_slurm(argv, timeout_s=timeout_s, check=False)
     nodes = parse_show_node(output.stdout)
     if output.exit_status != 0 and not nodes and not _only_unknown(output.stdout + output.stderr):
         raise SlurmCommandError(f"{output.command} failed: {output.why()}")

@@ -1,11 +1,13 @@
 """``gpudiag preflight`` on a simulated fleet (and on this machine for the budget's wall clock):
 exit codes 0/1/3, the plan printed first, the drain command it would run, $SLURM_JOB_NODELIST as
-the hosts, the exclude file, bad input."""
+the hosts, the exclude file, bad input; a scontrol of the test's own for drain and undrain (NHC's
+rule, a hung scontrol, an output that fails after a drain); a node that prints nothing."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpudiag.cli import main
+from gpudiag.preflight.run import SCONTROL_FLOOR_S
 
 SLOW_N2 = {"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7}
 HUNG_N3 = {"kind": "hang", "host": "n3"}
@@ -44,7 +47,7 @@ def test_a_healthy_job_exits_0_with_the_plan_first_and_one_summary_line_last(tmp
     assert lines[0] == "pre-flight plan: 4 nodes within a budget of 120 s (120 s planned)"
     assert lines[1].startswith("  node probes: facts, telemetry, gemm, membw, 2.0 s of load")
     assert any(line.startswith("  link screen: 3 rounds") for line in lines)
-    assert lines[-1].startswith("gpudiag preflight: healthy n[1-4] (exit 0) in ")
+    assert lines[-1].startswith("gpudiag preflight: healthy n[1-4], exit 0, in ")
     assert "\x1b[" not in result.stdout and "┃" not in result.stdout  # plain lines, not on a terminal
     assert "would run" not in result.stdout
 
@@ -54,11 +57,11 @@ def test_a_fail_finding_exits_1_and_says_the_drain_command_it_would_run(tmp_path
     assert result.exit_code == 1, result.output
     would = [line for line in _lines(result) if line.startswith("would run: ")]
     assert len(would) == 1
-    assert would[0].startswith("would run: scontrol update NodeName=n2 State=DRAIN 'Reason=gpudiag: slow_gpu GPU 3 "
-                               "gemm.tflops -30%")
+    assert would[0].startswith("would run: scontrol update NodeName=n2 State=DRAIN 'Reason=gpudiag: gemm: slow_gpu "
+                               "GPU 3 gemm.tflops -30%")
     summary = _lines(result)[-1]
-    assert summary.startswith("gpudiag preflight: FAIL n2 (exit 1)")
-    assert "n2 slow_gpu GPU 3 gemm.tflops -30%" in summary and summary.endswith("not drained (without --drain)")
+    assert summary.startswith("gpudiag preflight: FAIL n2, exit 1, ")
+    assert "n2 slow_gpu GPU 3 gemm.tflops -30%" in summary and summary.endswith(". Not drained without --drain: n2")
 
 
 def test_one_node_is_judged_against_the_sku_figures(tmp_path):
@@ -67,7 +70,7 @@ def test_one_node_is_judged_against_the_sku_figures(tmp_path):
         _preflight("--simulate", str(fleet), "--hosts", "n1")
     assert (failing.exit_code, healthy.exit_code) == (1, 0), failing.output + healthy.output
     assert "link screen" not in failing.stdout  # one node: no pairs
-    assert _lines(healthy)[-1].startswith("gpudiag preflight: healthy n1 (exit 0)")
+    assert _lines(healthy)[-1].startswith("gpudiag preflight: healthy n1, exit 0, ")
 
 
 def test_a_hung_node_is_unchecked_exit_3_and_drains_nothing(tmp_path):
@@ -79,8 +82,8 @@ def test_a_hung_node_is_unchecked_exit_3_and_drains_nothing(tmp_path):
     assert finding["kind"] == "unchecked" and "not finished within the --budget 120 s" in finding["evidence"]
     assert document["preflight"]["drain"] == []
     assert "would run" not in result.stdout
-    assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
-    assert _lines(result)[-1].endswith("nothing drained")
+    assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive, exit 3, ")
+    assert _lines(result)[-1].endswith(". Nothing drained")
 
 
 def test_json_to_stdout_moves_the_plan_and_summary_to_stderr(tmp_path):
@@ -93,7 +96,7 @@ def test_json_to_stdout_moves_the_plan_and_summary_to_stderr(tmp_path):
     assert [command["ran"] for command in part["drain"]] == [False]
     assert part["drain"][0]["command"].startswith("scontrol update NodeName=n2 State=DRAIN")
     assert result.stderr.startswith("pre-flight plan: 4 nodes")
-    assert result.stderr.splitlines()[-1].startswith("gpudiag preflight: FAIL n2 (exit 1)")
+    assert result.stderr.splitlines()[-1].startswith("gpudiag preflight: FAIL n2, exit 1, ")
 
 
 def test_the_exclude_file_and_prom_file_name_the_failed_node(tmp_path):
@@ -109,7 +112,7 @@ def test_the_hosts_default_to_the_jobs_node_list(tmp_path):
     result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), env={"SLURM_JOB_NODELIST": "n[3-4]"})
     assert result.exit_code == 0, result.output
     assert _lines(result)[0].startswith("pre-flight plan: 2 nodes")
-    assert _lines(result)[-1].startswith("gpudiag preflight: healthy n[3-4] (exit 0)")
+    assert _lines(result)[-1].startswith("gpudiag preflight: healthy n[3-4], exit 0, ")
 
 
 def test_a_small_budget_drops_what_does_not_fit_and_says_so(tmp_path):
@@ -125,7 +128,7 @@ def test_without_a_window_for_the_retest_a_quick_first_pass_still_confirms_a_slo
     result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--hosts", "n2", "--budget", "45")
     assert any(line.startswith("  not planned: re-test of suspects") for line in _lines(result)), result.output
     assert result.exit_code == 1, result.output
-    assert _lines(result)[-1].startswith("gpudiag preflight: FAIL n2 (exit 1)")
+    assert _lines(result)[-1].startswith("gpudiag preflight: FAIL n2, exit 1, ")
 
 
 def test_with_no_retest_a_slow_gpu_is_inconclusive_never_healthy_and_drains_nothing(tmp_path):
@@ -133,7 +136,7 @@ def test_with_no_retest_a_slow_gpu_is_inconclusive_never_healthy_and_drains_noth
     assert result.exit_code == 3, result.output
     assert "gemm.tflops was 30" in result.stdout and "it was not re-tested (--no-retest)" in result.stdout
     assert "would run" not in result.stdout
-    assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
+    assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive, exit 3, ")
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -152,48 +155,169 @@ def test_bad_input_is_exit_2_with_one_line(tmp_path, args, message):
     assert "pre-flight plan" not in result.stdout
 
 
-def test_drain_and_undrain_call_scontrol_only_for_fail_and_for_nodes_gpudiag_drained(tmp_path, monkeypatch):
+def _fake_scontrol(tmp_path: Path, shown: str, on_update: str = ":") -> tuple[Path, Path]:
+    """A scontrol that logs each call to ``calls``, answers ``show node`` with the lines ``shown``
+    and runs the shell ``on_update`` on ``update``; (its folder, for PATH, and the calls file)."""
     calls = tmp_path / "calls"
+    (tmp_path / "shown").write_text(shown + "\n")
     scontrol = tmp_path / "bin" / "scontrol"
-    scontrol.parent.mkdir()
-    # n1 was drained by gpudiag and n4 by hand; both pass now
-    scontrol.write_text(f"""#!/bin/sh
-echo "$@" >> {calls}
-if [ "$1" = show ]; then
-  echo "NodeName=n1 State=IDLE+DRAIN Reason=gpudiag: slow_gpu GPU 1 [root@2026-11-24T10:00:00]"
-  echo "NodeName=n3 State=IDLE Reason=(null)"
-  echo "NodeName=n4 State=IDLE+DRAIN Reason=bad cable [alice@2026-11-24T10:00:00]"
-fi
-""")
+    scontrol.parent.mkdir(exist_ok=True)
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
+                        f'if [ "$1" = show ]; then cat {tmp_path / "shown"}; fi\n'
+                        f'if [ "$1" = update ]; then {on_update}; fi\n')
     scontrol.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{scontrol.parent}:{os.environ['PATH']}")
+    return scontrol.parent, calls
+
+
+def _running(pid: int) -> bool:
+    """True while ``pid`` runs (not gone, not a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def test_drain_and_undrain_call_scontrol_only_for_fail_and_for_nodes_gpudiag_drained(tmp_path, monkeypatch):
+    # n1 was drained by gpudiag for its GEMM, n3 too but in the form from before checks were named, n4 by
+    # hand; all three pass now
+    folder, calls = _fake_scontrol(tmp_path, "\n".join([
+        "NodeName=n1 State=IDLE+DRAIN Reason=gpudiag: gemm: slow_gpu GPU 1 gemm.tflops -20%: x [root@2026-11-24T10:00]",
+        "NodeName=n3 State=IDLE+DRAIN Reason=gpudiag: slow_gpu GPU 1 gemm.tflops -20% [root@2026-11-24T10:00:00]",
+        "NodeName=n4 State=IDLE+DRAIN Reason=bad cable [alice@2026-11-24T10:00:00]"]))
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--drain", "--undrain")
     assert result.exit_code == 1, result.output
     ran = calls.read_text().splitlines()
-    assert ran[0].startswith("update NodeName=n2 State=DRAIN Reason=gpudiag: slow_gpu GPU 3")
-    assert ran[1] == "show node -o n[1,3-4]"  # n2 failed: never among those to return
-    assert ran[2:] == ["update NodeName=n1 State=RESUME"]
+    assert ran[0].startswith("update NodeName=n2 State=DRAIN Reason=gpudiag: gemm: slow_gpu GPU 3")
+    assert ran[1] == "show node -o n[1-4]"  # every node of the run
+    assert ran[2:] == ["update NodeName=n[1,3] State=RESUME"]
     lines = _lines(result)
     assert any(line.startswith("drained: scontrol update NodeName=n2 State=DRAIN") for line in lines)
-    assert "returned to service: scontrol update NodeName=n1 State=RESUME" in lines
+    assert "returned to service: scontrol update 'NodeName=n[1,3]' State=RESUME" in lines
     assert any(line.startswith("left drained: n4: drained by someone else") for line in lines)
-    assert lines[-1].endswith("; drained")
+    assert lines[-1].endswith(". Drained n2. Returned to service n[1,3]. Left drained n4"), lines[-1]
 
 
-def test_the_budget_ends_a_hung_node_in_time_exit_3(tmp_path):
+@pytest.mark.parametrize(("reason", "args", "missing"), [
+    ("gpudiag: gemm: slow_gpu GPU 1 gemm.tflops -20%", ("--budget", "30"), "gemm"),  # the budget planned no GEMM
+    ("gpudiag: links: slow_nic link.tcp -40%: slow with every partner", (), "links"),  # one node: no link test
+    ("gpudiag: slow_nic link.tcp -40%: slow with every partner", (), "links"),  # the same, in the older form
+])
+def test_undrain_never_resumes_a_node_on_a_run_that_could_not_see_its_fault(tmp_path, monkeypatch, reason, args,
+                                                                              missing):
+    folder, calls = _fake_scontrol(tmp_path, f"NodeName=n1 State=IDLE+DRAIN Reason={reason} [root@2026-11-24]")
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    result = _preflight("--simulate", str(_fleet(tmp_path)), "--hosts", "n1", "--undrain", *args)
+    assert result.exit_code == 0, result.output  # healthy, as far as this run could see
+    assert calls.read_text().splitlines() == ["show node -o n1"]  # and no RESUME
+    assert (f"left drained: n1: drained by gpudiag for {missing}; this run made and passed no {missing} check on "
+            f"it, so it could not see that fault: left drained") in _lines(result)
+    assert _lines(result)[-1].endswith(". Left drained n1")
+
+
+PRINTS_NOTHING = "/bin/true"
+
+
+@pytest.mark.parametrize("python", [PRINTS_NOTHING, "facts only"])
+def test_a_node_whose_python_prints_no_record_or_only_its_facts_is_inconclusive_and_never_resumed(
+        tmp_path, monkeypatch, python):
+    if python != PRINTS_NOTHING:  # the real bundle, of whose records only the facts reach gpudiag
+        wrapper = tmp_path / "python"
+        wrapper.write_text(f'#!/bin/sh\nif [ "$1" = -m ]; then {sys.executable} "$@" | grep \'"probe": "facts"\'; '
+                           f'exit 0; fi\nexec {sys.executable} "$@"\n')
+        wrapper.chmod(0o755)
+        python = str(wrapper)
+    folder, calls = _fake_scontrol(tmp_path, "NodeName=localhost State=IDLE+DRAIN Reason=gpudiag: telemetry: ecc "
+                                             "GPU 0: 2 uncorrectable [root@2026-11-24]")
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    result = _preflight("--here", "--hosts", "localhost", "--python", python, "--budget", "30", "--undrain",
+                        "--drain", "--json", str(tmp_path / "out.json"))
+    assert result.exit_code == 3, result.output
+    assert calls.read_text().splitlines() == ["show node -o localhost"]  # neither drained nor resumed
+    summary = _lines(result)[-1]
+    assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ") and "healthy" not in summary
+    kept = next(line for line in _lines(result) if line.startswith("left drained: localhost: "))
+    assert "drained by gpudiag for telemetry; it does not pass this run" in kept
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert document["summary"]["exit_code"] == 3 and document["preflight"]["undrain"]["resumed"] == []
+
+
+def test_a_json_document_that_cannot_be_written_after_a_drain_says_the_drain_and_exits_1(tmp_path, monkeypatch):
+    """The drain happened: a hook must see the fail, and the summary which node was drained."""
+    out = tmp_path / "out"
+    out.mkdir()
+    # the document's folder goes while the drain runs (as a full or read-only disk would fail the write)
+    folder, calls = _fake_scontrol(tmp_path, "", on_update=f"rm -rf {out}")
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--drain", "--json", str(out / "doc.json"))
+    assert result.exit_code == 1, result.output
+    assert calls.read_text().startswith("update NodeName=n2 State=DRAIN")
+    summary = _lines(result)[-1]
+    assert summary.startswith("gpudiag preflight: FAIL n2, exit 1, ")
+    assert ". Drained n2. Not written: --json " in summary, summary
+    assert any(line.startswith(f"gpudiag: error: --json {out / 'doc.json'}: cannot write the report")
+               for line in result.stderr.splitlines()), result.stderr
+
+
+def test_without_a_drain_an_output_that_cannot_be_written_is_exit_2_and_the_outcome_is_still_said(
+        tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    folder, _ = _fake_scontrol(tmp_path, "NodeName=n1 State=IDLE Reason=(null)")
+    (folder / "scontrol").write_text(f"#!/bin/sh\nrm -rf {out}\n")  # the folder goes while the node is read
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    result = _preflight("--simulate", str(_fleet(tmp_path)), "--hosts", "n1", "--undrain", "--exclude-file",
+                        str(out / "exclude"))
+    assert result.exit_code == 2, result.output
+    assert _lines(result)[-1].startswith("gpudiag preflight: healthy n1, exit 0, ")
+    assert ". Not written: --exclude-file " in _lines(result)[-1]
+
+
+def test_node_error_text_never_breaks_the_summary_line_nor_carries_shell_characters(tmp_path):
+    hostile = "CUDA error\n$(touch /tmp/gpudiag-x) `id` \\ 'q' \"dq\";|&<>\x1b[2J"
+    fleet = _fleet(tmp_path, {"kind": "probe_error", "host": "n1", "probe": "gemm", "gpu": 1, "reason": hostile},
+                   {"kind": "probe_error", "host": "n2", "probe": "telemetry", "gpu": 3,
+                    "reason": "GPU has fallen off the bus\n" + hostile})
+    failing = _preflight("--simulate", str(fleet))  # n2's GPU is lost: a fail
+    inconclusive = _preflight("--simulate", str(fleet), "--hosts", "n1")  # n1's GEMM failed: unchecked
+    assert (failing.exit_code, inconclusive.exit_code) == (1, 3), failing.output + inconclusive.output
+    for result in (failing, inconclusive):
+        summary = result.stdout.rstrip("\n").rsplit("\n", 1)[-1]
+        assert summary.startswith("gpudiag preflight: "), result.output
+        assert re.fullmatch(r"[A-Za-z0-9 .,:=_+/%@\[\]-]+", summary), summary
+    assert "n1 unchecked: gemm failed on cuda:1: CUDA error touch /tmp/gpudiag-x id" in _lines(inconclusive)[-1]
+    would = next(line for line in _lines(failing) if line.startswith("would run: "))
+    reason = would.split("'Reason=", 1)[1].rstrip("'")
+    assert reason.startswith("gpudiag: facts,telemetry: missing_gpu GPU 3: NVML reports gpu:3 lost: GPU has fallen "
+                             "off the bus CUDA error touch /tm")
+    assert re.fullmatch(r"[A-Za-z0-9 .,:=_+/%@-]+", reason), reason
+
+
+def test_the_budget_ends_a_hung_node_and_a_hung_scontrol_in_time_exit_3(tmp_path):
+    """A node that hangs spends the budget; the scontrol that then hangs too (the node query of
+    --undrain) gets SCONTROL_FLOOR_S, not its minute, and is ended with what it started."""
     python = tmp_path / "python"  # the node's Python hangs in the probes
     python.write_text(f'#!/bin/sh\nif [ "$1" = -m ]; then exec sleep 600; fi\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
+    pids = tmp_path / "scontrol-pids"
+    hung = tmp_path / "scontrol"  # it starts a child and waits for it: both must be ended
+    hung.write_text(f"#!/bin/sh\necho $$ >> {pids}\nsleep 300 &\necho $! >> {pids}\nwait\n")
+    hung.chmod(0o755)
     started = time.monotonic()
     result = _preflight("--here", "--hosts", "localhost", "--python", str(python), "--budget", "30",
-                        "--json", str(tmp_path / "out.json"))
+                        "--undrain", "--scontrol", str(hung), "--json", str(tmp_path / "out.json"))
     elapsed = time.monotonic() - started
     assert result.exit_code == 3, result.output
-    assert elapsed <= 30 + 2, elapsed
+    assert elapsed <= 30 + SCONTROL_FLOOR_S + 10, elapsed  # not the scontrol's own minute
     document = json.loads((tmp_path / "out.json").read_text())
     assert [(h["host"], h["status"]) for h in document["hosts"]] == [("localhost", "timeout")]
     assert "node probes not finished within the --budget 30 s" in document["hosts"][0]["error"]
-    assert _lines(result)[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
+    assert "did not answer within" in document["preflight"]["undrain"]["error"]
+    summary = _lines(result)[-1]
+    assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ")
+    assert ". Undrain failed: " in summary and "was ended" in summary
+    started_pids = [int(pid) for pid in pids.read_text().split()]
+    assert len(started_pids) == 2 and not any(_running(pid) for pid in started_pids)
 
 
 def test_an_interrupted_check_exits_130_and_drains_nothing(tmp_path):
@@ -215,7 +339,7 @@ def test_an_interrupted_check_exits_130_and_drains_nothing(tmp_path):
     check.send_signal(signal.SIGINT)
     stdout, stderr = check.communicate(timeout=60)
     assert check.returncode == 130, stderr
-    assert stdout.splitlines()[-1].startswith("gpudiag preflight: interrupted (exit 130)")
+    assert stdout.splitlines()[-1].startswith("gpudiag preflight: interrupted, exit 130, ")
     assert not calls.exists()  # neither drained nor undrained
 
 

@@ -9,8 +9,10 @@ real prolog does but reaching a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,6 +22,8 @@ from pathlib import Path
 import pytest
 from slurm_cluster import SlurmCluster, requires_slurm
 from sshd_hosts import pid_is_running
+
+from gpudiag.preflight.run import SCONTROL_FLOOR_S
 
 pytestmark = requires_slurm
 
@@ -127,11 +131,12 @@ def test_a_fail_finding_drains_the_node_with_its_reason_and_the_job_does_not_run
     assert fields["JobState"] == "PENDING" and fields["Reason"] == "launch_failed_requeued_held", fields
     assert "ran on n2" not in (out.read_text() if out.exists() else "")
     state, reason = cluster.node_states()["n2"]
-    assert state == "drained" and reason.startswith("gpudiag: slow_gpu GPU 3 gemm.tflops -"), (state, reason)
+    assert state == "drained" and reason.startswith("gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -"), (state, reason)
     assert cluster.node_states()["n1"][0] in ("idle", "idle*")  # the healthy node is not drained
     log = _log(folder)
-    assert f"job {job} node n2: FAILED its pre-flight check (gpudiag exit 1)" in log
-    assert "gpudiag preflight: FAIL n2 (exit 1)" in log and "drained: scontrol update NodeName=n2" in log
+    assert f"job {job} node n2: FAILED its pre-flight check (gpudiag exit 1): drained by gpudiag (gpudiag: gemm: " \
+           "slow_gpu GPU 3" in log
+    assert "gpudiag preflight: FAIL n2, exit 1, " in log and "drained: scontrol update NodeName=n2" in log
 
 
 def test_an_inconclusive_check_drains_nothing_and_the_job_runs(cluster: SlurmCluster, folder: Path):
@@ -145,6 +150,146 @@ def test_an_inconclusive_check_drains_nothing_and_the_job_runs(cluster: SlurmClu
     assert "node probes not finished within the --budget 60 s" in log
 
 
+@contextlib.contextmanager
+def _prolog_settings(folder: Path, extra: str) -> Iterator[None]:
+    """The prolog's settings with the shell lines ``extra`` after them, for one test."""
+    path = folder / "prolog.conf"
+    before = path.read_text()
+    path.write_text(before + extra)
+    try:
+        yield
+    finally:
+        path.write_text(before)
+
+
+def _script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_a_python_that_exits_1_with_a_traceback_neither_drains_the_node_nor_holds_the_job(
+        cluster: SlurmCluster, folder: Path):
+    """A venv missing a module: Python exits 1, as gpudiag does for a fail, but prints no verdict of
+    gpudiag's. The prolog must not hold the job (Slurm would drain the node as "Prolog error")."""
+    broken = _script(folder / "broken-gpudiag", f"#!{sys.executable}\nimport gpudiag_module_that_is_not_installed\n")
+    with _prolog_settings(folder, f'GPUDIAG="{broken}"\n'):
+        job, out = _job(cluster, folder, "n1", 1)
+        fields = _wait_job(cluster, job)
+    assert fields["JobState"] == "COMPLETED", (fields, _log(folder))
+    assert out.read_text() == "ran on n1\n"
+    assert cluster.node_states()["n1"] == ("idle", "")
+    log = _log(folder)
+    assert "ModuleNotFoundError: No module named 'gpudiag_module_that_is_not_installed'" in log
+    assert (f"job {job} node n1: inconclusive (gpudiag exit 1 without its FAIL summary line: Python or gpudiag "
+            f"itself failed, see its output above): the job starts; nothing drained") in log
+
+
+def test_a_fail_whose_drain_hangs_is_ended_within_the_budget_and_holds_no_job(cluster: SlurmCluster, folder: Path):
+    """A hung scontrol (a wrapper that sleeps, given to gpudiag with --scontrol) is ended at the
+    budget: gpudiag says FAIL but the node carries no gpudiag reason, so the prolog lets the job
+    start rather than have Slurm hold it on a node it never drained."""
+    pids = folder / "hung-pids"
+    hung = _script(folder / "hung-scontrol", f"#!/bin/sh\necho $$ >> {pids}\nsleep 300 &\necho $! >> {pids}\nwait\n")
+    started = time.monotonic()
+    with _prolog_settings(folder, f'GPUDIAG_BUDGET=34\nGPUDIAG_ARGS="$GPUDIAG_ARGS --scontrol {hung}"\n'):
+        job, out = _job(cluster, folder, "n2", 1)
+        fields = _wait_job(cluster, job, timeout_s=120.0)
+    assert fields["JobState"] == "COMPLETED", (fields, _log(folder))
+    assert time.monotonic() - started < 34 + SCONTROL_FLOOR_S + 30  # the budget, not scontrol's minute on top
+    assert out.read_text() == "ran on n2\n" and cluster.node_states()["n2"] == ("idle", "")
+    log = _log(folder)
+    assert "drain failed: scontrol" not in log  # the command is the wrapper's
+    assert f"drain failed: {hung} update NodeName=n2 State=DRAIN" in log and "was ended" in log
+    assert f"job {job} node n2: inconclusive: gpudiag found a FAIL but the node carries no gpudiag drain" in log
+    started_pids = [int(pid) for pid in pids.read_text().split()]
+    assert len(started_pids) == 2 and not any(pid_is_running(pid) for pid in started_pids)
+
+
+def test_node_error_text_drains_with_a_safe_reason_and_a_one_line_summary(cluster: SlurmCluster, folder: Path):
+    """NVML's text for a lost GPU carries $( ), backticks, a backslash and a newline: the node is
+    drained (a missing GPU asks for a reboot) with a reason of safe characters, and the summary the
+    prolog reads is one line."""
+    marker = folder / "ran"
+    hostile = f"GPU has fallen off the bus\n$(touch {marker}) `touch {marker}` \\ \"q\";|&"
+    fleet = folder / "hostile-fleet.json"
+    fleet.write_text(json.dumps({"nodes": 4, "name_format": "n{}", "faults": [
+        {"kind": "probe_error", "host": "n1", "probe": "telemetry", "gpu": 2, "reason": hostile}]}))
+    with _prolog_settings(folder, f'GPUDIAG_ARGS="--simulate {fleet} --no-store"\n'):
+        job, out = _job(cluster, folder, "n1", 1)
+        fields = _wait_job(cluster, job)
+    assert fields["JobState"] == "PENDING" and fields["Reason"] == "launch_failed_requeued_held", fields
+    state, reason = cluster.node_states()["n1"]
+    assert state == "drained" and reason.startswith("gpudiag: facts,telemetry: missing_gpu GPU 2: NVML reports "
+                                                    "gpu:2 lost: GPU has fallen off the bus touch "), reason
+    assert re.fullmatch(r"[A-Za-z0-9 .,:=_+/%@-]+", reason), reason
+    shown = cluster.run(["sh", "-c", 'eval "echo $(sinfo -h -N -n n1 -o %E)"']).stdout
+    assert shown.strip() == reason and not marker.exists()
+    summaries = [line for line in _log(folder).splitlines() if line.startswith("gpudiag preflight: FAIL n1, exit 1, ")]
+    assert summaries and all(re.fullmatch(r"[A-Za-z0-9 .,:=_+/%@\[\]-]+", line) for line in summaries), summaries
+    assert f"job {job} node n1: FAILED its pre-flight check (gpudiag exit 1): drained by gpudiag" in _log(folder)
+
+
+def test_a_json_document_that_cannot_be_written_after_the_drain_still_holds_the_job(cluster: SlurmCluster,
+                                                                                    folder: Path):
+    """The drain happened, then the document could not be written (its folder went, as on a full
+    disk): gpudiag exits 1 and its summary names the drain, so the prolog holds the job."""
+    documents = folder / "documents"
+    documents.mkdir()
+    scontrol = _script(folder / "scontrol-then-rm",
+                       f'#!/bin/sh\nif [ "$1" = update ]; then rm -rf {documents}; fi\nexec scontrol "$@"\n')
+    with _prolog_settings(folder, f'GPUDIAG_ARGS="$GPUDIAG_ARGS --scontrol {scontrol} --json {documents}/n2.json"\n'):
+        job, _ = _job(cluster, folder, "n2", 1)
+        fields = _wait_job(cluster, job)
+    assert fields["JobState"] == "PENDING" and fields["Reason"] == "launch_failed_requeued_held", fields
+    assert cluster.node_states()["n2"][1].startswith("gpudiag: gemm: slow_gpu GPU 3")
+    log = _log(folder)
+    summary = next(line for line in log.splitlines() if line.startswith("gpudiag preflight: FAIL n2, exit 1, ")
+                   and "Not written" in line)
+    assert ". Drained n2. Not written: --json " in summary
+    assert f"job {job} node n2: FAILED its pre-flight check (gpudiag exit 1): drained by gpudiag" in log
+    assert not documents.exists()
+
+
+# --- --undrain: NHC's rule against the real scontrol ------------------------------------------------------------
+
+
+def test_a_node_whose_python_prints_nothing_is_inconclusive_and_stays_drained(cluster: SlurmCluster, folder: Path):
+    """gpudiag preflight --here --python /bin/true: no record at all is no pass, and no resume."""
+    cluster.set_state("n2", "DRAIN", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
+    done = subprocess.run([sys.executable, "-m", "gpudiag", "preflight", "--here", "--hosts", "n2", "--python",
+                           "/bin/true", "--no-store", "-q", "--budget", "30", "--drain", "--undrain"],
+                          env=cluster.env(), capture_output=True, text=True, timeout=120, check=False,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert cluster.node_states()["n2"] == ("drained", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("left drained: n2: drained by gpudiag for gemm; it does not pass this run "
+                               "(probe_error: ") and "printed no record at all" in line for line in lines), lines
+    assert lines[-1].startswith("gpudiag preflight: inconclusive, exit 3, ") and "healthy" not in lines[-1]
+
+
+def test_undrain_waits_for_a_run_that_makes_the_check_that_drained_the_node(cluster: SlurmCluster, folder: Path):
+    """n4 (healthy now) drained for its GEMM stays drained after a 30 s check (no load planned) and
+    returns after a 60 s one; drained for its NIC it stays drained after a one-node check (no link
+    test)."""
+    cluster.set_state("n4", "DRAIN", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+    cluster.set_state("n1", "DRAIN", "gpudiag: links: slow_nic link.tcp -40%: slow with every partner")
+    short = _preflight(cluster, folder, "--hosts", "n[1,4]", "--undrain", "--no-links", "--budget", "30")
+    assert short.returncode == 0, short.stdout + short.stderr
+    assert "left drained: n4: drained by gpudiag for gemm; this run made and passed no gemm check on it, so it " \
+           "could not see that fault: left drained" in short.stdout.splitlines()
+    assert cluster.node_states()["n4"][0] == "drained"
+    full = _preflight(cluster, folder, "--hosts", "n[1,4]", "--undrain", "--no-links")
+    assert full.returncode == 0, full.stdout + full.stderr
+    states = cluster.node_states()
+    assert states["n4"][0] in ("idle", "idle*") and states["n4"][1] == ""
+    assert states["n1"] == ("drained", "gpudiag: links: slow_nic link.tcp -40%: slow with every partner")
+    assert any(line.startswith("left drained: n1: drained by gpudiag for links; this run made and passed no links")
+               for line in full.stdout.splitlines())
+    assert full.stdout.splitlines()[-1].endswith(". Returned to service n4. Left drained n1")
+
+
 # --- --drain / --undrain against the real scontrol --------------------------------------------------------------
 
 
@@ -152,15 +297,15 @@ def test_drain_through_the_cli_drains_only_the_failing_node(cluster: SlurmCluste
     done = _preflight(cluster, folder, "--hosts", "n[1-4]", "--drain")
     assert done.returncode == 1, done.stdout + done.stderr
     states = cluster.node_states()
-    assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: slow_gpu GPU 3")
+    assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: gemm: slow_gpu GPU 3")
     assert {name: states[name] for name in ("n1", "n3", "n4")} == dict.fromkeys(("n1", "n3", "n4"), ("idle", ""))
-    assert done.stdout.splitlines()[-1].startswith("gpudiag preflight: FAIL n2 (exit 1)")
+    assert done.stdout.splitlines()[-1].startswith("gpudiag preflight: FAIL n2, exit 1, ")
 
 
 def test_without_drain_the_command_is_only_said(cluster: SlurmCluster, folder: Path):
     done = _preflight(cluster, folder, "--hosts", "n2")
     assert done.returncode == 1
-    assert any(line.startswith("would run: scontrol update NodeName=n2 State=DRAIN 'Reason=gpudiag: slow_gpu")
+    assert any(line.startswith("would run: scontrol update NodeName=n2 State=DRAIN 'Reason=gpudiag: gemm: slow_gpu")
                for line in done.stdout.splitlines())
     assert cluster.node_states()["n2"] == ("idle", "")
 
@@ -168,8 +313,8 @@ def test_without_drain_the_command_is_only_said(cluster: SlurmCluster, folder: P
 def test_undrain_returns_what_gpudiag_drained_and_a_node_drained_by_hand_stays_drained(
         cluster: SlurmCluster, folder: Path):
     cluster.set_state("n1", "DRAIN", "bad cable")
-    cluster.set_state("n4", "DRAIN", "gpudiag: slow_gpu GPU 5 gemm.tflops -20%")
-    cluster.set_state("n2", "DRAIN", "gpudiag: slow_gpu GPU 3 gemm.tflops -30%")
+    cluster.set_state("n4", "DRAIN", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+    cluster.set_state("n2", "DRAIN", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
     done = _preflight(cluster, folder, "--hosts", "n[1-2,4]", "--undrain")
     assert done.returncode == 1  # n2 still fails
     states = cluster.node_states()
@@ -182,20 +327,52 @@ def test_undrain_returns_what_gpudiag_drained_and_a_node_drained_by_hand_stays_d
 
 
 def test_the_health_check_drains_on_fail_and_undrains_what_passes(cluster: SlurmCluster, folder: Path):
-    cluster.set_state("n4", "DRAIN", "gpudiag: slow_gpu GPU 5 gemm.tflops -20%")
-    cluster.set_state("n3", "DRAIN", "gpudiag: ecc GPU 0")
+    cluster.set_state("n4", "DRAIN", "gpudiag: slow_gpu GPU 5 gemm.tflops -20%")  # as gpudiag wrote it before
+    cluster.set_state("n3", "DRAIN", "gpudiag: telemetry: ecc GPU 0")
     for node in ("n2", "n3", "n4"):
         env = cluster.env({"SLURMD_NODENAME": node, "GPUDIAG_HEALTHCHECK_CONFIG": str(folder / "healthcheck.conf")})
         done = subprocess.run([str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
     states = cluster.node_states()
-    assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: slow_gpu GPU 3")
-    assert states["n3"] == ("drained", "gpudiag: ecc GPU 0")  # inconclusive: nothing changes
+    assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: gemm: slow_gpu GPU 3")
+    assert states["n3"] == ("drained", "gpudiag: telemetry: ecc GPU 0")  # inconclusive: nothing changes
     assert states["n4"][0] in ("idle", "idle*") and states["n4"][1] == ""
     log = _log(folder, "healthcheck.log")
-    assert "node n2: FAILED (gpudiag exit 1): drained by gpudiag" in log
+    assert "node n2: FAILED (gpudiag exit 1): gpudiag preflight: FAIL n2, exit 1, " in log and ". Drained n2" in log
     assert "node n3: inconclusive (gpudiag exit 3): nothing changed" in log
     assert "node n4: healthy (gpudiag exit 0)" in log
+
+
+def test_the_health_check_reads_the_node_state_not_a_reason_that_imitates_it(cluster: SlurmCluster, folder: Path):
+    """No load beside a job: n1, drained while a job still holds it, with a reason that says
+    "State=IDLE", is skipped; n4, idle and drained by gpudiag for its GEMM with a reason that says
+    "State=ALLOCATED", is checked and returned to service."""
+    log_path = folder / "healthcheck.log"
+    seen = len(log_path.read_text()) if log_path.exists() else 0
+    other = subprocess.Popen(["srun", "-N1", "-w", "n1", "--quiet", "sleep", "60"], env=cluster.env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _task_runs(cluster, "sleep 60") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cluster.set_state("n1", "DRAIN", "maintenance State=IDLE")
+        cluster.set_state("n4", "DRAIN", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%: State=ALLOCATED")
+        for node in ("n1", "n4"):
+            env = cluster.env({"SLURMD_NODENAME": node,
+                               "GPUDIAG_HEALTHCHECK_CONFIG": str(folder / "healthcheck.conf")})
+            done = subprocess.run([str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=120,
+                                  check=False)
+            assert done.returncode == 0, done.stderr
+        states = cluster.node_states()
+    finally:
+        other.kill()
+        other.wait()
+    log = log_path.read_text()[seen:]
+    assert "node n1: skipped: a job holds the node (draining)" in log, log
+    assert "node n1: healthy" not in log and "NodeName=n1" not in log
+    assert "node n4: healthy (gpudiag exit 0)" in log
+    assert "returned to service: scontrol update NodeName=n4 State=RESUME" in log
+    assert states["n4"][0] in ("idle", "idle*") and states["n4"][1] == ""
 
 
 def test_the_prolog_leaves_a_node_alone_while_another_job_runs_there(cluster: SlurmCluster, folder: Path):
@@ -256,7 +433,7 @@ def test_a_jobs_first_step_checks_its_nodes_and_the_links_between_them_through_s
     assert {host["host"]: host["status"] for host in document["hosts"]} == {"n1": "ok", "n4": "ok"}
     assert [(link["a"], link["b"], link["backend"]) for link in document["links"] if link["value"]] == [
         ("n1", "n4", "tcp")]
-    assert done.stdout.splitlines()[-1].startswith("gpudiag preflight: inconclusive (exit 3)")
+    assert done.stdout.splitlines()[-1].startswith("gpudiag preflight: inconclusive, exit 3, ")
     assert cluster.node_states()["n1"] == ("idle", "") and cluster.node_states()["n4"] == ("idle", "")
 
 
@@ -316,17 +493,17 @@ def test_slurmd_runs_the_health_check_which_drains_on_fail_and_undrains_what_pas
         def n2_drained_the_rest_checked() -> bool:
             states, text = cluster.node_states(), log.read_text() if log.exists() else ""
             return (states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag:")
-                    and "node n2: FAILED (gpudiag exit 1): drained by gpudiag" in text
+                    and "node n2: FAILED (gpudiag exit 1): gpudiag preflight: FAIL n2, exit 1, " in text
                     and all(f"node {name}: healthy (gpudiag exit 0)" in text for name in ("n1", "n3", "n4")))
 
         _wait_for("n2 drained by the health check, n1, n3 and n4 checked healthy", n2_drained_the_rest_checked,
                   cluster, log, 20.0)
         states = cluster.node_states()
-        assert states["n2"][1].startswith("gpudiag: slow_gpu GPU 3 gemm.tflops -"), states
+        assert states["n2"][1].startswith("gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -"), states
         assert {name: states[name] for name in ("n1", "n3", "n4")} == dict.fromkeys(("n1", "n3", "n4"), ("idle", ""))
 
         # n4 as if gpudiag had drained it before (it passes now); n1 drained by hand
-        cluster.set_state("n4", "DRAIN", "gpudiag: slow_gpu GPU 5 gemm.tflops -20%")
+        cluster.set_state("n4", "DRAIN", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
         cluster.set_state("n1", "DRAIN", "bad cable")
         seen = len(log.read_text())
 
@@ -341,7 +518,7 @@ def test_slurmd_runs_the_health_check_which_drains_on_fail_and_undrains_what_pas
                   cluster, log, 20.0)
         states = cluster.node_states()
         assert states["n1"] == ("drained", "bad cable"), states
-        assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: slow_gpu GPU 3"), states
+        assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: gemm: slow_gpu GPU 3"), states
         assert states["n3"] == ("idle", ""), states
     finally:
         pids = cluster.process_ids()

@@ -4,9 +4,11 @@ through the real ``scontrol``, and ``gpudiag sweep --launcher slurm`` through th
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -14,13 +16,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from slurm_cluster import SlurmCluster, requires_slurm
-from sshd_hosts import ssh_config_block
+from sshd_hosts import pid_is_running, ssh_config_block
 from test_sweep_ssh import NO_COMPARISON
 
 from gpudiag.cli import main
 from gpudiag.findings import Finding
 from gpudiag.slurm.drain import drain, drain_commands, undrain
 from gpudiag.slurm.nodelist import expand_nodelist, scontrol_hostnames
+from gpudiag.slurm.resume import HostChecks
 
 pytestmark = requires_slurm
 
@@ -28,9 +31,10 @@ PROBES = ("--probes", "facts,membw", "--duration", "0.2")
 
 
 def _fail(host: str, kind: str = "slow_gpu", gpu: int | None = 3, metric: str | None = "gemm.tflops",
-          deficit_pct: float | None = 17.7, evidence: str = "HW thermal slowdown active in 95 % of samples") -> Finding:
-    return Finding(kind=kind, severity="fail", host=host, evidence=evidence, action="drain", gpu=gpu, metric=metric,
-                   deficit_pct=deficit_pct)
+          deficit_pct: float | None = 17.7, evidence: str = "HW thermal slowdown active in 95 % of samples",
+          action: str = "drain", basis: str = "retest") -> Finding:
+    return Finding(kind=kind, severity="fail", host=host, evidence=evidence, action=action, gpu=gpu, metric=metric,
+                   deficit_pct=deficit_pct, basis=basis)
 
 
 def _sweep_args(tmp_path: Path, hosts: str | None, *extra: str) -> list[str]:
@@ -84,43 +88,62 @@ def test_node_lists_expand_as_slurm_expands_them(clean_slurm_cluster: SlurmClust
 # --- drain and undrain through the real scontrol -------------------------------------------------------------
 
 
+def _passed(*checks: str, failed: str | None = None) -> HostChecks:
+    return HostChecks("", frozenset(checks), failed)
+
+
 def test_a_fail_finding_drains_exactly_its_node_with_the_reason(clean_slurm_cluster: SlurmCluster):
     findings = [_fail("n2"), Finding(kind="slow_gpu", severity="warn", host="n3", evidence="a dip", action="watch")]
     commands = drain_commands(findings)
     outcomes = drain(commands)
     assert [outcome.error for outcome in outcomes] == [None]
     states = clean_slurm_cluster.node_states()
-    assert states["n2"] == ("drained", "gpudiag: slow_gpu GPU 3 gemm.tflops -18%: HW thermal slowdown active in 95 % "
-                                       "of samples")
+    assert states["n2"] == ("drained", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -18%: HW thermal slowdown active in "
+                                       "95 % of samples")
     assert {name: state for name, (state, _) in states.items() if name != "n2"} == dict.fromkeys(
         ("n1", "n3", "n4"), "idle")
 
 
-def test_nodes_with_the_same_reason_drain_in_one_command_and_quotes_reach_slurm_safely(
+def test_nodes_with_the_same_reason_drain_in_one_command_and_node_text_reaches_slurm_safely(
         clean_slurm_cluster: SlurmCluster):
-    findings = [_fail(name, kind="ecc", gpu=0, metric=None, deficit_pct=None, evidence='row remap "failed"; pending')
-                for name in ("n1", "n3")]
-    commands = drain_commands(findings)
-    assert len(commands) == 1 and commands[0][2] == "NodeName=n[1,3]"
-    assert all(outcome.ok for outcome in drain(commands))
-    states = clean_slurm_cluster.node_states()
-    assert states["n1"] == states["n3"] == ("drained", "gpudiag: ecc GPU 0: row remap 'failed'; pending")
+    """NVML/CUDA error text with quotes, $( ), backticks, backslashes and a newline: Slurm keeps a
+    reason of safe characters, and whatever reads it back (sinfo, a hook, a shell) runs nothing."""
+    folder = Path(tempfile.mkdtemp(prefix="gd", dir="/tmp"))  # a short path: the reason is kept whole
+    marker = folder / "r"
+    try:
+        evidence = f'row remap "failed"; pending $(touch {marker}) `touch {marker}` \\ back\nslash'
+        findings = [_fail(name, kind="ecc", action="reset_gpu", gpu=0, metric=None, deficit_pct=None,
+                          evidence=evidence, basis="telemetry") for name in ("n1", "n3")]
+        commands = drain_commands(findings)
+        assert len(commands) == 1 and commands[0][2] == "NodeName=n[1,3]"
+        assert all(outcome.ok for outcome in drain(commands))
+        states = clean_slurm_cluster.node_states()
+        expected = (f"gpudiag: telemetry: ecc GPU 0: row remap failed, pending touch {marker} touch {marker} back "
+                    f"slash")
+        assert states["n1"] == states["n3"] == ("drained", expected)
+        shown = clean_slurm_cluster.run(["sh", "-c", 'eval "echo $(sinfo -h -N -n n1 -o %E)"']).stdout
+        assert shown.strip() == expected and not marker.exists()  # even eval'd by a careless hook
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_without_run_nothing_is_drained_and_the_command_is_said(clean_slurm_cluster: SlurmCluster):
     outcomes = drain(drain_commands([_fail("n4")]), run=False)
     assert [outcome.ran for outcome in outcomes] == [False]
-    assert outcomes[0].command.startswith("scontrol update NodeName=n4 State=DRAIN 'Reason=gpudiag: slow_gpu")
+    assert outcomes[0].command.startswith("scontrol update NodeName=n4 State=DRAIN 'Reason=gpudiag: gemm: slow_gpu")
     assert clean_slurm_cluster.node_states()["n4"] == ("idle", "")
 
 
 def test_undrain_resumes_what_gpudiag_drained_and_never_a_node_drained_by_hand(clean_slurm_cluster: SlurmCluster):
     clean_slurm_cluster.set_state("n1", "DRAIN", "hand")
     assert all(outcome.ok for outcome in drain(drain_commands([_fail("n2"), _fail("n3")])))
-    # n1 (by hand) and n2 (by gpudiag) pass now; n3 still fails, so it is not among those that pass
-    result = undrain(["n1", "n2", "n4"])
+    # n1 (by hand) and n2 (by gpudiag) pass their GEMM now; n3 still fails
+    result = undrain({"n1": _passed("gemm"), "n2": _passed("facts", "gemm"), "n4": _passed("gemm"),
+                      "n3": _passed(failed="fail slow_gpu GPU 3 gemm.tflops -18%")})
     assert result.ok and result.resumed == ("n2",)
-    assert [name for name, _ in result.kept] == ["n1"] and '"hand"' in result.kept[0][1]
+    assert [name for name, _ in result.kept] == ["n1", "n3"] and '"hand"' in result.kept[0][1]
+    assert result.kept[1][1] == ("drained by gpudiag for gemm; it does not pass this run (fail slow_gpu GPU 3 "
+                                 "gemm.tflops -18%): left drained")
     states = clean_slurm_cluster.node_states()
     assert states["n1"] == ("drained", "hand")
     assert states["n2"][0] in ("idle", "idle*")  # back in service (* until slurmctld's next ping answers)
@@ -128,9 +151,31 @@ def test_undrain_resumes_what_gpudiag_drained_and_never_a_node_drained_by_hand(c
     assert states["n4"] == ("idle", "")
 
 
+def test_undrain_resumes_only_on_the_check_that_drained_the_node(clean_slurm_cluster: SlurmCluster):
+    """NHC's rule against Slurm's own record of the reason: a node drained for its NIC is resumed
+    by a run that passed a link test with it, never by one that made none; a reason gpudiag
+    cannot read (an older one naming no check) is never resumed."""
+    drain(drain_commands([_fail("n1", kind="slow_nic", gpu=None, metric="link.tcp", deficit_pct=41.0,
+                                evidence="slow with every partner"),
+                          _fail("n2", kind="slow_nic", gpu=None, metric="link.tcp", deficit_pct=41.0,
+                                evidence="slow with every partner")]))
+    clean_slurm_cluster.set_state("n3", "DRAIN", "gpudiag: Xid 79 on GPU 2")
+    every_node_probe = ("facts", "telemetry", "gemm", "membw")
+    result = undrain({"n1": _passed(*every_node_probe), "n2": _passed(*every_node_probe, "links"),
+                      "n3": _passed(*every_node_probe, "links")})
+    assert result.resumed == ("n2",)
+    kept = dict(result.kept)
+    assert kept["n1"] == ("drained by gpudiag for links; this run made and passed no links check on it, so it could "
+                          "not see that fault: left drained")
+    assert "with a reason this gpudiag cannot read" in kept["n3"]
+    states = clean_slurm_cluster.node_states()
+    assert states["n1"] == ("drained", "gpudiag: links: slow_nic link.tcp -41%: slow with every partner")
+    assert states["n2"][0] in ("idle", "idle*") and states["n3"][0] == "drained"
+
+
 def test_undrain_without_run_only_says_its_command(clean_slurm_cluster: SlurmCluster):
     drain(drain_commands([_fail("n2")]))
-    result = undrain(["n2"], run=False)
+    result = undrain({"n2": _passed("gemm")}, run=False)
     assert [outcome.command for outcome in result.commands] == ["scontrol update NodeName=n2 State=RESUME"]
     assert clean_slurm_cluster.node_states()["n2"][0] == "drained"
 
@@ -145,11 +190,30 @@ def test_scontrol_failures_are_reported_not_raised(clean_slurm_cluster: SlurmClu
     down.write_text("#!/bin/sh\n"
                     "echo 'slurm_load_node error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n")
     down.chmod(0o755)
-    result = undrain(["n1"], scontrol=str(down))
+    result = undrain({"n1": _passed("gemm")}, scontrol=str(down))
     assert not result.ok and result.resumed == () and "Unable to contact slurm controller" in (result.error or "")
-    result = undrain(["n1"], scontrol=str(tmp_path / "missing" / "scontrol"))
+    result = undrain({"n1": _passed("gemm")}, scontrol=str(tmp_path / "missing" / "scontrol"))
     assert not result.ok and "not found" in (result.error or "")
     assert clean_slurm_cluster.node_states()["n1"][0] == "drained"
+
+
+def test_a_hung_scontrol_is_ended_at_the_deadline_with_what_it_started(clean_slurm_cluster: SlurmCluster,
+                                                                       tmp_path: Path):
+    """A scontrol that never answers (a wrapper stuck in a sleep of its own) costs the deadline
+    given, not its minute; it and its child are ended; the real one then still works."""
+    pids = tmp_path / "pids"
+    hung = tmp_path / "scontrol"
+    hung.write_text(f"#!/bin/sh\necho $$ >> {pids}\nsleep 300 &\necho $! >> {pids}\nwait\n")
+    hung.chmod(0o755)
+    started = time.monotonic()
+    outcomes = drain(drain_commands([_fail("n4")], scontrol=str(hung)), deadline=time.monotonic() + 2.0)
+    result = undrain({"n4": _passed("gemm")}, scontrol=str(hung), deadline=time.monotonic() + 1.0)
+    assert time.monotonic() - started < 20  # neither waited its 60 s
+    assert outcomes[0].ran and "did not answer within" in (outcomes[0].error or "") and "was ended" in outcomes[0].error
+    assert "did not answer within" in (result.error or "") and result.resumed == ()
+    started_pids = [int(pid) for pid in pids.read_text().split()]
+    assert len(started_pids) == 4 and not any(pid_is_running(pid) for pid in started_pids)
+    assert clean_slurm_cluster.node_states()["n4"] == ("idle", "")
 
 
 # --- gpudiag sweep --launcher slurm through the real srun ----------------------------------------------------
@@ -232,11 +296,11 @@ exec {sys.executable} "$@"
     python.chmod(0o755)
     steps_before = clean_slurm_cluster.step_ids()
     code, document, output = _sweep_here(tmp_path, "n[1-3]", "--launcher", "slurm", "--python", str(python),
-                                         "--host-timeout", "10")
+                                         "--host-timeout", "20")
     assert _statuses(document) == {"n1": "ok", "n2": "probe_error", "n3": "timeout"}, output
     errors = {host["host"]: host["error"] for host in document["hosts"]}
     assert "torch: CUDA driver broken on n2" in errors["n2"]
-    assert "within 10 s" in errors["n3"]
+    assert "within 20 s" in errors["n3"]
     assert len(clean_slurm_cluster.step_ids() - steps_before) == 1
     assert code == 3
     assert not _sleeping(clean_slurm_cluster)
