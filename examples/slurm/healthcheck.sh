@@ -47,7 +47,7 @@ log() {
 # A job on the node (allocated, mixed, completing, or draining: a drained node a job still holds):
 # no load beside it. The state is asked for alone (sinfo %T), never read out of scontrol's line,
 # where a node's reason ("... State=IDLE ...") could imitate it. No answer: no check either.
-state=$(timeout -k 2 10 sinfo -h -N -n "$node" -o '%T' 2>/dev/null | head -n 1)
+state=$(timeout -k 1 5 sinfo -h -N -n "$node" -o '%T' 2>/dev/null | head -n 1)
 case $state in
     "")
         log "skipped: Slurm did not say whether a job holds the node (sinfo gave no state)"
