@@ -19,12 +19,12 @@ Nothing is judged from the document: the analysis reads the full records in memo
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .results import device_index
+from .schema.jsonout import dumps as strict_dumps
 
 FULL, COMPACT = "full", "compact"
 DETAILS = (COMPACT, FULL)
@@ -125,7 +125,7 @@ def telemetry_tables(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str
     for record in records:
         table = tables.setdefault(str(record.get("device")), {"gpu_uuid": record.get("gpu_uuid"), "readings": {}})
         params = record.get("params") or {}
-        metric = str(record.get("metric")) + (f" {json.dumps(params, sort_keys=True)}" if params else "")
+        metric = str(record.get("metric")) + (f" {strict_dumps(params, sort_keys=True)}" if params else "")
         table["readings"][metric] = record.get("value")
         details = record.get("details") or {}
         if details not in _PLAIN_DETAILS:

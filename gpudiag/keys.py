@@ -16,6 +16,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .schema.jsonout import dumps as strict_dumps
+
 # Probes whose figures are compared with peers and baselines; telemetry has rules of its own.
 COMPARED_PROBES = frozenset({"gemm", "membw", "p2p", "pcie", "smclock"})
 # Facts that decide comparability. CPU results (no GPU) are keyed by CPU model instead.
@@ -64,7 +66,7 @@ def _encoded_key(chosen: tuple[str, ...], facts: tuple[Any, ...], probe: str, me
                  params: tuple[tuple[str, Any], ...]) -> str:
     key = {"facts": dict(zip(chosen, facts, strict=True)), "probe": probe, "metric": metric, "unit": unit,
            "params": dict(params)}
-    return json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return strict_dumps(key, sort_keys=True, separators=(",", ":"))
 
 
 def link_key(backend: str, rail: int | None, line_rate_gbps: float | None) -> str:
@@ -75,7 +77,7 @@ def link_key(backend: str, rail: int | None, line_rate_gbps: float | None) -> st
     rate = None if line_rate_gbps is None else float(line_rate_gbps)
     key = {"facts": {}, "probe": LINK_PROBE, "metric": LINK_METRIC, "unit": LINK_UNIT,
            "params": {"backend": backend, "rail": rail, "line_rate_gbps": rate}}
-    return json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return strict_dumps(key, sort_keys=True, separators=(",", ":"))
 
 
 def describe_key(key: str) -> str:

@@ -13,6 +13,8 @@ from typing import Protocol
 
 from .errors import ProbeOutputError
 from .results import ProbeResult, StrayOutput, read_probe_output, stray_only_error
+from .schema.node import check_node_records
+from .schema.text import one_line
 from .transport import CommandResult
 
 PROBE_NAMES = ("facts", "telemetry", "xid", "gemm", "membw", "p2p", "pcie", "smclock")
@@ -24,6 +26,8 @@ STARTUP_ALLOWANCE_S = 30.0
 # The bundle's own watchdog ends it this long after its deadline.
 BUNDLE_GRACE_S = 5.0
 EXIT_DEADLINE = 124
+# How much of a program's last line of error output a host's error quotes.
+LAST_LINE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,11 @@ def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> No
     """Run the bundle through ``session`` and parse what it printed.
 
     A node that says nothing has not passed: each probe asked for that printed no record at all
-    gets an ``error`` record of its own (``unanswered``). Stray lines among the records are kept
-    in ``NodeProbe.stray``. Raises ProbeOutputError when the output passed a cap of the session's
+    gets an ``error`` record of its own (``unanswered``). Every record is checked against its
+    schema as it is read (gpudiag.results), then the node's records against its own facts
+    (gpudiag.schema.node: one record per measurement, no GPU it lacks, values within physical
+    ceilings, no GPU left out by a per-GPU probe). Stray lines among the records are kept in
+    ``NodeProbe.stray``. Raises ProbeOutputError when the output passed a cap of the session's
     OutputLimits, when the bundle printed no record at all (unless it ran out of time; its
     stderr's last line, or its stray output, is the reason), or when a JSON object it printed is
     not a valid record.
@@ -113,7 +120,8 @@ def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> No
             raise stray_only_error(output.stray)
         raise ProbeOutputError(f"{source}: the probe bundle exited with status {outcome.exit_status} "
                                f"and printed no record at all: {last_line(outcome.stderr)}")
-    results = (*output.results, *unanswered(options, output.results, ran_out))
+    checked = check_node_records(output.results, source)
+    results = (*checked, *unanswered(options, checked, ran_out))
     return NodeProbe(results=results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
                      stderr=outcome.stderr, duration_s=outcome.duration_s, stray=output.stray)
 
@@ -129,7 +137,8 @@ def unanswered(options: ProbeOptions, results: Sequence[ProbeResult], ran_out: b
 
 
 def last_line(text: str) -> str:
-    """The last non-blank line of ``text`` (a program's error output), or a placeholder."""
+    """The last non-blank line of ``text`` (a program's error output, which a node wrote: cleaned
+    of control characters and cut short), or a placeholder."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "(no error output)"
+    return one_line(lines[-1], LAST_LINE_CHARS) if lines else "(no error output)"
 

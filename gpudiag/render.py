@@ -31,8 +31,8 @@ def render_probe_results(results: Sequence[ProbeResult], console: Console) -> No
     """Print the node's facts line, measurements, P2P matrices, telemetry and anything not ok,
     each table within the console's width (split into several where it is too narrow)."""
     facts = next((r for r in results if r.probe == "facts" and r.ok), None)
-    if facts is not None:
-        console.print(facts_line(facts.details))
+    if facts is not None:  # the node's own words: never read as rich markup
+        console.print(facts_line(facts.details), markup=False, highlight=False)
     for spec in probe_tables(results):
         print_tables(console, split_table(spec, console.width))
     for line in not_ok_lines(results):

@@ -1,25 +1,32 @@
 """The records the probe bundle prints, read back and checked on the controller side.
 
-The bundle prints one JSON object per line; this module turns them into ``ProbeResult``s. A line
-that is no record at all (a library's ``print`` or warning on stdout) is stray output: skipped,
-counted and kept for the report, never fatal to the node's other records. A line that starts a
-record and breaks off is an ``error`` record; a complete JSON object that is not a valid record
-raises ``ProbeOutputError``; so does output with no record at all (a node that prints only garbage
-is ``probe_error``, never silently passed).
+The bundle prints one JSON object per line; this module turns them into ``ProbeResult``s, each
+checked against its probe's schema at this boundary (gpudiag.schema): every field typed, every
+string cleaned of control characters and bounded, every number finite. A line that is no record
+at all (a library's ``print`` or warning on stdout) is stray output: skipped, counted and kept
+(cleaned) for the report, never fatal to the node's other records. A line that starts a record
+and breaks off is an ``error`` record, and so is a record with a value out of range (in its
+place: that GPU's measurement is unchecked); a complete JSON object that is not a valid record
+(a wrong type, NaN or Infinity, a probe or metric the bundle does not print) raises
+``ProbeOutputError``; so does output with no record at all (a node that prints only garbage is
+``probe_error``, never silently passed).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ProbeOutputError
+from .schema.fields import FieldError, Kind
+from .schema.records import NotJson, RecordTypeError, check_record, decode_record
+from .schema.tables import METRICS, RECORD_FIELDS
+from .schema.tables import STATUSES as STATUSES
+from .schema.text import clean_text
 
-STATUSES = ("ok", "skipped", "error")
 # How many stray lines are kept (the rest only counted), and how much of each.
 STRAY_LINES_KEPT = 5
 STRAY_LINE_CHARS = 200
@@ -28,7 +35,8 @@ STRAY_LINE_CHARS = 200
 # field is some library's log line, not a record.
 _RECORD_START = '{"probe":'
 _PROBE_FIELD = '"probe":'
-_DECODER = json.JSONDecoder()
+# A GPU index longer than this is no GPU's (and int() of thousands of digits is refused).
+MAX_INDEX_DIGITS = 6
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ def device_index(device: object) -> int | None:
     """The GPU index of a record's device (3 for ``cuda:3`` or NVML's ``gpu:3``); None for
     ``cpu``, ``host`` or anything else."""
     _, _, number = str(device).partition(":")
-    return int(number) if number.isdigit() else None
+    return int(number) if number.isascii() and number.isdigit() and len(number) <= MAX_INDEX_DIGITS else None
 
 
 def parse_probe_output(text: str, source: str) -> list[ProbeResult]:
@@ -118,7 +126,7 @@ def read_probe_output(text: str, source: str) -> ProbeOutput:
         where = f"{source} line {number}"
         before, record = _split_line(line.strip())
         if before:
-            stray.append((where, before))
+            stray.append((where, _stray_text(before)))
         if record:
             result, after = _parse_record(record, where)
             results.append(result)
@@ -126,8 +134,13 @@ def read_probe_output(text: str, source: str) -> ProbeOutput:
                 stray.append((where, after))
     if not stray:
         return ProbeOutput(tuple(results))
-    kept = tuple(line[:STRAY_LINE_CHARS] for _, line in stray[:STRAY_LINES_KEPT])
+    kept = tuple(line for _, line in stray[:STRAY_LINES_KEPT])
     return ProbeOutput(tuple(results), StrayOutput(len(stray), kept, stray[0][0]))
+
+
+def _stray_text(text: str) -> str:
+    """A stray line as it is kept: cleaned of control characters, cut to STRAY_LINE_CHARS."""
+    return clean_text(text[:4 * STRAY_LINE_CHARS], 4 * STRAY_LINE_CHARS)[:STRAY_LINE_CHARS]
 
 
 def stray_only_error(stray: StrayOutput) -> ProbeOutputError:
@@ -148,85 +161,40 @@ def _split_line(line: str) -> tuple[str, str]:
 
 def _parse_record(text: str, where: str) -> tuple[ProbeResult, str]:
     """The record at the start of ``text`` and the stray text after it on the line. A record that
-    breaks off (the bundle killed mid-line, two writers interleaved) is an error record."""
+    breaks off (the bundle killed mid-line, two writers interleaved) is an error record; one that
+    holds NaN or Infinity, or fails its schema (gpudiag.schema), raises ProbeOutputError."""
     try:
-        data, end = _DECODER.raw_decode(text)
+        data, end = decode_record(text)
     except json.JSONDecodeError:
         return _broken_record(text, where), ""
-    return _record(data, where), text[end:].strip()
+    except NotJson as error:
+        raise ProbeOutputError(f"{where}: {error}; the node's records cannot be trusted") from error
+    except (ValueError, RecursionError) as error:  # an integer too long for Python to read, nesting too deep
+        raise ProbeOutputError(f"{where}: a record Python's JSON reader refuses "
+                               f"({type(error).__name__}: {clean_text(str(error), 120)})") from error
+    try:
+        fields = check_record(data, where)
+    except RecordTypeError as error:
+        raise ProbeOutputError(str(error)) from error
+    after = text[end:].strip()
+    return ProbeResult(**fields), _stray_text(after) if after else ""
 
 
 def _broken_record(text: str, where: str) -> ProbeResult:
-    """An error record for ``text``, a record cut short: named by what of it survived."""
+    """An error record for ``text``, a record cut short: named by what of it survived (what is no
+    name of a probe, device or GPU of the bundle is left out)."""
 
-    def field_of(key: str, default: str) -> str:
+    def field_of(key: str, kind: Kind, default: str | None) -> str | None:
         found = re.search(rf'"{key}": "([^"\\]+)"', text)
-        return found.group(1) if found else default
+        try:
+            return kind.check(found.group(1), key) if found else default
+        except FieldError:
+            return default
 
-    return ProbeResult(probe=field_of("probe", "bundle"), device=field_of("device", "host"),
-                       metric=field_of("metric", "record"), value=None, unit=None, status="error",
-                       reason=f"{where}: a record that breaks off: {text[:120]!r}",
-                       gpu_uuid=field_of("gpu_uuid", "") or None)
-
-
-def _record(data: dict[str, Any], where: str) -> ProbeResult:
-    return ProbeResult(
-        probe=_text(data, "probe", where),
-        device=_text(data, "device", where),
-        metric=_text(data, "metric", where),
-        value=_number(data, "value", where),
-        unit=_optional_text(data, "unit", where),
-        status=_status(data, where),
-        reason=_optional_text(data, "reason", where),
-        gpu_uuid=_optional_text(data, "gpu_uuid", where),
-        samples=_count(data, "samples", where),
-        cv=_number(data, "cv", where),
-        params=_mapping(data, "params", where),
-        details=_mapping(data, "details", where),
-    )
-
-
-def _text(data: dict[str, Any], key: str, where: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str) or not value:
-        raise ProbeOutputError(f"{where}: field {key!r} must be a non-empty string, got {value!r}")
-    return value
-
-
-def _optional_text(data: dict[str, Any], key: str, where: str) -> str | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ProbeOutputError(f"{where}: field {key!r} must be a string or null, got {value!r}")
-    return value
-
-
-def _number(data: dict[str, Any], key: str, where: str) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProbeOutputError(f"{where}: field {key!r} must be a finite number or null, got {value!r}")
-    return value
-
-
-def _count(data: dict[str, Any], key: str, where: str) -> int:
-    value = data.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ProbeOutputError(f"{where}: field {key!r} must be a count (integer >= 0), got {value!r}")
-    return value
-
-
-def _mapping(data: dict[str, Any], key: str, where: str) -> Mapping[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise ProbeOutputError(f"{where}: field {key!r} must be an object, got {value!r}")
-    return value
-
-
-def _status(data: dict[str, Any], where: str) -> str:
-    status = data.get("status")
-    if status not in STATUSES:
-        raise ProbeOutputError(f"{where}: field 'status' must be one of {', '.join(STATUSES)}, got {status!r}")
-    if status != "ok" and not data.get("reason"):
-        raise ProbeOutputError(f"{where}: a {status} record must give a reason")
-    return status
+    probe = field_of("probe", RECORD_FIELDS["probe"], None) or "bundle"
+    metric = field_of("metric", RECORD_FIELDS["metric"], None)
+    return ProbeResult(probe=probe, device=field_of("device", RECORD_FIELDS["device"], "host") or "host",
+                       metric=metric if metric is not None and metric in METRICS.get(probe, {}) else "record",
+                       value=None, unit=None, status="error",
+                       reason=f"{where}: a record that breaks off: {clean_text(text, 120)!r}",
+                       gpu_uuid=field_of("gpu_uuid", RECORD_FIELDS["gpu_uuid"], None))

@@ -23,6 +23,7 @@ from typing import Any
 
 from .errors import StoreError
 from .exitcodes import ExitCode
+from .schema.jsonout import dumps as strict_dumps
 from .storehosts import (
     KeyIds,
     StoredFigure,
@@ -396,7 +397,7 @@ class Store:
 
 
 def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"))
+    return strict_dumps(value, separators=(",", ":"))
 
 
 def _loads(text: str | None) -> Any:

@@ -29,6 +29,7 @@ from typing import Any
 from .errors import StoreError
 from .keys import result_key
 from .results import device_index
+from .schema.jsonout import dumps as strict_dumps
 
 # zlib level 6: records are written once per sweep and read rarely; a smaller file wins.
 _LEVEL = 6
@@ -57,7 +58,7 @@ UNCHANGED_SHARE = 0.5
 def pack_results(results: Sequence[Mapping[str, Any] | int]) -> bytes:
     """The records as compressed JSON (what ``hosts.results_z`` holds); an int stands for the
     base's record of that index."""
-    return zlib.compress(json.dumps(list(results), separators=(",", ":")).encode(), _LEVEL)
+    return zlib.compress(strict_dumps(list(results), separators=(",", ":")).encode(), _LEVEL)
 
 
 def pack_against(results: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> bytes | None:

@@ -8,7 +8,6 @@ still returns what finished; hosts not finished are ``interrupted``.
 
 from __future__ import annotations
 
-import json
 import secrets
 import sys
 import threading
@@ -31,6 +30,7 @@ from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
 from .progress import SweepProgress
 from .report import write_report
 from .results import ProbeResult
+from .schema.jsonout import dumps as strict_dumps
 from .transport import CommandResult, Session, TransportError
 from .transport.cancel import cancel_all
 
@@ -477,7 +477,8 @@ def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> N
 
 def document_chunks(result: SweepResult, detail: str = COMPACT) -> Iterator[str]:
     """The sweep document's JSON text in pieces, each host's records unpacked only for its own
-    piece; ``detail`` is COMPACT or FULL. The document says its detail (``json_detail``)."""
+    piece; ``detail`` is COMPACT or FULL. The document says its detail (``json_detail``). Strict
+    JSON: a non-finite figure is null (gpudiag.schema.jsonout), never a bare NaN or Infinity."""
     skeleton = result.to_dict(records=False)
     flagged = flagged_gpus(skeleton["findings"])
     fields = list(skeleton)
@@ -485,13 +486,13 @@ def document_chunks(result: SweepResult, detail: str = COMPACT) -> Iterator[str]
     skeleton["json_detail"] = detail
     yield "{"
     for index, name in enumerate(fields):
-        yield ("" if index == 0 else ", ") + json.dumps(name) + ": "
+        yield ("" if index == 0 else ", ") + strict_dumps(name) + ": "
         if name != "hosts":
-            yield json.dumps(skeleton[name])
+            yield strict_dumps(skeleton[name])
             continue
         yield "["
         for number, host in enumerate(result.hosts):
             entry = host.to_dict() if detail == FULL else compact_host(host, flagged.get(host.host, set()))
-            yield ("" if number == 0 else ", ") + json.dumps(entry)
+            yield ("" if number == 0 else ", ") + strict_dumps(entry)
         yield "]"
     yield "}\n"

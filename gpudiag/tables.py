@@ -262,8 +262,9 @@ def _build(spec: TableSpec, title: str, widths: dict[int, int], caption: str, sh
     short title (where it has one) if ``short``."""
     kept = sorted(widths)
     # A fixed width: rich would otherwise shrink a table too wide for the console by cutting cells.
-    table = Table(title=title, title_justify="left", caption=caption or None, caption_justify="left",
-                  width=table_width([widths[i] for i in kept]))
+    # Every title, header and cell is escaped: a node's text (a reason, a source) is never rich markup.
+    table = Table(title=escape(title), title_justify="left", caption=escape(caption) if caption else None,
+                  caption_justify="left", width=table_width([widths[i] for i in kept]))
     for i in kept:
         column = spec.columns[i]
         header = column.short_title if short and column.short_title else column.title

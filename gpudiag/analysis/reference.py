@@ -5,7 +5,10 @@
   level is found from the top: the densest 40 % of the values (the shortest window holding
   them) locates the healthy cluster, the values above it give the spread, values far below it
   are set aside, and the median and MAD of the rest are the level and spread. A third of the
-  fleet running slow neither drags the level down nor inflates the spread.
+  fleet running slow neither drags the level down nor inflates the spread. Each *host* weighs
+  once, whatever it prints: a value weighs 1 / (its host's values of the key), and the window,
+  medians and MAD are weighted (where every host has as many values, the weights are equal and
+  these are the plain ones) — a node printing a hundred values cannot outvote the fleet.
 - ``baseline``: a stored baseline's median and MAD for the key (same model, driver, parameters).
 - ``sku``: the per-SKU figure for the probe, metric and shape, with a spread of ``sku_spread``.
 
@@ -98,13 +101,14 @@ class KeyReferences:
 
 
 def key_references(values: Sequence[float], hosts: int, stored: object | None, figure: float | None,
-                   thresholds: Thresholds) -> KeyReferences | None:
-    """The references of one key: ``values`` are its measurements from ``hosts`` distinct hosts;
-    ``stored`` a baseline entry (``median``, ``mad``, ``count``) or None; ``figure`` the SKU
-    figure or None. None when the key has no reference at all."""
+                   thresholds: Thresholds, weights: Sequence[float] | None = None) -> KeyReferences | None:
+    """The references of one key: ``values`` are its measurements from ``hosts`` distinct hosts
+    (``weights``: each value's, 1 / its host's count of values; None: all equal); ``stored`` a
+    baseline entry (``median``, ``mad``, ``count``) or None; ``figure`` the SKU figure or None.
+    None when the key has no reference at all."""
     found: list[Reference] = []
     if hosts >= thresholds.min_peers:
-        found.append(fleet_reference(values, hosts, thresholds.mad_floor_pct))
+        found.append(fleet_reference(values, hosts, thresholds.mad_floor_pct, weights))
     if stored is not None:
         median = float(stored.median)  # type: ignore[attr-defined]
         mad = float(stored.mad)  # type: ignore[attr-defined]
@@ -129,9 +133,13 @@ def _cutoff(ref: Reference, thresholds: Thresholds) -> float:
     return min(by_deficit, by_z) + 1e-9 * abs(ref.value)
 
 
-def fleet_reference(values: Sequence[float], hosts: int, mad_floor_pct: float) -> Reference:
+def fleet_reference(values: Sequence[float], hosts: int, mad_floor_pct: float,
+                    weights: Sequence[float] | None = None) -> Reference:
     """The fleet's healthy level and spread (see the module docstring), the spread at least
-    ``mad_floor_pct`` percent of the level. Raises ValueError when ``values`` is empty."""
+    ``mad_floor_pct`` percent of the level; ``weights`` (one per value, None: all equal) make
+    each host weigh once. Raises ValueError when ``values`` is empty."""
+    if weights is not None and len(set(weights)) > 1:
+        return _weighted_fleet_reference(values, weights, hosts, mad_floor_pct)
     ordered = sorted(values)
     centre = _densest_centre(ordered)
     above = [value - centre for value in ordered if value > centre]
@@ -150,6 +158,69 @@ def _densest_centre(ordered: Sequence[float]) -> float:
     limit = min(widths) * DENSE_WIDTH_TOLERANCE
     best = max(start for start, width in enumerate(widths) if width <= limit)
     return statistics.median(ordered[best:best + window])
+
+
+def _weighted_fleet_reference(values: Sequence[float], weights: Sequence[float], hosts: int,
+                              mad_floor_pct: float) -> Reference:
+    """``fleet_reference`` with each value weighing its weight (the module docstring)."""
+    if not values:
+        raise ValueError("no values to find a fleet level in")
+    pairs = sorted(zip(values, weights, strict=True))
+    centre = _weighted_densest_centre(pairs)
+    above = [(value - centre, weight) for value, weight in pairs if value > centre]
+    sigma = _floored(weighted_median(above) / UPPER_HALF_MEDIAN_SIGMAS if above else 0.0, centre, mad_floor_pct)
+    kept = [(value, weight) for value, weight in pairs if value >= centre - TRIM_SIGMAS * sigma]
+    level = weighted_median(kept)
+    mad = weighted_median([(abs(value - level), weight) for value, weight in kept])
+    return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, hosts)
+
+
+def _weighted_densest_centre(pairs: Sequence[tuple[float, float]]) -> float:
+    """``_densest_centre`` by weight: the windows of consecutive sorted values holding
+    ``DENSE_SHARE`` of the total weight; the middle (weighted median) of the highest of those
+    about as narrow as the narrowest."""
+    total = math.fsum(weight for _, weight in pairs)
+    share = total * DENSE_SHARE - _EPSILON * total
+    ends: list[tuple[int, int]] = []  # (start, end) of each window, ends inclusive
+    held, end = 0.0, -1
+    for start in range(len(pairs)):
+        while held < share and end + 1 < len(pairs):
+            end += 1
+            held += pairs[end][1]
+        if held < share:
+            break
+        ends.append((start, max(start, end)))
+        held -= pairs[start][1]
+    if not ends:  # rounding left no window: the whole fleet is one
+        ends = [(0, len(pairs) - 1)]
+    widths = [pairs[last][0] - pairs[first][0] for first, last in ends]
+    limit = min(widths) * DENSE_WIDTH_TOLERANCE
+    best = max(index for index, width in enumerate(widths) if width <= limit)
+    first, last = ends[best]
+    return weighted_median(pairs[first:last + 1])
+
+
+# Weights are sums of 1/n: compared with this relative tolerance, so that rounding never moves a median.
+_EPSILON = 1e-9
+
+
+def weighted_median(pairs: Sequence[tuple[float, float]]) -> float:
+    """The weighted median of (value, weight) pairs: the value where half the weight lies on
+    either side, the mean of the two values a half falls exactly between (so equal weights give
+    ``statistics.median``). Raises ValueError when ``pairs`` is empty."""
+    if not pairs:
+        raise ValueError("no values: no median")
+    ordered = sorted(pairs)
+    total = math.fsum(weight for _, weight in ordered)
+    half, tolerance = total / 2, _EPSILON * total
+    held = 0.0
+    for index, (value, weight) in enumerate(ordered):
+        held += weight
+        if abs(held - half) <= tolerance and index + 1 < len(ordered):
+            return (value + ordered[index + 1][0]) / 2
+        if held > half:
+            return value
+    return ordered[-1][0]
 
 
 def spread(sigma: float, reference: float, thresholds: Thresholds) -> float:

@@ -5,7 +5,7 @@ one of them is a suspect; a re-test confirms, clears, or leaves it unconfirmed w
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -253,13 +253,14 @@ class _Shared:
 
 def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: BaselineLookup | None = None,
                skus: SkuFigures = floors_for) -> dict[str, KeyReferences]:
-    """The references of every key seen that has any (see gpudiag.reference)."""
+    """The references of every key seen that has any (see gpudiag.reference). Each host weighs
+    once in a key's fleet level: a value weighs 1 / (its host's values of the key)."""
     values: dict[str, list[float]] = defaultdict(list)
-    hosts: dict[str, set[str]] = defaultdict(set)
+    hosts: dict[str, list[str]] = defaultdict(list)
     first: dict[str, Measurement] = {}
     for m in found:
         values[m.key].append(m.value)
-        hosts[m.key].add(m.host)
+        hosts[m.key].append(m.host)
         first.setdefault(m.key, m)
     figures: dict[str | None, Mapping[FloorKey, float]] = {}
     refs = {}
@@ -268,8 +269,10 @@ def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: B
         if m.gpu_model not in figures:
             figures[m.gpu_model] = skus(m.gpu_model) if m.device not in HOST_DEVICES else {}
         figure = figures[m.gpu_model].get(floor_key(m.probe, m.metric, m.params))
-        found_refs = key_references(key_values, len(hosts[key]), baseline.get(key) if baseline else None,
-                                    figure, thresholds)
+        per_host = Counter(hosts[key])
+        weights = None if len(set(per_host.values())) == 1 else [1 / per_host[host] for host in hosts[key]]
+        found_refs = key_references(key_values, len(per_host), baseline.get(key) if baseline else None,
+                                    figure, thresholds, weights)
         if found_refs is not None:
             refs[key] = found_refs
     return refs

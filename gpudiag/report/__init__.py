@@ -25,13 +25,13 @@ table markup (``markup``).
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import InputError, OutputError
+from ..schema.jsonout import dumps as strict_dumps
 from .heatmap import heat_colour
 from .html import render_html, reports_dir
 from .markdown import render_markdown
@@ -78,7 +78,7 @@ def render_json(document: Document) -> str:
     """The document itself (indent 1, keys in their order), its findings sorted by cost."""
     ordered = dict(document)
     ordered["findings"] = sort_findings(_findings(document))
-    return json.dumps(ordered, indent=1, sort_keys=False) + "\n"
+    return strict_dumps(ordered, indent=1, sort_keys=False) + "\n"
 
 
 def write_report(text: str | Iterable[str], path: str | os.PathLike[str]) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from tabulate import tabulate
 
 from ..hosts import fold_hosts
+from ..schema.text import clean_text
 from .linkfigures import (
     BACKEND_COLUMNS,
     ERROR_PAIR_COLUMNS,
@@ -76,6 +77,19 @@ def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
                     tablefmt="github", disable_numparse=True)
 
 
+# Node-supplied text is data, never markdown or HTML: a '|' would end the cell and a line break
+# the row; '<' starts raw HTML and autolinks, '&' an entity, '*' and '`' emphasis and code; and
+# '](' an inline link or image (``[x](javascript:...)``). Brackets alone are left as they are: a
+# folded host list (node[001-032]) is full of them, and without '](' (or a definition, which
+# cannot stand in a cell) they make no link. An '_' inside a word is no emphasis in GitHub's
+# markdown, and names such as slow_gpu are full of them: it is left as it is too.
+_MARKDOWN_ESCAPES = str.maketrans({"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "<": "&lt;", ">": "&gt;",
+                                   "&": "&amp;"})
+# A cell of a document read from a file is cut to this many characters.
+CELL_CHARS = 4000
+
+
 def _md_cell(value: object) -> str:
-    # A '|' would end the cell and a newline the row.
-    return str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    """``value`` as the text of one markdown cell or line: one line, no control character, and
+    every character markdown or HTML would read as markup escaped."""
+    return clean_text(str(value), CELL_CHARS).translate(_MARKDOWN_ESCAPES).replace("](", "]\\(")

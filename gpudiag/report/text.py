@@ -1,5 +1,6 @@
 """The plain-text report: the summary line, one line per finding (most costly first), the links
-measured, hosts folded by status. No markup."""
+measured, hosts folded by status. No markup, and no control character: every line is cleaned
+(gpudiag.schema.text), so that nothing a node printed moves a terminal's cursor or sets its title."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..hosts import fold_hosts
+from ..schema.text import clean_text
 from .linkfigures import (
     counts_text,
     error_pair_rows,
@@ -31,6 +33,9 @@ from .phrasing import (
 )
 from .summary import _impact_detail, focus_line, summary_line
 
+# A line of the text report is cut to this many characters (a finding's evidence is far shorter).
+LINE_CHARS = 20_000
+
 
 def render_text(document: Document) -> str:
     """Summary line, one line per finding (most costly first), the links measured (when any),
@@ -51,7 +56,8 @@ def render_text(document: Document) -> str:
     lines += ["", "hosts:"]
     lines += [f"  {line}" for line in host_group_lines(document)]
     lines += [f"  {line}" for line in stray_output_lines(document)]
-    return "\n".join(lines) + "\n"
+    # A document read from a file may hold anything: no escape sequence reaches the terminal.
+    return "\n".join(clean_text(line, LINE_CHARS) for line in lines) + "\n"
 
 
 def finding_text(finding: Mapping[str, Any]) -> str:
