@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import click
 
-from .cli_options import judging_options, ssh_options
+from .cli_options import judging_options, output_limits, output_options, ssh_options
 from .detail import COMPACT, DETAILS
 from .errors import InputError, OutputError
 from .exitcodes import ExitCode
@@ -84,6 +84,7 @@ from .transport.ssh import SshSettings
 @click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
               help="Each node's data-plane address for the link screen (as gpudiag sweep).")
 @ssh_options
+@output_options
 def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
               undrain: bool, scontrol: str, no_links: bool, no_retest: bool, python: str, dtype: str,
               max_gpu_mem: int | None,
@@ -91,7 +92,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
               exclude_file: str | None, json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool,
               launcher: str, slurm_bundle_dir: str | None, net_backend: str, net_address: str,
               ssh_config: str | None, identities: tuple[str, ...], user: str | None, known_hosts: str | None,
-              accept_new_host_keys: bool, connect_timeout: float) -> ExitCode:
+              accept_new_host_keys: bool, connect_timeout: float, max_output_mib: int, max_line_kib: int) -> ExitCode:
     """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
     where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
     figures and the live peers. Prints the plan first and one summary line last.
@@ -111,7 +112,8 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
         dtype=dtype, max_gpu_mem_mib=max_gpu_mem,
         ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                        connect_timeout_s=connect_timeout),
-        settings=SshSettings(accept_new_host_keys=accept_new_host_keys), launcher=launcher,
+        settings=SshSettings(accept_new_host_keys=accept_new_host_keys,
+                             output=output_limits(max_output_mib, max_line_kib)), launcher=launcher,
         slurm_bundle_dir=slurm_bundle_dir, net_backend=net_backend, net_address=net_address,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=not no_links,

@@ -352,3 +352,20 @@ def _probes_hang() -> bool:
         except OSError:
             continue
     return False
+
+
+def test_a_node_printing_one_endless_line_is_cut_at_the_output_cap_and_inconclusive(tmp_path):
+    """preflight takes the sweep's output caps: past --max-output-mib the node is probe_error
+    naming the cap, at once, never healthy."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nif [ \"$1\" = -m ]; then exec yes '{\"probe\":\"x'; fi\n"
+                      f"exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    started = time.monotonic()
+    result = _preflight("--here", "--hosts", "localhost", "--python", str(python), "--budget", "30",
+                        "--max-output-mib", "2", "--max-line-kib", "64")
+    assert result.exit_code == 3, result.output
+    assert time.monotonic() - started < 25  # cut at the cap, not at the budget
+    summary = _lines(result)[-1]
+    assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ") and "probe_error" in summary
+    assert "the cap: 2 MiB of output, 64 KiB a line" in summary, summary
