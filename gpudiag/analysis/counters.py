@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from .. import rules
 from ..findings import BASIS_TELEMETRY, WARN, Finding
 from ..thresholds import Thresholds
+from .reference import weighted_median
 
 Telemetry = Mapping[str, Mapping[str, rules.GpuTelemetry]]
 COUNT, GROWTH = "count", "growth"
@@ -70,29 +71,47 @@ class Reading(NamedTuple):
 
 
 class PeerCounts:
-    """The values of one counter over a peer group. Most read 0: only the others are kept, sorted."""
+    """The values of one counter over a peer group. Most read 0: only the others are kept, sorted.
+
+    Each host weighs once: where the hosts of the group added different numbers of values (a
+    host with a GPU missing, or one printing a hundred GPUs it claims to have), a value weighs
+    1 / (its host's values in the group) and the median is weighted; where every host added as
+    many, the weights are equal and it is the plain median."""
 
     def __init__(self) -> None:
         self.total = 0
         self._nonzero: list[float] = []
+        self._nonzero_hosts: list[str] = []
+        self._per_host: dict[str, int] = defaultdict(int)
+        self._weighted: list[tuple[float, float]] | None = None  # (value, weight) of the non-zero, sorted
+        self._zero_weight = 0.0
 
-    def add(self, value: float) -> None:
+    def add(self, value: float, host: str = "") -> None:
         self.total += 1
+        self._per_host[host] += 1
         if value:
             self._nonzero.append(value)
+            self._nonzero_hosts.append(host)
 
-    def add_zeros(self, count: int) -> None:
+    def add_zeros(self, count: int, host: str = "") -> None:
         self.total += count
+        self._per_host[host] += count
 
     def sort(self) -> None:
+        if len(set(self._per_host.values())) > 1:
+            weights = [1 / self._per_host[host] for host in self._nonzero_hosts]
+            self._weighted = sorted(zip(self._nonzero, weights, strict=True))
+            self._zero_weight = len(self._per_host) - math.fsum(weights)
         self._nonzero.sort()
 
-    def median_without(self, value: float) -> float | None:
-        """The median of the group with one ``value`` left out (the counted one itself); None when
-        nothing is left. Call ``sort`` first, once every value is added."""
+    def median_without(self, value: float, host: str = "") -> float | None:
+        """The median of the group with one ``value`` (of ``host``) left out (the counted one
+        itself); None when nothing is left. Call ``sort`` first, once every value is added."""
         others = self.total - 1
         if others <= 0:
             return None
+        if self._weighted is not None:
+            return self._weighted_median_without(value, 1 / max(1, self._per_host.get(host, 1)))
         zeros = self.total - len(self._nonzero)
         left_out = 0 if not value else zeros + bisect.bisect_left(self._nonzero, value)
 
@@ -102,6 +121,18 @@ class PeerCounts:
 
         middle = others // 2
         return nth(middle) if others % 2 else (nth(middle - 1) + nth(middle)) / 2
+
+    def _weighted_median_without(self, value: float, weight: float) -> float | None:
+        assert self._weighted is not None
+        pairs = [(0.0, self._zero_weight - (weight if not value else 0.0))] if self._zero_weight else []
+        skipped = not value
+        for item, item_weight in self._weighted:
+            if not skipped and item == value:
+                skipped = True
+                item_weight -= weight
+            pairs.append((item, item_weight))
+        pairs = [(item, item_weight) for item, item_weight in pairs if item_weight > 1e-12]
+        return weighted_median(pairs) if pairs else None
 
 
 @dataclass(frozen=True)
@@ -162,7 +193,7 @@ class _Gathered:
             for spec in NVLINK_COUNTERS:
                 self._add(gpu, spec, index, link.get(spec.name))
         for spec in NVLINK_COUNTERS if clean else ():
-            self.groups[_group(gpu, spec, COUNT)].add_zeros(clean)
+            self.groups[_group(gpu, spec, COUNT)].add_zeros(clean, gpu.host)
 
     def _add(self, gpu: rules.GpuTelemetry, spec: CounterSpec, link: int | None, count: object) -> None:
         if count is None or (count and not _is_count(count)):  # not kept, or not a count: not judged
@@ -174,7 +205,7 @@ class _Gathered:
             growth = value - before if value >= before else value
         figure = COUNT if growth is None else GROWTH
         judged = value if growth is None else growth
-        self.groups[_group(gpu, spec, figure)].add(judged)
+        self.groups[_group(gpu, spec, figure)].add(judged, gpu.host)
         if judged and judged >= self._floors[spec.name]:
             self.candidates.append((gpu, Reading(spec, link, value, growth)))
 
@@ -234,7 +265,7 @@ def _excess(gpu: rules.GpuTelemetry, reading: Reading, groups: Mapping[tuple[Any
     (its floor was checked when it was gathered), else None."""
     figure, value = (COUNT, reading.count) if reading.growth is None else (GROWTH, reading.growth)
     peers = groups[_group(gpu, reading.spec, figure)]
-    median = peers.median_without(value)
+    median = peers.median_without(value, gpu.host)
     if median is not None and value < thresholds.counter_peer_ratio * median:
         return None
     return Excess(reading, figure, value, median, peers.total - 1)

@@ -8,9 +8,12 @@ import textwrap
 from collections.abc import Iterable
 
 from ..exitcodes import ExitCode
+from ..schema.text import clean_text
 from .explain import Problem, Triage
 
 WIDTH = 100
+# A line of the explanation is cut to this many characters (they are wrapped at WIDTH).
+LINE_CHARS = 20_000
 INDENT = "     "
 
 
@@ -28,7 +31,8 @@ def render_text(triage: Triage) -> str:
     lines += _section("Not checked (not a pass)", triage.not_checked or ("nothing: every check ran",))
     lines += _section("Notes", triage.notes)
     lines += _section("History (newest first)", triage.history)
-    return "\n".join(lines).rstrip() + "\n"
+    # Kernel-log lines and stored records are a node's words: no escape sequence reaches the terminal.
+    return "\n".join(clean_text(line, LINE_CHARS) for line in lines).rstrip() + "\n"
 
 
 def _headline(triage: Triage) -> str:

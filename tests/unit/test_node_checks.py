@@ -201,3 +201,30 @@ def test_a_node_that_claims_108_gpus_and_prints_them_fast_still_weighs_once(cach
             for n in range(8, 108)]
     outputs = fleet.sweep_and_report(fleet.ReplayConnector(cache, {"node006": fleet.lines_of(records + loud)}))
     assert fleet.finding_keys(outputs.result, leave_out="node006") == fleet.finding_keys(clean_run.result)
+
+
+def test_a_node_claiming_108_gpus_with_huge_nvlink_counters_does_not_hide_another_nodes_warning():
+    """Error counters are judged against the median of their peers' counters: a node whose 108
+    GPUs' links all read 100,000 CRC errors would lift that median above a real node's 5,000 —
+    unless each host weighs once."""
+    faulty = {**fleet.FLEET, "faults": [*fleet.FLEET["faults"],
+                                        {"kind": "nvlink_errors", "host": "node002", "gpu": 1, "link": 3,
+                                         "counter": "crc", "count": 5000}]}
+    cache = fleet.OutputCache(faulty)
+    clean = fleet.sweep_and_report(fleet.ReplayConnector(cache))
+    assert ("nvlink_errors", "warn", "node002", 1, "telemetry.nvlink_crc_errors") in fleet.finding_keys(clean.result)
+    records = fleet.records_of(cache.first_pass_text("node006"))
+    facts = next(r for r in records if r["probe"] == "facts")
+    for name in ("gpu_count", "nvml_gpu_count", "pci_gpu_count"):
+        facts["details"][name] = 108
+    gpu0 = [r for r in records if r["probe"] == "telemetry" and r["device"] == "gpu:0"]
+    loud = []
+    for number in range(8, 108):
+        for reading in copy.deepcopy(gpu0):
+            reading.update(device=f"gpu:{number}", gpu_uuid=f"GPU-loud-{number}")
+            for link in (reading["details"].get("links") or []):
+                link["crc_errors"] = 100_000
+            loud.append(reading)
+    outputs = fleet.sweep_and_report(fleet.ReplayConnector(cache, {"node006": fleet.lines_of(records + loud)}))
+    assert fleet.finding_keys(outputs.result, leave_out="node006") == fleet.finding_keys(clean.result,
+                                                                                         leave_out="node006")
