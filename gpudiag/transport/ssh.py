@@ -334,7 +334,8 @@ class SshCommand:
         (exit status, timed out). OpenSSH may send the exit status before the last bytes of the
         pipe (and a child of the command may hold the pipe after it exited): what was printed is
         read to its end first. Past a cap of the output the command is ended and (None, False)
-        returned. Raises ConnectionLost when the connection broke before EOF."""
+        returned. Raises EOFError when the connection closed before EOF (the gatherer's
+        ConnectionLost)."""
         while True:
             if not self._read_ready(channel):
                 self.cancel()  # past a cap: end it on the node (the channel's close ends the rest)
@@ -345,8 +346,8 @@ class SshCommand:
             if left <= 0:
                 return None, True
             select.select([channel], [], [], min(left, 0.5))
-        if not channel.eof_received and not self._session.is_open():
-            raise self._session.lost(EOFError("the output ended without an end of file"))
+        if not channel.eof_received:  # closed under us: sshd ends a command's output with EOF before it closes
+            raise EOFError("the connection closed before the end of the output")
         while not channel.exit_status_ready():
             left = self._deadline - time.monotonic()
             if left <= 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from gpudiag.transport import Session
 from gpudiag.transport.bounded import MIB, OutputLimits
 from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.local import LocalSession
-from gpudiag.transport.ssh import SshSettings
+from gpudiag.transport.ssh import ConnectionLost, SshSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ('{"probe": "gemm", "device": "cuda:0", "metric": "tflops", "value": 700.0, "unit": "TFLOP/s", '
@@ -173,6 +174,33 @@ def test_output_a_child_writes_after_the_command_exited_is_read_before_the_exit_
     finally:
         session.close()
         connector.close()
+
+
+def test_a_connection_that_breaks_before_the_end_of_the_output_is_lost_never_a_short_result(make_sshd_fleet,
+                                                                                           tmp_path: Path):
+    fleet = make_sshd_fleet(1)
+    connector, session = _connect(fleet, tmp_path, "node01", OutputLimits())
+    outcome: list[object] = []
+    try:
+        runner = threading.Thread(target=lambda: outcome.append(_run_or_error(session)))
+        runner.start()
+        time.sleep(2.0)
+        fleet.host("node01").stop()  # the node goes away mid-command (its sessions die with its sshd)
+        runner.join(60.0)
+        assert not runner.is_alive()
+        (error,) = outcome
+        assert isinstance(error, ConnectionLost), error
+        assert "the SSH connection broke during a command" in str(error)
+    finally:
+        session.close()
+        connector.close()
+
+
+def _run_or_error(session: Session) -> object:
+    try:
+        return session.run(["sh", "-c", "echo first; sleep 60; echo never"], 120.0)
+    except ConnectionLost as error:
+        return error
 
 
 def test_gpudiag_probe_on_this_machine_ends_an_endless_line_at_the_cap(tmp_path: Path):
