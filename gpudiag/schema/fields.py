@@ -279,6 +279,8 @@ class Shape:
             return None
         if not isinstance(value, dict):
             raise FieldError(path, self.describe(), value)
+        if not value and not self.required:
+            return {}
         if len(value) > MAX_ITEMS:
             raise FieldError(path, self.describe(), value, out_of_range=True)
         for name in self.required:
