@@ -13,7 +13,6 @@ before anything runs on a node.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import socket
 import time
@@ -33,8 +32,10 @@ from .fdlimit import plan_open_files
 from .findings import Finding, unchecked
 from .hosts import HostSpec, load_hosts
 from .interrupts import InterruptGate, QuietGate
+from .links.addresses import address_refusal, usable_address
 from .links.attribution import link_thresholds
 from .links.impact import link_impact
+from .links.protocol import PairProtocolError, interface_event, parse_event, plain_text
 from .links.remote import PairTestOptions, RemotePairRunner
 from .links.rounds import LinkRun, PairRunner, run_links
 from .links.schedule import FULL, SCREEN, next_stride
@@ -385,7 +386,10 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
     """Each host's data-plane address, by --net-address: ``field`` the hosts file's ``net=``,
     ``ssh`` the address SSH reaches, ``auto`` the field where given else the SSH address,
     ``iface:NAME`` the address of NAME on the node, asked within ADDRESS_LOOKUP_S and before the
-    run's ``deadline`` (time.monotonic()). Hosts without one get an ``unchecked``."""
+    run's ``deadline`` (time.monotonic()). Every address is checked (gpudiag.links.addresses:
+    none unspecified, multicast, link-local, loopback off this machine, or another host's SSH
+    address); hosts without an address, or with one refused, get an ``unchecked`` and are left
+    out of the link rounds: no other host's verdict changes."""
     source = request.net_address
     specs = {host.label: host for host in setup.hosts}
     if source.startswith(IFACE_PREFIX):
@@ -395,7 +399,8 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
                                                                           deadline - time.monotonic()))
         with ThreadPoolExecutor(max_workers=max(1, min(request.sweep.fanout, len(labels) or 1)),
                                 thread_name_prefix="address") as workers:
-            answers = workers.map(lambda label: _interface_address(pool, label, interface, python, lookup_s),
+            answers = workers.map(lambda label: _interface_address(pool, label, interface, python, lookup_s,
+                                                                   setup.ssh_addresses),
                                   labels)
             found = dict(zip(labels, answers, strict=True))
     else:
@@ -407,6 +412,12 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
                                                             "for it (--net-address field)")
             else:
                 found[label] = (field if field and source == "auto" else setup.ssh_addresses[label], None)
+            address = found[label][0]
+            refused = address_refusal(label, address, setup.ssh_addresses) if address else None
+            if refused is not None:
+                where = "its net= address" if address == field else "its SSH address"
+                found[label] = (None, f"{where} cannot be its data-plane address: {refused} "
+                                      "(give its data-plane address as net= in the hosts file)")
     addresses = {label: address for label, (address, _) in found.items() if address}
     missing = [unchecked(label, "not pair-tested", f"left out of the link rounds: {why}")
                for label, (address, why) in found.items() if not address]
@@ -414,8 +425,12 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
 
 
 def _interface_address(pool: SessionPool, label: str, interface: str, python: str,
-                       timeout_s: float = ADDRESS_LOOKUP_S) -> tuple[str | None, str | None]:
-    """(address, None) of ``interface`` on the node (asked within ``timeout_s``), or (None, why not)."""
+                       timeout_s: float = ADDRESS_LOOKUP_S,
+                       ssh_addresses: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(address, None) of ``interface`` on the node (asked within ``timeout_s``): the first one it
+    reports that passes gpudiag.links.addresses' checks; or (None, why not). What the node prints
+    is checked line by line (gpudiag.links.protocol): a malformed ``interface`` event is a reason,
+    never an address."""
     session = pool.session(label)
     if session is None:
         return None, "no open SSH session to ask for its data-plane address"
@@ -427,15 +442,20 @@ def _interface_address(pool: SessionPool, label: str, interface: str, python: st
         session.close()  # the pool keeps the connection
     for line in ran.stdout.splitlines():
         try:
-            event = json.loads(line)
-        except ValueError:
+            event = parse_event(line)
+        except PairProtocolError:
+            continue  # a stray line: the answer may follow
+        if event["event"] != "interface":
             continue
-        if isinstance(event, dict) and event.get("event") == "interface":
-            addresses = [a for a in event.get("addresses") or [] if isinstance(a, str)]
-            if addresses:
-                return addresses[0], None
-            return None, f"interface {interface} has no address on this node (--net-address iface:{interface})"
-    return None, f"net-info printed no address for {interface}: {ran.stderr.strip()[-200:] or 'no output'}"
+        try:
+            reported = interface_event(event)
+        except PairProtocolError as error:
+            return None, f"net-info printed a malformed answer for {interface}: {error}"
+        if reported.interface != interface:
+            return None, f"net-info answered for {plain_text(reported.interface, 64)!r}, not {interface}"
+        return usable_address(label, interface, reported.addresses, ssh_addresses or {})
+    last = plain_text(ran.stderr.strip()[-200:]) if ran.stderr.strip() else "no output"
+    return None, f"net-info printed no address for {interface}: {last}"
 
 
 def _recorder(store: Store | None, sweep_id: str, started_at: datetime,

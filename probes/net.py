@@ -1,9 +1,11 @@
 """Pairwise network probes: one pair server and one pair client per test, driven over SSH.
 
-    python -m probes net-server --backend tcp|nccl|perftest|auto [--bind ADDR] [--deadline S]
-    python -m probes net-client --backend tcp|nccl|perftest --connect HOST:PORT [--duration S]
-                                [--streams N] [--direction both|client_to_server|server_to_client]
-    python -m probes net-info
+    python -m probes net-server --backend tcp|nccl|perftest|auto --token HEX|- [--bind ADDR]
+                                [--deadline S] [--accept-window S] [--stdin-lifeline]
+    python -m probes net-client --backend tcp|nccl|perftest --token HEX|- --connect HOST:PORT
+                                [--duration S] [--streams N] [--stdin-lifeline]
+                                [--direction both|client_to_server|server_to_client]
+    python -m probes net-info [--interface NAME]
 
 The server binds an ephemeral port, prints ``{"event": "listening", "port": ...}`` as its first
 line (or, when it cannot serve at all, only a ``done`` line saying why), serves exactly one
@@ -16,6 +18,15 @@ missing tool ``skipped`` ones. ``net-info`` prints what ``--backend auto`` would
 node's rails. The test parameters (duration, streams, message size, rails) are the client's;
 the server needs only its backend, address and deadline, so a controller starts the server,
 reads its port, then starts the client on the other node.
+
+Both ends get the test's secret (``--token``; ``-``: the first line of stdin) and prove it to
+each other before anything else is said (probes/net_auth.py): a stranger never takes the
+session. The server listens on ``--bind`` only (a name is resolved on the node; an address that
+is not the node's own cannot be bound, and the server says so instead of listening); it waits
+for its client ``--accept-window`` seconds at most. With ``--stdin-lifeline`` either end exits
+(status 129, as at a hangup) as soon as its stdin reaches end of file: the controller that
+started it over SSH is gone. Every message a peer sends is checked field by field; a wrong type
+or value ends the test with an error, never with a figure.
 """
 
 from __future__ import annotations
@@ -24,9 +35,11 @@ import argparse
 import dataclasses
 import ipaddress
 import json
+import math
 import os
 import shutil
 import socket
+import stat
 import sys
 import threading
 import time
@@ -37,12 +50,12 @@ from typing import Any, TextIO
 from .context import Deadline
 from .rates import transfer_gbps
 from .records import ERROR, Record, coefficient_of_variation, write_records
-from .runner import EXIT_DEADLINE, EXIT_OK
+from .runner import EXIT_DEADLINE, EXIT_OK, EXIT_USAGE
 
 PROBE = "net"
 METRIC = "bandwidth"
 UNIT = "Gbit/s"
-PROTOCOL = "gpudiag-net/1"
+PROTOCOL = "gpudiag-net/2"
 COMMANDS = ("net-server", "net-client", "net-info")
 BACKENDS = ("tcp", "nccl", "perftest")
 DIRECTIONS = ("client_to_server", "server_to_client")
@@ -51,6 +64,15 @@ STALL_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 DEADLINE_GRACE_S = 2.0
 MAX_MESSAGE_LINE = 1 << 20
+# Strings a peer sends (host names, reasons) are cut to this many characters.
+MAX_TEXT = 1000
+# What a peer may ask for: streams (or QPs) and timed seconds per direction.
+MAX_STREAMS = 256
+MAX_DURATION_S = 3600.0
+# Exit status when the controller is gone (stdin at end of file): as a shell's at a hangup.
+EXIT_ORPHANED = 129
+# Seconds a server waits for its client by default (the controller starts the client at once).
+ACCEPT_WINDOW_S = 30.0
 # nccl transfers are at least this large (bytes), so the figure is bandwidth, not latency.
 NCCL_MIN_BYTES = 64 << 20
 
@@ -67,12 +89,17 @@ class NetOptions:
     seconds per direction; ``streams`` parallel TCP streams or perftest QPs; ``rails`` the rails
     to test (None: all); ``hcas`` the RDMA devices rails may use (None: all); ``message_bytes``
     the size of one transfer (None: the backend's default); ``sysfs_root`` replaces /sys.
+    ``token``: the pair secret's hex digits (never shown); ``accept_window_s``: seconds a server
+    waits for its client; ``stdin_lifeline``: exit when stdin reaches end of file.
     """
 
     role: str
     backend: str
     deadline_s: float = 60.0
     bind: str = ""
+    token: str = field(default="", repr=False)
+    accept_window_s: float = ACCEPT_WINDOW_S
+    stdin_lifeline: bool = False
     host: str | None = None
     port: int | None = None
     duration_s: float = 2.0
@@ -189,18 +216,58 @@ def join_host_port(host: str, port: int) -> str:
 
 
 def open_listener(bind: str, backlog: int = 16) -> socket.socket:
-    """A listening TCP socket on an ephemeral port of ``bind`` ("" = every IPv4 and IPv6
-    address where the system allows it). Raises OSError."""
-    if bind:
-        family = socket.AF_INET6 if _is_ipv6(bind) else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.bind((bind, 0))
+    """A listening TCP socket on an ephemeral port of ``bind`` (see :func:`listen_address`;
+    "" = every IPv4 and IPv6 address where the system allows it). Raises OSError: among others
+    when ``bind`` is not an address of this node (EADDRNOTAVAIL)."""
+    address = listen_address(bind)
+    if address:
+        family, kind, proto, _, target = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM,
+                                                            flags=socket.AI_NUMERICHOST)[0]
+        listener = socket.socket(family, kind, proto)
+        try:
+            listener.bind(target)
+        except OSError:
+            listener.close()
+            raise
     elif socket.has_dualstack_ipv6():
         listener = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True, backlog=backlog)
     else:
         listener = socket.create_server(("", 0), backlog=backlog)
     listener.listen(backlog)
     return listener
+
+
+def bound_address(listener: socket.socket) -> str:
+    """The address ``listener`` is bound to, ``*`` for every address."""
+    address = str(listener.getsockname()[0])
+    return "*" if address in ("0.0.0.0", "::") else address
+
+
+def no_client_reason(options: NetOptions, deadline: Deadline) -> str:
+    """Why a server ends without a client: its accept window or its deadline passed first."""
+    if deadline.expired() or options.accept_window_s >= options.deadline_s:
+        return f"no client came within the server's deadline of {options.deadline_s:g} s"
+    return f"no client came within the server's accept window of {options.accept_window_s:g} s"
+
+
+def listen_address(bind: str) -> str:
+    """The address to listen on for ``bind``: an IP address as given; a name resolved by this
+    node (its first address that is not loopback); "" (every address) for "", or for a name this
+    node resolves to loopback only (its own name in Debian's /etc/hosts), which says nothing
+    about the address its peers use. Raises OSError when a name does not resolve."""
+    if not bind:
+        return ""
+    try:
+        ipaddress.ip_address(bind)
+        return bind
+    except ValueError:
+        pass
+    infos = socket.getaddrinfo(bind, 0, type=socket.SOCK_STREAM)
+    for *_, target in infos:
+        if not ipaddress.ip_address(str(target[0]).split("%")[0]).is_loopback:
+            return str(target[0])
+    print(f"net-server: {bind} resolves to loopback on this node: listening on every address", file=sys.stderr)
+    return ""
 
 
 def connect(host: str, port: int, deadline: Deadline, timeout_s: float = CONNECT_TIMEOUT_S) -> socket.socket:
@@ -215,6 +282,123 @@ def bounded(seconds: float, deadline: Deadline) -> float:
     return max(0.05, min(seconds, deadline.left_s()))
 
 
+# --- what a peer sends: strict JSON, every field checked ---------------------------------------
+
+def strict_json(text: str | bytes) -> Any:
+    """The JSON value of ``text``; NaN, Infinity and -Infinity are refused (Python's json takes
+    them), and so is a number too large for a float (1e400). Raises ProtocolError."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError) as error:
+        raise ProtocolError(f"not a JSON message: {bytes(text[:80]) if isinstance(text, bytes) else text[:80]!r} "
+                            f"({error})") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond a float's range")
+    return value
+
+
+def expect_str(message: Mapping[str, Any], key: str, *, limit: int = MAX_TEXT, optional: bool = False) -> Any:
+    """``message[key]`` as a string of at most ``limit`` characters (None when ``optional`` and
+    absent or null). Raises ProtocolError naming the field."""
+    value = message.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or len(value) > limit:
+        raise ProtocolError(f"{key!r} must be a string of at most {limit} characters, not {_shown(value)}")
+    return value
+
+
+def expect_int(message: Mapping[str, Any], key: str, low: int, high: int, *, optional: bool = False) -> Any:
+    """``message[key]`` as an integer in [low, high] (None when ``optional`` and absent or null).
+    Raises ProtocolError naming the field."""
+    value = message.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ProtocolError(f"{key!r} must be an integer from {low} to {high}, not {_shown(value)}")
+    return value
+
+
+def expect_number(message: Mapping[str, Any], key: str, low: float, high: float, *, optional: bool = False,
+                  above: bool = False) -> Any:
+    """``message[key]`` as a finite number in [low, high] ((low, high] with ``above``); None
+    when ``optional`` and absent or null. Raises ProtocolError naming the field."""
+    value = message.get(key)
+    if value is None and optional:
+        return None
+    if not is_number(value) or not (low < value if above else low <= value) or value > high:
+        raise ProtocolError(f"{key!r} must be a number from {low:g} to {high:g}, not {_shown(value)}")
+    return float(value)
+
+
+def expect_numbers(message: Mapping[str, Any], key: str, high: float, limit: int = 100_000) -> list[float]:
+    """``message[key]`` as a list of at most ``limit`` finite numbers in [0, high]."""
+    values = message.get(key)
+    if not isinstance(values, list) or len(values) > limit or not all(is_number(v) and 0 <= v <= high
+                                                                        for v in values):
+        raise ProtocolError(f"{key!r} must be a list of at most {limit} numbers from 0 to {high:g}")
+    return [float(value) for value in values]
+
+
+def expect_choice(message: Mapping[str, Any], key: str, choices: Sequence[str]) -> str:
+    value = message.get(key)
+    if not isinstance(value, str) or value not in choices:
+        raise ProtocolError(f"{key!r} must be one of {', '.join(choices)}, not {_shown(value)}")
+    return value
+
+
+def expect_mapping(message: Mapping[str, Any], key: str, limit: int = 1024) -> dict[str, Any]:
+    value = message.get(key)
+    if not isinstance(value, dict) or len(value) > limit:
+        raise ProtocolError(f"{key!r} must be an object of at most {limit} entries, not {_shown(value)}")
+    return value
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)[:40] if isinstance(value, str | int | float | bool | type(None)) else type(value).__name__
+    return text
+
+
+def start_lifeline(on_lost: Callable[[], None], stdin_fd: int = 0) -> bool:
+    """Exit (status 129) once stdin reaches end of file — the controller that started this
+    process over SSH, and holds its stdin open, is gone — after ``on_lost`` has ended what this
+    process started. Only a pipe, socket or terminal is a lifeline (an end of file of /dev/null
+    says nothing): returns whether one was armed."""
+    try:
+        mode = os.fstat(stdin_fd).st_mode
+    except OSError:
+        return False
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(stdin_fd)):
+        print("net: --stdin-lifeline: stdin is no pipe or socket; no lifeline", file=sys.stderr)
+        return False
+
+    def watch() -> None:
+        try:
+            while os.read(stdin_fd, 65536):
+                pass  # the controller sends nothing; anything it does is no end of file
+        except OSError:
+            pass
+        try:
+            on_lost()
+        finally:
+            os._exit(EXIT_ORPHANED)
+
+    threading.Thread(target=watch, name="net-lifeline", daemon=True).start()
+    return True
+
+
 class Channel:
     """JSON messages, one per line, over a TCP socket; every read and write has a timeout."""
 
@@ -225,7 +409,7 @@ class Channel:
 
     def send(self, message: Mapping[str, Any], timeout_s: float = STALL_S) -> None:
         self.sock.settimeout(bounded(timeout_s, self._deadline))
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
+        self.sock.sendall(json.dumps(message, allow_nan=False).encode() + b"\n")
 
     def receive(self, timeout_s: float = STALL_S) -> dict[str, Any]:
         """The next message. Raises TimeoutError, ConnectionError (the peer closed) or ProtocolError."""
@@ -233,55 +417,18 @@ class Channel:
         line = self._reader.readline(MAX_MESSAGE_LINE)
         if not line:
             raise ConnectionResetError("the peer closed the control connection")
-        try:
-            message = json.loads(line)
-        except ValueError as error:
-            raise ProtocolError(f"not a JSON message: {line[:80]!r}") from error
+        if not line.endswith(b"\n"):
+            raise ProtocolError(f"a message longer than {MAX_MESSAGE_LINE} bytes, or cut off")
+        message = strict_json(line)
         if not isinstance(message, dict):
             raise ProtocolError(f"not a JSON object: {line[:80]!r}")
-        if message.get("error"):
-            raise ProtocolError(f"the peer reported: {message['error']}")
+        if "error" in message:
+            raise ProtocolError(f"the peer reported: {expect_str(message, 'error')}")
         return message
 
     def close(self) -> None:
         self._reader.close()
         self.sock.close()
-
-
-def accept_client(listener: socket.socket, backend: str, deadline: Deadline) -> tuple[Channel, dict[str, Any], str]:
-    """Wait for a client's hello on ``listener``: (its channel, its hello, its address).
-
-    A connection that does not greet with this protocol and backend within a few seconds is
-    dropped and the wait goes on. Raises TimeoutError at the deadline.
-    """
-    while True:
-        if deadline.expired():
-            raise TimeoutError("no client came before the deadline")
-        listener.settimeout(bounded(deadline.left_s(), deadline))
-        conn, address = listener.accept()
-        channel = Channel(conn, deadline)
-        try:
-            hello = channel.receive(timeout_s=5.0)
-        except (OSError, ProtocolError) as error:
-            print(f"net-server: dropped a connection from {address[0]}: {error}", file=sys.stderr)
-            channel.close()
-            continue
-        if hello.get("protocol") != PROTOCOL or hello.get("backend") != backend:
-            print(f"net-server: dropped a connection from {address[0]} that did not greet as a "
-                  f"{PROTOCOL} {backend} client", file=sys.stderr)
-            channel.close()
-            continue
-        return channel, hello, plain_address(str(address[0]))
-
-
-def plain_address(address: str) -> str:
-    """``::ffff:10.0.0.2`` (an IPv4 peer on a dual-stack socket) -> ``10.0.0.2``; others unchanged."""
-    try:
-        parsed = ipaddress.ip_address(address)
-    except ValueError:
-        return address
-    mapped = getattr(parsed, "ipv4_mapped", None)
-    return str(mapped) if mapped is not None else address
 
 
 def describe_failure(error: BaseException, where: str) -> str:
@@ -362,7 +509,10 @@ def parse_arguments(argv: Sequence[str]) -> tuple[str, NetOptions]:
     commands = parser.add_subparsers(dest="command", required=True)
     server = commands.add_parser("net-server", help="serve one pair test on an ephemeral port")
     server.add_argument("--backend", choices=(*BACKENDS, "auto"), default="tcp")
-    server.add_argument("--bind", default="", metavar="ADDR", help="address to listen on (default: all)")
+    server.add_argument("--bind", default="", metavar="ADDR",
+                        help="the address the client will connect to: listen there only (default: all)")
+    server.add_argument("--accept-window", type=float, default=ACCEPT_WINDOW_S, metavar="S",
+                        help="seconds to wait for a client that proves the secret (default: %(default)s)")
     client = commands.add_parser("net-client", help="run one pair test against a net-server")
     client.add_argument("--backend", choices=BACKENDS, required=True,
                         help="the backend the server's listening line names")
@@ -373,6 +523,10 @@ def parse_arguments(argv: Sequence[str]) -> tuple[str, NetOptions]:
     client.add_argument("--message-bytes", type=int, default=None, metavar="B",
                         help="bytes per transfer (nccl: at least 64 MiB, default 64 MiB; perftest: default 1 MiB)")
     for sub in (server, client):
+        sub.add_argument("--token", default=None, metavar="HEX|-",
+                         help="the pair test's secret (32-128 hex digits), or - for the first line of stdin")
+        sub.add_argument("--stdin-lifeline", action="store_true",
+                         help="exit as soon as stdin reaches end of file (the controller is gone)")
         sub.add_argument("--deadline", type=float, default=60.0, metavar="S",
                          help="the process exits by itself after this many seconds")
         sub.add_argument("--rails", default="all", metavar="LIST", help="rails to test, e.g. 0,3 (default: all)")
@@ -402,7 +556,7 @@ def parse_arguments(argv: Sequence[str]) -> tuple[str, NetOptions]:
 
 
 def _options(arguments: argparse.Namespace) -> NetOptions:
-    if arguments.deadline <= 0:
+    if not (math.isfinite(arguments.deadline) and arguments.deadline > 0):
         raise ValueError("--deadline must be positive (seconds)")
     if arguments.host_memory and arguments.backend == "nccl":
         raise ValueError("--host-memory: nccl moves GPU memory; use perftest, tcp or auto")
@@ -411,13 +565,17 @@ def _options(arguments: argparse.Namespace) -> NetOptions:
         "hcas": tuple(arguments.hcas.split(",")) if arguments.hcas else None,
         "allow_socket": arguments.allow_socket, "gid_index": arguments.gid_index,
         "gpu_direct": not (arguments.no_gpu_direct or arguments.host_memory), "host_memory": arguments.host_memory,
-        "ib_write_bw": arguments.ib_write_bw,
-        "sysfs_root": arguments.sysfs_root}
+        "ib_write_bw": arguments.ib_write_bw, "token": arguments.token or "",
+        "stdin_lifeline": arguments.stdin_lifeline, "sysfs_root": arguments.sysfs_root}
     if arguments.command == "net-server":
-        return NetOptions(role="server", bind=arguments.bind, **common)
+        if not (math.isfinite(arguments.accept_window) and arguments.accept_window > 0):
+            raise ValueError("--accept-window must be positive (seconds)")
+        return NetOptions(role="server", bind=arguments.bind, accept_window_s=arguments.accept_window, **common)
     host, port = split_host_port(arguments.connect)
-    if arguments.duration <= 0 or arguments.streams < 1:
-        raise ValueError("--duration must be positive and --streams at least 1")
+    if not (math.isfinite(arguments.duration) and 0 < arguments.duration <= MAX_DURATION_S):
+        raise ValueError(f"--duration must be positive and at most {MAX_DURATION_S:g} s")
+    if not 1 <= arguments.streams <= MAX_STREAMS:
+        raise ValueError(f"--streams must be from 1 to {MAX_STREAMS}")
     if arguments.message_bytes is not None and arguments.message_bytes < 1:
         raise ValueError("--message-bytes must be positive")
     if arguments.backend == "nccl" and arguments.message_bytes is not None and arguments.message_bytes < NCCL_MIN_BYTES:
@@ -483,9 +641,22 @@ def main(argv: Sequence[str]) -> int:
         capabilities = detect_capabilities(options.sysfs_root, options.ib_write_bw, count_cuda=not options.host_memory)
         backend, _ = choose_backend(capabilities, options.host_memory)
         options = dataclasses.replace(options, backend=backend)
+    from .net_auth import SecretError, read_secret
+
+    if not options.token:
+        print(f"python -m probes {command}: --token is required (the pair test's secret, from its controller)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        secret = read_secret(options.token)
+    except SecretError as error:
+        print(f"python -m probes {command}: --token: {error}", file=sys.stderr)
+        return EXIT_USAGE
     module = _backend_module(options.backend)
     try:
-        return module.serve(options, out) if command == "net-server" else module.run_client(options, out)
+        if command == "net-server":
+            return int(module.serve(options, secret, out))
+        return int(module.run_client(options, secret, out))
     except KeyboardInterrupt:
         return 130
 

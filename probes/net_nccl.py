@@ -18,10 +18,18 @@ and the receiver times batches of transfers: Gbit/s = bytes over its wall time. 
 (or without NCCL in torch) the same path runs on ``gloo`` with CPU tensors, as one rail.
 
 The client parent reads every rail's figures from the store and prints the records.
+
+The store is open to anyone who reaches its port, so what crosses it carries proofs of the pair
+secret (probes/net_auth.py): the server's ``server/info`` (with its nonce), the client's
+``client/hello`` (with its nonce; a hello without a valid proof is dropped and the server waits
+on) and each rail's result (the workers get the secret in their environment, never in argv).
+A result without a valid proof is an error for that rail, never a figure; every field read from
+the store is checked.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -38,19 +46,31 @@ from typing import Any
 from .context import Deadline
 from .devices import DeviceUnavailable, cuda_devices, import_torch
 from .net import (
+    DIRECTIONS,
+    MAX_DURATION_S,
     NCCL_MIN_BYTES,
     PROTOCOL,
     STALL_S,
     LinkParams,
     NetOptions,
     Output,
+    ProtocolError,
     bandwidth_record,
     connect,
     describe_failure,
+    expect_choice,
+    expect_int,
+    expect_number,
+    expect_numbers,
+    expect_str,
     join_host_port,
     link_failure,
+    no_client_reason,
+    start_lifeline,
     start_watchdog,
+    strict_json,
 )
+from .net_auth import PairSecret, canonical, expect_nonce, new_nonce
 from .records import SKIPPED
 from .runner import EXIT_DEADLINE, EXIT_OK
 from .topology import Rail, discover_rails, interface_for_address, local_address_towards, read_ethernet_speed_gbps
@@ -65,8 +85,16 @@ POLL_S = 0.005
 # How long a worker may outlive its peer's reported failure before it is ended.
 PEER_FAILURE_GRACE_S = 1.0
 SIDES = ("server", "client")
-# Errors torch.distributed and CUDA raise (DistError, OutOfMemoryError: RuntimeError subclasses).
-TORCH_ERRORS = (RuntimeError, OSError, ValueError, TimeoutError)
+# Errors torch.distributed and CUDA raise (DistError, OutOfMemoryError: RuntimeError subclasses),
+# and what a malformed or unproved entry of the store raises.
+TORCH_ERRORS = (RuntimeError, OSError, ValueError, TimeoutError, ProtocolError)
+# The environment variable that hands the pair secret (hex) to the rail workers.
+SECRET_ENV = "GPUDIAG_NET_SECRET"
+# What a peer may put in the store: rails, bytes per transfer, transfers, Gbit/s.
+MAX_RAILS = 64
+MAX_MESSAGE_BYTES = 1 << 36
+MAX_TRANSFERS = 1 << 30
+MAX_GBPS = 1e6
 
 
 @dataclass(frozen=True)
@@ -134,19 +162,40 @@ def nccl_environment(rail: Rail, *, collective: str, allow_socket: bool, interfa
 
 # --- the store ---------------------------------------------------------------------------------
 
-def wait_json(store: Any, key: str, deadline: Deadline, limit_s: float | None = None) -> dict[str, Any]:
-    """The JSON object stored under ``key``, polling until it appears. Raises TimeoutError
-    at ``deadline`` (or after ``limit_s`` seconds)."""
+def wait_key(store: Any, key: str, deadline: Deadline, limit_s: float | None = None) -> None:
+    """Poll until ``key`` is in the store. Raises TimeoutError at ``deadline`` (or after ``limit_s`` seconds)."""
     until = deadline if limit_s is None else deadline.sooner(limit_s)
     while not store.check([key]):
         if until.expired():
             raise TimeoutError(f"no {key!r} in the store in time")
         time.sleep(POLL_S)
-    return json.loads(store.get(key))
+
+
+def wait_json(store: Any, key: str, deadline: Deadline, limit_s: float | None = None) -> dict[str, Any]:
+    """The JSON object stored under ``key``, polling until it appears. Raises TimeoutError
+    at ``deadline`` (or after ``limit_s`` seconds), ProtocolError for what is no JSON object."""
+    wait_key(store, key, deadline, limit_s)
+    value = strict_json(store.get(key))
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{key!r} in the store is not a JSON object")
+    return value
 
 
 def put_json(store: Any, key: str, value: Mapping[str, Any]) -> None:
-    store.set(key, json.dumps(value))
+    store.set(key, json.dumps(value, allow_nan=False))
+
+
+def put_proved(store: Any, key: str, value: Mapping[str, Any], secret: PairSecret, label: str, *parts: object) -> None:
+    """Store ``value`` with a ``proof`` of ``secret`` over ``label``, ``parts`` and its own fields."""
+    put_json(store, key, {**value, "proof": secret.proof(label, *parts, canonical(value))})
+
+
+def proved(value: Mapping[str, Any], secret: PairSecret, label: str, *parts: object) -> dict[str, Any]:
+    """``value`` without its proof, when the proof is ``secret``'s (see put_proved). Raises ProtocolError."""
+    fields = {key: item for key, item in value.items() if key != "proof"}
+    if not secret.verify(value.get("proof"), label, *parts, canonical(fields)):
+        raise ProtocolError(f"no proof of the pair secret ({label})")
+    return fields
 
 
 def go_key(direction: str, side: str, rail: int) -> str:
@@ -219,64 +268,70 @@ def supervise(workers: Workers, store: Any, side: str, directions: Sequence[str]
 
 def worker_command(side: str, rail: Rail, rails: Sequence[int], store_address: str, session: Mapping[str, Any],
                    deadline: Deadline, collective: str) -> list[str]:
-    """``python -m probes.net_nccl_worker ...`` for one rail's worker, its deadline what is left of ours."""
+    """``python -m probes.net_nccl_worker ...`` for one rail's worker, its deadline what is left of
+    ours (the secret goes in its environment: SECRET_ENV)."""
     return [sys.executable, "-m", "probes.net_nccl_worker", "--side", side, "--rail", str(rail.index),
             "--gpu", str(-1 if rail.gpu is None else rail.gpu), "--store", store_address,
             "--rails", ",".join(str(index) for index in rails), "--directions", ",".join(session["directions"]),
             "--duration", str(session["duration_s"]), "--message-bytes", str(session["message_bytes"]),
-            "--deadline", f"{max(deadline.left_s(), 0.1):.3f}", "--collective", collective]
+            "--deadline", f"{max(deadline.left_s(), 0.1):.3f}", "--collective", collective,
+            "--nonces", f"{session['server_nonce']},{session['nonce']}"]
 
 
 def start_workers(workers: Workers, side: str, local: LocalSide, rails: Sequence[int], store_address: str,
-                  options: NetOptions, session: Mapping[str, Any], interface: str | None, deadline: Deadline) -> None:
+                  options: NetOptions, session: Mapping[str, Any], interface: str | None, deadline: Deadline,
+                  secret: PairSecret) -> None:
     for index in rails:
         rail = local.rail(index)
         if rail is None:
             continue
         env = {**os.environ, **nccl_environment(rail, collective=local.collective, allow_socket=options.allow_socket,
                                                 interface=interface, gid_index=options.gid_index,
-                                                inherited=os.environ)}
+                                                inherited=os.environ), SECRET_ENV: secret.key.hex()}
         workers.start(index, worker_command(side, rail, rails, store_address, session, deadline, local.collective),
                       env)
 
 
-def serve(options: NetOptions, out: Output) -> int:
-    """Host the rendezvous, run this node's rank-0 rail workers for one client; the exit status."""
+def serve(options: NetOptions, secret: PairSecret, out: Output) -> int:
+    """Host the rendezvous, run this node's rank-0 rail workers for the first client that proves
+    ``secret``; the exit status."""
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # before CUDA starts: nvidia-smi's numbering
     deadline = Deadline.after(options.deadline_s)
     started = time.monotonic()
-    hosted = _host_rendezvous(options, out)
+    hosted = _host_rendezvous(options, secret, out)
     if hosted is None:
         return EXIT_OK
-    store, local = hosted
+    store, local, server_nonce = hosted
     workers = Workers()
 
-    def at_deadline() -> None:
-        out.event("done", backend=BACKEND, status="error", reason="the server's deadline passed",
-                  elapsed_s=since(started))
+    def give_up(reason: str) -> None:
+        out.event("done", backend=BACKEND, status="error", reason=reason, elapsed_s=since(started))
         workers.stop()
 
-    start_watchdog(deadline, at_deadline)
+    start_watchdog(deadline, lambda: give_up("the server's deadline passed"))
+    if options.stdin_lifeline:
+        start_lifeline(lambda: give_up("the controller is gone (stdin closed)"))
     try:
-        hello = wait_json(store, "client/hello", deadline)
+        hello = _await_hello(store, secret, server_nonce, deadline.sooner(options.accept_window_s))
     except TimeoutError:
         out.event("done", backend=BACKEND, status="error", client=None, elapsed_s=since(started),
-                  reason=f"no client came within the server's deadline of {options.deadline_s:g} s")
+                  reason=no_client_reason(options, deadline))
         return EXIT_DEADLINE
     try:
-        rails, reason = _serve_session(store, local, hello, options, workers, deadline)
+        rails, reason = _serve_session(store, local, hello, options, workers, deadline, secret)
     finally:
         workers.stop()
     if deadline.expired():
         reason = f"the test did not end within the server's deadline of {options.deadline_s:g} s"
     out.event("done", backend=BACKEND, status="ok" if reason is None else "error", reason=reason,
-              client=hello.get("address"), rails=rails, elapsed_s=since(started))
+              client=hello["address"], rails=rails, elapsed_s=since(started))
     return EXIT_DEADLINE if deadline.expired() else EXIT_OK
 
 
-def _host_rendezvous(options: NetOptions, out: Output) -> tuple[Any, LocalSide] | None:
-    """The store on an ephemeral port, this node's rails published in it, the listening line
-    printed; None (after a ``done`` line saying why) when torch is missing or the store fails."""
+def _host_rendezvous(options: NetOptions, secret: PairSecret, out: Output) -> tuple[Any, LocalSide, str] | None:
+    """The store on an ephemeral port, this node's rails published in it (proved), the listening
+    line printed: (store, local side, the server's nonce); None (after a ``done`` line saying
+    why) when torch is missing or the store fails."""
     try:
         torch = import_torch()
         local = describe_local_side(torch, options)
@@ -289,29 +344,66 @@ def _host_rendezvous(options: NetOptions, out: Output) -> tuple[Any, LocalSide] 
     except TORCH_ERRORS as error:
         out.event("done", backend=BACKEND, status="error", reason=f"cannot host the rendezvous: {first_line(error)}")
         return None
+    server_nonce = new_nonce()
     info = {"host": socket.gethostname(), "collective": local.collective, "topology_source": local.topology_source,
-            "rails": [rail.to_dict() for rail in local.rails]}
-    put_json(store, "server/info", info)
+            "rails": [rail.to_dict() for rail in local.rails], "nonce": server_nonce}
+    put_proved(store, "server/info", info, secret, "server-info")
     out.event("listening", backend=BACKEND, port=int(store.port), bind=options.bind or "*", host=info["host"],
               pid=os.getpid(), protocol=PROTOCOL, deadline_s=options.deadline_s, collective=local.collective,
               rails=info["rails"], topology_source=local.topology_source)
-    return store, local
+    return store, local, server_nonce
+
+
+def _await_hello(store: Any, secret: PairSecret, server_nonce: str, deadline: Deadline) -> dict[str, Any]:
+    """The first ``client/hello`` that proves ``secret`` for this server's nonce, its fields
+    checked; any other is dropped (deleted) and the wait goes on. Raises TimeoutError."""
+    while True:
+        try:
+            hello = wait_json(store, "client/hello", deadline)
+            return checked_hello(proved(hello, secret, "client-hello", server_nonce), server_nonce)
+        except (ProtocolError, ValueError) as error:
+            print(f"net-server: dropped a client hello: {error}", file=sys.stderr)
+            store.delete_key("client/hello")
+
+
+def checked_hello(hello: Mapping[str, Any], server_nonce: str) -> dict[str, Any]:
+    """A client's proved hello with every field the server reads checked. Raises ProtocolError."""
+    if hello.get("protocol") != PROTOCOL:
+        raise ProtocolError(f"not a {PROTOCOL} hello")
+    rails = hello.get("rails")
+    if not isinstance(rails, list) or len(rails) > MAX_RAILS or not all(
+            isinstance(rail, int) and not isinstance(rail, bool) and 0 <= rail < MAX_RAILS for rail in rails):
+        raise ProtocolError(f"'rails' must be a list of at most {MAX_RAILS} rail numbers")
+    directions = hello.get("directions")
+    if not isinstance(directions, list) or not directions or len(set(directions)) != len(directions) or not all(
+            direction in DIRECTIONS for direction in directions):
+        raise ProtocolError(f"'directions' must name some of {', '.join(DIRECTIONS)}, once each")
+    address = expect_str(hello, "address", limit=64)
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        raise ProtocolError(f"'address' must be an IP address, not {address[:64]!r}") from None
+    return {"protocol": PROTOCOL, "address": address, "rails": sorted(set(rails)), "directions": directions,
+            "duration_s": expect_number(hello, "duration_s", 0.0, MAX_DURATION_S, above=True),
+            "message_bytes": expect_int(hello, "message_bytes", NCCL_MIN_BYTES, MAX_MESSAGE_BYTES),
+            "abort": expect_str(hello, "abort", optional=True), "nonce": expect_nonce(hello),
+            "server_nonce": server_nonce}
 
 
 def _serve_session(store: Any, local: LocalSide, hello: Mapping[str, Any], options: NetOptions, workers: Workers,
-                   deadline: Deadline) -> tuple[list[int], str | None]:
+                   deadline: Deadline, secret: PairSecret) -> tuple[list[int], str | None]:
     """Run the agreed rails' rank-0 workers to their end: (the rails, why it failed or None)."""
-    if hello.get("abort"):
+    if hello["abort"]:
         return [], f"the client gave up: {hello['abort']}"
-    rails = [index for index in hello.get("rails", []) if local.rail(index) is not None]
-    client = hello.get("address")
+    rails = [index for index in hello["rails"] if local.rail(index) is not None]
+    client = hello["address"]
     try:
         put_json(store, "session/plan", {"rails": rails})
-        toward = local_address_towards(client, 9) if client else None
+        toward = local_address_towards(client, 9)
         start_workers(workers, "server", local, rails, join_host_port(options.bind or "127.0.0.1", int(store.port)),
-                      options, hello, interface_for_address(toward) if toward else None, deadline)
+                      options, hello, interface_for_address(toward) if toward else None, deadline, secret)
         supervise(workers, store, "server", hello["directions"], deadline)
-        wait_json(store, "client/done", deadline, limit_s=STALL_S)
+        wait_key(store, "client/done", deadline, limit_s=STALL_S)
     except TimeoutError:
         return rails, "the client did not confirm the end of the test"
     except TORCH_ERRORS as error:
@@ -319,19 +411,21 @@ def _serve_session(store: Any, local: LocalSide, hello: Mapping[str, Any], optio
     return rails, None
 
 
-def run_client(options: NetOptions, out: Output) -> int:
-    """Join the server's rendezvous, run this node's rank-1 rail workers, print one record per
-    rail and direction."""
+def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
+    """Join the rendezvous of the server that proves ``secret``, run this node's rank-1 rail
+    workers, print one record per rail and direction."""
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     deadline = Deadline.after(options.deadline_s)
     report = ClientReport(options, out)
     workers = Workers()
 
-    def at_deadline() -> None:
+    def give_up(reason: str) -> None:
         workers.stop()
-        report.fail_pending(f"the client's deadline of {options.deadline_s:g} s passed")
+        report.fail_pending(reason)
 
-    start_watchdog(deadline, at_deadline)
+    start_watchdog(deadline, lambda: give_up(f"the client's deadline of {options.deadline_s:g} s passed"))
+    if options.stdin_lifeline:
+        start_lifeline(lambda: give_up("the controller is gone (stdin closed)"))
     try:
         # A plain connection first: torch's store retries a refused connection until its timeout.
         with connect(options.host or "", options.port or 0, deadline) as probe:
@@ -345,7 +439,7 @@ def run_client(options: NetOptions, out: Output) -> int:
         report.fail_pending(str(missing), status=SKIPPED)
         return EXIT_OK
     try:
-        _client_session(torch, options, report, workers, own_address, deadline)
+        _client_session(torch, options, secret, report, workers, own_address, deadline)
     except TORCH_ERRORS as error:
         report.fail_pending(f"rendezvous with {options.peer} failed: {first_line(error)}")
     finally:
@@ -353,54 +447,94 @@ def run_client(options: NetOptions, out: Output) -> int:
     return EXIT_OK
 
 
-def _client_session(torch: ModuleType, options: NetOptions, report: ClientReport, workers: Workers,
-                    own_address: str, deadline: Deadline) -> None:
+def _client_session(torch: ModuleType, options: NetOptions, secret: PairSecret, report: ClientReport,
+                    workers: Workers, own_address: str, deadline: Deadline) -> None:
     local = describe_local_side(torch, options)
     report.local = local
     store = torch.distributed.TCPStore(options.host, options.port, None, False,
                                        timeout=timedelta(seconds=max(deadline.left_s(), 1.0)))
-    info = wait_json(store, "server/info", deadline, limit_s=STALL_S)
+    try:
+        info = checked_server_info(proved(wait_json(store, "server/info", deadline, limit_s=STALL_S), secret,
+                                          "server-info"))
+    except ProtocolError as error:
+        raise ProtocolError(f"{options.peer} is not the rendezvous of this test's server ({error})") from None
     report.server = info
     server_rails = {rail["rail"]: rail for rail in info["rails"]}
     rails = [rail.index for rail in local.rails if rail.index in server_rails]
     report.rails = rails
     message_bytes = options.message_bytes or MIN_MESSAGE_BYTES
     session = {"protocol": PROTOCOL, "address": own_address, "rails": rails, "directions": list(options.directions),
-               "duration_s": options.duration_s, "message_bytes": message_bytes, "abort": None}
+               "duration_s": options.duration_s, "message_bytes": message_bytes, "abort": None,
+               "nonce": new_nonce()}
     abort = _abort_reason(info, local, rails)
     if abort:
-        put_json(store, "client/hello", {**session, "abort": abort})
+        put_proved(store, "client/hello", {**session, "abort": abort}, secret, "client-hello", info["nonce"])
         report.fail_pending(abort)
         return
-    put_json(store, "client/hello", session)
+    put_proved(store, "client/hello", session, secret, "client-hello", info["nonce"])
     wait_json(store, "session/plan", deadline, limit_s=STALL_S)
     start_workers(workers, "client", local, rails, join_host_port(options.host or "", options.port or 0), options,
-                  session, interface_for_address(own_address), deadline)
+                  {**session, "server_nonce": info["nonce"]}, interface_for_address(own_address), deadline, secret)
     supervise(workers, store, "client", options.directions, deadline)
     for rail in rails:
         for direction in options.directions:
-            report.add(rail, direction, _rail_result(store, rail, direction, deadline))
+            report.add(rail, direction, _rail_result(store, rail, direction, deadline, secret,
+                                                     (info["nonce"], session["nonce"])))
     store.set("client/done", "1")
 
 
+def checked_server_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The server's proved ``server/info`` with every field the client reads checked. Raises ProtocolError."""
+    rails = info.get("rails")
+    if not isinstance(rails, list) or len(rails) > MAX_RAILS or not all(isinstance(rail, dict) for rail in rails):
+        raise ProtocolError(f"'rails' must be a list of at most {MAX_RAILS} objects")
+    checked = [{"rail": expect_int(rail, "rail", 0, MAX_RAILS - 1),
+                "hca": expect_str(rail, "hca", limit=64, optional=True),
+                "gpu": expect_int(rail, "gpu", 0, 1023, optional=True),
+                "line_rate_gbps": expect_number(rail, "line_rate_gbps", 0.0, MAX_GBPS, optional=True)}
+               for rail in rails]
+    return {"host": expect_str(info, "host", limit=255), "collective": expect_choice(info, "collective",
+                                                                                      ("nccl", "gloo")),
+            "rails": checked, "nonce": expect_nonce(info)}
+
+
 def _abort_reason(info: Mapping[str, Any], local: LocalSide, rails: Sequence[int]) -> str | None:
-    if info.get("collective") != local.collective:
-        return (f"the server runs {info.get('collective')} and this client {local.collective}: "
+    if info["collective"] != local.collective:
+        return (f"the server runs {info['collective']} and this client {local.collective}: "
                 "both ends need CUDA with NCCL, or neither")
     if not rails:
         return "no rail in common between the server and this client"
     return None
 
 
-def _rail_result(store: Any, rail: int, direction: str, deadline: Deadline) -> dict[str, Any]:
+def _rail_result(store: Any, rail: int, direction: str, deadline: Deadline, secret: PairSecret,
+                 nonces: tuple[str, str]) -> dict[str, Any]:
+    """A rail's proved result for ``direction``, its fields checked, or ``{"error": reason}``."""
     try:
-        return wait_json(store, f"result/{rail}/{direction}", deadline, limit_s=2.0)
+        stored = wait_json(store, f"result/{rail}/{direction}", deadline, limit_s=2.0)
     except TimeoutError:
-        pass
+        stored = None
+    except ProtocolError as error:
+        return {"error": f"rail {rail}: the stored result is malformed: {error}"}
+    if stored is not None:
+        try:
+            return checked_result(proved(stored, secret, "rail-result", *nonces, rail, direction))
+        except ProtocolError as error:
+            return {"error": f"rail {rail}: the stored result is refused: {error}"}
     for side in SIDES:
         if store.check([f"error/{rail}/{side}"]):
-            return {"error": f"{side} rail {rail}: {store.get(f'error/{rail}/{side}').decode(errors='replace')}"}
+            said = store.get(f"error/{rail}/{side}").decode(errors="replace")[:300]
+            return {"error": f"{side} rail {rail}: {said}"}
     return {"error": f"rail {rail}: the workers ended without a figure for {direction}"}
+
+
+def checked_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A rail worker's result (see net_nccl_worker) with every field checked. Raises ProtocolError."""
+    return {"bytes": expect_int(result, "bytes", 1, 1 << 62),
+            "elapsed_s": expect_number(result, "elapsed_s", 0.0, MAX_DURATION_S, above=True),
+            "transfers": expect_int(result, "transfers", 1, MAX_TRANSFERS),
+            "message_bytes": expect_int(result, "message_bytes", NCCL_MIN_BYTES, MAX_MESSAGE_BYTES),
+            "interval_gbps": expect_numbers(result, "interval_gbps", MAX_GBPS)}
 
 
 class ClientReport:
@@ -442,7 +576,7 @@ class ClientReport:
 
     def _describe(self, rail: int | None, direction: str) -> tuple[LinkParams, dict[str, Any], str | None]:
         local = self.local.rail(rail) if self.local is not None and rail is not None else None
-        peer = next((r for r in self.server.get("rails", []) if r["rail"] == rail), {})
+        peer = next((r for r in self.server.get("rails", []) if r.get("rail") == rail), {})
         message = self.options.message_bytes or MIN_MESSAGE_BYTES
         collective = self.local.collective if self.local is not None else None
         params = LinkParams(BACKEND, direction, 1, self.options.duration_s, rail, local.hca if local else None,

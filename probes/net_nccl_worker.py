@@ -1,8 +1,9 @@
 """One rail's worker of the nccl pair test, run as ``python -m probes.net_nccl_worker`` by
 probes/net_nccl.py: NCCL reads ``NCCL_IB_HCA`` once per process, so pinning each rail to its own
 HCA takes one process per rail. It joins its rail's two-rank group through the server's store,
-runs each direction, and (the receiving side) stores the figures; it ends at its deadline or
-when its parent goes away."""
+runs each direction, and (the receiving side) stores the figures with a proof of the pair secret
+(which it gets in its environment, net_nccl.SECRET_ENV); it ends at its deadline or when its
+parent goes away."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ from typing import Any
 
 from .context import Deadline
 from .devices import import_torch
-from .net import bits_gbps, split_host_port
+from .net import bits_gbps, expect_int, split_host_port
+from .net_auth import PairSecret, SecretError
 from .net_nccl import (
+    MAX_TRANSFERS,
     MIB,
     MIN_SAMPLES,
     POLL_S,
+    SECRET_ENV,
     SIDES,
     TARGET_SAMPLE_S,
     TORCH_ERRORS,
@@ -33,6 +37,7 @@ from .net_nccl import (
     first_line,
     go_key,
     put_json,
+    put_proved,
     release_barriers,
     wait_json,
 )
@@ -40,8 +45,9 @@ from .runner import EXIT_DEADLINE, EXIT_OK
 
 
 def run_rail(torch: ModuleType, store: Any, arguments: argparse.Namespace, deadline: Deadline,
-             finished: list[str]) -> None:
-    """Join this rail's two-rank group and run each direction; the receiver stores its figures."""
+             finished: list[str], secret: PairSecret) -> None:
+    """Join this rail's two-rank group and run each direction; the receiver stores its figures,
+    proved with ``secret`` (net_nccl.proved reads them)."""
     dist = torch.distributed
     rank = SIDES.index(arguments.side)
     if arguments.collective == "nccl":
@@ -69,7 +75,8 @@ def run_rail(torch: ModuleType, store: Any, arguments: argparse.Namespace, deadl
                 _send_phase(link, rail_store, store, direction, arguments, deadline)
             else:
                 result = _receive_phase(link, rail_store, store, direction, arguments, deadline)
-                put_json(store, f"result/{arguments.rail}/{direction}", result)
+                put_proved(store, f"result/{arguments.rail}/{direction}", result, secret, "rail-result",
+                           *arguments.nonces, arguments.rail, direction)
             finished.append(direction)
     finally:
         dist.destroy_process_group()
@@ -109,8 +116,9 @@ def _send_phase(link: _Link, rail_store: Any, store: Any, direction: str, argume
                 deadline: Deadline) -> None:
     link.send(WARMUP_TRANSFERS)
     plan = wait_json(rail_store, f"plan/{direction}", deadline)
+    transfers = expect_int(plan, "transfers", 1, MAX_TRANSFERS)
     _all_rails_start(store, direction, arguments, deadline)
-    link.send(int(plan["transfers"]) + 1)
+    link.send(transfers + 1)
 
 
 def _receive_phase(link: _Link, rail_store: Any, store: Any, direction: str, arguments: argparse.Namespace,
@@ -154,7 +162,13 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--message-bytes", type=int, required=True)
     parser.add_argument("--deadline", type=float, required=True)
     parser.add_argument("--collective", choices=("nccl", "gloo"), required=True)
+    parser.add_argument("--nonces", type=lambda text: tuple(text.split(",")), required=True,
+                        help="the server's and the client's nonce of the session")
     arguments = parser.parse_args(argv)
+    try:
+        secret = PairSecret.from_hex(os.environ.pop(SECRET_ENV, ""))
+    except SecretError as error:
+        parser.error(f"{SECRET_ENV}: {error}")
     deadline = Deadline.after(arguments.deadline)
     _guard(deadline, os.getppid())
     torch = import_torch()
@@ -162,7 +176,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     store = torch.distributed.TCPStore(host, port, None, False, timeout=timedelta(seconds=max(arguments.deadline, 1)))
     finished: list[str] = []
     try:
-        run_rail(torch, store, arguments, deadline, finished)
+        run_rail(torch, store, arguments, deadline, finished, secret)
     except TORCH_ERRORS as error:
         store.set(f"error/{arguments.rail}/{arguments.side}", first_line(error))
         release_barriers(store, arguments.side, arguments.rail, arguments.directions)

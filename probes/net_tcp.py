@@ -7,18 +7,18 @@ receiver's: bytes received over the wall time from the first byte to the last, i
 the sender's kernel accepted would count socket buffers that never crossed the wire). The
 samples are the rates of equal intervals inside that window; per-stream rates go in details.
 
-Protocol (client -> server, then the reply):
-  {"protocol", "backend": "tcp", "streams", "duration_s"}  -> {"session", "host", "line_rate_gbps", ...}
-  data connection i sends "<session> <i>\\n" first
+Protocol (after the handshake of probes/net_auth.py, whose params are {"streams", "duration_s"}):
+  server -> {"host", "interface", "line_rate_gbps"}
+  data connection i sends "<i> <proof of the pair secret for stream i>\\n" first
   {"phase": "client_to_server"} -> {"ready": true}; the client sends; -> {"received": summary}
   {"phase": "server_to_client"} (the client is already reading); the server sends; -> {"sent_bytes"}
   {"bye": true}
+Each end checks every field the other sends (a wrong type or value is an error, never a figure).
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import sys
 import threading
@@ -30,6 +30,9 @@ from typing import Any
 
 from .context import Deadline
 from .net import (
+    DIRECTIONS,
+    MAX_DURATION_S,
+    MAX_STREAMS,
     PROTOCOL,
     STALL_S,
     Channel,
@@ -37,17 +40,25 @@ from .net import (
     NetOptions,
     Output,
     ProtocolError,
-    accept_client,
     bandwidth_record,
     bits_gbps,
+    bound_address,
     bounded,
     connect,
     describe_failure,
+    expect_choice,
+    expect_int,
+    expect_number,
+    expect_numbers,
+    expect_str,
     join_host_port,
     link_failure,
+    no_client_reason,
     open_listener,
+    start_lifeline,
     start_watchdog,
 )
+from .net_auth import HANDSHAKE_S, MAX_STREAM_GREETING, Handshake, PairSecret, accept_client, client_handshake
 from .runner import EXIT_DEADLINE, EXIT_OK
 from .topology import interface_for_address, read_ethernet_speed_gbps
 
@@ -56,6 +67,9 @@ CHUNK_BYTES = 1 << 20
 # Intervals per phase for the samples (and their CV); never shorter than this.
 INTERVALS = 10
 MIN_INTERVAL_S = 0.02
+# Bounds of what a peer may report: bytes of one phase, Gbit/s of a figure or a port.
+MAX_BYTES = 1 << 62
+MAX_GBPS = 1e6
 
 
 @dataclass
@@ -163,34 +177,45 @@ def local_line_rate(sock: socket.socket, sysfs_root: str) -> tuple[str | None, f
 
 # --- server ------------------------------------------------------------------------------------
 
-def serve(options: NetOptions, out: Output) -> int:
-    """Serve one tcp test (see the module docstring); the exit status."""
+def serve(options: NetOptions, secret: PairSecret, out: Output) -> int:
+    """Serve one tcp test (see the module docstring) to the first client that proves ``secret``;
+    the exit status."""
     deadline = Deadline.after(options.deadline_s)
     started = time.monotonic()
     try:
         listener = open_listener(options.bind)
     except OSError as error:
-        out.event("done", backend=BACKEND, status="error", reason=f"cannot listen on {options.bind or '*'}: {error}")
+        out.event("done", backend=BACKEND, status="error", cause="bind",
+                  reason=f"cannot listen on {options.bind or '*'}: {error.strerror or error}")
         return EXIT_OK
-    out.event("listening", backend=BACKEND, port=listener.getsockname()[1], bind=options.bind or "*",
+    out.event("listening", backend=BACKEND, port=listener.getsockname()[1], bind=bound_address(listener),
               host=socket.gethostname(), pid=os.getpid(), protocol=PROTOCOL, deadline_s=options.deadline_s)
     start_watchdog(deadline, lambda: out.event("done", backend=BACKEND, status="error",
                                                reason="the server's deadline passed", elapsed_s=_since(started)))
+    if options.stdin_lifeline:
+        start_lifeline(lambda: out.event("done", backend=BACKEND, status="error", elapsed_s=_since(started),
+                                         reason="the controller is gone (stdin closed)"))
     channel: Channel | None = None
     streams: list[socket.socket] = []
     client = None
     try:
-        channel, hello, client = accept_client(listener, BACKEND, deadline)
-        streams = _open_session(listener, channel, hello, options, deadline)
-        _serve_phases(channel, streams, float(hello.get("duration_s", 1.0)), deadline)
+        channel, handshake = accept_client(listener, BACKEND, secret, deadline.sooner(options.accept_window_s))
+        client = handshake.client
+        duration_s = _session_duration(handshake)
+        streams = _open_session(listener, channel, handshake, secret, options, deadline)
+        _serve_phases(channel, streams, duration_s, deadline)
     except TimeoutError as error:
+        if client is None:
+            out.event("done", backend=BACKEND, status="error", client=None, elapsed_s=_since(started),
+                      reason=no_client_reason(options, deadline))
+            return EXIT_DEADLINE
         if deadline.expired():
-            waited = "no client came" if client is None else f"the test with {client} did not end"
             out.event("done", backend=BACKEND, status="error", client=client, elapsed_s=_since(started),
-                      reason=f"{waited} within the server's deadline of {options.deadline_s:g} s")
+                      reason=f"the test with {client} did not end within the server's deadline of "
+                             f"{options.deadline_s:g} s")
             return EXIT_DEADLINE
         out.event("done", backend=BACKEND, status="error", client=client, elapsed_s=_since(started),
-                  reason=describe_failure(error, client or "the client"))
+                  reason=describe_failure(error, client))
         return EXIT_OK
     except (OSError, ProtocolError) as error:
         out.event("done", backend=BACKEND, status="error", client=client, elapsed_s=_since(started),
@@ -205,46 +230,51 @@ def serve(options: NetOptions, out: Output) -> int:
     return EXIT_OK
 
 
-def _open_session(listener: socket.socket, channel: Channel, hello: dict[str, Any], options: NetOptions,
-                  deadline: Deadline) -> list[socket.socket]:
-    count = int(hello.get("streams", 1))
-    if not 1 <= count <= 256:
-        channel.send({"error": f"streams must be 1..256, not {count}"})
-        raise ProtocolError(f"the client asked for {count} streams")
-    session = secrets.token_hex(8)
+def _session_duration(handshake: Handshake) -> float:
+    """The client's timed seconds per direction; its stream count is checked as the streams come."""
+    expect_int(handshake.params, "streams", 1, MAX_STREAMS)
+    return float(expect_number(handshake.params, "duration_s", 0.0, MAX_DURATION_S, above=True))
+
+
+def _open_session(listener: socket.socket, channel: Channel, handshake: Handshake, secret: PairSecret,
+                  options: NetOptions, deadline: Deadline) -> list[socket.socket]:
+    count = int(handshake.params["streams"])
     interface, rate = local_line_rate(channel.sock, options.sysfs_root)
-    channel.send({"session": session, "host": socket.gethostname(), "interface": interface, "line_rate_gbps": rate})
+    channel.send({"host": socket.gethostname(), "interface": interface, "line_rate_gbps": rate})
     streams: dict[int, socket.socket] = {}
     while len(streams) < count:
         listener.settimeout(bounded(STALL_S, deadline))
         conn, address = listener.accept()
-        conn.settimeout(bounded(5.0, deadline))
-        greeting = _read_greeting(conn)
-        words = greeting.split()
-        if len(words) != 2 or words[0] != session or not words[1].isdigit() or int(words[1]) >= count:
-            print(f"net-server: dropped a data connection from {address[0]} with a wrong greeting", file=sys.stderr)
+        conn.settimeout(bounded(HANDSHAKE_S, deadline))
+        try:
+            index = handshake.stream_index(secret, _read_greeting(conn), count)
+        except OSError:
+            index = None
+        if index is None or index in streams:
+            print(f"net-server: dropped a data connection from {address[0]} without a proof of the pair secret",
+                  file=sys.stderr)
             conn.close()
             continue
-        streams[int(words[1])] = conn
+        streams[index] = conn
     return [streams[index] for index in range(count)]
 
 
-def _read_greeting(conn: socket.socket) -> str:
+def _read_greeting(conn: socket.socket) -> bytes:
     data = b""
-    while not data.endswith(b"\n") and len(data) < 128:
+    while not data.endswith(b"\n") and len(data) < MAX_STREAM_GREETING:
         piece = conn.recv(1)
         if not piece:
             break
         data += piece
-    return data.decode(errors="replace").strip()
+    return data
 
 
 def _serve_phases(channel: Channel, streams: Sequence[socket.socket], duration_s: float, deadline: Deadline) -> None:
     while True:
         message = channel.receive(timeout_s=duration_s + STALL_S)
-        if message.get("bye"):
+        if message.get("bye") is True:
             return
-        phase = message.get("phase")
+        phase = expect_choice(message, "phase", DIRECTIONS)
         if phase == "client_to_server":
             channel.send({"ready": True})
             counts = receive_all(streams, duration_s, deadline)
@@ -252,17 +282,15 @@ def _serve_phases(channel: Channel, streams: Sequence[socket.socket], duration_s
                 channel.send({"received": summarize(counts)})
             except ProtocolError as failure:
                 channel.send({"failed": str(failure)})
-        elif phase == "server_to_client":
+        else:
             sent, error = send_all(streams, duration_s, deadline)
             channel.send({"sent_bytes": sent} if error is None else {"failed": error})
-        else:
-            raise ProtocolError(f"unknown message {message!r}")
 
 
 # --- client ------------------------------------------------------------------------------------
 
-def run_client(options: NetOptions, out: Output) -> int:
-    """Measure each direction against a tcp net-server; one record per direction."""
+def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
+    """Measure each direction against the tcp net-server that proves ``secret``; one record per direction."""
     deadline = Deadline.after(options.deadline_s)
     pending = list(options.directions)
     details: dict[str, Any] = {"peer": options.peer, "line_rate_gbps": None}
@@ -275,15 +303,16 @@ def run_client(options: NetOptions, out: Output) -> int:
                 pending.remove(direction)
 
     start_watchdog(deadline, lambda: fail_pending(f"the client's deadline of {options.deadline_s:g} s passed"))
+    if options.stdin_lifeline:
+        start_lifeline(lambda: fail_pending("the controller is gone (stdin closed)"))
     channel: Channel | None = None
     streams: list[socket.socket] = []
     try:
         channel = Channel(connect(options.host or "", options.port or 0, deadline), deadline)
-        channel.send({"protocol": PROTOCOL, "backend": BACKEND, "streams": options.streams,
-                      "duration_s": options.duration_s})
-        reply = channel.receive()
-        details.update(_link_details(channel.sock, reply, options))
-        streams = [_open_stream(options, reply["session"], index, deadline) for index in range(options.streams)]
+        handshake = client_handshake(channel, BACKEND, secret,
+                                     {"streams": options.streams, "duration_s": options.duration_s}, options.peer)
+        details.update(_link_details(channel.sock, channel.receive(), options))
+        streams = [_open_stream(options, handshake, secret, index, deadline) for index in range(options.streams)]
         for direction in options.directions:
             record = _measure(channel, streams, direction, options, details, deadline)
             with lock:
@@ -291,7 +320,7 @@ def run_client(options: NetOptions, out: Output) -> int:
                     out.record(record)
                     pending.remove(direction)
         channel.send({"bye": True})
-    except (OSError, ProtocolError, KeyError) as error:
+    except (OSError, ProtocolError) as error:
         fail_pending(describe_failure(error, options.peer))
     finally:
         _close(streams)
@@ -300,9 +329,10 @@ def run_client(options: NetOptions, out: Output) -> int:
     return EXIT_OK
 
 
-def _open_stream(options: NetOptions, session: str, index: int, deadline: Deadline) -> socket.socket:
+def _open_stream(options: NetOptions, handshake: Handshake, secret: PairSecret, index: int,
+                 deadline: Deadline) -> socket.socket:
     sock = connect(options.host or "", options.port or 0, deadline)
-    sock.sendall(f"{session} {index}\n".encode())
+    sock.sendall(handshake.stream_greeting(secret, index))
     return sock
 
 
@@ -312,12 +342,13 @@ def _measure(channel: Channel, streams: Sequence[socket.socket], direction: str,
     wait_s = options.duration_s + STALL_S
     if direction == "client_to_server":
         channel.send({"phase": direction})
-        channel.receive()
+        if channel.receive().get("ready") is not True:
+            raise ProtocolError("the server did not say it is ready to receive")
         _, error = send_all(streams, options.duration_s, deadline)
         reply = channel.receive(timeout_s=wait_s)
         if error is not None or "failed" in reply:
-            return link_failure(params, error or reply["failed"], details)
-        summary = reply["received"]
+            return link_failure(params, error or expect_str(reply, "failed"), details)
+        summary = _received(reply)
     else:
         holder: list[list[StreamCount]] = []
         receiver = threading.Thread(target=lambda: holder.append(receive_all(streams, options.duration_s, deadline)),
@@ -326,8 +357,11 @@ def _measure(channel: Channel, streams: Sequence[socket.socket], direction: str,
         channel.send({"phase": direction})
         receiver.join(deadline.left_s() + 1.0)
         reply = channel.receive(timeout_s=wait_s)
-        if "failed" in reply or not holder:
-            return link_failure(params, reply.get("failed", "the receiving threads did not finish"), details)
+        if "failed" in reply:
+            return link_failure(params, expect_str(reply, "failed"), details)
+        expect_int(reply, "sent_bytes", 0, MAX_BYTES)
+        if not holder:
+            return link_failure(params, "the receiving threads did not finish", details)
         try:
             summary = summarize(holder[0])
         except ProtocolError as failure:
@@ -336,12 +370,24 @@ def _measure(channel: Channel, streams: Sequence[socket.socket], direction: str,
                             {**details, "stream_gbps": summary["stream_gbps"]})
 
 
+def _received(reply: dict[str, Any]) -> dict[str, Any]:
+    """The server's reception summary of a ``received`` reply, every field checked. Raises ProtocolError."""
+    summary = reply.get("received")
+    if not isinstance(summary, dict):
+        raise ProtocolError("the server's reply holds neither 'received' nor 'failed'")
+    return {"bytes": expect_int(summary, "bytes", 1, MAX_BYTES),
+            "elapsed_s": expect_number(summary, "elapsed_s", 0.0, MAX_DURATION_S, above=True),
+            "interval_gbps": expect_numbers(summary, "interval_gbps", MAX_GBPS),
+            "stream_gbps": expect_numbers(summary, "stream_gbps", MAX_GBPS, limit=MAX_STREAMS)}
+
+
 def _link_details(sock: socket.socket, reply: dict[str, Any], options: NetOptions) -> dict[str, Any]:
     interface, rate = local_line_rate(sock, options.sysfs_root)
-    peer_rate = reply.get("line_rate_gbps")
+    peer_rate = expect_number(reply, "line_rate_gbps", 0.0, MAX_GBPS, optional=True)
     known = [value for value in (rate, peer_rate) if isinstance(value, (int, float))]
     return {"line_rate_gbps": min(known) if known else None, "local_interface": interface,
-            "local_line_rate_gbps": rate, "peer_host": reply.get("host"), "peer_interface": reply.get("interface"),
+            "local_line_rate_gbps": rate, "peer_host": expect_str(reply, "host", limit=255, optional=True),
+            "peer_interface": expect_str(reply, "interface", limit=64, optional=True),
             "peer_line_rate_gbps": peer_rate, "local_address": join_host_port(*sock.getsockname()[:2])}
 
 

@@ -13,6 +13,11 @@ average of its largest message size; the peak goes in the details with the link 
 
 ib_write_bw picks no ephemeral port itself: a free one is found by binding port 0 and closing it,
 so another program could take it in between; that run then fails with a clear error.
+
+The control connection opens with the handshake of probes/net_auth.py (both ends prove the pair
+secret; its params are {"streams", "duration_s", "message_bytes"}), and every later message is
+checked field by field on both ends. ib_write_bw's own connections are its own program's and
+carry no secret: a run against a stranger ends in an error (no report), never in our figure.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ from typing import Any
 
 from .context import Deadline
 from .net import (
+    DIRECTIONS,
+    MAX_DURATION_S,
+    MAX_STREAMS,
     PROTOCOL,
     STALL_S,
     Channel,
@@ -38,14 +46,22 @@ from .net import (
     NetOptions,
     Output,
     ProtocolError,
-    accept_client,
+    bound_address,
     connect,
     describe_failure,
+    expect_choice,
+    expect_int,
+    expect_mapping,
+    expect_number,
+    expect_str,
     figure_record,
     link_failure,
+    no_client_reason,
     open_listener,
+    start_lifeline,
     start_watchdog,
 )
+from .net_auth import PairSecret, accept_client, client_handshake
 from .records import SKIPPED
 from .runner import EXIT_DEADLINE, EXIT_OK
 from .topology import Rail, discover_rails
@@ -63,6 +79,14 @@ _RULE = re.compile(r"^-{20,}\s*$")
 _CUDA_PICK = re.compile(r"Picking device No\.\s*(?P<index>\d+)")
 _CUDA_NAME = re.compile(r"device name = \[(?P<name>[^\]]+)\]")
 _WAITING = "Waiting for client to connect"
+# What a peer may ask for or report: bytes per message, rails, Gbit/s of one run.
+MAX_MESSAGE_BYTES = 1 << 31
+MAX_RAILS = 64
+MAX_GBPS = 1e6
+# The fields of a run's summary (PerftestReport.summary, plus exit_status) and their checks.
+_SUMMARY_NUMBERS = ("average_gbps", "peak_gbps")
+_SUMMARY_INTEGERS = ("message_bytes", "iterations", "qps", "mtu_bytes", "cuda_device", "sizes", "exit_status")
+_SUMMARY_TEXTS = ("link_type", "device", "transport", "connection", "gpu_name")
 
 
 class PerftestOutputError(ValueError):
@@ -374,34 +398,41 @@ class Node:
 
 # --- server and client -------------------------------------------------------------------------
 
-def serve(options: NetOptions, out: Output) -> int:
-    """Serve one perftest pair test (see the module docstring); the exit status."""
+def serve(options: NetOptions, secret: PairSecret, out: Output) -> int:
+    """Serve one perftest pair test (see the module docstring) to the first client that proves
+    ``secret``; the exit status."""
     deadline = Deadline.after(options.deadline_s)
     node = Node.discover(options)
     try:
         listener = open_listener(options.bind)
     except OSError as error:
-        out.event("done", backend=BACKEND, status="error", reason=f"cannot listen on {options.bind or '*'}: {error}")
+        out.event("done", backend=BACKEND, status="error", cause="bind",
+                  reason=f"cannot listen on {options.bind or '*'}: {error.strerror or error}")
         return EXIT_OK
-    out.event("listening", backend=BACKEND, port=listener.getsockname()[1], bind=options.bind or "*",
+    out.event("listening", backend=BACKEND, port=listener.getsockname()[1], bind=bound_address(listener),
               host=socket.gethostname(), pid=os.getpid(), protocol=PROTOCOL, deadline_s=options.deadline_s,
               rails=[rail.to_dict() for rail in node.rails], unavailable=node.unavailable,
               gpu_direct=node.gpu_direct)
     runs: list[PerftestRun] = []
     started = time.monotonic()
     start_watchdog(deadline, lambda: _end(runs, out, "error", "the server's deadline passed", None, started))
+    if options.stdin_lifeline:
+        start_lifeline(lambda: _end(runs, out, "error", "the controller is gone (stdin closed)", None, started))
     client = None
     try:
-        channel, hello, client = accept_client(listener, BACKEND, deadline)
-        _serve_session(channel, hello, client, node, runs, deadline)
+        channel, handshake = accept_client(listener, BACKEND, secret, deadline.sooner(options.accept_window_s))
+        client = handshake.client
+        _serve_session(channel, session_params(handshake.params), client, node, runs, deadline)
     except TimeoutError as error:
-        if deadline.expired():
-            _end(runs, out, "error", f"no client came within the server's deadline of {options.deadline_s:g} s"
-                 if client is None else f"the test with {client} did not end within the deadline", client, started)
+        if client is None:
+            _end(runs, out, "error", no_client_reason(options, deadline), None, started)
             return EXIT_DEADLINE
-        _end(runs, out, "error", describe_failure(error, client or "the client"), client, started)
+        if deadline.expired():
+            _end(runs, out, "error", f"the test with {client} did not end within the deadline", client, started)
+            return EXIT_DEADLINE
+        _end(runs, out, "error", describe_failure(error, client), client, started)
         return EXIT_OK
-    except (OSError, ProtocolError, KeyError, ValueError) as error:
+    except (OSError, ProtocolError) as error:
         _end(runs, out, "error", describe_failure(error, client or "the client"), client, started)
         return EXIT_OK
     finally:
@@ -411,54 +442,129 @@ def serve(options: NetOptions, out: Output) -> int:
     return EXIT_OK
 
 
-def _serve_session(channel: Channel, hello: Mapping[str, Any], client: str, node: Node, runs: list[PerftestRun],
+def session_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The client's test parameters of its hello, each checked. Raises ProtocolError."""
+    return {"streams": expect_int(params, "streams", 1, MAX_STREAMS),
+            "duration_s": expect_number(params, "duration_s", 0.0, MAX_DURATION_S, above=True),
+            "message_bytes": expect_int(params, "message_bytes", 1, MAX_MESSAGE_BYTES)}
+
+
+def _serve_session(channel: Channel, session: Mapping[str, Any], client: str, node: Node, runs: list[PerftestRun],
                    deadline: Deadline) -> None:
     channel.send({"host": socket.gethostname(), "rails": [rail.to_dict() for rail in node.rails],
                   "unavailable": node.unavailable, "gpu_direct": node.gpu_direct})
-    wait_s = float(hello.get("duration_s", 1)) + RUN_OVERHEAD_S + STALL_S
+    wait_s = float(session["duration_s"]) + RUN_OVERHEAD_S + STALL_S
     while True:
         message = channel.receive(timeout_s=wait_s)
-        if message.get("bye"):
+        if message.get("bye") is True:
             return
-        if message.get("phase") == "client_to_server":
-            servers, ports, errors = node.start_servers(message["rails"], hello, deadline)
+        phase = expect_choice(message, "phase", DIRECTIONS)
+        if phase == "client_to_server":
+            servers, ports, errors = node.start_servers(_rails(message), session, deadline)
             runs.extend(servers.values())
             channel.send({"ports": ports, "errors": {str(rail): error for rail, error in errors.items()}})
             channel.receive(timeout_s=wait_s)  # the client's runs ended
             for run in servers.values():
                 run.finish(min(STALL_S, deadline.left_s()))
             channel.send({"ok": True})
-        elif message.get("phase") == "server_to_client":
-            results = node.run_clients(message["ports"], hello, client, deadline)
-            channel.send({"results": {str(rail): result for rail, result in results.items()}})
         else:
-            raise ProtocolError(f"unknown message {message!r}")
+            results = node.run_clients(_ports(message), session, client, deadline)
+            channel.send({"results": {str(rail): result for rail, result in results.items()}})
 
 
-def run_client(options: NetOptions, out: Output) -> int:
-    """Measure each rail in each direction against a perftest net-server; one record per rail and direction."""
+def _rails(message: Mapping[str, Any]) -> list[int]:
+    rails = message.get("rails")
+    if not isinstance(rails, list) or len(rails) > MAX_RAILS or not all(
+            isinstance(rail, int) and not isinstance(rail, bool) and 0 <= rail < MAX_RAILS for rail in rails):
+        raise ProtocolError(f"'rails' must be a list of at most {MAX_RAILS} rail numbers")
+    return sorted(set(rails))
+
+
+def _ports(message: Mapping[str, Any]) -> dict[str, int]:
+    """A ``ports`` mapping: rail number (as text) -> TCP port. Raises ProtocolError."""
+    ports = expect_mapping(message, "ports", limit=MAX_RAILS)
+    for rail in ports:
+        if not rail.isdigit() or int(rail) >= MAX_RAILS:
+            raise ProtocolError(f"'ports' names rail {rail[:20]!r}")
+        expect_int(ports, rail, 1, 65535)
+    return dict(ports)
+
+
+def _rail_texts(message: Mapping[str, Any], key: str) -> dict[int, str]:
+    """An ``errors`` mapping: rail number (as text) -> reason."""
+    texts = expect_mapping(message, key, limit=MAX_RAILS)
+    for rail in texts:
+        if not rail.isdigit() or int(rail) >= MAX_RAILS:
+            raise ProtocolError(f"{key!r} names rail {rail[:20]!r}")
+        expect_str(texts, rail)
+    return {int(rail): text for rail, text in texts.items()}
+
+
+def checked_result(result: object) -> dict[str, Any]:
+    """One run's result as a peer sent it — ``{"error": reason}`` or a summary — with only the
+    summary's own fields, each checked (a peer cannot add or replace details). Raises ProtocolError."""
+    if not isinstance(result, dict):
+        raise ProtocolError("a run's result must be an object")
+    if "error" in result:
+        return {"error": expect_str(result, "error")}
+    checked: dict[str, Any] = {"average_gbps": expect_number(result, "average_gbps", 0.0, MAX_GBPS)}
+    checked["peak_gbps"] = expect_number(result, "peak_gbps", 0.0, MAX_GBPS, optional=True)
+    for key in _SUMMARY_INTEGERS:
+        if key in result:
+            checked[key] = expect_int(result, key, -(1 << 31), 1 << 40, optional=True)
+    for key in _SUMMARY_TEXTS:
+        if key in result:
+            checked[key] = expect_str(result, key, limit=200, optional=True)
+    if "dmabuf" in result:
+        if not isinstance(result["dmabuf"], bool):
+            raise ProtocolError("'dmabuf' must be true or false")
+        checked["dmabuf"] = result["dmabuf"]
+    return checked
+
+
+def _server_info(reply: Mapping[str, Any]) -> dict[str, Any]:
+    """The server's first reply, every field this client reads checked. Raises ProtocolError."""
+    rails = reply.get("rails")
+    if not isinstance(rails, list) or len(rails) > MAX_RAILS or not all(isinstance(rail, dict) for rail in rails):
+        raise ProtocolError(f"'rails' must be a list of at most {MAX_RAILS} objects")
+    checked = []
+    for rail in rails:
+        checked.append({"rail": expect_int(rail, "rail", 0, MAX_RAILS - 1),
+                        "hca": expect_str(rail, "hca", limit=64, optional=True),
+                        "line_rate_gbps": expect_number(rail, "line_rate_gbps", 0.0, MAX_GBPS, optional=True)})
+    gpu_direct = reply.get("gpu_direct")
+    if not isinstance(gpu_direct, bool):
+        raise ProtocolError("'gpu_direct' must be true or false")
+    return {"host": expect_str(reply, "host", limit=255, optional=True), "rails": checked,
+            "unavailable": expect_str(reply, "unavailable", optional=True), "gpu_direct": gpu_direct}
+
+
+def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
+    """Measure each rail in each direction against the perftest net-server that proves
+    ``secret``; one record per rail and direction."""
     deadline = Deadline.after(options.deadline_s)
     node = Node.discover(options)
     report = _Report(options, node, out)
     runs: list[PerftestRun] = []
 
-    def at_deadline() -> None:
+    def give_up(reason: str) -> None:
         for run in runs:
             run.stop()
-        report.fail_pending(f"the client's deadline of {options.deadline_s:g} s passed")
+        report.fail_pending(reason)
 
-    start_watchdog(deadline, at_deadline)
+    start_watchdog(deadline, lambda: give_up(f"the client's deadline of {options.deadline_s:g} s passed"))
+    if options.stdin_lifeline:
+        start_lifeline(lambda: give_up("the controller is gone (stdin closed)"))
     channel: Channel | None = None
     try:
         channel = Channel(connect(options.host or "", options.port or 0, deadline), deadline)
-        session = {"protocol": PROTOCOL, "backend": BACKEND, "streams": options.streams,
-                   "duration_s": options.duration_s,
+        session = {"streams": options.streams, "duration_s": options.duration_s,
                    "message_bytes": options.message_bytes or DEFAULT_MESSAGE_BYTES}
-        channel.send(session)
-        reply = channel.receive()
+        client_handshake(channel, BACKEND, secret, session, options.peer)
+        reply = _server_info(channel.receive())
         report.server = reply
         unavailable = node.unavailable
-        if unavailable is None and reply.get("unavailable"):
+        if unavailable is None and reply["unavailable"]:
             unavailable = f"on the server: {reply['unavailable']}"
         if unavailable:
             report.fail_pending(unavailable, status=SKIPPED)
@@ -470,7 +576,7 @@ def run_client(options: NetOptions, out: Output) -> int:
                 for direction in options.directions:
                     _client_phase(channel, direction, node, report, session, runs, deadline)
         channel.send({"bye": True})
-    except (OSError, ProtocolError, KeyError, ValueError) as error:
+    except (OSError, ProtocolError) as error:
         report.fail_pending(describe_failure(error, options.peer))
     finally:
         for run in runs:
@@ -487,9 +593,10 @@ def _client_phase(channel: Channel, direction: str, node: Node, report: _Report,
     if direction == "client_to_server":
         channel.send({"phase": direction, "rails": rails})
         reply = channel.receive(timeout_s=wait_s)
-        for rail, error in reply.get("errors", {}).items():
-            report.add(int(rail), direction, {"error": f"server: {error}"})
-        results = node.run_clients(reply["ports"], session, node.options.host or "", deadline)
+        ports = {rail: port for rail, port in _ports(reply).items() if int(rail) in rails}
+        for rail, error in _rail_texts(reply, "errors").items():
+            report.add(rail, direction, {"error": f"server: {error}"})
+        results = node.run_clients(ports, session, node.options.host or "", deadline)
         channel.send({"finished": True})
         channel.receive(timeout_s=wait_s)
     else:
@@ -499,7 +606,9 @@ def _client_phase(channel: Channel, direction: str, node: Node, report: _Report,
             report.add(rail, direction, {"error": error})
         channel.send({"phase": direction, "ports": ports})
         reply = channel.receive(timeout_s=wait_s)
-        results = {int(rail): result for rail, result in reply["results"].items()}
+        sent = expect_mapping(reply, "results", limit=MAX_RAILS)
+        # Only the rails this client asked for: a result for another is no figure of this test.
+        results = {int(rail): checked_result(result) for rail, result in sent.items() if rail in ports}
         for run in servers.values():
             run.finish(min(STALL_S, deadline.left_s()))
     for rail, result in results.items():

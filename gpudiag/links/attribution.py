@@ -30,7 +30,10 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    pair whose ends are not such hosts is a ``LinkVerdict`` (``slow_link``: both ends fine with
    other partners), confirmed when at least two runs each fell below. An end
    tested with that one partner only is *undecided*: its NIC could equally be the cause, and the
-   verdict says so. A pair with no figure at all is a ``LinkError`` naming both ends and why.
+   verdict says so. A pair with no figure at all is a ``LinkError`` naming both ends and why,
+   unless the error is one end's own (``LinkResult.fault``: its pair server did not start, or
+   its client printed no valid record): that is a ``HostLinkError`` of that end alone, and its
+   partner is neither blamed nor named.
 5. What is not settled — unconfirmed NICs, undecided ends, unconfirmed links — comes back as
    ``Suspects`` for ``confirm_rounds``, with the hosts that ``passed`` (known good everywhere
    they were compared and, in a shifted group, at the floor; most trusted first) as partners.
@@ -216,8 +219,12 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
     gpudiag.baseline.Baseline). See the module docstring for the rules."""
     figures: dict[LinkGroup, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
     failures: dict[tuple[str, int | None, Pair], set[str]] = defaultdict(set)
+    own: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # host -> partner -> reasons
     for result in results:
-        if result.gbps is None:
+        if result.gbps is None and result.fault is not None:
+            partner = result.b if result.fault == result.a else result.a
+            own[result.fault][partner].add(str(result.error))
+        elif result.gbps is None:
             failures[(result.backend, result.rail, result.pair)].add(str(result.error))
         else:
             figures[result.group][result.pair].append(result.gbps)
@@ -233,12 +240,13 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
                         key=lambda v: (v.host, v.backend, rail_key(v.rail))))
     links = tuple(sorted((v for outcome in outcomes for v in outcome.links),
                          key=lambda v: (v.a, v.b, v.backend, rail_key(v.rail))))
+    host_errors = _merged(_own_errors(own), _host_errors(errors, measured))
     return LinkAttribution(
-        nics=nics, links=links, errors=errors, host_errors=_host_errors(errors, measured),
+        nics=nics, links=links, errors=errors, host_errors=host_errors,
         shifts=tuple(outcome.shift for outcome in outcomes if outcome.shift is not None),
         references=tuple(outcome.reference for outcome in outcomes),
         suspects=Suspects(tuple(suspect_hosts), tuple(suspect_pairs)),
-        passed=_passed(outcomes, set(suspect_hosts) | {v.host for v in nics}))
+        passed=_passed(outcomes, set(suspect_hosts) | {v.host for v in nics} | set(own)))
 
 
 @dataclass(frozen=True)
@@ -443,6 +451,24 @@ def _host_errors(errors: Sequence[LinkError],
             f"which was measured with other hosts: its data port, address or firewall is the likely cause; "
             f"{reason}")))
     return tuple(found)
+
+
+def _own_errors(own: Mapping[str, Mapping[str, set[str]]]) -> tuple[HostLinkError, ...]:
+    """A ``HostLinkError`` for each host whose own pair-test process failed (sorted by host)."""
+    found = []
+    for host in sorted(own):
+        partners = tuple(sorted(own[host]))
+        reason = "; ".join(sorted({_ENDPOINT_PORT.sub(r"\1", why) for whys in own[host].values() for why in whys}))
+        found.append(HostLinkError(host, partners, reason, (
+            f"{host}'s own end of the pair test failed with {_listed(partners)}, before any link could be measured; "
+            f"its partners are not in question: {reason}")))
+    return tuple(found)
+
+
+def _merged(own: Sequence[HostLinkError], shared: Sequence[HostLinkError]) -> tuple[HostLinkError, ...]:
+    """One error per host (sorted): its own failure where it has one, else the pairs' pattern."""
+    mine = {error.host for error in own}
+    return tuple(sorted([*own, *(error for error in shared if error.host not in mine)], key=lambda e: e.host))
 
 
 def _passed(outcomes: Sequence[_GroupOutcome], excluded: set[str]) -> tuple[str, ...]:

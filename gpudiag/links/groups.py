@@ -149,8 +149,11 @@ class LinkResult:
     """One measured pair: ends ``a`` and ``b``, ``backend`` (tcp, nccl, perftest), ``rail``
     (None where the backend has none), the bandwidth in Gb/s, or None with ``error`` saying why
     the pair could not be measured, and the port's ``line_rate_gbps`` (None: unknown).
-    Raises ValueError for a pair of one host, an unknown backend, or a figure that is neither a
-    finite non-negative number nor absent with a reason."""
+    ``fault``: the end an error is known to be that end's own (its pair server did not start, or
+    its client printed no valid record), so it says nothing of the other; None: either end, or
+    the path between them. Raises ValueError for a pair of one host, an unknown backend, a
+    figure that is neither a finite non-negative number nor absent with a reason, or a fault
+    that is no end of an error."""
 
     a: str
     b: str
@@ -159,6 +162,7 @@ class LinkResult:
     gbps: float | None = None
     line_rate_gbps: float | None = None
     error: str | None = None
+    fault: str | None = None
 
     def __post_init__(self) -> None:
         pair_key(self.a, self.b)
@@ -172,6 +176,8 @@ class LinkResult:
             raise ValueError(f"{self.a}↔{self.b}: gbps must be finite and non-negative, got {self.gbps}")
         if self.line_rate_gbps is not None and not (math.isfinite(self.line_rate_gbps) and self.line_rate_gbps > 0):
             raise ValueError(f"{self.a}↔{self.b}: line_rate_gbps must be positive, got {self.line_rate_gbps}")
+        if self.fault is not None and (self.error is None or self.fault not in (self.a, self.b)):
+            raise ValueError(f"{self.a}↔{self.b}: a fault names an end of a pair that failed, not {self.fault!r}")
 
     @property
     def pair(self) -> Pair:

@@ -1,28 +1,40 @@
 """Pair tests on real nodes: the pair server started on one end, the client on the other, both
 over the sessions the sweep already holds (gpudiag.transport.pool).
 
-For the pair a–b: ``python -m probes net-server`` starts on b and prints the port it bound; the
-client runs on a against b's data-plane address and prints one record per direction and rail;
-the server ends by itself after its test or its deadline. Each rail's figure is the slower
-direction's (a collective waits for it). Anything that goes wrong — no session, a server that
-never listens, a client that cannot connect, stalls or crashes — comes back as error results
-naming the end and the reason, never as an exception and never as a figure.
+For the pair a–b: ``python -m probes net-server`` starts on b, bound to b's data-plane address,
+and prints the port it listens on; the client runs on a against that address and prints one
+record per direction and rail; the server ends by itself after its test, its accept window or
+its deadline, or at once when this controller is gone (its stdin, held by the SSH session,
+reaches end of file) or ends it because the client failed. Each test has a secret of its own,
+given to both ends over their sessions (never printed, and cut out of any node text quoted in an
+error), which each end proves to the other (probes/net_auth.py): a stranger on the data network
+neither takes the session nor gets a figure.
+
+Each rail's figure is the slower direction's (a collective waits for it). Every line a node
+prints is checked (gpudiag.links.protocol; the client's records by gpudiag.results and then
+here: one record per rail and direction, every direction asked for, figures finite and within
+``MAX_LINK_GBPS``). Anything that goes wrong — no session, a server that never listens or prints
+a malformed line, a client that cannot connect, stalls, crashes or prints malformed records —
+comes back as error results naming the end and the reason, never as an exception and never as a
+figure. Where the cause is one end's own (its server did not start, or its client printed no
+valid records) the result says so (``fault``), and only that end's verdict changes.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import secrets
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import ProbeOutputError
 from ..results import ProbeResult, parse_probe_output
 from ..transport import CommandResult, RunningCommand, Session, TransportError
 from ..transport.cancel import cancel_all
 from .attribution import BACKENDS, LinkResult
+from .protocol import Listening, PairProtocolError, done_event, listening_event, parse_event, plain_text
 
 AUTO = "auto"
 NET_BACKENDS = (AUTO, *BACKENDS)
@@ -34,6 +46,18 @@ SERVER_END_S = 10.0
 SERVER_END_AFTER_FAILURE_S = 1.0
 # After Ctrl-C, how long the pair servers get to be ended on their nodes (all at once).
 CANCEL_WAIT_S = 15.0
+# Seconds a server waits for its client: the client starts as soon as the server's port is read,
+# and needs its Python (and torch, for nccl) first.
+ACCEPT_WINDOW_S = STARTUP_S
+# Bytes of a pair test's secret (hex on the command lines: 64 digits).
+SECRET_BYTES = 32
+# Where a secret would appear in a node's text (an error quoting its command line).
+HIDDEN = "<secret>"
+DIRECTIONS = ("client_to_server", "server_to_client")
+# Bounds of a client's records: Gbit/s of one figure (far above any NIC: 8 × 1.6 Tb/s ports
+# bonded), and rails of one pair.
+MAX_LINK_GBPS = 100_000.0
+MAX_RAILS = 64
 
 
 @dataclass(frozen=True)
@@ -57,20 +81,27 @@ class PairTestOptions:
         """The pair processes' own deadline: both directions, and time to connect and warm up."""
         return 2 * self.duration_s + STARTUP_S
 
-    def server_argv(self) -> list[str]:
+    def server_argv(self, secret: str | None = None, bind: str | None = None) -> list[str]:
+        """The pair server's command line: listening on ``bind`` (the address its client will
+        use), proving ``secret``, ending when its stdin closes or no client came in time."""
         argv = [self.python, "-m", "probes", "net-server", "--backend", self.backend,
-                "--deadline", f"{self.deadline_s + STARTUP_S:g}"]
-        return argv + self._flags()
+                "--deadline", f"{self.deadline_s + STARTUP_S:g}", "--accept-window", f"{ACCEPT_WINDOW_S:g}",
+                "--stdin-lifeline"]
+        argv += ["--bind", bind] if bind else []
+        return argv + self._flags(secret)
 
-    def client_argv(self, backend: str, address: str, port: int) -> list[str]:
+    def client_argv(self, backend: str, address: str, port: int, secret: str | None = None) -> list[str]:
         host = f"[{address}]" if ":" in address else address
         argv = [self.python, "-m", "probes", "net-client", "--backend", backend, "--connect", f"{host}:{port}",
                 "--duration", f"{self.duration_s:g}", "--streams", str(self.streams),
-                "--deadline", f"{self.deadline_s:g}"]
-        return argv + self._flags()
+                "--deadline", f"{self.deadline_s:g}", "--stdin-lifeline"]
+        return argv + self._flags(secret)
 
-    def _flags(self) -> list[str]:
-        return ["--allow-socket"] * self.allow_socket + ["--host-memory"] * self.host_memory
+    def _flags(self, secret: str | None) -> list[str]:
+        # The secret is on the command line: over SSH only, visible to the node's own users while
+        # the test runs (nodes read it from stdin with --token - once the transport can write it).
+        token = ["--token", secret] if secret else []
+        return token + ["--allow-socket"] * self.allow_socket + ["--host-memory"] * self.host_memory
 
 
 class RemotePairRunner:
@@ -118,21 +149,23 @@ class RemotePairRunner:
 
     def _test(self, a: str, b: str, client_session: Session, server_session: Session) -> list[LinkResult]:
         options = self._options
-        server = server_session.start(options.server_argv(), options.deadline_s + STARTUP_S)
+        secret = secrets.token_hex(SECRET_BYTES)
+        address = self._addresses[b]
+        server = server_session.start(options.server_argv(secret, address), options.deadline_s + STARTUP_S)
         with self._lock:
             self._running.add(server)
         try:
-            listening = _event(server.first_line(STARTUP_S + 5.0))
-            if listening.get("event") != "listening":
-                ended = server.finish(SERVER_END_S)
-                reason = listening.get("reason") or _last_words(ended.stderr) or "it printed no port"
-                return [self._error(a, b, str(listening.get("backend") or options.backend), None,
-                                    f"{b}: the pair server did not start: {reason}")]
-            backend = str(listening.get("backend"))
-            client = client_session.run(options.client_argv(backend, self._addresses[b], int(listening["port"])),
+            started = _listening(b, server, secret)
+            if isinstance(started, str):
+                return [self._error(a, b, options.backend, None, started, fault=b)]
+            client = client_session.run(options.client_argv(started.backend, address, started.port, secret),
                                         options.deadline_s + STARTUP_S)
             records, problem = _client_records(a, client, options.deadline_s + STARTUP_S)
+            if problem is None:
+                problem = check_records(a, records)
             measured = problem is None and bool(records) and all(record.ok for record in records)
+            if not measured:
+                server.cancel()  # the client will not come (back): the server has nothing to wait for
             server_end = server.finish(SERVER_END_S if measured else SERVER_END_AFTER_FAILURE_S)
         except TransportError:
             server.cancel()
@@ -140,25 +173,27 @@ class RemotePairRunner:
         finally:
             with self._lock:
                 self._running.discard(server)
+        backend = started.backend
         if problem is not None:
-            return [self._error(a, b, backend, None, problem)]
+            return [self._error(a, b, backend, None, _hide(problem, secret), fault=a)]
         if not records:
             why = _last_words(client.stderr) or _last_words(server_end.stderr) or f"exit status {client.exit_status}"
-            return [self._error(a, b, backend, None, f"{a}: the pair client printed no result: {why}")]
-        return self._rails(a, b, backend, records)
+            return [self._error(a, b, backend, None, _hide(f"{a}: the pair client printed no result: {why}", secret),
+                                fault=a)]
+        return self._rails(a, b, backend, records, secret)
 
-    def _rails(self, a: str, b: str, backend: str, records: Sequence[ProbeResult]) -> list[LinkResult]:
+    def _rails(self, a: str, b: str, backend: str, records: Sequence[ProbeResult], secret: str) -> list[LinkResult]:
         by_rail: dict[int | None, list[ProbeResult]] = defaultdict(list)
         for record in records:
-            if record.probe == "net":
-                rail = record.params.get("rail")
-                by_rail[rail if isinstance(rail, int) else None].append(record)
+            rail = record.params.get("rail")
+            by_rail[rail if isinstance(rail, int) else None].append(record)
         results = []
         for rail, rail_records in sorted(by_rail.items(), key=lambda item: -1 if item[0] is None else item[0]):
             line_rate = self._line_rate(rail_records)
             failed = [r for r in rail_records if not r.ok or r.value is None]
             if failed:
-                results.append(LinkResult(a, b, backend, rail, line_rate_gbps=line_rate, error=_failure(failed)))
+                results.append(LinkResult(a, b, backend, rail, line_rate_gbps=line_rate,
+                                          error=_hide(_failure(failed), secret)))
                 continue
             slowest = min(float(r.value) for r in rail_records if r.value is not None)
             results.append(LinkResult(a, b, backend, rail, max(0.0, slowest), line_rate))
@@ -168,12 +203,61 @@ class RemotePairRunner:
         if self._options.line_rate_gbps is not None:
             return self._options.line_rate_gbps
         rates = [float(rate) for r in records if isinstance(rate := r.details.get("line_rate_gbps"), int | float)
-                 and rate > 0]
+                 and not isinstance(rate, bool) and math.isfinite(rate) and 0 < rate <= MAX_LINK_GBPS]
         return min(rates) if rates else None
 
-    def _error(self, a: str, b: str, backend: str, rail: int | None, reason: str) -> LinkResult:
+    def _error(self, a: str, b: str, backend: str, rail: int | None, reason: str,
+               fault: str | None = None) -> LinkResult:
         backend = backend if backend in BACKENDS else "tcp"
-        return LinkResult(a, b, backend, rail, line_rate_gbps=self._options.line_rate_gbps, error=reason)
+        return LinkResult(a, b, backend, rail, line_rate_gbps=self._options.line_rate_gbps, error=reason, fault=fault)
+
+
+def _listening(host: str, server: RunningCommand, secret: str) -> Listening | str:
+    """The server's checked ``listening`` line, or why it did not start (its ``done`` line's
+    reason, a malformed line, or its last words), the server then ended."""
+    line = server.first_line(STARTUP_S + 5.0)
+    try:
+        event = parse_event(line)
+        if event["event"] == "listening":
+            return listening_event(event)
+        why = done_event(event).reason or "it printed no port"
+    except PairProtocolError as error:
+        if line is None:
+            server.cancel()
+            ended = server.finish(SERVER_END_AFTER_FAILURE_S)
+            why = _last_words(ended.stderr) or "it printed no port"
+            return _hide(f"{host}: the pair server did not start: {why}", secret)
+        why = f"its first line is no listening event: {error}"
+    server.cancel()
+    server.finish(SERVER_END_AFTER_FAILURE_S)
+    return _hide(f"{host}: the pair server did not start: {why}", secret)
+
+
+def check_records(host: str, records: Sequence[ProbeResult]) -> str | None:
+    """Why a client's records cannot be a pair test's figures, or None: each a ``net`` record
+    with a direction and a rail below MAX_RAILS (or none), one per rail and direction, every
+    direction for every rail, and every figure finite, not negative and at most MAX_LINK_GBPS."""
+    seen: dict[int | None, set[str]] = defaultdict(set)
+    for record in records:
+        rail, direction = record.params.get("rail"), record.params.get("direction")
+        if record.probe != "net":
+            return f"{host}: the pair client printed a {plain_text(record.probe, 40)!r} record"
+        if direction not in DIRECTIONS:
+            return f"{host}: a pair client record names no direction"
+        if rail is not None and (not isinstance(rail, int) or isinstance(rail, bool) or not 0 <= rail < MAX_RAILS):
+            return f"{host}: a pair client record names rail {plain_text(str(rail), 40)!r}"
+        if direction in seen[rail]:
+            return f"{host}: the pair client printed two records for {direction} on rail {rail}"
+        seen[rail].add(str(direction))
+        value = record.value
+        if record.ok and (value is None or isinstance(value, bool) or not math.isfinite(value)
+                          or not 0 <= value <= MAX_LINK_GBPS):
+            return f"{host}: the pair client printed {plain_text(str(value), 40)} Gbit/s, no figure a link can have"
+    for rail, directions in seen.items():
+        if directions != set(DIRECTIONS):
+            missing = ", ".join(sorted(set(DIRECTIONS) - directions))
+            return f"{host}: the pair client printed no record for {missing} on rail {rail}"
+    return None
 
 
 def _client_records(host: str, client: CommandResult, timeout_s: float) -> tuple[list[ProbeResult], str | None]:
@@ -190,22 +274,17 @@ def _client_records(host: str, client: CommandResult, timeout_s: float) -> tuple
 def _failure(failed: Sequence[ProbeResult]) -> str:
     """Why a rail has no figure: ``both directions: <reason>`` when they failed alike, else each
     direction's reason."""
-    reasons = {str(r.params.get("direction", "?")): r.reason or r.status for r in failed}
+    reasons = {str(r.params.get("direction", "?")): plain_text(r.reason or r.status) for r in failed}
     if len(reasons) > 1 and len(set(reasons.values())) == 1:
         return f"both directions: {next(iter(reasons.values()))}"
     return "; ".join(sorted(f"{direction}: {reason}" for direction, reason in reasons.items()))
 
 
-def _event(line: str | None) -> dict[str, Any]:
-    if line is None:
-        return {}
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return {"reason": f"not a JSON line: {line[:120]!r}"}
-    return event if isinstance(event, dict) else {}
+def _hide(text: str, secret: str) -> str:
+    """``text`` with the pair test's secret cut out (an argparse error quotes the command line)."""
+    return text.replace(secret, HIDDEN)
 
 
 def _last_words(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    return plain_text(lines[-1]) if lines else ""

@@ -53,13 +53,15 @@ class LinkRecord:
     def to_dict(self) -> dict[str, Any]:
         r = self.result
         return {"a": r.a, "b": r.b, "rail": r.rail, "backend": r.backend, "metric": "gbps", "value": r.gbps,
-                "unit": "Gbit/s", "phase": self.phase, "line_rate_gbps": r.line_rate_gbps, "error": r.error}
+                "unit": "Gbit/s", "phase": self.phase, "line_rate_gbps": r.line_rate_gbps, "error": r.error,
+                "fault": r.fault}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LinkRecord:
         """The record of a ``links[]`` entry (``to_dict``'s form; a stored document's entry may
-        lack ``line_rate_gbps``, ``error`` and ``phase``). An entry with no figure and no error
-        reads as an error. Raises ValueError for an entry that is not a pair test's."""
+        lack ``line_rate_gbps``, ``error``, ``fault`` and ``phase``). An entry with no figure and
+        no error reads as an error; a ``fault`` that names no end of a failed pair is dropped.
+        Raises ValueError for an entry that is not a pair test's."""
         try:
             value, rail, rate = data.get("value"), data.get("rail"), data.get("line_rate_gbps")
             if (value is not None and not _is_number(value)) or (rate is not None and not _is_number(rate)):
@@ -67,7 +69,9 @@ class LinkRecord:
             if rail is not None and (isinstance(rail, bool) or not isinstance(rail, int)):
                 raise ValueError(f"rail must be an integer, got {rail!r}")
             error = None if value is not None else str(data.get("error") or "no figure")
-            result = LinkResult(str(data["a"]), str(data["b"]), str(data["backend"]), rail, value, rate, error)
+            a, b, fault = str(data["a"]), str(data["b"]), data.get("fault")
+            fault = fault if error is not None and fault in (a, b) else None
+            result = LinkResult(a, b, str(data["backend"]), rail, value, rate, error, fault)
         except KeyError as missing:
             raise ValueError(f"a link entry needs {missing.args[0]!r}") from None
         return cls(str(data.get("phase") or ""), result)

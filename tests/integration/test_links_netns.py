@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from click.testing import CliRunner
-from netns_hosts import NetnsFleet, requires_netns
-from sshd_hosts import interrupt_in_second_link_round, process_count_matching
+from netns_hosts import NetnsFleet, namespace_pids, requires_netns
+from sshd_hosts import interrupt_in_second_link_round
 
 from gpudiag.cli import main
 
@@ -26,7 +26,6 @@ pytestmark = requires_netns
 LINE_RATE_MBIT = 200
 SLOW_MBIT = 50
 LINK_KINDS = ("slow_nic", "slow_link", "link_error", "fleet_shift")
-PAIR_PROCESS = r"probes net-(server|client)"
 # The node probes are not under test: six "hosts" on one machine's CPUs are not a fleet to compare, and the
 # load of the test run must not make them starved nodes. The link thresholds stay as shipped.
 NODE_THRESHOLDS = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
@@ -54,6 +53,19 @@ def _argv(files: dict[str, Path], links: str, *extra: str) -> list[str]:
 def _sweep(files: dict[str, Path], links: str = "screen") -> tuple[int, dict, str]:
     result = CliRunner().invoke(main, _argv(files, links), catch_exceptions=False)
     return result.exit_code, json.loads(files["json"].read_text()), result.output
+
+
+def _pair_processes(fleet: NetnsFleet) -> list[str]:
+    """Command lines of the pair servers and clients running in the fleet's own namespaces."""
+    found = []
+    for pid in {pid for namespace in fleet.namespaces() for pid in namespace_pids(namespace)}:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if " -m probes net-" in command:
+            found.append(command)
+    return found
 
 
 def _link_findings(document: dict) -> list[dict]:
@@ -136,4 +148,4 @@ def test_ctrl_c_during_a_link_round_writes_the_partial_document_exits_130_and_le
     assert len([link for link in document["links"] if link["value"] is not None]) >= 3
     assert not _link_findings(document)
     time.sleep(1.0)
-    assert process_count_matching(PAIR_PROCESS) == 0
+    assert _pair_processes(fleet) == []

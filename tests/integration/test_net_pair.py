@@ -1,11 +1,16 @@
 """Pair probes run for real on 127.0.0.1: a net-server and a net-client as separate processes,
-as a controller starts them on two nodes (``python -m probes net-...`` from the bundle root)."""
+as a controller starts them on two nodes (``python -m probes net-...`` from the bundle root), each
+with the test's secret. Strangers, impostors and peers that send malformed messages are played by
+this test itself, speaking the protocol (probes/net_auth.py) with or without the secret."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import queue
+import secrets
+import signal
 import socket
 import stat
 import subprocess
@@ -16,6 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sshd_hosts import descendant_pids
+
+from probes.context import Deadline
+from probes.net import PROTOCOL, Channel
+from probes.net_auth import Handshake, PairSecret, canonical, new_nonce
 
 BUNDLE_ROOT = Path(__file__).resolve().parents[2]
 DIRECTIONS = {"client_to_server", "server_to_client"}
@@ -64,11 +74,31 @@ print(rule)
 '''
 
 
-class Probe:
-    """One ``python -m probes`` process; its stdout lines gathered on a thread."""
+# The tests' own processes outlive a parent that dies (a worker of a killed server) as children of this
+# process rather than of init, so they are found as its descendants (PR_SET_CHILD_SUBREAPER).
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+
+def own_processes(text: str) -> list[int]:
+    """This test process's live descendants whose command line contains ``text``."""
+    found = []
+    for pid in descendant_pids([os.getpid()]):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in command:
+            found.append(pid)
+    return found
+
+
+class Probe:
+    """One ``python -m probes`` process; its stdout lines gathered on a thread. ``stdin``: a pipe
+    the test holds (a controller's lifeline), or None for /dev/null."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, stdin: int | None = None) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "probes", *args], cwd=BUNDLE_ROOT, text=True,
+                                        stdin=subprocess.DEVNULL if stdin is None else stdin,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env={**os.environ, **(env or {})})
         self.lines: queue.Queue[str] = queue.Queue()
@@ -102,6 +132,15 @@ class Probe:
             self.process.kill()
             self.process.wait()
 
+    def stderr(self) -> str:
+        assert self.process.stderr is not None
+        return self.process.stderr.read()
+
+
+# One secret per test module run is enough: every test starts its own server with it.
+TOKEN = secrets.token_hex(32)
+SECRET = PairSecret.from_hex(TOKEN)
+
 
 @pytest.fixture
 def probes() -> Iterator[list[Probe]]:
@@ -109,26 +148,15 @@ def probes() -> Iterator[list[Probe]]:
     yield started
     for probe in started:
         probe.stop()
+    for pid in own_processes(" -m probes"):  # a rail worker or tool a killed probe left
+        os.kill(pid, signal.SIGKILL)
 
 
-def _start(probes: list[Probe], *args: str, env: dict[str, str] | None = None) -> Probe:
-    probe = Probe(*args, env=env)
+def _start(probes: list[Probe], *args: str, env: dict[str, str] | None = None, token: str | None = TOKEN,
+           stdin: int | None = None) -> Probe:
+    probe = Probe(*args, *(() if token is None else ("--token", token)), env=env, stdin=stdin)
     probes.append(probe)
     return probe
-
-
-def _processes_naming(text: str) -> list[int]:
-    """Pids of the processes whose command line contains ``text``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if text in command and entry.name != str(os.getpid()):
-                found.append(int(entry.name))
-    return found
 
 
 def _pair(probes: list[Probe], backend: str, *client_args: str, server_args: tuple[str, ...] = (),
@@ -140,7 +168,8 @@ def _pair(probes: list[Probe], backend: str, *client_args: str, server_args: tup
     client = _start(probes, "net-client", "--backend", backend, "--connect", f"127.0.0.1:{listening['port']}",
                     "--duration", "0.3", "--deadline", "60", *client_args, env={**(env or {}), **(client_env or {})})
     status, records, _ = client.finish(timeout_s=60)
-    assert status == 0, client.process.stderr.read() if client.process.stderr else ""
+    assert status == 0, client.stderr()
+    assert TOKEN not in json.dumps([listening, *records])  # the secret is never printed
     return listening, records, server
 
 
@@ -181,6 +210,7 @@ def test_two_servers_get_different_ephemeral_ports(probes: list[Probe]):
     first = _start(probes, "net-server", "--backend", "tcp", "--deadline", "5").next_json()
     second = _start(probes, "net-server", "--backend", "tcp", "--deadline", "5").next_json()
     assert first["port"] != second["port"]
+    assert first["bind"] == "*"  # no --bind: every address
 
 
 @pytest.mark.skipif(not __import__("torch").distributed.is_available(), reason="torch without torch.distributed")
@@ -193,7 +223,7 @@ def test_nccl_backend_on_gloo_measures_both_directions_and_leaves_no_worker(prob
     assert {record["params"]["collective"] for record in records} == {"gloo"}
     assert all(record["details"]["message_bytes"] >= 64 << 20 for record in records)
     _assert_server_ended_by_itself(server)
-    assert _processes_naming(f"--store 127.0.0.1:{listening['port']}") == []
+    assert own_processes("probes.net_nccl_worker") == []
 
 
 # Two ranks on one machine: a different NCCL_HOSTID each makes NCCL treat them as two hosts, so it
@@ -308,3 +338,325 @@ def test_a_stray_connection_does_not_end_the_server(probes: list[Probe]):
     status, records, _ = client.finish(timeout_s=30)
     assert status == 0 and {record["status"] for record in records} == {"ok"}
     _assert_server_ended_by_itself(server)
+
+
+# --- the secret: strangers, impostors, wrong secrets ---------------------------------------------
+
+def _connect(port: int) -> Channel:
+    return Channel(socket.create_connection(("127.0.0.1", port), timeout=10), Deadline.after(60))
+
+
+def _prove_hello(channel: Channel, params: dict, backend: str = "tcp",
+                 secret: PairSecret = SECRET) -> tuple[dict, Handshake]:
+    """Play a client that knows ``secret``: read the greeting, send a proved hello; the server's
+    answer and the session's nonces."""
+    greeting = channel.receive()
+    nonce = new_nonce()
+    channel.send({"protocol": PROTOCOL, "backend": backend, "nonce": nonce, "params": params,
+                  "proof": secret.proof("client-hello", backend, greeting["nonce"], nonce, canonical(params))})
+    return channel.receive(), Handshake(greeting["nonce"], nonce)
+
+
+def _closed_by_peer(sock: socket.socket, timeout_s: float = 10.0) -> bytes:
+    """What the peer still sends until it closes the connection (fails if it never does)."""
+    sock.settimeout(timeout_s)
+    data = b""
+    while piece := sock.recv(4096):
+        data += piece
+    return data
+
+
+def test_a_stranger_connecting_first_does_not_take_the_session_and_learns_nothing(probes: list[Probe]):
+    server = _start(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "60")
+    port = server.next_json()["port"]
+    silent = socket.create_connection(("127.0.0.1", port))  # holds a handshake open all along
+    stranger = _connect(port)
+    greeting = stranger.receive()
+    assert set(greeting) == {"protocol", "backend", "nonce", "proof"}  # no host name, no interface
+    params = {"streams": 2, "duration_s": 0.3}
+    stranger.send({"protocol": PROTOCOL, "backend": "tcp", "nonce": new_nonce(), "params": params,
+                   "proof": "0" * 64})  # the shape of a hello, without the secret
+    assert _closed_by_peer(stranger.sock) == b""  # dropped: not even an error message
+    client = _start(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "0.3",
+                    "--streams", "2")
+    status, records, _ = client.finish(timeout_s=30)
+    assert status == 0 and {record["status"] for record in records} == {"ok"}
+    _assert_server_ended_by_itself(server)
+    assert "dropped a connection from 127.0.0.1: the hello does not prove the pair secret" in server.stderr()
+    silent.close()
+
+
+def test_a_client_with_another_secret_measures_nothing_and_the_right_one_still_can(probes: list[Probe]):
+    server = _start(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "60")
+    port = server.next_json()["port"]
+    wrong = _start(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "0.3",
+                   token=secrets.token_hex(32))
+    status, records, _ = wrong.finish(timeout_s=30)
+    assert status == 0 and {record["params"]["direction"] for record in records} == DIRECTIONS
+    assert all(record["status"] == "error" and record["value"] is None for record in records)
+    assert "does not prove the pair secret: not the server this test started" in records[0]["reason"]
+    right = _start(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "0.3")
+    status, records, _ = right.finish(timeout_s=30)
+    assert {record["status"] for record in records} == {"ok"}
+
+
+@pytest.mark.parametrize("backend", ["tcp", "perftest"])
+def test_a_client_says_nothing_to_an_impostor_at_the_servers_address(probes: list[Probe], backend: str):
+    impostor = socket.create_server(("127.0.0.1", 0))
+    heard: list[bytes] = []
+
+    def pose() -> None:
+        conn, _ = impostor.accept()
+        conn.sendall(json.dumps({"protocol": PROTOCOL, "backend": backend, "nonce": new_nonce(),
+                                 "proof": "f" * 64}).encode() + b"\n")
+        heard.append(_closed_by_peer(conn, timeout_s=20))
+        conn.close()
+
+    poser = threading.Thread(target=pose, daemon=True)
+    poser.start()
+    client = _start(probes, "net-client", "--backend", backend, "--connect",
+                    f"127.0.0.1:{impostor.getsockname()[1]}", "--duration", "0.3", env={"PATH": "/nonexistent"}
+                    if backend == "perftest" else None)
+    status, records, _ = client.finish(timeout_s=30)
+    poser.join(25)
+    impostor.close()
+    assert status == 0 and records and all(record["value"] is None for record in records)
+    assert all("does not prove the pair secret" in record["reason"] for record in records)
+    assert heard == [b""]  # not even a hello
+
+
+def test_the_secret_can_come_on_stdin_and_is_never_in_the_command_line(probes: list[Probe]):
+    server = _start(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "60",
+                    "--stdin-lifeline", token="-", stdin=subprocess.PIPE)
+    assert server.process.stdin is not None
+    server.process.stdin.write(TOKEN + "\n")
+    server.process.stdin.flush()  # and kept open: the rest of stdin is the lifeline
+    port = server.next_json()["port"]
+    assert TOKEN not in Path(f"/proc/{server.process.pid}/cmdline").read_text()
+    client = _start(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "0.3")
+    status, records, _ = client.finish(timeout_s=30)
+    assert {record["status"] for record in records} == {"ok"}
+    _assert_server_ended_by_itself(server)
+
+
+def test_without_a_secret_neither_end_starts(probes: list[Probe]):
+    for command in (("net-server", "--backend", "tcp"), ("net-client", "--backend", "tcp", "--connect", "127.0.0.1:9")):
+        probe = _start(probes, *command, token=None)
+        status, rest, _ = probe.finish(timeout_s=30)
+        assert status == 2 and rest == [] and "--token is required" in probe.stderr()
+    short = _start(probes, "net-server", "--backend", "tcp", token="abc")
+    assert short.finish(timeout_s=30)[0] == 2
+
+
+@pytest.mark.skipif(not __import__("torch").distributed.is_available(), reason="torch without torch.distributed")
+def test_nccl_a_strangers_hello_in_the_rendezvous_is_dropped_and_the_client_still_measures(probes: list[Probe]):
+    from datetime import timedelta
+
+    import torch
+
+    env = {"CUDA_VISIBLE_DEVICES": ""}
+    server = _start(probes, "net-server", "--backend", "nccl", "--bind", "127.0.0.1", "--deadline", "90", env=env)
+    port = server.next_json(timeout_s=60)["port"]
+    store = torch.distributed.TCPStore("127.0.0.1", port, None, False, timeout=timedelta(seconds=10))
+    store.set("client/hello", json.dumps({"protocol": PROTOCOL, "address": "127.0.0.1", "rails": [0],
+                                          "directions": ["client_to_server"], "duration_s": 0.3,
+                                          "message_bytes": 64 << 20, "abort": None, "nonce": new_nonce(),
+                                          "proof": "0" * 64}))
+    deadline = time.monotonic() + 20
+    while store.check(["client/hello"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not store.check(["client/hello"])  # dropped, and the server waits on
+    client = _start(probes, "net-client", "--backend", "nccl", "--connect", f"127.0.0.1:{port}", "--duration", "0.3",
+                    env=env)
+    status, records, _ = client.finish(timeout_s=90)
+    assert status == 0 and {record["status"] for record in records} == {"ok"}, records
+    _assert_server_ended_by_itself(server)
+    assert "dropped a client hello: no proof of the pair secret" in server.stderr()
+
+
+# --- every message checked: a proved peer that sends wrong types -----------------------------------
+
+HELLO = {"streams": 1, "duration_s": 0.3}
+
+
+@pytest.mark.parametrize(("params", "after", "said"), [
+    ({"streams": "abc", "duration_s": 0.3}, None, "'streams' must be an integer from 1 to 256"),
+    ({"streams": 10 ** 30, "duration_s": 0.3}, None, "'streams' must be an integer from 1 to 256"),
+    ({"streams": 1, "duration_s": [1]}, None, "'duration_s' must be a number"),
+    (HELLO, b'{"phase": 7}\n', "'phase' must be one of client_to_server, server_to_client"),
+    (HELLO, b'{"phase": "client_to_server", "x": NaN}\n', "not a JSON message"),
+    (HELLO, b'["phase"]\n', "not a JSON object"),
+    (HELLO, b'{"error": {"nested": true}}\n', "'error' must be a string"),
+])
+def test_a_proved_client_sending_wrong_types_ends_the_tcp_test_with_an_error(probes: list[Probe], params: dict,
+                                                                            after: bytes | None, said: str):
+    server = _start(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "60")
+    port = server.next_json()["port"]
+    channel = _connect(port)
+    answer, handshake = _prove_hello(channel, params)
+    assert answer["accepted"] is True
+    if after is not None:
+        channel.receive()  # the session reply
+        stream = socket.create_connection(("127.0.0.1", port))
+        stream.sendall(handshake.stream_greeting(SECRET, 0))
+        channel.sock.sendall(after)
+    status, rest, waited = server.finish(timeout_s=30)
+    channel.close()
+    assert status == 0 and waited < 20
+    assert (rest[-1]["event"], rest[-1]["status"]) == ("done", "error") and said in rest[-1]["reason"]
+    assert "Traceback" not in server.stderr()
+
+
+@pytest.mark.parametrize("hello", [b'{"protocol": "gpudiag-net/2", "params": {"streams": Infinity}}\n',
+                                   b'[1, 2, 3]\n', b'{"protocol": "gpudiag-net/2", "backend": "tcp", "nonce": 5}\n',
+                                   b"\xff\xfe not json at all\n"])
+def test_a_malformed_hello_is_dropped_and_the_server_waits_on(probes: list[Probe], hello: bytes):
+    server = _start(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "60")
+    port = server.next_json()["port"]
+    stranger = _connect(port)
+    stranger.receive()
+    stranger.sock.sendall(hello)
+    assert _closed_by_peer(stranger.sock) == b""
+    client = _start(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "0.3")
+    assert {record["status"] for record in client.finish(timeout_s=30)[1]} == {"ok"}
+    assert "Traceback" not in server.stderr()
+
+
+def test_a_proved_perftest_client_sending_wrong_types_ends_the_test_with_an_error(probes: list[Probe]):
+    server = _start(probes, "net-server", "--backend", "perftest", "--bind", "127.0.0.1", "--deadline", "60",
+                    env={"PATH": "/nonexistent"})
+    channel = _connect(server.next_json()["port"])
+    reply, _ = _prove_hello(channel, {"streams": 1, "duration_s": 1.0, "message_bytes": 1 << 20}, backend="perftest")
+    assert reply["accepted"] is True
+    channel.receive()  # the session reply
+    channel.send({"phase": "client_to_server", "rails": "all of them"})
+    status, rest, _ = server.finish(timeout_s=30)
+    channel.close()
+    assert status == 0 and "'rails' must be a list of at most 64 rail numbers" in rest[-1]["reason"]
+    assert "Traceback" not in server.stderr()
+
+
+class FakeTcpServer:
+    """A tcp pair server played by the test: it knows the secret (the handshake passes) and then
+    sends ``replies`` (raw lines: the session reply; ``ready`` once the client's phase message came;
+    the phase's result), draining the client's data connections meanwhile."""
+
+    def __init__(self, replies: list[bytes]) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.replies = replies
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.listener.accept()
+        channel = Channel(conn, Deadline.after(60))
+        nonce = new_nonce()
+        channel.send({"protocol": PROTOCOL, "backend": "tcp", "nonce": nonce,
+                      "proof": SECRET.proof("server-greeting", "tcp", nonce)})
+        hello = channel.receive()
+        channel.send({"accepted": True, "proof": SECRET.proof("server-session", "tcp", nonce, hello["nonce"])})
+        threading.Thread(target=self._drain, daemon=True).start()
+        for index, reply in enumerate(self.replies):
+            if index == 1:  # "ready" answers the phase message
+                try:
+                    channel.receive()
+                except (OSError, ValueError):
+                    return
+            conn.sendall(reply)
+        _closed_by_peer(conn, 60)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=lambda c=conn: _closed_by_peer(c, 60), daemon=True).start()
+
+
+SESSION = b'{"host": "fake", "interface": null, "line_rate_gbps": null}\n'
+
+
+@pytest.mark.parametrize(("replies", "said"), [
+    ([b'{"host": 5, "interface": null, "line_rate_gbps": null}\n'], "'host' must be a string"),
+    ([b'{"host": "fake", "interface": null, "line_rate_gbps": Infinity}\n'], "not a JSON message"),
+    ([b'{"host": "fake", "interface": null, "line_rate_gbps": 1e400}\n'], "not a JSON message"),
+    ([SESSION, b'{"ready": "yes"}\n'], "did not say it is ready"),
+    ([SESSION, b'{"ready": true}\n', b'{"received": {"bytes": "abc", "elapsed_s": 1, "interval_gbps": [], '
+                                     b'"stream_gbps": []}}\n'], "'bytes' must be an integer"),
+    ([SESSION, b'{"ready": true}\n', b'{"received": {"bytes": 100, "elapsed_s": 0.3, "interval_gbps": [1e300], '
+                                     b'"stream_gbps": [1]}}\n'], "'interval_gbps' must be a list"),
+    ([SESSION, b'{"ready": true}\n', b'{"received": {"bytes": 100, "elapsed_s": 0, "interval_gbps": [], '
+                                     b'"stream_gbps": []}}\n'], "'elapsed_s' must be a number"),
+    ([SESSION, b'{"ready": true}\n', b'{"received": [1, 2]}\n'], "holds neither 'received' nor 'failed'"),
+])
+def test_a_proved_server_sending_wrong_types_gives_error_records_never_a_figure(probes: list[Probe],
+                                                                               replies: list[bytes], said: str):
+    fake = FakeTcpServer(replies)
+    client = _start(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{fake.port}", "--duration",
+                    "0.3", "--streams", "1", "--direction", "client_to_server")
+    status, records, waited = client.finish(timeout_s=30)
+    fake.listener.close()
+    assert status == 0 and waited < 20
+    (record,) = records
+    assert (record["status"], record["value"]) == ("error", None) and said in record["reason"], record
+    assert "Traceback" not in client.stderr()
+
+
+# --- short-lived: the accept window and the lifeline -----------------------------------------------
+
+@pytest.mark.parametrize("backend", ["tcp", "nccl", "perftest"])
+def test_a_server_never_reached_ends_at_its_accept_window_not_its_deadline(probes: list[Probe], backend: str):
+    server = _start(probes, "net-server", "--backend", backend, "--bind", "127.0.0.1", "--deadline", "120",
+                    "--accept-window", "2", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert server.next_json(timeout_s=60)["event"] == "listening"
+    status, rest, waited = server.finish(timeout_s=30)
+    assert status == 124 and waited < 20  # 2 s, not 120
+    assert rest[-1]["reason"] == "no client came within the server's accept window of 2 s"
+
+
+@pytest.mark.parametrize("backend", ["tcp", "nccl", "perftest"])
+def test_a_server_whose_controller_is_gone_ends_at_once(probes: list[Probe], backend: str):
+    server = _start(probes, "net-server", "--backend", backend, "--bind", "127.0.0.1", "--deadline", "120",
+                    "--stdin-lifeline", env={"CUDA_VISIBLE_DEVICES": ""}, stdin=subprocess.PIPE)
+    assert server.next_json(timeout_s=60)["event"] == "listening"
+    time.sleep(0.5)
+    assert server.process.poll() is None and server.process.stdin is not None
+    server.process.stdin.close()  # what sshd does when the controller's connection dies
+    status, rest, waited = server.finish(timeout_s=30)
+    assert status == 129 and waited < 10
+    assert rest[-1]["reason"] == "the controller is gone (stdin closed)"
+
+
+def test_a_pair_test_in_flight_ends_on_both_sides_when_the_controller_is_gone(probes: list[Probe]):
+    server = _start(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "120",
+                    "--stdin-lifeline", stdin=subprocess.PIPE)
+    port = server.next_json()["port"]
+    client = _start(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "30",
+                    "--deadline", "120", "--stdin-lifeline", stdin=subprocess.PIPE)
+    time.sleep(2.0)  # the client is sending by now
+    for probe in (server, client):
+        assert probe.process.poll() is None and probe.process.stdin is not None
+        probe.process.stdin.close()
+    for probe in (server, client):
+        status, rest, waited = probe.finish(timeout_s=30)
+        assert status == 129 and waited < 10
+    assert {(r["status"], r["reason"]) for r in rest} == {("error", "the controller is gone (stdin closed)")}
+
+
+def test_dev_null_is_no_lifeline(probes: list[Probe]):
+    server = _start(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "30",
+                    "--stdin-lifeline")  # stdin /dev/null: its end of file says nothing of a controller
+    port = server.next_json()["port"]
+    time.sleep(1.0)
+    assert server.process.poll() is None
+    client = _start(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "0.3")
+    assert {record["status"] for record in client.finish(timeout_s=30)[1]} == {"ok"}
+
+
+def test_a_server_told_to_bind_an_address_not_its_own_refuses_to_listen(probes: list[Probe]):
+    server = _start(probes, "net-server", "--backend", "tcp", "--bind", "192.0.2.1", "--deadline", "30")
+    done = server.next_json()
+    assert (done["event"], done["status"], done["cause"]) == ("done", "error", "bind")
+    assert done["reason"].startswith("cannot listen on 192.0.2.1: ")
+    assert server.finish(timeout_s=15)[0] == 0

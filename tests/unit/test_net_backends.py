@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from probes import net, net_nccl, net_tcp
+from probes import net, net_auth, net_nccl, net_tcp
 from probes.net import LinkParams, NetCapabilities
 from probes.topology import Rail
 
@@ -78,7 +78,7 @@ def test_host_port_forms():
     assert net.split_host_port("10.0.0.2:5") == ("10.0.0.2", 5)
     assert net.split_host_port("[::1]:40000") == ("::1", 40000)
     assert net.join_host_port("::1", 40000) == "[::1]:40000"
-    assert net.plain_address("::ffff:10.0.0.2") == "10.0.0.2"
+    assert net_auth.plain_address("::ffff:10.0.0.2") == "10.0.0.2"
     for bad in ("node:0", "node:70000", ":22", "node:x"):
         with pytest.raises(ValueError):
             net.split_host_port(bad)
