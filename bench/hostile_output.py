@@ -113,11 +113,14 @@ def main() -> None:
         runs = {name: bench.sweep(name, shell, target) for name, shell in MISBEHAVIOURS.items()}
         _check(runs["endless line"], target, "probe_error", "a line longer than")
         _check(runs["endless records"], target, "probe_error", "of output")
-        print(f"{'sweep':<18} {'exit':>4} {'wall s':>7} {'peak RSS MiB':>13} {'above clean MiB':>16}")
+        print(f"{'sweep':<18} {'exit':>4} {'wall s':>7} {'peak RSS MiB':>13} {'above clean MiB':>16} "
+              f"{'ok hosts':>8} {'hostile host s':>14}")
         clean = runs["clean"].peak_rss_mib
         for name, run in runs.items():
+            ok = sum(host["status"] == "ok" for host in run.hosts.values())
+            hostile_s = run.hosts[target]["duration_s"]
             print(f"{name:<18} {run.exit_code:>4} {run.wall_s:7.1f} {run.peak_rss_mib:13.1f} "
-                  f"{run.peak_rss_mib - clean:16.1f}")
+                  f"{run.peak_rss_mib - clean:16.1f} {ok:>3}/{len(run.hosts):<4} {hostile_s:14.1f}")
         worst = max(run.peak_rss_mib for run in runs.values()) - clean
         print(f"peak RSS with one hostile host: {worst:+.1f} MiB above the clean sweep (target <= {TARGET_MIB:g} MiB)")
         _hang_sftp(fleet, target, Path(folder))
