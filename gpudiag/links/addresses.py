@@ -70,9 +70,12 @@ def same_address(first: str, second: str) -> bool:
 
 def address_refusal(label: str, address: str, ssh_addresses: Mapping[str, str]) -> str | None:
     """Why ``label`` may not use ``address`` as its data-plane address, or None: an impossible
-    address, or another host's SSH address (``ssh_addresses``: label -> how SSH reaches it)."""
-    why = impossible_address(address, ssh_addresses.get(label))
-    if why is not None:
+    address, or another host's SSH address (``ssh_addresses``: label -> how SSH reaches it)
+    that is not its own too (hosts reached at one address, as the nodes of a test cluster on
+    one machine are, share it)."""
+    own = ssh_addresses.get(label)
+    why = impossible_address(address, own)
+    if why is not None or (own is not None and same_address(address, own)):
         return why
     for other, ssh in sorted(ssh_addresses.items()):
         if other != label and same_address(address, ssh):

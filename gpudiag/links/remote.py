@@ -44,6 +44,8 @@ STARTUP_S = 30.0
 # (it may never have reached the server, which then waits for its deadline) it is ended sooner.
 SERVER_END_S = 10.0
 SERVER_END_AFTER_FAILURE_S = 1.0
+# How long past its own time limit a client is waited for (the node's ``timeout -k`` ends it first).
+CLIENT_GRACE_S = 10.0
 # After Ctrl-C, how long the pair servers get to be ended on their nodes (all at once).
 CANCEL_WAIT_S = 15.0
 # Seconds a server waits for its client: the client starts as soon as the server's port is read,
@@ -127,8 +129,7 @@ class RemotePairRunner:
             return [self._error(a, b, backend, None, str(error))]
 
     def cancel(self) -> None:
-        """End every server started and not yet finished (Ctrl-C); the clients end with their
-        sessions' ``cancel``."""
+        """End every server and client started and not yet finished (Ctrl-C, the run's deadline)."""
         with self._lock:
             running = list(self._running)
         cancel_all(running, CANCEL_WAIT_S)
@@ -158,8 +159,8 @@ class RemotePairRunner:
             started = _listening(b, server, secret)
             if isinstance(started, str):
                 return [self._error(a, b, options.backend, None, started, fault=b)]
-            client = client_session.run(options.client_argv(started.backend, address, started.port, secret),
-                                        options.deadline_s + STARTUP_S)
+            client = self._run_client(client_session, options.client_argv(started.backend, address, started.port,
+                                                                          secret))
             records, problem = _client_records(a, client, options.deadline_s + STARTUP_S)
             if problem is None:
                 problem = check_records(a, records)
@@ -181,6 +182,19 @@ class RemotePairRunner:
             return [self._error(a, b, backend, None, _hide(f"{a}: the pair client printed no result: {why}", secret),
                                 fault=a)]
         return self._rails(a, b, backend, records, secret)
+
+    def _run_client(self, session: Session, argv: Sequence[str]) -> CommandResult:
+        """Run the client as a started command: its stdin is live while this controller holds it
+        (a ``run`` command's may be at end of file from the start, which would end its lifeline)."""
+        limit_s = self._options.deadline_s + STARTUP_S
+        client = session.start(argv, limit_s)
+        with self._lock:
+            self._running.add(client)
+        try:
+            return client.finish(limit_s + CLIENT_GRACE_S)
+        finally:
+            with self._lock:
+                self._running.discard(client)
 
     def _rails(self, a: str, b: str, backend: str, records: Sequence[ProbeResult], secret: str) -> list[LinkResult]:
         by_rail: dict[int | None, list[ProbeResult]] = defaultdict(list)

@@ -146,7 +146,7 @@ def test_the_pair_command_lines_carry_the_secret_the_bind_and_the_lifeline():
 
 # --- data-plane addresses --------------------------------------------------------------------------------
 
-SSH = {"node01": "10.0.0.1", "node02": "10.0.0.2", "lo1": "127.0.1.1", "lo2": "127.0.1.2"}
+SSH = {"node01": "10.0.0.1", "node02": "10.0.0.2", "lo1": "127.0.1.1", "lo2": "127.0.1.2", "n1": "vm", "n2": "vm"}
 
 
 @pytest.mark.parametrize(("label", "address", "said"), [
@@ -172,6 +172,7 @@ def test_an_address_no_partner_can_use_is_refused(label: str, address: str, said
 @pytest.mark.parametrize(("label", "address"), [
     ("node02", "10.2.0.2"), ("node02", "10.0.0.2"), ("node02", "fd00::2"), ("node02", "ib-node02.cluster"),
     ("lo2", "127.0.0.1"),  # a host reached over loopback is this machine: its loopback is reachable
+    ("n2", "vm"), ("n2", "VM."),  # hosts reached at one address share it: it is this one's own too
 ])
 def test_an_address_a_partner_can_use_passes(label: str, address: str):
     assert address_refusal(label, address, SSH) is None
