@@ -1,0 +1,109 @@
+"""A slow link drains no one it cannot blame: ``gpudiag preflight`` on a simulated fleet (its pair
+tests through the fleet's network model), where a slow pair is planted between two healthy NICs
+or a slow NIC on one node.
+
+A slow link whose ends are both fine with other partners, or whose ends were tested with each
+other only (two nodes: either NIC may be the cause), is a ``slow_link`` naming both ends, ``fail``
+(exit 1) with the action ``inspect``: neither end is drained, neither is resumed. A NIC slow with
+every partner, re-tested against a third node that is fine elsewhere, is that node's ``slow_nic``
+and drains that node alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from gpudiag.cli import main
+from gpudiag.links import LinkResult
+from gpudiag.links.rounds import run_links
+from gpudiag.links.verdicts import link_findings
+
+LINK_KINDS = ("slow_nic", "slow_link", "link_error", "fleet_shift")
+
+
+def _preflight(tmp_path: Path, nodes: int, *faults: dict[str, Any]) -> tuple[int, dict, str]:
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": nodes, "name_format": "n{}", "faults": list(faults)}))
+    out = tmp_path / "preflight.json"
+    result = CliRunner().invoke(main, ["preflight", "--no-store", "-q", "--simulate", str(fleet), "--json", str(out)],
+                                catch_exceptions=False, env={"SLURM_JOB_NODELIST": "", "SLURM_NODELIST": ""})
+    return result.exit_code, json.loads(out.read_text()), result.stdout
+
+
+def _links(document: dict) -> list[dict]:
+    return [f for f in document["findings"] if f["kind"] in LINK_KINDS]
+
+
+def test_a_slow_pair_of_two_nodes_is_a_failing_slow_link_that_drains_neither_end(tmp_path: Path):
+    code, document, output = _preflight(tmp_path, 2, {"kind": "slow_link", "a": "n1", "b": "n2", "factor": 0.5})
+    assert code == 1, output
+    (link,) = _links(document)
+    assert (link["kind"], link["host"], link["peer"], link["severity"], link["action"]) == (
+        "slow_link", "n1", "n2", "fail", "inspect")
+    assert "either NIC may be the cause" in link["evidence"]
+    assert document["preflight"]["drain"] == []
+
+
+def test_a_slow_pair_of_healthy_nics_among_eight_nodes_drains_neither_end(tmp_path: Path):
+    code, document, output = _preflight(tmp_path, 8, {"kind": "slow_link", "a": "n5", "b": "n6", "factor": 0.5})
+    assert code == 1, output
+    (link,) = _links(document)
+    assert (link["kind"], {link["host"], link["peer"]}, link["severity"], link["action"]) == (
+        "slow_link", {"n5", "n6"}, "fail", "inspect")
+    assert link["confirmed"] and "both ends fine with other partners" in link["evidence"]
+    assert document["preflight"]["drain"] == []
+
+
+def test_a_slow_nic_re_tested_against_a_third_node_drains_that_node_alone(tmp_path: Path):
+    code, document, output = _preflight(tmp_path, 8, {"kind": "slow_nic", "host": "n5", "factor": 0.5})
+    assert code == 1, output
+    (nic,) = _links(document)
+    assert (nic["kind"], nic["host"], nic["peer"], nic["severity"], nic["action"]) == (
+        "slow_nic", "n5", None, "fail", "drain")
+    assert nic["confirmed"]
+    (drain,) = document["preflight"]["drain"]
+    assert "NodeName=n5 " in drain["command"]
+    confirm_partners = {link["b"] if link["a"] == "n5" else link["a"] for link in document["links"]
+                        if link["phase"] == "confirm" and "n5" in (link["a"], link["b"])}
+    assert confirm_partners and not confirm_partners & {"n4", "n6"}  # a third node, not its screen partners
+
+
+class _Pairs:
+    """A PairRunner whose figures are given per pair (Gbit/s at a 10 Gbit/s line rate)."""
+
+    def __init__(self, slow: dict[frozenset[str], float]) -> None:
+        self.slow = slow
+        self.tested: list[frozenset[str]] = []
+
+    def run_pair(self, a: str, b: str) -> list[LinkResult]:
+        self.tested.append(frozenset((a, b)))
+        return [LinkResult(a, b, "tcp", None, self.slow.get(frozenset((a, b)), 9.5), 10.0)]
+
+    def cancel(self) -> None:
+        return None
+
+
+def test_an_end_tested_with_its_slow_partner_only_is_re_tested_against_a_third_node():
+    # Four hosts, but the pair n1-n4 could not be measured in the screen: n1's one figure is the slow pair.
+    hosts = ["n1", "n2", "n3", "n4"]
+
+    class _OneGap(_Pairs):
+        def run_pair(self, a: str, b: str) -> list[LinkResult]:
+            if frozenset((a, b)) == frozenset(("n1", "n4")) and frozenset((a, b)) not in self.tested:
+                self.tested.append(frozenset((a, b)))
+                return [LinkResult(a, b, "tcp", None, None, 10.0, error="connection reset")]
+            return super().run_pair(a, b)
+
+    nic = {frozenset(("n1", partner)): 5.0 for partner in ("n2", "n3", "n4")}
+    for slow, blamed, action in (({frozenset(("n1", "n2")): 5.0}, ("slow_link", "n1", "n2"), "inspect"),
+                                 (nic, ("slow_nic", "n1", None), "drain")):
+        runner = _OneGap(slow)
+        run = run_links(hosts, "screen", runner)
+        # the screen left n1 with one measured partner; the confirm round paired it with a third node
+        assert frozenset(("n1", "n3")) in runner.tested
+        findings = [f for f in link_findings(run.attribution, 10.0) if f.kind in ("slow_link", "slow_nic")]
+        # the pair alone where n1 is fine with the third node; n1 alone where it is slow with it too, never n2
+        assert [(f.kind, f.host, f.peer, f.action) for f in findings] == [(*blamed, action)]
