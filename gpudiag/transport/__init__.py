@@ -73,6 +73,12 @@ class RunningCommand(Protocol):
         """End it on the node now (from any thread)."""
         ...
 
+    def send_line(self, text: str) -> None:
+        """Write ``text`` and a newline to its stdin (a secret that must not show on a command
+        line, where any user of the node can read it). Raises ValueError when ``text`` holds a
+        line break, TransportError when its stdin is closed (it ended, or the connection went)."""
+        ...
+
 
 class Session(Protocol):
     """A connection to one node, reused for every command a sweep sends there."""

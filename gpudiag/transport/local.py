@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..bundle import Bundle
-from . import CommandResult
+from . import CommandResult, TransportError
 from .bounded import BoundedOutput, OutputLimits, TailBuffer
 
 _CHUNK_BYTES = 65536
@@ -141,6 +141,21 @@ class LocalCommand:
     def cancel(self) -> None:
         _kill_group(self._process)
         self._close_stdin()
+
+    def send_line(self, text: str) -> None:
+        """Write ``text`` and a newline to its stdin. Raises ValueError for a line break in
+        ``text``, TransportError when its stdin is closed (it ended, was finished or cancelled, or
+        was started by ``run``)."""
+        if "\n" in text or "\r" in text:
+            raise ValueError("one line only: the text holds a line break")
+        stdin = self._process.stdin
+        try:
+            if stdin is None or stdin.closed:
+                raise BrokenPipeError("the command's stdin is closed")
+            stdin.write((text + "\n").encode())
+            stdin.flush()
+        except (OSError, ValueError) as error:  # ValueError: closed by finish or cancel meanwhile
+            raise TransportError(f"this machine: could not write to the command's stdin: {error}") from error
 
     def _ended_by(self, deadline: float) -> bool:
         """Whether the process ended and its output reached EOF (a child it left behind may hold

@@ -311,6 +311,17 @@ class SshCommand:
         if self._pid is not None:
             self._session.kill([self._pid])
 
+    def send_line(self, text: str) -> None:
+        """Write ``text`` and a newline to its stdin (the channel's). Raises ValueError for a line
+        break in ``text``, ConnectionLost when the channel is closed."""
+        data = _one_line(text)
+        try:
+            if self._channel.closed:
+                raise EOFError("the command's channel is closed")
+            self._channel.sendall(data)
+        except (paramiko.SSHException, EOFError, OSError) as error:
+            raise self._session.lost(error) from error
+
     def _gather(self) -> None:
         channel = self._channel
         try:
@@ -403,6 +414,13 @@ class _ErrorOutput:
             self.pid = int(text[len(_PID_PREFIX):])
             return True
         return False
+
+
+def _one_line(text: str) -> bytes:
+    """``text`` and a newline, as bytes; ValueError when it holds a line break itself."""
+    if "\n" in text or "\r" in text:
+        raise ValueError("one line only: the text holds a line break")
+    return (text + "\n").encode()
 
 
 def _ready(channel: paramiko.Channel) -> bool:

@@ -12,9 +12,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from sshd_hosts import SshdFleet, pid_is_running
 
+from gpudiag.hosts import HostSpec
+from gpudiag.sshconfig import SshOptions, resolve_all
+from gpudiag.transport import RunningCommand, Session, TransportError
+from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.local import LocalSession
+from gpudiag.transport.ssh import SshSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,3 +118,34 @@ def test_finish_and_cancel_close_a_started_commands_stdin_and_run_keeps_it_at_de
     assert ended.exit_status != 0 and "after" not in ended.stdout  # killed, not at the end of its stdin
     ran = LocalSession().run(["sh", "-c", "cat; echo after-eof"], 30.0)
     assert (ran.exit_status, ran.stdout, ran.timed_out) == (0, "after-eof\n", False)
+
+
+def _sends_a_secret_line(session: Session) -> None:
+    """A started command gets a line on its stdin (a secret kept off its command line); a line break
+    in the text is refused, and writing to a command that ended is a TransportError."""
+    command: RunningCommand = session.start(["sh", "-c", "read secret; echo \"got $secret\""], 30.0)
+    with pytest.raises(ValueError, match="one line only"):
+        command.send_line("two\nlines")
+    command.send_line("0123abcd")
+    assert command.first_line(30.0) == "got 0123abcd"
+    ended = command.finish(30.0)
+    assert (ended.exit_status, ended.stdout) == (0, "got 0123abcd\n")
+    with pytest.raises(TransportError):
+        command.send_line("too late")
+
+
+def test_a_line_written_to_a_started_commands_stdin_reaches_it_here_and_over_ssh(make_sshd_fleet,
+                                                                                 tmp_path: Path):
+    _sends_a_secret_line(LocalSession())
+    fleet: SshdFleet = make_sshd_fleet(1)
+    known = fleet.write_known_hosts(tmp_path / "known_hosts")
+    config = fleet.write_ssh_config(tmp_path / "ssh_config", known_hosts_path=known)
+    options = SshOptions(config_file=str(config), known_hosts=str(known))
+    spec = HostSpec("node01")
+    connector = FleetConnector(resolve_all([spec], options), options, SshSettings())
+    session = connector.connect(spec)
+    try:
+        _sends_a_secret_line(session)
+    finally:
+        session.close()
+        connector.close()
