@@ -7,7 +7,8 @@ down. A link is judged where it is wired:
 - the SKU table (gpudiag/data/sku.json) says how many links the model wires, links 0..n-1
   (0: none; an H100 SXM wires 18, an A100 SXM 12);
 - for a model the table lacks, peers decide: a link counts where this GPU has it up, or where
-  most of the *other* GPUs of its model in this sweep that list it have it up. A GPU whose model
+  most of the *other* GPUs of its model in this sweep that list it have it up (each host
+  weighing once: a node printing a hundred GPUs cannot outvote the fleet). A GPU whose model
   has no other GPU in the sweep has only its up links judged (nothing to tell an unwired slot
   from a dead link).
 
@@ -55,26 +56,42 @@ def _wired(gpu: GpuTelemetry, wiring: NvlinkWiring | None) -> GpuTelemetry:
 
 
 def _peer_wiring(gpus: list[GpuTelemetry]) -> dict[tuple[str, str], NvlinkWiring]:
-    """The wiring of each GPU of one model the SKU table lacks, judged against the others."""
+    """The wiring of each GPU of one model the SKU table lacks, judged against the others. Each
+    host weighs once: where its hosts have different numbers of GPUs of the model (one printing
+    a hundred it claims to have), a GPU's say weighs 1 / (its host's GPUs of the model)."""
     states = {(gpu.host, gpu.gpu_uuid): _states(gpu) for gpu in gpus}
+    per_host = Counter(gpu.host for gpu in gpus)
+    equal = len(set(per_host.values())) == 1
     listed: Counter[int] = Counter()
     up: Counter[int] = Counter()
-    for links in states.values():
+    listed_weight: dict[int, float] = defaultdict(float)
+    up_weight: dict[int, float] = defaultdict(float)
+    for (host, _), links in states.items():
+        weight = 1 / per_host[host]
         for link, is_up in links.items():
             listed[link] += 1
             up[link] += is_up
+            listed_weight[link] += weight
+            up_weight[link] += weight * is_up
     wiring = {}
-    for where, links in states.items():
+    for (host, uuid), links in states.items():
         judged = set()
         peers: dict[int, tuple[int, int]] = {}
+        weight = 1 / per_host[host]
         for link, is_up in links.items():
             others_up, others = up[link] - is_up, listed[link] - 1
-            if is_up or 2 * others_up > others:
+            most_up = 2 * others_up > others if equal else \
+                2 * (up_weight[link] - weight * is_up) > (listed_weight[link] - weight) + _TOLERANCE
+            if is_up or most_up:
                 judged.add(link)
             if not is_up:
                 peers[link] = (others_up, others)
-        wiring[where] = NvlinkWiring(frozenset(judged), WIRED_BY_PEERS, peers)
+        wiring[(host, uuid)] = NvlinkWiring(frozenset(judged), WIRED_BY_PEERS, peers)
     return wiring
+
+
+# Weights are sums of 1/n: a tie is a tie within this.
+_TOLERANCE = 1e-9
 
 
 def _states(gpu: GpuTelemetry) -> dict[int, bool]:

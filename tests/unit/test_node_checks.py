@@ -228,3 +228,23 @@ def test_a_node_claiming_108_gpus_with_huge_nvlink_counters_does_not_hide_anothe
     outputs = fleet.sweep_and_report(fleet.ReplayConnector(cache, {"node006": fleet.lines_of(records + loud)}))
     assert fleet.finding_keys(outputs.result, leave_out="node006") == fleet.finding_keys(clean.result,
                                                                                          leave_out="node006")
+
+
+def test_a_node_printing_a_hundred_gpus_with_a_link_down_cannot_make_that_link_unwired_for_others():
+    """For a GPU model the SKU table lacks, peers decide which NVLinks are wired: a hundred GPUs of
+    one node reading link 2 inactive must not outvote the fleet, where link 2 is up and one GPU's
+    is down (a real nvlink_down)."""
+    from gpudiag.analysis.nvlinks import with_wiring
+    from gpudiag.rules import GpuTelemetry, Reading, nvlink_down
+
+    def gpu(host: str, uuid: str, down: set[int]) -> GpuTelemetry:
+        links = [{"link": link, "state": "down" if link in down else "up"} for link in range(4)]
+        reading = Reading({"status": "ok", "value": 4 - len(down), "metric": "nvlink_links_up",
+                           "details": {"links": links}})
+        return GpuTelemetry(host, uuid, 0, {"nvlink_links_up": reading}, {}, gpu_model="NVIDIA Future GPU")
+
+    telemetry = {f"node{n}": {f"GPU-{n}-{i}": gpu(f"node{n}", f"GPU-{n}-{i}", {2} if (n, i) == (1, 0) else set())
+                              for i in range(2)} for n in range(1, 9)}
+    telemetry["liar"] = {f"GPU-liar-{i}": gpu("liar", f"GPU-liar-{i}", {2}) for i in range(100)}
+    wired = with_wiring(telemetry, lambda model: None)
+    assert nvlink_down(wired["node1"]["GPU-1-0"]) is not None
