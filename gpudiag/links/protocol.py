@@ -1,13 +1,14 @@
 """The pair protocol's events as the controller reads them from a node: one schema per event
-(``listening``, ``done``, ``interface``, ``net_info``), checked at the boundary.
+(``listening``, ``done``, ``interface``, ``net_info``), declared as data with the field kinds of
+gpudiag.schema and checked at the boundary.
 
 A node is not trusted: an event line is strict JSON (no NaN or Infinity, no number beyond a
 float), at most ``MAX_EVENT_BYTES`` long, an object whose ``event`` names it, and every field the
-controller reads has its type and range checked. What fails is a ``PairProtocolError`` naming
-the field and what was expected (the caller makes it that pair's or host's error, never a
-figure); a node's own words (a reason, a host name) come back free of control characters and
-cut to ``MAX_TEXT`` characters. The node side of the protocol is probes/net.py (its
-``PROTOCOL`` must equal :data:`PAIR_PROTOCOL`; a test checks it).
+controller reads has its type and range checked; strings come back cleaned of control characters
+and escape sequences (gpudiag.schema.text) and bounded. What fails is a ``PairProtocolError``
+naming the field and what was expected: the caller makes it that pair's or that host's error,
+never a figure. The node side of the protocol is probes/net.py (its ``PROTOCOL`` must equal
+:data:`PAIR_PROTOCOL`; a test checks it).
 """
 
 from __future__ import annotations
@@ -15,27 +16,73 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..schema.fields import FieldError, Kind, ListOf, Number, Shape, Text
+from ..schema.text import one_line
 from .groups import BACKENDS
 
 PAIR_PROTOCOL = "gpudiag-net/2"
 # Bytes of one event line (a listening line names its rails: 8 GPUs of dict fields is ~2 KiB).
 MAX_EVENT_BYTES = 64 * 1024
-# Characters kept of a node's text (reasons, host names); addresses an interface may list.
+# Characters kept of a node's text (reasons, host names); addresses an interface may list; rails.
 MAX_TEXT = 300
 MAX_ADDRESSES = 64
 MAX_RAILS = 64
 DONE_STATUSES = ("ok", "error", "skipped")
-# Control characters (C0 but tab, DEL, C1) and the bidirectional overrides: never passed on.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# A reason a server gives for not listening that says the address it was given is not its own.
+BIND = "bind"
 
 
 class PairProtocolError(ValueError):
     """A node's pair-protocol line is not what it must be; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class IpAddress:
+    """A field kind: an IP address literal (a scope id allowed), or ``*`` where ``star``."""
+
+    star: bool = False
+    nullable: bool = False
+
+    def check(self, value: Any, path: str) -> Any:
+        if value is None and self.nullable:
+            return None
+        if isinstance(value, str) and ((self.star and value == "*") or _is_ip(value)):
+            return value
+        raise FieldError(path, self.describe(), value)
+
+    def describe(self) -> str:
+        return "an IP address" + (" or *" if self.star else "") + (" or null" if self.nullable else "")
+
+
+def _event(name: str, fields: Mapping[str, Kind], required: tuple[str, ...]) -> Shape:
+    return Shape({"event": Text(choices=(name,), nullable=False), **fields}, required=("event", *required))
+
+
+# One schema per event; a field not named here is kept only as cleaned, bounded JSON, read by no one.
+LISTENING = _event("listening", {
+    "protocol": Text(choices=(PAIR_PROTOCOL,), nullable=False),
+    "backend": Text(choices=BACKENDS, nullable=False),
+    "port": Number(1, 65535, whole=True),
+    "bind": IpAddress(star=True),
+}, required=("protocol", "backend", "port"))
+DONE = _event("done", {
+    "status": Text(choices=DONE_STATUSES, nullable=False),
+    "reason": Text(limit=MAX_TEXT),
+    "cause": Text(choices=(BIND,)),
+}, required=("status",))
+INTERFACE = _event("interface", {
+    "interface": Text(limit=64, nullable=False, empty=False),
+    "addresses": ListOf(IpAddress(), max_items=MAX_ADDRESSES, nullable=False),
+}, required=("interface", "addresses"))
+NET_INFO = _event("net_info", {
+    "auto_backend": Text(choices=BACKENDS, nullable=False),
+    "auto_reason": Text(limit=MAX_TEXT, nullable=False),
+    "rails": ListOf(Shape(), max_items=MAX_RAILS, nullable=False),
+}, required=("auto_backend", "auto_reason", "rails"))
 
 
 @dataclass(frozen=True)
@@ -68,7 +115,7 @@ class InterfaceAddresses:
 
 @dataclass(frozen=True)
 class NetInfo:
-    """``net-info``'s answer: the backend ``--backend auto`` picks there, why, and the rails."""
+    """``net-info``'s answer: the backend ``--backend auto`` picks there, why, and its rails' count."""
 
     auto_backend: str
     auto_reason: str
@@ -76,7 +123,8 @@ class NetInfo:
 
 
 def parse_event(line: str | None) -> dict[str, Any]:
-    """The event object of one line a node printed. Raises PairProtocolError."""
+    """The event object of one line a node printed (not yet checked against its schema).
+    Raises PairProtocolError."""
     if line is None:
         raise PairProtocolError("no line")
     if len(line.encode(errors="replace")) > MAX_EVENT_BYTES:
@@ -93,77 +141,41 @@ def parse_event(line: str | None) -> dict[str, Any]:
 
 
 def listening_event(event: Mapping[str, Any]) -> Listening:
-    """The ``listening`` event's checked fields. Raises PairProtocolError."""
-    _expect_event(event, "listening")
-    if event.get("protocol") != PAIR_PROTOCOL:
-        raise PairProtocolError(f"'protocol' must be {PAIR_PROTOCOL}, not {_shown(event.get('protocol'))}")
-    backend = event.get("backend")
-    if backend not in BACKENDS:
-        raise PairProtocolError(f"'backend' must be one of {', '.join(BACKENDS)}, not {_shown(backend)}")
-    port = event.get("port")
-    if not _is_int(port) or not 1 <= port <= 65535:
-        raise PairProtocolError(f"'port' must be an integer from 1 to 65535, not {_shown(port)}")
-    bind = event.get("bind", "*")
-    if not isinstance(bind, str) or (bind != "*" and not _is_ip(bind)):
-        raise PairProtocolError(f"'bind' must be an IP address or *, not {_shown(bind)}")
-    return Listening(str(backend), int(port), bind)
+    """The ``listening`` event, checked. Raises PairProtocolError."""
+    fields = _checked(LISTENING, event)
+    return Listening(fields["backend"], fields["port"], fields.get("bind") or "*")
 
 
 def done_event(event: Mapping[str, Any]) -> Done:
-    """The ``done`` event's checked fields. Raises PairProtocolError."""
-    _expect_event(event, "done")
-    status = event.get("status")
-    if status not in DONE_STATUSES:
-        raise PairProtocolError(f"'status' must be one of {', '.join(DONE_STATUSES)}, not {_shown(status)}")
-    reason, cause = event.get("reason"), event.get("cause")
-    if reason is not None and not isinstance(reason, str):
-        raise PairProtocolError(f"'reason' must be text, not {_shown(reason)}")
-    if cause is not None and cause != "bind":
-        raise PairProtocolError(f"'cause' must be bind or absent, not {_shown(cause)}")
-    return Done(str(status), None if reason is None else plain_text(reason), cause)
+    """The ``done`` event, checked. Raises PairProtocolError."""
+    fields = _checked(DONE, event)
+    reason = fields.get("reason")
+    return Done(fields["status"], None if reason is None else plain_text(reason), fields.get("cause"))
 
 
 def interface_event(event: Mapping[str, Any]) -> InterfaceAddresses:
-    """The ``interface`` event's checked fields: every address an IP literal. Raises PairProtocolError."""
-    _expect_event(event, "interface")
-    name, addresses = event.get("interface"), event.get("addresses")
-    if not isinstance(name, str) or not 0 < len(name) <= 64:
-        raise PairProtocolError(f"'interface' must be an interface name, not {_shown(name)}")
-    if not isinstance(addresses, list) or len(addresses) > MAX_ADDRESSES:
-        raise PairProtocolError(f"'addresses' must be a list of at most {MAX_ADDRESSES} addresses")
-    for address in addresses:
-        if not isinstance(address, str) or not _is_ip(address):
-            raise PairProtocolError(f"'addresses' holds {_shown(address)}, which is no IP address")
-    return InterfaceAddresses(name, tuple(addresses))
+    """The ``interface`` event, checked: every address an IP literal. Raises PairProtocolError."""
+    fields = _checked(INTERFACE, event)
+    return InterfaceAddresses(fields["interface"], tuple(fields["addresses"]))
 
 
 def net_info_event(event: Mapping[str, Any]) -> NetInfo:
-    """The ``net_info`` event's checked fields. Raises PairProtocolError."""
-    _expect_event(event, "net_info")
-    backend, reason, rails = event.get("auto_backend"), event.get("auto_reason"), event.get("rails")
-    if backend not in BACKENDS:
-        raise PairProtocolError(f"'auto_backend' must be one of {', '.join(BACKENDS)}, not {_shown(backend)}")
-    if not isinstance(reason, str):
-        raise PairProtocolError(f"'auto_reason' must be text, not {_shown(reason)}")
-    if not isinstance(rails, list) or len(rails) > MAX_RAILS or not all(isinstance(rail, dict) for rail in rails):
-        raise PairProtocolError(f"'rails' must be a list of at most {MAX_RAILS} objects")
-    return NetInfo(str(backend), plain_text(reason), len(rails))
+    """The ``net_info`` event, checked. Raises PairProtocolError."""
+    fields = _checked(NET_INFO, event)
+    return NetInfo(fields["auto_backend"], fields["auto_reason"], len(fields["rails"]))
 
 
 def plain_text(text: str, limit: int = MAX_TEXT) -> str:
-    """``text`` without control characters or bidirectional overrides (each a space), cut to
-    ``limit`` characters (an ellipsis says so)."""
-    cleaned = _UNPRINTABLE.sub(" ", text).strip()
-    return cleaned if len(cleaned) <= limit else cleaned[:limit - 1] + "…"
+    """A node's ``text`` on one line: without control characters, escape sequences or
+    bidirectional overrides, cut to ``limit`` characters (gpudiag.schema.text)."""
+    return one_line(text, limit)
 
 
-def _expect_event(event: Mapping[str, Any], name: str) -> None:
-    if event.get("event") != name:
-        raise PairProtocolError(f"expected a {name!r} event, not {_shown(event.get('event'))}")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _checked(schema: Shape, event: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return dict(schema.check(event, ""))
+    except FieldError as error:
+        raise PairProtocolError(str(error).replace("field ", "", 1)) from None
 
 
 def _is_ip(text: str) -> bool:
@@ -172,14 +184,6 @@ def _is_ip(text: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _shown(value: object) -> str:
-    if isinstance(value, str):
-        return repr(plain_text(value, 40))
-    if isinstance(value, bool | int | float) or value is None:
-        return json.dumps(value)[:40]
-    return f"a {type(value).__name__}"
 
 
 def _refuse_constant(name: str) -> Any:
@@ -191,3 +195,4 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text[:40]} is beyond a float's range")
     return value
+
