@@ -291,7 +291,8 @@ def test_a_pair_server_whose_client_fails_is_ended_at_once(make_sshd_fleet, tmp_
     (link,) = document["links"]
     assert link["value"] is None and "no route to the peer" in link["error"] and link["fault"] == "node01"
     assert elapsed < 40  # the server's deadline is 64 s: it was ended, not waited for
-    _wait_gone(tmp_path, timeout_s=10)
+    seconds = _wait_gone(tmp_path, timeout_s=10)
+    print(f"sweep with a failing pair client: {elapsed:.1f} s; its server gone {seconds:.1f} s after the sweep")
 
 
 def test_pair_processes_end_within_seconds_when_the_controller_is_killed(make_sshd_fleet, tmp_path: Path):
