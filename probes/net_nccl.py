@@ -66,6 +66,7 @@ from .net import (
     join_host_port,
     link_failure,
     no_client_reason,
+    open_listener,
     start_lifeline,
     start_watchdog,
     strict_json,
@@ -298,6 +299,14 @@ def serve(options: NetOptions, secret: PairSecret, out: Output) -> int:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # before CUDA starts: nvidia-smi's numbering
     deadline = Deadline.after(options.deadline_s)
     started = time.monotonic()
+    try:
+        # torch's store listens on every address: whether the address given is this node's own
+        # is asked of the kernel with a socket of our own, bound there and closed.
+        open_listener(options.bind).close()
+    except OSError as error:
+        out.event("done", backend=BACKEND, status="error", cause="bind",
+                  reason=f"cannot listen on {options.bind or '*'}: {error.strerror or error}")
+        return EXIT_OK
     hosted = _host_rendezvous(options, secret, out)
     if hosted is None:
         return EXIT_OK
@@ -348,7 +357,7 @@ def _host_rendezvous(options: NetOptions, secret: PairSecret, out: Output) -> tu
     info = {"host": socket.gethostname(), "collective": local.collective, "topology_source": local.topology_source,
             "rails": [rail.to_dict() for rail in local.rails], "nonce": server_nonce}
     put_proved(store, "server/info", info, secret, "server-info")
-    out.event("listening", backend=BACKEND, port=int(store.port), bind=options.bind or "*", host=info["host"],
+    out.event("listening", backend=BACKEND, port=int(store.port), bind="*", host=info["host"],
               pid=os.getpid(), protocol=PROTOCOL, deadline_s=options.deadline_s, collective=local.collective,
               rails=info["rails"], topology_source=local.topology_source)
     return store, local, server_nonce

@@ -660,3 +660,12 @@ def test_a_server_told_to_bind_an_address_not_its_own_refuses_to_listen(probes: 
     assert (done["event"], done["status"], done["cause"]) == ("done", "error", "bind")
     assert done["reason"].startswith("cannot listen on 192.0.2.1: ")
     assert server.finish(timeout_s=15)[0] == 0
+
+
+@pytest.mark.parametrize("backend", ["nccl", "perftest"])
+def test_every_backends_server_refuses_an_address_not_its_own(probes: list[Probe], backend: str):
+    server = _start(probes, "net-server", "--backend", backend, "--bind", "192.0.2.1", "--deadline", "30",
+                    env={"CUDA_VISIBLE_DEVICES": ""})
+    done = server.next_json(timeout_s=60)
+    assert (done["event"], done["status"], done["cause"]) == ("done", "error", "bind")
+    assert done["reason"].startswith("cannot listen on 192.0.2.1: ")
