@@ -15,11 +15,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from .results import ProbeResult, StrayOutput
+from .schema.text import one_line
 
 OK = "ok"
 # zlib level 1: nearly the size of level 6 on these records at a third of the time.
 _PACK_LEVEL = 1
 _FIELDS = ("host", "status", "error", "duration_s", "facts", "results")
+# A host's error is cut to this many characters.
+ERROR_CHARS = 2000
 
 
 class HostOutcome(Mapping[str, Any]):
@@ -36,7 +39,8 @@ class HostOutcome(Mapping[str, Any]):
                  stray: StrayOutput | None = None) -> None:
         self.host = host
         self.status = status
-        self.error = error
+        # An error may quote what the node said (its stderr's last line): one line, no control character.
+        self.error = one_line(error, ERROR_CHARS) if error else error
         self.duration_s = duration_s
         self.facts: Mapping[str, Any] = dict(facts or {})
         self.stray = stray
