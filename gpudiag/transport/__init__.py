@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from ..bundle import Bundle
-from .bounded import BoundedOutput, OutputLimits
 
 
 @dataclass(frozen=True)
@@ -113,11 +112,3 @@ class Session(Protocol):
     def close(self) -> None:
         ...
 
-
-class OutputWatch(BoundedOutput):
-    """A command's stdout as it arrives, for a reader that waits for its first line: a
-    ``BoundedOutput`` under the default caps. Kept for the srun launcher until it reads through a
-    ``BoundedOutput`` of its own limits; new readers use ``BoundedOutput`` directly."""
-
-    def __init__(self, limits: OutputLimits | None = None) -> None:
-        super().__init__(limits or OutputLimits())
