@@ -6,7 +6,8 @@ and prints the port it listens on; the client runs on a against that address and
 record per direction and rail; the server ends by itself after its test, its accept window or
 its deadline, or at once when this controller is gone (its stdin, held by the SSH session,
 reaches end of file) or ends it because the client failed. Each test has a secret of its own,
-given to both ends over their sessions (never printed, and cut out of any node text quoted in an
+given to both ends over their sessions as the first line of their stdin (never on a command line
+where the node's users could read it, never printed, and cut out of any node text quoted in an
 error), which each end proves to the other (probes/net_auth.py): a stranger on the data network
 neither takes the session nor gets a figure.
 
@@ -55,6 +56,8 @@ ACCEPT_WINDOW_S = STARTUP_S
 SECRET_BYTES = 32
 # Where a secret would appear in a node's text (an error quoting its command line).
 HIDDEN = "<secret>"
+# --token's value that has a node read the secret from the first line of its stdin.
+STDIN = "-"
 DIRECTIONS = ("client_to_server", "server_to_client")
 # Bounds of a client's records: Gbit/s of one figure (far above any NIC: 8 × 1.6 Tb/s ports
 # bonded), and rails of one pair.
@@ -100,8 +103,7 @@ class PairTestOptions:
         return argv + self._flags(secret)
 
     def _flags(self, secret: str | None) -> list[str]:
-        # The secret is on the command line: over SSH only, visible to the node's own users while
-        # the test runs (nodes read it from stdin with --token - once the transport can write it).
+        # ``-``: the secret comes on stdin (RemotePairRunner._start), never shown on a command line
         token = ["--token", secret] if secret else []
         return token + ["--allow-socket"] * self.allow_socket + ["--host-memory"] * self.host_memory
 
@@ -119,6 +121,7 @@ class RemotePairRunner:
         self._options = options
         self._lock = threading.Lock()
         self._running: set[RunningCommand] = set()
+        self._secret_on_command_line: set[str] = set()
 
     def run_pair(self, a: str, b: str) -> list[LinkResult]:
         """One result per rail of a–b, client on ``a``, server on ``b`` (see the module)."""
@@ -152,15 +155,15 @@ class RemotePairRunner:
         options = self._options
         secret = secrets.token_hex(SECRET_BYTES)
         address = self._addresses[b]
-        server = server_session.start(options.server_argv(secret, address), options.deadline_s + STARTUP_S)
+        server = self._start(b, server_session, lambda token: options.server_argv(token, address), secret)
         with self._lock:
             self._running.add(server)
         try:
             started = _listening(b, server, secret)
             if isinstance(started, str):
                 return [self._error(a, b, options.backend, None, started, fault=b)]
-            client = self._run_client(client_session, options.client_argv(started.backend, address, started.port,
-                                                                          secret))
+            client = self._run_client(a, client_session, lambda token: options.client_argv(
+                started.backend, address, started.port, token), secret)
             records, problem = _client_records(a, client, options.deadline_s + STARTUP_S)
             if problem is None:
                 problem = check_records(a, records)
@@ -183,11 +186,38 @@ class RemotePairRunner:
                                 fault=a)]
         return self._rails(a, b, backend, records, secret)
 
-    def _run_client(self, session: Session, argv: Sequence[str]) -> CommandResult:
-        """Run the client as a started command: its stdin is live while this controller holds it
-        (a ``run`` command's may be at end of file from the start, which would end its lifeline)."""
+    def _start(self, host: str, session: Session, command_line: Callable[[str], list[str]],
+               secret: str) -> RunningCommand:
+        """Start a pair command on ``host`` with the test's secret on its stdin (``--token -``):
+        never on its command line, which every user of the node can read. A transport whose
+        started commands cannot be written to (no ``send_line``: the srun launcher's, as yet)
+        gets it on the command line instead; that is learnt once per host."""
         limit_s = self._options.deadline_s + STARTUP_S
-        client = session.start(argv, limit_s)
+        if host not in self._secret_on_command_line:
+            command = session.start(command_line(STDIN), limit_s)
+            send_line = getattr(command, "send_line", None)
+            if send_line is not None:
+                try:
+                    send_line(secret)
+                except TransportError:
+                    pass  # it ended already: what it printed, or that it had no secret, says why
+                return command
+            command.cancel()
+            try:
+                command.finish(SERVER_END_AFTER_FAILURE_S)
+            except TransportError:
+                pass  # ended before it started (an srun step cancelled at once): nothing of it is wanted
+            with self._lock:
+                self._secret_on_command_line.add(host)
+        return session.start(command_line(secret), limit_s)
+
+    def _run_client(self, host: str, session: Session, command_line: Callable[[str], list[str]],
+                    secret: str) -> CommandResult:
+        """Run the client as a started command: its stdin carries the secret and stays live while
+        this controller holds it (a ``run`` command's may be at end of file from the start, which
+        would end its lifeline)."""
+        limit_s = self._options.deadline_s + STARTUP_S
+        client = self._start(host, session, command_line, secret)
         with self._lock:
             self._running.add(client)
         try:
