@@ -4,7 +4,6 @@ records a repair (gpudiag.repairs)."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from datetime import datetime, timezone
@@ -20,6 +19,7 @@ from .keys import LINK_UNIT
 from .links.attribution import HostLinkFigures, host_link_figures
 from .links.rounds import link_results
 from .repairs import Repair, host_repairs, operator_name, record_repair
+from .schema.jsonout import dumps as strict_dumps
 from .store import Store
 from .storeschema import refuse_unusable
 from .tables import Column, TableSpec, fit_table, make_console, print_tables
@@ -60,8 +60,8 @@ def history(host: str | None, limit: int, repair_text: str | None, gpu: int | No
         repairs = host_repairs(store, host)
     trends = host_trends(host, rows, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps)
     if as_json:
-        click.echo(json.dumps({"host": host, "sweeps": rows, "repairs": [r.to_dict() for r in repairs],
-                               "trend": trends.to_dict()}, indent=1))
+        click.echo(strict_dumps({"host": host, "sweeps": rows, "repairs": [r.to_dict() for r in repairs],
+                                 "trend": trends.to_dict()}, indent=1))
         return ExitCode.OK
     console = make_console()
     links = _link_history_table(host, rows, console.width)
@@ -90,7 +90,7 @@ def _record(host: str | None, text: str | None, gpu: int | None, path: str) -> E
 def _show_sweeps(sweeps: list[dict], as_json: bool) -> None:
     """The stored sweeps (Store.list_sweeps) as a table, or as JSON."""
     if as_json:
-        click.echo(json.dumps({"sweeps": sweeps}, indent=1))
+        click.echo(strict_dumps({"sweeps": sweeps}, indent=1))
     else:
         console = make_console()
         print_tables(console, [_sweeps_table(sweeps, console.width)])

@@ -28,6 +28,7 @@ from .errors import InputError, read_json_file
 from .exitcodes import ExitCode
 from .keys import LINK_PROBE, describe_key
 from .report import render_report, write_report
+from .schema.jsonout import dumps as strict_dumps
 from .store import Store
 from .storeprune import PruneResult, check_rules, open_for_prune, prune
 from .tables import Column, TableSpec, fit_table, make_console, print_tables
@@ -146,7 +147,7 @@ def baseline_export(name: str, path: str, store_path: str | None) -> ExitCode:
     """Write a stored baseline to FILE.json, to share it with another controller."""
     with Store.open(store_location(store_path), readonly=True) as store:
         data = export_baseline(load_baseline(store, name))
-    write_report(json.dumps(data, indent=1) + "\n", path)
+    write_report(strict_dumps(data, indent=1) + "\n", path)
     click.echo(f"wrote baseline {name} ({len(data['entries'])} keys) to {path}")
     return ExitCode.OK
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -15,6 +14,7 @@ from .interrupts import InterruptGate
 from .nodeprobe import DTYPES, ProbeOptions
 from .progress import make_progress
 from .report import check_writable, write_report
+from .schema.jsonout import dumps as strict_dumps
 from .sshconfig import SshOptions
 from .transport.ssh import SshSettings
 from .triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
@@ -87,7 +87,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
         run = run_triage(request, sys.stdin, make_progress(quiet), gate)
         result = explain(run)
         if json_path is not None:
-            text = json.dumps(result.to_dict(), indent=1) + "\n"
+            text = strict_dumps(result.to_dict(), indent=1) + "\n"
             if json_path == "-":
                 click.echo(text, nl=False)
             else:
