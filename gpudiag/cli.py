@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -10,7 +9,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
@@ -37,9 +36,10 @@ from .progress import make_progress
 from .render import render_probe_results, render_sweep_table
 from .report import check_writable, render_report, write_report
 from .report.prometheus import check_prom_file, write_prom_file
+from .schema.jsonout import dumps as strict_dumps
 from .sim import demo_fleet_path
 from .slurm.launcher import FALLBACKS, LAUNCHERS
-from .slurm.nodelist import job_nodelist
+from .slurm.nodelist import job_hosts_argument
 from .sshconfig import SshOptions
 from .store import default_store_path
 from .sweep import SweepOptions, SweepResult, write_sweep_json
@@ -128,7 +128,7 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
     node = run_local_probe(options, output_limits(max_output_mib, max_line_kib))
     if as_json:
         for result in node.results:
-            click.echo(json.dumps(result.to_dict()))
+            click.echo(strict_dumps(result.to_dict()))
     else:
         render_probe_results(node.results, make_console())
     if node.stray is not None:
@@ -244,8 +244,9 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     3 some hosts, GPUs or measurements could not be checked or compared; 4 gpudiag itself failed;
     130 interrupted (what finished is still written).
     """
+    stdin: TextIO = sys.stdin
     if hosts_argument is None and simulate_path is None and launcher == "slurm":
-        hosts_argument = job_nodelist(os.environ)  # inside a job: its nodes
+        hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)  # inside a job: its nodes
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
     names = _probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
@@ -278,7 +279,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         check_prom_file(prom_file)
     # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
     with InterruptGate().installed() as gate:
-        result = run_plan(request, sys.stdin, make_progress(quiet), gate)
+        result = run_plan(request, stdin, make_progress(quiet), gate)
         if result.interrupted:
             gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
                 ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")

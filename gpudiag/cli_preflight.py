@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import TextIO
 
 import click
 
@@ -25,8 +25,9 @@ from .progress import make_progress
 from .render import render_sweep_table
 from .report import check_writable, render_report, write_report
 from .report.prometheus import check_prom_file, write_prom_file
+from .schema.jsonout import dumps as strict_dumps
 from .slurm.launcher import LAUNCHERS
-from .slurm.nodelist import job_nodelist
+from .slurm.nodelist import job_hosts_argument
 from .sshconfig import SshOptions
 from .store import default_store_path
 from .sweep import document_chunks
@@ -103,8 +104,9 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     4 gpudiag itself failed (inconclusive, never drains); 130 interrupted (drains nothing).
     """
     started = time.monotonic()
-    if hosts_argument is None:
-        hosts_argument = job_nodelist(os.environ)  # in a job or a prolog: its nodes (of a simulated fleet too)
+    stdin: TextIO = sys.stdin
+    if hosts_argument is None:  # in a job or a prolog: its nodes (of a simulated fleet too)
+        hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)
     if no_store and (store_path is not None or baseline_name is not None):
         raise InputError("--no-store reads no store: leave out --store and --baseline")
     request = PreflightRequest(
@@ -119,7 +121,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=not no_links,
         drain=drain, undrain=undrain, scontrol=scontrol)
     check_request(request)
-    count, hosts_stdin = host_text(request, sys.stdin)
+    count, hosts_stdin = host_text(request, stdin)
     if here and count != 1:
         raise InputError(f"--here probes this machine: name it as one host, not {count}")
     plan = make_plan(request, count)
@@ -192,7 +194,7 @@ def _document(run: PreflightRun, detail: str) -> Iterator[str]:
     """The sweep document with the pre-flight's own part (``preflight``) as its last field."""
     for chunk in document_chunks(run.result, detail):
         if chunk == "}\n":  # the document's end
-            yield ", " + json.dumps("preflight") + ": " + json.dumps(run.to_dict()) + "}\n"
+            yield ", " + strict_dumps("preflight") + ": " + strict_dumps(run.to_dict()) + "}\n"
         else:
             yield chunk
 

@@ -56,6 +56,18 @@ def job_hosts(environ: Mapping[str, str]) -> list[HostSpec]:
     return nodelist_hosts(nodelist, "$SLURM_JOB_NODELIST")
 
 
+def job_hosts_argument(environ: Mapping[str, str]) -> tuple[str, io.StringIO] | None:
+    """The hosts of the job this process runs in, as a ``--hosts`` argument: ``-`` and a stdin that
+    holds the node list as its one line, so a list that happens to name a file here is never read
+    as one. None outside a job. Raises InputError naming $SLURM_JOB_NODELIST when the list is not
+    valid."""
+    nodelist = job_nodelist(environ)
+    if nodelist is None:
+        return None
+    nodelist_hosts(nodelist, "$SLURM_JOB_NODELIST")
+    return "-", io.StringIO(nodelist.strip() + "\n")
+
+
 def scontrol_hostnames(nodelist: str, scontrol: str = "scontrol") -> list[str]:
     """Every node of ``nodelist`` as Slurm itself expands it (``scontrol show hostnames``).
     Raises SlurmCommandError when scontrol is missing or rejects the list."""

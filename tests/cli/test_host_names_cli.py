@@ -47,7 +47,7 @@ def test_a_bad_user_option_is_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert not (tmp_path / "pwned").exists()
 
 
-def test_a_bad_name_in_the_jobs_node_list_is_exit_2(tmp_path: Path):
+def test_a_bad_name_in_the_jobs_node_list_is_exit_2_naming_the_variable(tmp_path: Path):
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({"nodes": 4, "name_format": "n{}", "faults": []}))
 
@@ -56,6 +56,20 @@ def test_a_bad_name_in_the_jobs_node_list_is_exit_2(tmp_path: Path):
                                 catch_exceptions=False)
 
     line = _one_error_line(result)
-    # the pre-flight reads the node list as a --hosts argument (cli_preflight.py), and names it so
-    assert line.startswith("gpudiag: error: ") and "'n[3-4],n$(reboot)'" in line
+    assert line.startswith("gpudiag: error: $SLURM_JOB_NODELIST 'n[3-4],n$(reboot)' is not a valid Slurm node list")
     assert "'n$(reboot)' is not a valid host name" in line
+
+
+def test_a_job_node_list_that_names_a_file_here_is_read_as_node_names_never_as_the_file(tmp_path: Path, monkeypatch):
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 4, "name_format": "n{}", "faults": []}))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "n1").write_text("n2\nn3\nn4\n")  # a file that happens to bear the node's name
+    document = tmp_path / "out.json"
+
+    result = CliRunner().invoke(main, ["preflight", "--no-store", "-q", "--simulate", str(fleet), "--json",
+                                       str(document)], env={"SLURM_JOB_NODELIST": "n1", "SLURM_NODELIST": ""},
+                                catch_exceptions=False)
+
+    assert result.exit_code in (0, 3), result.output
+    assert [host["host"] for host in json.loads(document.read_text())["hosts"]] == ["n1"]
