@@ -15,7 +15,7 @@ import click
 
 from . import __version__, cli_preflight, cli_store, cli_triage
 from .bundle import BundleMissing, locate_bundle
-from .cli_options import output_limits, output_options, ssh_options
+from .cli_options import node_python_option, output_limits, output_options, ssh_options
 from .detail import COMPACT, DETAILS
 from .errors import GpudiagError, InputError, InstallationError
 from .exitcodes import ExitCode, decide_exit_code
@@ -105,8 +105,7 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("names", nargs=-1, metavar="[PROBE]...")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON lines instead of tables.")
 @probe_options
-@click.option("--python", "python", default=None, metavar="PATH",
-              help="Python interpreter that runs the probes (default: this one).")
+@node_python_option(None, "Python interpreter that runs the probes (default: this one).")
 @click.option("--pause", is_flag=True,
               help="A job paused for mitigation holds the GPUs: each GPU's probes sized to the memory it left, "
                    "in a process that sees that GPU alone; a GPU without room is skipped with the figures.")
@@ -167,8 +166,7 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--probes", "probe_list", default="", metavar="NAMES",
               help="Comma-separated probes to run on every host (default: all).")
 @probe_options
-@click.option("--python", "python", default="python3", show_default=True, metavar="PATH",
-              help="The nodes' Python interpreter (it needs torch for the GPU probes).")
+@node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--fanout", type=click.IntRange(min=1, max=4096), default=64, show_default=True,
               help="Hosts probed at once.")
 @click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True,

@@ -4,6 +4,7 @@ output-cap and judging options, and the hint under a table that left columns out
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import click
 
@@ -19,6 +20,20 @@ def store_option(function: click.decorators.FC) -> click.decorators.FC:
     """The ``--store PATH`` option (into the ``store_path`` parameter)."""
     return click.option("--store", "store_path", default=None, metavar="PATH",
                         help="SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db).")(function)
+
+
+def node_python_option(default: str | None, help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """The ``--python PATH`` option (into ``python``): the interpreter that runs the probe bundle.
+    A command name is looked up on the node's PATH; a relative path is taken from the current
+    folder here (the bundle runs from its own folder, where ``./python`` would name nothing)."""
+    return click.option("--python", "python", default=default, show_default=default is not None, metavar="PATH",
+                        callback=_absolute_path, help=help_text)
+
+
+def _absolute_path(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
+    if value is None or "/" not in value or os.path.isabs(value):
+        return value
+    return os.path.abspath(value)
 
 
 def ssh_options(function: click.decorators.FC) -> click.decorators.FC:

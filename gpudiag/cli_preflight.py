@@ -11,7 +11,7 @@ from typing import TextIO
 
 import click
 
-from .cli_options import judging_options, output_limits, output_options, ssh_options
+from .cli_options import judging_options, node_python_option, output_limits, output_options, ssh_options
 from .detail import COMPACT, DETAILS
 from .errors import InputError, OutputError
 from .exitcodes import ExitCode
@@ -59,8 +59,7 @@ from .transport.ssh import SshSettings
               help="The scontrol command that drains, reads and resumes nodes; each call ends within what is left "
                    "of the budget (5 s at least for them all).")
 @click.option("--no-links", is_flag=True, help="No link screen between the nodes.")
-@click.option("--python", "python", default="python3", show_default=True, metavar="PATH",
-              help="The nodes' Python interpreter (it needs torch for the GPU probes).")
+@node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type.")
 @click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
               help="Most GPU memory one probe may take on one GPU, in MiB.")

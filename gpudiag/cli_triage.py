@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from .cli_options import judging_options, output_limits, output_options, ssh_options
+from .cli_options import judging_options, node_python_option, output_limits, output_options, ssh_options
 from .errors import InputError
 from .exitcodes import ExitCode
 from .interrupts import InterruptGate
@@ -37,8 +37,7 @@ from .triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
 @click.option("--sequential", is_flag=True, help="Load one GPU at a time instead of all at once.")
 @click.option("--deadline", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Overall deadline of the probes on the node (default: 600 s plus 4 x --duration).")
-@click.option("--python", "python", default="python3", show_default=True, metavar="PATH",
-              help="The node's Python interpreter (it needs torch for the GPU probes).")
+@node_python_option("python3", "The node's Python interpreter (it needs torch for the GPU probes).")
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on the host (default: --deadline plus start-up).")
 @click.option("--store", "store_path", default=None, metavar="PATH",

@@ -88,3 +88,11 @@ def test_a_bundle_that_prints_garbage_is_an_error_not_a_pass(tmp_path: Path):
     result = CliRunner().invoke(main, ["probe", "--python", str(fake_python)])
     assert result.exit_code == 3
     assert "localhost line 1: not a JSON record" in result.output
+
+
+def test_a_relative_python_path_is_taken_from_the_current_folder_not_the_bundles(tmp_path: Path, monkeypatch):
+    (tmp_path / "py").symlink_to(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["probe", "--json", "--python", "./py", "facts"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.splitlines()[0])["status"] == "ok"
