@@ -267,6 +267,14 @@ class SrunCommand:
             raise outcome
         return outcome
 
+    def send_line(self, text: str) -> None:
+        """Write ``text`` and a newline to the command's stdin (through srun's). Raises ValueError
+        for a line break in ``text``, TransportError when the stdin is closed (the step ended)."""
+        try:
+            self._srun.write_line(text)
+        except OSError as error:
+            raise TransportError(f"{self._node}: could not write to the command's stdin: {error}") from error
+
     def cancel(self) -> None:
         """Close its stdin and end the step (from any thread; returns at once)."""
         self._srun.close_stdin()
@@ -440,14 +448,12 @@ def slurm_connector(hosts: Sequence[HostSpec], ssh: SshOptions, settings: SshSet
     host's address as Slurm has it (NodeAddr, for the pair tests), and the sweep's fan-out: every
     host at once (up to MAX_STEP_HOSTS), so one phase is one srun step (srun does the fan-out).
     ``fallback`` ``ssh`` reaches the hosts srun cannot over SSH, resolved as ``--launcher ssh``
-    does. ``output``: the caps on each node's output (default: the SSH settings' own, else
-    OutputLimits()). Raises InputError for an unknown fallback or a missing srun."""
+    does. ``output``: the caps on each node's output (default: the SSH settings' own). Raises InputError for an unknown fallback or a missing srun."""
     if fallback not in FALLBACKS:
         raise InputError(f"--launcher-fallback {fallback!r}: expected one of {', '.join(FALLBACKS)}")
     over_ssh: FleetConnector | None = None
     if fallback == "ssh":
         over_ssh = FleetConnector(resolve_all([host for host in hosts if not host.is_local], ssh), ssh, settings)
-    # SshSettings.output is the sweep's setting once the SSH transport carries it; until then the default
-    limits = output or getattr(settings, "output", None) or OutputLimits()
+    limits = output or settings.output
     slurm = SlurmConnector.for_hosts(hosts, SrunOptions(bundle_dir=bundle_dir, output=limits), environ, over_ssh)
     return SessionPool(slurm), slurm.addresses, max(fanout, min(len(hosts), MAX_STEP_HOSTS))

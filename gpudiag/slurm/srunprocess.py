@@ -78,6 +78,18 @@ class SrunProcess:
             reader.join(READER_JOIN_S)
         return StepEnd(self._process.returncode, self._output.srun_lines(), killed, time.monotonic() - self._started)
 
+    def write_line(self, text: str) -> None:
+        """Write ``text`` and a newline to srun's stdin (srun forwards it to the command). Raises
+        ValueError for a line break in ``text``, OSError when the stdin is closed or srun is gone."""
+        if "\n" in text or "\r" in text:
+            raise ValueError("one line only: the text holds a line break")
+        with self._stdin_lock:
+            stdin = self._process.stdin
+            if stdin is None or stdin.closed:
+                raise BrokenPipeError("srun's stdin is closed")
+            stdin.write((text + "\n").encode())
+            stdin.flush()
+
     def close_stdin(self) -> None:
         """Close srun's stdin (the started command sees EOF); a no-op when it has none."""
         with self._stdin_lock:  # finish and cancel may close it from two threads at once

@@ -28,6 +28,7 @@ from gpudiag.bundle import locate_bundle
 from gpudiag.slurm.launcher import StepLauncher
 from gpudiag.slurm.staging import bundle_folder_name
 from gpudiag.slurm.step import SrunOptions
+from gpudiag.transport import TransportError
 
 pytestmark = requires_slurm
 
@@ -220,10 +221,31 @@ def test_a_started_command_sees_no_eof_until_it_is_finished(clean_slurm_cluster:
     assert not cancelled.running()
 
 
+LINE_ECHO = """\
+import sys
+print("ready", flush=True)
+print("got " + sys.stdin.readline().strip(), flush=True)
+"""
+
+
+def test_a_line_sent_to_a_started_command_reaches_it_through_srun(clean_slurm_cluster: SlurmCluster, tmp_path: Path):
+    launcher = StepLauncher(SrunOptions(immediate_s=30), in_allocation=False)
+    command = launcher.start("n1", [sys.executable, "-c", LINE_ECHO], 60.0, str(tmp_path))
+    assert command.first_line(60.0) == "ready"
+    command.send_line("a secret the command line never shows")
+    result = command.finish(30.0)
+    assert result.stdout.splitlines() == ["ready", "got a secret the command line never shows"]
+    with pytest.raises(ValueError):
+        command.send_line("two\nlines")
+    with pytest.raises(TransportError):  # the step has ended: its stdin is closed
+        command.send_line("too late")
+
+
 CONTROLLER = """\
 import sys, time
 from gpudiag.slurm.launcher import StepLauncher
 from gpudiag.slurm.step import SrunOptions
+from gpudiag.transport import TransportError
 command = StepLauncher(SrunOptions(immediate_s=30), in_allocation=False).start(
     "n4", [sys.executable, "-c", sys.argv[1], sys.argv[2]], 120.0, sys.argv[3])
 print(command.first_line(60.0), flush=True)
