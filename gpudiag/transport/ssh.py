@@ -29,6 +29,7 @@ from .bounded import BoundedOutput, OutputLimits, TailBuffer
 from .jump import BastionPool, HopResolver, JumpResolver, Sock, close_transport, route_to
 from .knownhosts import KnownHosts
 from .proxy import ProxyCommands, ProxyCommandSocket
+from .remotefolder import UnsafeFolder, check_bundle_folder
 
 # The remote shell reports the PID that ``exec timeout`` keeps, so that Ctrl-C can end it.
 _PID_PREFIX = "gpudiag-pid="
@@ -176,6 +177,9 @@ class SshSession:
         try:
             with self._sftp() as sftp:
                 self._bundle_dir = _ship_bundle(sftp, bundle)
+        except UnsafeFolder as unsafe:
+            raise BundleShipError(f"{self._label}: the probe bundle will not run from there: {unsafe}; remove it "
+                                  f"(or make it the remote user's, mode 0700) and run again") from unsafe
         except TimeoutError as error:
             raise BundleCopyTimeout(f"{self._label}: the node's SFTP server did not answer for {timeout_s:g} s "
                                     f"while the probe bundle was copied (a hung home file system?); check "
@@ -478,14 +482,20 @@ def _tcp_connect(host: ResolvedHost) -> socket.socket:
 def _ship_bundle(sftp: paramiko.SFTPClient, bundle: Bundle) -> str:
     """Upload into a staging folder of its own and rename it into place, so a half-copied bundle is
     never used. Hosts that share a home (NFS) race to rename: the loser removes its staging folder
-    and uses the winner's. Returns the absolute remote folder. Raises OSError (staging removed),
-    TimeoutError at once when the server stops answering (nothing more can be done over it)."""
+    and uses the winner's. Returns the absolute remote folder. Raises UnsafeFolder when the cache
+    folders, or a bundle folder found there, are not only the remote user's (gpudiag.transport.
+    remotefolder), OSError (staging removed), TimeoutError at once when the server stops
+    answering (nothing more can be done over it)."""
     name = f"bundle-{bundle.content_hash[:16]}"
     home = sftp.normalize(".")
     final = f"{home}/{_BUNDLE_CACHE}/{name}"
+    cache = tuple(f"{home}/{'/'.join(_BUNDLE_CACHE.split('/')[:depth])}"
+                  for depth in range(1, _BUNDLE_CACHE.count("/") + 2))
     if _exists(sftp, f"{final}/.complete"):
+        check_bundle_folder(sftp, home, cache, final)  # a folder of that name is not ours by its name
         return final
     _makedirs(sftp, f"{home}/{_BUNDLE_CACHE}")
+    check_bundle_folder(sftp, home, cache, None)
     staging = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
     try:
         _upload(sftp, bundle, staging)
@@ -497,6 +507,7 @@ def _ship_bundle(sftp: paramiko.SFTPClient, bundle: Bundle) -> str:
         _remove_tree(sftp, staging)
         if not won_by_another:
             raise  # not a lost race with another host or sweep: a real failure (disk full, ...)
+        check_bundle_folder(sftp, home, (), final)
     return final
 
 
