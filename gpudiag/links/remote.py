@@ -121,7 +121,6 @@ class RemotePairRunner:
         self._options = options
         self._lock = threading.Lock()
         self._running: set[RunningCommand] = set()
-        self._secret_on_command_line: set[str] = set()
 
     def run_pair(self, a: str, b: str) -> list[LinkResult]:
         """One result per rail of a–b, client on ``a``, server on ``b`` (see the module)."""
@@ -189,27 +188,13 @@ class RemotePairRunner:
     def _start(self, host: str, session: Session, command_line: Callable[[str], list[str]],
                secret: str) -> RunningCommand:
         """Start a pair command on ``host`` with the test's secret on its stdin (``--token -``):
-        never on its command line, which every user of the node can read. A transport whose
-        started commands cannot be written to (no ``send_line``: the srun launcher's, as yet)
-        gets it on the command line instead; that is learnt once per host."""
-        limit_s = self._options.deadline_s + STARTUP_S
-        if host not in self._secret_on_command_line:
-            command = session.start(command_line(STDIN), limit_s)
-            send_line = getattr(command, "send_line", None)
-            if send_line is not None:
-                try:
-                    send_line(secret)
-                except TransportError:
-                    pass  # it ended already: what it printed, or that it had no secret, says why
-                return command
-            command.cancel()
-            try:
-                command.finish(SERVER_END_AFTER_FAILURE_S)
-            except TransportError:
-                pass  # ended before it started (an srun step cancelled at once): nothing of it is wanted
-            with self._lock:
-                self._secret_on_command_line.add(host)
-        return session.start(command_line(secret), limit_s)
+        never on its command line, which every user of the node can read."""
+        command = session.start(command_line(STDIN), self._options.deadline_s + STARTUP_S)
+        try:
+            command.send_line(secret)
+        except TransportError:
+            pass  # it ended already: what it printed, or that it had no secret, says why
+        return command
 
     def _run_client(self, host: str, session: Session, command_line: Callable[[str], list[str]],
                     secret: str) -> CommandResult:

@@ -146,34 +146,25 @@ def test_mutated_client_records_are_never_an_exception_and_never_an_impossible_f
             assert path != ["params", "direction"] or value == records[which]["params"]["direction"]
 
 
-class _Mute(_Replay):
-    """A started command that cannot be written to (a transport without ``send_line``)."""
-
-    send_line = None  # type: ignore[assignment]
-
-
-class _MuteSession(_Session):
+class _RecordingSession(_Session):
     def __init__(self, first: str | None, stdout: str = "") -> None:
         super().__init__(first, stdout)
         self.argvs: list[list[str]] = []
 
     def start(self, argv: Sequence[str], timeout_s: float) -> _Replay:
         self.argvs.append(list(argv))
-        command = _Mute(self.first, self.stdout)
-        self.started.append(command)
-        return command
+        return super().start(argv, timeout_s)
 
 
-def test_the_secret_goes_on_stdin_and_on_the_command_line_only_where_stdin_cannot_be_written():
-    sessions = {"node01": _Session(None, _records(_both())), "node02": _MuteSession(json.dumps(LISTENING))}
+def test_the_secret_goes_on_both_ends_stdin_never_on_a_command_line():
+    sessions = {"node01": _RecordingSession(None, _records(_both())),
+                "node02": _RecordingSession(json.dumps(LISTENING))}
     runner = RemotePairRunner(sessions.get, {"node01": "10.0.0.1", "node02": "10.0.0.2"},
                               PairTestOptions(backend="tcp"))
-    for _ in range(2):
-        (result,) = runner.run_pair("node01", "node02")
-        assert result.gbps == 9.41
-    client = sessions["node01"].started[0]
-    assert len(client.sent) == 64  # node01's client read it on stdin
-    tokens = [argv[argv.index("--token") + 1] for argv in sessions["node02"].argvs]
-    # node02's transport cannot write stdin: learnt once (the first start ended), then on its command line
-    assert tokens[0] == "-" and len(tokens) == 3 and all(len(token) == 64 for token in tokens[1:])
-    assert sessions["node02"].started[0].cancelled
+    (result,) = runner.run_pair("node01", "node02")
+    assert result.gbps == 9.41
+    (client,), (server,) = sessions["node01"].started, sessions["node02"].started
+    assert len(client.sent) == 64 and server.sent == client.sent  # one secret, on both ends' stdin
+    for session in sessions.values():
+        (argv,) = session.argvs
+        assert argv[argv.index("--token") + 1] == "-" and client.sent not in " ".join(argv)
