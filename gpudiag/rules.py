@@ -53,9 +53,11 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "ecc": (RESET_GPU, "drain the node and reset the GPU to apply pending row remaps; replace it if "
                        "uncorrectable errors persist"),
     "ecc_remap_failed": (DRAIN, "a row remap failed: drain the node and replace (RMA) the GPU"),
-    "slow_node": (INSPECT, "check the host: CPU frequency governor, other processes, memory and NUMA placement"),
-    "starved_node": (INSPECT, "the host is starved (load, usable CPUs or free memory): find what else runs "
-                              "there and the cgroup/CPU limits before it takes a job"),
+    # A confirmed host-side slowdown costs every job on the node: it is kept out until checked.
+    "slow_node": (DRAIN, "drain the node and check the host: CPU frequency governor, other processes, memory and "
+                         "NUMA placement"),
+    "starved_node": (DRAIN, "the host is starved (load, usable CPUs or free memory): drain it, and find what else "
+                            "runs there and the cgroup/CPU limits before it takes a job"),
     "missing_gpu": (REBOOT, "a GPU is missing (fallen off the bus): drain the node and reboot it; reseat or "
                             "replace the GPU if it does not come back (check the kernel log for Xid 79)"),
     "slow_link": (INSPECT, "one GPU pair is slow while both GPUs are fine with every other partner: check the "

@@ -92,15 +92,25 @@ def _not_checked(finding: Finding) -> bool:
     return finding.kind == "link_error" and finding.peer is None
 
 
+def _excluded_ends(finding: Finding) -> tuple[str, ...]:
+    """The hosts a finding keeps out of the job: its host, and for a pair that fails while it
+    cannot say which end is at fault (a slow link), the peer too: the job must not get the pair,
+    and neither end is blamed (nor drained) for it."""
+    if finding.peer is not None and finding.severity == FAIL:
+        return (finding.host, finding.peer)
+    return (finding.host,)
+
+
 def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], findings: Sequence[Finding],
                hosts: Sequence[Mapping[str, Any]]) -> Impact:
     """A synchronous job runs at its slowest GPU's GEMM pace, against the reference that judges
     it (the fleet's level, or the baseline or SKU figure where the whole fleet fell below it):
-    the slowdown on all hosts, and what keeping out the hosts with fail findings or no check
-    recovers."""
+    the slowdown on all hosts, and what keeping out the hosts with fail findings (both ends of a
+    failing pair) or no check recovers."""
     names = {h["host"] for h in hosts}
-    exclude = tuple(sorted({f.host for f in findings if f.host in names and f.kind not in NOT_EXCLUDING
-                            and (f.severity == FAIL or _not_checked(f))}))
+    exclude = tuple(sorted({host for f in findings if f.kind not in NOT_EXCLUDING
+                            and (f.severity == FAIL or _not_checked(f))
+                            for host in _excluded_ends(f) if host in names}))
     expected = {key: key_refs.expected() for key, key_refs in refs.items()}
     ratios = [(m.value / expected[m.key].value, m) for m in found if m.probe == "gemm" and m.key in expected]
     if not ratios:

@@ -44,7 +44,11 @@ def test_the_simulated_sweep_names_every_fault_and_nothing_else(demo_sweep):
 def test_job_impact_and_the_exclude_file(demo_sweep):
     impact = demo_sweep["document"]["impact"]
     assert impact["slowest"]["host"] == "node012" and 25 < impact["slowdown_pct"] < 35
-    expected = ["node004", "node012", "node017", "node021", "node030", "node033", "node040", "node050", "node051"]
+    # both ends of the slow link (node009 and its partner): the job must not get the pair, and neither is blamed
+    link = next(f for f in demo_sweep["document"]["findings"] if f["kind"] == "slow_link")
+    assert {link["host"], link["peer"]} == {"node004", "node009"}
+    expected = ["node004", "node009", "node012", "node017", "node021", "node030", "node033", "node040", "node050",
+                "node051"]
     assert impact["exclude"] == expected
     assert demo_sweep["exclude"].read_text().split() == expected
     assert impact["recovered_pct"] > 20

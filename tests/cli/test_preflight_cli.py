@@ -369,3 +369,17 @@ def test_a_node_printing_one_endless_line_is_cut_at_the_output_cap_and_inconclus
     summary = _lines(result)[-1]
     assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ") and "probe_error" in summary
     assert "the cap: 2 MiB of output, 64 KiB a line" in summary, summary
+
+
+def test_a_confirmed_slow_node_is_drained_and_a_slow_link_drains_neither_end(tmp_path):
+    # a host-side slowdown on every GPU of n3 costs every job there: drained until checked; the
+    # link n1-n2 is slow while neither end can be blamed: both are kept out of the job, neither drained
+    fleet = _fleet(tmp_path, {"kind": "slow_node", "host": "n3", "factor": 0.7},
+                   {"kind": "slow_link", "a": "n1", "b": "n2", "factor": 0.5}, nodes=8)
+    exclude = tmp_path / "exclude.txt"
+    result = _preflight("--simulate", str(fleet), "--exclude-file", str(exclude))
+    assert result.exit_code == 1, result.output
+    would = [line for line in _lines(result) if line.startswith("would run: ")]
+    assert len(would) == 1 and would[0].startswith("would run: scontrol update NodeName=n3 State=DRAIN "
+                                                   "'Reason=gpudiag: gemm: slow_node"), would
+    assert exclude.read_text().split() == ["n1", "n2", "n3"]
