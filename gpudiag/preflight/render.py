@@ -71,7 +71,9 @@ def summary_line(run: PreflightRun, output_errors: Sequence[str] = ()) -> str:
     elif code == ExitCode.INTERRUPTED:
         parts = [f"{PREFIX}: interrupted, exit 130, {timing}", "Nothing drained"]
     elif code == ExitCode.FAIL:
-        failed = list(fail_findings_by_host(document["findings"]))
+        # a failing pair names both its ends (neither is blamed alone)
+        failed = [name for host, mine in fail_findings_by_host(document["findings"]).items()
+                  for name in (host, *(str(f["peer"]) for f in mine if f.get("peer")))]
         reasons = [_finding_text(f) for f in document["findings"] if f["severity"] == "fail"]
         parts = [f"{PREFIX}: FAIL {_hosts(failed)}, exit 1, {timing}: {_reasons(reasons)}", _drain_state(run)]
     else:

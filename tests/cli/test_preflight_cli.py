@@ -383,3 +383,4 @@ def test_a_confirmed_slow_node_is_drained_and_a_slow_link_drains_neither_end(tmp
     assert len(would) == 1 and would[0].startswith("would run: scontrol update NodeName=n3 State=DRAIN "
                                                    "'Reason=gpudiag: gemm: slow_node"), would
     assert exclude.read_text().split() == ["n1", "n2", "n3"]
+    assert _lines(result)[-1].startswith("gpudiag preflight: FAIL n[1-3], exit 1, ")  # the pair's both ends
