@@ -48,6 +48,7 @@ from sshd_hosts import (
     TestHost,
     generate_ed25519_key,
     known_hosts_text,
+    process_ids_matching,
     ssh_config_block,
     sshd_config_text,
     sshd_unavailable_reason,
@@ -480,7 +481,7 @@ class NetnsFleet:
 
     def _launch_sshd(self, host: NetnsHost, client_key_line: str) -> None:
         host.sshd.authorized_keys_path.write_text(client_key_line + "\n")
-        host.sshd.config_path.write_text(sshd_config_text(host.sshd, self.log_level))
+        host.sshd.config_path.write_text(sshd_config_text(host.sshd, self.log_level, self.prefix))
         self._resources.sshd_hosts.append(host.sshd)
         host.sshd.start()
 
@@ -573,6 +574,10 @@ class NetnsFleet:
     def process_ids(self) -> set[int]:
         """Every live process in the fleet's namespaces (sshd listeners, sessions, commands)."""
         return set().union(*(namespace_pids(namespace) for namespace in self.namespaces()))
+
+    def processes_matching(self, pattern: str) -> set[int]:
+        """The live processes in the fleet's namespaces whose command line matches ``pattern``."""
+        return process_ids_matching(pattern, self.process_ids())
 
 
 def _sends_ssh_banner(address: str, port: int, timeout_s: float = 1.0) -> bool:

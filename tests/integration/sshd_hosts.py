@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -86,11 +87,37 @@ def _all_pids() -> list[int]:
     return [int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()]
 
 
-def process_ids_matching(pattern: str) -> set[int]:
-    """Live processes other than this one whose command line (arguments joined by spaces) matches the
-    regular expression ``pattern`` (``re.search``)."""
-    regex, found = re.compile(pattern), set()
+# sshd puts this variable into the environment of every session of a fleet (sshd_config SetEnv), and
+# what a session starts keeps it, orphans too: a test finds the processes of its own fleet by it,
+# never by a name that another test run on this machine may share.
+SESSION_MARKER = "GPUDIAG_TEST_SESSIONS"
+
+
+def marked_pids(value: str) -> set[int]:
+    """Live processes whose environment holds ``SESSION_MARKER=value``: started by a session of
+    the fleet marked ``value``, or by a process a test ran with ``marked_environment(value)``."""
+    wanted = f"{SESSION_MARKER}={value}".encode()
+    found = set()
     for pid in _all_pids():
+        try:
+            if wanted in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found.add(pid)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return found
+
+
+def marked_environment(value: str) -> dict[str, str]:
+    """This process's environment with the marker ``value``: what a test's subprocess (and every
+    process it starts, such as a ProxyCommand) runs with so that ``marked_pids`` finds them."""
+    return {**os.environ, SESSION_MARKER: value}
+
+
+def process_ids_matching(pattern: str, pids: Iterable[int]) -> set[int]:
+    """Of ``pids``, the live processes other than this one whose command line (arguments joined by
+    spaces) matches the regular expression ``pattern`` (``re.search``)."""
+    regex, found = re.compile(pattern), set()
+    for pid in pids:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
         except (FileNotFoundError, ProcessLookupError):
@@ -101,15 +128,21 @@ def process_ids_matching(pattern: str) -> set[int]:
     return found
 
 
-def interrupt_in_second_link_round(process: subprocess.Popen[str], first_round_pairs: int,
+class FleetProcesses(Protocol):
+    """A fleet of test hosts that finds the processes its hosts run (SshdFleet, NetnsFleet)."""
+
+    def processes_matching(self, pattern: str) -> set[int]: ...
+
+
+def interrupt_in_second_link_round(process: subprocess.Popen[str], fleet: FleetProcesses, first_round_pairs: int,
                                    timeout_s: float = 90.0) -> tuple[int, str, float]:
-    """Wait until ``process`` (a ``gpudiag sweep --links full``) has started more pair servers than round 1
-    has pairs — round 2 is under way — then send it SIGINT. Returns (its exit status, its stderr, the seconds
-    it took to end after the signal). Fails if round 2 never starts."""
+    """Wait until ``process`` (a ``gpudiag sweep --links full`` of ``fleet``) has started more pair servers on
+    the fleet's hosts than round 1 has pairs — round 2 is under way — then send it SIGINT. Returns (its exit
+    status, its stderr, the seconds it took to end after the signal). Fails if round 2 never starts."""
     servers: set[int] = set()
     deadline = time.monotonic() + timeout_s
     while len(servers) <= first_round_pairs and time.monotonic() < deadline and process.poll() is None:
-        servers |= process_ids_matching(r"^\S*python\S* -m probes net-server")
+        servers |= fleet.processes_matching(r"^\S*python\S* -m probes net-server")
         time.sleep(0.05)
     assert len(servers) > first_round_pairs, "round 2 never started"
     time.sleep(0.3)
@@ -117,11 +150,6 @@ def interrupt_in_second_link_round(process: subprocess.Popen[str], first_round_p
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     return process.returncode, stderr, time.monotonic() - signalled
-
-
-def process_count_matching(pattern: str) -> int:
-    """How many processes ``process_ids_matching(pattern)`` finds."""
-    return len(process_ids_matching(pattern))
 
 
 def descendant_pids(roots: Iterable[int]) -> set[int]:
@@ -308,11 +336,13 @@ def wait_listening(hosts: list[TestHost], timeout_s: float) -> None:
             time.sleep(0.005)
 
 
-def sshd_config_text(host: TestHost, log_level: str) -> str:
+def sshd_config_text(host: TestHost, log_level: str, marker: str) -> str:
     """The sshd_config of ``host``: its endpoint, host key and authorized_keys; public-key logins only
-    (root included); sshd's ``LogLevel`` ``log_level``."""
+    (root included); sshd's ``LogLevel`` ``log_level``; ``SESSION_MARKER=marker`` in every session's
+    environment."""
     return f"""\
 ListenAddress {host.address}:{host.port}
+SetEnv {SESSION_MARKER}={marker}
 HostKey {host.host_key_path}
 PidFile {host.host_key_path.parent / "sshd.pid"}
 AuthorizedKeysFile {host.authorized_keys_path}
@@ -353,6 +383,7 @@ class SshdFleet:
         self.user = pwd.getpwuid(os.geteuid()).pw_name
         self.hosts: list[TestHost] = []
         self.directory: Path | None = None
+        self.marker = uuid.uuid4().hex  # in every session's environment (SESSION_MARKER)
 
     def __enter__(self) -> SshdFleet:
         return self.start()
@@ -412,7 +443,7 @@ class SshdFleet:
         host = TestHost(name, address, _free_port(address), host_key_path, host_key_line,
                         directory / "authorized_keys", directory / "sshd.log")
         host.authorized_keys_path.write_text(client_key_line + "\n")
-        host.config_path.write_text(sshd_config_text(host, self.log_level))
+        host.config_path.write_text(sshd_config_text(host, self.log_level, self.marker))
         host.start()
         return host
 
@@ -427,6 +458,11 @@ class SshdFleet:
         """The running listeners and every connection, session and command process under them."""
         listeners = {host.process.pid for host in self.hosts if host.process and host.process.poll() is None}
         return listeners | descendant_pids(listeners)
+
+    def processes_matching(self, pattern: str) -> set[int]:
+        """The live processes a session of this fleet started (an orphan too: it keeps the fleet's
+        marker) whose command line matches ``pattern``."""
+        return process_ids_matching(pattern, marked_pids(self.marker))
 
     def unused_endpoint(self) -> tuple[str, int]:
         """(address, port) just past the fleet's addresses where nothing listens: connecting is refused."""

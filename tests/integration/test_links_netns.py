@@ -138,7 +138,7 @@ def test_ctrl_c_during_a_link_round_writes_the_partial_document_exits_130_and_le
     files = _files(fleet, tmp_path)
     process = subprocess.Popen([sys.executable, "-m", "gpudiag", *_argv(files, "full")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    code, stderr, seconds = interrupt_in_second_link_round(process, first_round_pairs=3)  # 6-host round robin
+    code, stderr, seconds = interrupt_in_second_link_round(process, fleet, first_round_pairs=3)  # 6-host round robin
     assert code == 130, stderr
     assert seconds < 20
     document = json.loads(files["json"].read_text())

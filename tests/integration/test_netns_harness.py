@@ -5,6 +5,7 @@ the namespaces. Skips where network namespaces cannot be made (no root, no CAP_N
 from __future__ import annotations
 
 import json
+import secrets
 import select
 import shutil
 import subprocess
@@ -48,8 +49,9 @@ def _pair_test(fleet: NetnsFleet, client: str, server: str, deadline_s: float = 
     """Run a tcp pair test from host ``client`` to host ``server`` over the data network: (the client's
     records by direction, the client's seconds)."""
     data_address = fleet.host(server).data_address
+    secret = secrets.token_hex(32)  # the pair test's secret, which both ends prove to each other
     served = fleet.run_in(server, [sys.executable, "-m", "probes", "net-server", "--backend", "tcp", "--bind",
-                                   data_address, "--deadline", f"{deadline_s:g}"],
+                                   data_address, "--token", secret, "--deadline", f"{deadline_s:g}"],
                           cwd=BUNDLE_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert served.stdout is not None
     assert select.select([served.stdout], [], [], 10)[0], "net-server printed no listening line in 10 s"
@@ -58,7 +60,7 @@ def _pair_test(fleet: NetnsFleet, client: str, server: str, deadline_s: float = 
     started = time.monotonic()
     measured = fleet.run_in(client, [sys.executable, "-m", "probes", "net-client", "--backend", "tcp", "--connect",
                                      f"{data_address}:{listening['port']}", "--duration", "1.5", "--streams", "2",
-                                     "--deadline", f"{deadline_s:g}"],
+                                     "--token", secret, "--deadline", f"{deadline_s:g}"],
                             cwd=BUNDLE_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = measured.communicate(timeout=deadline_s + 10)
     seconds = time.monotonic() - started

@@ -16,16 +16,19 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from sshd_hosts import (
+    SESSION_MARKER,
     SshdFleet,
     TestHost,
     descendant_pids,
     generate_ed25519_key,
+    marked_pids,
     pid_is_running,
     process_ids_matching,
     sshd_config_text,
@@ -86,9 +89,21 @@ def _logins(host: TestHost) -> int:
     return host.log_path.read_text(errors="replace").count("Accepted publickey")
 
 
+@pytest.fixture(autouse=True)
+def _marked(monkeypatch) -> None:
+    """Every process this test's controller starts (a ProxyCommand, an orphan too) carries a marker
+    of its own in its environment, by which ``_local_pids`` finds it and no other test run's."""
+    monkeypatch.setenv(SESSION_MARKER, uuid.uuid4().hex)
+
+
+def _local_pids(pattern: str) -> set[int]:
+    """This test's controller-side processes (ProxyCommands) whose command line matches ``pattern``."""
+    return process_ids_matching(pattern, marked_pids(os.environ[SESSION_MARKER]))
+
+
 def _nc_pids(fleet: SshdFleet) -> set[int]:
     ports = "|".join(str(host.port) for host in fleet.hosts)
-    return process_ids_matching(rf"^nc 127\.0\.1\.\d+ ({ports})$")
+    return _local_pids(rf"^nc 127\.0\.1\.\d+ ({ports})$")
 
 
 # --- ProxyCommand ----------------------------------------------------------------------------------
@@ -111,7 +126,7 @@ def test_a_proxy_command_carries_the_connection_with_its_tokens_expanded(make_ss
     assert calls.read_text() == f"{node02.address} {node02.port} {fleet.user} node02 100%\n"
     assert _forwarded_to(node01, node03)  # ssh -W through node01
     assert _forwarded_to(node01, node04)
-    assert not _nc_pids(fleet) and not process_ids_matching(rf"ssh -F \S+ -W {node03.address}")
+    assert not _nc_pids(fleet) and not _local_pids(rf"ssh -F \S+ -W {node03.address}")
 
 
 def test_a_failing_proxy_command_is_that_hosts_status_with_its_own_words(make_sshd_fleet, tmp_path: Path):
@@ -168,7 +183,7 @@ def test_ctrl_c_ends_the_remote_probes_through_the_proxy_and_then_the_proxy(make
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
-        while len(process_ids_matching(f"^sleep {nap}$")) < 2 and time.monotonic() < deadline:
+        while len(fleet.processes_matching(f"^sleep {nap}$")) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(_nc_pids(fleet)) == 2
         os.killpg(process.pid, signal.SIGINT)
@@ -181,7 +196,7 @@ def test_ctrl_c_ends_the_remote_probes_through_the_proxy_and_then_the_proxy(make
     statuses = {host["host"]: host["status"] for host in json.loads(paths["json"].read_text())["hosts"]}
     assert statuses == {"node01": "interrupted", "node02": "interrupted"}
     # the probes were ended on the nodes (over the proxied connections), and no proxy was left behind
-    assert not process_ids_matching(f"^sleep {nap}$")
+    assert not fleet.processes_matching(f"^sleep {nap}$")
     assert not _nc_pids(fleet)
 
 
@@ -228,7 +243,7 @@ def ipv6_jump_host(make_sshd_fleet) -> Iterator[tuple[SshdFleet, TestHost]]:
     host = TestHost("v6", "[::1]", port, folder / "ssh_host_ed25519_key", key_line, folder / "authorized_keys",
                     folder / "sshd.log")
     host.authorized_keys_path.write_text(Path(f"{fleet.client_key_path}.pub").read_text())
-    host.config_path.write_text(sshd_config_text(host, "DEBUG1"))
+    host.config_path.write_text(sshd_config_text(host, "DEBUG1", fleet.marker))
     host.start()
     try:
         _wait_for_port(("::1", port), 10.0)

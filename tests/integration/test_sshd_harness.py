@@ -5,11 +5,12 @@ The fixtures fail a test whose fleet leaves any process running after its stop.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import socket
 import subprocess
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,7 +21,6 @@ from sshd_hosts import (
     SshdFleet,
     TestHost,
     pid_is_running,
-    process_ids_matching,
 )
 
 SSH = "/usr/bin/ssh"
@@ -126,18 +126,19 @@ def test_a_jump_through_the_bastion_is_forwarded_by_it(make_sshd_fleet: MakeSshd
 def test_stopping_the_fleet_ends_every_process_it_started(make_sshd_fleet: MakeSshdFleet, tmp_path: Path) -> None:
     fleet = make_sshd_fleet(2)
     directory = fleet.directory
-    command = f"sleep 3171.{uuid.uuid4().int % 10**6:06d}"  # unique: other test runs may share this machine
+    command = "sleep 3171"
     with _connect(fleet, fleet.host("node02"), fleet.write_known_hosts(tmp_path / "known_hosts")) as client:
         client.exec_command(command)  # an open session with a command still running
         deadline = time.monotonic() + 10
-        while not process_ids_matching(f"^{command}$") and time.monotonic() < deadline:
+        while not fleet.processes_matching(f"^{command}$") and time.monotonic() < deadline:
             time.sleep(0.02)
         fleet_pids = fleet.process_ids()
         listener_pids = {host.process.pid for host in fleet.hosts}
-        assert listener_pids < fleet_pids and process_ids_matching(f"^{command}$") <= fleet_pids
+        sessions = fleet.processes_matching(f"^{command}$")  # found by the fleet's marker, not by name
+        assert len(sessions) == 1 and listener_pids < fleet_pids and sessions <= fleet_pids
         fleet.stop()
     assert not [pid for pid in fleet_pids if pid_is_running(pid)]
-    assert not process_ids_matching(f"^{command}$")
+    assert not fleet.processes_matching(f"^{command}$")
     assert directory is not None and not directory.exists()
 
 
@@ -159,3 +160,19 @@ def test_a_fleet_starts_quickly_and_every_host_answers(make_sshd_fleet: MakeSshd
     started = time.monotonic()
     fleet.stop()
     print(f"{count} sshd hosts stopped in {time.monotonic() - started:.2f} s")
+
+
+def test_a_process_a_session_left_behind_is_still_found_as_the_fleets(make_sshd_fleet: MakeSshdFleet,
+                                                                      tmp_path: Path) -> None:
+    """An orphan (its session gone, its parent now init) is no descendant of the fleet's sshd any
+    more; the marker sshd put into its environment still names it the fleet's, and no other's."""
+    fleet, other = make_sshd_fleet(1), make_sshd_fleet(1, first_address="127.0.2.1")
+    with _connect(fleet, fleet.hosts[0], fleet.write_known_hosts(tmp_path / "known_hosts")) as client:
+        assert _run(client, "nohup sleep 3172 >/dev/null 2>&1 & echo started") == "started"
+    deadline = time.monotonic() + 10
+    while not fleet.processes_matching("^sleep 3172$") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (orphan,) = fleet.processes_matching("^sleep 3172$")
+    assert orphan not in fleet.process_ids()  # out of the fleet's process tree
+    assert not other.processes_matching("^sleep 3172$")
+    os.kill(orphan, signal.SIGKILL)

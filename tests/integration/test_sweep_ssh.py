@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from sshd_hosts import SshdFleet, interrupt_in_second_link_round, process_count_matching
+from sshd_hosts import SshdFleet, interrupt_in_second_link_round
 
 from gpudiag.bundle import locate_bundle
 from gpudiag.cli import main
@@ -57,7 +57,7 @@ def test_one_connection_per_host_serves_the_node_probes_and_every_link_round(mak
     # node probes, the address lookup and three rounds of pair tests: one login per host
     assert {name: _logins(fleet, name) - logins_before[name] for name in fleet.host_names()} == dict.fromkeys(
         fleet.host_names(), 1)
-    assert process_count_matching(r"probes net-(server|client)") == 0
+    assert not fleet.processes_matching(r"probes net-(server|client)")
 
 
 def _logins(fleet: SshdFleet, name: str) -> int:
@@ -140,7 +140,7 @@ def test_a_hung_probe_times_out_and_leaves_no_process_on_the_host(sshd_fleet: Ss
     assert code == 3, output
     assert _statuses(document) == {"node01": "timeout", "node02": "timeout"}
     time.sleep(1.0)
-    assert process_count_matching(marker) == 0
+    assert not sshd_fleet.processes_matching(marker)
 
 
 def test_a_stray_line_keeps_the_host_ok_but_only_garbage_is_a_probe_error(sshd_fleet: SshdFleet, tmp_path: Path):
@@ -192,7 +192,7 @@ def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet
          "--probes", "facts", "--json", str(paths["json"]), "-q", "--store", str(tmp_path / "gpudiag.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while (process_count_matching(f"^sleep {nap}$") == 0 or len(list(done.iterdir())) < 2) \
+    while (not sshd_fleet.processes_matching(f"^sleep {nap}$") or len(list(done.iterdir())) < 2) \
             and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(0.5)  # the quick hosts' results travel back
@@ -206,7 +206,7 @@ def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet
         stored = store.load_document(document["sweep_id"])
     assert _statuses(stored) == _statuses(document)
     time.sleep(1.0)
-    assert process_count_matching(f"^sleep {nap}$") == 0  # the hung probe was ended on its host
+    assert not sshd_fleet.processes_matching(f"^sleep {nap}$")  # the hung probe was ended on its host
 
 
 def test_ctrl_c_during_a_link_round_keeps_the_pairs_that_finished_and_ends_every_pair_process(
@@ -219,7 +219,7 @@ def test_ctrl_c_during_a_link_round_keeps_the_pairs_that_finished_and_ends_every
          "--probes", "facts", "--links", "full", "--net-backend", "tcp", "--net-duration", "1.5",
          "--json", str(paths["json"]), "-q", "--store", str(tmp_path / "gpudiag.db")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    code, stderr, seconds = interrupt_in_second_link_round(process, first_round_pairs=2)  # 4-host round robin
+    code, stderr, seconds = interrupt_in_second_link_round(process, fleet, first_round_pairs=2)  # 4-host round robin
     assert code == 130, stderr
     assert seconds < 20
     document = json.loads(paths["json"].read_text())
@@ -228,7 +228,7 @@ def test_ctrl_c_during_a_link_round_keeps_the_pairs_that_finished_and_ends_every
     assert len(document["links"]) >= 2 and all(link["value"] > 0 for link in document["links"])
     assert not [f for f in document["findings"] if f["kind"] in ("link_error", "slow_nic", "slow_link")]
     time.sleep(1.0)
-    assert process_count_matching(r"probes net-(server|client)") == 0
+    assert not fleet.processes_matching(r"probes net-(server|client)")
 
 
 def test_hosts_without_a_data_address_are_left_out_of_the_rounds_and_said_to_be_unchecked(
@@ -265,6 +265,6 @@ def test_an_interface_lookup_that_hangs_ends_within_the_budget(make_sshd_fleet, 
     assert left_out == set(fleet.host_names()), document["findings"]
     assert not document["links"] and code == 3
     deadline = time.monotonic() + 15  # the node's own timeout ends it (TERM, KILL 5 s later)
-    while process_count_matching(r"^sleep 301$") and time.monotonic() < deadline:
+    while fleet.processes_matching(r"^sleep 301$") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert process_count_matching(r"^sleep 301$") == 0
+    assert not fleet.processes_matching(r"^sleep 301$")
