@@ -30,7 +30,6 @@ the store is checked.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import socket
 import subprocess
@@ -54,24 +53,26 @@ from .net import (
     LinkParams,
     NetOptions,
     Output,
-    ProtocolError,
     bandwidth_record,
     connect,
     describe_failure,
-    expect_choice,
-    expect_int,
-    expect_number,
-    expect_numbers,
-    expect_str,
     join_host_port,
     link_failure,
     no_client_reason,
     open_listener,
     start_lifeline,
     start_watchdog,
-    strict_json,
 )
-from .net_auth import PairSecret, canonical, expect_nonce, new_nonce
+from .net_auth import PairSecret, expect_nonce, new_nonce
+from .net_messages import (
+    ProtocolError,
+    expect_choice,
+    expect_int,
+    expect_number,
+    expect_numbers,
+    expect_str,
+)
+from .net_nccl_store import proved, put_json, put_proved, release_barriers, wait_json, wait_key
 from .records import SKIPPED
 from .runner import EXIT_DEADLINE, EXIT_OK
 from .topology import Rail, discover_rails, interface_for_address, local_address_towards, read_ethernet_speed_gbps
@@ -82,7 +83,6 @@ MIN_MESSAGE_BYTES = NCCL_MIN_BYTES
 WARMUP_TRANSFERS = 5
 TARGET_SAMPLE_S = 0.025
 MIN_SAMPLES = 5
-POLL_S = 0.005
 # How long a worker may outlive its peer's reported failure before it is ended.
 PEER_FAILURE_GRACE_S = 1.0
 SIDES = ("server", "client")
@@ -159,55 +159,6 @@ def nccl_environment(rail: Rail, *, collective: str, allow_socket: bool, interfa
     if "CUDA_DEVICE_ORDER" not in inherited:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
-
-
-# --- the store ---------------------------------------------------------------------------------
-
-def wait_key(store: Any, key: str, deadline: Deadline, limit_s: float | None = None) -> None:
-    """Poll until ``key`` is in the store. Raises TimeoutError at ``deadline`` (or after ``limit_s`` seconds)."""
-    until = deadline if limit_s is None else deadline.sooner(limit_s)
-    while not store.check([key]):
-        if until.expired():
-            raise TimeoutError(f"no {key!r} in the store in time")
-        time.sleep(POLL_S)
-
-
-def wait_json(store: Any, key: str, deadline: Deadline, limit_s: float | None = None) -> dict[str, Any]:
-    """The JSON object stored under ``key``, polling until it appears. Raises TimeoutError
-    at ``deadline`` (or after ``limit_s`` seconds), ProtocolError for what is no JSON object."""
-    wait_key(store, key, deadline, limit_s)
-    value = strict_json(store.get(key))
-    if not isinstance(value, dict):
-        raise ProtocolError(f"{key!r} in the store is not a JSON object")
-    return value
-
-
-def put_json(store: Any, key: str, value: Mapping[str, Any]) -> None:
-    store.set(key, json.dumps(value, allow_nan=False))
-
-
-def put_proved(store: Any, key: str, value: Mapping[str, Any], secret: PairSecret, label: str, *parts: object) -> None:
-    """Store ``value`` with a ``proof`` of ``secret`` over ``label``, ``parts`` and its own fields."""
-    put_json(store, key, {**value, "proof": secret.proof(label, *parts, canonical(value))})
-
-
-def proved(value: Mapping[str, Any], secret: PairSecret, label: str, *parts: object) -> dict[str, Any]:
-    """``value`` without its proof, when the proof is ``secret``'s (see put_proved). Raises ProtocolError."""
-    fields = {key: item for key, item in value.items() if key != "proof"}
-    if not secret.verify(value.get("proof"), label, *parts, canonical(fields)):
-        raise ProtocolError(f"no proof of the pair secret ({label})")
-    return fields
-
-
-def go_key(direction: str, side: str, rail: int) -> str:
-    return f"go/{direction}/{side}/{rail}"
-
-
-def release_barriers(store: Any, side: str, rail: int, directions: Sequence[str]) -> None:
-    """Mark a rail's worker as arrived at every start barrier, so that a worker that died or was
-    ended does not hold the other rails back."""
-    for direction in directions:
-        store.set(go_key(direction, side, rail), "1")
 
 
 # --- parents: server and client ----------------------------------------------------------------

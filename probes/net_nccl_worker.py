@@ -22,32 +22,28 @@ from typing import Any
 
 from .context import Deadline
 from .devices import import_torch
-from .net import bits_gbps, expect_int, split_host_port
+from .net import bits_gbps, split_host_port
 from .net_auth import PairSecret, SecretError
+from .net_messages import expect_int
 from .net_nccl import (
     MAX_TRANSFERS,
     MIB,
     MIN_SAMPLES,
-    POLL_S,
     SECRET_ENV,
     SIDES,
     TARGET_SAMPLE_S,
     TORCH_ERRORS,
     WARMUP_TRANSFERS,
     first_line,
-    go_key,
-    put_json,
-    put_proved,
-    release_barriers,
-    wait_json,
 )
+from .net_nccl_store import POLL_S, go_key, put_json, put_proved, release_barriers, wait_json
 from .runner import EXIT_DEADLINE, EXIT_OK
 
 
 def run_rail(torch: ModuleType, store: Any, arguments: argparse.Namespace, deadline: Deadline,
              finished: list[str], secret: PairSecret) -> None:
     """Join this rail's two-rank group and run each direction; the receiver stores its figures,
-    proved with ``secret`` (net_nccl.proved reads them)."""
+    proved with ``secret`` (net_nccl_store.proved reads them)."""
     dist = torch.distributed
     rank = SIDES.index(arguments.side)
     if arguments.collective == "nccl":

@@ -39,18 +39,12 @@ from .net import (
     LinkParams,
     NetOptions,
     Output,
-    ProtocolError,
     bandwidth_record,
     bits_gbps,
     bound_address,
     bounded,
     connect,
     describe_failure,
-    expect_choice,
-    expect_int,
-    expect_number,
-    expect_numbers,
-    expect_str,
     join_host_port,
     link_failure,
     no_client_reason,
@@ -59,6 +53,7 @@ from .net import (
     start_watchdog,
 )
 from .net_auth import HANDSHAKE_S, MAX_STREAM_GREETING, Handshake, PairSecret, accept_client, client_handshake
+from .net_messages import ProtocolError, expect_choice, expect_int, expect_number, expect_numbers, expect_str
 from .runner import EXIT_DEADLINE, EXIT_OK
 from .topology import interface_for_address, read_ethernet_speed_gbps
 
