@@ -29,7 +29,6 @@ host's ``ConfigProblem``. ``proxy_command_line`` checks again what it expands.
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import os
 import re
 import shutil
@@ -44,6 +43,14 @@ from paramiko.config import SSHConfig
 from .errors import InputError
 from .fdlimit import children_at_once
 from .hosts import FIX_HOST_NAME, FIX_USER_NAME, HostSpec, host_name_problem, user_name_problem
+from .transport.sshpaths import (
+    DEFAULT_GLOBAL_KNOWN_HOSTS_FILES,
+    expand_home,
+    global_known_hosts_files,
+    home_directory,
+    known_hosts_files,
+    local_user,
+)
 
 SSH_G_TIMEOUT_S = 10.0
 RESOLVE_WORKERS = 16
@@ -51,8 +58,6 @@ DEFAULT_PORT = 22
 # What the fallback tries without any IdentityFile: the key types paramiko can load, in ssh's order
 # of preference among them.
 DEFAULT_IDENTITY_FILES = ("~/.ssh/id_ed25519", "~/.ssh/id_ecdsa", "~/.ssh/id_rsa")
-DEFAULT_KNOWN_HOSTS_FILES = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
-DEFAULT_GLOBAL_KNOWN_HOSTS_FILES = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 USER_CONFIG_FILE = "~/.ssh/config"
 SYSTEM_CONFIG_FILE = "/etc/ssh/ssh_config"
 FIX_CONFIG = "correct the ssh config file"
@@ -420,9 +425,9 @@ def _raw_from_ssh_g(values: Mapping[str, Sequence[str]], spec: HostSpec, options
     return _RawConfig(hostname=hostname, user=user, port=port, identity_files=identities, proxy_jump=jump,
                       proxy_command=None if jump else _none_is_none(first("proxycommand")),
                       connect_timeout=None if timeout in (None, "none") else timeout,
-                      known_hosts_files=_known_hosts(known_hosts.split() if known_hosts else None),
+                      known_hosts_files=known_hosts_files(known_hosts.split() if known_hosts else None),
                       strict_host_key_checking=_strict(first("stricthostkeychecking")),
-                      global_known_hosts_files=_global_known_hosts(first("globalknownhostsfile")),
+                      global_known_hosts_files=global_known_hosts_files(first("globalknownhostsfile")),
                       known_hosts_command=_none_is_none(first("knownhostscommand")))
 
 
@@ -513,10 +518,10 @@ def _lookup_paramiko(spec: HostSpec, options: SshOptions) -> _RawConfig:
     return _RawConfig(hostname=hostname, user=user, port=port, identity_files=from_config + defaults,
                       proxy_jump=jump, proxy_command=None if jump else _none_is_none(found.get("proxycommand")),
                       connect_timeout=found.get("connecttimeout"),
-                      known_hosts_files=_known_hosts(
+                      known_hosts_files=known_hosts_files(
                           [_expand_tokens(path, tokens) for path in known_hosts.split()] if known_hosts else None),
                       strict_host_key_checking=_strict(found.get("stricthostkeychecking")),
-                      global_known_hosts_files=_global_known_hosts(found.get("globalknownhostsfile")),
+                      global_known_hosts_files=global_known_hosts_files(found.get("globalknownhostsfile")),
                       known_hosts_command=_none_is_none(found.get("knownhostscommand")))
 
 
@@ -558,68 +563,9 @@ def _read_paramiko_config(options: SshOptions) -> paramiko.SSHConfig:
 # --- values shared by both sources ----------------------------------------------------------------
 
 
-def local_user() -> str:
-    """The local account name as ssh takes it: from the password database, not from $USER."""
-    try:
-        import pwd
-    except ImportError:  # not POSIX: no password database to ask
-        return getpass.getuser()
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:  # a uid without a passwd entry, as in some containers
-        return getpass.getuser()
-
-
-def home_directory() -> str:
-    """The local user's home as ssh takes it: the password database's, not ``$HOME`` (which sudo,
-    cron and batch systems often set to something else); ``$HOME`` only for a uid without an entry."""
-    try:
-        import pwd
-    except ImportError:  # not POSIX: no password database to ask
-        return os.path.expanduser("~")
-    try:
-        return pwd.getpwuid(os.getuid()).pw_dir
-    except KeyError:  # a uid without a passwd entry, as in some containers
-        return os.path.expanduser("~")
-
-
-def expand_home(path: str) -> str:
-    """``~`` and ``~/...`` as ``home_directory()``, ``~name/...`` as that user's home (as ssh does);
-    a path without a leading ``~``, or naming an unknown user, comes back unchanged."""
-    if not path.startswith("~"):
-        return path
-    name, slash, rest = path[1:].partition("/")
-    if not name:
-        return home_directory() + slash + rest
-    try:
-        import pwd
-
-        return pwd.getpwnam(name).pw_dir + slash + rest
-    except (ImportError, KeyError):
-        return path
-
-
 def _none_is_none(value: str | None) -> str | None:
     """A command-like setting (ProxyJump, ProxyCommand, KnownHostsCommand): None where unset or ``none``."""
     return None if value is None or value.lower() == "none" else value
-
-
-def _known_hosts(paths: Sequence[str] | None) -> tuple[str, ...]:
-    if paths is None:
-        return tuple(expand_home(path) for path in DEFAULT_KNOWN_HOSTS_FILES)
-    if [path.lower() for path in paths] == ["none"]:
-        return ()
-    return tuple(expand_home(path) for path in paths)
-
-
-def _global_known_hosts(value: str | None) -> tuple[str, ...]:
-    """GlobalKnownHostsFile's files: ssh expands ``~`` in them, and no token."""
-    if value is None:
-        return DEFAULT_GLOBAL_KNOWN_HOSTS_FILES
-    paths = value.split()
-    if [path.lower() for path in paths] == ["none"]:
-        return ()
-    return tuple(expand_home(path) for path in paths)
 
 
 def _strict(value: str | None) -> str:

@@ -448,7 +448,8 @@ def slurm_connector(hosts: Sequence[HostSpec], ssh: SshOptions, settings: SshSet
     host's address as Slurm has it (NodeAddr, for the pair tests), and the sweep's fan-out: every
     host at once (up to MAX_STEP_HOSTS), so one phase is one srun step (srun does the fan-out).
     ``fallback`` ``ssh`` reaches the hosts srun cannot over SSH, resolved as ``--launcher ssh``
-    does. ``output``: the caps on each node's output (default: the SSH settings' own). Raises InputError for an unknown fallback or a missing srun."""
+    does. ``output``: the caps on each node's output (default: the SSH settings' own). Raises
+    InputError for an unknown fallback or a missing srun."""
     if fallback not in FALLBACKS:
         raise InputError(f"--launcher-fallback {fallback!r}: expected one of {', '.join(FALLBACKS)}")
     over_ssh: FleetConnector | None = None
