@@ -14,13 +14,12 @@ never a figure. The node side of the protocol is probes/net.py (its ``PROTOCOL``
 from __future__ import annotations
 
 import ipaddress
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..schema.fields import FieldError, Kind, ListOf, Number, Shape, Text
+from ..schema.jsonin import loads as strict_loads
 from ..schema.text import one_line
 from .groups import BACKENDS
 
@@ -130,7 +129,7 @@ def parse_event(line: str | None) -> dict[str, Any]:
     if len(line.encode(errors="replace")) > MAX_EVENT_BYTES:
         raise PairProtocolError(f"a line longer than {MAX_EVENT_BYTES} bytes")
     try:
-        value = json.loads(line, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value = strict_loads(line)
     except (ValueError, RecursionError):
         raise PairProtocolError(f"not a JSON line: {plain_text(line, 120)!r}") from None
     if not isinstance(value, dict):
@@ -186,13 +185,4 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} is beyond a float's range")
-    return value
 

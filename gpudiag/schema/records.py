@@ -17,11 +17,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from .fields import FieldError, shown
+from .jsonin import DECODER
 from .tables import METRICS, RECORD_FIELDS, details_shape, params_shape
 
 # What an absent field of a record means (the others are null).
@@ -36,23 +36,12 @@ class RecordTypeError(ValueError):
     expected and what was there."""
 
 
-class NotJson(ValueError):
-    """A record that holds a token JSON does not have (NaN, Infinity, -Infinity)."""
-
-
-def _refuse_constant(token: str) -> Any:
-    raise NotJson(f"{token} is no JSON number (a record holds finite numbers only)")
-
-
-# Python's json reads NaN and Infinity by default; a record never holds them.
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-
-
 def decode_record(text: str) -> tuple[Any, int]:
     """The JSON value at the start of ``text`` and where it ends. Raises json.JSONDecodeError
-    for text that breaks off or is no JSON, NotJson for NaN or Infinity, ValueError for a number
+    for text that breaks off or is no JSON, NotJson for NaN, Infinity or a float past its range,
+    ValueError for a number
     Python will not read (an integer thousands of digits long)."""
-    return _DECODER.raw_decode(text)
+    return DECODER.raw_decode(text)
 
 
 def check_record(data: Any, where: str) -> dict[str, Any]:
