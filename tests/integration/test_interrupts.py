@@ -90,7 +90,9 @@ def test_interrupts_during_the_node_probes_and_again_while_it_writes_still_write
         tmp_path: Path, signum: int):
     store = tmp_path / "gpudiag.db"
     sweep = _Sweep(tmp_path, store)
-    time.sleep(2.0)  # the node probes are under way (they take several seconds here)
+    # the node probes are under way (they take several seconds here), and so gpudiag's own handling
+    # of the signal: a signal while Python itself still starts would test nothing of gpudiag's
+    sweep.wait_for(" hosts done ")
     sweep.signal_until_writing(signum, interval_s=0.05)
     assert sweep.finish() == 130, sweep.lines[-8:]
     document = json.loads(sweep.json.read_text())
