@@ -5,10 +5,10 @@ this test itself, speaking the protocol (probes/net_auth.py) with or without the
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import queue
+import re
 import secrets
 import signal
 import socket
@@ -17,11 +17,12 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sshd_hosts import descendant_pids
+from sshd_hosts import marked_environment, marked_pids, process_ids_matching
 
 from probes.context import Deadline
 from probes.net import PROTOCOL, Channel
@@ -74,22 +75,14 @@ print(rule)
 '''
 
 
-# The tests' own processes outlive a parent that dies (a worker of a killed server) as children of this
-# process rather than of init, so they are found as its descendants (PR_SET_CHILD_SUBREAPER).
-ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
+# Every process a test of this module starts (a probe, a rail worker it starts, a tool) carries this
+# marker in its environment, orphans too: found by it, never by a name another test run may share.
+MARKER = uuid.uuid4().hex
 
 
 def own_processes(text: str) -> list[int]:
-    """This test process's live descendants whose command line contains ``text``."""
-    found = []
-    for pid in descendant_pids([os.getpid()]):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in command:
-            found.append(pid)
-    return found
+    """This module's live processes (marked) whose command line contains ``text``."""
+    return sorted(process_ids_matching(re.escape(text), marked_pids(MARKER)))
 
 
 class Probe:
@@ -100,7 +93,7 @@ class Probe:
         self.process = subprocess.Popen([sys.executable, "-m", "probes", *args], cwd=BUNDLE_ROOT, text=True,
                                         stdin=subprocess.DEVNULL if stdin is None else stdin,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        env={**os.environ, **(env or {})})
+                                        env={**marked_environment(MARKER), **(env or {})})
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[dict] = []
         threading.Thread(target=self._read, daemon=True).start()
