@@ -339,10 +339,13 @@ def wait_listening(hosts: list[TestHost], timeout_s: float) -> None:
 def sshd_config_text(host: TestHost, log_level: str, marker: str) -> str:
     """The sshd_config of ``host``: its endpoint, host key and authorized_keys; public-key logins only
     (root included); sshd's ``LogLevel`` ``log_level``; ``SESSION_MARKER=marker`` in every session's
-    environment."""
+    environment. Sessions run the login user's shell, which reads its ~/.bashrc: where that runs
+    ``pyenv init`` (as this machine's root does), each session's ``pyenv rehash`` takes a lock, and
+    a session a test killed in the middle leaves it behind, making every later session wait 60 s
+    for it; ``PYENV_REHASH_TIMEOUT=0`` makes it give up at once instead."""
     return f"""\
 ListenAddress {host.address}:{host.port}
-SetEnv {SESSION_MARKER}={marker}
+SetEnv {SESSION_MARKER}={marker} PYENV_REHASH_TIMEOUT=0
 HostKey {host.host_key_path}
 PidFile {host.host_key_path.parent / "sshd.pid"}
 AuthorizedKeysFile {host.authorized_keys_path}
