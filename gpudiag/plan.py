@@ -265,10 +265,19 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     if setup.store is not None and not interrupted:  # an interrupted sweep says so itself (gate)
         progress.phase(f"storing the sweep in {setup.store.path}")
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
-                                 comparison=analysis.comparison_counts(), links=links,
+                                 comparison=_comparison(analysis, link_run), links=links,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted,
                                  warnings=(*setup.notes, *first.warnings, *budget_notes))
     return _finish(setup.store, result, gate)
+
+
+def _comparison(analysis: Analysis, link_run: LinkRun | None) -> dict[str, int]:
+    """How many results were compared with a reference and how many had none: the node records',
+    and the measured pairs' of the link phase."""
+    counts = analysis.comparison_counts()
+    for reference in link_run.attribution.references if link_run is not None else ():
+        counts["results_compared" if reference.compared else "results_not_compared"] += reference.pairs
+    return counts
 
 
 def _first_pass(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate,

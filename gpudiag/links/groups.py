@@ -221,6 +221,7 @@ class GroupReference:
     shifted: bool = False
     baseline: GroupBaseline | None = None
     baseline_shifted: bool = False
+    members: tuple[str, ...] = ()  # the hosts of its pairs, sorted
 
     @property
     def reference_gbps(self) -> float | None:
@@ -401,9 +402,10 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]],
     for pair, values in runs.items():
         for host in pair:
             best[host] = max(best.get(host, 0.0), mean_gbps(values))
-    floor = None if group.line_rate_gbps is None else group.line_rate_gbps * thresholds.line_rate_efficiency_pct / 100
+    floor = line_rate_floor(group, thresholds)
+    members = tuple(sorted(best))
     if len(best) < thresholds.min_hosts:
-        return GroupReference(group, len(best), len(means), None, None, floor, baseline=baseline)
+        return GroupReference(group, len(best), len(means), None, None, floor, baseline=baseline, members=members)
     # A host's best pair is healthy unless its own NIC (or every partner's) is slow: if even the
     # best figures sit below the floor, the whole group is below its line rate.
     best_level = fleet_reference(sorted(best.values()), len(best), thresholds.mad_floor_pct).value
@@ -413,7 +415,22 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]],
     # The fleet level itself materially below the baseline: a regression the fabric shares.
     below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
     return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,
-                          below_baseline)
+                          below_baseline, members)
+
+
+# Backends whose figures reach a port's line rate on a healthy link (RDMA, NCCL over IB or RoCE).
+# Plain TCP does not (a few streams through the kernel reach 60 % of a 10 GbE line, and much less of
+# a 100-400 Gb/s one): its links are judged against their fleet and baseline, never the line rate.
+LINE_RATE_BACKENDS = ("perftest", "nccl")
+
+
+def line_rate_floor(group: LinkGroup, thresholds: LinkThresholds) -> float | None:
+    """The lowest figure a healthy link of ``group`` reaches (Gb/s): ``line_rate_efficiency_pct`` of
+    its line rate, for a backend that reaches line rate; None where the line rate is unknown or the
+    backend cannot reach it (tcp)."""
+    if group.line_rate_gbps is None or group.backend not in LINE_RATE_BACKENDS:
+        return None
+    return group.line_rate_gbps * thresholds.line_rate_efficiency_pct / 100
 
 
 def mean_gbps(values: Iterable[float]) -> float:

@@ -14,9 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import BASIS_ERROR_RECORD, BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
+from ..findings import BASIS_COMPARISON, BASIS_ERROR_RECORD, BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
+from ..hosts import fold_hosts
 from ..rules import action
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
+from .groups import GroupReference
 from .schedule import Pair, pair_key
 
 UNIT = "Gbit/s"
@@ -39,6 +41,7 @@ def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list
     findings += [_host_error(e) for e in attribution.host_errors]
     findings += [_error(e) for e in attribution.errors if not alone & {e.a, e.b}]
     findings += [_shift(s, fail_deficit_pct) for s in attribution.shifts]
+    findings += [_not_compared(r) for r in attribution.references if not r.compared and r.pairs]
     return _fold_rails(findings)
 
 
@@ -105,6 +108,22 @@ def _host_error(error: HostLinkError) -> Finding:
     verb, detail = action("host_link_error", WARN)
     return Finding(kind="link_error", severity=WARN, host=error.host, basis=BASIS_ERROR_RECORD,
                    evidence=error.evidence, action=verb, action_detail=detail)
+
+
+def _not_compared(reference: GroupReference) -> Finding:
+    """An ``unchecked`` warning for a group whose figures had nothing to be compared with: too few
+    hosts for a fleet level, no stored baseline, and no line rate its backend reaches. Measured is
+    not passed."""
+    group = reference.group
+    line = ("no line rate known" if group.line_rate_gbps is None
+            else f"a line rate of {group.line_rate_gbps:g} {UNIT} that {group.backend} does not reach")
+    evidence = (f"{group.describe()}: {reference.pairs} pair{'s' if reference.pairs != 1 else ''} between "
+                f"{reference.hosts} hosts measured, too few hosts to compare with the fleet, with no stored "
+                f"baseline and {line}: not compared, not passed")
+    verb, detail = action("unchecked", WARN)
+    return Finding(kind="unchecked", severity=WARN, host=fold_hosts(reference.members),
+                   metric=_metric(group.backend, group.rail), basis=BASIS_COMPARISON, evidence=evidence,
+                   action=verb, action_detail=detail)
 
 
 def _shift(shift: LinkShift, fail_deficit_pct: float) -> Finding:

@@ -52,7 +52,8 @@ def test_a_shrunken_gemm_is_judged_against_its_own_shape(tmp_path: Path):
     gemm = [r for h in document["hosts"] for r in h["results"] if r["probe"] == "gemm"]
     assert {r["params"]["m"] for r in gemm} == {2048}
     assert code == 0 and document["findings"] == []  # 2 hosts, no baseline: the SKU figure of 2048³ judges
-    assert document["summary"]["results_compared"] == 16
+    # 16 GEMM figures, and the one pair on its 8 rails (perftest: against its line rate)
+    assert document["summary"]["results_compared"] == 16 + 8
 
 
 def test_a_lost_gpu_and_a_missing_gpu_are_fail_findings(tmp_path: Path):
@@ -108,7 +109,8 @@ def test_a_two_node_job_with_a_slow_node_fails_with_or_without_a_baseline(tmp_pa
 
 def test_a_sweep_where_nothing_could_be_compared_says_so_and_exits_3(tmp_path: Path):
     # membw with a 128 MiB buffer (a tight --max-gpu-mem) has no SKU figure; 2 hosts, no baseline.
-    code, document, output = _sweep(_fleet(tmp_path, nodes=2), "--probes", "membw", "--max-gpu-mem", "300")
+    code, document, output = _sweep(_fleet(tmp_path, nodes=2), "--probes", "membw", "--max-gpu-mem", "300",
+                                    "--links", "none")
     assert code == 3
     assert document["summary"]["results_compared"] == 0 and document["summary"]["results_not_compared"] == 16
     (finding,) = document["findings"]

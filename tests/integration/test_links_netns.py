@@ -83,7 +83,9 @@ def test_a_port_capped_at_a_quarter_of_its_rate_is_that_hosts_slow_nic_and_nothi
     fleet.cap_host("node03", SLOW_MBIT)
     code, document, output = _sweep(_files(fleet, tmp_path))
     assert code == 1, output
-    (nic,) = _link_findings(document)
+    findings = _link_findings(document)
+    assert len(findings) == 1, json.dumps(findings, indent=1)
+    (nic,) = findings
     assert (nic["kind"], nic["host"], nic["severity"], nic["confirmed"]) == ("slow_nic", "node03", "fail", True)
     assert 70 <= nic["deficit_pct"] <= 80 and nic["unit"] == "Gbit/s"
     # a screen, then a confirm round that paired node03 with a third partner that passed elsewhere

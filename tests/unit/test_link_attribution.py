@@ -301,3 +301,39 @@ def test_link_thresholds_come_from_the_thresholds_file_and_an_override_reaches_t
     path = tmp_path / "t.json"
     path.write_text('{"schema": "gpudiag.thresholds/1", "link_deficit": {"value": 20, "unit": "percent"}}')
     assert link_thresholds(load_thresholds(str(path))).deficit_pct == 20.0
+
+
+# --- tcp is judged against its fleet and baseline, never against a line rate it cannot reach ----------
+
+
+def test_a_tcp_fabric_at_60_percent_of_its_line_rate_is_no_shift_when_its_fleet_is_level():
+    # a few TCP streams through the kernel reach ~60 % of a 10 GbE line: that is their healthy level
+    results = measure(full_rounds(names(8)), backend="tcp", rail=None, line=10.0, healthy=5.8)
+    attribution = attribute_links(results)
+    assert attribution.shifts == () == attribution.nics == attribution.links
+    assert all(reference.compared and reference.floor_gbps is None for reference in attribution.references)
+    assert link_findings(attribution, 15.0) == []
+
+
+def test_a_slow_tcp_nic_is_still_found_against_its_fleet():
+    hosts = names(8)
+    _, attribution = screen_and_confirm(hosts, nics={"node03": 0.5}, backend="tcp", rail=None, line=10.0,
+                                        healthy=5.8)
+    assert [(v.host, v.confirmed) for v in attribution.nics] == [("node03", True)]
+
+
+def test_a_perftest_fabric_below_its_line_rate_is_still_a_shift():
+    results = measure(full_rounds(names(8)), line=400.0, healthy=250.0)
+    attribution = attribute_links(results)
+    assert [shift.backend for shift in attribution.shifts] == ["perftest"]
+
+
+@pytest.mark.parametrize("line", [10.0, None], ids=["line-rate-known", "no-line-rate"])
+def test_tcp_pairs_with_nothing_to_compare_with_are_unchecked_never_passed(line):
+    # four hosts: too few for a fleet level (link_min_hosts), no baseline, and tcp reaches no line rate
+    results = measure(full_rounds(names(4)), backend="tcp", rail=None, line=line, healthy=5.8)
+    attribution = attribute_links(results)
+    (finding,) = link_findings(attribution, 15.0)
+    assert (finding.kind, finding.severity, finding.host, finding.basis) == (
+        "unchecked", "warn", "node[01-04]", "comparison")
+    assert "not compared, not passed" in finding.evidence and "6 pairs between 4 hosts" in finding.evidence
