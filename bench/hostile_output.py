@@ -10,7 +10,7 @@ run:
   host's ``timeout`` under ``--host-timeout`` (target: the host timeout, give or take seconds).
 
 Usage: python bench/hostile_output.py [--hosts 8] [--host-timeout 20]
-       python bench/hostile_output.py --smoke      (3 hosts: a minute or two)
+       python bench/hostile_output.py --smoke      (3 hosts, a 10 s host timeout: under a minute)
 """
 
 from __future__ import annotations
@@ -101,10 +101,13 @@ def _check(run: SweepRun, target: str, status: str, words: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=8, help="sshd hosts (default 8)")
-    parser.add_argument("--host-timeout", type=float, default=20.0, help="--host-timeout of every sweep (s)")
-    parser.add_argument("--smoke", action="store_true", help="3 hosts")
+    parser.add_argument("--host-timeout", type=float, default=None,
+                        help="--host-timeout of every sweep (s; default 20, 10 with --smoke)")
+    parser.add_argument("--smoke", action="store_true", help="3 hosts, a 10 s host timeout")
     arguments = parser.parse_args()
     count = 3 if arguments.smoke else arguments.hosts
+    if arguments.host_timeout is None:
+        arguments.host_timeout = 10.0 if arguments.smoke else 20.0
     print(f"hostile-output benchmark: {count} sshd hosts, {os.cpu_count()} CPUs, the facts probe, the controller "
           f"under a {DEFAULT_ADDRESS_SPACE / GIB:g} GiB address-space limit")
     with SshdFleet(count, log_level="ERROR") as fleet, tempfile.TemporaryDirectory() as folder:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from quick_node import quick_facts_python
 from sshd_hosts import SshdFleet
 
 HOSTS = 24
@@ -30,7 +31,14 @@ def fleet() -> SshdFleet:
         yield started
 
 
-def _sweep(fleet: SshdFleet, tmp_path: Path, soft: int, hard: int, *extra: str) -> tuple[int, dict, str]:
+@pytest.fixture(scope="module")
+def quick_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Hosts that answer the facts probe at once: this test is about descriptors (quick_node.py)."""
+    return quick_facts_python(tmp_path_factory.mktemp("quick-python"))
+
+
+def _sweep(fleet: SshdFleet, tmp_path: Path, python: str, soft: int, hard: int, *extra: str
+           ) -> tuple[int, dict, str]:
     known = fleet.write_known_hosts(tmp_path / "known_hosts")
     config = fleet.write_ssh_config(tmp_path / "ssh_config", known_hosts_path=known)
     hosts = fleet.write_hosts_file(tmp_path / "hosts")
@@ -43,7 +51,7 @@ def _sweep(fleet: SshdFleet, tmp_path: Path, soft: int, hard: int, *extra: str) 
 
     done = subprocess.run(
         [sys.executable, "-m", "gpudiag", "sweep", "--hosts", str(hosts), "--ssh-config", str(config),
-         "--known-hosts", str(known), "--python", sys.executable, "--probes", "facts", "--thresholds",
+         "--known-hosts", str(known), "--python", python, "--probes", "facts", "--thresholds",
          str(thresholds), "--no-store", "--json", str(out), "-q", *extra],
         capture_output=True, text=True, timeout=600, preexec_fn=limit, check=False)
     return done.returncode, json.loads(out.read_text()) if out.exists() else {}, done.stdout + done.stderr
@@ -55,11 +63,11 @@ def _logins(fleet: SshdFleet) -> dict[str, int]:
 
 
 def test_below_the_hosts_count_a_hard_limit_caps_the_fanout_and_every_host_is_still_reached(
-        fleet: SshdFleet, tmp_path: Path):
+        fleet: SshdFleet, quick_python: str, tmp_path: Path):
     before = _logins(fleet)
     # 32 descriptors: fewer than one per host on top of what the process holds anyway
-    code, document, output = _sweep(fleet, tmp_path, 32, 32, "--links", "screen", "--net-backend", "tcp",
-                                    "--net-duration", "0.2", "--net-streams", "1", "--net-address", "ssh")
+    code, document, output = _sweep(fleet, tmp_path, quick_python, 32, 32, "--links", "screen", "--net-backend",
+                                    "tcp", "--net-duration", "0.2", "--net-streams", "1", "--net-address", "ssh")
     assert code == 0, output[-3000:]
     assert {host["status"] for host in document["hosts"]} == {"ok"} and len(document["hosts"]) == HOSTS
     assert len([link for link in document["links"] if link["value"] is not None]) >= HOSTS
@@ -70,8 +78,8 @@ def test_below_the_hosts_count_a_hard_limit_caps_the_fanout_and_every_host_is_st
     assert min(logins.values()) >= 1 and max(logins.values()) >= 2
 
 
-def test_a_low_soft_limit_is_raised_to_what_the_sweep_needs(fleet: SshdFleet, tmp_path: Path):
-    code, document, output = _sweep(fleet, tmp_path, 32, 4096, "--links", "none")
+def test_a_low_soft_limit_is_raised_to_what_the_sweep_needs(fleet: SshdFleet, quick_python: str, tmp_path: Path):
+    code, document, output = _sweep(fleet, tmp_path, quick_python, 32, 4096, "--links", "none")
     assert code == 0, output[-3000:]
     assert {host["status"] for host in document["hosts"]} == {"ok"}
     (warning,) = document["warnings"]

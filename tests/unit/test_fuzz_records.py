@@ -36,7 +36,6 @@ HOSTILE_VALUES = st.one_of(
     st.lists(st.integers(), max_size=3),
     st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
 )
-MAX_EXAMPLES = 120
 # Fields some reader of the controller reads (grep gpudiag/ for details.get, params.get, facts.get):
 # half of the field changes pick one of these where the record has it.
 READ_FIELDS = frozenset({
@@ -213,8 +212,8 @@ def test_the_unmutated_fleet_finds_only_the_planted_slow_gpu(unmutated: fleet.Ou
     assert unmutated.result.exit_code == 1
 
 
-@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+# Its number of cases is the hypothesis profile's (tests/conftest.py: 40 in the suite, 550 thorough).
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_mutated_node_changes_only_its_own_verdict(cache: fleet.OutputCache, unmutated: fleet.Outputs,
