@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 from netns_hosts import NetnsFleet, netns_unavailable_reason  # noqa: E402
+from quick_node import quick_facts_python  # noqa: E402
 
 LINE_RATE_MBIT = 200
 SLOW_MBIT = 50
@@ -36,8 +37,8 @@ NODE_THRESHOLDS = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 10
                    '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 
 
-def sweep(fleet: NetnsFleet, folder: Path, links: str, duration_s: float) -> tuple[float, dict]:
-    """Wall seconds of one ``gpudiag sweep`` and its document."""
+def sweep(fleet: NetnsFleet, folder: Path, links: str, duration_s: float, python: str) -> tuple[float, dict]:
+    """Wall seconds of one ``gpudiag sweep`` and its document; ``python`` is the nodes' Python."""
     known = fleet.write_known_hosts(folder / "known_hosts")
     thresholds = folder / "thresholds.json"
     thresholds.write_text(NODE_THRESHOLDS)
@@ -45,7 +46,7 @@ def sweep(fleet: NetnsFleet, folder: Path, links: str, duration_s: float) -> tup
     argv = [sys.executable, "-m", "gpudiag", "sweep", "--hosts", str(fleet.write_hosts_file(folder / "hosts",
                                                                                              data_field=True)),
             "--ssh-config", str(fleet.write_ssh_config(folder / "ssh_config", known)), "--known-hosts", str(known),
-            "--python", sys.executable, "--probes", "facts", "--thresholds", str(thresholds), "--no-store",
+            "--python", python, "--probes", "facts", "--thresholds", str(thresholds), "--no-store",
             "--json", str(out), "-q", "--links", links, "--net-backend", "tcp", "--net-duration", f"{duration_s:g}",
             "--net-streams", "2", "--net-line-rate", f"{LINE_RATE_MBIT / 1000:g}", "--net-address", "field"]
     if links == "screen":
@@ -64,7 +65,7 @@ def named(document: dict) -> str:
     return ", ".join(found) or "none"
 
 
-def run(count: int, duration_s: float) -> None:
+def run(count: int, duration_s: float, keep: Path | None = None) -> None:
     slow_nic = "node03"
     slow_pair = ("node05", "node06") if count >= 6 else ("node01", "node02")
     with NetnsFleet(count) as fleet, tempfile.TemporaryDirectory(prefix="gpudiag-bench-") as folder:
@@ -74,12 +75,17 @@ def run(count: int, duration_s: float) -> None:
         print(f"{count} hosts in network namespaces, tcp pair tests of {duration_s:g} s each way, 2 streams; "
               f"links at {LINE_RATE_MBIT} Mbit/s, planted: slow_nic {slow_nic}, slow_link {'–'.join(slow_pair)} "
               f"({SLOW_MBIT} Mbit/s)")
-        base, _ = sweep(fleet, Path(folder), "none", duration_s)
+        # the facts probe answered at once (tests/integration/quick_node.py): the link phase is measured
+        python = quick_facts_python(Path(folder))
+        base, _ = sweep(fleet, Path(folder), "none", duration_s, python)
         print(f"{'links':>7}  {'wall s':>7}  {'link phase s':>12}  {'pair tests':>10}  {'phases':<22}  link findings")
         print(f"{'none':>7}  {base:7.1f}  {'-':>12}  {'-':>10}  {'-':<22}  -")
         walls = {}
         for mode in ("screen", "full"):
-            wall, document = sweep(fleet, Path(folder), mode, duration_s)
+            wall, document = sweep(fleet, Path(folder), mode, duration_s, python)
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / f"{mode}.json").write_text(json.dumps(document, indent=1))
             walls[mode] = wall - base
             phases: dict[str, int] = {}
             for link in document["links"]:
@@ -96,14 +102,15 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=8, help="hosts in the fleet (default 8)")
     parser.add_argument("--duration", type=float, default=1.0, help="seconds of each pair test direction")
     parser.add_argument("--smoke", action="store_true", help="4 hosts, 0.3 s tests: seconds")
+    parser.add_argument("--keep", type=Path, help="write each sweep's JSON document to this folder")
     args = parser.parse_args()
     reason = netns_unavailable_reason()
     if reason is not None:
         raise SystemExit(f"links_netns: {reason}")
     if args.smoke:
-        run(4, 0.3)
+        run(4, 0.3, args.keep)
     else:
-        run(args.hosts, args.duration)
+        run(args.hosts, args.duration, args.keep)
 
 
 if __name__ == "__main__":

@@ -367,7 +367,10 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
         addresses, missing = _data_addresses(request, setup, hosts, setup.connector, deadline)
         hosts = [host for host in hosts if host in addresses]
         runner = RemotePairRunner(setup.connector.session, addresses, request.pair)
-    run = run_links(hosts, mode, runner, link_thresholds(setup.thresholds), parallel=setup.pairs_at_once,
+    thresholds = link_thresholds(setup.thresholds)
+    if request.pair.line_rate_gbps is not None:  # the operator's figure of what a link delivers: tcp reaches it
+        thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
+    run = run_links(hosts, mode, runner, thresholds, parallel=setup.pairs_at_once,
                     stride=request.screen_stride or 1, baseline=setup.baseline, deadline=deadline)
     return run, missing
 

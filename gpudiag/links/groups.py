@@ -28,6 +28,12 @@ UNIT = "Gb/s"
 FLEET, BASELINE, LINE_RATE = "fleet", "baseline", "line_rate"
 
 
+# Backends whose figures reach a port's line rate on a healthy link (RDMA, NCCL over IB or RoCE).
+# Plain TCP does not (a few streams through the kernel reach 60 % of a 10 GbE line, and much less of
+# a 100-400 Gb/s one): its links are judged against their fleet and baseline, not a NIC's speed.
+LINE_RATE_BACKENDS = ("perftest", "nccl")
+
+
 @dataclass(frozen=True)
 class LinkThresholds:
     """When a pair is slow and when a verdict is settled.
@@ -38,7 +44,9 @@ class LinkThresholds:
     MAD, at least ``mad_floor_pct`` (percent) of its level. A fleet level needs ``min_hosts``
     distinct hosts in the group; with fewer, only the line rate judges. A slow NIC is confirmed
     once it is slow with ``confirm_partners`` partners that are known good (a healthy pair
-    elsewhere shows their NIC good).
+    elsewhere shows their NIC good). The line rate judges the backends of ``floor_backends``
+    only: those that reach it (LINE_RATE_BACKENDS), and tcp too where the line rate is the
+    operator's own figure of what a link delivers (``--net-line-rate``: a rate-limited overlay).
     """
 
     deficit_pct: float = 10.0
@@ -47,6 +55,7 @@ class LinkThresholds:
     mad_floor_pct: float = 1.0
     min_hosts: int = 6
     confirm_partners: int = 3
+    floor_backends: tuple[str, ...] = LINE_RATE_BACKENDS
 
     def __post_init__(self) -> None:
         if not 0 < self.deficit_pct < 100:
@@ -418,17 +427,11 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]],
                           below_baseline, members)
 
 
-# Backends whose figures reach a port's line rate on a healthy link (RDMA, NCCL over IB or RoCE).
-# Plain TCP does not (a few streams through the kernel reach 60 % of a 10 GbE line, and much less of
-# a 100-400 Gb/s one): its links are judged against their fleet and baseline, never the line rate.
-LINE_RATE_BACKENDS = ("perftest", "nccl")
-
-
 def line_rate_floor(group: LinkGroup, thresholds: LinkThresholds) -> float | None:
     """The lowest figure a healthy link of ``group`` reaches (Gb/s): ``line_rate_efficiency_pct`` of
-    its line rate, for a backend that reaches line rate; None where the line rate is unknown or the
-    backend cannot reach it (tcp)."""
-    if group.line_rate_gbps is None or group.backend not in LINE_RATE_BACKENDS:
+    its line rate, for a backend of ``floor_backends``; None where the line rate is unknown or the
+    backend cannot reach it (tcp against a NIC's own speed)."""
+    if group.line_rate_gbps is None or group.backend not in thresholds.floor_backends:
         return None
     return group.line_rate_gbps * thresholds.line_rate_efficiency_pct / 100
 

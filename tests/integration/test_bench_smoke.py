@@ -57,7 +57,7 @@ def test_the_netns_link_benchmark_times_screen_and_full_and_both_name_the_plante
             if line.split()[:1] in (["screen"], ["full"]) and " / " not in line}
     assert set(rows) == {"screen", "full"}, done.stdout
     for row in rows.values():
-        assert row.endswith("slow_link node01–node02, slow_nic node03"), row
+        assert row.endswith("slow_link node01–node02, slow_nic node03"), done.stdout
     assert "full / screen link phase" in done.stdout
 
 

@@ -194,7 +194,11 @@ def test_a_stranger_first_on_the_pair_servers_port_neither_takes_the_session_nor
     assert isinstance(greeting, dict) and set(greeting) == {"protocol", "backend", "nonce", "proof"}
     assert after == b""
     assert _measured(document) == {frozenset(("node01", "node02"))}, output  # the test still measured
-    assert not _link_findings(document) and code == 0
+    assert not _link_findings(document)
+    # two hosts over tcp: measured, but nothing to compare the pair with (no fleet, baseline or line rate tcp
+    # reaches), which is said, exit 3, and is no finding against either end
+    (gap,) = [f for f in document["findings"] if f["kind"] == "unchecked"]
+    assert gap["metric"] == "link.tcp" and "not compared, not passed" in gap["evidence"] and code == 3
     # the secret came on stdin: neither the command line nor anything written shows one
     assert " --token - " in str(command) and not re.search(r"[0-9a-f]{64}", str(command))
     assert not re.search(r"[0-9a-f]{64}", files["json"].read_text() + output)

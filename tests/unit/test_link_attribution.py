@@ -337,3 +337,11 @@ def test_tcp_pairs_with_nothing_to_compare_with_are_unchecked_never_passed(line)
     assert (finding.kind, finding.severity, finding.host, finding.basis) == (
         "unchecked", "warn", "node[01-04]", "comparison")
     assert "not compared, not passed" in finding.evidence and "6 pairs between 4 hosts" in finding.evidence
+
+
+def test_tcp_is_judged_against_a_line_rate_the_operator_gave():
+    # --net-line-rate: the operator's figure of what a (rate-limited) link delivers, which tcp reaches
+    results = measure(full_rounds(names(4)), backend="tcp", rail=None, line=0.2, healthy=0.19, nics={"node03": 0.25})
+    operator = LinkThresholds(floor_backends=("perftest", "nccl", "tcp"))
+    assert [v.host for v in attribute_links(results, operator).nics] == ["node03"]
+    assert [f.kind for f in link_findings(attribute_links(results), 15.0)] == ["unchecked"]  # the NIC's speed: no
