@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import secrets
 import select
 import shlex
 import socket
@@ -31,11 +32,15 @@ from .knownhosts import KnownHosts
 from .proxy import ProxyCommands, ProxyCommandSocket
 from .remotefolder import UnsafeFolder, check_bundle_folder
 
-# The remote shell reports the PID that ``exec timeout`` keeps, so that Ctrl-C can end it.
-_PID_PREFIX = "gpudiag-pid="
-# The PID line is short: a first stderr line longer than this is the command's own output.
-_PID_LINE_BYTES = 64
+# The remote shell reports the PID that ``exec timeout`` keeps, so that Ctrl-C can end it, on a line
+# "gpudiag-pid-<marker>=<PID>" (a marker of its own per command, which nothing else prints).
+_PID_PREFIX = "gpudiag-pid-"
+# A login shell may print before it (a .bashrc's warnings): the first this many bytes of stderr
+# are looked through for the PID line.
+_PID_SCAN_BYTES = 65536
 _CHUNK_BYTES = 65536
+# How long ``cancel`` waits for the PID of a command just started (its first stderr line).
+PID_WAIT_S = 3.0
 _BUNDLE_CACHE = ".cache/gpudiag"
 
 
@@ -163,7 +168,9 @@ class SshSession:
         self._settings = settings
         self._bundle_dir: str | None = None
         self._lock = threading.Lock()
+        self._pids_known = threading.Condition(self._lock)
         self._remote_pids: set[int] = set()
+        self._unknown_pids = 0  # commands started whose PID line has not arrived yet
         self._copying: paramiko.Channel | None = None  # the SFTP channel of a bundle copy under way
         self._cancelled = False
 
@@ -220,9 +227,10 @@ class SshSession:
         """Start ``argv`` as ``run`` does and return at once. Raises ConnectionLost."""
         grace = self._settings.kill_grace_s
         where = f"cd {shlex.quote(self._bundle_dir)} && " if self._bundle_dir else ""
-        command = (f"{where}echo {_PID_PREFIX}$$ >&2 && "
+        marker = f"{_PID_PREFIX}{secrets.token_hex(8)}="
+        command = (f"{where}echo {marker}$$ >&2 && "
                    f"exec timeout -k {grace} {timeout_s:.1f} {shlex.join(argv)}")
-        return SshCommand(self, self._open(command), timeout_s + grace + 5.0, self._settings.output)
+        return SshCommand(self, self._open(command), timeout_s + grace + 5.0, self._settings.output, marker)
 
     def is_open(self) -> bool:
         return self._transport.is_active()
@@ -230,13 +238,17 @@ class SshSession:
     def cancel(self) -> None:
         """End the commands this session started on the node (TERM, then KILL from ``timeout -k``),
         and a bundle copy under way (its SFTP channel is closed: the copy fails at once). A copy
-        that starts after this fails too."""
+        that starts after this fails too. A command just started, whose PID has not arrived yet,
+        is waited for (at most PID_WAIT_S) and ended too; one whose PID arrives later still is
+        ended when it does."""
         with self._lock:
-            pids = sorted(self._remote_pids)
             copying, self._copying = self._copying, None
             self._cancelled = True
         if copying is not None:
             copying.close()
+        with self._lock:
+            self._pids_known.wait_for(lambda: self._unknown_pids == 0, PID_WAIT_S)
+            pids = sorted(self._remote_pids)
         self.kill(pids)
 
     def kill(self, pids: Sequence[int]) -> None:
@@ -245,19 +257,30 @@ class SshSession:
         targets = " ".join(str(pid) for pid in pids)
         try:
             SshCommand(self, self._open(f"kill -TERM {targets} 2>/dev/null; true"), 10.0, self._settings.output,
-                       track=False).finish(10.0)
+                       None).finish(10.0)
         except ConnectionLost:
             pass  # the connection is going away; the node's own deadline still ends the command
 
     def close(self) -> None:
         close_transport(self._transport)
 
-    def track(self, pid: int, running: bool) -> None:
+    def starting(self, known: bool) -> None:
+        """A command started (``known`` False) whose PID is not known yet, or its PID line arrived
+        or it ended without one (``known`` True)."""
         with self._lock:
-            if running:
+            self._unknown_pids += -1 if known else 1
+            self._pids_known.notify_all()
+
+    def track(self, pid: int, running: bool) -> None:
+        """Note a command's remote PID while it runs; one that starts after ``cancel`` is ended."""
+        with self._lock:
+            late = running and self._cancelled
+            if running and not late:
                 self._remote_pids.add(pid)
             else:
                 self._remote_pids.discard(pid)
+        if late:
+            self.kill([pid])
 
     def lost(self, error: BaseException) -> ConnectionLost:
         return ConnectionLost(f"{self._label}: the SSH connection broke during a command: "
@@ -281,18 +304,22 @@ class SshCommand:
     or the connection goes (the controller's death closes it)."""
 
     def __init__(self, session: SshSession, channel: paramiko.Channel, wait_s: float, limits: OutputLimits,
-                 track: bool = True) -> None:
+                 pid_marker: str | None) -> None:
+        """``pid_marker``: the start of the PID line the command's shell prints first on stderr,
+        where it is tracked (and ended by ``cancel``); None for a command that is not."""
         self._session = session
         self._channel = channel
         self._started = time.monotonic()
         self._deadline = self._started + wait_s
-        self._track = track
+        self._track = pid_marker is not None
         self._pid: int | None = None
         self._stdout = BoundedOutput(limits)
-        self._stderr = _ErrorOutput(limits.stderr_tail_bytes, pid_line=track)
+        self._stderr = _ErrorOutput(limits.stderr_tail_bytes, pid_marker)
         self._done = threading.Event()
         self._result: CommandResult | None = None
         self._error: ConnectionLost | None = None
+        if self._track:
+            session.starting(known=False)
         threading.Thread(target=self._gather, name="ssh-command", daemon=True).start()
 
     def first_line(self, timeout_s: float) -> str | None:
@@ -335,6 +362,8 @@ class SshCommand:
                 channel.close()
                 if self._pid is not None:
                     self._session.track(self._pid, running=False)
+                elif self._track:
+                    self._session.starting(known=True)  # it ended before its PID line came
             self._result = CommandResult(exit_status=status, stdout=self._stdout.text(), stderr=self._stderr.text(),
                                          timed_out=timed_out, duration_s=time.monotonic() - self._started,
                                          overflow=self._stdout.overflow)
@@ -378,6 +407,7 @@ class SshCommand:
         if self._pid is None and self._stderr.pid is not None:
             self._pid = self._stderr.pid
             self._session.track(self._pid, running=True)
+            self._session.starting(known=True)
         while channel.recv_ready():
             if not self._stdout.feed(channel.recv(_CHUNK_BYTES)):
                 return False
@@ -385,39 +415,51 @@ class SshCommand:
 
 
 class _ErrorOutput:
-    """A command's stderr: its first line the PID line of the remote shell (``gpudiag-pid=N``,
-    where the command is tracked), the rest kept as a tail."""
+    """A command's stderr, kept as a tail, less the PID line of the remote shell (``<marker>N``) where
+    the command is tracked. A login shell may print before that line (a .bashrc's warnings): what
+    comes before it is the command's error output too, and the first ``_PID_SCAN_BYTES`` are
+    looked through for it."""
 
-    def __init__(self, tail_bytes: int, pid_line: bool) -> None:
+    def __init__(self, tail_bytes: int, marker: str | None) -> None:
         self._tail = TailBuffer(tail_bytes)
-        self._first = bytearray()
-        self._first_done = not pid_line
+        self._marker = marker.encode() if marker is not None else None
+        self._line = bytearray()  # an unfinished line while the PID line is looked for
+        self._scanned = 0
         self.pid: int | None = None
 
     def feed(self, chunk: bytes) -> None:
-        if not self._first_done:
-            line, newline, rest = chunk.partition(b"\n")
-            self._first += line
-            if not newline and len(self._first) <= _PID_LINE_BYTES:
-                return  # the first line goes on in the next chunk
-            self._first_done = True
-            first = bytes(self._first)
-            self._first.clear()
-            chunk = rest if newline and self._is_pid_line(first) else first + newline + rest
+        if self._marker is not None and self.pid is None and self._scanned < _PID_SCAN_BYTES:
+            self._scanned += len(chunk)
+            pending = bytes(self._line) + chunk
+            self._line.clear()
+            kept = bytearray()
+            while self.pid is None:
+                line, newline, rest = pending.partition(b"\n")
+                if not newline:
+                    break
+                before = self._before_pid(line)
+                kept += line + newline if before is None else before + (newline if before else b"")
+                pending = rest
+            if self.pid is None and self._scanned < _PID_SCAN_BYTES:
+                self._line += pending  # it may be the start of the PID line
+            else:
+                kept += pending
+            chunk = bytes(kept)
         if chunk:
             self._tail.feed(chunk)
 
     def text(self) -> str:
-        pending = bytes(self._first).decode(errors="replace")  # a first line still without its newline
-        return pending + self._tail.text()
+        return self._tail.text() + bytes(self._line).decode(errors="replace")
 
-    def _is_pid_line(self, line: bytes) -> bool:
-        """Whether ``line`` is the PID line (its PID is noted)."""
-        text = line.decode(errors="replace")
-        if text.startswith(_PID_PREFIX) and text[len(_PID_PREFIX):].isdigit():
-            self.pid = int(text[len(_PID_PREFIX):])
-            return True
-        return False
+    def _before_pid(self, line: bytes) -> bytes | None:
+        """What comes before the PID line's marker when ``line`` ends with it (its PID is noted:
+        an unfinished line the shell printed before runs into it), else None."""
+        assert self._marker is not None
+        before, marker, number = line.rpartition(self._marker)
+        if marker and number.isdigit() and len(number) <= 10:
+            self.pid = int(number)
+            return before
+        return None
 
 
 def _one_line(text: str) -> bytes:

@@ -57,8 +57,9 @@ def make_sshd_fleet() -> Iterator[MakeSshdFleet]:
     _require_sshd()
     fleets: list[SshdFleet] = []
 
-    def make(count: int = 8, *, first_address: str = "127.0.1.1", log_level: str = "VERBOSE") -> SshdFleet:
-        fleet = SshdFleet(count, first_address=first_address, log_level=log_level)
+    def make(count: int = 8, *, first_address: str = "127.0.1.1", log_level: str = "VERBOSE",
+             session_env: dict[str, str] | None = None) -> SshdFleet:
+        fleet = SshdFleet(count, first_address=first_address, log_level=log_level, session_env=session_env)
         fleets.append(fleet)
         return fleet.start()
 

@@ -336,16 +336,16 @@ def wait_listening(hosts: list[TestHost], timeout_s: float) -> None:
             time.sleep(0.005)
 
 
-def sshd_config_text(host: TestHost, log_level: str, marker: str) -> str:
+def sshd_config_text(host: TestHost, log_level: str, marker: str, session_env: dict[str, str] | None = None) -> str:
     """The sshd_config of ``host``: its endpoint, host key and authorized_keys; public-key logins only
-    (root included); sshd's ``LogLevel`` ``log_level``; ``SESSION_MARKER=marker`` in every session's
-    environment. Sessions run the login user's shell, which reads its ~/.bashrc: where that runs
+    (root included); sshd's ``LogLevel`` ``log_level``; ``SESSION_MARKER=marker`` and ``session_env``
+    in every session's environment. Sessions run the login user's shell, which reads its ~/.bashrc: where that runs
     ``pyenv init`` (as this machine's root does), each session's ``pyenv rehash`` takes a lock, and
     a session a test killed in the middle leaves it behind, making every later session wait 60 s
     for it; ``PYENV_REHASH_TIMEOUT=0`` makes it give up at once instead."""
     return f"""\
 ListenAddress {host.address}:{host.port}
-SetEnv {SESSION_MARKER}={marker} PYENV_REHASH_TIMEOUT=0
+SetEnv {SESSION_MARKER}={marker} PYENV_REHASH_TIMEOUT=0{"".join(f" {k}={v}" for k, v in (session_env or {}).items())}
 HostKey {host.host_key_path}
 PidFile {host.host_key_path.parent / "sshd.pid"}
 AuthorizedKeysFile {host.authorized_keys_path}
@@ -375,7 +375,9 @@ class SshdFleet:
     """
 
     def __init__(self, count: int = 8, *, first_address: str = "127.0.1.1", log_level: str = "VERBOSE",
-                 start_timeout_s: float = 10.0) -> None:
+                 start_timeout_s: float = 10.0, session_env: dict[str, str] | None = None) -> None:
+        """``session_env``: more variables in every session's environment (sshd's SetEnv), e.g.
+        ``BASH_ENV``, a file the login shell reads before each command."""
         first = ipaddress.IPv4Address(first_address)
         if count < 1 or first not in _LOOPBACK or first + count not in _LOOPBACK:
             raise ValueError(f"{count} hosts from {first_address} do not fit in {_LOOPBACK}")
@@ -383,6 +385,7 @@ class SshdFleet:
         self.first_address = first
         self.log_level = log_level
         self.start_timeout_s = start_timeout_s
+        self.session_env = dict(session_env or {})
         self.user = pwd.getpwuid(os.geteuid()).pw_name
         self.hosts: list[TestHost] = []
         self.directory: Path | None = None
@@ -446,7 +449,7 @@ class SshdFleet:
         host = TestHost(name, address, _free_port(address), host_key_path, host_key_line,
                         directory / "authorized_keys", directory / "sshd.log")
         host.authorized_keys_path.write_text(client_key_line + "\n")
-        host.config_path.write_text(sshd_config_text(host, self.log_level, self.marker))
+        host.config_path.write_text(sshd_config_text(host, self.log_level, self.marker, self.session_env))
         host.start()
         return host
 
@@ -519,5 +522,5 @@ def ssh_config_block(host: TestHost, user: str, identity_path: Path, known_hosts
 class MakeSshdFleet(Protocol):
     """The ``make_sshd_fleet`` fixture: starts a fleet that is stopped when the test ends."""
 
-    def __call__(self, count: int = 8, *, first_address: str = "127.0.1.1", log_level: str = "VERBOSE"
-                 ) -> SshdFleet: ...
+    def __call__(self, count: int = 8, *, first_address: str = "127.0.1.1", log_level: str = "VERBOSE",
+                 session_env: dict[str, str] | None = None) -> SshdFleet: ...

@@ -195,7 +195,11 @@ def test_ctrl_c_ends_the_remote_probes_through_the_proxy_and_then_the_proxy(make
     assert process.returncode == 130, stderr
     statuses = {host["host"]: host["status"] for host in json.loads(paths["json"].read_text())["hosts"]}
     assert statuses == {"node01": "interrupted", "node02": "interrupted"}
-    # the probes were ended on the nodes (over the proxied connections), and no proxy was left behind
+    # the probes were ended on the nodes (over the proxied connections), and no proxy was left behind;
+    # the node's `timeout` passes the TERM on to its child a moment after `kill` returned
+    deadline = time.monotonic() + 5
+    while fleet.processes_matching(f"^sleep {nap}$") and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not fleet.processes_matching(f"^sleep {nap}$")
     assert not _nc_pids(fleet)
 

@@ -209,6 +209,36 @@ def test_an_interrupt_writes_what_finished_and_ends_the_remote_probes(sshd_fleet
     assert not sshd_fleet.processes_matching(f"^sleep {nap}$")  # the hung probe was ended on its host
 
 
+def test_ctrl_c_ends_the_probe_of_a_node_whose_login_shell_prints_before_every_command(make_sshd_fleet,
+                                                                                       tmp_path: Path):
+    # What a .bashrc with a warning does (pyenv's "cannot rehash", a module system's notice): lines on
+    # stderr before gpudiag's own first line, one of them looking like it; and a last one unfinished.
+    noise = tmp_path / "noisy_shell_start"
+    noise.write_text("echo 'warning: the module system is not loaded' >&2\n"
+                     "echo 'gpudiag-pid-0123456789abcdef=1' >&2\n"
+                     "printf '%0300d' 0 >&2\n")
+    fleet = make_sshd_fleet(2, session_env={"BASH_ENV": str(noise)})
+    paths = _setup(fleet, tmp_path)
+    nap = f"{300 + time.monotonic_ns() % 9000}"  # a sleep no other test runs
+    hang = _script(tmp_path, "python", f"exec sleep {nap}\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpudiag", "sweep", "--hosts", str(paths["hosts"]), "--ssh-config",
+         str(paths["config"]), "--known-hosts", str(paths["known_hosts"]), "--python", hang,
+         "--probes", "facts", "--json", str(paths["json"]), "-q", "--store", str(tmp_path / "gpudiag.db")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(fleet.processes_matching(f"^sleep {nap}$")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)  # at once: the PID lines may still be on their way
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert _statuses(json.loads(paths["json"].read_text())) == {"node01": "interrupted", "node02": "interrupted"}
+    deadline = time.monotonic() + 5  # `timeout` passes the TERM on to its child a moment after `kill`
+    while fleet.processes_matching(f"^sleep {nap}$") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not fleet.processes_matching(f"^sleep {nap}$")  # ended on both nodes, not at their deadline
+
+
 def test_ctrl_c_during_a_link_round_keeps_the_pairs_that_finished_and_ends_every_pair_process(
         make_sshd_fleet, tmp_path: Path):
     fleet = make_sshd_fleet(4)

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from gpudiag.transport import ssh
 from gpudiag.transport.bounded import BoundedOutput, OutputLimits, TailBuffer
 
 LIMITS = OutputLimits(max_bytes=64, max_line_bytes=16, stderr_tail_bytes=8)
@@ -103,3 +104,33 @@ def test_limits_refuse_a_line_cap_above_the_whole():
     with pytest.raises(ValueError, match="no longer than the whole"):
         OutputLimits(max_bytes=10, max_line_bytes=11)
     assert OutputLimits().describe() == "16 MiB of output, 1 MiB a line"
+
+
+# --- a remote command's stderr and its PID line (transport/ssh.py) ----------------------------------
+
+MARKER = "gpudiag-pid-00ff00ff00ff00ff="
+
+
+def _error_output(chunks: list[bytes]) -> ssh._ErrorOutput:
+    output = ssh._ErrorOutput(4096, MARKER)
+    for chunk in chunks:
+        output.feed(chunk)
+    return output
+
+
+def test_the_pid_line_is_found_after_a_login_shells_warnings_in_any_chunking():
+    said = (b"pyenv: cannot rehash: couldn't acquire lock\n"
+            b"gpudiag-pid-0123456789abcdef=1\n"  # another command's marker: not ours
+            b"unfinished" + MARKER.encode() + b"4242\nthe command's own error\n")
+    for size in (1, 7, len(said)):
+        output = _error_output([said[i:i + size] for i in range(0, len(said), size)])
+        assert output.pid == 4242
+        assert output.text() == ("pyenv: cannot rehash: couldn't acquire lock\ngpudiag-pid-0123456789abcdef=1\n"
+                                 "unfinished\nthe command's own error\n")
+
+
+def test_a_pid_line_past_the_first_bytes_of_stderr_or_not_a_number_is_not_taken():
+    late = _error_output([b"x" * (ssh._PID_SCAN_BYTES + 10) + b"\n", MARKER.encode() + b"17\n"])
+    assert late.pid is None and MARKER in late.text()
+    for wrong in (b"17x", b"", b"-17", b"1" * 11):
+        assert _error_output([MARKER.encode() + wrong + b"\n"]).pid is None
