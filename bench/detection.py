@@ -16,7 +16,9 @@ Scenarios (``--scenarios``):
   16-node sweep.
 
 Printed: precision and recall per scenario, kind and slowdown, whether a ``fleet_shift`` was
-reported where one was expected, and the share of healthy hosts flagged on fault-free fleets.
+reported where one was expected (``shift``), whether the exit code was the one expected (``exit``,
+k of n trials), drains on hosts where nothing was planted (``hdrain``), and the share of healthy
+hosts flagged on fault-free fleets.
 Targets at noise CV <= 1 %: precision and recall >= 0.99 for slowdowns >= 10 %, >= 0.95 at
 5 %, and <= 1 % of healthy hosts flagged.
 
@@ -70,6 +72,10 @@ class Case:
     expected: frozenset[tuple[str, str, int | None]]
     shift_expected: bool = False
     baseline: bool = False
+    # The exit code the sweep must end with (None: not scored), and SweepRequest fields beyond the
+    # defaults (a --suspects list, a line rate, thresholds ...): each class of fault sets its own.
+    exit_expected: int | None = None
+    request: tuple[tuple[str, object], ...] = ()
 
 
 def _fleet(size: int, cv: float, seed: int, faults: list[dict]) -> dict:
@@ -90,7 +96,8 @@ def mix_case(size: int, cv: float, slowdown_pct: float | None, seed: int, share:
         kinds = SIZED_KINDS + FIXED_KINDS
         for index, host in enumerate(chosen):
             faults.append(_fault(kinds[index % len(kinds)], host, 1 - slowdown_pct / 100, rng))
-    return Case(_fleet(size, cv, seed, faults), frozenset(_place(f["kind"], f["host"], f.get("gpu")) for f in faults))
+    return Case(_fleet(size, cv, seed, faults), frozenset(_place(f["kind"], f["host"], f.get("gpu")) for f in faults),
+                exit_expected=None if slowdown_pct is None or slowdown_pct < 10 else 1)
 
 
 def _fault(kind: str, host: str, factor: float, rng: random.Random) -> dict:
@@ -113,7 +120,7 @@ def share_case(share: float, cv: float, slowdown_pct: float, seed: int, size: in
     faults = [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": 1 - slowdown_pct / 100}
               for host in slow for gpu in range(GPUS)]
     return Case(_fleet(size, cv, seed, faults), frozenset(("slow_node", host, None) for host in slow),
-                shift_expected=True)
+                shift_expected=True, exit_expected=1 if slowdown_pct >= 10 else None)
 
 
 def shift_case(cv: float, slowdown_pct: float, seed: int, baseline: bool, size: int = 32) -> Case:
@@ -129,11 +136,17 @@ def job_case(nodes: int, cv: float, slowdown_pct: float, seed: int, baseline: bo
     slow = _names(nodes)[-1]
     faults = [{"kind": "slow_gpu", "host": slow, "gpu": gpu, "factor": 1 - slowdown_pct / 100}
               for gpu in range(GPUS)]
-    return Case(_fleet(nodes, cv, seed, faults), frozenset({("slow_node", slow, None)}), baseline=baseline)
+    return Case(_fleet(nodes, cv, seed, faults), frozenset({("slow_node", slow, None)}), baseline=baseline,
+                exit_expected=1 if slowdown_pct >= 10 else None)
 
 
 def sweep(case: Case, folder: Path) -> list[dict]:
     """The findings (JSON objects) of one case, through the whole pipeline."""
+    return sweep_with_exit(case, folder)[0]
+
+
+def sweep_with_exit(case: Case, folder: Path) -> tuple[list[dict], int]:
+    """The findings (JSON objects) of one case and the sweep's exit code, through the whole pipeline."""
     store = folder / "gpudiag.db"
     if case.baseline:
         healthy = {**case.fleet, "nodes": 16, "faults": [], "seed": case.fleet["seed"] + 1000}
@@ -141,16 +154,25 @@ def sweep(case: Case, folder: Path) -> list[dict]:
         with Store.open(store) as opened:
             sweep_id = opened.latest_sweep_id()
             save_baseline(opened, build_baseline("default", opened.results_for_baseline([sweep_id])))
-    result = _run(case.fleet, folder, store if case.baseline else None, "default" if case.baseline else None)
-    return [f.to_dict() for f in result.findings]
+    result = _run(case.fleet, folder, store if case.baseline else None, "default" if case.baseline else None,
+                  dict(case.request))
+    return [f.to_dict() for f in result.findings], int(result.exit_code)
 
 
-def _run(fleet: dict, folder: Path, store: Path | None, baseline: str | None):
+def _run(fleet: dict, folder: Path, store: Path | None, baseline: str | None, extra: dict | None = None):
     path = folder / "fleet.json"
     path.write_text(json.dumps(fleet))
+    fields = dict(extra or {})
+    options = fields.pop("sweep", None) or SweepOptions(probe=ProbeOptions(names=PROBES), fanout=64)
     request = SweepRequest(hosts_argument=None, simulate_path=str(path), store_path=str(store) if store else None,
-                           baseline_name=baseline, sweep=SweepOptions(probe=ProbeOptions(names=PROBES), fanout=64))
+                           baseline_name=baseline, sweep=options, **fields)
     return run_plan(request, io.StringIO(), QuietProgress())
+
+
+def healthy_drains(case: Case, findings: list[dict]) -> int:
+    """Drain actions on parts where nothing was planted (a host none of the expected findings names)."""
+    faulty = {host for _, host, _ in case.expected}
+    return sum(1 for f in findings if f.get("action") == "drain" and f["host"] not in faulty)
 
 
 def score(case: Case, findings: list[dict]) -> dict[str, list[int]]:
@@ -177,21 +199,25 @@ def ratio(numerator: int, denominator: int) -> str:
 
 def run_cell(label: str, cases: list[Case], slowdown: float, cv: float) -> None:
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    shifts, seconds = [], 0.0
+    shifts, exits, drains, seconds = [], [], 0, 0.0
     for case in cases:
         with tempfile.TemporaryDirectory() as folder:
             started = time.perf_counter()
-            findings = sweep(case, Path(folder))
+            findings, code = sweep_with_exit(case, Path(folder))
             seconds += time.perf_counter() - started
         if case.shift_expected:
             shifts.append(any(f["kind"] == "fleet_shift" for f in findings))
+        if case.exit_expected is not None:
+            exits.append(code == case.exit_expected)
+        drains += healthy_drains(case, findings)
         for kind, counts in score(case, findings).items():
             totals[kind] = [a + b for a, b in zip(totals[kind], counts, strict=True)]
     shift = "-" if not shifts else f"{sum(shifts)}/{len(shifts)}"
-    for kind in sorted(totals):
+    exit_ok = "-" if not exits else f"{sum(exits)}/{len(exits)}"
+    for kind in sorted(totals) or ["(none)"]:
         tp, found, faults, detected = totals[kind]
         print(f"{label:<16} {cv:>5.3f} {slowdown:>5g} {kind:<14} {ratio(tp, found):>9} {ratio(detected, faults):>7} "
-              f"{faults:>6} {shift:>6} {seconds / len(cases):>7.1f}", flush=True)
+              f"{faults:>6} {shift:>6} {exit_ok:>6} {drains:>6} {seconds / len(cases):>7.1f}", flush=True)
 
 
 def healthy_flagged(size: int, cv: float, seeds: int) -> None:
@@ -232,7 +258,7 @@ def main() -> None:
     if arguments.smoke:
         arguments.sizes, arguments.cvs, arguments.slowdowns, arguments.seeds = [16], [0.01], [20], 1
     print(f"{'scenario':<16} {'CV':>5} {'slow%':>5} {'kind':<14} {'precision':>9} {'recall':>7} {'faults':>6} "
-          f"{'shift':>6} {'sweep s':>7}", flush=True)
+          f"{'shift':>6} {'exit':>6} {'hdrain':>6} {'sweep s':>7}", flush=True)
     for scenario in arguments.scenarios:
         for label, build in builders(scenario, arguments.sizes):
             for cv in arguments.cvs:

@@ -18,10 +18,10 @@ def test_the_detection_benchmark_runs_every_scenario_and_finds_every_planted_fau
     scenarios = {" ".join(row[:2]) if row[1] in ("sku", "baseline") else row[0] for row in rows}
     assert {"mix", "share25", "share40", "share50", "shift sku", "shift baseline", "job1 sku", "job2 baseline",
             "job4 sku"} <= scenarios
-    for row in rows:  # ... kind precision recall faults shift seconds
-        kind, precision, recall, faults, shift = row[-6:-1]
+    for row in rows:  # ... kind precision recall faults shift exit hdrain seconds
+        kind, precision, recall, faults, shift, exit_ok, drains = row[-8:-1]
         assert (precision, recall) == ("1.000", "1.000"), row  # a 20 % slowdown is always found, and only it
-        assert shift in ("-", "1/1"), row
+        assert shift in ("-", "1/1") and exit_ok in ("-", "1/1") and drains == "0", row
     assert any("healthy hosts flagged 0/16" in " ".join(line.split()) for line in lines)
 
 
