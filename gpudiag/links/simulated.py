@@ -14,8 +14,9 @@ BACKEND = "perftest"
 
 
 class SimulatedPairRunner:
-    """The PairRunner of gpudiag.links.rounds for a simulated fleet: every rail of the slower
-    end's SKU, at that SKU's line rate; an unreachable or hung end gives an error per rail."""
+    """The PairRunner of gpudiag.links.rounds for a simulated fleet: the rails both ends have, at
+    the lower end's line rate (as a real probe reports a pair between a 400 and a 200 Gbit/s
+    node at 200); an unreachable or hung end gives an error per rail."""
 
     def __init__(self, fleet: SimulatedFleet) -> None:
         self._fleet = fleet
@@ -25,16 +26,20 @@ class SimulatedPairRunner:
     def run_pair(self, a: str, b: str) -> list[LinkResult]:
         """One result per rail of the pair ``a``–``b`` (Gbit/s, or an error)."""
         attempt = self._next_attempt(a, b)
-        network = min((self._fleet.sku(a).network, self._fleet.sku(b).network), key=lambda n: n.rails)
+        # Each end's rate, not the first end's: a pair is as fast as its slower end, so a pair
+        # between two models judged at the faster one's line rate made every boundary node a slow_nic.
+        ends = (self._fleet.sku(a).network, self._fleet.sku(b).network)
+        rails = min(network.rails for network in ends)
+        line_rate_gbps = min(network.rail_line_rate_gbps for network in ends)
         down = [host for host in (a, b) if self._fleet.is_unreachable(host) or self._fleet.is_hung(host)]
         results = []
-        for rail in range(network.rails):
+        for rail in range(rails):
             if down:
-                results.append(LinkResult(a, b, BACKEND, rail, line_rate_gbps=network.rail_line_rate_gbps,
+                results.append(LinkResult(a, b, BACKEND, rail, line_rate_gbps=line_rate_gbps,
                                           error=f"{down[0]}: the pair server did not answer (simulated)"))
                 continue
             gbps = self._fleet.link_gbps(a, b, rail, self._fleet.link_rng(a, b, rail, attempt))
-            results.append(LinkResult(a, b, BACKEND, rail, max(0.0, gbps), network.rail_line_rate_gbps))
+            results.append(LinkResult(a, b, BACKEND, rail, max(0.0, gbps), line_rate_gbps))
         return results
 
     def cancel(self) -> None:

@@ -39,7 +39,9 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
   (pinned copies are bound by host memory), GEMM on every GPU × factor ** 0.25 (kernel launches
   come late), facts show fewer usable CPUs, a high load average and less available memory.
 - ``slow_nic`` (factor, optional rail) and ``slow_link`` (a, b, factor, optional rail): only the
-  pairwise network measurements, through :meth:`SimulatedFleet.link_gbps`.
+  pairwise network measurements, through :meth:`SimulatedFleet.link_gbps`. A pair runs at its
+  slower end: the lower of each end's rail rate × its NIC's factor, judged against the lower line
+  rate (gpudiag.links.simulated), so a slow NIC on a fast node may not show with a slower model.
 - ``xid`` (gpu, code, optional count, message, recovery_action): the kernel log holds that Xid
   ``count`` times (default 1) for the GPU's PCI bus id, read only by the ``xid`` probe; with
   ``recovery_action`` NVML reports that pending action for the GPU. Nothing else changes: a planted
@@ -50,6 +52,8 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
   and every probe sizes itself to the rest (gpudiag/sim/pause.py mirrors ``--pause``); with
   ``exclusive`` the GPU is in exclusive-process compute mode with the job's process on it, so a
   probe's CUDA context is refused (CUDA error: busy or unavailable) and ``--pause`` leaves it alone.
+- ``nic_port`` (rail, state, width, rate_gbps, counter and count): that rail's NIC port in the
+  telemetry probe's ``nic_port`` records (gpudiag/sim/nicports.py); the pair tests are unchanged.
 - ``unreachable``: connecting raises ``Unreachable``. ``hang``: the bundle never finishes; ``run``
   reports a timeout at once.
 
@@ -70,6 +74,7 @@ from dataclasses import replace
 from ..sku import Sku, SkuTable, load_skus
 from .faults import DEFAULT_PROBE_ERROR, NVLINK_COUNTER_KEYS, THROTTLE_REASON_BITS, Fault
 from .fleetfile import Fleet
+from .nicports import port_faults
 from .state import Draw, GpuState, NodeState, ProbeFailure, Throttle, XidLog, gpu_identity, number_gpus
 
 
@@ -129,9 +134,10 @@ class SimulatedFleet:
     def link_gbps(self, a: str, b: str, rail: int, rng: random.Random) -> float:
         """One pairwise network measurement between ``a`` and ``b`` on ``rail`` (Gbit/s).
 
-        The slower end's per-rail rate × the slower NIC's factor × the link's factor, with
-        ``link_cv`` noise. Raises ValueError for an unknown host, the same host twice, or a rail
-        either node lacks.
+        The slower end's achieved rate — each end's per-rail rate × its own NIC's factor — × the
+        link's factor, with ``link_cv`` noise: as on a real fabric, a 400 Gbit/s NIC at 80 % still
+        fills a 200 Gbit/s partner's line. Raises ValueError for an unknown host, the same host
+        twice, or a rail either node lacks.
         """
         for host in (a, b):
             if host not in self._states:
@@ -141,9 +147,8 @@ class SimulatedFleet:
         rails = min(self._skus[a].network.rails, self._skus[b].network.rails)
         if not 0 <= rail < rails:
             raise ValueError(f"rail {rail} is out of range 0..{rails - 1}")
-        rail_gbps = min(self._skus[a].network.rail_gbps, self._skus[b].network.rail_gbps)
-        factor = min(self._nic_factor(a, rail), self._nic_factor(b, rail)) * self._link_factor(a, b, rail)
-        return rail_gbps * factor * rng.gauss(1.0, self.spec.noise.link_cv)
+        ends_gbps = min(self._skus[host].network.rail_gbps * self._nic_factor(host, rail) for host in (a, b))
+        return ends_gbps * self._link_factor(a, b, rail) * rng.gauss(1.0, self.spec.noise.link_cv)
 
     def _nic_factor(self, host: str, rail: int) -> float:
         factors = [f.factor for f in self._faults_by_host.get(host, ())

@@ -1,0 +1,53 @@
+"""A simulated fleet of two GPU models whose NICs run at different rates (H100 nodes at 400 Gbit/s a
+rail, A100 nodes at 200): a pair between the two is as fast as its slower end, and is judged
+against that end's line rate, as a real probe reports it. Judged against the first end's rate, every
+healthy node on the boundary between the models was a ``slow_nic`` and drained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpudiag.cli import main
+
+FAST = ("--probes", "gemm", "--duration", "0.2", "-q")
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def _sweep(tmp_path: Path, seed: int, faults: list[dict[str, Any]], stride: int = 1) -> tuple[int, dict[str, Any]]:
+    """16 nodes: node001-008 H100 (400 Gbit/s rails), node009-016 A100 (200 Gbit/s rails), the
+    screen pairing each node with the one ``stride`` places on."""
+    fleet, out = tmp_path / "fleet.json", tmp_path / "out.json"
+    fleet.write_text(json.dumps({"nodes": 16, "seed": seed, "faults": faults,
+                                 "overrides": [{"hosts": "node[009-016]", "gpu_model": A100}]}))
+    argv = ["sweep", "--simulate", str(fleet), *FAST, "--no-store", "--screen-stride", str(stride), "--json", str(out)]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    return result.exit_code, json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_healthy_fleet_of_two_rail_rates_has_no_slow_nic(tmp_path: Path, seed: int):
+    code, document = _sweep(tmp_path, seed, [])
+    assert document["findings"] == [] and code == 0
+    rates = {host: 400.0 if int(host[4:]) <= 8 else 200.0 for host in (f"node{i:03d}" for i in range(1, 17))}
+    crossing = [link for link in document["links"] if rates[link["a"]] != rates[link["b"]]]
+    assert crossing  # the screen's cycle crosses the boundary (node008-node009, node016-node001)
+    for link in document["links"]:
+        assert link["line_rate_gbps"] == min(rates[link["a"]], rates[link["b"]])
+        assert link["value"] < 1.1 * link["line_rate_gbps"]
+
+
+# Each stride pairs other nodes across the boundary, and a slow NIC with partners of either model.
+@pytest.mark.parametrize("stride", [1, 2, 3, 5])
+def test_slow_nics_on_either_model_are_found_and_no_boundary_node_is_drained(tmp_path: Path, stride: int):
+    faults = [{"kind": "slow_nic", "host": "node008", "factor": 0.8},  # H100, on the boundary
+              {"kind": "slow_nic", "host": "node012", "factor": 0.8}]  # A100
+    code, document = _sweep(tmp_path, 4, faults, stride)
+    assert code == 1
+    assert sorted((f["kind"], f["host"]) for f in document["findings"]) == [("slow_nic", "node008"),
+                                                                             ("slow_nic", "node012")]
+    assert {f["host"] for f in document["findings"] if f["action"] == "drain"} == {"node008", "node012"}
