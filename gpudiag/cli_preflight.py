@@ -83,6 +83,9 @@ from .transport.ssh import SshSettings
               help="Link screen backend (as gpudiag sweep).")
 @click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
               help="Each node's data-plane address for the link screen (as gpudiag sweep).")
+@click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
+              help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
+                   "(virtual NICs, rate-limited overlays); links are judged against it (as gpudiag sweep).")
 @ssh_options
 @output_options
 def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
@@ -91,6 +94,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
               store_path: str | None, no_store: bool, baseline_name: str | None, thresholds_path: str | None,
               exclude_file: str | None, json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool,
               launcher: str, slurm_bundle_dir: str | None, net_backend: str, net_address: str,
+              net_line_rate: float | None,
               ssh_config: str | None, identities: tuple[str, ...], user: str | None, known_hosts: str | None,
               accept_new_host_keys: bool, connect_timeout: float, max_output_mib: int, max_line_kib: int) -> ExitCode:
     """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
@@ -116,6 +120,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
         settings=SshSettings(accept_new_host_keys=accept_new_host_keys,
                              output=output_limits(max_output_mib, max_line_kib)), launcher=launcher,
         slurm_bundle_dir=slurm_bundle_dir, net_backend=net_backend, net_address=net_address,
+        net_line_rate_gbps=net_line_rate,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=not no_links,
         drain=drain, undrain=undrain, scontrol=scontrol)

@@ -39,9 +39,9 @@ from .links.protocol import PairProtocolError, interface_event, parse_event, pla
 from .links.remote import PairTestOptions, RemotePairRunner
 from .links.rounds import LinkRun, PairRunner, run_links
 from .links.schedule import FULL, SCREEN, next_stride
-from .links.simulated import SimulatedPairRunner
+from .links.simulated_backend import simulated_pair_runner
 from .links.verdicts import link_findings
-from .pause import Focus, FocusRequest, focus_hosts
+from .pause import Focus, FocusRequest, focus_hosts, focused_thresholds
 from .progress import QuietProgress, SweepProgress
 from .report.phrasing import plural
 from .sim import SimulatedConnector, load_fleet
@@ -165,6 +165,7 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
     else:
         hosts = load_hosts(request.hosts_argument or "", stdin)
     hosts, focus = focus_hosts(hosts, request.focus)
+    thresholds = focused_thresholds(thresholds, focus)  # the reference peers are the suspects' fleet
     if request.simulate_path is None and request.here:
         if len(hosts) != 1:
             raise InputError(f"--here probes this machine: name it as one host, not {len(hosts)}")
@@ -360,7 +361,7 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
                 mode: str, deadline: float | None = None) -> tuple[LinkRun | None, list[Finding]]:
     hosts = [host.host for host in first.hosts if host.ok]
     if isinstance(setup.connector, SimulatedConnector):
-        runner: PairRunner = SimulatedPairRunner(setup.connector.fleet)
+        runner: PairRunner = simulated_pair_runner(setup.connector.fleet, request.pair)
         missing: list[Finding] = []
     else:
         assert isinstance(setup.connector, SessionPool)

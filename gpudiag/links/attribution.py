@@ -26,7 +26,10 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
 4. Attribution, per group. A host is *known good* when some pair of it is not slow (a slow NIC
    slows every pair it is in). A host slow with every partner (two or more) is a ``NicVerdict``;
    it is confirmed once ``confirm_partners`` of those partners are known good (two slow links
-   on one node look like its NIC until a third known-good partner is slow with it too). A slow
+   on one node look like its NIC until a third known-good partner is slow with it too), or, in a
+   group with fewer known-good hosts than that (a small job), once it is slow with every one of
+   them, two at least. Hosts slow only with each other (no known-good host among them) stay
+   unconfirmed: which of them is slow cannot be told. A slow
    pair whose ends are not such hosts is a ``LinkVerdict`` (``slow_link``: both ends fine with
    other partners), confirmed when at least two runs each fell below. An end
    tested with that one partner only is *undecided*: its NIC could equally be the cause, and the
@@ -276,7 +279,8 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresho
     known_good = frozenset(host for host, pairs in mine.items() if any(not f.slow for f in pairs))
     culprits = {host for host, pairs in mine.items() if host not in known_good and len(pairs) >= 2}
     alone = {host for host, pairs in mine.items() if host not in known_good and len(pairs) == 1}
-    nics = tuple(_nic_verdict(host, mine[host], known_good, reference, thresholds) for host in sorted(culprits))
+    nics = tuple(_nic_verdict(host, mine[host], known_good, reference, thresholds,
+                              _partners_wanted(host, known_good, thresholds)) for host in sorted(culprits))
     links = _link_verdicts(figures, culprits, alone, mine, reference, thresholds)
     trusted, doubting = known_good, set()
     floor = reference.shift_floor_gbps
@@ -313,12 +317,20 @@ def _pair_figure(pair: Pair, runs: Sequence[float], reference: GroupReference,
                       reference.is_slow(mean, thresholds))
 
 
+def _partners_wanted(host: str, known_good: frozenset[str], thresholds: LinkThresholds) -> int:
+    """Known-good partners a slow NIC must be slow with to be confirmed: ``confirm_partners``,
+    or in a group with fewer known-good hosts (a 3- or 4-node job, a paused job's suspect and
+    its few reference peers) every one of them, two at least: slow with each healthy host there
+    is, the NIC is the one part its slow pairs share."""
+    return max(2, min(thresholds.confirm_partners, len(known_good - {host})))
+
+
 def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[str], reference: GroupReference,
-                 thresholds: LinkThresholds) -> NicVerdict:
+                 thresholds: LinkThresholds, wanted: int) -> NicVerdict:
     group = reference.group
     ordered = tuple(sorted(pairs, key=lambda f: f.peer(host)))
     good = tuple(f.peer(host) for f in ordered if f.peer(host) in known_good)
-    confirmed = len(good) >= thresholds.confirm_partners
+    confirmed = len(good) >= wanted
     gbps = statistics.median(sorted(f.gbps for f in ordered))
     source = reference.judged_by(gbps, thresholds)
     deficit = reference.deficit_pct(gbps, source)
@@ -326,8 +338,7 @@ def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     evidence = (f"{host} slow with all {len(ordered)} partners on {group.describe()}: {figures} {UNIT} "
                 f"vs {reference.describe(source)}; {pct_text(deficit)} below")
     if not confirmed:
-        evidence += (f" (not yet confirmed: {len(good)} of its partners known good, "
-                     f"{thresholds.confirm_partners} wanted)")
+        evidence += f" (not yet confirmed: {len(good)} of its partners known good, {wanted} wanted)"
     return NicVerdict(host, group.backend, group.rail, group.line_rate_gbps, gbps, reference.value_gbps(source),
                       deficit, reference.robust_z(gbps, source), ordered, good, confirmed, evidence,
                       _source_label(source))

@@ -1,7 +1,8 @@
 """Link verdicts as findings (the sweep document's ``findings[]``): ``slow_nic`` names the host,
 ``slow_link`` and ``link_error`` both ends (``host`` and ``peer``), a line-rate shift the
 hosts of its group. A pair that could not be tested is never a pass: ``link_error`` is a
-warning, so the sweep exits 3 at least.
+warning, so the sweep exits 3 at least. A slow NIC or pair the re-tests could not confirm is an
+``unchecked`` naming it (the NIC's host, or both ends), never a warning that exits 0.
 
 ``touched_links`` reads findings back (from a stored sweep) to tell which pair figures a link
 finding touched: those stay out of a baseline."""
@@ -32,11 +33,11 @@ _METRIC = re.compile(r"link\.([a-z]+)(?:\.rail(\d+))?")
 def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list[Finding]:
     """One finding per verdict, the rails of one NIC or pair folded into one: a confirmed
     deficit of ``fail_deficit_pct`` percent or more is a ``fail``; an unconfirmed or smaller one
-    a ``warn``. A slow pair whose end was tested with that partner only (``undecided``: its NIC
+    a ``warn``; an unconfirmed one an ``unchecked`` (``_unconfirmed``). A slow pair whose end was tested with that partner only (``undecided``: its NIC
     may be the cause as well as the link) is still a ``slow_link`` finding, its evidence saying
     so: with two nodes, or no partner left to re-pair with, it is all there is to tell."""
-    findings = [_nic(v, fail_deficit_pct) for v in attribution.nics]
-    findings += [_link(v, fail_deficit_pct) for v in attribution.links]
+    findings = [_nic(v, fail_deficit_pct) if v.confirmed else _unconfirmed(v) for v in attribution.nics]
+    findings += [_link(v, fail_deficit_pct) if v.confirmed else _unconfirmed(v) for v in attribution.links]
     alone = {error.host for error in attribution.host_errors}
     findings += [_host_error(e) for e in attribution.host_errors]
     findings += [_error(e) for e in attribution.errors if not alone & {e.a, e.b}]
@@ -95,6 +96,25 @@ def _link(verdict: LinkVerdict, fail_deficit_pct: float) -> Finding:
                    robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
                    confirmed=verdict.confirmed, basis=BASIS_RETEST if verdict.confirmed else BASIS_SINGLE_RUN,
                    evidence=verdict.evidence, action=verb, action_detail=detail)
+
+
+def _unconfirmed(verdict: NicVerdict | LinkVerdict) -> Finding:
+    """An ``unchecked`` warning naming a slow NIC (its host) or a slow pair (both ends) that the
+    re-tests could not confirm: too few known-good partners (a small job, hosts slow only with
+    each other), or runs that did not all repeat the deficit. Measured slow once is no verdict,
+    and never a pass."""
+    is_nic = isinstance(verdict, NicVerdict)
+    host, peer = (verdict.host, None) if isinstance(verdict, NicVerdict) else (verdict.a, verdict.b)
+    verb, detail = action("unchecked", WARN)
+    return Finding(kind="unchecked", severity=WARN, host=host, peer=peer,
+                   metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
+                   reference=round(verdict.reference_gbps, 3), unit=UNIT, reference_source=verdict.reference_source,
+                   deficit_pct=round(verdict.deficit_pct, 2),
+                   robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2), confirmed=False,
+                   basis=BASIS_SINGLE_RUN,
+                   evidence=f"{'slow_nic' if is_nic else 'slow_link'} suspected, not confirmed, not passed: "
+                            f"{verdict.evidence}",
+                   action=verb, action_detail=detail)
 
 
 def _error(error: LinkError) -> Finding:
@@ -162,13 +182,16 @@ class TouchedLinks:
 
 def touched_links(findings: Iterable[Mapping[str, Any]]) -> TouchedLinks:
     """What a sweep's findings (``findings[]`` items) say about its links: every ``slow_nic``
-    host and every ``slow_link`` or ``link_error`` pair, on the backend and rail of the
+    host and every ``slow_link`` or ``link_error`` pair (and the NICs and pairs of link
+    ``unchecked`` findings: suspects not confirmed), on the backend and rail of the
     finding's metric (a finding folded over several rails names the backend only: every rail).
     Other findings — a ``fleet_shift`` included, which names no NIC or pair — touch nothing."""
     nics: set[tuple[str, str | None, int | None]] = set()
     pairs: set[tuple[Pair, str | None, int | None]] = set()
     for finding in findings:
         kind, host, peer = finding.get("kind"), finding.get("host"), finding.get("peer")
+        if kind == "unchecked" and str(finding.get("metric") or "").startswith("link."):
+            kind = "link_error" if peer else "slow_nic"  # a suspect not confirmed stays out as the verdict would
         if kind in NIC_KINDS and host:
             nics.add((str(host), *_where(finding.get("metric"))))
         elif kind in PAIR_KINDS and host and peer and host != peer:

@@ -6,8 +6,8 @@ and the run's budget are short (``options``). ``--suspects`` narrows the sweep t
 suspects, with a few unsuspected peers as reference (``focus``).
 """
 
-from .focus import DEFAULT_REFERENCE_PEERS, Focus, FocusRequest, focus_hosts
+from .focus import DEFAULT_REFERENCE_PEERS, Focus, FocusRequest, focus_hosts, focused_thresholds
 from .options import PAUSE_BUDGET_S, PAUSE_DEADLINE_S, check_pause_backend, pause_budget_s, pause_deadline_s
 
 __all__ = ["DEFAULT_REFERENCE_PEERS", "PAUSE_BUDGET_S", "PAUSE_DEADLINE_S", "Focus", "FocusRequest",
-           "check_pause_backend", "focus_hosts", "pause_budget_s", "pause_deadline_s"]
+           "check_pause_backend", "focus_hosts", "focused_thresholds", "pause_budget_s", "pause_deadline_s"]

@@ -10,10 +10,15 @@ in the host list, i.e. the job's node ranks when the list is the job's node list
 
 The hosts are ordered suspect, its references, next suspect, …: the screen schedule pairs each
 host with its neighbours in that order, so each suspect's links are tested against references.
+
+The reference peers are the suspects' fleet (``focused_thresholds``): their live level judges a
+suspect even when they are fewer than ``min_peers``, so a suspect slow on every GPU against them
+is one ``slow_node``, not a per-GPU verdict against the SKU figure alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +26,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..hosts import HostSpec, fold_hosts, load_hosts
+from ..thresholds import Thresholds
 
 DEFAULT_REFERENCE_PEERS = 2
 RANK_PREFIX = "rank:"
@@ -58,6 +64,23 @@ def focus_hosts(hosts: Sequence[HostSpec], request: FocusRequest | None) -> tupl
     by_label = {host.label: host for host in hosts}
     order = schedule_order(suspects, references, request.reference_peers)
     return [by_label[label] for label in order], Focus(tuple(suspects), tuple(references))
+
+
+def focused_thresholds(thresholds: Thresholds, focus: Focus | None) -> Thresholds:
+    """``thresholds`` for a sweep narrowed to ``focus``: a fleet level from as few hosts as a
+    suspect and its reference peers (two at least), where ``min_peers`` asks for more. The peers
+    were picked to be the suspects' reference; without their level a suspect is judged by the
+    SKU figure alone, whose wide spread lets a node slow on every GPU fall apart into the GPUs
+    that noise pushed past it. The suspects alone are never a shift of the fleet: a
+    ``fleet_shift`` needs a reference peer low as well (more than the suspects' share of the
+    hosts). Unchanged without a focus."""
+    if focus is None:
+        return thresholds
+    peers = len(focus.references) + 1
+    hosts = len(focus.suspects) + len(focus.references)
+    suspects_pct = 100 * (len(focus.suspects) + 0.5) / max(1, hosts)
+    return dataclasses.replace(thresholds, min_peers=max(2, min(thresholds.min_peers, peers)),
+                               fleet_shift_share_pct=max(thresholds.fleet_shift_share_pct, min(100.0, suspects_pct)))
 
 
 def parse_suspects(text: str, hosts: Sequence[HostSpec]) -> list[str]:

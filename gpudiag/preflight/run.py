@@ -61,6 +61,7 @@ class PreflightRequest:
     slurm_bundle_dir: str | None = None
     net_backend: str = "auto"
     net_address: str = "auto"
+    net_line_rate_gbps: float | None = None  # --net-line-rate: links judged against it (tcp too)
     store_path: str | None = None
     thresholds_path: str | None = None
     baseline_name: str | None = None
@@ -141,7 +142,8 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
         # the plan only says whether a window is kept for it.
         retest=request.retest, links="screen" if plan.links else "none",
         net_address=request.net_address,
-        pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s, python=request.python),
+        pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s, python=request.python,
+                             line_rate_gbps=request.net_line_rate_gbps),
         launcher=request.launcher, slurm_bundle_dir=request.slurm_bundle_dir, budget_s=request.budget_s,
         here=request.here)
 

@@ -1,0 +1,125 @@
+"""Small jobs and paused jobs: a slow link part is never exit 0 (issue 16).
+
+Simulated fleets of 2 to 4 nodes swept whole (``gpudiag sweep`` and ``gpudiag preflight`` with
+``--simulate``), and paused jobs narrowed to ``--suspects`` and their reference peers. A NIC
+slow with every healthy host a small job has is confirmed and drained alone; hosts slow only
+with each other cannot be told apart and are each ``unchecked`` (exit 3), the healthy one never
+blamed; a suspect slow on every GPU against its reference peers is one ``slow_node``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from gpudiag.cli import main
+from gpudiag.exitcodes import ExitCode
+from gpudiag.links import LinkResult, attribute_links
+from gpudiag.links.verdicts import link_findings, touched_links
+
+NO_JOB = {"SLURM_JOB_NODELIST": "", "SLURM_NODELIST": ""}
+LINK_BLAME = ("slow_nic", "slow_link")
+
+
+def _fleet(tmp_path: Path, nodes: int, *faults: dict[str, Any]) -> str:
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"nodes": nodes, "name_format": "n{}", "seed": 3, "faults": list(faults)}))
+    return str(path)
+
+
+def _sweep(tmp_path: Path, fleet: str, *args: str) -> tuple[int, dict, str]:
+    document = tmp_path / "sweep.json"
+    result = CliRunner().invoke(main, ["sweep", "--simulate", fleet, "--no-store", "-q", "--json", str(document),
+                                       *args], catch_exceptions=False)
+    return result.exit_code, json.loads(document.read_text()), result.output
+
+
+def _preflight(tmp_path: Path, fleet: str, *args: str) -> tuple[int, dict, str]:
+    document = tmp_path / "preflight.json"
+    result = CliRunner().invoke(main, ["preflight", "--no-store", "-q", "--simulate", fleet, "--json", str(document),
+                                       *args], catch_exceptions=False, env=NO_JOB)
+    return result.exit_code, json.loads(document.read_text()), result.stdout
+
+
+def _named(document: dict, *kinds: str) -> set[tuple[str, str, str | None]]:
+    return {(f["kind"], f["host"], f["peer"]) for f in document["findings"] if f["kind"] in kinds}
+
+
+def _slow_nic(host: str, factor: float = 0.6) -> dict[str, Any]:
+    return {"kind": "slow_nic", "host": host, "factor": factor}
+
+
+def test_a_slow_nic_in_a_three_node_job_is_confirmed_with_both_healthy_hosts_and_drained_alone(tmp_path):
+    code, document, output = _preflight(tmp_path, _fleet(tmp_path, 3, _slow_nic("n1")))
+    assert code == ExitCode.FAIL, output
+    assert _named(document, *LINK_BLAME, "unchecked") == {("slow_nic", "n1", None)}
+    (nic,) = [f for f in document["findings"] if f["kind"] == "slow_nic"]
+    assert (nic["severity"], nic["action"], nic["confirmed"]) == ("fail", "drain", True)
+    assert [drain["command"].split("NodeName=")[1].split()[0] for drain in document["preflight"]["drain"]] == ["n1"]
+
+
+def test_two_slow_nics_of_three_cannot_be_told_apart_so_all_three_are_unchecked_and_none_blamed(tmp_path):
+    fleet = _fleet(tmp_path, 3, _slow_nic("n1"), _slow_nic("n2"))
+    code, document, output = _preflight(tmp_path, fleet)
+    assert code == ExitCode.UNCHECKED, output  # never 0, and no drain on a guess
+    assert _named(document, *LINK_BLAME) == set()
+    unchecked = {f["host"]: f for f in document["findings"] if f["kind"] == "unchecked"}
+    assert set(unchecked) == {"n1", "n2", "n3"}  # every pair is slow: which two NICs cannot be told
+    assert "not confirmed, not passed" in unchecked["n3"]["evidence"]
+    assert document["preflight"]["drain"] == []
+
+
+def test_two_slow_nics_of_four_are_each_confirmed_against_the_two_healthy_hosts(tmp_path):
+    code, document, output = _sweep(tmp_path, _fleet(tmp_path, 4, _slow_nic("n1"), _slow_nic("n2")))
+    assert code == ExitCode.FAIL, output
+    assert _named(document, *LINK_BLAME, "unchecked") == {("slow_nic", "n1", None), ("slow_nic", "n2", None)}
+    assert all(f["confirmed"] and f["action"] == "drain" for f in document["findings"] if f["kind"] == "slow_nic")
+
+
+def test_a_slow_nic_in_a_two_node_job_fails_the_pair_and_drains_neither_end(tmp_path):
+    code, document, output = _preflight(tmp_path, _fleet(tmp_path, 2, _slow_nic("n2")))
+    assert code == ExitCode.FAIL, output
+    assert _named(document, *LINK_BLAME, "unchecked") == {("slow_link", "n1", "n2")}
+    assert document["preflight"]["drain"] == []
+
+
+def test_preflight_judges_tcp_links_against_the_line_rate_given_and_without_one_leaves_them_unchecked(tmp_path):
+    fleet = _fleet(tmp_path, 3, _slow_nic("n3"))
+    code, document, output = _preflight(tmp_path, fleet, "--net-backend", "tcp", "--net-line-rate", "400")
+    assert code == ExitCode.FAIL, output
+    assert _named(document, *LINK_BLAME, "unchecked") == {("slow_nic", "n3", None)}
+    assert {link["backend"] for link in document["links"]} == {"tcp"}
+    assert {link["line_rate_gbps"] for link in document["links"]} == {400.0}
+    code, document, output = _preflight(tmp_path, fleet, "--net-backend", "tcp")
+    assert code == ExitCode.UNCHECKED, output  # three tcp hosts, no baseline, no line rate: nothing to compare
+    assert _named(document, *LINK_BLAME) == set()
+    assert any("not compared, not passed" in f["evidence"] for f in document["findings"] if f["kind"] == "unchecked")
+
+
+def test_a_suspect_slow_on_every_gpu_against_its_reference_peers_is_one_slow_node(tmp_path):
+    fleet = _fleet(tmp_path, 8, *({"kind": "slow_gpu", "host": "n5", "gpu": gpu, "factor": 0.92} for gpu in range(8)))
+    code, document, output = _sweep(tmp_path, fleet, "--pause", "--suspects", "n5", "--links", "none")
+    assert document["focus"]["suspects"] == ["n5"] and len(document["focus"]["references"]) == 2
+    assert code == ExitCode.FAIL, output
+    fails = {(f["kind"], f["host"], f["gpu"], f["action"]) for f in document["findings"] if f["severity"] == "fail"}
+    assert fails == {("slow_node", "n5", None, "drain")}  # no per-GPU drains, no shift of a 3-host "fleet"
+
+
+def test_a_healthy_suspect_beside_a_slow_reference_peer_is_not_blamed(tmp_path):
+    # --suspects n5 picks n2 and n7 as reference peers; n7's NIC is slow
+    code, document, output = _sweep(tmp_path, _fleet(tmp_path, 8, _slow_nic("n7")), "--pause", "--suspects", "n5")
+    assert document["focus"] == {"suspects": ["n5"], "references": ["n2", "n7"]}
+    assert code == ExitCode.FAIL, output
+    assert _named(document, *LINK_BLAME, "unchecked") == {("slow_nic", "n7", None)}
+
+
+def test_a_slow_pair_whose_runs_did_not_all_repeat_it_is_unchecked_naming_both_ends():
+    runs = [LinkResult("n1", "n2", "perftest", None, gbps, 400.0) for gbps in (300.0, 380.0)]
+    findings = link_findings(attribute_links(runs), 7.0)
+    assert [(f.kind, f.severity, f.host, f.peer, f.confirmed) for f in findings] == [
+        ("unchecked", "warn", "n1", "n2", False)]
+    assert findings[0].evidence.startswith("slow_link suspected, not confirmed, not passed: n1 ↔ n2")
+    # its figures stay out of a baseline, as a slow_link's would
+    assert touched_links([f.to_dict() for f in findings]).touches("n2", "n1", "perftest", None)
