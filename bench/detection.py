@@ -23,7 +23,9 @@ Targets at noise CV <= 1 %: precision and recall >= 0.99 for slowdowns >= 10 %, 
 5 %, and <= 1 % of healthy hosts flagged.
 
 slow_nic and slow_link act on the pairwise link tests; their detection is scored by
-bench/link_schedule.py (screen against full, 8 to 4,096 nodes), so they are left out of this mix.
+bench/link_schedule.py (screen against full, 8 to 4,096 nodes), so they are left out of this mix;
+``smalljobs`` and ``pauseref`` (bench/detection_links.py) score them here, in 2- to 4-node jobs
+and paused jobs narrowed to a suspect and its reference peers.
 
 Usage: python bench/detection.py [--scenarios mix share40 ...] [--sizes 64 256 1024]
                                  [--cvs 0.005 0.01 0.02] [--slowdowns 3 5 10 20 50] [--seeds 1]
@@ -53,12 +55,14 @@ from gpudiag.progress import QuietProgress  # noqa: E402
 from gpudiag.store import Store  # noqa: E402
 from gpudiag.sweep import SweepOptions  # noqa: E402
 
+from detection_links import LINK_SCENARIOS, link_builders  # noqa: E402
+
 SIZED_KINDS = ("slow_gpu", "throttled", "slow_node")  # faults with a slowdown factor
 FIXED_KINDS = ("degraded_pcie", "nvlink_down")  # faults that are a state, not a size
 GPU_KINDS = {"slow_gpu", "throttled", "degraded_pcie", "nvlink_down"}
 REASONS = ("hw_thermal", "hw_slowdown", "hw_power_brake")
 PROBES = ("facts", "telemetry", "gemm", "membw", "pcie")
-SCENARIOS = ("mix", "share25", "share40", "share50", "shift", "job1", "job2", "job4")
+SCENARIOS = ("mix", "share25", "share40", "share50", "shift", "job1", "job2", "job4", *LINK_SCENARIOS)
 GPUS = 8
 NOT_SCORED = ("fleet_shift", "unchecked")
 
@@ -237,6 +241,9 @@ def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float
     if scenario.startswith("share"):
         share = int(scenario[5:]) / 100
         return [(scenario, lambda cv, s, seed, share=share: share_case(share, cv, s, seed))]
+    if scenario in LINK_SCENARIOS:
+        return [(label, lambda cv, s, seed, build=build: Case(**build(cv, s, seed))) for label, build in
+                link_builders(scenario)]
     if scenario == "shift":
         return [(f"shift {'baseline' if with_baseline else 'sku'}",
                  lambda cv, s, seed, b=with_baseline: shift_case(cv, s, seed, b)) for with_baseline in (False, True)]
