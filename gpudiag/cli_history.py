@@ -24,7 +24,7 @@ from .store import Store
 from .storeschema import refuse_unusable
 from .tables import Column, TableSpec, fit_table, make_console, print_tables
 from .thresholds import load_thresholds
-from .trend import FigureTrend, HostTrends, degradation_words, figure_name, host_trends
+from .trend import MIN_FIT_SWEEPS, FigureTrend, HostTrends, degradation_words, figure_name, host_trends, unfitted_words
 
 
 @click.command()
@@ -204,33 +204,37 @@ def _fold_figures(figures: list[dict]) -> dict[str, tuple[float, float, float, s
             for name, group in groups.items()}
 
 
-TREND_COLUMNS = (Column("figure, unit", "text"), Column("first → latest"), Column("change"), Column("worst GPU"),
-                 Column("sweeps", drop_rank=1))
+TREND_COLUMNS = (Column("figure, unit", "text"), Column("first → latest", drop_rank=2), Column("a sweep"),
+                 Column("fitted"), Column("worst GPU"), Column("sweeps", drop_rank=1))
 
 
 def _trend_tables(trends: HostTrends, width: int) -> list[Table]:
     """The trend of each figure within ``width`` characters (none when no figure has one): the
-    median of the host's GPUs in its first and latest sweep since the last repair, the change,
-    the GPU that fell the most, and the sweeps; a slow degradation named under its figure."""
+    median of the host's GPUs in its first and latest sweep since the last repair, its fitted
+    slope a sweep and change over the window, the GPU whose fitted figure fell the most, and the
+    sweeps; a slow degradation named under its figure."""
     rows = tuple(_trend_row(figure) for figure in trends.figures
                  if len(figure.median.points) > 1 or figure.worst_gpu is not None)
     if not rows:
         return []
-    spec = TableSpec(f"{trends.host}: trend since the last repair, first and latest sweep (median of its GPUs)",
-                     TREND_COLUMNS, rows)
+    spec = TableSpec(f"{trends.host}: trend since the last repair, a line fitted through every sweep (median of its "
+                     f"GPUs; '-': fewer than {MIN_FIT_SWEEPS} sweeps, not fitted)", TREND_COLUMNS, rows)
     return [fit_table(spec, width, WIDER_HINT)]
 
 
 def _trend_row(figure: FigureTrend) -> tuple[str, ...]:
     """``gemm.tflops bf16 TFLOP/s`` (and the slow degradations under it), the median's first and
-    latest figure (``741.2 → 738.4``) and change, the GPU that fell the most and its change, the
-    sweeps."""
+    latest figure (``741.2 → 738.4``), its fitted slope a sweep and fitted change, the GPU whose
+    fitted figure fell the most and its fitted change, the sweeps."""
     median, worst = figure.median, figure.worst_gpu
     name = f"{figure.figure} {figure.unit}" if figure.unit else figure.figure
     flagged = ", ".join("median" if trend.gpu is None else f"GPU {trend.gpu}" for trend in figure.degraded)
     span = f"{median.points[0].value:.4g} → {median.points[-1].value:.4g}" if median.points else "-"
-    return (name + (f"\nslow degradation: {flagged}" if flagged else ""), span, _pct(median.change_pct),
-            "-" if worst is None else f"{worst.gpu}: {_pct(worst.change_pct)}", str(len(median.points)))
+    fit = median.fit
+    return (name + (f"\nslow degradation: {flagged}" if flagged else ""), span,
+            _pct(None if fit is None else fit.slope_pct), _pct(None if fit is None else fit.change_pct),
+            "-" if worst is None or worst.fit is None else f"{worst.gpu}: {_pct(worst.fit.change_pct)}",
+            str(len(median.points)))
 
 
 def _pct(change: float | None) -> str:
@@ -239,14 +243,18 @@ def _pct(change: float | None) -> str:
 
 
 def _trend_words(trends: HostTrends) -> list[str]:
-    """Each slow degradation in plain words, else one line saying there is none (or no trend yet)."""
+    """Each slow degradation in plain words, else one line saying there is none (or no trend
+    yet); then the trends too short to fit, where others were fitted."""
+    short = unfitted_words(trends.host, trends)
     if trends.degradations:
-        return [degradation_words(trends.host, trend, trends.threshold_pct) for trend in trends.degradations]
+        return [*(degradation_words(trends.host, trend, trends.threshold_pct, trends.slope_z)
+                  for trend in trends.degradations), *short]
     series = [trend for figure in trends.figures for trend in (figure.median, *figure.gpus)]
     longest = max((len(trend.points) for trend in series), default=0)
     since = "since its last repair" if any(trend.repair for trend in series) else "in the sweeps shown"
-    rule = f"{trends.threshold_pct:g} % or more over {trends.min_sweeps} or more sweeps"
+    rule = (f"a fitted fall of {trends.threshold_pct:g} % or more over {trends.min_sweeps} or more sweeps, "
+            f"its slope {trends.slope_z:g} times its noise")
     if longest < trends.min_sweeps:
         return [f"no trend judged yet: {longest} sweep{'' if longest == 1 else 's'} of {trends.host} {since}; "
-                f"slow degradation ({rule}) needs {trends.min_sweeps}"]
-    return [f"no slow degradation: no figure of {trends.host} fell {rule} {since}"]
+                f"slow degradation ({rule}) needs {max(trends.min_sweeps, MIN_FIT_SWEEPS)}"]
+    return [f"no slow degradation: no figure of {trends.host} shows {rule}, {since}", *short]

@@ -68,8 +68,8 @@ class Thresholds:
     count) AND ``counter_peer_ratio`` times its peers' median (gpudiag.analysis.counters).
     ``gpudiag history`` calls a host's figure (the median of its GPUs, or one GPU's) a slow
     degradation when, over at least ``history_min_sweeps`` of its sweeps since its last repair,
-    the latest falls ``history_degradation_pct`` or more below the first and the sweep before
-    it already half as far (gpudiag.trend)."""
+    a robust line through them falls ``history_degradation_pct`` or more, its slope real against
+    the sweeps' scatter (gpudiag.trend)."""
 
     robust_z: float
     deficit_warn_pct: float

@@ -7,14 +7,28 @@ pairs and buffer sizes folded) over its sweeps, oldest to newest: the median of 
 each GPU on its own. A trend starts after the latest repair that covers it (gpudiag.repairs):
 a whole-host repair restarts every trend, a GPU's repair that GPU's.
 
-A trend is a **slow degradation** when it has at least ``min_sweeps`` sweeps, its latest figure
-is ``threshold_pct`` or more below its first, and the sweep before the latest was already at
-least half as far below: a fall that held over two sweeps, not one noisy sweep. Every compared
-figure is better higher (TFLOP/s, GB/s, MHz, ratios), so a fall is a loss.
+A trend rests on every sweep of its window, not on its first and latest alone (one noisy end
+sweep decided that, and a GPU losing 2 % a sweep over 4 sweeps was flagged in 1 of 3 seeds):
+a robust straight line through them (``TrendFit``), x the sweep's place in the window. Its
+slope is Theil–Sen's, the median of the slopes between every two sweeps, so one odd sweep moves
+it little. Its **fitted change** is the slope × the sweeps it spans, in percent of the fitted
+first figure. The per-sweep noise is the scatter of the sweeps around their line (the MAD of
+the residuals, scaled to a standard deviation and for the two figures a line takes from its
+points), the larger of the trend's own and that of the host's GPUs on the same figure (four
+residuals alone often look tight by luck), and at least ``NOISE_FLOOR_PCT`` of the level.
+
+A trend is a **slow degradation** when it rests on at least ``min_sweeps`` sweeps, its fitted
+change is a fall of ``threshold_pct`` or more, and its slope is real: at least ``slope_z``
+times its uncertainty (the noise / √Σ(x − x̄)², as a least-squares slope's) below 0. A flat
+series with noisy sweeps, or one dip in its latest sweep, has a small slope against a large
+scatter and is no degradation; a steady decline is. A trend of fewer than ``MIN_FIT_SWEEPS``
+sweeps has no line (two points fit any line exactly): it is said to be too short, never passed.
+Every compared figure is better higher (TFLOP/s, GB/s, MHz, ratios), so a fall is a loss.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +38,12 @@ from .repairs import Repair
 
 # Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).
 HISTORY_PARAMS = ("dtype", "direction", "memory")
+# A line needs three sweeps: two fit any line exactly and say nothing of the noise.
+MIN_FIT_SWEEPS = 3
+# The least per-sweep noise a trend is judged with (percent of its level): a series that repeats
+# itself exactly (a figure the hardware pins) still has a slope that is finitely sure.
+NOISE_FLOOR_PCT = 0.1
+MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)
@@ -36,18 +56,102 @@ class TrendPoint:
 
 
 @dataclass(frozen=True)
+class TrendFit:
+    """A robust straight line through a trend's sweeps, x the sweep's place (0: the first):
+    ``slope`` in the trend's unit a sweep (Theil–Sen), ``first`` and ``latest`` the line at the
+    first and the latest sweep, ``noise`` the per-sweep scatter around it (the unit; see the
+    module), ``sweeps`` the sweeps it rests on (3 or more)."""
+
+    slope: float
+    first: float
+    latest: float
+    noise: float
+    sweeps: int
+
+    @property
+    def change_pct(self) -> float | None:
+        """The fitted change from the first to the latest sweep, in percent of the fitted first
+        (negative: a fall); None where the fitted first is not above 0."""
+        return None if self.first <= 0 else (self.latest - self.first) / self.first * 100
+
+    @property
+    def slope_pct(self) -> float | None:
+        """The slope in percent of the fitted first figure, a sweep (None as ``change_pct``)."""
+        return None if self.first <= 0 else self.slope / self.first * 100
+
+    @property
+    def noise_pct(self) -> float | None:
+        """The per-sweep noise in percent of the fitted first figure (None as ``change_pct``)."""
+        return None if self.first <= 0 else self.noise / self.first * 100
+
+    @property
+    def slope_z(self) -> float:
+        """The slope over its uncertainty (noise / √Σ(x − x̄)²): below -3, a fall that noise
+        alone makes about once in 700 lines."""
+        spread = math.sqrt(sum((x - (self.sweeps - 1) / 2) ** 2 for x in range(self.sweeps)))
+        return self.slope / (self.noise / spread)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sweeps": self.sweeps, "slope_per_sweep": self.slope, "slope_pct_per_sweep": self.slope_pct,
+                "fitted_first": self.first, "fitted_latest": self.latest, "fitted_change_pct": self.change_pct,
+                "noise": self.noise, "noise_pct": self.noise_pct, "slope_z": self.slope_z}
+
+
+def theil_sen(values: Sequence[float]) -> tuple[float, float]:
+    """(slope, intercept) of the robust line through ``values`` at x = 0, 1, ...: the median of
+    the pairwise slopes, and the median of value − slope × x. Raises ValueError for fewer than 2."""
+    if len(values) < 2:
+        raise ValueError("a line needs two values")
+    slope = statistics.median((values[j] - values[i]) / (j - i)
+                              for i in range(len(values)) for j in range(i + 1, len(values)))
+    return slope, statistics.median(value - slope * x for x, value in enumerate(values))
+
+
+def scatter(values: Sequence[float], slope: float, intercept: float) -> list[float]:
+    """How far each value lies from the line, scaled for the two figures the line took from the
+    values (× √(n / (n − 2)): the residuals of four points scatter about 0.7 × the noise)."""
+    scale = math.sqrt(len(values) / (len(values) - 2))
+    return [abs(value - intercept - slope * x) * scale for x, value in enumerate(values)]
+
+
+def pooled_noise(series: Iterable[Sequence[float]]) -> float:
+    """The per-sweep noise (a standard deviation, from the MAD) of every series of at least
+    MIN_FIT_SWEEPS values around its own line, pooled; 0 without any."""
+    found = [distance for values in series if len(values) >= MIN_FIT_SWEEPS
+             for distance in scatter(values, *theil_sen(values))]
+    return MAD_TO_SIGMA * statistics.median(found) if found else 0.0
+
+
+def fit_trend(values: Sequence[float], pooled: float = 0.0) -> TrendFit | None:
+    """The TrendFit of ``values`` (oldest first), its noise at least ``pooled`` (the unit); None
+    with fewer than MIN_FIT_SWEEPS values."""
+    if len(values) < MIN_FIT_SWEEPS:
+        return None
+    slope, intercept = theil_sen(values)
+    own = MAD_TO_SIGMA * statistics.median(scatter(values, slope, intercept))
+    floor = abs(intercept) * NOISE_FLOOR_PCT / 100
+    return TrendFit(slope, intercept, intercept + slope * (len(values) - 1), max(own, pooled, floor, 1e-12),
+                    len(values))
+
+
+@dataclass(frozen=True)
 class Trend:
     """One figure of one host over its sweeps since ``repair`` (None: no repair covers it),
     oldest first (none yet when it was repaired after its newest sweep). ``gpu``: the GPU's
-    index, or None for the median of the host's GPUs. ``degraded``: a slow degradation (see the
-    module)."""
+    index, or None for the median of the host's GPUs. ``fit``: its line (None: fewer than
+    MIN_FIT_SWEEPS sweeps, not judged). ``degraded``: a slow degradation (see the module)."""
 
     figure: str
     unit: str | None
     gpu: int | None
     points: tuple[TrendPoint, ...]
     repair: Repair | None
+    fit: TrendFit | None
     degraded: bool
+
+    def describe(self) -> str:
+        """``GPU 3's gemm.tflops bf16`` or ``the median of its GPUs' gemm.tflops bf16``."""
+        return f"the median of its GPUs' {self.figure}" if self.gpu is None else f"GPU {self.gpu}'s {self.figure}"
 
     @property
     def change_pct(self) -> float | None:
@@ -55,17 +159,13 @@ class Trend:
         fall); None with fewer than two sweeps or a first figure of 0."""
         return _change_pct(self.points[0], self.points[-1]) if len(self.points) > 1 else None
 
-    @property
-    def previous_change_pct(self) -> float | None:
-        """The same for the sweep before the latest (None with fewer than three sweeps)."""
-        return _change_pct(self.points[0], self.points[-2]) if len(self.points) > 2 else None
-
     def to_dict(self) -> dict[str, Any]:
-        """The trend as JSON: its first and latest sweep (None without any), change and verdict."""
+        """The trend as JSON: its first and latest sweep (None without any), their change, its
+        line (``fit``, None: too few sweeps to fit) and verdict."""
         return {"figure": self.figure, "unit": self.unit, "gpu": self.gpu, "sweeps": len(self.points),
                 "first": _point(self.points[0]) if self.points else None,
-                "latest": _point(self.points[-1]) if self.points else None,
-                "change_pct": self.change_pct, "previous_change_pct": self.previous_change_pct,
+                "latest": _point(self.points[-1]) if self.points else None, "change_pct": self.change_pct,
+                "fit": None if self.fit is None else self.fit.to_dict(),
                 "since_repair": None if self.repair is None else self.repair.to_dict(), "degraded": self.degraded}
 
 
@@ -80,10 +180,16 @@ class FigureTrend:
 
     @property
     def worst_gpu(self) -> Trend | None:
-        """The GPU whose figure fell the most (the lowest index of equals); None without GPUs
-        measured in two sweeps."""
-        changed = [trend for trend in self.gpus if trend.change_pct is not None]
-        return min(changed, key=lambda trend: (trend.change_pct, trend.gpu)) if changed else None
+        """The GPU whose fitted figure fell the most (the lowest index of equals); None without a
+        GPU fitted (MIN_FIT_SWEEPS sweeps)."""
+        fitted = [(trend.fit.change_pct, trend.gpu, trend) for trend in self.gpus
+                  if trend.fit is not None and trend.fit.change_pct is not None]
+        return min(fitted, key=lambda entry: entry[:2])[2] if fitted else None
+
+    @property
+    def unfitted(self) -> tuple[Trend, ...]:
+        """The median's trend and the GPUs' with too few sweeps to fit, yet at least one."""
+        return tuple(trend for trend in (self.median, *self.gpus) if trend.fit is None and trend.points)
 
     @property
     def degraded(self) -> tuple[Trend, ...]:
@@ -93,11 +199,13 @@ class FigureTrend:
 
 @dataclass(frozen=True)
 class HostTrends:
-    """Every figure's trends on ``host``, judged with ``threshold_pct`` and ``min_sweeps``."""
+    """Every figure's trends on ``host``, judged with ``threshold_pct``, ``min_sweeps`` and
+    ``slope_z`` (see the module)."""
 
     host: str
     threshold_pct: float
     min_sweeps: int
+    slope_z: float
     figures: tuple[FigureTrend, ...]
 
     @property
@@ -106,10 +214,13 @@ class HostTrends:
         return tuple(trend for figure in self.figures for trend in figure.degraded)
 
     def to_dict(self) -> dict[str, Any]:
-        """The trends as JSON (``history --json``'s ``trend``): ``degraded``, each degradation, each figure."""
-        return {"threshold_pct": self.threshold_pct, "min_sweeps": self.min_sweeps,
-                "degraded": bool(self.degradations),
+        """The trends as JSON (``history --json``'s ``trend``): ``degraded``, each degradation, the
+        trends too short to fit (``unfitted``: figure, GPU, sweeps), each figure."""
+        return {"threshold_pct": self.threshold_pct, "min_sweeps": self.min_sweeps, "slope_z": self.slope_z,
+                "min_fit_sweeps": MIN_FIT_SWEEPS, "degraded": bool(self.degradations),
                 "degradations": [trend.to_dict() for trend in self.degradations],
+                "unfitted": [{"figure": trend.figure, "gpu": trend.gpu, "sweeps": len(trend.points)}
+                             for figure in self.figures for trend in figure.unfitted],
                 "figures": [{"figure": figure.figure, "unit": figure.unit, "median": figure.median.to_dict(),
                              "worst_gpu": None if figure.worst_gpu is None else figure.worst_gpu.to_dict(),
                              "gpus": [trend.to_dict() for trend in figure.gpus]} for figure in self.figures]}
@@ -122,9 +233,9 @@ def figure_name(figure: Mapping[str, Any]) -> str:
 
 
 def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[Repair], threshold_pct: float,
-                min_sweeps: int) -> HostTrends:
+                min_sweeps: int, slope_z: float = 3.0) -> HostTrends:
     """The trends of ``host``'s figures over ``rows`` (Store.host_history, newest first) given
-    its ``repairs``; a trend is a slow degradation as the module says."""
+    its ``repairs``; a trend is a slow degradation as the module says (``slope_z``: sigma)."""
     known = list(repairs)
     series: dict[str, dict[int | None, list[TrendPoint]]] = {}
     medians: dict[str, list[TrendPoint]] = {}
@@ -140,11 +251,13 @@ def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[
                         TrendPoint(row["sweep_id"], row["started_at"], value))
     figures = []
     for name in sorted(medians):
-        judge = _Judge(name, units[name], known, threshold_pct, min_sweeps)
-        figures.append(FigureTrend(name, units[name], judge.trend(None, medians[name]),
-                                   tuple(judge.trend(gpu, points) for gpu, points in
-                                         sorted(series.get(name, {}).items()))))
-    return HostTrends(host, threshold_pct, min_sweeps, tuple(figures))
+        judge = _Judge(name, units[name], known, threshold_pct, min_sweeps, slope_z)
+        gpus = [judge.window(gpu, points) for gpu, points in sorted(series.get(name, {}).items())]
+        # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
+        pooled = pooled_noise([point.value for point in window.points] for window in gpus)
+        figures.append(FigureTrend(name, units[name], judge.trend(judge.window(None, medians[name]), pooled),
+                                   tuple(judge.trend(window, pooled) for window in gpus)))
+    return HostTrends(host, threshold_pct, min_sweeps, slope_z, tuple(figures))
 
 
 def sweep_figures(figures: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str | None, dict[int | None, float]]]:
@@ -162,38 +275,66 @@ def sweep_figures(figures: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str |
             for name, per_gpu in values.items() if per_gpu}
 
 
+@dataclass(frozen=True)
+class _Window:
+    """One trend's sweeps after the repair that covers it (None: no repair does)."""
+
+    gpu: int | None
+    points: tuple[TrendPoint, ...]
+    repair: Repair | None
+
+
 class _Judge:
-    """Builds the trends of one figure: the window after the covering repair, and the verdict."""
+    """Builds the trends of one figure: the window after the covering repair, the line and the verdict."""
 
     def __init__(self, figure: str, unit: str | None, repairs: Sequence[Repair], threshold_pct: float,
-                 min_sweeps: int) -> None:
+                 min_sweeps: int, slope_z: float) -> None:
         self.figure, self.unit, self.repairs = figure, unit, repairs
-        self.threshold_pct, self.min_sweeps = threshold_pct, min_sweeps
+        self.threshold_pct, self.min_sweeps, self.slope_z = threshold_pct, min_sweeps, slope_z
 
-    def trend(self, gpu: int | None, points: Sequence[TrendPoint]) -> Trend:
+    def window(self, gpu: int | None, points: Sequence[TrendPoint]) -> _Window:
         covering = [repair for repair in self.repairs if repair.covers(gpu)]
         latest = max(covering, key=lambda r: (r.after_started_at, r.after_sweep_id, r.recorded_at), default=None)
-        kept = tuple(p for p in points if latest is None or latest.precedes(p.sweep_id, p.started_at))
-        return Trend(self.figure, self.unit, gpu, kept, latest, self._degraded(kept))
+        return _Window(gpu, tuple(p for p in points if latest is None or latest.precedes(p.sweep_id, p.started_at)),
+                       latest)
 
-    def _degraded(self, points: Sequence[TrendPoint]) -> bool:
-        if len(points) < self.min_sweeps:
+    def trend(self, window: _Window, pooled: float) -> Trend:
+        """The trend of ``window``, its noise at least ``pooled`` (the unit)."""
+        fit = fit_trend([point.value for point in window.points], pooled)
+        return Trend(self.figure, self.unit, window.gpu, window.points, window.repair, fit, self._degraded(fit))
+
+    def _degraded(self, fit: TrendFit | None) -> bool:
+        if fit is None or fit.sweeps < self.min_sweeps or fit.change_pct is None:
             return False
-        latest, previous = _change_pct(points[0], points[-1]), _change_pct(points[0], points[-2])
-        return (latest is not None and previous is not None and -latest >= self.threshold_pct
-                and -previous >= self.threshold_pct / 2)
+        return -fit.change_pct >= self.threshold_pct and fit.slope_z <= -self.slope_z
 
 
-def degradation_words(host: str, trend: Trend, threshold_pct: float) -> str:
-    """The slow degradation in plain words, with its figures and sweeps."""
-    first, latest, previous = trend.points[0], trend.points[-1], trend.points[-2]
+def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: float) -> str:
+    """The slow degradation in plain words: its slope a sweep, the fitted change and the sweeps
+    it rests on, the noise that makes the slope real, the first and latest sweep."""
+    fit = trend.fit
+    assert fit is not None and fit.change_pct is not None  # a degradation has a line
+    first, latest = trend.points[0], trend.points[-1]
     unit = f" {trend.unit}" if trend.unit else ""
-    what = f"the median of its GPUs' {trend.figure}" if trend.gpu is None else f"GPU {trend.gpu}'s {trend.figure}"
     since = "" if trend.repair is None else f", since the repair of {trend.repair.describe()}"
-    return (f"slow degradation: {host}: {what} fell {-(trend.change_pct or 0.0):.1f} % over "
-            f"{len(trend.points)} sweeps, from {first.value:.4g}{unit} (sweep {first.sweep_id}) to "
-            f"{latest.value:.4g}{unit} (sweep {latest.sweep_id}); the sweep before, {previous.sweep_id}, was already "
-            f"{-(trend.previous_change_pct or 0.0):.1f} % below the first (threshold {threshold_pct:g} %){since}")
+    return (f"slow degradation: {host}: {trend.describe()} falls {-(fit.slope_pct or 0.0):.1f} % a sweep "
+            f"({-fit.slope:.4g}{unit}), a fitted {-fit.change_pct:.1f} % over the {fit.sweeps} sweeps it rests on "
+            f"(threshold {threshold_pct:g} %), from {fit.first:.4g}{unit} (sweep {first.sweep_id}) to "
+            f"{fit.latest:.4g}{unit} (sweep {latest.sweep_id}) on the fitted line; per-sweep noise "
+            f"{fit.noise_pct or 0.0:.1f} %, so the slope is {-fit.slope_z:.1f} times its uncertainty "
+            f"(real from {slope_z:g}){since}")
+
+
+def unfitted_words(host: str, trends: HostTrends) -> list[str]:
+    """A line naming the trends too short to fit where others of the host were fitted: they are
+    not judged, and not passed."""
+    short = [trend for figure in trends.figures for trend in figure.unfitted]
+    if not short or not any(t.fit for figure in trends.figures for t in (figure.median, *figure.gpus)):
+        return []
+    named = "; ".join(f"{trend.describe()}: {len(trend.points)} sweep{'' if len(trend.points) == 1 else 's'}"
+                      + ("" if trend.repair is None else f" since the repair of {trend.repair.describe()}")
+                      for trend in short)
+    return [f"not judged, too few sweeps to fit a trend (fewer than {MIN_FIT_SWEEPS}): {host}: {named}"]
 
 
 def _change_pct(first: TrendPoint, other: TrendPoint) -> float | None:

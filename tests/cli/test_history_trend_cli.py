@@ -64,33 +64,39 @@ def test_a_gpu_losing_2_percent_a_sweep_is_flagged_with_its_figures_and_sweeps(d
     store, sweeps = declining
     result = _run("history", "node002", "--store", str(store))
     assert result.exit_code == 0  # information, not a failed run
-    first, before, latest = sweeps[0], sweeps[2], sweeps[3]
+    first, latest = sweeps[0], sweeps[3]
     assert latest["gpu3"] / first["gpu3"] == pytest.approx(0.94, abs=0.002)
-    assert (f"slow degradation: node002: GPU 3's gemm.tflops bf16 fell 6.0 % over 4 sweeps, from "
-            f"{first['gpu3']:.4g} TFLOP/s (sweep {first['sweep_id']}) to {latest['gpu3']:.4g} TFLOP/s (sweep "
-            f"{latest['sweep_id']}); the sweep before, {before['sweep_id']}, was already 4.0 % below the first "
-            f"(threshold 5 %)") in _flat(result.output)
+    # One fleet seed for every sweep: each sweep repeats the last one's noise, so the line is exact.
+    slope = (latest["gpu3"] - first["gpu3"]) / 3
+    assert (f"slow degradation: node002: GPU 3's gemm.tflops bf16 falls 2.0 % a sweep ({-slope:.4g} TFLOP/s), a "
+            f"fitted 6.0 % over the 4 sweeps it rests on (threshold 5 %), from {first['gpu3']:.4g} TFLOP/s (sweep "
+            f"{first['sweep_id']}) to {latest['gpu3']:.4g} TFLOP/s (sweep {latest['sweep_id']}) on the fitted line; "
+            f"per-sweep noise 0.1 %, so the slope is") in _flat(result.output)
+    assert "times its uncertainty (real from 3)" in _flat(result.output)
     row = next(line for line in result.output.splitlines() if line.startswith("│ gemm.tflops bf16 TFLOP/s"))
-    assert re.search(r"│ +3: -6\.0 % │ +4 │$", row), row  # the worst GPU and the sweeps
+    assert re.search(r"│ +3: -6\.0 % │ +4 │$", row), row  # the worst GPU's fitted change and the sweeps
     assert "slow degradation: GPU 3" in _flat(result.output.split("trend since the last repair")[1])
 
     trend = _history_json(store)["trend"]
-    assert trend["degraded"] is True and trend["threshold_pct"] == 5.0
+    assert trend["degraded"] is True and (trend["threshold_pct"], trend["slope_z"]) == (5.0, 3.0)
     (flag,) = trend["degradations"]
     assert (flag["figure"], flag["gpu"], flag["sweeps"], flag["unit"]) == ("gemm.tflops bf16", 3, 4, "TFLOP/s")
-    assert flag["change_pct"] == pytest.approx(-6.0, abs=0.2) and flag["previous_change_pct"] < -2.5
+    assert flag["change_pct"] == pytest.approx(-6.0, abs=0.2)
+    fit = flag["fit"]
+    assert fit["sweeps"] == 4 and fit["fitted_change_pct"] == pytest.approx(-6.0, abs=0.2)
+    assert fit["slope_pct_per_sweep"] == pytest.approx(-2.0, abs=0.1) and fit["slope_z"] < -3
     assert (flag["first"]["sweep_id"], flag["latest"]["sweep_id"]) == (first["sweep_id"], latest["sweep_id"])
     (figure,) = trend["figures"]
-    assert not figure["median"]["degraded"] and abs(figure["median"]["change_pct"]) < 1  # 7 GPUs stayed put
-    assert figure["worst_gpu"]["gpu"] == 3
+    assert not figure["median"]["degraded"] and abs(figure["median"]["fit"]["fitted_change_pct"]) < 1
+    assert figure["worst_gpu"]["gpu"] == 3 and trend["unfitted"] == []
 
 
 def test_a_healthy_host_beside_it_and_a_short_window_are_not_flagged(declining):
     store, _ = declining
     healthy = _run("history", "node001", "--store", str(store))
     assert healthy.exit_code == 0
-    assert ("no slow degradation: no figure of node001 fell 5 % or more over 3 or more sweeps in the sweeps shown"
-            in _flat(healthy.output))
+    assert ("no slow degradation: no figure of node001 shows a fitted fall of 5 % or more over 3 or more sweeps, "
+            "its slope 3 times its noise, in the sweeps shown" in _flat(healthy.output))
     short = _run("history", "node002", "--store", str(store), "--limit", "2")
     assert short.exit_code == 0 and "slow degradation:" not in short.output.replace("(5 %", "")
     assert "no trend judged yet: 2 sweeps of node002 in the sweeps shown" in _flat(short.output)
@@ -112,11 +118,12 @@ def test_a_single_noisy_dip_is_not_a_slow_degradation(tmp_path: Path):
     store, sweeps = _store(tmp_path, "dip", [None, None, None, 0.93])
     result = _run("history", "node002", "--store", str(store))
     assert result.exit_code == 0
-    assert "no slow degradation: no figure of node002 fell" in _flat(result.output)
+    assert "no slow degradation: no figure of node002 shows" in _flat(result.output)
     trend = _history_json(store)["trend"]
     gpu3 = next(t for t in trend["figures"][0]["gpus"] if t["gpu"] == 3)
-    # It fell further than the declining GPU, but in one sweep: the sweep before sat at the first.
-    assert gpu3["change_pct"] == pytest.approx(-7.0, abs=0.2) and abs(gpu3["previous_change_pct"]) < 0.5
+    # It fell further than the declining GPU, but in one sweep: the line through all four is
+    # shallower than the threshold, and the dip scatters far from it.
+    assert gpu3["change_pct"] == pytest.approx(-7.0, abs=0.2) and gpu3["fit"]["fitted_change_pct"] > -5
     assert trend["degraded"] is False and sweeps[3]["gpu3"] < sweeps[2]["gpu3"]
 
 
@@ -144,8 +151,11 @@ def test_a_repair_restarts_the_trend_and_shows_in_the_timeline(declining, tmp_pa
     assert (text.index(new["sweep_id"]) < text.index("repair of GPU 3: replaced GPU 3 (RMA 12345), by alice")
             < text.index(sweeps[3]["sweep_id"]))
     gpus = {t["gpu"]: t for t in _history_json(store)["trend"]["figures"][0]["gpus"]}
-    assert gpus[3]["sweeps"] == 1 and gpus[3]["first"]["sweep_id"] == new["sweep_id"]
+    assert gpus[3]["sweeps"] == 1 and gpus[3]["first"]["sweep_id"] == new["sweep_id"] and gpus[3]["fit"] is None
     assert "no slow degradation" in _flat(text) and "since its last repair" in _flat(text)
+    # Its one sweep is too few to fit: said, not passed.
+    assert ("not judged, too few sweeps to fit a trend (fewer than 3): node002: GPU 3's gemm.tflops bf16: 1 sweep "
+            "since the repair of GPU 3: replaced GPU 3 (RMA 12345), by alice") in _flat(text)
 
     # A whole-host repair restarts every trend, the median's too; pruning sweeps keeps repairs.
     assert _run("history", "node002", "--repaired", "reseated the baseboard", "--store", str(store)).exit_code == 0

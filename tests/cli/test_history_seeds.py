@@ -1,0 +1,58 @@
+"""Slow degradation over simulated sweeps with fresh noise in every sweep (each sweep its own fleet
+seed, CV 1 %), through the real pipeline and the real Store: node0002's GPU 3 loses 2 % a sweep for
+4 sweeps after a healthy one; every other GPU of the 4 nodes is flat with noise. The first-against-
+latest rule this replaced flagged a GPU losing 2 % a sweep in 1 of 3 seeds.
+
+Each sweep goes into a store of its own (a store orders sweeps by their start time in whole seconds,
+and these take a fraction of one); the host's rows are then read back from each store as
+``Store.host_history`` gives them, and judged by ``gpudiag.trend.host_trends``."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from gpudiag.nodeprobe import ProbeOptions
+from gpudiag.plan import SweepRequest, run_plan
+from gpudiag.progress import QuietProgress
+from gpudiag.store import Store
+from gpudiag.sweep import SweepOptions
+from gpudiag.thresholds import default_thresholds
+from gpudiag.trend import host_trends
+
+HOSTS = ("node0001", "node0002", "node0003", "node0004")
+DECLINE = (None, 0.98, 0.96, 0.94, 0.92)  # GPU 3 of node0002: healthy, then 2 % less each sweep
+
+
+def _history(folder: Path, seed: int, factors: tuple[float | None, ...], cv: float) -> dict[str, list[dict]]:
+    """Each host's history rows (newest first) over one simulated sweep per factor."""
+    rows: dict[str, list[dict]] = {host: [] for host in HOSTS}
+    for index, factor in enumerate(factors):
+        faults = [] if factor is None else [{"kind": "slow_gpu", "host": "node0002", "gpu": 3, "factor": factor}]
+        fleet = folder / f"fleet{index}.json"
+        fleet.write_text(json.dumps({"nodes": len(HOSTS), "name_format": "node{:04d}", "seed": 1000 * seed + index,
+                                     "noise": {"gemm_cv": cv, "membw_cv": cv}, "faults": faults}))
+        store = folder / f"sweep{index}.db"
+        request = SweepRequest(hosts_argument=None, simulate_path=str(fleet), store_path=str(store), links="none",
+                               sweep=SweepOptions(probe=ProbeOptions(names=("gemm", "membw"), duration_s=0.2)))
+        run_plan(request, io.StringIO(), QuietProgress())
+        with Store.open(store, readonly=True) as opened:
+            for host in HOSTS:
+                rows[host] = opened.host_history(host, 1) + rows[host]
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(1, 7))
+def test_a_gpu_losing_2_percent_a_sweep_is_flagged_and_no_flat_gpu_is(tmp_path: Path, seed: int):
+    thresholds = default_thresholds()
+    flagged = []
+    for host, rows in _history(tmp_path, seed, DECLINE, 0.01).items():
+        assert len(rows) == len(DECLINE)
+        trends = host_trends(host, rows, [], thresholds.history_degradation_pct, thresholds.history_min_sweeps)
+        flagged += [(host, trend.figure, trend.gpu) for trend in trends.degradations]
+        for figure in trends.figures:
+            assert all(trend.fit is not None and trend.fit.sweeps == len(DECLINE) for trend in figure.gpus)
+    assert flagged == [("node0002", "gemm.tflops bf16", 3)]
