@@ -44,7 +44,9 @@ from ..sku import wired_nvlinks
 from ..thresholds import Thresholds
 from . import coverage
 from .counters import PriorCounts, counter_findings
+from .clocks import typical_clock_costs
 from .fleet import Impact, fleet_shifts, job_impact
+from .groups import group_shifts, judging_references, shift_findings
 from .nvlinks import WiredLookup, with_wiring
 from .speed import (
     Context,
@@ -145,7 +147,8 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     telemetry = with_wiring(readings.telemetry, wired)
     previous = previous_hosts if isinstance(previous_hosts, PriorCounts) else prior_counts(previous_hosts or ())
     refs = references(found, thresholds, baseline, skus)
-    suspects = find_suspects(found, refs, thresholds)
+    shifts = group_shifts(found, refs, thresholds, baseline)  # a group's level judges its parts
+    suspects = find_suspects(found, judging_references(refs, shifts), thresholds)
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, retest_hosts, thresholds)
     not_retested = 0
@@ -156,10 +159,12 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     by_host: dict[str, list[Measurement]] = defaultdict(list)
     for m in found:
         by_host[m.host].append(m)
-    context = Context(thresholds, telemetry, facts, refs, found, by_host)
+    context = Context(thresholds, telemetry, facts, refs, found, by_host,
+                      clock_costs=typical_clock_costs(found, telemetry))
     findings = (speed_findings(suspects, context) + rule_findings(telemetry, thresholds)
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(suspects, context))
-    findings = merge(findings) + fleet_shifts(suspects, found, thresholds)
+    findings = merge(findings) + shift_findings(shifts, found, telemetry, context.clock_costs, thresholds)
+    findings += fleet_shifts(suspects, found, thresholds)
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for m in found if m.key not in refs]
