@@ -68,6 +68,7 @@ SCENARIOS = ("mix", "share25", "share40", "share50", "shift", "job1", "job2", "j
              *GROUP_SCENARIOS)
 GPUS = 8
 NOT_SCORED = ("fleet_shift", "unchecked")
+SCENARIOS = (*SCENARIOS, "ports")  # passive NIC port checks (ports_case)
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,8 @@ def healthy_flagged(size: int, cv: float, seeds: int) -> None:
 def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float, float, int], Case]]]:
     if scenario == "mix":
         return [(f"mix {size}", lambda cv, s, seed, size=size: mix_case(size, cv, s, seed)) for size in sizes]
+    if scenario == "ports":
+        return [("ports", ports_case)]
     if scenario.startswith("share"):
         share = int(scenario[5:]) / 100
         return [(scenario, lambda cv, s, seed, share=share: share_case(share, cv, s, seed))]

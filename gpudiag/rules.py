@@ -66,6 +66,17 @@ ACTIONS: dict[str, tuple[str, str]] = {
                         "state, error counters), its cable and transceiver, and its PCIe link; reseat or replace it"),
     "slow_network_link": (INSPECT, "this pair is slow while both nodes are fine with other partners: check the path "
                                    "between them (switch ports, cables, routing or adaptive-routing state)"),
+    "nic_port_down": (DRAIN, "this NIC port is not active while its peers are: check its cable and transceiver "
+                             "(ibstat, ibv_devinfo), the switch port and the subnet manager's view of it; reseat or "
+                             "replace the cable or the NIC"),
+    "nic_port_rate": (DRAIN, "this NIC port trained below its peers' rate or width: reseat or replace the cable or "
+                             "transceiver, check the switch port's speed settings, then re-check with ibstat"),
+    "nic_port_errors": (INSPECT, "this NIC port's error counters grow far faster than its peers': check the cable "
+                                 "and transceiver (ibstat, perfquery, the switch's port counters) and replace the "
+                                 "cable if they keep growing"),
+    "nic_port_not_compared": (INSPECT, "this port is not active and no port of its kind is up to compare with: if "
+                                       "it should be cabled, check the cable, the switch port and the subnet manager; "
+                                       "it is not a pass"),
     "link_error": (INSPECT, "this pair could not be tested: check the data-plane address, firewall and that the "
                             "probe's ports are reachable between the two nodes; it is not a pass"),
     "host_link_error": (INSPECT, "this node could not be pair-tested with any partner while they could with others: "
