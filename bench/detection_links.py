@@ -8,6 +8,10 @@ healthy partners to be confirmed against (issue 16).
   ``slow_link``: either end may be the cause), exit 1, no drain elsewhere. Two slow NICs of
   three hosts are left out: every pair is slow and which two NICs are cannot be told (each host
   is ``unchecked``, exit 3: tests/cli/test_small_job_links_cli.py).
+- ``mixedrails``: 16 nodes of two models whose NICs run at different rates (node0001-0008
+  H100 at 400 Gbit/s a rail, node0009-0016 A100 at 200), one slow NIC on a node of each: a pair
+  across the boundary runs at its slower end and is judged at the lower line rate, so no healthy
+  boundary node is a ``slow_nic``.
 - ``pauseref``: an 8-node job paused, ``--suspects`` one node with its two reference peers;
   ``nic``: a reference peer's NIC slow (its ``slow_nic``, the suspect not blamed); ``node``:
   the suspect slow on every GPU (one ``slow_node``, no per-GPU verdict, no shift).
@@ -17,6 +21,7 @@ Each builder returns the fields of a detection.Case (scored as (kind, host, None
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +31,7 @@ from gpudiag.sweep import SweepOptions
 
 GPUS = 8
 PAUSE_PROBES = ("facts", "telemetry", "gemm", "membw", "pcie")
-LINK_SCENARIOS = ("smalljobs", "pauseref")
+LINK_SCENARIOS = ("smalljobs", "pauseref", "mixedrails")
 # (nodes, slow NICs) of the smalljobs rows: the slow ones are the last nodes of the job.
 SMALL_JOBS = ((2, 1), (3, 1), (4, 1), (4, 2))
 PAUSE_SUSPECT = "node0005"  # its reference peers among 8 nodes: node0002 and node0007
@@ -56,6 +61,19 @@ def small_job_case(nodes: int, slow_nics: int, cv: float, slowdown_pct: float, s
             "exit_expected": 1}
 
 
+def mixed_rails_case(cv: float, slowdown_pct: float, seed: int, size: int = 16) -> CaseFields:
+    """Two models with different rail rates (the first half H100 at 400 Gbit/s a rail, the rest
+    A100 at 200), one NIC ``slowdown_pct`` slow on a node of each half, chosen by the seed."""
+    rng = random.Random(f"mixedrails:{cv}:{slowdown_pct}:{seed}")
+    names = _names(size)
+    slow = [rng.choice(names[:size // 2]), rng.choice(names[size // 2:])]
+    faults = [{"kind": "slow_nic", "host": host, "factor": 1 - slowdown_pct / 100} for host in slow]
+    fleet = {**_fleet(size, cv, seed, faults),
+             "overrides": [{"hosts": names[size // 2:], "gpu_model": "NVIDIA A100-SXM4-80GB"}]}
+    return {"fleet": fleet, "expected": frozenset(("slow_nic", host, None) for host in slow),
+            "exit_expected": 1 if slowdown_pct >= 10 else None}
+
+
 def pause_reference_case(kind: str, cv: float, slowdown_pct: float, seed: int) -> CaseFields:
     """A paused 8-node job swept as ``--pause --suspects node0005``: a reference peer's NIC slow
     (``nic``) or the suspect slow on every GPU (``node``)."""
@@ -78,5 +96,7 @@ def link_builders(scenario: str) -> list[tuple[str, Callable[[float, float, int]
         return [(f"small{nodes}n{nics} {'base' if baseline else 'line'}",
                  lambda cv, s, seed, n=nodes, k=nics, b=baseline: small_job_case(n, k, cv, s, seed, b))
                 for nodes, nics in SMALL_JOBS for baseline in (False, True)]
+    if scenario == "mixedrails":
+        return [("mixedrails", mixed_rails_case)]
     return [(f"pauseref {kind}", lambda cv, s, seed, k=kind: pause_reference_case(k, cv, s, seed))
             for kind in ("nic", "node")]

@@ -47,13 +47,13 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
   ``recovery_action`` NVML reports that pending action for the GPU. Nothing else changes: a planted
   Xid 79 does not also take the GPU off the bus (``gpu_lost`` does that).
 - ``kernel_log_unreadable`` (optional reason): the ``xid`` probe cannot read the kernel log.
+- ``ecc`` (gpu, uncorrectable, aggregate, remapped_rows, correctable_rows, pending,
+  remap_failed): the telemetry probe's ECC and row-remapping readings (gpudiag/sim/memerrors.py).
 - ``paused_job`` (used_mib, optional gpu, optional exclusive): a job paused for mitigation holds
   ``used_mib`` of that GPU's memory (every GPU's without ``gpu``), so NVML reports that much used
   and every probe sizes itself to the rest (gpudiag/sim/pause.py mirrors ``--pause``); with
   ``exclusive`` the GPU is in exclusive-process compute mode with the job's process on it, so a
   probe's CUDA context is refused (CUDA error: busy or unavailable) and ``--pause`` leaves it alone.
-- ``nic_port`` (rail, state, width, rate_gbps, counter and count): that rail's NIC port in the
-  telemetry probe's ``nic_port`` records (gpudiag/sim/nicports.py); the pair tests are unchanged.
 - ``unreachable``: connecting raises ``Unreachable``. ``hang``: the bundle never finishes; ``run``
   reports a timeout at once.
 
@@ -74,7 +74,6 @@ from dataclasses import replace
 from ..sku import Sku, SkuTable, load_skus
 from .faults import DEFAULT_PROBE_ERROR, NVLINK_COUNTER_KEYS, THROTTLE_REASON_BITS, Fault
 from .fleetfile import Fleet
-from .nicports import port_faults
 from .state import Draw, GpuState, NodeState, ProbeFailure, Throttle, XidLog, gpu_identity, number_gpus
 
 
@@ -174,7 +173,7 @@ class SimulatedFleet:
         return NodeState(host=host, sku=self._skus[host], gpus=number_gpus(on_bus),
                          gpu_memory_mib=spec.gpu_memory_mib, driver=spec.driver, cuda=spec.cuda, torch=spec.torch,
                          noise=self.spec.noise, host_factor=host_factor, nvml_link_slots=spec.nvml_link_slots,
-                         xids=xids, kernel_log_unreadable=unreadable, nic_ports=port_faults(faults))
+                         xids=xids, kernel_log_unreadable=unreadable)
 
 
 def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:
@@ -200,4 +199,6 @@ def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:
             gpu = replace(gpu, recovery_action=fault.recovery_action)
         elif fault.kind == "paused_job":
             gpu = replace(gpu, job_mib=fault.used_mib, exclusive=fault.exclusive)
+        elif fault.kind == "ecc" and fault.memory_errors is not None:
+            gpu = replace(gpu, memory_errors=fault.memory_errors)
     return gpu

@@ -66,8 +66,9 @@ def _idle_readings(node: NodeState, gpu: GpuState,
     yield "memory_temperature", "C", temperature_c + rng.randint(4, 9), {}
     yield "power_draw", "W", round(sku.power_idle_w + rng.uniform(-3.0, 6.0), 3), {}
     yield "power_limit", "W", sku.power_limit_w, {}
+    memory = gpu.memory_errors.readings()
     for metric in TELEMETRY_COUNTS:
-        yield metric, "bool" if metric.endswith(("pending", "failure")) else "count", 0, {}
+        yield metric, "bool" if metric.endswith(("pending", "failure")) else "count", memory[metric], {}
     yield "pcie_generation", "gen", sku.pcie_generation_max, {}
     yield "pcie_generation_max", "gen", sku.pcie_generation_max, {}
     yield "pcie_width", "lanes", gpu.pcie_width, {}

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..sku import Sku
-from .nicports import PortFault
+from .memerrors import MemoryErrors
 
 # PCI buses of the eight GPUs of an HGX baseboard, in NVML order.
 # The probes that make a CUDA context on a GPU, and what CUDA says when the GPU is in
@@ -90,6 +90,7 @@ class GpuState:
     recovery_action: int = 0
     job_mib: int = 0
     exclusive: bool = False
+    memory_errors: MemoryErrors = MemoryErrors()  # what NVML's ECC and row-remap readings show
 
     @property
     def device(self) -> str:
@@ -163,7 +164,6 @@ class NodeState:
     nvml_link_slots: int = 0
     xids: tuple[XidLog, ...] = ()
     kernel_log_unreadable: str | None = None
-    nic_ports: tuple[PortFault, ...] = ()  # what nic_port faults change (gpudiag/sim/nicports.py)
 
     @property
     def cuda_gpus(self) -> tuple[GpuState, ...]:
