@@ -68,10 +68,13 @@ FIXED_KINDS = ("degraded_pcie", "nvlink_down")  # faults that are a state, not a
 GPU_KINDS = {"slow_gpu", "throttled", "degraded_pcie", "nvlink_down"}
 REASONS = ("hw_thermal", "hw_slowdown", "hw_power_brake")
 PROBES = ("facts", "telemetry", "gemm", "membw", "pcie")
+# Groups that shift together, power policy and throttles (group_builders).
+GROUP_SCENARIOS = ("fleet8", "drivergroup", "modelgroup", "powercap", "sitecap", "partialthrottle")
 SCENARIOS = ("mix", "share25", "share40", "share50", "shift", "job1", "job2", "job4", "history", *MEMORY_SCENARIOS,
-             *LINK_SCENARIOS)
+             *LINK_SCENARIOS, *GROUP_SCENARIOS)
 GPUS = 8
 NOT_SCORED = ("fleet_shift", "unchecked")
+SCENARIOS = (*SCENARIOS, "ports")  # passive NIC port checks (ports_case)
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class Case:
     # defaults (a --suspects list, a line rate, thresholds ...): each class of fault sets its own.
     exit_expected: int | None = None
     request: tuple[tuple[str, object], ...] = ()
+    # The fleet the baseline is built from (None: a healthy 16-node copy of ``fleet``).
+    baseline_fleet: dict | None = None
 
 
 def _fleet(size: int, cv: float, seed: int, faults: list[dict]) -> dict:
@@ -135,11 +140,104 @@ def share_case(share: float, cv: float, slowdown_pct: float, seed: int, size: in
 
 
 def shift_case(cv: float, slowdown_pct: float, seed: int, baseline: bool, size: int = 32) -> Case:
-    """The whole fleet power-capped: every GPU throttled by a software power cap."""
+    """The whole fleet power-capped: every GPU throttled by a software power cap, one
+    ``fleet_shift`` for the fleet (a cause every node shares drains none)."""
     faults = [{"kind": "throttled", "host": host, "gpu": gpu, "reason": "sw_power_cap",
                "factor": 1 - slowdown_pct / 100} for host in _names(size) for gpu in range(GPUS)]
-    expected = frozenset(("throttled", host, gpu) for host in _names(size) for gpu in range(GPUS))
+    expected = frozenset({("fleet_shift", _span(size), None)})
     return Case(_fleet(size, cv, seed, faults), expected, shift_expected=True, baseline=baseline)
+
+
+def _span(size: int, first: int = 1) -> str:
+    """The folded names of nodes ``first``..``size`` (as a group finding names them)."""
+    return f"node[{first:04d}-{size:04d}]"
+
+
+def fleet8_case(cv: float, slowdown_pct: float, seed: int, size: int = 64) -> Case:
+    """The whole fleet slow on every GPU with no telemetry cause: one ``fleet_shift``, no drain."""
+    faults = [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": 1 - slowdown_pct / 100}
+              for host in _names(size) for gpu in range(GPUS)]
+    return Case(_fleet(size, cv, seed, faults), frozenset({("fleet_shift", _span(size), None)}), shift_expected=True,
+                exit_expected=1 if slowdown_pct >= 8 else None)
+
+
+def driver_group_case(cv: float, slowdown_pct: float, seed: int, baseline: bool, size: int = 64,
+                      group: int = 16) -> Case:
+    """The last ``group`` nodes on a newer driver, every GPU slow, and one GPU of the group slow
+    by as much again: one ``software_regression`` for the group and that GPU's ``slow_gpu``
+    (against its group's level). ``baseline``: a baseline built first on the old driver."""
+    rng = random.Random(f"drivergroup:{cv}:{slowdown_pct}:{seed}")
+    names = _names(size)
+    members = names[size - group:]
+    factor = 1 - slowdown_pct / 100
+    slow_host, slow_gpu = rng.choice(members), rng.randrange(GPUS)
+    faults = [{"kind": "slow_gpu", "host": host, "gpu": gpu,
+               "factor": factor * factor if (host, gpu) == (slow_host, slow_gpu) else factor}
+              for host in members for gpu in range(GPUS)]
+    fleet = {**_fleet(size, cv, seed, faults), "overrides": [{"hosts": members, "driver": "560.35.03"}]}
+    old = {**_fleet(16, cv, seed + 1000, [])}
+    expected = frozenset({("software_regression", _span(size, size - group + 1), None),
+                          ("slow_gpu", slow_host, slow_gpu)})
+    return Case(fleet, expected, baseline=baseline, baseline_fleet=old,
+                exit_expected=1 if slowdown_pct >= 8 else None)
+
+
+def model_group_case(cv: float, slowdown_pct: float, seed: int, size: int = 32, group: int = 5) -> Case:
+    """The last ``group`` nodes another model (H200), every GPU of them slow: one group finding."""
+    members = _names(size)[size - group:]
+    faults = [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": 1 - slowdown_pct / 100}
+              for host in members for gpu in range(GPUS)]
+    fleet = {**_fleet(size, cv, seed, faults), "overrides": [{"hosts": members, "gpu_model": "NVIDIA H200"}]}
+    return Case(fleet, frozenset({("fleet_shift", _span(size, size - group + 1), None)}), shift_expected=True,
+                exit_expected=1 if slowdown_pct >= 8 else None)
+
+
+def power_cap_case(cv: float, slowdown_pct: float, seed: int, size: int = 32) -> Case:
+    """Every GPU under a software power cap that costs 3 % of its clock (normal at full load),
+    and one GPU slow besides: that GPU's ``slow_gpu`` (the cap explains none of it), no ``throttled``."""
+    rng = random.Random(f"powercap:{cv}:{slowdown_pct}:{seed}")
+    host, gpu = rng.choice(_names(size)), rng.randrange(GPUS)
+    faults = [{"kind": "throttled", "host": name, "gpu": index, "reason": "sw_power_cap", "factor": 0.97}
+              for name in _names(size) for index in range(GPUS)]
+    faults.append({"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": 1 - slowdown_pct / 100})
+    return Case(_fleet(size, cv, seed, faults), frozenset({("slow_gpu", host, gpu)}),
+                exit_expected=1 if slowdown_pct >= 8 else None)
+
+
+def site_cap_case(cv: float, slowdown_pct: float, seed: int, size: int = 8) -> Case:
+    """A pre-flight's 8 nodes all under one power cap (a site policy): one ``fleet_shift``
+    (inspect), no node drained; a fail (exit 1) where it costs ``deficit_fail`` against the SKU."""
+    faults = [{"kind": "throttled", "host": host, "gpu": gpu, "reason": "sw_power_cap",
+               "factor": 1 - slowdown_pct / 100} for host in _names(size) for gpu in range(GPUS)]
+    return Case(_fleet(size, cv, seed, faults), frozenset({("fleet_shift", _span(size), None)}), shift_expected=True,
+                exit_expected=1 if slowdown_pct >= 8 else None)
+
+
+def partial_throttle_case(cv: float, slowdown_pct: float, seed: int, size: int = 32) -> Case:
+    """One GPU under a HW slowdown in a fifth of its loaded samples (below ``throttle_share``;
+    more where a fifth cannot cost that much) that costs it ``slowdown_pct`` on average: ``throttled``."""
+    rng = random.Random(f"partialthrottle:{cv}:{slowdown_pct}:{seed}")
+    host, gpu = rng.choice(_names(size)), rng.randrange(GPUS)
+    share = max(0.2, slowdown_pct / 75)
+    fault = {"kind": "throttled", "host": host, "gpu": gpu, "reason": "hw_slowdown", "share": round(share, 3),
+             "factor": round(1 - slowdown_pct / 100 / share, 4)}
+    return Case(_fleet(size, cv, seed, [fault]), frozenset({("throttled", host, gpu)}),
+                exit_expected=1 if slowdown_pct >= 8 else None)
+
+
+def ports_case(cv: float, slowdown_pct: float, seed: int, size: int = 16) -> Case:
+    """NIC ports found without traffic: one port trained at half width (2X of 4X: half its rate),
+    one DOWN and one whose symbol errors grew since the previous sweep (a healthy sweep of the same
+    hosts stored first), each on its own random node and rail: three ``nic_port`` findings, exit 1.
+    Port faults are states, not sizes: ``slowdown_pct`` does not change them."""
+    rng = random.Random(f"ports:{cv}:{seed}")
+    half, down, erroring = rng.sample(_names(size), 3)
+    faults = [{"kind": "nic_port", "host": half, "rail": rng.randrange(8), "width": 2},
+              {"kind": "nic_port", "host": down, "rail": rng.randrange(8), "state": "DOWN"},
+              {"kind": "nic_port", "host": erroring, "rail": rng.randrange(8), "counter": "symbol_error",
+               "count": rng.randrange(1000, 100000)}]
+    return Case(_fleet(size, cv, seed, faults), frozenset(("nic_port", host, None) for host in (half, down, erroring)),
+                baseline=True, exit_expected=1)
 
 
 def job_case(nodes: int, cv: float, slowdown_pct: float, seed: int, baseline: bool) -> Case:
@@ -160,7 +258,7 @@ def sweep_with_exit(case: Case, folder: Path) -> tuple[list[dict], int]:
     """The findings (JSON objects) of one case and the sweep's exit code, through the whole pipeline."""
     store = folder / "gpudiag.db"
     if case.baseline:
-        healthy = {**case.fleet, "nodes": 16, "faults": [], "seed": case.fleet["seed"] + 1000}
+        healthy = case.baseline_fleet or {**case.fleet, "nodes": 16, "faults": [], "seed": case.fleet["seed"] + 1000}
         _run(healthy, folder, store, None)
         with Store.open(store) as opened:
             sweep_id = opened.latest_sweep_id()
@@ -190,7 +288,9 @@ def score(case: Case, findings: list[dict]) -> dict[str, list[int]]:
     """Per kind: [true positives, findings of that kind, faults of that kind, faults detected].
     ``fleet_shift`` and ``unchecked`` findings are not scored here."""
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    found = {_place(f["kind"], f["host"], f.get("gpu")) for f in findings if f["kind"] not in NOT_SCORED}
+    expected_kinds = {kind for kind, _, _ in case.expected}  # a group finding, where a case expects one
+    found = {_place(f["kind"], f["host"], f.get("gpu")) for f in findings
+             if f["kind"] not in NOT_SCORED or f["kind"] in expected_kinds}
     for kind, host, gpu in found:
         tally[kind][1] += 1
         tally[kind][0] += (kind, host, gpu) in case.expected
@@ -245,6 +345,8 @@ def healthy_flagged(size: int, cv: float, seeds: int) -> None:
 def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float, float, int], Case]]]:
     if scenario == "mix":
         return [(f"mix {size}", lambda cv, s, seed, size=size: mix_case(size, cv, s, seed)) for size in sizes]
+    if scenario == "ports":
+        return [("ports", ports_case)]
     if scenario.startswith("share"):
         share = int(scenario[5:]) / 100
         return [(scenario, lambda cv, s, seed, share=share: share_case(share, cv, s, seed))]
@@ -257,10 +359,22 @@ def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float
     if scenario == "shift":
         return [(f"shift {'baseline' if with_baseline else 'sku'}",
                  lambda cv, s, seed, b=with_baseline: shift_case(cv, s, seed, b)) for with_baseline in (False, True)]
+    if scenario in GROUP_SCENARIOS:
+        return group_builders(scenario)
     nodes = int(scenario[3:])
     return [(f"{scenario} {'baseline' if with_baseline else 'sku'}",
              lambda cv, s, seed, nodes=nodes, b=with_baseline: job_case(nodes, cv, s, seed, b))
             for with_baseline in (False, True)]
+
+
+def group_builders(scenario: str) -> list[tuple[str, Callable[[float, float, int], Case]]]:
+    """The rows of the group scenarios: ``drivergroup`` without and with a baseline on the old driver."""
+    if scenario == "drivergroup":
+        return [(f"drivergroup {'baseline' if with_baseline else 'sku'}",
+                 lambda cv, s, seed, b=with_baseline: driver_group_case(cv, s, seed, b)) for with_baseline in (False, True)]
+    builds = {"fleet8": fleet8_case, "modelgroup": model_group_case, "powercap": power_cap_case,
+              "sitecap": site_cap_case, "partialthrottle": partial_throttle_case}
+    return [(scenario, builds[scenario])]
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, NoReturn
 
 from .errors import InputError, StoreError
-from .keys import LINK_METRIC, LINK_PROBE, LINK_UNIT, link_key
+from .keys import LINK_METRIC, LINK_PROBE, LINK_UNIT, hardware_key, link_key
 from .links.attribution import BACKENDS, pair_means
 from .links.rounds import link_results
 from .links.verdicts import touched_links
@@ -68,6 +68,17 @@ class Baseline:
     def get(self, key: str) -> BaselineEntry | None:
         """The entry for ``key``, or None when the baseline has none."""
         return self.entries.get(key)
+
+    def same_hardware(self, key: str) -> BaselineEntry | None:
+        """For a key the baseline lacks: its entry of the same hardware, probe and parameters
+        under other software (driver, CUDA, torch: gpudiag.keys.hardware_key), the figure the
+        previous software measured. The one with the most measurements (then the lowest key)
+        where there are several; None when there is none or the baseline has ``key`` itself."""
+        if key in self.entries:
+            return None
+        wanted = hardware_key(key)
+        matches = [entry for other, entry in self.entries.items() if hardware_key(other) == wanted]
+        return min(matches, key=lambda entry: (-entry.count, entry.key), default=None)
 
 
 def check_name(name: object, where: str = "baseline name") -> str:

@@ -12,6 +12,8 @@
 - the NVML telemetry readings become one table per GPU (``telemetry``: metric → value, and the
   details of readings that have any, such as the GPU's identity; a list of like dicts, such as
   its NVLinks, as ``{"columns", "rows"}``), except that a reading that errored stays a record;
+- the NIC port records become one table (``nic_ports``: a row per port, counters only where
+  not 0), except that a port that errored stays a record;
 - floats keep SIGNIFICANT digits.
 
 Nothing is judged from the document: the analysis reads the full records in memory.
@@ -35,6 +37,7 @@ SIGNIFICANT = 6
 # Details that say only where a reading came from: not worth a copy per reading.
 _PLAIN_DETAILS = ({}, {"source": "nvml"}, {"source": "nvidia-smi"})
 ALL_GPUS = -1
+NIC_PORT = "nic_port"
 
 
 def flagged_gpus(findings: Iterable[Mapping[str, Any]]) -> dict[str, set[int]]:
@@ -50,9 +53,11 @@ def flagged_gpus(findings: Iterable[Mapping[str, Any]]) -> dict[str, set[int]]:
 def compact_host(entry: Mapping[str, Any], flagged: set[int]) -> dict[str, Any]:
     """The compact form of one host's document entry (see the module); ``flagged`` its GPUs that
     a finding names (ALL_GPUS: every one)."""
-    results, p2p, telemetry = [], [], []
+    results, p2p, telemetry, ports = [], [], [], []
     for record in entry.get("results") or ():
-        if record.get("status") == "ok" and record.get("probe") == "p2p":
+        if record.get("status") == "ok" and record.get("metric") == NIC_PORT:
+            ports.append(record)
+        elif record.get("status") == "ok" and record.get("probe") == "p2p":
             p2p.append(record)
         elif record.get("status") == "ok" and record.get("probe") == "telemetry":
             telemetry.append(record)
@@ -64,7 +69,20 @@ def compact_host(entry: Mapping[str, Any], flagged: set[int]) -> dict[str, Any]:
         compact["p2p"] = p2p_matrices(p2p)
     if telemetry:
         compact["telemetry"] = telemetry_tables(telemetry)
+    if ports:
+        compact["nic_ports"] = port_table(ports)
     return compact
+
+
+def port_table(records: Sequence[Mapping[str, Any]]) -> Any:
+    """The NIC port records as one ``{"columns", "rows"}`` table: the device, the rate, the
+    details without the fields that are null, and of the counters those that are not 0."""
+    rows = []
+    for record in records:
+        details = {name: value for name, value in (record.get("details") or {}).items() if value is not None}
+        details["counters"] = {name: count for name, count in (details.get("counters") or {}).items() if count}
+        rows.append({"device": record.get("device"), "rate_gbps": record.get("value"), **details})
+    return columns(rows)
 
 
 def _trimmed(record: Mapping[str, Any], flagged: set[int]) -> Mapping[str, Any]:

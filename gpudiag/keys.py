@@ -23,6 +23,9 @@ COMPARED_PROBES = frozenset({"gemm", "membw", "p2p", "pcie", "smclock"})
 # Facts that decide comparability. CPU results (no GPU) are keyed by CPU model instead.
 GPU_FACTS = ("gpu_model", "gpu_memory_mib", "driver_version", "cuda_version", "torch_version")
 CPU_FACTS = ("cpu_model", "torch_version")
+# The facts that are software: keys that differ only in these measure the same hardware.
+SOFTWARE_FACTS = ("driver_version", "cuda_version", "torch_version")
+SOFTWARE_NAMES = {"driver_version": "driver", "cuda_version": "CUDA", "torch_version": "torch"}
 # The probe, metric and unit of a link key: the sweep document's ``links[]`` figures.
 LINK_PROBE = "link"
 LINK_METRIC = "gbps"
@@ -95,3 +98,22 @@ def _describe_link(params: dict[str, Any]) -> str:
     rail, rate = params.get("rail"), params.get("line_rate_gbps")
     where = f"link {params.get('backend')}" + ("" if rail is None else f" rail {rail}")
     return f"{where} · line rate {'unknown' if rate is None else f'{rate:g} {LINK_UNIT}'}"
+
+
+@functools.lru_cache(maxsize=4096)
+def hardware_key(key: str) -> str:
+    """``key`` without its software facts (driver, CUDA, torch versions): two keys with one
+    hardware key are the same GPU model, probe and parameters under other software, so their
+    figures may be compared with each other (never pooled)."""
+    data = json.loads(key)
+    facts = {name: value for name, value in (data.get("facts") or {}).items() if name not in SOFTWARE_FACTS}
+    return strict_dumps({**data, "facts": facts}, sort_keys=True, separators=(",", ":"))
+
+
+def software_change(old_key: str, new_key: str) -> str:
+    """The software two keys of one hardware differ in, in plain words: ``driver 550.54.15 ->
+    560.35.03`` (each differing version, old first); empty when they do not differ."""
+    old, new = (json.loads(key).get("facts") or {} for key in (old_key, new_key))
+    changes = [f"{SOFTWARE_NAMES[name]} {old.get(name)} -> {new.get(name)}" for name in SOFTWARE_FACTS
+               if old.get(name) != new.get(name)]
+    return ", ".join(changes)

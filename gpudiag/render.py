@@ -50,9 +50,12 @@ def probe_tables(results: Sequence[ProbeResult]) -> list[TableSpec]:
         pairs = [r for r in results if r.probe == "p2p" and r.ok and r.params.get("direction") == direction]
         if pairs:
             specs.append(_p2p_table(pairs, direction))
-    telemetry = [r for r in results if r.probe == "telemetry"]
+    telemetry = [r for r in results if r.probe == "telemetry" and r.metric != "nic_port"]
     if any(r.ok for r in telemetry):
         specs.append(_telemetry_table(telemetry))
+    ports = [r for r in results if r.probe == "telemetry" and r.metric == "nic_port" and r.ok]
+    if ports:
+        specs.append(_port_table(ports))
     return specs
 
 
@@ -173,6 +176,24 @@ def _telemetry_table(results: Sequence[ProbeResult]) -> TableSpec:
         active = ", ".join(reasons.details.get("active", [])) if reasons and reasons.ok else "-"
         rows.append((device, *cells, active or "none"))
     return TableSpec(f"Telemetry ({', '.join(sources) or 'NVML'})", columns, tuple(rows))
+
+
+def _port_table(ports: Sequence[ProbeResult]) -> TableSpec:
+    """NIC ports (probes/nicports.py): state, rate with width and speed, link layer, model, and
+    the error counters that are not 0."""
+    columns = (Column("port", "name"), Column("state", "text"), Column("Gbit/s"), Column("link", "text"),
+               Column("errors", "text"))
+    rows = []
+    for port in sorted(ports, key=lambda r: r.device):
+        d = port.details
+        state = " / ".join(str(d[key]) for key in ("state", "phys_state") if d.get(key))
+        shape = " ".join(str(d[key]) for key in ("width", "speed") if d.get(key))
+        rate = "n/a" if port.value is None else format_value(port.value, None) + (f" {shape}" if shape else "")
+        link = " ".join(str(d[key]) for key in ("link_layer", "model") if d.get(key))
+        counters = d.get("counters") or {}
+        errors = ", ".join(f"{name} {count}" for name, count in sorted(counters.items()) if count) or "none"
+        rows.append((port.device.removeprefix("nic:"), state or "-", rate, link or "-", errors))
+    return TableSpec("NIC ports", columns, tuple(rows))
 
 
 def _metric_text(result: ProbeResult | None) -> str:

@@ -66,6 +66,17 @@ ACTIONS: dict[str, tuple[str, str]] = {
                         "state, error counters), its cable and transceiver, and its PCIe link; reseat or replace it"),
     "slow_network_link": (INSPECT, "this pair is slow while both nodes are fine with other partners: check the path "
                                    "between them (switch ports, cables, routing or adaptive-routing state)"),
+    "nic_port_down": (DRAIN, "this NIC port is not active while its peers are: check its cable and transceiver "
+                             "(ibstat, ibv_devinfo), the switch port and the subnet manager's view of it; reseat or "
+                             "replace the cable or the NIC"),
+    "nic_port_rate": (DRAIN, "this NIC port trained below its peers' rate or width: reseat or replace the cable or "
+                             "transceiver, check the switch port's speed settings, then re-check with ibstat"),
+    "nic_port_errors": (INSPECT, "this NIC port's error counters grow far faster than its peers': check the cable "
+                                 "and transceiver (ibstat, perfquery, the switch's port counters) and replace the "
+                                 "cable if they keep growing"),
+    "nic_port_not_compared": (INSPECT, "this port is not active and no port of its kind is up to compare with: if "
+                                       "it should be cabled, check the cable, the switch port and the subnet manager; "
+                                       "it is not a pass"),
     "link_error": (INSPECT, "this pair could not be tested: check the data-plane address, firewall and that the "
                             "probe's ports are reachable between the two nodes; it is not a pass"),
     "host_link_error": (INSPECT, "this node could not be pair-tested with any partner while they could with others: "
@@ -73,6 +84,12 @@ ACTIONS: dict[str, tuple[str, str]] = {
                                  "keep it out of jobs until it is tested"),
     "fleet_shift": (INSPECT, "a regression most of the fleet shares: compare driver, firmware, clocks and power "
                              "policy with the baseline's sweeps; draining single nodes will not fix it"),
+    "software_regression": (INSPECT, "the same hardware runs faster on the other driver/CUDA/torch versions named: "
+                                     "hold or roll back the upgrade and compare the versions' release notes; "
+                                     "draining single nodes will not fix it"),
+    "power_policy": (INSPECT, "every GPU of the group runs under a software power cap that costs this speed: check "
+                              "the power limit (nvidia-smi -q -d POWER) against the board's default and the site's "
+                              "or job's power policy; draining single nodes will not fix it"),
     "unchecked": (INSPECT, "this could not be measured or compared: it is not a pass; see the evidence"),
 }
 # Verbs that take a node out of service: a warning says ``watch`` instead.
@@ -91,7 +108,8 @@ def action(cause: str, severity: str) -> tuple[str, str]:
 LINK_UNDER_LOAD = ("pcie_width_min_loaded", "pcie_width_max", "pcie_generation_min_loaded", "pcie_generation_max")
 # What the rules read of the NVML evidence a GEMM carries (``active_reasons``, ``load_evidence``).
 LOAD_EVIDENCE = ("clocks_event_reasons", "clocks_event_reason_samples", "nvml_samples", "nvml_samples_idle",
-                 "sm_clock_mhz_median", "sm_clock_max_mhz", "power_w_max", "power_limit_w", *LINK_UNDER_LOAD)
+                 "sm_clock_mhz_median", "sm_clock_mhz_min", "sm_clock_mhz_max_seen", "sm_clock_max_mhz",
+                 "power_w_max", "power_limit_w", *LINK_UNDER_LOAD)
 
 
 # Where a GPU's wired NVLinks come from (NvlinkWiring.source).
@@ -385,6 +403,40 @@ def active_reasons(details: Mapping[str, Any], share_pct: float) -> list[str] | 
         return list(reasons)
     loaded = max(1, int(details.get("nvml_samples") or 0) - int(details.get("nvml_samples_idle") or 0))
     return [reason for reason in reasons if 100 * float(counts.get(reason, 0)) / loaded >= share_pct]
+
+
+def seen_reasons(details: Mapping[str, Any]) -> list[str]:
+    """The clocks-event reasons that slow a GPU (``REASON_WORDS``) seen in any loaded sample,
+    however few: a reason below ``throttle_share`` is no finding by itself, but it may still
+    explain part of a deficit, and it is never "no reason seen"."""
+    return [reason for reason in active_reasons(details, 0.0) or [] if reason in REASON_WORDS]
+
+
+def clock_cost_pct(details: Mapping[str, Any]) -> float | None:
+    """How far the GPU's mean SM clock under load fell below its maximum, in percent, from what
+    the sampler kept (median, lowest and highest loaded clock, and the share of loaded samples
+    the most frequent slowing reason was active in): a reason active in most samples holds the
+    median down, one active in a few leaves the median at the free clock while those few run at
+    about the lowest. None when the sampler gave no clocks."""
+    most, median = details.get("sm_clock_max_mhz"), details.get("sm_clock_mhz_median")
+    if not isinstance(most, (int, float)) or not isinstance(median, (int, float)) or most <= 0:
+        return None
+    share = max((_share(details, reason) for reason in seen_reasons(details)), default=0.0)
+    low, high = details.get("sm_clock_mhz_min"), details.get("sm_clock_mhz_max_seen")
+    low = low if isinstance(low, (int, float)) else median
+    high = high if isinstance(high, (int, float)) else median
+    slowed = median if share >= 0.5 else low
+    mean = median if share in (0.0, 1.0) else share * slowed + (1 - share) * high
+    return max(0.0, 100 * (1 - mean / most))
+
+
+def _share(details: Mapping[str, Any], reason: str) -> float:
+    """The share (0..1) of loaded samples ``reason`` was active in (1 where the record has no counts)."""
+    counts = details.get("clocks_event_reason_samples")
+    if not isinstance(counts, Mapping):
+        return 1.0
+    loaded = max(1, int(details.get("nvml_samples") or 0) - int(details.get("nvml_samples_idle") or 0))
+    return min(1.0, float(counts.get(reason, 0)) / loaded)
 
 
 def load_evidence(details: Mapping[str, Any], reasons: list[str] | None = None) -> str:

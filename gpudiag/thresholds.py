@@ -43,6 +43,9 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "nvlink_replay_floor": ("nvlink_replay_floor", "count", True),
     "nvlink_recovery_floor": ("nvlink_recovery_floor", "count", True),
     "counter_peer_ratio": ("counter_peer_ratio", "ratio", False),
+    "port_error_floor": ("port_error_floor", "count", True),
+    "port_link_down_floor": ("port_link_down_floor", "count", True),
+    "port_discard_floor": ("port_discard_floor", "count", True),
     "history_degradation": ("history_degradation_pct", "percent", False),
     "history_min_sweeps": ("history_min_sweeps", "count", True),
 }
@@ -65,7 +68,9 @@ class Thresholds:
     ``host_memory_available_pct`` of its memory is available. The ``link_*`` figures judge node
     pairs (gpudiag.links.attribution.LinkThresholds). An error counter (a GPU's PCIe replays, an
     NVLink's CRC, replay or recovery errors) is a warning when it reaches its ``*_floor`` (a
-    count) AND ``counter_peer_ratio`` times its peers' median (gpudiag.analysis.counters).
+    count) AND ``counter_peer_ratio`` times its peers' median (gpudiag.analysis.counters); so is
+    a NIC port's error counter against ``port_error_floor``, ``port_link_down_floor`` (link downs
+    and error recoveries) or ``port_discard_floor`` (transmit discards: gpudiag.analysis.ports).
     ``gpudiag history`` calls a host's figure (the median of its GPUs, or one GPU's) a slow
     degradation when, over at least ``history_min_sweeps`` of its sweeps since its last repair,
     a robust line through them falls ``history_degradation_pct`` or more, its slope real against
@@ -95,6 +100,9 @@ class Thresholds:
     nvlink_replay_floor: int
     nvlink_recovery_floor: int
     counter_peer_ratio: float
+    port_error_floor: int
+    port_link_down_floor: int
+    port_discard_floor: int
     history_degradation_pct: float
     history_min_sweeps: int
 

@@ -47,7 +47,7 @@ class ProbeSpec:
 # when named: a sweep does not read kernel logs.
 PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("facts", hostfacts.run, hostfacts.METRIC, 15.0, 0.0),
-    ProbeSpec("telemetry", telemetry.run, "nvml", 30.0, 0.0),
+    ProbeSpec("telemetry", telemetry.run_node, "nvml", 30.0, 0.0),
     ProbeSpec("xid", xid.run, xid.METRIC, 70.0, 0.0, by_default=False),
     ProbeSpec("gemm", gemm.run, gemm.METRIC, 60.0, 10.0),
     ProbeSpec("membw", membw.run, membw.METRIC, 30.0, 10.0),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from . import nicports
 from .context import ProbeContext
 from .nvml import Nvml, NvmlUnavailable, decode_clocks_event_reasons, open_nvml
 from .records import Record, failed, skipped
@@ -76,6 +77,13 @@ class Reading:
     metric: str
     value: int | float
     details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def run_node(ctx: ProbeContext, *, sysfs_root: str = "/") -> Iterator[Record]:
+    """The probe as the runner runs it: the GPUs' records (:func:`run`), then the ``nic_port``
+    records of the node's NIC ports (probes/nicports.py), read from ``sysfs_root``."""
+    yield from run(ctx)
+    yield from nicports.run(sysfs_root)
 
 
 def run(ctx: ProbeContext, *, nvml_module: ModuleType | None = None,

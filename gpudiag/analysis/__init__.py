@@ -18,6 +18,8 @@
    most GPUs of a host slow on one metric make one ``slow_node``; otherwise ``slow_gpu``.
    Telemetry rules add findings of their own (gpudiag.rules), and so do error counters far
    above their peers' (PCIe replays, NVLink CRC/replay/recovery errors: gpudiag.analysis.counters);
+   NIC ports that are down, trained below their peers' rate or erroring far above them add
+   ``nic_port`` (gpudiag.analysis.ports);
    gaps add ``unchecked`` and ``missing_gpu`` (gpudiag.analysis.coverage); a metric slow on
    ``fleet_shift_share`` of the hosts adds one ``fleet_shift``.
 5. Job impact: a synchronous job runs at the pace of its slowest GPU, measured against the same
@@ -44,8 +46,11 @@ from ..sku import wired_nvlinks
 from ..thresholds import Thresholds
 from . import coverage
 from .counters import PriorCounts, counter_findings
+from .clocks import typical_clock_costs
 from .fleet import Impact, fleet_shifts, job_impact
+from .groups import group_shifts, judging_references, shift_findings
 from .nvlinks import WiredLookup, with_wiring
+from .ports import add_prior, port_findings
 from .speed import (
     Context,
     finding_order,
@@ -101,7 +106,9 @@ def prior_counts(previous_hosts: Iterable[Mapping[str, Any]]) -> PriorCounts:
     memory at a time), for counters judged on their growth (gpudiag.analysis.counters)."""
     prior = PriorCounts()
     for host in previous_hosts:
-        prior.add(read_sweep([host], True).telemetry)
+        readings = read_sweep([host], True)
+        prior.add(readings.telemetry)
+        add_prior(prior, readings.ports)
     return prior
 
 
@@ -145,7 +152,8 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     telemetry = with_wiring(readings.telemetry, wired)
     previous = previous_hosts if isinstance(previous_hosts, PriorCounts) else prior_counts(previous_hosts or ())
     refs = references(found, thresholds, baseline, skus)
-    suspects = find_suspects(found, refs, thresholds)
+    shifts = group_shifts(found, refs, thresholds, baseline)  # a group's level judges its parts
+    suspects = find_suspects(found, judging_references(refs, shifts), thresholds)
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, retest_hosts, thresholds)
     not_retested = 0
@@ -156,10 +164,12 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     by_host: dict[str, list[Measurement]] = defaultdict(list)
     for m in found:
         by_host[m.host].append(m)
-    context = Context(thresholds, telemetry, facts, refs, found, by_host)
+    context = Context(thresholds, telemetry, facts, refs, found, by_host,
+                      clock_costs=typical_clock_costs(found, telemetry))
     findings = (speed_findings(suspects, context) + rule_findings(telemetry, thresholds)
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(suspects, context))
-    findings = merge(findings) + fleet_shifts(suspects, found, thresholds)
+    findings = merge(findings) + shift_findings(shifts, found, telemetry, context.clock_costs, thresholds)
+    findings += fleet_shifts(suspects, found, thresholds) + port_findings(readings.ports, thresholds, previous)
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for m in found if m.key not in refs]

@@ -82,7 +82,7 @@ def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Seque
 
 
 
-NOT_EXCLUDING = ("fleet_shift",)
+NOT_EXCLUDING = ("fleet_shift", "software_regression")  # a group's finding keeps no host out
 
 
 def _not_checked(finding: Finding) -> bool:

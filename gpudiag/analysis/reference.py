@@ -154,7 +154,8 @@ def _densest_centre(ordered: Sequence[float]) -> float:
     """The middle of the highest window holding ``DENSE_SHARE`` of the sorted values that is
     about as narrow as the narrowest (slow values are the suspects, never the fast ones)."""
     window = max(1, math.ceil(len(ordered) * DENSE_SHARE))
-    widths = [high - low for low, high in zip(ordered, ordered[window - 1:], strict=False)]
+    # Relative widths: a slow cluster's values are smaller, so in absolute terms it would look denser.
+    widths = [_relative_width(low, high) for low, high in zip(ordered, ordered[window - 1:], strict=False)]
     limit = min(widths) * DENSE_WIDTH_TOLERANCE
     best = max(start for start, width in enumerate(widths) if width <= limit)
     return statistics.median(ordered[best:best + window])
@@ -193,11 +194,16 @@ def _weighted_densest_centre(pairs: Sequence[tuple[float, float]]) -> float:
         held -= pairs[start][1]
     if not ends:  # rounding left no window: the whole fleet is one
         ends = [(0, len(pairs) - 1)]
-    widths = [pairs[last][0] - pairs[first][0] for first, last in ends]
+    widths = [_relative_width(pairs[first][0], pairs[last][0]) for first, last in ends]
     limit = min(widths) * DENSE_WIDTH_TOLERANCE
     best = max(index for index, width in enumerate(widths) if width <= limit)
     first, last = ends[best]
     return weighted_median(pairs[first:last + 1])
+
+
+def _relative_width(low: float, high: float) -> float:
+    """A window's width as a share of its top value (a window at 0 has width 0)."""
+    return (high - low) / abs(high) if high else 0.0
 
 
 # Weights are sums of 1/n: compared with this relative tolerance, so that rounding never moves a median.

@@ -25,7 +25,7 @@ from ..findings import (
 )
 from ..results import device_index
 from ..thresholds import Thresholds
-from . import coverage
+from . import clocks, coverage
 from .pairs import Pair, attribute_pairs
 from .reference import SKU, KeyReferences
 from .suspects import COMPUTE_PROBES, HOST_DEVICES, Measurement, Suspect
@@ -44,6 +44,8 @@ class Context:
     refs: Mapping[str, KeyReferences]
     found: Sequence[Measurement]
     by_host: Mapping[str, Sequence[Measurement]]
+    # Per key of a compute probe, its GPUs' median clock cost under load: gpudiag.analysis.clocks.
+    clock_costs: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def gpu(self, m: Measurement) -> rules.GpuTelemetry | None:
         return self.telemetry.get(m.host, {}).get(m.gpu_uuid or "")
@@ -83,12 +85,10 @@ def _cause(suspect: Suspect, context: Context) -> str | None:
     gpu = context.gpu(m)
     if gpu is None:
         return None
-    if m.probe in COMPUTE_PROBES:
-        reasons = rules.active_reasons(gpu.under_load, context.thresholds.throttle_share_pct) or []
-        if any(r in rules.HARDWARE_REASONS or r in rules.SOFTWARE_REASONS for r in reasons):
-            return "throttled"
-        if rules.POWER_CAP in reasons:
-            return "power_capped"
+    if m.probe in COMPUTE_PROBES:  # a reason explains only what its clock drop explains
+        cause = clocks.clock_cause(suspect, gpu, context.clock_costs, context.thresholds)
+        if cause is not None:
+            return cause
     if m.probe == "pcie" and rules.pcie_problems(gpu):
         return "degraded_pcie"
     if m.probe == "p2p" and rules.nvlink_down(gpu) is not None:
@@ -216,12 +216,15 @@ def _speed_evidence(suspect: Suspect, context: Context) -> str:
         parts.append("also " + ", ".join(f"{r.source} {r.value:.4g}{unit}" for r in others))
     gpu = context.gpu(m)
     if gpu is not None and gpu.under_load and m.probe in COMPUTE_PROBES:
-        reasons = rules.active_reasons(gpu.under_load, context.thresholds.throttle_share_pct) or []
-        if not [r for r in reasons if r in rules.REASON_WORDS]:
+        reasons = rules.seen_reasons(gpu.under_load)  # in any share of the samples: never "none seen" then
+        if not reasons:
             parts.append("no throttle reason seen by NVML")
         seen = rules.load_evidence(gpu.under_load, reasons)
         if seen:
             parts.append(seen)
+        explained = clocks.explanation(suspect, gpu, context.clock_costs)
+        if explained:
+            parts.append(explained)
     if not suspect.confirmed:
         parts.append(suspect.note or "not re-tested")
     return "; ".join(parts)

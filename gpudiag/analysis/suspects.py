@@ -17,6 +17,7 @@ from ..results import device_index
 from ..sku import FloorKey, floor_key, floors_for
 from ..thresholds import Thresholds
 from . import coverage
+from .ports import Port, read_ports
 from .reference import KeyReferences, Reference, key_references
 
 COMPUTE_PROBES = ("gemm", "smclock", "membw")
@@ -116,6 +117,8 @@ class Readings:
     gaps: list[Finding]
     unkeyed: dict[str, int]
     not_ok: dict[str, list[Mapping[str, Any]]]
+    # Each host's NIC ports (gpudiag.analysis.ports).
+    ports: dict[str, tuple[Port, ...]] = dataclasses.field(default_factory=dict)
 
 
 # Measurement from one tuple, without the generated __new__'s keyword handling (a million calls).
@@ -140,6 +143,7 @@ def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
     gaps: list[Finding] = []
     unkeyed: dict[str, int] = {}
     failed: dict[str, list[Mapping[str, Any]]] = {}
+    ports: dict[str, tuple[Port, ...]] = {}
     for host in hosts:
         if host.get("status") != "ok":
             continue
@@ -154,7 +158,8 @@ def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
             telemetry[name] = reading.gpus
             gaps += reading.gaps
         failed[name] = reading.not_ok
-    return Readings(found, telemetry, gaps, unkeyed, failed)
+        ports[name] = reading.ports
+    return Readings(found, telemetry, gaps, unkeyed, failed, ports=ports)
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,7 @@ class HostReading:
     gaps: list[Finding]
     unkeyed: int
     not_ok: list[Mapping[str, Any]]
+    ports: tuple[Port, ...] = ()
 
 
 class SweepReader:
@@ -185,10 +191,12 @@ class SweepReader:
             if with_telemetry else None
         found: list[Measurement] = []
         unkeyed: dict[str, int] = {}
-        not_ok = _read_host(host.get("results") or (), name, facts, collector, self._shared, found, unkeyed)
+        results = host.get("results") or ()
+        not_ok = _read_host(results, name, facts, collector, self._shared, found, unkeyed)
+        ports = read_ports(name, results, facts) if with_telemetry else ()
         gpus = collector.gpus() if collector is not None else {}
         gaps = coverage.record_gaps(name, not_ok, facts) if collector is not None else []
-        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok)
+        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, ports=ports)
 
 
 # The probes whose records the telemetry collector reads (telemetry, and the load evidence).

@@ -75,7 +75,8 @@ def summary_line(run: PreflightRun, output_errors: Sequence[str] = ()) -> str:
         failed = [name for host, mine in fail_findings_by_host(document["findings"]).items()
                   for name in (host, *(str(f["peer"]) for f in mine if f.get("peer")))]
         reasons = [_finding_text(f) for f in document["findings"] if f["severity"] == "fail"]
-        parts = [f"{PREFIX}: FAIL {_hosts(failed)}, exit 1, {timing}: {_reasons(reasons)}", _drain_state(run)]
+        parts = [f"{PREFIX}: FAIL {_hosts(failed) or 'no single node (a cause they share)'}, exit 1, {timing}: "
+                 f"{_reasons(reasons)}", _drain_state(run)]
     else:
         unchecked = [f for f in document["findings"] if f["kind"] in NOT_CHECKED]
         reasons = [f"{f['host']} {f['kind']}: {f['evidence']}" for f in unchecked]

@@ -20,6 +20,10 @@ What one node prints may change only its own verdict. After each record passed i
    node's GPUs but not for others: each GPU (and each measurement of the probe, e.g. both PCIe
    directions) it left out gets an ``error`` record — never a silent pass.
 
+5. more NIC port records (telemetry ``nic_port``) than any node has ports (MAX_NIC_PORTS) are
+   all replaced by one ``error`` record on device ``nic``: no port of the node is judged, and it
+   cannot crowd the peer groups of the others' ports.
+
 Without an ok facts record (a re-test that did not ask for facts, or duplicated facts) there are
 no counts to check 2 and 4 against, and the ceilings are the generic ones.
 """
@@ -38,6 +42,9 @@ from .tables import METRICS
 # Per-GPU probes and the device prefix they name GPUs by: CUDA's index, or NVML's.
 PER_GPU_PROBES = {"gemm": "cuda", "membw": "cuda", "pcie": "cuda", "smclock": "cuda", "telemetry": "gpu"}
 HOST = "host"
+# NIC port records a node may print (probes/nicports.py reads at most 128).
+MAX_NIC_PORTS = 256
+NIC_PORT = ("telemetry", "nic_port")
 # Devices named in a message before the rest are only counted.
 DEVICES_NAMED = 6
 
@@ -61,7 +68,7 @@ class GpuCounts:
 def check_node_records(results: Sequence[ProbeResult], source: str) -> list[ProbeResult]:
     """``results`` (one node's records, each schema-checked) checked as a whole against the
     node's facts (see the module docstring); ``source`` names the node in the reasons."""
-    kept = one_per_measurement(results, source)
+    kept = bounded_nic_ports(one_per_measurement(results, source), source)
     facts = facts_of(kept)
     counts = gpu_counts(facts) if facts is not None else None
     absent: list[ProbeResult] = []
@@ -128,6 +135,18 @@ def _error(record: ProbeResult, reason: str, **fields: Any) -> ProbeResult:
                        metric=fields.get("metric", record.metric), value=None, unit=None, status="error",
                        reason=reason, gpu_uuid=fields.get("gpu_uuid", record.gpu_uuid),
                        params=fields.get("params", dict(record.params)))
+
+
+def bounded_nic_ports(results: list[ProbeResult], source: str) -> list[ProbeResult]:
+    """``results``, or, with more than MAX_NIC_PORTS port records, those replaced by one ``error``
+    record (module docstring, 5)."""
+    ports = [r for r in results if (r.probe, r.metric) == NIC_PORT]
+    if len(ports) <= MAX_NIC_PORTS:
+        return results
+    why = (f"{source}: the node printed {len(ports)} NIC port records, more than any node has ports "
+           f"(at most {MAX_NIC_PORTS}): none is used")
+    kept = [r for r in results if (r.probe, r.metric) != NIC_PORT]
+    return kept + [_error(ports[0], why, device="nic", gpu_uuid=None, params={})]
 
 
 # ------------------------------------------------------------------------------ 2. absent GPUs

@@ -109,7 +109,8 @@ METRICS: Mapping[str, Mapping[str, Measure]] = {
         "remapped_rows_uncorrectable": COUNTER, "remapped_rows_pending": FLAG, "remapped_rows_failure": FLAG,
         "pcie_generation": Measure("gen", high=64), "pcie_generation_max": Measure("gen", high=64),
         "pcie_width": Measure("lanes", high=64), "pcie_width_max": Measure("lanes", high=64),
-        "pcie_replay_count": COUNTER, "nvlink_links_up": Measure("links", high=1024)},
+        "pcie_replay_count": COUNTER, "nvlink_links_up": Measure("links", high=1024),
+        "nic_port": Measure("Gbit/s", high=100_000, ceiling="nic_port", value_required=False)},
     "xid": {"kernel_log": COUNTER, "xid": COUNTER, "recovery_action": Measure(high=1024)},
     "gemm": {"tflops": Measure("TFLOP/s", high=100_000, ceiling="gemm")},
     "membw": {"bandwidth": Measure("GB/s", high=1_000_000, ceiling="membw")},
@@ -158,6 +159,13 @@ _NVLINK = Shape({"link": Number(high=1023, whole=True, nullable=True), "state": 
                  "crc_errors": Number(nullable=True), "replay_errors": Number(nullable=True),
                  "recovery_errors": Number(nullable=True)})
 _SOURCE = {"source": TOKEN}
+# A NIC port as probes/nicports.py reads it: states, rate (Gbit/s), width, link layer, HCA model
+# or driver, and its error counters (non-negative integers, at most 64 of them).
+NIC_PORT: Mapping[str, Kind] = {
+    "kind": Text(limit=16, choices=("ib", "ethernet")), "state": TOKEN, "phys_state": TOKEN,
+    "rate_gbps": Number(high=1e5, unit="Gbit/s", nullable=True), "width": TOKEN, "speed": TOKEN, "link_layer": TOKEN,
+    "model": TOKEN, "ca": TOKEN, "port": Number(high=65_535, whole=True, nullable=True), "netdev": TOKEN,
+    "counters": MapOf(Number(whole=True), max_items=64), **_SOURCE}
 _IDENTITY = {"name": NAME, "gpu_uuid": UUID, "serial": TOKEN, "pci_bus_id": TOKEN, "driver_version": TOKEN,
              "cuda_driver_version": TOKEN, "nvml_index": Number(high=1023, whole=True, nullable=True), **_SOURCE}
 _LOG_LINES = ListOf(NAME, max_items=1024)
@@ -167,6 +175,7 @@ DETAILS: Mapping[tuple[str, str | None], Shape] = {
     ("telemetry", "identity"): Shape(_IDENTITY),
     ("telemetry", "nvlink_links_up"): Shape({"links": ListOf(_NVLINK, max_items=1024), **_SOURCE}),
     ("telemetry", "clocks_event_reasons"): Shape({"active": _REASONS, **_SOURCE}),
+    ("telemetry", "nic_port"): Shape(NIC_PORT),
     ("telemetry", None): Shape(_SOURCE),
     ("gemm", None): Shape({**LOAD_DETAILS, "tflops_min": Number(nullable=True), "tflops_max": Number(nullable=True)}),
     ("pcie", None): Shape(LOAD_DETAILS),

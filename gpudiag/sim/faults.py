@@ -12,6 +12,7 @@ from typing import Any
 
 from ..sku import Sku, SkuTable
 from .memerrors import ECC_FIELDS, MemoryErrors, ecc_fields
+from .nicports import nic_port_fields
 from .nodespecs import NodeSpec
 from .reader import FieldReader, json_type
 from .records import PROBE_NAMES
@@ -41,7 +42,8 @@ FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "xid": (("host", "gpu", "code"), ("count", "message", "recovery_action")),
     "kernel_log_unreadable": (("host",), ("reason",)),
     "ecc": (("host", "gpu"), ECC_FIELDS),
-    "paused_job": (("host", "used_mib"), ("gpu", "exclusive"))}
+    "paused_job": (("host", "used_mib"), ("gpu", "exclusive")),
+    "nic_port": (("host", "rail"), ("state", "width", "rate_gbps", "counter", "count"))}
 # GPUs that torch cannot use: a node needs at least one left.
 GONE_KINDS = ("gpu_lost", "gpu_missing")
 
@@ -57,8 +59,9 @@ class Fault:
     action (``xid``); ``reason`` also why the kernel log cannot be read (``kernel_log_unreadable``);
     ``used_mib`` the GPU memory a paused job holds on the GPU (every GPU of the host without ``gpu``)
     and ``exclusive`` whether the GPU is in exclusive-process compute mode with the job's process on it
-    (``paused_job``); ``share``, ``full_load_only``, ``probe`` and ``from_call`` as gpudiag/sim/fleet.py's
-    docstring says."""
+    (``paused_job``); ``state``, ``width``, ``rate_gbps``, ``counter`` and ``count`` of a ``nic_port`` as
+    gpudiag/sim/nicports.py says; ``share``, ``full_load_only``, ``probe`` and ``from_call`` as
+    gpudiag/sim/fleet.py's docstring says."""
 
     kind: str
     host: str
@@ -81,6 +84,8 @@ class Fault:
     used_mib: int = 0
     exclusive: bool = False
     memory_errors: MemoryErrors | None = None  # ``ecc``: gpudiag/sim/memerrors.py
+    state: str | None = None
+    rate_gbps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -150,8 +155,11 @@ def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
         fields["width"] = _choice(read, entry, "width", path, PCIE_WIDTHS, "a degraded PCIe width (lanes)")
     if "count" in entry:
         fields["count"] = read.integer(entry, "count", path=path, low=1)
-    if "counter" in entry:
+    if "counter" in entry and kind != "nic_port":
         fields["counter"] = _choice(read, entry, "counter", path, tuple(NVLINK_COUNTER_KEYS), "an NVLink error counter")
+    if kind == "nic_port":
+        line_rate = context.sku(fields["host"]).network.rail_line_rate_gbps
+        fields.update(nic_port_fields(read, entry, path, line_rate))
     if kind == "xid":
         fields.update(_xid_fields(read, entry, path))
     if kind == "ecc":

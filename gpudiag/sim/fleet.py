@@ -54,6 +54,8 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
   and every probe sizes itself to the rest (gpudiag/sim/pause.py mirrors ``--pause``); with
   ``exclusive`` the GPU is in exclusive-process compute mode with the job's process on it, so a
   probe's CUDA context is refused (CUDA error: busy or unavailable) and ``--pause`` leaves it alone.
+- ``nic_port`` (rail, state, width, rate_gbps, counter and count): that rail's NIC port in the
+  telemetry probe's ``nic_port`` records (gpudiag/sim/nicports.py); the pair tests are unchanged.
 - ``unreachable``: connecting raises ``Unreachable``. ``hang``: the bundle never finishes; ``run``
   reports a timeout at once.
 
@@ -74,6 +76,7 @@ from dataclasses import replace
 from ..sku import Sku, SkuTable, load_skus
 from .faults import DEFAULT_PROBE_ERROR, NVLINK_COUNTER_KEYS, THROTTLE_REASON_BITS, Fault
 from .fleetfile import Fleet
+from .nicports import port_faults
 from .state import Draw, GpuState, NodeState, ProbeFailure, Throttle, XidLog, gpu_identity, number_gpus
 
 
@@ -173,7 +176,7 @@ class SimulatedFleet:
         return NodeState(host=host, sku=self._skus[host], gpus=number_gpus(on_bus),
                          gpu_memory_mib=spec.gpu_memory_mib, driver=spec.driver, cuda=spec.cuda, torch=spec.torch,
                          noise=self.spec.noise, host_factor=host_factor, nvml_link_slots=spec.nvml_link_slots,
-                         xids=xids, kernel_log_unreadable=unreadable)
+                         xids=xids, kernel_log_unreadable=unreadable, nic_ports=port_faults(faults))
 
 
 def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:

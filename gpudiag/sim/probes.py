@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .nicports import port_records
 from .nvml import gpu_telemetry, load_evidence
 from .records import MIB, SAMPLE_S, BundleCall, ProbeOutput, measured, noisy, not_ok, record, sample_count
 from .state import Draw, GpuState, NodeState
@@ -87,7 +88,8 @@ def facts(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
 
 
 def telemetry(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
-    """Per GPU NVML lists (``gpu:N``): identity, then every metric of probes/telemetry.py, GPUs idle.
+    """Per GPU NVML lists (``gpu:N``): identity, then every metric of probes/telemetry.py, GPUs idle;
+    then one ``nic_port`` record per rail (gpudiag/sim/nicports.py).
 
     A lost GPU is one ``error`` identity record, as probes/telemetry.py prints when NVML cannot
     give a handle for it.
@@ -95,6 +97,7 @@ def telemetry(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
     records: list[dict[str, Any]] = []
     for gpu in node.gpus:
         records += gpu_telemetry(node, gpu, draw(f"telemetry:{gpu.index}"))
+    records += port_records(node.sku.network.rails, node.sku.network.rail_line_rate_gbps, node.nic_ports)
     return ProbeOutput(tuple(records), SETUP_S["telemetry"] + 0.08 * len(node.gpus))
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from ..sku import Sku
 from .memerrors import MemoryErrors
+from .nicports import PortFault
 
 # PCI buses of the eight GPUs of an HGX baseboard, in NVML order.
 # The probes that make a CUDA context on a GPU, and what CUDA says when the GPU is in
@@ -164,6 +165,7 @@ class NodeState:
     nvml_link_slots: int = 0
     xids: tuple[XidLog, ...] = ()
     kernel_log_unreadable: str | None = None
+    nic_ports: tuple[PortFault, ...] = ()  # what nic_port faults change (gpudiag/sim/nicports.py)
 
     @property
     def cuda_gpus(self) -> tuple[GpuState, ...]:

@@ -160,7 +160,8 @@ def test_the_facts_record_is_typed_field_by_field():
 def test_the_schema_lists_every_metric_the_probes_print():
     from probes import gemm, hostfacts, membw, net, p2p, pcie, smclock, telemetry, xid
 
-    printed = {"facts": {hostfacts.METRIC}, "telemetry": {name for name, _ in telemetry.METRICS} | {"identity", "nvml"},
+    printed = {"facts": {hostfacts.METRIC},
+               "telemetry": {name for name, _ in telemetry.METRICS} | {"identity", "nvml", telemetry.nicports.METRIC},
                "xid": {xid.METRIC, xid.EVENT_METRIC, xid.RECOVERY_METRIC}, "gemm": {gemm.METRIC},
                "membw": {membw.METRIC}, "p2p": {p2p.METRIC}, "pcie": {pcie.METRIC},
                "smclock": {smclock.METRIC_CLOCK, smclock.METRIC_FMA_RATIO}, "net": {net.METRIC}}

@@ -52,15 +52,16 @@ def test_a_node_prints_the_real_bundles_records(demo: SimulatedFleet) -> None:
     assert count("gemm") == count("membw") == GPUS
     assert count("p2p") == GPUS * (GPUS - 1) + GPUS * (GPUS - 1) // 2
     assert count("pcie") == 2 * GPUS and count("smclock") == 2 * GPUS
-    assert count("telemetry") == GPUS * (1 + len(METRICS))
+    assert count("telemetry") == GPUS * (1 + len(METRICS)) + 8  # and one NIC port per rail
     telemetry_metrics = [r.metric for r in results if r.probe == "telemetry" and r.device == "gpu:0"]
     assert telemetry_metrics == ["identity", *(metric for metric, _ in METRICS)]
-    assert all(r.unit == dict(METRICS)[r.metric] for r in results if r.probe == "telemetry" and r.metric != "identity")
+    assert all(r.unit == dict(METRICS)[r.metric] for r in results
+               if r.probe == "telemetry" and r.metric not in ("identity", "nic_port"))
     gemm = one(results, "gemm", "tflops", "cuda:0")
     assert gemm.params == {"dtype": "bf16", "m": 8192, "n": 8192, "k": 8192, "mode": "concurrent"}
     assert 650 < gemm.value < 830 and gemm.cv < 0.01 and gemm.samples >= 5
     assert gemm.details["clocks_event_reasons"] == [] and gemm.details["sm_clock_max_mhz"] == 1980
-    uuids = {r.gpu_uuid for r in results if r.probe == "telemetry"}
+    uuids = {r.gpu_uuid for r in results if r.probe == "telemetry" and r.metric != "nic_port"}
     assert uuids == set(facts.details["gpu_uuids"]) == {r.gpu_uuid for r in results if r.probe == "gemm"}
 
 

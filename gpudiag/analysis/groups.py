@@ -1,0 +1,291 @@
+"""Groups that moved together: one finding for a group whose level fell, never drains at random.
+
+A group is one baseline key's measurements: the same hardware, software, probe and parameters.
+Its level is its live fleet reference where ``min_peers`` hosts have the key; a smaller group of
+``MIN_GROUP_HOSTS`` or more hosts has the level of its own values (the same robust estimate),
+used only when every one of its hosts is low. The level is judged, in this order, against
+
+1. the level of the same hardware under other software (driver, CUDA, torch) in this sweep,
+   itself not shifted: flagged as a part would be (``deficit_warn`` and ``robust_z`` against
+   that level's spread), a ``software_regression`` naming the versions;
+2. the stored baseline of the key (flagged the same way): a ``fleet_shift``;
+3. the stored baseline of the same hardware under the previous software (a key the baseline
+   lacks, as after a driver upgrade): a ``software_regression``;
+4. the SKU figure: a level ``deficit_fail`` or more below it is a ``fleet_shift`` (a healthy
+   fleet may sit a few percent under a published figure: ``sku_spread``).
+
+A shifted group is one finding (groups of one hardware and cause folded together, each metric
+named), ``inspect``: it drains no node. A group with a live level has its parts judged against
+that level alone (``judging_references``): the baseline and the SKU figure judge the level, and a
+part is a suspect only when it falls below its own group — never a subset of a uniformly
+shifted group picked by noise. The evidence says what the group's NVML evidence shows: a power
+cap or a slowdown on most of its GPUs whose clock drop explains the deficit names that cause.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .. import rules
+from ..findings import BASIS_SINGLE_RUN, FAIL, WARN, Finding
+from ..hosts import fold_hosts
+from ..keys import hardware_key, software_change
+from ..thresholds import Thresholds
+from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SKU, KeyReferences, Reference, spread
+from .suspects import COMPUTE_PROBES, BaselineLookup, Measurement
+
+# A group of fewer hosts that is low is its hosts' own findings (a 2-node job with one slow node).
+MIN_GROUP_HOSTS = 3
+FLEET_SHIFT, SOFTWARE_REGRESSION = "fleet_shift", "software_regression"
+
+
+@dataclass(frozen=True)
+class Group:
+    """One key's measurements: its values, and each host's values."""
+
+    key: str
+    sample: Measurement
+    values: list[float]
+    by_host: dict[str, list[float]]
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(sorted(self.by_host))
+
+
+@dataclass(frozen=True)
+class GroupShift:
+    """A group whose ``level`` fell below ``against``: ``kind`` (``fleet_shift`` or
+    ``software_regression``) and ``change`` (the software it differs in from ``against``, in
+    words; empty for a ``fleet_shift``)."""
+
+    group: Group
+    level: Reference
+    against: Reference
+    kind: str
+    change: str = ""
+
+    @property
+    def deficit_pct(self) -> float:
+        return self.against.deficit_pct(self.level.value)
+
+
+def group_shifts(found: Iterable[Measurement], refs: Mapping[str, KeyReferences], thresholds: Thresholds,
+                 baseline: BaselineLookup | None = None) -> dict[str, GroupShift]:
+    """Every shifted group by key (see the module docstring)."""
+    groups = _groups(found)
+    levels = {key: level for key, group in groups.items()
+              if (level := _level(group, refs.get(key), thresholds)) is not None}
+    absolute = {key: _absolute_shift(groups[key], level, refs.get(key), baseline, thresholds)
+                for key, level in levels.items()}
+    siblings: dict[str, list[str]] = defaultdict(list)
+    for key in sorted(levels):
+        siblings[hardware_key(key)].append(key)
+    shifts = {}
+    for key in sorted(levels):
+        others = [other for other in siblings[hardware_key(key)] if other != key and absolute[other] is None]
+        shift = _sibling_shift(groups[key], levels[key], [(other, levels[other]) for other in others], thresholds)
+        shift = shift or absolute[key]
+        if shift is not None:
+            shifts[key] = shift
+    return shifts
+
+
+def judging_references(refs: Mapping[str, KeyReferences], shifts: Mapping[str, GroupShift]
+                       ) -> dict[str, KeyReferences]:
+    """The references a key's parts are judged by: where the key has a live level (or its
+    small group is shifted), that level and none of the baseline or SKU figure, which judge the
+    level instead (gpudiag.analysis.groups)."""
+    judging = {}
+    for key, key_refs in refs.items():
+        shift = shifts.get(key)
+        kept = tuple(ref for ref in key_refs.references if ref.source not in (BASELINE, SKU))
+        if shift is not None and not any(ref.source == FLEET for ref in kept):
+            kept = (shift.level, *kept)
+        has_level = any(ref.source == FLEET for ref in kept)
+        judging[key] = KeyReferences(tuple(dataclasses.replace(ref, fleet_below=False) for ref in kept)) \
+            if has_level else key_refs
+    return judging
+
+
+def _groups(found: Iterable[Measurement]) -> dict[str, Group]:
+    groups: dict[str, Group] = {}
+    for m in found:
+        group = groups.get(m.key)
+        if group is None:
+            group = groups[m.key] = Group(m.key, m, [], defaultdict(list))
+        group.values.append(m.value)
+        group.by_host[m.host].append(m.value)
+    return groups
+
+
+def _level(group: Group, key_refs: KeyReferences | None, thresholds: Thresholds) -> Reference | None:
+    """The group's live level: its fleet reference, else (``MIN_GROUP_HOSTS`` hosts or more) the
+    same estimate over its values, each host weighing once."""
+    fleet = key_refs.get(FLEET) if key_refs is not None else None
+    if fleet is not None:
+        return fleet
+    if len(group.by_host) < MIN_GROUP_HOSTS:
+        return None
+    # Every host of a small group must be low for a shift: the median of its hosts' medians
+    # (no window from the top, which few values would bias upwards).
+    medians = [statistics.median(values) for values in group.by_host.values()]
+    level = statistics.median(medians)
+    mad = statistics.median([abs(value - level) for values in group.by_host.values() for value in values])
+    return Reference(level, spread(MAD_TO_SIGMA * mad, level, thresholds), FLEET, len(medians))
+
+
+def _absolute_shift(group: Group, level: Reference, key_refs: KeyReferences | None,
+                    baseline: BaselineLookup | None, thresholds: Thresholds) -> GroupShift | None:
+    """The group's level against its own baseline, the previous software's baseline, then the SKU figure."""
+    own = key_refs.get(BASELINE) if key_refs is not None else None
+    if own is not None and _below(group, level, own, thresholds):
+        return GroupShift(group, level, own, FLEET_SHIFT)
+    previous = _previous_software(group.key, baseline, thresholds)
+    if previous is not None and _below(group, level, previous[1], thresholds):
+        return GroupShift(group, level, previous[1], SOFTWARE_REGRESSION, software_change(previous[0], group.key))
+    sku = key_refs.get(SKU) if key_refs is not None else None
+    if sku is not None and _below(group, level, sku, thresholds):
+        return GroupShift(group, level, sku, FLEET_SHIFT)
+    return None
+
+
+def _sibling_shift(group: Group, level: Reference, siblings: Sequence[tuple[str, Reference]],
+                   thresholds: Thresholds) -> GroupShift | None:
+    """The group's level against the highest level of its hardware under other software."""
+    if not siblings:
+        return None
+    key, best = max(siblings, key=lambda item: (item[1].value, item[0]))
+    against = dataclasses.replace(best, fleet_below=False)
+    if not _below(group, level, against, thresholds):
+        return None
+    return GroupShift(group, level, against, SOFTWARE_REGRESSION, software_change(key, group.key))
+
+
+def _previous_software(key: str, baseline: BaselineLookup | None,
+                       thresholds: Thresholds) -> tuple[str, Reference] | None:
+    """The stored baseline's entry of the same hardware under other software, as a reference."""
+    same_hardware = getattr(baseline, "same_hardware", None)
+    entry = same_hardware(key) if same_hardware is not None else None
+    if entry is None or float(entry.median) <= 0:
+        return None
+    median = float(entry.median)
+    return entry.key, Reference(median, spread(MAD_TO_SIGMA * float(entry.mad), median, thresholds), BASELINE,
+                                int(entry.count))
+
+
+def _below(group: Group, level: Reference, against: Reference, thresholds: Thresholds) -> bool:
+    """Whether ``level`` is shifted below ``against`` (the SKU figure: ``deficit_fail`` below it;
+    any other: flagged as a part would be), and, for a group without a fleet reference, every
+    one of its hosts is ``deficit_warn`` below it too."""
+    deficit = against.deficit_pct(level.value)
+    if against.source == SKU:
+        shifted = deficit >= thresholds.deficit_fail_pct
+    else:
+        shifted = deficit >= thresholds.deficit_warn_pct and against.robust_z(level.value) <= thresholds.robust_z
+    if not shifted or level.source == FLEET and level.peers >= thresholds.min_peers:
+        return shifted
+    return all(against.deficit_pct(statistics.median(values)) >= thresholds.deficit_warn_pct
+               for values in group.by_host.values())
+
+
+# ------------------------------------------------------------------------------------ findings
+
+
+def shift_findings(shifts: Mapping[str, GroupShift], found: Sequence[Measurement],
+                   telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]], clock_costs: Mapping[str, float],
+                   thresholds: Thresholds) -> list[Finding]:
+    """One finding per kind, software change and GPU model of the shifted groups, naming each
+    metric; the headline is the largest deficit."""
+    measured: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for m in found:
+        measured[(m.probe, m.metric)].add(m.host)
+    folded: dict[tuple[str, str, str], list[GroupShift]] = defaultdict(list)
+    for key in sorted(shifts):
+        shift = shifts[key]
+        folded[(shift.kind, shift.change, str(shift.group.sample.gpu_model))].append(shift)
+    findings = []
+    for (kind, change, model), members in sorted(folded.items()):
+        ordered = sorted(members, key=lambda s: (-s.deficit_pct, s.group.key))
+        findings.append(_finding(kind, change, model, ordered, measured, telemetry, clock_costs, thresholds))
+    return findings
+
+
+def _finding(kind: str, change: str, model: str, shifts: Sequence[GroupShift],
+             measured: Mapping[tuple[str, str], set[str]], telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]],
+             clock_costs: Mapping[str, float], thresholds: Thresholds) -> Finding:
+    head = shifts[0]
+    m = head.group.sample
+    hosts = sorted({host for shift in shifts for host in shift.group.by_host})
+    total = len(measured[(m.probe, m.metric)])
+    deficit = head.deficit_pct
+    severity = FAIL if deficit >= thresholds.deficit_fail_pct else WARN
+    cause, cause_words = _cause(head, telemetry, clock_costs, thresholds)
+    verb, detail = rules.action(cause, severity)
+    parts = [_group_words(kind, change, model, len(hosts), total)]
+    parts += [_metric_words(shift) for shift in shifts]
+    if cause_words:
+        parts.append(cause_words)
+    parts.append("one finding for the group: its parts are judged against its own level, and a node is drained "
+                 "only for falling below it")
+    return Finding(kind=kind, severity=severity, host=fold_hosts(hosts), metric=f"{m.probe}.{m.metric}",
+                   value=round(head.level.value, 3), reference=round(head.against.value, 3), unit=m.unit,
+                   reference_source=head.against.source, deficit_pct=round(deficit, 2),
+                   share_pct=round(100 * len(hosts) / max(1, total), 1), confirmed=False, basis=BASIS_SINGLE_RUN,
+                   evidence="; ".join(parts), action=verb, action_detail=detail)
+
+
+def _group_words(kind: str, change: str, model: str, hosts: int, total: int) -> str:
+    if kind == SOFTWARE_REGRESSION:
+        return f"{hosts} of {total} hosts ({model}) run slower on other software than the same hardware: {change}"
+    return f"{hosts} of {total} hosts ({model}) shifted together"
+
+
+def _metric_words(shift: GroupShift) -> str:
+    m, against = shift.group.sample, shift.against
+    unit = f" {m.unit}" if m.unit else ""
+    params = " ".join(str(value) for name, value in sorted(m.params.items()) if name in ("dtype", "direction"))
+    name = f"{m.probe}.{m.metric}" + (f" {params}" if params else "")
+    return (f"{name} level {shift.level.value:.4g}{unit} over {len(shift.group.by_host)} hosts, "
+            f"{shift.deficit_pct:.1f} % below the {against.source} reference {against.value:.4g}{unit}")
+
+
+def _cause(shift: GroupShift, telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]],
+           clock_costs: Mapping[str, float], thresholds: Thresholds) -> tuple[str, str]:
+    """The action's cause and plain words for what the group's NVML evidence shows: a reason
+    on at least half its GPUs whose clock drop explains the deficit is the cause (a power cap:
+    ``power_policy``); otherwise the kind's own (software, or an unexplained shift)."""
+    gpus = _group_gpus(shift.group, telemetry)
+    seen: dict[str, int] = defaultdict(int)
+    for gpu in gpus:
+        for reason in rules.active_reasons(gpu.under_load, thresholds.throttle_share_pct) or []:
+            if reason in rules.REASON_WORDS:
+                seen[reason] += 1
+    common = sorted((reason for reason, count in seen.items() if 2 * count >= len(gpus) > 0),
+                    key=lambda reason: (-seen[reason], reason))
+    fallback = shift.kind
+    if not common:
+        return fallback, "no throttle reason NVML saw on most of its GPUs" if gpus else ""
+    cost = clock_costs.get(shift.group.key, 0.0)
+    words = "; ".join(f"{rules.REASON_WORDS[reason]} active on {seen[reason]} of {len(gpus)} GPUs"
+                      for reason in common)
+    words += f"; the clock drop under load ({cost:.1f} % of the maximum clock) explains"
+    if shift.deficit_pct - cost >= thresholds.deficit_warn_pct:
+        return fallback, f"{words} only part of it"
+    words += " it"
+    if common == [rules.POWER_CAP]:
+        return "power_policy", words + ": a power limit every node shares (a site or job power policy)"
+    return fallback, words
+
+
+def _group_gpus(group: Group, telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]
+                ) -> list[rules.GpuTelemetry]:
+    """The GPUs of the group's hosts with load evidence (none for a probe the clock does not pace)."""
+    if group.sample.probe not in COMPUTE_PROBES:
+        return []
+    return [gpu for host in sorted(group.by_host) for _, gpu in sorted(telemetry.get(host, {}).items())
+            if gpu.under_load]
