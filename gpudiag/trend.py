@@ -12,10 +12,10 @@ sweep decided that, and a GPU losing 2 % a sweep over 4 sweeps was flagged in 1 
 a robust straight line through them (``TrendFit``), x the sweep's place in the window. Its
 slope is Theil–Sen's, the median of the slopes between every two sweeps, so one odd sweep moves
 it little. Its **fitted change** is the slope × the sweeps it spans, in percent of the fitted
-first figure. The per-sweep noise is the scatter of the sweeps around their line (the MAD of
-the residuals, scaled to a standard deviation and for the two figures a line takes from its
-points), the larger of the trend's own and that of the host's GPUs on the same figure (four
-residuals alone often look tight by luck), and at least ``NOISE_FLOOR_PCT`` of the level.
+first figure. The per-sweep noise is the scatter of the residual steps — each sweep-to-sweep
+change less the fitted slope — as a standard deviation (their MAD × 1.4826 / √2), the larger of
+the trend's own and that of the host's GPUs on the same figure (three or four steps alone often
+look tight by luck), and at least ``NOISE_FLOOR_PCT`` of the level.
 
 A trend is a **slow degradation** when it rests on at least ``min_sweeps`` sweeps, its fitted
 change is a fall of ``threshold_pct`` or more, and its slope is real: at least ``slope_z``
@@ -107,18 +107,19 @@ def theil_sen(values: Sequence[float]) -> tuple[float, float]:
     return slope, statistics.median(value - slope * x for x, value in enumerate(values))
 
 
-def scatter(values: Sequence[float], slope: float, intercept: float) -> list[float]:
-    """How far each value lies from the line, scaled for the two figures the line took from the
-    values (× √(n / (n − 2)): the residuals of four points scatter about 0.7 × the noise)."""
-    scale = math.sqrt(len(values) / (len(values) - 2))
-    return [abs(value - intercept - slope * x) * scale for x, value in enumerate(values)]
+def scatter(values: Sequence[float], slope: float) -> list[float]:
+    """How far each sweep-to-sweep step departs from the line's slope, / √2 (a step holds the
+    noise of two sweeps): a measure of one sweep's noise. Not the distances from the line
+    itself: a Theil–Sen line through three points passes through two of them, and the median
+    distance of so few points from their own line is a fraction of their noise (0 for three)."""
+    return [abs(values[x + 1] - values[x] - slope) / math.sqrt(2) for x in range(len(values) - 1)]
 
 
 def pooled_noise(series: Iterable[Sequence[float]]) -> float:
     """The per-sweep noise (a standard deviation, from the MAD) of every series of at least
     MIN_FIT_SWEEPS values around its own line, pooled; 0 without any."""
     found = [distance for values in series if len(values) >= MIN_FIT_SWEEPS
-             for distance in scatter(values, *theil_sen(values))]
+             for distance in scatter(values, theil_sen(values)[0])]
     return MAD_TO_SIGMA * statistics.median(found) if found else 0.0
 
 
@@ -128,7 +129,7 @@ def fit_trend(values: Sequence[float], pooled: float = 0.0) -> TrendFit | None:
     if len(values) < MIN_FIT_SWEEPS:
         return None
     slope, intercept = theil_sen(values)
-    own = MAD_TO_SIGMA * statistics.median(scatter(values, slope, intercept))
+    own = MAD_TO_SIGMA * statistics.median(scatter(values, slope))
     floor = abs(intercept) * NOISE_FLOOR_PCT / 100
     return TrendFit(slope, intercept, intercept + slope * (len(values) - 1), max(own, pooled, floor, 1e-12),
                     len(values))
