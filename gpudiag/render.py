@@ -68,7 +68,21 @@ def facts_line(facts: dict[str, Any] | Any) -> str:
                        ("torch", "torch_version"), ("NCCL", "nccl_version")):
         if facts.get(key):
             parts.append(f"{label} {facts[key]}")
+    moved = renumbered_devices(facts)
+    if moved:
+        parts.append(f"CUDA renumbers ({moved}; nvidia-smi -i takes the GPU number)")
     return " · ".join(parts)
+
+
+def renumbered_devices(facts: dict[str, Any] | Any) -> str:
+    """``cuda:3 is GPU 4, cuda:4 is GPU 5``: each ``cuda:N`` of the facts' map that is not NVML's
+    GPU N (a GPU was lost, or CUDA_VISIBLE_DEVICES reorders them); empty when none is."""
+    moved = []
+    for entry in facts.get("gpus") or ():
+        cuda, nvml = entry.get("cuda_index"), entry.get("nvml_index")
+        if isinstance(cuda, int) and isinstance(nvml, int) and cuda != nvml:
+            moved.append(f"cuda:{cuda} is GPU {nvml}")
+    return ", ".join(moved)
 
 
 def not_ok_lines(results: Iterable[ProbeResult]) -> list[str]:

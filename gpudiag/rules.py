@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .findings import DRAIN, FAIL, INSPECT, REBOOT, RESET_GPU, WARN, WATCH
 from .results import device_index
+
+if TYPE_CHECKING:
+    from .analysis.identity import HostGpus
 
 # Clocks-event reasons that mean the hardware slowed the GPU down (a fail under load), and the
 # software ones worth a warning; the rest (idle, application clocks, sync boost) are normal.
@@ -30,38 +33,40 @@ REASON_WORDS = {
 # The cause of a finding -> (the verb for a fail, what to do in plain words). A warning of a
 # cause whose verb takes the node out of service is ``watch`` instead (see :func:`action`).
 ACTIONS: dict[str, tuple[str, str]] = {
-    "slow_gpu": (DRAIN, "drain the node and run the vendor diagnostic on this GPU (dcgmi diag -r 3); "
+    "slow_gpu": (DRAIN, "drain the node and run the vendor diagnostic on {gpu} (dcgmi diag -r 3{i}); "
                         "replace it if it repeats"),
     "slow_gpu_pcie": (INSPECT, "the PCIe link trains at full width and generation yet copies are slow: check the "
                                "PCIe switch, AER/replay counters and the GPU's NUMA placement"),
-    "slow_gpu_p2p": (DRAIN, "drain the node and run the vendor diagnostic on this GPU's NVLinks "
-                            "(dcgmi diag -r 3, nvidia-smi nvlink -s); replace the GPU or baseboard part if it repeats"),
-    "throttled": (DRAIN, "check this GPU's cooling and power (fans, airflow, inlet temperature, power brake); "
-                         "drain if it persists"),
+    "slow_gpu_p2p": (DRAIN, "drain the node and run the vendor diagnostic on the NVLinks of {gpu} "
+                            "(dcgmi diag -r 3{i}, nvidia-smi nvlink -s{i}); replace the GPU or baseboard part if it "
+                            "repeats"),
+    "throttled": (DRAIN, "check the cooling and power of {gpu} (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER{i}; "
+                         "fans, airflow, inlet temperature, power brake); drain if it persists"),
     "power_capped": (INSPECT, "a software power cap holds the clocks down: check the power limit "
-                              "(nvidia-smi -q -d POWER) against the board's default and the site's power policy, "
-                              "and restore it (nvidia-smi -pl)"),
-    "degraded_pcie": (DRAIN, "reseat the GPU or its riser and check the slot trains at full width and generation"),
-    "nvlink_down": (RESET_GPU, "drain the node and reset the GPU (nvidia-smi -r); replace the NVLink/NVSwitch part "
+                              "(nvidia-smi -q -d POWER{i}) against the board's default and the site's power policy, "
+                              "and restore it (nvidia-smi{i} -pl)"),
+    "degraded_pcie": (DRAIN, "reseat {gpu} or its riser and check the slot trains at full width and generation "
+                             "(nvidia-smi -q -d PCIE{i})"),
+    "nvlink_down": (RESET_GPU, "drain the node and reset {gpu} (nvidia-smi -r{i}); replace the NVLink/NVSwitch part "
                                "if the link stays down"),
-    "nvlink_errors": (INSPECT, "this NVLink logs errors far above its peers': read its counters (nvidia-smi nvlink -e) "
-                               "and the fabric manager log, re-check at the next sweep, and drain and reset the GPU "
-                               "(replace the NVLink/NVSwitch part) if they keep growing"),
-    "pcie_replays": (INSPECT, "this GPU's PCIe link retries corrupted packets far more than its peers': check the "
+    "nvlink_errors": (INSPECT, "this NVLink logs errors far above its peers': read its counters (nvidia-smi nvlink "
+                               "-e{i}) and the fabric manager log, re-check at the next sweep, and drain and reset "
+                               "{gpu} (replace the NVLink/NVSwitch part) if they keep growing"),
+    "pcie_replays": (INSPECT, "the PCIe link of {gpu} retries corrupted packets far more than its peers': check the "
                               "kernel log for AER errors, reseat the GPU or its riser at the next drain, and watch "
-                              "whether the counter keeps growing"),
-    "ecc": (RESET_GPU, "drain the node and reset the GPU to apply pending row remaps; replace it if "
+                              "whether the counter keeps growing (nvidia-smi -q -d PCIE{i})"),
+    "ecc": (RESET_GPU, "drain the node and reset {gpu} to apply pending row remaps (nvidia-smi -r{i}); replace it if "
                        "uncorrectable errors persist"),
-    "ecc_remap_failed": (DRAIN, "a row remap failed: drain the node and replace (RMA) the GPU"),
+    "ecc_remap_failed": (DRAIN, "a row remap failed: drain the node and replace (RMA) {gpu}"),
     # A confirmed host-side slowdown costs every job on the node: it is kept out until checked.
     "slow_node": (DRAIN, "drain the node and check the host: CPU frequency governor, other processes, memory and "
                          "NUMA placement"),
     "starved_node": (DRAIN, "the host is starved (load, usable CPUs or free memory): drain it, and find what else "
                             "runs there and the cgroup/CPU limits before it takes a job"),
     "missing_gpu": (REBOOT, "a GPU is missing (fallen off the bus): drain the node and reboot it; reseat or "
-                            "replace the GPU if it does not come back (check the kernel log for Xid 79)"),
+                            "replace {gpu} if it does not come back (check the kernel log for Xid 79)"),
     "slow_link": (INSPECT, "one GPU pair is slow while both GPUs are fine with every other partner: check the "
-                           "NVSwitch/NVLink path between them (nvidia-smi nvlink -e, fabric manager logs)"),
+                           "NVSwitch/NVLink path between the two GPUs (nvidia-smi nvlink -e{i}, fabric manager logs)"),
     "slow_nic": (DRAIN, "this node is slow with every partner on this rail: check the NIC's port (ibstat: rate and "
                         "state, error counters), its cable and transceiver, and its PCIe link; reseat or replace it"),
     "slow_network_link": (INSPECT, "this pair is slow while both nodes are fine with other partners: check the path "
@@ -96,9 +101,21 @@ ACTIONS: dict[str, tuple[str, str]] = {
 SERVICE_VERBS = (DRAIN, RESET_GPU, REBOOT)
 
 
-def action(cause: str, severity: str) -> tuple[str, str]:
-    """The (verb, detail) of a finding of ``cause`` at ``severity``: a warning never drains."""
-    verb, detail = ACTIONS[cause]
+def _gpu_words(gpu: int | None, peer_gpu: int | None) -> dict[str, str]:
+    """The words of ACTIONS' ``{gpu}`` and ``{i}`` (a command's GPU option) for a GPU or a pair."""
+    if gpu is None:
+        return {"gpu": "this GPU", "i": ""}
+    if peer_gpu is None:
+        return {"gpu": f"GPU {gpu}", "i": f" -i {gpu}"}
+    return {"gpu": f"GPU {gpu} and GPU {peer_gpu}", "i": f" -i {gpu}, and -i {peer_gpu}"}
+
+
+def action(cause: str, severity: str, gpu: int | None = None, peer_gpu: int | None = None) -> tuple[str, str]:
+    """The (verb, detail) of a finding of ``cause`` at ``severity``: a warning never drains. The
+    detail names the GPU by NVML's index ``gpu`` (and ``peer_gpu``, the other GPU of a pair), as
+    nvidia-smi and dcgmi take it (``-i 5``); "this GPU" where the index is unknown."""
+    verb, template = ACTIONS[cause]
+    detail = template.format(**_gpu_words(gpu, peer_gpu))
     if severity == WARN and verb in SERVICE_VERBS:
         return WATCH, f"re-check at the next sweep and act if it grows: {detail}"
     return verb, detail
@@ -319,10 +336,13 @@ class TelemetryCollector:
     """Gathers one host's telemetry records and GEMM load evidence, record by record (so that the
     analysis reads a sweep's records in one pass)."""
 
-    def __init__(self, host: str, gpu_model: str | None = None, driver: str | None = None) -> None:
+    def __init__(self, host: str, gpu_model: str | None = None, driver: str | None = None,
+                 identities: HostGpus | None = None) -> None:
         self.host = host
         self.gpu_model = gpu_model
         self.driver = driver
+        # Which GPU each record names (NVML's index): the facts' map, and what telemetry adds.
+        self.identities = identities
         self._readings: dict[str, dict[str, Mapping[str, Any]]] = {}
         self._nvml_index: dict[str, int | None] = {}
         self._cuda_index: dict[str, int | None] = {}
@@ -348,6 +368,8 @@ class TelemetryCollector:
                     self._bus[uuid] = str(details["pci_bus_id"])
                 if details.get("name"):
                     self._name[uuid] = str(details["name"])
+                if self.identities is not None:
+                    self.identities.add_nvml(self._nvml_index[uuid], uuid, self._bus.get(uuid))
         elif probe == "gemm" and result.get("status") == "ok":
             details = result.get("details") or {}
             self._load[uuid] = {name: details[name] for name in LOAD_EVIDENCE if name in details}
@@ -366,12 +388,18 @@ class TelemetryCollector:
     def gpus(self) -> dict[str, GpuTelemetry]:
         """Each GPU's telemetry by UUID, in UUID order. Its model is the host's facts' (NVML's
         name for the GPU where the facts do not say)."""
-        # The CUDA index names the GPU where speed findings do; NVML's where only telemetry exists.
-        return {uuid: GpuTelemetry(self.host, uuid, self._cuda_index.get(uuid, self._nvml_index.get(uuid)),
-                                   ReadingTable(self._readings.get(uuid, {})), self._under_load(uuid),
-                                   self._bus.get(uuid),
-                                   self.gpu_model or self._name.get(uuid), self.driver)
-                for uuid in sorted(set(self._readings) | set(self._load) | set(self._link))}
+        # NVML's index names the GPU (what nvidia-smi -i takes), never CUDA's renumbered one.
+        gpus = {}
+        for uuid in sorted(set(self._readings) | set(self._load) | set(self._link)):
+            index, bus = self._nvml_index.get(uuid, self._cuda_index.get(uuid)), self._bus.get(uuid)
+            if self.identities is not None:
+                cuda = self._cuda_index.get(uuid)
+                label = f"gpu:{index}" if uuid in self._nvml_index else f"cuda:{cuda}"
+                found = self.identities.of(label, uuid)
+                index, bus = found.nvml_index, bus or found.pci_bus_id
+            gpus[uuid] = GpuTelemetry(self.host, uuid, index, ReadingTable(self._readings.get(uuid, {})),
+                                      self._under_load(uuid), bus, self.gpu_model or self._name.get(uuid), self.driver)
+        return gpus
 
     def _under_load(self, uuid: str) -> Mapping[str, Any]:
         load = dict(self._load.get(uuid, {}))

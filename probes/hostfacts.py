@@ -4,6 +4,11 @@ GPU model and memory, driver, CUDA, torch and NCCL versions go into the baseline
 memory and load explain a host-side (``slow_node``) slowdown. Three GPU counts tell a GPU that
 fell off the bus from one torch cannot use: ``pci_gpu_count`` (NVIDIA GPUs on the PCI bus, from
 sysfs), ``nvml_gpu_count`` (what NVML counts, lost GPUs included) and ``gpu_count`` (torch's).
+
+``gpus`` says which GPU each of torch's ``cuda:N`` is: its NVML index, UUID and PCI bus id. CUDA
+numbers only the GPUs it can use, so after a GPU is lost the rest move down one: the controller
+names GPUs by NVML's index (what ``nvidia-smi -i`` takes), never by CUDA's. ``platform`` is the
+board's DMI product name (readable without root): GPU counts are compared only within one.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from .context import ProbeContext
-from .devices import DeviceUnavailable, cuda_devices, import_torch
+from .devices import CudaDevice, DeviceUnavailable, cuda_devices, import_torch
 from .nvml import NvmlUnavailable, open_nvml
 from .records import Record
 
@@ -29,6 +34,10 @@ SYSFS_ROOT = "/sys"
 NVIDIA_PCI_VENDOR = "0x10de"
 # PCI classes of a GPU: VGA-compatible display controller (0x0300), 3D controller (0x0302).
 GPU_PCI_CLASSES = ("0x0300", "0x0302")
+# What firmware writes into the DMI product name when the vendor left it unset: no platform.
+DMI_PLACEHOLDERS = frozenset({"", "to be filled by o.e.m.", "system product name", "default string", "not specified",
+                              "not applicable", "none", "unknown", "0123456789", "product name"})
+PLATFORM_CHARS = 128
 _DRIVER_VERSION = re.compile(r"Kernel Module\s+(?:for \S+\s+)?(\d+\.\d+(?:\.\d+)?)")
 
 
@@ -82,14 +91,66 @@ def _is_nvidia_gpu(device: Path) -> bool:
 def count_nvml_gpus(nvml_module: ModuleType | None = None) -> int | None:
     """The GPUs NVML counts (nvmlDeviceGetCount: a lost GPU still counts); None when NVML is
     unavailable or cannot count. ``nvml_module`` replaces pynvml (a test double)."""
+    inventory = nvml_inventory(nvml_module)
+    return None if inventory is None else len(inventory)
+
+
+def nvml_inventory(nvml_module: ModuleType | None = None) -> list[tuple[str | None, str | None]] | None:
+    """(UUID, PCI bus id) of every GPU NVML counts, by NVML index; (None, None) for one NVML
+    cannot give a handle for (lost). None when NVML is unavailable or cannot count."""
     try:
         with open_nvml(nvml_module) as nvml:
             try:
-                return nvml.device_count()
+                count = nvml.device_count()
             except nvml.NVMLError:
                 return None
+            return [_nvml_identity(nvml, index) for index in range(count)]
     except NvmlUnavailable:
         return None
+
+
+def _nvml_identity(nvml: Any, index: int) -> tuple[str | None, str | None]:
+    try:
+        handle = nvml.handle(None, index)
+    except nvml.NVMLError:
+        return None, None  # lost: CUDA cannot see it either
+    found = []
+    for read in (nvml.uuid, nvml.pci_bus_id):
+        try:
+            found.append(read(handle))
+        except nvml.NVMLError:
+            found.append(None)
+    return found[0], found[1]
+
+
+def map_gpus(devices: list[CudaDevice], inventory: list[tuple[str | None, str | None]] | None) -> list[dict[str, Any]]:
+    """Which GPU each of torch's devices is: ``cuda_index``, ``nvml_index`` (None where NVML does
+    not know its UUID or bus id), ``gpu_uuid`` and ``pci_bus_id`` (NVML's where torch's is unknown).
+    Found by UUID first, then by bus id (CUDA_VISIBLE_DEVICES may reorder or hide GPUs)."""
+    by_uuid = {uuid: index for index, (uuid, _) in enumerate(inventory or ()) if uuid}
+    by_bus = {bus.upper(): index for index, (_, bus) in enumerate(inventory or ()) if bus}
+    mapped = []
+    for device in devices:
+        index = by_uuid.get(device.gpu_uuid or "")
+        if index is None and device.pci_bus_id:
+            index = by_bus.get(device.pci_bus_id.upper())
+        uuid, bus = inventory[index] if inventory is not None and index is not None else (None, None)
+        mapped.append({"cuda_index": device.index, "nvml_index": index, "gpu_uuid": device.gpu_uuid or uuid,
+                       "pci_bus_id": bus or device.pci_bus_id})
+    return mapped
+
+
+def read_platform(sysfs_root: str | Path = SYSFS_ROOT) -> str | None:
+    """The board's DMI product name (``<sysfs_root>/class/dmi/id/product_name``, world-readable),
+    cut to PLATFORM_CHARS printable characters; None where it is unreadable or a placeholder the
+    firmware left (``To be filled by O.E.M.``)."""
+    try:
+        raw = (Path(sysfs_root) / "class" / "dmi" / "id" / "product_name").read_bytes()[:4 * PLATFORM_CHARS]
+    except OSError:
+        return None
+    text = "".join(c if c.isprintable() else " " for c in raw.decode("utf-8", errors="replace"))
+    text = " ".join(text.split())[:PLATFORM_CHARS]
+    return None if text.lower() in DMI_PLACEHOLDERS else text
 
 
 def run(ctx: ProbeContext, *, sysfs_root: str | Path = SYSFS_ROOT,
@@ -98,8 +159,11 @@ def run(ctx: ProbeContext, *, sysfs_root: str | Path = SYSFS_ROOT,
 
     ``sysfs_root`` and ``nvml_module`` replace /sys and pynvml (test doubles).
     """
-    facts = {**_system_facts(), "pci_gpu_count": count_pci_gpus(sysfs_root),
-             "nvml_gpu_count": count_nvml_gpus(nvml_module), **_torch_facts()}
+    inventory = nvml_inventory(nvml_module)
+    torch_facts, devices = _torch_facts()
+    facts = {**_system_facts(), "platform": read_platform(sysfs_root), "pci_gpu_count": count_pci_gpus(sysfs_root),
+             "nvml_gpu_count": None if inventory is None else len(inventory), **torch_facts,
+             "gpus": map_gpus(devices, inventory)}
     yield Record(probe=PROBE, device="host", metric=METRIC, value=facts["gpu_count"], unit="count",
                  details=facts)
 
@@ -125,12 +189,12 @@ def _system_facts() -> dict[str, Any]:
     }
 
 
-def _torch_facts() -> dict[str, Any]:
+def _torch_facts() -> tuple[dict[str, Any], list[CudaDevice]]:
     try:
         torch = import_torch()
     except DeviceUnavailable as missing:
         return {"torch_version": None, "torch_unavailable": str(missing), "cuda_version": None,
-                "nccl_version": None, "gpu_count": 0, "gpu_model": None, "gpu_memory_mib": None}
+                "nccl_version": None, "gpu_count": 0, "gpu_model": None, "gpu_memory_mib": None}, []
     devices = cuda_devices(torch)
     models = sorted({device.name for device in devices})
     return {
@@ -141,7 +205,7 @@ def _torch_facts() -> dict[str, Any]:
         "gpu_model": models[0] if len(models) == 1 else (", ".join(models) or None),
         "gpu_memory_mib": devices[0].total_memory_bytes // MIB if devices else None,
         "gpu_uuids": [device.gpu_uuid for device in devices],
-    }
+    }, devices
 
 
 def _nccl_version(torch: Any) -> str | None:

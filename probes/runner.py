@@ -167,9 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     writer = RecordWriter(sys.stdout)
     start_watchdog(ctx.deadline, writer)
+    # Before torch starts: cuda:N in NVML's (PCI bus) order, as the pause rooms are read and as
+    # nvidia-smi numbers them; the facts still map each cuda:N to its NVML index by UUID.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     if arguments.pause:
-        # Before torch starts: its cuda:N must be the NVML (PCI bus) order the pause rooms are read in.
-        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         pause.run_paused(selected(arguments.names), ctx, writer, run_probes,
                          cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
     else:

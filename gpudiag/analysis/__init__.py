@@ -34,6 +34,7 @@ are wired), ``counters`` (error counters against peers), ``coverage`` (what coul
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 from collections import defaultdict
@@ -48,6 +49,7 @@ from . import coverage
 from .counters import PriorCounts, counter_findings
 from .clocks import typical_clock_costs
 from .fleet import Impact, fleet_shifts, job_impact
+from .identity import HostGpus
 from .groups import group_shifts, judging_references, shift_findings
 from .nvlinks import WiredLookup, with_wiring
 from .ports import add_prior, port_findings
@@ -112,6 +114,15 @@ def prior_counts(previous_hosts: Iterable[Mapping[str, Any]]) -> PriorCounts:
     return prior
 
 
+def _identified(suspect: Suspect, identities: Mapping[str, HostGpus]) -> Suspect:
+    """``suspect`` with the GPU it was measured on, by NVML's index (gpudiag.analysis.identity)."""
+    m = suspect.measurement
+    gpus = identities.get(m.host)
+    if gpus is None:
+        return suspect
+    return dataclasses.replace(suspect, identity=gpus.of(m.device, m.gpu_uuid))
+
+
 _Analyser = TypeVar("_Analyser", bound=Callable[..., Any])
 
 
@@ -153,7 +164,8 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     previous = previous_hosts if isinstance(previous_hosts, PriorCounts) else prior_counts(previous_hosts or ())
     refs = references(found, thresholds, baseline, skus)
     shifts = group_shifts(found, refs, thresholds, baseline)  # a group's level judges its parts
-    suspects = find_suspects(found, judging_references(refs, shifts), thresholds)
+    suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging_references(refs, shifts),
+                                                                          thresholds)]
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, retest_hosts, thresholds)
     not_retested = 0
@@ -164,7 +176,7 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     by_host: dict[str, list[Measurement]] = defaultdict(list)
     for m in found:
         by_host[m.host].append(m)
-    context = Context(thresholds, telemetry, facts, refs, found, by_host,
+    context = Context(thresholds, telemetry, facts, refs, found, by_host, readings.identities,
                       clock_costs=typical_clock_costs(found, telemetry))
     findings = (speed_findings(suspects, context) + rule_findings(telemetry, thresholds)
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(suspects, context))
@@ -177,6 +189,6 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     findings += [unchecked(h["host"], h["status"], h.get("error")) for h in hosts if h.get("status") != "ok"]
     findings += extra
     ordered = tuple(sorted(findings, key=finding_order))
-    impact = job_impact(found, refs, ordered, hosts)
+    impact = job_impact(found, refs, ordered, hosts, readings.identities)
     return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),
                     len(not_compared) + sum(readings.unkeyed.values()), not_retested)

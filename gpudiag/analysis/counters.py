@@ -276,7 +276,7 @@ def _finding(gpu: rules.GpuTelemetry, excesses: list[Excess], thresholds: Thresh
     figures, the evidence names each."""
     worst = max(excesses, key=lambda e: e.value / max(1, getattr(thresholds, e.reading.spec.floor)))
     spec = worst.reading.spec
-    verb, detail = rules.action(spec.cause, WARN)
+    verb, detail = rules.action(spec.cause, WARN, gpu.nvml_index)
     metric = f"telemetry.{spec.metric}" + ("_growth" if worst.figure == GROWTH else "")
     return Finding(kind=spec.kind, severity=WARN, host=gpu.host, gpu=gpu.nvml_index, gpu_uuid=gpu.gpu_uuid,
                    pci_bus_id=gpu.pci_bus_id, metric=metric, value=_number(worst.value),

@@ -7,7 +7,10 @@ A diagnostic's worst failure is a green result on broken hardware, so every gap 
 - a result with no reference at all (too few peer hosts, no stored baseline, no SKU figure) is
   ``unchecked`` too: nothing compared it, so nothing passed it;
 - a GPU that NVML reports lost, or a host that sees fewer GPUs than its PCI bus, NVML or its
-  peers of the same model, is ``missing_gpu``;
+  peers of the same GPU model on the same platform (the board's DMI product name: a 4-GPU board
+  is no 8-GPU board short of four), is ``missing_gpu``; where the platform is unknown and only
+  peers expect more than the host's PCI bus, NVML and torch all count, it is ``unchecked``
+  (a smaller board, or GPUs gone from the bus: not told apart, not passed);
 - a host whose load, usable CPUs or available memory say it is starved is the evidence (and
   the cause) of a ``slow_node``.
 """
@@ -31,16 +34,20 @@ from ..hosts import fold_hosts
 from ..results import device_index
 from ..rules import action
 from ..thresholds import Thresholds
+from .identity import HostGpus
 
 # Probes that need a GPU; on a host without one their skips are expected, not gaps.
 GPU_PROBES = frozenset({"telemetry", "p2p", "pcie", "smclock"})
 LOST_MARKERS = ("GPU_IS_LOST", "gpu is lost", "fallen off the bus")
 
 
-def record_gaps(host: str, records: Iterable[Mapping[str, Any]], facts: Mapping[str, Any]) -> list[Finding]:
+def record_gaps(host: str, records: Iterable[Mapping[str, Any]], facts: Mapping[str, Any],
+                identities: HostGpus | None = None) -> list[Finding]:
     """``unchecked`` findings for one ok host's error and skipped records, one per probe and
-    device. A lost GPU is left to :func:`missing_gpus`; a reading a GPU does not have (NVML's
-    not-supported) and a probe that needs more GPUs than the host has are not gaps."""
+    device, naming the GPU by NVML's index (``identities``: gpudiag.analysis.identity). A lost GPU
+    is left to :func:`missing_gpus`; a reading a GPU does not have (NVML's not-supported) and a
+    probe that needs more GPUs than the host has are not gaps."""
+    gpus = identities if identities is not None else HostGpus(facts)
     grouped: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
     has_gpus = _gpu_count(facts) > 0 or (facts.get("pci_gpu_count") or 0) > 0
     for record in records:
@@ -54,8 +61,11 @@ def record_gaps(host: str, records: Iterable[Mapping[str, Any]], facts: Mapping[
         more = f" (and {len(group) - 1} more {probe} readings)" if len(group) > 1 else ""
         words = "failed" if status == "error" else "was not measured"
         evidence = f"{probe} {words} on {device}: {first.get('reason') or 'no reason given'}{more}"
-        findings.append(unchecked_finding(host, evidence, BASIS_ERROR_RECORD, gpu=device_index(device),
-                                   gpu_uuid=first.get("gpu_uuid"), metric=f"{probe}.{first.get('metric')}"))
+        who = gpus.of(device, first.get("gpu_uuid"))
+        note = who.renumbered_note()
+        findings.append(unchecked_finding(host, evidence + (f"; {note}" if note else ""), BASIS_ERROR_RECORD,
+                                          gpu=who.nvml_index, gpu_uuid=who.gpu_uuid, pci_bus_id=who.pci_bus_id,
+                                          metric=f"{probe}.{first.get('metric')}"))
     return findings
 
 
@@ -84,8 +94,9 @@ Records = Sequence[Mapping[str, Any]]
 
 def missing_gpus(hosts: Records, not_ok: Mapping[str, Records]) -> list[Finding]:
     """``missing_gpu`` findings: each GPU NVML reports lost, and each host that sees fewer GPUs
-    than its PCI bus, NVML, or most of its peers of the same GPU model. ``not_ok`` holds each
-    host's records that are not ok (where a lost GPU's telemetry is)."""
+    than its PCI bus, NVML, or most of its peers of the same GPU model and platform. ``not_ok``
+    holds each host's records that are not ok (where a lost GPU's telemetry is). A host of no
+    known platform that only its peers find short is ``unchecked`` (see the module docstring)."""
     ok = [h for h in hosts if h.get("status") == "ok" and h.get("facts")]
     peer_counts = _peer_counts(ok)
     findings: list[Finding] = []
@@ -101,8 +112,23 @@ def missing_gpus(hosts: Records, not_ok: Mapping[str, Records]) -> list[Finding]
         if seen < most and len(lost) < most - seen:
             sources = "; ".join(f"{what} {count}" for what, count in expected.items())
             evidence = f"{seen} GPUs usable (torch), expected {most}: {sources}"
-            findings.append(_missing(host["host"], evidence, BASIS_FACTS))
+            findings.append(_short_of_peers(host["host"], evidence) if _only_peers_expect_more(facts, expected)
+                            else _missing(host["host"], evidence, BASIS_FACTS))
     return findings
+
+
+def _only_peers_expect_more(facts: Mapping[str, Any], expected: Mapping[str, int]) -> bool:
+    """True where the platform is unknown and the host's PCI bus and NVML both count what torch
+    sees: only peers (maybe of another board) expect more."""
+    seen = _gpu_count(facts)
+    own = [facts.get("pci_gpu_count"), facts.get("nvml_gpu_count")]
+    return not _platform(facts) and all(isinstance(count, int) and count == seen for count in own) and \
+        expected.get(PEERS, 0) > seen
+
+
+def _short_of_peers(host: str, evidence: str) -> Finding:
+    return unchecked_finding(host, f"{evidence}; the board's product name (DMI) is unknown, so a smaller board "
+                                   "cannot be told from GPUs gone from the bus: not compared, not passed", BASIS_FACTS)
 
 
 def _lost_gpus(host: str, records: Iterable[Mapping[str, Any]]) -> list[Finding]:
@@ -116,32 +142,46 @@ def _lost_gpus(host: str, records: Iterable[Mapping[str, Any]]) -> list[Finding]
     return [found[device] for device in sorted(found)]
 
 
-def _peer_counts(hosts: Sequence[Mapping[str, Any]]) -> dict[str | None, int]:
-    """The GPU count most hosts of each GPU model have (None: over every host with GPUs), where
-    at least two hosts agree and they are at least half of that model's hosts."""
-    by_model: dict[str | None, list[int]] = defaultdict(list)
+# A peer group of GPU counts: (GPU model, platform); a model of None holds every host with GPUs
+# of that platform, a platform of None the hosts whose board is unknown.
+PeerGroup = tuple[str | None, str | None]
+PEERS = "peers of the same model and platform have"
+
+
+def _platform(facts: Mapping[str, Any]) -> str | None:
+    platform = facts.get("platform")
+    return platform if isinstance(platform, str) and platform else None
+
+
+def _peer_counts(hosts: Sequence[Mapping[str, Any]]) -> dict[PeerGroup, int]:
+    """The GPU count most hosts of each GPU model and platform have (model None: over every host
+    with GPUs of the platform), where at least two hosts agree and they are at least half of that
+    group's hosts. GPU counts are compared only within a platform: a 4-GPU board is no 8-GPU
+    board short of four."""
+    by_group: dict[PeerGroup, list[int]] = defaultdict(list)
     for host in hosts:
         facts = host["facts"]
         count = _gpu_count(facts)
         if facts.get("gpu_model"):
-            by_model[facts["gpu_model"]].append(count)
-            by_model[None].append(count)
+            platform = _platform(facts)
+            by_group[(facts["gpu_model"], platform)].append(count)
+            by_group[(None, platform)].append(count)
     modes = {}
-    for model, counts in by_model.items():
+    for group, counts in by_group.items():
         count, hosts_with_it = Counter(counts).most_common(1)[0]
         if hosts_with_it >= 2 and 2 * hosts_with_it >= len(counts):
-            modes[model] = count
+            modes[group] = count
     return modes
 
 
-def _expected_counts(facts: Mapping[str, Any], peer_counts: Mapping[str | None, int]) -> dict[str, int]:
+def _expected_counts(facts: Mapping[str, Any], peer_counts: Mapping[PeerGroup, int]) -> dict[str, int]:
     expected = {}
     for name, label in (("pci_gpu_count", "on the PCI bus"), ("nvml_gpu_count", "counted by NVML")):
         if isinstance(facts.get(name), int):
             expected[label] = int(facts[name])
-    peers = peer_counts.get(facts.get("gpu_model") or None)
+    peers = peer_counts.get((facts.get("gpu_model") or None, _platform(facts)))
     if peers is not None:
-        expected["peers of the same model have"] = peers
+        expected[PEERS] = peers
     return expected
 
 
@@ -187,6 +227,6 @@ def unchecked_finding(host: str, evidence: str, basis: str, **fields: Any) -> Fi
 
 
 def _missing(host: str, evidence: str, basis: str, **fields: Any) -> Finding:
-    verb, detail = action("missing_gpu", FAIL)
+    verb, detail = action("missing_gpu", FAIL, fields.get("gpu"))
     return Finding(kind="missing_gpu", severity=FAIL, host=host, evidence=evidence, action=verb,
                    action_detail=detail, basis=basis, **fields)

@@ -13,6 +13,7 @@ from .. import rules
 from ..findings import BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
 from ..hosts import fold_hosts
 from ..thresholds import Thresholds
+from .identity import HostGpus
 from .reference import KeyReferences
 from .suspects import Measurement, Suspect
 
@@ -102,7 +103,7 @@ def _excluded_ends(finding: Finding) -> tuple[str, ...]:
 
 
 def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], findings: Sequence[Finding],
-               hosts: Sequence[Mapping[str, Any]]) -> Impact:
+               hosts: Sequence[Mapping[str, Any]], identities: Mapping[str, HostGpus] | None = None) -> Impact:
     """A synchronous job runs at its slowest GPU's GEMM pace, against the reference that judges
     it (the fleet's level, or the baseline or SKU figure where the whole fleet fell below it):
     the slowdown on all hosts, and what keeping out the hosts with fail findings (both ends of a
@@ -120,7 +121,9 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], 
     kept = [ratio for ratio, m in ratios if m.host not in excluded]
     slowdown = max(0.0, 100 * (1 - slowest_ratio))
     remaining = max(0.0, 100 * (1 - min(kept))) if kept else 0.0
-    return Impact(slowdown, {"host": slowest.host, "gpu": slowest.gpu, "metric": "gemm.tflops",
+    gpus = (identities or {}).get(slowest.host)
+    gpu = gpus.of(slowest.device, slowest.gpu_uuid).nvml_index if gpus is not None else slowest.gpu  # NVML's index
+    return Impact(slowdown, {"host": slowest.host, "gpu": gpu, "metric": "gemm.tflops",
                              "value": round(slowest.value, 3), "reference": round(expected[slowest.key].value, 3),
                              "unit": slowest.unit, "reference_source": expected[slowest.key].source},
                   max(0.0, slowdown - remaining), exclude, len(hosts))

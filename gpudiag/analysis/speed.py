@@ -26,6 +26,7 @@ from ..findings import (
 from ..results import device_index
 from ..thresholds import Thresholds
 from . import clocks, coverage
+from .identity import NO_GPU, GpuIdentity, HostGpus
 from .pairs import Pair, attribute_pairs
 from .reference import SKU, KeyReferences
 from .suspects import COMPUTE_PROBES, HOST_DEVICES, Measurement, Suspect
@@ -44,11 +45,28 @@ class Context:
     refs: Mapping[str, KeyReferences]
     found: Sequence[Measurement]
     by_host: Mapping[str, Sequence[Measurement]]
+    # Which GPU each host's records name (NVML's index, UUID, bus id): gpudiag.analysis.identity.
+    identities: Mapping[str, HostGpus] = dataclasses.field(default_factory=dict)
     # Per key of a compute probe, its GPUs' median clock cost under load: gpudiag.analysis.clocks.
     clock_costs: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def gpu(self, m: Measurement) -> rules.GpuTelemetry | None:
         return self.telemetry.get(m.host, {}).get(m.gpu_uuid or "")
+
+    def identity(self, host: str, device: str, gpu_uuid: str | None = None) -> GpuIdentity:
+        """The GPU ``device`` (``cuda:N``, ``gpu:N``) of ``host`` names, by NVML's index."""
+        gpus = self.identities.get(host)
+        if gpus is None:
+            gpus = HostGpus(self.facts.get(host, {}))
+        return gpus.of(device, gpu_uuid) if device not in HOST_DEVICES else NO_GPU
+
+    def gpu_name(self, host: str, device: str) -> str:
+        """``GPU 5``, or ``GPU 5 (cuda:4)`` where CUDA numbers it otherwise; the label where NVML's
+        index is unknown."""
+        found = self.identity(host, device)
+        if found.nvml_index is None:
+            return device
+        return f"GPU {found.nvml_index}" + ("" if found.renumbered_note() is None else f" ({device})")
 
     def host_values(self, host: str, key: str) -> list[float]:
         """Every value ``host`` measured for ``key`` (its GPUs' figures of one metric and shape)."""
@@ -195,9 +213,13 @@ def _speed_finding(kind: str, cause: str, severity: str, suspect: Suspect, evide
                    context: Context) -> Finding:
     m, ref = suspect.measurement, suspect.reference
     gpu = context.gpu(m)
-    verb, detail = rules.action(cause, severity)
-    return Finding(kind=kind, severity=severity, host=m.host, gpu=m.gpu, gpu_uuid=m.gpu_uuid,
-                   pci_bus_id=gpu.pci_bus_id if gpu else None, metric=f"{m.probe}.{m.metric}",
+    who = context.identity(m.host, m.device, m.gpu_uuid)
+    verb, detail = rules.action(cause, severity, who.nvml_index)
+    note = who.renumbered_note()
+    if note is not None and m.probe != "p2p":  # a pair's evidence names its ends by NVML's index already
+        evidence = f"{evidence}; {note}"
+    return Finding(kind=kind, severity=severity, host=m.host, gpu=who.nvml_index, gpu_uuid=who.gpu_uuid or m.gpu_uuid,
+                   pci_bus_id=(gpu.pci_bus_id if gpu else None) or who.pci_bus_id, metric=f"{m.probe}.{m.metric}",
                    value=round(m.value, 3), reference=round(ref.value, 3), unit=m.unit, reference_source=ref.source,
                    deficit_pct=round(suspect.deficit_pct, 2), robust_z=round(suspect.robust_z, 2),
                    confirmed=suspect.confirmed, basis=BASIS_RETEST if suspect.confirmed else BASIS_SINGLE_RUN,
@@ -207,7 +229,10 @@ def _speed_finding(kind: str, cause: str, severity: str, suspect: Suspect, evide
 def _speed_evidence(suspect: Suspect, context: Context) -> str:
     m, ref = suspect.measurement, suspect.reference
     unit = f" {m.unit}" if m.unit else ""
-    where = f" ({m.params.get('src')}->{m.params.get('dst')} {m.params.get('direction')})" if m.probe == "p2p" else ""
+    where = ""
+    if m.probe == "p2p":
+        ends = [context.gpu_name(m.host, str(m.params.get(end))) for end in ("src", "dst")]
+        where = f" ({ends[0]}->{ends[1]} {m.params.get('direction')})"
     parts = [f"{m.probe}.{m.metric} {m.value:.4g}{unit} vs {ref.source} reference {ref.value:.4g}{unit}{where}"]
     if suspect.why:
         parts.append(suspect.why)
@@ -239,7 +264,7 @@ def rule_findings(telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]], thr
     for host in sorted(telemetry):
         for gpu in telemetry[host].values():
             for rule in rules.telemetry_findings(gpu, thresholds.throttle_share_pct):
-                verb, detail = rules.action(rule.cause, rule.severity)
+                verb, detail = rules.action(rule.cause, rule.severity, rule.nvml_index)
                 findings.append(Finding(kind=rule.kind, severity=rule.severity, host=host, gpu=rule.nvml_index,
                                         gpu_uuid=rule.gpu_uuid, pci_bus_id=gpu.pci_bus_id, evidence=rule.evidence,
                                         action=verb, action_detail=detail, basis=BASIS_TELEMETRY))
@@ -297,8 +322,11 @@ def unmeasured_retest(suspect: Suspect, why: str | None = None) -> Finding:
     m = suspect.measurement
     why = why or f"its re-test could not measure it ({suspect.note})"
     evidence = f"{m.probe}.{m.metric} was {suspect.deficit_pct:.1f} % low and {why}: neither confirmed nor cleared"
-    return coverage.unchecked_finding(m.host, evidence, BASIS_ERROR_RECORD, gpu=m.gpu, gpu_uuid=m.gpu_uuid,
-                                      metric=f"{m.probe}.{m.metric}")
+    who = suspect.identity if suspect.identity is not None else GpuIdentity(m.gpu, m.gpu_uuid)
+    note = who.renumbered_note()
+    return coverage.unchecked_finding(m.host, evidence + (f"; {note}" if note else ""), BASIS_ERROR_RECORD,
+                                      gpu=who.nvml_index, gpu_uuid=who.gpu_uuid or m.gpu_uuid,
+                                      pci_bus_id=who.pci_bus_id, metric=f"{m.probe}.{m.metric}")
 
 
 def not_retested(suspects: Iterable[Suspect], why: str = "--no-retest") -> list[Finding]:
@@ -316,10 +344,16 @@ def hosts_by_metric(found: Iterable[Measurement]) -> dict[tuple[str, str], list[
 def _pair_finding(pair: Pair, context: Context) -> Finding:
     a, b = pair.ends
     severity = _severity(pair.worst, context.thresholds)
-    evidence = (f"{a}<->{b} slow while both GPUs are fine with their other partners; "
+    evidence = (f"{context.gpu_name(pair.host, a)}<->{context.gpu_name(pair.host, b)} slow while both GPUs are "
+                "fine with their other partners; "
                 + _speed_evidence(pair.worst, context))
     finding = _speed_finding("slow_link", "slow_link", severity, pair.worst, evidence, context)
-    return dataclasses.replace(finding, gpu=device_index(a), peer=pair.host, peer_gpu=device_index(b))
+    first, second = context.identity(pair.host, a), context.identity(pair.host, b)
+    verb, detail = rules.action("slow_link", severity, first.nvml_index, second.nvml_index)
+    if a != pair.worst.measurement.device:  # the finding names end ``a``: its UUID and bus id, not the other's
+        finding = dataclasses.replace(finding, gpu_uuid=first.gpu_uuid, pci_bus_id=first.pci_bus_id)
+    return dataclasses.replace(finding, gpu=first.nvml_index, peer=pair.host, peer_gpu=second.nvml_index,
+                               action=verb, action_detail=detail)
 
 
 # ------------------------------------------------------------------------------------ the rest

@@ -17,6 +17,7 @@ from ..results import device_index
 from ..sku import FloorKey, floor_key, floors_for
 from ..thresholds import Thresholds
 from . import coverage
+from .identity import GpuIdentity, HostGpus
 from .ports import Port, read_ports
 from .reference import KeyReferences, Reference, key_references
 
@@ -104,6 +105,8 @@ class Suspect:
     note: str | None = None
     why: str | None = None
     retest_failed: bool = False
+    # The GPU it was measured on, by NVML's index (gpudiag.analysis.identity); None: not looked up.
+    identity: GpuIdentity | None = None
 
 
 
@@ -119,6 +122,8 @@ class Readings:
     not_ok: dict[str, list[Mapping[str, Any]]]
     # Each host's NIC ports (gpudiag.analysis.ports).
     ports: dict[str, tuple[Port, ...]] = dataclasses.field(default_factory=dict)
+    # Which GPU each host's records name (NVML's index, UUID, bus id): gpudiag.analysis.identity.
+    identities: dict[str, HostGpus] = dataclasses.field(default_factory=dict)
 
 
 # Measurement from one tuple, without the generated __new__'s keyword handling (a million calls).
@@ -144,6 +149,7 @@ def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
     unkeyed: dict[str, int] = {}
     failed: dict[str, list[Mapping[str, Any]]] = {}
     ports: dict[str, tuple[Port, ...]] = {}
+    identities: dict[str, HostGpus] = {}
     for host in hosts:
         if host.get("status") != "ok":
             continue
@@ -159,7 +165,8 @@ def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
             gaps += reading.gaps
         failed[name] = reading.not_ok
         ports[name] = reading.ports
-    return Readings(found, telemetry, gaps, unkeyed, failed, ports=ports)
+        identities[name] = reading.identities if reading.identities is not None else HostGpus(host.get("facts") or {})
+    return Readings(found, telemetry, gaps, unkeyed, failed, ports=ports, identities=identities)
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,7 @@ class HostReading:
     unkeyed: int
     not_ok: list[Mapping[str, Any]]
     ports: tuple[Port, ...] = ()
+    identities: HostGpus | None = None
 
 
 class SweepReader:
@@ -187,7 +195,8 @@ class SweepReader:
     def read(self, host: Mapping[str, Any], with_telemetry: bool = True) -> HostReading:
         facts = host.get("facts") or {}
         name = host["host"]
-        collector = rules.TelemetryCollector(name, facts.get("gpu_model"), facts.get("driver_version")) \
+        identities = HostGpus(facts)
+        collector = rules.TelemetryCollector(name, facts.get("gpu_model"), facts.get("driver_version"), identities) \
             if with_telemetry else None
         found: list[Measurement] = []
         unkeyed: dict[str, int] = {}
@@ -195,8 +204,8 @@ class SweepReader:
         not_ok = _read_host(results, name, facts, collector, self._shared, found, unkeyed)
         ports = read_ports(name, results, facts) if with_telemetry else ()
         gpus = collector.gpus() if collector is not None else {}
-        gaps = coverage.record_gaps(name, not_ok, facts) if collector is not None else []
-        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, ports=ports)
+        gaps = coverage.record_gaps(name, not_ok, facts, identities) if collector is not None else []
+        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, ports=ports, identities=identities)
 
 
 # The probes whose records the telemetry collector reads (telemetry, and the load evidence).

@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..analysis.identity import HostGpus
 from ..render import format_value
 from ..results import device_index
 from .markup import _e, _html_table
@@ -26,12 +27,16 @@ def heat_colour(ratio: float) -> str:
 
 
 def gemm_cells(document: Document) -> dict[str, dict[int, float]]:
-    """GEMM TFLOP/s by host and GPU index (``cuda:N``), from ok results; several results of one GPU
+    """GEMM TFLOP/s by host and GPU index (NVML's, as findings name GPUs: a lost GPU's column stays
+    empty rather than take the next GPU's ``cuda:N``), from ok results; several results of one GPU
     give their median."""
     gathered: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for host in _hosts(document):
+        gpus = HostGpus(host.get("facts") or {})
         for result in host.get("results") or []:
             index = _gemm_gpu_index(result)
+            if index is not None:
+                index = gpus.of(result.get("device"), result.get("gpu_uuid")).nvml_index
             if index is not None:
                 gathered[str(host.get("host"))][index].append(float(result["value"]))
     return {host: {gpu: statistics.median(values) for gpu, values in gpus.items()}

@@ -200,6 +200,7 @@ ANY_DETAILS = Shape()
 # ---------------------------------------------------------------------------------- facts
 
 _GPUS = Number(high=1024, whole=True, nullable=True)
+_GPU_INDEX = Number(high=1023, whole=True, nullable=True)
 _MIB = Number(high=float(2**50), unit="MiB", nullable=True)
 # The facts record's details: the node's identity (its GPU model and versions key its results),
 # its GPU counts (which GPUs it has) and its host (a starved host is a slow_node).
@@ -210,7 +211,10 @@ FACTS: Shape = Shape({
     "kernel": NAME, "os": NAME, "python_version": TOKEN, "driver_version": TOKEN, "pci_gpu_count": _GPUS,
     "nvml_gpu_count": _GPUS, "torch_version": TOKEN, "torch_unavailable": Text(limit=REASON_CHARS),
     "cuda_version": TOKEN, "nccl_version": TOKEN, "gpu_count": _GPUS, "gpu_model": NAME,
-    "gpu_memory_mib": _MIB, "gpu_uuids": ListOf(UUID, max_items=1024),
+    "gpu_memory_mib": _MIB, "gpu_uuids": ListOf(UUID, max_items=1024), "platform": NAME,
+    # Which GPU each of torch's cuda:N is (probes/hostfacts.py map_gpus): NVML's index names it.
+    "gpus": ListOf(Shape({"cuda_index": Number(high=1023, whole=True), "nvml_index": _GPU_INDEX,
+                          "gpu_uuid": UUID, "pci_bus_id": TOKEN}), max_items=1024),
 })
 
 

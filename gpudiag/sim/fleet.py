@@ -176,7 +176,8 @@ class SimulatedFleet:
         return NodeState(host=host, sku=self._skus[host], gpus=number_gpus(on_bus),
                          gpu_memory_mib=spec.gpu_memory_mib, driver=spec.driver, cuda=spec.cuda, torch=spec.torch,
                          noise=self.spec.noise, host_factor=host_factor, nvml_link_slots=spec.nvml_link_slots,
-                         xids=xids, kernel_log_unreadable=unreadable, nic_ports=port_faults(faults))
+                         xids=xids, kernel_log_unreadable=unreadable, platform=spec.platform,
+                         nic_ports=port_faults(faults))
 
 
 def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:

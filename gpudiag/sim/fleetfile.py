@@ -24,7 +24,7 @@ from .state import Noise
 
 MAX_CV = 0.5
 TOP_LEVEL_FIELDS = ("nodes", "name_format", "gpus_per_node", "gpu_model", "gpu_memory_mib", "driver", "cuda",
-                    "torch", "nvml_link_slots", "seed", "noise", "overrides", "faults")
+                    "torch", "nvml_link_slots", "platform", "seed", "noise", "overrides", "faults")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """Per-node settings of a fleet file: the top-level defaults, then each override in order.
 
-Top-level ``gpu_model``, ``gpu_memory_mib``, ``driver``, ``cuda``, ``torch``, ``gpus_per_node`` and
-``nvml_link_slots`` apply to every node; ``overrides`` (a list, applied in order) changes them for some nodes:
-``{"hosts": "node[001-016]" (a ClusterShell node set) or ["node001", ...], "gpu_model": ...}``
-with any of those seven fields. An override that changes ``gpu_model`` without ``gpu_memory_mib``
-gives its nodes the new model's memory. ``nvml_link_slots`` (default 0): NVML lists at least this
+Top-level ``gpu_model``, ``gpu_memory_mib``, ``driver``, ``cuda``, ``torch``, ``gpus_per_node``,
+``nvml_link_slots`` and ``platform`` apply to every node; ``overrides`` (a list, applied in order) changes
+them for some nodes: ``{"hosts": "node[001-016]" (a ClusterShell node set) or ["node001", ...], "gpu_model": ...}``
+with any of those eight fields. An override that changes ``gpu_model`` without ``gpu_memory_mib``
+gives its nodes the new model's memory. ``platform`` is the board's DMI product name the facts
+report (null: unreadable); by default ``Simulated HGX <gpus_per_node>-GPU``, and an override that
+changes ``gpus_per_node`` without ``platform`` gives its nodes the board of that count (a 4-GPU
+board is another product than an 8-GPU one). ``nvml_link_slots`` (default 0): NVML lists at least this
 many NVLink slots per GPU, and reads the slots past the ones the model wires as inactive, as a
 driver that answers for every slot up to NVML_NVLINK_MAX_LINKS does.
 """
@@ -24,7 +27,9 @@ from .reader import ABSENT, FieldReader, join_path, json_type
 MAX_NODES = 100_000
 MAX_GPUS_PER_NODE = 64
 # What an override may change, per node.
-OVERRIDE_FIELDS = ("gpu_model", "gpu_memory_mib", "gpus_per_node", "driver", "cuda", "torch", "nvml_link_slots")
+OVERRIDE_FIELDS = ("gpu_model", "gpu_memory_mib", "gpus_per_node", "driver", "cuda", "torch", "nvml_link_slots",
+                   "platform")
+PLATFORM_CHARS = 128
 # NVML_NVLINK_MAX_LINKS is 18 today; a later NVML may list more link slots.
 MAX_NVML_LINK_SLOTS = 64
 DEFAULT_GPU_MODEL = "NVIDIA H100 80GB HBM3"
@@ -43,6 +48,12 @@ class NodeSpec:
     cuda: str
     torch: str
     nvml_link_slots: int = 0
+    platform: str | None = None
+
+
+def board_name(gpus_per_node: int) -> str:
+    """The simulated DMI product name of a board with ``gpus_per_node`` GPUs."""
+    return f"Simulated HGX {gpus_per_node}-GPU"
 
 
 def default_spec(read: FieldReader, table: SkuTable, data: dict[str, Any]) -> NodeSpec:
@@ -52,7 +63,18 @@ def default_spec(read: FieldReader, table: SkuTable, data: dict[str, Any]) -> No
     return NodeSpec(host="", gpu_model=model, gpus_per_node=gpus,
                     gpu_memory_mib=read.integer(data, "gpu_memory_mib", table.skus[model].gpu_memory_mib, low=1),
                     driver=read.text(data, "driver", "550.54.15"), cuda=read.text(data, "cuda", "12.4"),
-                    torch=read.text(data, "torch", "2.4.0"), nvml_link_slots=_link_slots(read, data, 0, ""))
+                    torch=read.text(data, "torch", "2.4.0"), nvml_link_slots=_link_slots(read, data, 0, ""),
+                    platform=_platform(read, data, board_name(gpus), ""))
+
+
+def _platform(read: FieldReader, data: dict[str, Any], default: Any, path: str) -> str | None:
+    if data.get("platform", default) is None:
+        return None  # the DMI product name is unreadable on these nodes
+    name = read.text(data, "platform", default, path)
+    if not name.strip() or len(name) > PLATFORM_CHARS or not name.isprintable():
+        raise read.error(join_path(path, "platform"), f"{json.dumps(name)} is not a product name: "
+                         f"give 1 to {PLATFORM_CHARS} printable characters, or null")
+    return name
 
 
 def _link_slots(read: FieldReader, data: dict[str, Any], default: Any, path: str) -> int:
@@ -92,6 +114,9 @@ def _override_changes(read: FieldReader, table: SkuTable, entry: dict[str, Any],
         changes["gpu_memory_mib"] = read.integer(entry, "gpu_memory_mib", path=path, low=1)
     if "gpus_per_node" in entry:
         changes["gpus_per_node"] = read.integer(entry, "gpus_per_node", path=path, low=1, high=MAX_GPUS_PER_NODE)
+        changes["platform"] = board_name(changes["gpus_per_node"])  # unless the override names it too
+    if "platform" in entry:
+        changes["platform"] = _platform(read, entry, ABSENT, path)
     for key in ("driver", "cuda", "torch"):
         if key in entry:
             changes[key] = read.text(entry, key, path=path)

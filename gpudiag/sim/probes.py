@@ -65,7 +65,8 @@ def facts(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
     """The facts record: GPU count (torch's) as value, host and software facts in ``details``.
 
     ``pci_gpu_count`` and ``nvml_gpu_count`` count every GPU on the bus, a lost one included
-    (NVML's device count includes a GPU whose handle then fails with GPU_IS_LOST).
+    (NVML's device count includes a GPU whose handle then fails with GPU_IS_LOST). ``gpus`` maps
+    each ``cuda:N`` to its NVML index, UUID and bus id, as probes/hostfacts.py does.
     """
     reason = node.failure("facts", None)
     if reason is not None:
@@ -82,7 +83,10 @@ def facts(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
                "driver_version": node.driver, "pci_gpu_count": len(node.gpus), "nvml_gpu_count": len(node.gpus),
                "torch_version": node.torch, "cuda_version": node.cuda,
                "nccl_version": "2.20.5", "gpu_count": len(visible), "gpu_model": node.sku.gpu_model,
-               "gpu_memory_mib": node.gpu_memory_mib, "gpu_uuids": [gpu.gpu_uuid for gpu in visible]}
+               "gpu_memory_mib": node.gpu_memory_mib, "gpu_uuids": [gpu.gpu_uuid for gpu in visible],
+               "platform": node.platform,
+               "gpus": [{"cuda_index": gpu.cuda_index, "nvml_index": gpu.nvml_index, "gpu_uuid": gpu.gpu_uuid,
+                         "pci_bus_id": gpu.pci_bus_id} for gpu in visible]}
     facts_record = record("facts", "host", "gpu_count", len(visible), "count", details=details)
     return ProbeOutput((facts_record,), SETUP_S["facts"])
 

@@ -150,7 +150,8 @@ class NodeState:
     """One simulated node: the GPUs on its PCI bus in NVML order, software, ``host_factor`` (host
     CPU/memory speed, 1.0: healthy), the probes that fail on this run, and ``nvml_link_slots``:
     NVML lists at least this many NVLink slots per GPU (the unwired ones inactive); ``xids`` the
-    kernel log's Xid lines, and ``kernel_log_unreadable`` why the log cannot be read (None: it can)."""
+    kernel log's Xid lines, and ``kernel_log_unreadable`` why the log cannot be read (None: it can);
+    ``platform`` the board's DMI product name (None: unreadable)."""
 
     host: str
     sku: Sku
@@ -165,6 +166,7 @@ class NodeState:
     nvml_link_slots: int = 0
     xids: tuple[XidLog, ...] = ()
     kernel_log_unreadable: str | None = None
+    platform: str | None = None
     nic_ports: tuple[PortFault, ...] = ()  # what nic_port faults change (gpudiag/sim/nicports.py)
 
     @property

@@ -315,7 +315,7 @@ def test_missing_gpus_are_fail_findings():
     findings = analyse(hosts, default_thresholds()).findings
     assert [(f.kind, f.severity, f.host, f.gpu, f.action) for f in findings] == [
         ("missing_gpu", "fail", "node004", None, "reboot"), ("missing_gpu", "fail", "node008", 3, "reboot")]
-    assert "7 GPUs usable (torch), expected 8: peers of the same model have 8" in findings[0].evidence
+    assert "7 GPUs usable (torch), expected 8: peers of the same model and platform have 8" in findings[0].evidence
     (alone,) = analyse(lone, default_thresholds()).findings
     assert alone.kind == "missing_gpu" and "on the PCI bus 8" in alone.evidence
 

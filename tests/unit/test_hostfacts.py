@@ -1,8 +1,10 @@
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from probes import hostfacts
+from probes.devices import CudaDevice
 from probes.context import ProbeContext
 
 
@@ -84,10 +86,12 @@ class _FakePynvml:
     NVMLError = _FakeNvmlError
     NVML_ERROR_DRIVER_NOT_LOADED = 9
     NVML_ERROR_UNKNOWN = 999
+    NVML_ERROR_GPU_IS_LOST = 15
 
-    def __init__(self, count: int | None, init_error: int | None = None) -> None:
+    def __init__(self, count: int | None, init_error: int | None = None, lost: frozenset[int] = frozenset()) -> None:
         self.count = count
         self.init_error = init_error
+        self.lost = lost
         self.open_sessions = 0
 
     def nvmlInit(self) -> None:
@@ -102,6 +106,17 @@ class _FakePynvml:
         if self.count is None:
             raise _FakeNvmlError(self.NVML_ERROR_UNKNOWN)
         return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        if index in self.lost:
+            raise _FakeNvmlError(self.NVML_ERROR_GPU_IS_LOST)
+        return index
+
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
+        return f"GPU-{handle:08d}-0000-0000-0000-000000000000"
+
+    def nvmlDeviceGetPciInfo(self, handle: int) -> SimpleNamespace:
+        return SimpleNamespace(busId=f"00000000:{0x18 + 0x10 * handle:02X}:00.0".encode())
 
 
 def test_nvml_gpu_count_through_the_nvml_layer():
@@ -120,3 +135,56 @@ def test_facts_carry_the_pci_and_nvml_gpu_counts(tmp_path):
     keys = list(record.details)
     assert keys.index("driver_version") < keys.index("pci_gpu_count") < keys.index("nvml_gpu_count") < keys.index(
         "torch_version")
+
+
+# ------------------------------------------------------------------------------ which GPU is which
+
+
+def _device(index: int, uuid: str | None, bus: str | None) -> CudaDevice:
+    return CudaDevice(index=index, name="NVIDIA H100 80GB HBM3", gpu_uuid=uuid, total_memory_bytes=80 << 30,
+                      pci_bus_id=bus, multiprocessor_count=132, compute_capability=(9, 0))
+
+
+def test_after_a_lost_gpu_each_cuda_device_maps_to_its_nvml_index_uuid_and_bus_id():
+    fake = _FakePynvml(count=8, lost=frozenset({3}))
+    inventory = hostfacts.nvml_inventory(fake)
+    assert inventory is not None and len(inventory) == 8 and inventory[3] == (None, None)
+    # CUDA numbers the seven GPUs it can use 0..6: NVML's 4..7 moved down one.
+    devices = [_device(cuda, inventory[nvml][0], None) for cuda, nvml in enumerate((0, 1, 2, 4, 5, 6, 7))]
+    mapped = hostfacts.map_gpus(devices, inventory)
+    assert [(m["cuda_index"], m["nvml_index"]) for m in mapped] == [(0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 6),
+                                                                     (6, 7)]
+    assert mapped[4]["gpu_uuid"] == inventory[5][0] and mapped[4]["pci_bus_id"] == inventory[5][1]
+
+
+def test_a_device_without_a_uuid_is_found_by_its_bus_id_and_an_unknown_one_has_no_nvml_index():
+    inventory = hostfacts.nvml_inventory(_FakePynvml(count=2))
+    assert inventory is not None
+    devices = [_device(0, None, inventory[1][1].lower()), _device(1, "GPU-elsewhere", "00000000:EE:00.0")]
+    mapped = hostfacts.map_gpus(devices, inventory)
+    assert (mapped[0]["nvml_index"], mapped[0]["gpu_uuid"]) == (1, inventory[1][0])
+    assert mapped[1]["nvml_index"] is None and mapped[1]["gpu_uuid"] == "GPU-elsewhere"
+    assert hostfacts.map_gpus(devices, None)[0]["nvml_index"] is None  # no NVML: nothing guessed
+
+
+def _product_name(root: Path, raw: bytes) -> Path:
+    folder = root / "class" / "dmi" / "id"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "product_name").write_bytes(raw)
+    return root
+
+
+def test_the_platform_is_the_dmi_product_name_cleaned_and_bounded(tmp_path):
+    assert hostfacts.read_platform(_product_name(tmp_path, b"PowerEdge XE9680\n")) == "PowerEdge XE9680"
+    assert hostfacts.read_platform(_product_name(tmp_path, b"  HGX\x1b[31m  H100\t4-GPU \n")) == "HGX [31m H100 4-GPU"
+    assert len(hostfacts.read_platform(_product_name(tmp_path, b"X" * 100_000)) or "") == hostfacts.PLATFORM_CHARS
+    assert hostfacts.read_platform(_product_name(tmp_path, b"To be filled by O.E.M.\n")) is None
+    assert hostfacts.read_platform(tmp_path / "no-sys") is None
+
+
+def test_facts_carry_the_platform_and_the_gpu_map(tmp_path):
+    _pci_device(tmp_path, "0000:18:00.0", "0x10de", "0x030200")
+    _product_name(tmp_path, b"Simulated HGX 4-GPU\n")
+    (record,) = list(hostfacts.run(ProbeContext(), sysfs_root=tmp_path, nvml_module=_FakePynvml(count=1)))
+    assert record.details["platform"] == "Simulated HGX 4-GPU"
+    assert isinstance(record.details["gpus"], list)  # one entry per CUDA device torch sees here (none without a GPU)

@@ -1,0 +1,101 @@
+"""GPUs named as an operator acts on them, and GPU counts compared within a platform, through the
+real pipeline (``gpudiag sweep --simulate``: plan, re-test, analysis, report) on simulated fleets.
+
+After a GPU is lost CUDA renumbers the rest (NVML's GPU 5 is ``cuda:4``): every finding names the
+GPU by NVML's index, with its UUID and bus id, and its action's commands take that index. A
+healthy 4-GPU board among 8-GPU boards of the same GPU model is no missing GPU; a GPU gone from an
+8-GPU board still is."""
+
+import json
+import tempfile
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from gpudiag.cli import main
+from gpudiag.sim import SimulatedFleet
+from gpudiag.sim.fleetfile import parse_fleet
+
+FAST = ("--probes", "facts,gemm,telemetry,p2p", "--duration", "0.2")
+
+
+def _fleet(tmp_path: Path, faults=(), nodes: int = 16, **fields) -> str:
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"nodes": nodes, "seed": 5, "noise": {"gemm_cv": 0.01, "membw_cv": 0.01},
+                                "faults": list(faults), **fields}))
+    return str(path)
+
+
+def _sweep(fleet: str, *args: str) -> tuple[int, dict, str]:
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "out.json"
+        result = CliRunner().invoke(main, ["sweep", "--simulate", fleet, "--json", str(out), "--no-store",
+                                           "--links", "none", *args], catch_exceptions=False)
+        document = json.loads(out.read_text())
+    return result.exit_code, document, result.output
+
+
+def _gpu(fleet: str, host: str, slot: int):
+    """The simulated GPU in baseboard slot ``slot`` of ``host`` (its true identity, for the test to
+    check against; the analysis never sees it)."""
+    state = SimulatedFleet(parse_fleet(json.loads(Path(fleet).read_text()), fleet)).node_state(host)
+    return next(gpu for gpu in state.gpus if gpu.index == slot)
+
+
+def test_a_slow_gpu_after_a_lost_one_is_named_by_its_nvml_index_uuid_and_bus_id(tmp_path: Path):
+    fleet = _fleet(tmp_path, [{"kind": "gpu_lost", "host": "node003", "gpu": 3},
+                              {"kind": "slow_gpu", "host": "node003", "gpu": 5, "factor": 0.8}])
+    code, document, output = _sweep(fleet, *FAST)
+    assert code == 1
+    slow = [f for f in document["findings"] if f["kind"] == "slow_gpu"]
+    assert [(f["host"], f["gpu"]) for f in slow] == [("node003", 5)]  # CUDA calls it cuda:4
+    gpu5 = _gpu(fleet, "node003", 5)
+    assert (gpu5.cuda_index, gpu5.nvml_index) == (4, 5)
+    assert (slow[0]["gpu_uuid"], slow[0]["pci_bus_id"]) == (gpu5.gpu_uuid, gpu5.pci_bus_id)
+    assert "-i 5" in slow[0]["action_detail"] and "-i 4" not in slow[0]["action_detail"]
+    assert "cuda:4" in slow[0]["evidence"]  # CUDA's number only as a detail
+    lost = [f for f in document["findings"] if f["kind"] == "missing_gpu"]
+    assert [(f["host"], f["gpu"]) for f in lost] == [("node003", 3)] and "GPU 3" in lost[0]["action_detail"]
+    assert document["impact"]["slowest"]["gpu"] == 5
+    assert "node003:5 (GPU-" in output and "node003:4" not in output
+
+
+def test_a_throttled_gpu_and_a_down_nvlink_after_a_lost_gpu_keep_their_nvml_index(tmp_path: Path):
+    fleet = _fleet(tmp_path, [{"kind": "gpu_lost", "host": "node007", "gpu": 0},
+                              {"kind": "throttled", "host": "node007", "gpu": 6, "reason": "hw_thermal",
+                               "factor": 0.8},
+                              {"kind": "nvlink_down", "host": "node007", "gpu": 2, "link": 4}])
+    code, document, _ = _sweep(fleet, *FAST)
+    assert code == 1
+    found = {(f["kind"], f["gpu"]): f for f in document["findings"] if f["host"] == "node007"}
+    assert set(found) == {("missing_gpu", 0), ("throttled", 6), ("nvlink_down", 2)}
+    assert found[("throttled", 6)]["pci_bus_id"] == _gpu(fleet, "node007", 6).pci_bus_id
+    assert "-i 2" in found[("nvlink_down", 2)]["action_detail"]
+
+
+def test_healthy_4_gpu_boards_among_8_gpu_boards_are_no_missing_gpu_and_a_gone_gpu_still_is(tmp_path: Path):
+    fleet = _fleet(tmp_path, [{"kind": "gpu_missing", "host": "node002", "gpu": 7},
+                              {"kind": "gpu_missing", "host": "node014", "gpu": 1}],
+                   overrides=[{"hosts": "node[011-016]", "gpus_per_node": 4}])
+    code, document, _ = _sweep(fleet, "--probes", "facts,gemm,telemetry", "--duration", "0.2")
+    assert code == 1
+    missing = sorted((f["host"], f["severity"], f["action"]) for f in document["findings"] if f["kind"] == "missing_gpu")
+    # node002: an 8-GPU board with 7 (PCI 7, NVML 7: only its platform's peers say 8); node014 a 4-GPU board with 3.
+    assert missing == [("node002", "fail", "reboot"), ("node014", "fail", "reboot")]
+    assert not [f for f in document["findings"] if f["host"] in ("node011", "node012", "node013", "node015", "node016")]
+
+
+def test_without_a_platform_a_board_its_own_bus_and_nvml_agree_with_is_unchecked_not_rebooted(tmp_path: Path):
+    fleet = _fleet(tmp_path, overrides=[{"hosts": "node[011-016]", "gpus_per_node": 4},
+                                        {"hosts": "node[001-016]", "platform": None}])
+    code, document, _ = _sweep(fleet, "--probes", "facts,gemm,telemetry", "--duration", "0.2")
+    small = sorted((f["kind"], f["host"]) for f in document["findings"] if f["host"] >= "node011")
+    assert small == [("unchecked", f"node{n:03d}") for n in range(11, 17)]
+    assert code == 3 and not [f for f in document["findings"] if f["kind"] == "missing_gpu"]
+
+
+def test_a_platform_override_is_checked_and_one_line_on_error(tmp_path: Path):
+    fleet = _fleet(tmp_path, overrides=[{"hosts": "node001", "platform": "\u0007bell"}])
+    result = CliRunner().invoke(main, ["sweep", "--simulate", fleet, "--no-store"])
+    assert result.exit_code == 2
+    assert "overrides[0].platform" in result.output and len(result.output.strip().splitlines()) == 1
