@@ -18,6 +18,9 @@ Scenarios (``--scenarios``):
   found from NVML's readings (bench/detection_memory.py).
 - ``history``: one GPU losing 2 % a sweep over 4 and 5 successive sweeps of an 8-node fleet, found
   by ``gpudiag history``'s trend (bench/detection_history.py; ``hdrain``: parts flagged elsewhere).
+- ``lostslow``, ``mixedboards``: a lost GPU and a slow one after it on one node (the slow one must
+  be named by NVML's index), and healthy 4-GPU boards among 8-GPU boards with a GPU gone from one
+  board of each: bench/detection_identity.py.
 
 Printed: precision and recall per scenario, kind and slowdown, whether a ``fleet_shift`` was
 reported where one was expected (``shift``), whether the exit code was the one expected (``exit``,
@@ -62,6 +65,7 @@ from gpudiag.sweep import SweepOptions  # noqa: E402
 from detection_history import run_history  # noqa: E402
 from detection_links import LINK_SCENARIOS, link_builders  # noqa: E402
 from detection_memory import MEMORY_SCENARIOS, memory_builders  # noqa: E402
+from detection_identity import IDENTITY_SCENARIOS, identity_builders  # noqa: E402
 
 SIZED_KINDS = ("slow_gpu", "throttled", "slow_node")  # faults with a slowdown factor
 FIXED_KINDS = ("degraded_pcie", "nvlink_down")  # faults that are a state, not a size
@@ -75,6 +79,7 @@ SCENARIOS = ("mix", "share25", "share40", "share50", "shift", "job1", "job2", "j
 GPUS = 8
 NOT_SCORED = ("fleet_shift", "unchecked")
 SCENARIOS = (*SCENARIOS, "ports")  # passive NIC port checks (ports_case)
+SCENARIOS = (*SCENARIOS, *IDENTITY_SCENARIOS)  # a lost + a slow GPU; 4-GPU among 8-GPU boards (detection_identity.py)
 
 
 @dataclass(frozen=True)
@@ -350,6 +355,9 @@ def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float
     if scenario.startswith("share"):
         share = int(scenario[5:]) / 100
         return [(scenario, lambda cv, s, seed, share=share: share_case(share, cv, s, seed))]
+    if scenario in IDENTITY_SCENARIOS:
+        return [(label, lambda cv, s, seed, build=build: Case(**build(cv, s, seed))) for label, build in
+                identity_builders(scenario)]
     if scenario in MEMORY_SCENARIOS:
         return [(label, lambda cv, s, seed, build=build: Case(**build(cv, s, seed))) for label, build in
                 memory_builders(scenario)]
