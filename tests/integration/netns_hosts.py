@@ -481,7 +481,10 @@ class NetnsFleet:
 
     def _launch_sshd(self, host: NetnsHost, client_key_line: str) -> None:
         host.sshd.authorized_keys_path.write_text(client_key_line + "\n")
-        host.sshd.config_path.write_text(sshd_config_text(host.sshd, self.log_level, self.prefix))
+        home = self.directory / "home"  # the sessions' HOME (sshd_hosts.sshd_config_text says why)
+        home.mkdir(mode=0o700, exist_ok=True)
+        host.sshd.config_path.write_text(sshd_config_text(host.sshd, self.log_level, self.prefix,
+                                                          {"HOME": str(home)}))
         self._resources.sshd_hosts.append(host.sshd)
         host.sshd.start()
 

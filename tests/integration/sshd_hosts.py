@@ -339,10 +339,11 @@ def wait_listening(hosts: list[TestHost], timeout_s: float) -> None:
 def sshd_config_text(host: TestHost, log_level: str, marker: str, session_env: dict[str, str] | None = None) -> str:
     """The sshd_config of ``host``: its endpoint, host key and authorized_keys; public-key logins only
     (root included); sshd's ``LogLevel`` ``log_level``; ``SESSION_MARKER=marker`` and ``session_env``
-    in every session's environment. Sessions run the login user's shell, which reads its ~/.bashrc: where that runs
-    ``pyenv init`` (as this machine's root does), each session's ``pyenv rehash`` takes a lock, and
-    a session a test killed in the middle leaves it behind, making every later session wait 60 s
-    for it; ``PYENV_REHASH_TIMEOUT=0`` makes it give up at once instead."""
+    in every session's environment. Sessions run the login user's shell, which reads ~/.bashrc: the fleets give
+    ``HOME`` a folder of their own (no .bashrc there); where a session still reads one that runs
+    ``pyenv init`` (as this machine's root's does), each ``pyenv rehash`` takes a lock, and a session
+    a test killed in the middle leaves it behind, making every later session wait 60 s for it;
+    ``PYENV_REHASH_TIMEOUT=0`` makes it give up at once instead."""
     return f"""\
 ListenAddress {host.address}:{host.port}
 SetEnv {SESSION_MARKER}={marker} PYENV_REHASH_TIMEOUT=0{"".join(f" {k}={v}" for k, v in (session_env or {}).items())}
@@ -399,6 +400,16 @@ class SshdFleet:
         self.stop()
 
     @property
+    def home(self) -> Path:
+        """The sessions' ``HOME``, the fleet's own: their login shell finds no ~/.bashrc of this
+        machine's user (whose ``pyenv init`` prints to stderr when sessions start at once and makes
+        each session slower). SFTP still starts in the user's home of the password database, where
+        the bundle cache stays."""
+        if self.directory is None:
+            raise RuntimeError("the fleet is not started")
+        return self.directory / "home"
+
+    @property
     def client_key_path(self) -> Path:
         """Private key the hosts accept (its public half is ``client_key_path`` + ".pub")."""
         if self.directory is None:
@@ -432,6 +443,7 @@ class SshdFleet:
     def _start(self) -> None:
         PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
         self.directory = Path(tempfile.mkdtemp(prefix="gpudiag-sshd-"))
+        self.home.mkdir(mode=0o700)
         names = self.host_names()
         key_paths = [self.client_key_path] + [self.directory / name / "ssh_host_ed25519_key" for name in names]
         for name in names:
@@ -449,7 +461,8 @@ class SshdFleet:
         host = TestHost(name, address, _free_port(address), host_key_path, host_key_line,
                         directory / "authorized_keys", directory / "sshd.log")
         host.authorized_keys_path.write_text(client_key_line + "\n")
-        host.config_path.write_text(sshd_config_text(host, self.log_level, self.marker, self.session_env))
+        host.config_path.write_text(sshd_config_text(host, self.log_level, self.marker,
+                                                     {"HOME": str(self.home), **self.session_env}))
         host.start()
         return host
 

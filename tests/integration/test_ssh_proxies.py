@@ -247,7 +247,7 @@ def ipv6_jump_host(make_sshd_fleet) -> Iterator[tuple[SshdFleet, TestHost]]:
     host = TestHost("v6", "[::1]", port, folder / "ssh_host_ed25519_key", key_line, folder / "authorized_keys",
                     folder / "sshd.log")
     host.authorized_keys_path.write_text(Path(f"{fleet.client_key_path}.pub").read_text())
-    host.config_path.write_text(sshd_config_text(host, "DEBUG1", fleet.marker))
+    host.config_path.write_text(sshd_config_text(host, "DEBUG1", fleet.marker, {"HOME": str(fleet.home)}))
     host.start()
     try:
         _wait_for_port(("::1", port), 10.0)
