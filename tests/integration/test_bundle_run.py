@@ -25,7 +25,12 @@ def test_every_probe_reports_and_nothing_is_silently_missing():
     assert {r["probe"] for r in records} == {"facts", "telemetry", "gemm", "membw", "p2p", "pcie", "smclock"}
     for record in records:
         assert record["status"] in ("ok", "skipped", "error")
-        assert (record["value"] is None) == (record["status"] != "ok")
+        if record["metric"] == "nic_port" and record["status"] == "ok":
+            # a port read from sysfs: its value is its rate, None where it reports none (a virtual NIC,
+            # a link that is down), and its state is always there
+            assert record["value"] == record["details"]["rate_gbps"] and record["details"]["state"]
+        else:
+            assert (record["value"] is None) == (record["status"] != "ok")
 
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the CPU-only path; this machine has a CUDA GPU")

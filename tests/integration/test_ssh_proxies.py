@@ -139,10 +139,12 @@ def test_a_failing_proxy_command_is_that_hosts_status_with_its_own_words(make_ss
              "node04": "ProxyCommand nc %h %x"}
     paths = _write(fleet, tmp_path, extra, ["node01", "node02", "node03", "node04"])
 
-    started = time.monotonic()
     code, hosts, output = _sweep(fleet, paths)
 
-    assert time.monotonic() - started < 12  # a command that exits is not waited out as a banner timeout
+    # a proxy command that exits is not waited out as a banner timeout (15 s): each such host took a
+    # small part of that, whatever the reachable host's probes cost on a loaded machine
+    took = {host["host"]: host["duration_s"] for host in json.loads(paths["json"].read_text())["hosts"]}
+    assert all(took[name] < 7.5 for name in ("node02", "node03", "node04")), took
     assert code == 3, output
     assert {name: status for name, (status, _) in hosts.items()} == {
         "node01": "ok", "node02": "unreachable", "node03": "unreachable", "node04": "unreachable"}
