@@ -14,6 +14,7 @@
   its NVLinks, as ``{"columns", "rows"}``), except that a reading that errored stays a record;
 - the NIC port records become one table (``nic_ports``: a row per port, counters only where
   not 0), except that a port that errored stays a record;
+- the facts name each GPU's UUID once: ``gpu_uuids`` is left out where ``gpus`` holds them all;
 - floats keep SIGNIFICANT digits.
 
 Nothing is judged from the document: the analysis reads the full records in memory.
@@ -64,6 +65,8 @@ def compact_host(entry: Mapping[str, Any], flagged: set[int]) -> dict[str, Any]:
         else:
             results.append(_trimmed(record, flagged))
     compact = {name: value for name, value in entry.items() if name != "results"}
+    if isinstance(entry.get("facts"), Mapping):
+        compact["facts"] = compact_facts(entry["facts"])
     compact["results"] = results
     if p2p:
         compact["p2p"] = p2p_matrices(p2p)
@@ -72,6 +75,19 @@ def compact_host(entry: Mapping[str, Any], flagged: set[int]) -> dict[str, Any]:
     if ports:
         compact["nic_ports"] = port_table(ports)
     return compact
+
+
+def compact_facts(facts: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The facts, less ``gpu_uuids`` where ``gpus`` (each GPU's CUDA and NVML index, UUID and bus
+    id) names every one of them: each UUID once."""
+    gpus = facts.get("gpus")
+    uuids = facts.get("gpu_uuids")
+    if not isinstance(gpus, list) or not isinstance(uuids, list):
+        return facts
+    mapped = {gpu.get("gpu_uuid") for gpu in gpus if isinstance(gpu, Mapping)}
+    if not set(uuids) <= mapped:
+        return facts
+    return {name: value for name, value in facts.items() if name != "gpu_uuids"}
 
 
 def port_table(records: Sequence[Mapping[str, Any]]) -> Any:

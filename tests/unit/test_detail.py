@@ -109,3 +109,12 @@ def test_a_record_that_errored_stays_a_record_in_the_compact_form(node: list[Pro
 def test_findings_flag_their_gpus_or_the_whole_host() -> None:
     flagged = flagged_gpus([{"host": "a", "gpu": 3}, {"host": "b", "gpu": None}, {"host": "a", "gpu": 5}])
     assert flagged == {"a": {3, 5}, "b": {ALL_GPUS}}
+
+
+def test_the_compact_facts_name_each_gpu_uuid_once_unless_the_map_lacks_one():
+    gpus = [{"cuda_index": 0, "nvml_index": 1, "gpu_uuid": "GPU-b", "pci_bus_id": "00000000:2A:00.0"}]
+    whole = compact_host({"host": "n1", "facts": {"gpu_uuids": ["GPU-b"], "gpus": gpus}, "results": []}, set())
+    assert whole["facts"] == {"gpus": gpus}
+    partial = compact_host({"host": "n1", "facts": {"gpu_uuids": ["GPU-a", "GPU-b"], "gpus": gpus}, "results": []},
+                           set())
+    assert partial["facts"]["gpu_uuids"] == ["GPU-a", "GPU-b"]  # GPU-a is named nowhere else: kept
