@@ -21,6 +21,9 @@ Scenarios (``--scenarios``):
 - ``lostslow``, ``mixedboards``: a lost GPU and a slow one after it on one node (the slow one must
   be named by NVML's index), and healthy 4-GPU boards among 8-GPU boards with a GPU gone from one
   board of each: bench/detection_identity.py.
+- ``siblings``, ``starved``, ``cv3``: one GPU slow in a 1- or 2-node job (found by its siblings),
+  a starved host with a broken GPU (both named), and CV 3 % noise with P2P probed (a 10 %-slow
+  GPU, and the share of a healthy fleet's GPUs at ``fail``): bench/detection_siblings.py.
 
 Printed: precision and recall per scenario, kind and slowdown, whether a ``fleet_shift`` was
 reported where one was expected (``shift``), whether the exit code was the one expected (``exit``,
@@ -66,6 +69,7 @@ from detection_history import run_history  # noqa: E402
 from detection_links import LINK_SCENARIOS, link_builders  # noqa: E402
 from detection_memory import MEMORY_SCENARIOS, memory_builders  # noqa: E402
 from detection_identity import IDENTITY_SCENARIOS, identity_builders  # noqa: E402
+from detection_siblings import SIBLING_SCENARIOS, healthy_at_fail, scenario_cvs, sibling_builders  # noqa: E402
 
 SIZED_KINDS = ("slow_gpu", "throttled", "slow_node")  # faults with a slowdown factor
 FIXED_KINDS = ("degraded_pcie", "nvlink_down")  # faults that are a state, not a size
@@ -80,6 +84,7 @@ GPUS = 8
 NOT_SCORED = ("fleet_shift", "unchecked")
 SCENARIOS = (*SCENARIOS, "ports")  # passive NIC port checks (ports_case)
 SCENARIOS = (*SCENARIOS, *IDENTITY_SCENARIOS)  # a lost + a slow GPU; 4-GPU among 8-GPU boards (detection_identity.py)
+SCENARIOS = (*SCENARIOS, *SIBLING_SCENARIOS)  # siblings, starved host + broken GPU, CV 3 % (detection_siblings.py)
 
 
 @dataclass(frozen=True)
@@ -369,6 +374,9 @@ def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float
                  lambda cv, s, seed, b=with_baseline: shift_case(cv, s, seed, b)) for with_baseline in (False, True)]
     if scenario in GROUP_SCENARIOS:
         return group_builders(scenario)
+    if scenario in SIBLING_SCENARIOS:
+        return [(label, lambda cv, s, seed, build=build: Case(**build(cv, s, seed))) for label, build in
+                sibling_builders(scenario, sizes)]
     nodes = int(scenario[3:])
     return [(f"{scenario} {'baseline' if with_baseline else 'sku'}",
              lambda cv, s, seed, nodes=nodes, b=with_baseline: job_case(nodes, cv, s, seed, b))
@@ -403,13 +411,15 @@ def main() -> None:
             run_history(arguments.cvs, arguments.seeds)
             continue
         for label, build in builders(scenario, arguments.sizes):
-            for cv in arguments.cvs:
+            for cv in scenario_cvs(scenario, arguments.cvs):
                 for slowdown in arguments.slowdowns:
                     cases = [build(cv, slowdown, seed) for seed in range(1, arguments.seeds + 1)]
                     run_cell(label, cases, slowdown, cv)
     for size in arguments.sizes if "mix" in arguments.scenarios else []:
         for cv in arguments.cvs:
             healthy_flagged(size, cv, arguments.seeds)
+    if "cv3" in arguments.scenarios:
+        healthy_at_fail(arguments.sizes, arguments.seeds, lambda fields, folder: sweep_with_exit(Case(**fields), folder))
     print("targets at CV <= 1 %: precision and recall >= 0.99 for slowdowns >= 10 %, >= 0.95 at 5 %; "
           "<= 1 % of healthy hosts flagged")
 

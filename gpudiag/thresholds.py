@@ -27,6 +27,8 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "mad_floor": ("mad_floor_pct", "percent", False),
     "slow_node_share": ("slow_node_share_pct", "percent", False),
     "sku_spread": ("sku_spread_pct", "percent", False),
+    "sibling_min_gpus": ("sibling_min_gpus", "count", True),
+    "sample_cv_cap": ("sample_cv_cap_pct", "percent", False),
     "fleet_shift_share": ("fleet_shift_share_pct", "percent", False),
     "throttle_share": ("throttle_share_pct", "percent", False),
     "host_load_per_cpu": ("host_load_per_cpu", "ratio", False),
@@ -59,7 +61,11 @@ class Thresholds:
     falls ``retest_deficit_pct`` below. References: the fleet's healthy level when ``min_peers``
     hosts or more have the key, a stored baseline, and the SKU figure, whose spread is
     ``sku_spread_pct`` of it (healthy GPUs scatter around a published figure more than around
-    their own fleet). The spread is the MAD, at least ``mad_floor_pct`` of the reference.
+    their own fleet). The spread is the MAD, at least ``mad_floor_pct`` of the reference. A node
+    with ``sibling_min_gpus`` GPUs or more of a key judges each against its siblings too (their
+    median; their MAD, at least the fleet's or baseline's spread). Every spread judging a result
+    is at least its host's median sample CV of that probe and metric, up to ``sample_cv_cap_pct``
+    (beyond it, noise no longer hides a deficit).
     ``slow_node_share_pct`` of a host's GPUs slow on one metric (or of a GPU's NVLink partners)
     makes the host (the GPU) the culprit. ``fleet_shift_share_pct`` of a metric's hosts slow is
     a fleet-wide shift. A clocks-event reason counts when active in ``throttle_share_pct`` of the
@@ -84,6 +90,8 @@ class Thresholds:
     mad_floor_pct: float
     slow_node_share_pct: float
     sku_spread_pct: float
+    sibling_min_gpus: int
+    sample_cv_cap_pct: float
     fleet_shift_share_pct: float
     throttle_share_pct: float
     host_load_per_cpu: float
@@ -148,6 +156,8 @@ def _from_mapping(data: dict[str, Any], source: str) -> Thresholds:
         raise InputError(f"{source}: robust_z and link_robust_z must be negative (sigma below the reference)")
     if thresholds.link_min_hosts < 2 or thresholds.link_confirm_partners < 2:
         raise InputError(f"{source}: link_min_hosts and link_confirm_partners must be at least 2")
+    if thresholds.sibling_min_gpus < 3:
+        raise InputError(f"{source}: sibling_min_gpus must be at least 3 (with two GPUs, neither can say which is slow)")
     if thresholds.counter_peer_ratio < 1:
         raise InputError(f"{source}: counter_peer_ratio must be at least 1 (a count at its peers' median is "
                          "never far above it)")

@@ -11,9 +11,18 @@
   these are the plain ones) — a node printing a hundred values cannot outvote the fleet.
 - ``baseline``: a stored baseline's median and MAD for the key (same model, driver, parameters).
 - ``sku``: the per-SKU figure for the probe, metric and shape, with a spread of ``sku_spread``.
+- ``siblings``: the other GPUs of the same node and key (gpudiag.analysis.siblings), which share
+  its host, driver, cooling and power: a GPU 8 % slower than its seven siblings is found in a
+  1-node job with no baseline, and on a starved host whose every GPU is slow.
 
 A result is judged against every reference it has, so a regression most of the fleet shares is
 seen against the baseline or the SKU figure even though the fleet median moved with it.
+
+Noise: a spread is never tighter than what the key's measurements show. The baseline's and the
+SKU's spreads are at least the live fleet's (a fleet noisier today than when its baseline was
+stored, or than the SKU's fixed spread assumes, must not flag its own noise), and every
+reference's spread, judging one host's result, is at least that host's samples' CV
+(``widened``): a noisy metric needs a larger deficit.
 """
 
 from __future__ import annotations
@@ -37,8 +46,8 @@ DENSE_SHARE = 0.4
 DENSE_WIDTH_TOLERANCE = 1.5
 # Values this many sigmas below the healthy cluster are set aside before the final median/MAD.
 TRIM_SIGMAS = 4.0
-FLEET, BASELINE, SKU = "fleet", "baseline", "sku"
-SOURCE_ORDER = (FLEET, BASELINE, SKU)
+FLEET, BASELINE, SKU, SIBLINGS = "fleet", "baseline", "sku", "siblings"
+SOURCE_ORDER = (FLEET, BASELINE, SKU, SIBLINGS)
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,12 @@ class Reference:
         """Whether ``robust_z`` is far enough below (always, when the fleet's level is below)."""
         return self.fleet_below or robust_z <= thresholds.robust_z
 
+    def widened(self, noise: float) -> Reference:
+        """This reference with a spread of at least ``noise`` (a fraction of its value, e.g. the
+        samples' CV of the result judged): a result cannot be judged finer than it was measured."""
+        floor = abs(self.value) * noise
+        return self if floor <= self.spread else dataclasses.replace(self, spread=floor)
+
 
 @dataclass(frozen=True)
 class KeyReferences:
@@ -82,11 +97,18 @@ class KeyReferences:
     # comparison). Derived from ``references`` and the thresholds by key_references.
     cutoff: float = math.inf
 
-    def flagging(self, value: float, thresholds: Thresholds) -> Reference | None:
-        """The first reference (fleet, baseline, SKU) that flags ``value``, or None."""
+    def flagging(self, value: float, thresholds: Thresholds, noise: float = 0.0) -> Reference | None:
+        """The first reference (fleet, baseline, SKU) that flags ``value``, or None; each judged
+        with a spread of at least ``noise`` (a fraction of its value: the result's samples' CV)."""
         if value > self.cutoff:
             return None
-        return next((ref for ref in self.references if ref.flags(value, thresholds)), None)
+        widened = (ref.widened(noise) for ref in self.references)
+        return next((ref for ref in widened if ref.flags(value, thresholds)), None)
+
+    def measured_spread(self) -> float:
+        """The widest spread of the measured references (fleet, baseline; not the SKU's fixed
+        one), 0 when there is none: what healthy GPUs of this key scatter by."""
+        return max((ref.spread for ref in self.references if ref.source in (FLEET, BASELINE)), default=0.0)
 
     def get(self, source: str) -> Reference | None:
         return next((ref for ref in self.references if ref.source == source), None)
@@ -122,6 +144,7 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
     if fleet is not None:  # a shared regression: the fleet's level itself is below the baseline or SKU
         found = [dataclasses.replace(ref, fleet_below=True) if ref is not fleet and ref.flags(fleet.value, thresholds)
                  else ref for ref in found]
+        found = [ref.widened(fleet.spread / fleet.value) for ref in found]
     return KeyReferences(tuple(found), max(_cutoff(ref, thresholds) for ref in found)) if found else None
 
 

@@ -23,13 +23,12 @@ from ..findings import (
     Finding,
     cost_order,
 )
-from ..results import device_index
 from ..thresholds import Thresholds
 from . import clocks, coverage
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .pairs import Pair, attribute_pairs
 from .reference import SKU, KeyReferences
-from .suspects import COMPUTE_PROBES, HOST_DEVICES, Measurement, Suspect
+from .suspects import COMPUTE_PROBES, HOST_DEVICES, Measurement, Suspect, sibling_judged
 
 
 def finding_order(finding: Finding) -> tuple[Any, ...]:
@@ -81,7 +80,7 @@ class Context:
 
 
 def speed_findings(suspects: Sequence[Suspect], context: Context) -> list[Finding]:
-    culprits, pairs = attribute_pairs(suspects, context.found, context.thresholds)
+    culprits, pairs = attribute_pairs(suspects, context.found, context.thresholds, context.refs)
     singles = [s for s in suspects if s.measurement.probe != "p2p"] + culprits
     explained: list[Finding] = []
     unexplained: dict[str, list[Suspect]] = defaultdict(list)
@@ -136,17 +135,22 @@ def _unexplained(host: str, group: Sequence[Suspect], context: Context) -> list[
         by_metric[(suspect.measurement.probe, suspect.measurement.metric)].append(suspect)
     wide = {metric for metric, suspects in by_metric.items() if _node_wide(host, suspects, context)}
     if starved or wide:
-        return [_slow_node(host, group, starved, wide, context)]
-    findings = []
-    for suspect in group:
-        probe = suspect.measurement.probe
-        cause = {"pcie": "slow_gpu_pcie", "p2p": "slow_gpu_p2p"}.get(probe, "slow_gpu")
-        evidence = _speed_evidence(suspect, context)
-        if probe == "pcie":
-            evidence += "; the PCIe link trains at full width and generation"
-        severity = _severity(suspect, context.thresholds)
-        findings.append(_speed_finding("slow_gpu", cause, severity, suspect, evidence, context))
-    return findings
+        # A GPU far below its own siblings in its own arithmetic or memory is broken besides, and
+        # named too; host-bound copies (PCIe) may differ by NUMA node on a starved host.
+        beside = [judged for judged in map(sibling_judged, group)
+                  if judged is not None and judged.measurement.probe in COMPUTE_PROBES]
+        return [_slow_node(host, group, starved, wide, context)] + [_slow_gpu(s, context) for s in beside]
+    return [_slow_gpu(suspect, context) for suspect in group]
+
+
+def _slow_gpu(suspect: Suspect, context: Context) -> Finding:
+    probe = suspect.measurement.probe
+    cause = {"pcie": "slow_gpu_pcie", "p2p": "slow_gpu_p2p"}.get(probe, "slow_gpu")
+    evidence = _speed_evidence(suspect, context)
+    if probe == "pcie":
+        evidence += "; the PCIe link trains at full width and generation"
+    severity = _severity(suspect, context.thresholds)
+    return _speed_finding("slow_gpu", cause, severity, suspect, evidence, context)
 
 
 def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
@@ -343,10 +347,13 @@ def hosts_by_metric(found: Iterable[Measurement]) -> dict[tuple[str, str], list[
 
 def _pair_finding(pair: Pair, context: Context) -> Finding:
     a, b = pair.ends
-    severity = _severity(pair.worst, context.thresholds)
+    # one figure of the pair low and its others fine: a warning (gpudiag.analysis.pairs)
+    severity = _severity(pair.worst, context.thresholds) if pair.corroborated else WARN
     evidence = (f"{context.gpu_name(pair.host, a)}<->{context.gpu_name(pair.host, b)} slow while both GPUs are "
                 "fine with their other partners; "
                 + _speed_evidence(pair.worst, context))
+    if not pair.corroborated:
+        evidence += "; the pair's other direction and both-ways figures are not low: one figure alone, a warning"
     finding = _speed_finding("slow_link", "slow_link", severity, pair.worst, evidence, context)
     first, second = context.identity(pair.host, a), context.identity(pair.host, b)
     verb, detail = rules.action("slow_link", severity, first.nvml_index, second.nvml_index)

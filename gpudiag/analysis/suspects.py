@@ -19,7 +19,8 @@ from ..thresholds import Thresholds
 from . import coverage
 from .identity import GpuIdentity, HostGpus
 from .ports import Port, read_ports
-from .reference import KeyReferences, Reference, key_references
+from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references
+from .siblings import HostGroups, siblings_alone
 
 COMPUTE_PROBES = ("gemm", "smclock", "membw")
 HOST_DEVICES = ("cpu", "host")
@@ -47,13 +48,15 @@ class Measurement(NamedTuple):
     """One ok result of a compared probe, with where it came from and its baseline key (``info``:
     the key, probe, metric, parameters, unit and GPU model it shares with its kind).
 
-    A NamedTuple of five rather than a dataclass: a 10,000-node sweep makes a million of them."""
+    A NamedTuple of six rather than a dataclass: a 10,000-node sweep makes a million of them."""
 
     host: str
     device: str
     gpu_uuid: str | None
     info: KeyInfo
     value: float
+    # The spread of the record's own samples (a fraction of its value; None: not given).
+    cv: float | None = None
 
     @property
     def key(self) -> str:
@@ -105,6 +108,9 @@ class Suspect:
     note: str | None = None
     why: str | None = None
     retest_failed: bool = False
+    # The same measurement judged against its siblings (the other GPUs of its node), when they
+    # flag it too: a GPU far below its siblings is named even beside a slow_node.
+    sibling: Suspect | None = None
     # The GPU it was measured on, by NVML's index (gpudiag.analysis.identity); None: not looked up.
     identity: GpuIdentity | None = None
 
@@ -120,10 +126,10 @@ class Readings:
     gaps: list[Finding]
     unkeyed: dict[str, int]
     not_ok: dict[str, list[Mapping[str, Any]]]
-    # Each host's NIC ports (gpudiag.analysis.ports).
-    ports: dict[str, tuple[Port, ...]] = dataclasses.field(default_factory=dict)
     # Which GPU each host's records name (NVML's index, UUID, bus id): gpudiag.analysis.identity.
     identities: dict[str, HostGpus] = dataclasses.field(default_factory=dict)
+    # Each host's NIC ports (gpudiag.analysis.ports).
+    ports: dict[str, tuple[Port, ...]] = dataclasses.field(default_factory=dict)
 
 
 # Measurement from one tuple, without the generated __new__'s keyword handling (a million calls).
@@ -148,8 +154,8 @@ def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
     gaps: list[Finding] = []
     unkeyed: dict[str, int] = {}
     failed: dict[str, list[Mapping[str, Any]]] = {}
-    ports: dict[str, tuple[Port, ...]] = {}
     identities: dict[str, HostGpus] = {}
+    ports: dict[str, tuple[Port, ...]] = {}
     for host in hosts:
         if host.get("status") != "ok":
             continue
@@ -164,9 +170,9 @@ def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
             telemetry[name] = reading.gpus
             gaps += reading.gaps
         failed[name] = reading.not_ok
-        ports[name] = reading.ports
         identities[name] = reading.identities if reading.identities is not None else HostGpus(host.get("facts") or {})
-    return Readings(found, telemetry, gaps, unkeyed, failed, ports=ports, identities=identities)
+        ports[name] = reading.ports
+    return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports)
 
 
 @dataclass(frozen=True)
@@ -180,8 +186,8 @@ class HostReading:
     gaps: list[Finding]
     unkeyed: int
     not_ok: list[Mapping[str, Any]]
-    ports: tuple[Port, ...] = ()
     identities: HostGpus | None = None
+    ports: tuple[Port, ...] = ()
 
 
 class SweepReader:
@@ -205,7 +211,7 @@ class SweepReader:
         ports = read_ports(name, results, facts) if with_telemetry else ()
         gpus = collector.gpus() if collector is not None else {}
         gaps = coverage.record_gaps(name, not_ok, facts, identities) if collector is not None else []
-        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, ports=ports, identities=identities)
+        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, identities, ports)
 
 
 # The probes whose records the telemetry collector reads (telemetry, and the load evidence).
@@ -238,8 +244,9 @@ def _read_host(results: Iterable[Mapping[str, Any]], name: str, facts: Mapping[s
         if info is None:
             info = shared.add_info(KeyInfo(text(key), text(probe), text(result["metric"]),
                                            shared.params(result.get("params") or {}), text(result.get("unit")), model))
+        cv = result.get("cv")
         found.append(_MEASUREMENT((name, text(result["device"]), text(result.get("gpu_uuid")), info,
-                                   float(result["value"]))))
+                                   float(result["value"]), None if cv is None else abs(float(cv)))))
     return not_ok
 
 
@@ -295,16 +302,43 @@ def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: B
     return refs
 
 
-def find_suspects(found: Iterable[Measurement], refs: Mapping[str, KeyReferences],
+def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences],
                   thresholds: Thresholds) -> list[Suspect]:
-    """Results both far (robust z) and materially (deficit) below one of their references."""
+    """Results both far (robust z) and materially (deficit) below one of their references (fleet,
+    baseline, SKU), or, where their key has no fleet or baseline, below their siblings (the other
+    GPUs of their node: gpudiag.analysis.siblings); a suspect their siblings flag too carries that
+    judgement (``sibling``). Every spread is at least the
+    host's samples' CV of that probe and metric (capped at ``sample_cv_cap``)."""
+    groups = HostGroups(found)
+    cap = thresholds.sample_cv_cap_pct / 100
     suspects = []
     for m in found:
         key_refs = refs.get(m.key)
-        ref = key_refs.flagging(m.value, thresholds) if key_refs is not None else None
+        noise = min(cap, groups.noise(m.host, m.probe, m.metric))
+        ref = key_refs.flagging(m.value, thresholds, noise) if key_refs is not None else None
+        sibling = _against_siblings(m, groups, key_refs, noise, thresholds)
         if ref is not None:
-            suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value)))
+            suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value), sibling=sibling))
+        elif sibling is not None and siblings_alone(key_refs):
+            suspects.append(sibling)
     return suspects
+
+
+def sibling_judged(suspect: Suspect) -> Suspect | None:
+    """``suspect`` as judged against its siblings (the other GPUs of its node), when they flag it."""
+    return suspect if suspect.reference.source == SIBLINGS else suspect.sibling
+
+
+def _against_siblings(m: Measurement, groups: HostGroups, key_refs: KeyReferences | None, noise: float,
+                      thresholds: Thresholds) -> Suspect | None:
+    """``m`` judged against its siblings, when they flag it."""
+    sibling = groups.sibling_reference(m.host, m.key, m.device, m.value, thresholds, key_refs)
+    if sibling is None:
+        return None
+    sibling = sibling.widened(noise)
+    if not sibling.flags(m.value, thresholds):
+        return None
+    return Suspect(m, sibling, sibling.robust_z(m.value), sibling.deficit_pct(m.value))
 
 
 def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[Mapping[str, Any]] | None,
@@ -319,7 +353,9 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[Mapping[str, Any
     rarely lost to one unlucky draw, and a noise dip rarely repeats."""
     if retest_hosts is None:
         return [dataclasses.replace(s, note="not re-tested") for s in suspects]
-    repeats = {m.repeat_key: m for m in measurements([h for h in retest_hosts if h.get("status") == "ok"])}
+    again_found = measurements([h for h in retest_hosts if h.get("status") == "ok"])
+    repeats = {m.repeat_key: m for m in again_found}
+    again_groups = HostGroups(again_found)
     by_host = {h["host"]: h for h in retest_hosts}
     kept = []
     for suspect in suspects:
@@ -329,13 +365,50 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[Mapping[str, Any
             kept.append(dataclasses.replace(suspect, note=_retest_gap(suspect.measurement, host),
                                             retest_failed=host is not None))
             continue
-        ref = suspect.reference
-        mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
-        mean_z = (suspect.robust_z + ref.robust_z(again.value)) / 2
-        repeated = again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct
-        if repeated and ref.far_below(mean_z, thresholds):
-            kept.append(dataclasses.replace(suspect, deficit_pct=mean_deficit, confirmed=True))
+        sibling = sibling_judged(suspect)
+        if sibling is not None:
+            sibling = _repeated_below_siblings(sibling, again, again_groups, thresholds)
+        repeated = sibling if suspect.reference.source == SIBLINGS else _repeated(suspect, again, thresholds)
+        if repeated is not None:
+            kept.append(repeated if repeated is sibling else dataclasses.replace(repeated, sibling=sibling))
+        elif sibling is not None and suspect.reference.source not in (FLEET, BASELINE):
+            kept.append(sibling)  # below its siblings again, no longer below the SKU figure (siblings_alone)
     return kept
+
+
+def _repeated_below_siblings(suspect: Suspect, again: Measurement, again_groups: HostGroups,
+                             thresholds: Thresholds) -> Suspect | None:
+    """``suspect`` (judged against its siblings) confirmed by its re-test, or None. The re-test
+    ran every GPU of the host again, so the re-test's figure is judged against the re-test's
+    siblings, and both runs with the wider of the two runs' spreads: seven siblings' MAD is a
+    rough estimate, and one run's that came out too tight must not confirm a dip."""
+    m = suspect.measurement
+    if not again_groups.has_siblings(m.host, m.key, thresholds):  # the re-test lost GPUs: its first siblings
+        return _repeated(suspect, again, thresholds)
+    second = again_groups.sibling_reference(m.host, m.key, m.device, again.value, thresholds, None)
+    if second is None:  # not even deficit_warn below the fastest sibling now
+        return None
+    spread = max(suspect.reference.spread, second.spread)
+    first = dataclasses.replace(suspect.reference, spread=spread)
+    second = dataclasses.replace(second, spread=spread)
+    mean_deficit = (first.deficit_pct(m.value) + second.deficit_pct(again.value)) / 2
+    mean_z = (first.robust_z(m.value) + second.robust_z(again.value)) / 2
+    if again.value < second.value and mean_deficit >= thresholds.retest_deficit_pct and \
+            first.far_below(mean_z, thresholds):
+        return dataclasses.replace(suspect, reference=first, robust_z=first.robust_z(m.value),
+                                   deficit_pct=mean_deficit, confirmed=True)
+    return None
+
+
+def _repeated(suspect: Suspect, again: Measurement, thresholds: Thresholds) -> Suspect | None:
+    """``suspect`` confirmed by its re-test's figure ``again``, or None when it did not repeat."""
+    ref = suspect.reference
+    mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
+    mean_z = (suspect.robust_z + ref.robust_z(again.value)) / 2
+    repeated = again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct
+    if repeated and ref.far_below(mean_z, thresholds):
+        return dataclasses.replace(suspect, deficit_pct=mean_deficit, confirmed=True)
+    return None
 
 
 def _retest_gap(m: Measurement, host: Mapping[str, Any] | None) -> str:
