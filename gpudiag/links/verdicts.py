@@ -32,10 +32,11 @@ _METRIC = re.compile(r"link\.([a-z]+)(?:\.rail(\d+))?")
 
 def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list[Finding]:
     """One finding per verdict, the rails of one NIC or pair folded into one: a confirmed
-    deficit of ``fail_deficit_pct`` percent or more is a ``fail``; an unconfirmed or smaller one
-    a ``warn``; an unconfirmed one an ``unchecked`` (``_unconfirmed``). A slow pair whose end was tested with that partner only (``undecided``: its NIC
-    may be the cause as well as the link) is still a ``slow_link`` finding, its evidence saying
-    so: with two nodes, or no partner left to re-pair with, it is all there is to tell."""
+    deficit of ``fail_deficit_pct`` percent or more is a ``fail``; a smaller one a ``warn``; an
+    unconfirmed one an ``unchecked`` (``_unconfirmed``). A slow pair whose end was tested with
+    that partner only (``undecided``: its NIC may be the cause as well as the link) is still a
+    ``slow_link`` finding, its evidence saying so: with two nodes, or no partner left to re-pair
+    with, it is all there is to tell."""
     findings = [_nic(v, fail_deficit_pct) if v.confirmed else _unconfirmed(v) for v in attribution.nics]
     findings += [_link(v, fail_deficit_pct) if v.confirmed else _unconfirmed(v) for v in attribution.links]
     alone = {error.host for error in attribution.host_errors}

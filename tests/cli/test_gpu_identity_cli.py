@@ -79,7 +79,8 @@ def test_healthy_4_gpu_boards_among_8_gpu_boards_are_no_missing_gpu_and_a_gone_g
                    overrides=[{"hosts": "node[011-016]", "gpus_per_node": 4}])
     code, document, _ = _sweep(fleet, "--probes", "facts,gemm,telemetry", "--duration", "0.2")
     assert code == 1
-    missing = sorted((f["host"], f["severity"], f["action"]) for f in document["findings"] if f["kind"] == "missing_gpu")
+    missing = sorted((f["host"], f["severity"], f["action"]) for f in document["findings"]
+                     if f["kind"] == "missing_gpu")
     # node002: an 8-GPU board with 7 (PCI 7, NVML 7: only its platform's peers say 8); node014 a 4-GPU board with 3.
     assert missing == [("node002", "fail", "reboot"), ("node014", "fail", "reboot")]
     assert not [f for f in document["findings"] if f["host"] in ("node011", "node012", "node013", "node015", "node016")]

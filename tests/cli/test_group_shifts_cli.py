@@ -137,7 +137,9 @@ def test_a_hw_slowdown_in_a_fifth_of_the_samples_says_its_share_and_is_throttled
     fault = {"kind": "throttled", "host": "node004", "gpu": 6, "reason": "hw_slowdown", "share": 0.2, "factor": 0.5}
     code, document = _sweep(_fleet(tmp_path, 16, [fault]))
     (finding,) = document["findings"]
-    assert (finding["kind"], finding["host"], finding["gpu"], finding["severity"]) == ("throttled", "node004", 6, "fail")
+    assert (finding["kind"], finding["host"], finding["gpu"], finding["severity"]) == \
+        ("throttled", "node004", 6, "fail")
     share = re.search(r"HW slowdown active in (\d+) % of \d+ loaded samples", finding["evidence"])
-    assert share and int(share.group(1)) < 25 and "no throttle reason" not in finding["evidence"]  # below throttle_share
+    # below throttle_share, and said
+    assert share and int(share.group(1)) < 25 and "no throttle reason" not in finding["evidence"]
     assert code == 1 and "the clock drop beyond its peers' explains" in finding["evidence"]

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 import pytest
 
 from probes import hostfacts
-from probes.devices import CudaDevice
 from probes.context import ProbeContext
+from probes.devices import CudaDevice
 
 
 def test_cpu_model_from_x86_and_arm_cpuinfo():
