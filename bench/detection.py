@@ -419,7 +419,8 @@ def main() -> None:
         for cv in arguments.cvs:
             healthy_flagged(size, cv, arguments.seeds)
     if "cv3" in arguments.scenarios:
-        healthy_at_fail(arguments.sizes, arguments.seeds, lambda fields, folder: sweep_with_exit(Case(**fields), folder))
+        healthy_at_fail(arguments.sizes, arguments.seeds,
+                        lambda fields, folder: sweep_with_exit(Case(**fields), folder))
     print("targets at CV <= 1 %: precision and recall >= 0.99 for slowdowns >= 10 %, >= 0.95 at 5 %; "
           "<= 1 % of healthy hosts flagged")
 

@@ -157,7 +157,8 @@ def _from_mapping(data: dict[str, Any], source: str) -> Thresholds:
     if thresholds.link_min_hosts < 2 or thresholds.link_confirm_partners < 2:
         raise InputError(f"{source}: link_min_hosts and link_confirm_partners must be at least 2")
     if thresholds.sibling_min_gpus < 3:
-        raise InputError(f"{source}: sibling_min_gpus must be at least 3 (with two GPUs, neither can say which is slow)")
+        raise InputError(f"{source}: sibling_min_gpus must be at least 3 (of two GPUs, neither can say which "
+                         "is slow)")
     if thresholds.counter_peer_ratio < 1:
         raise InputError(f"{source}: counter_peer_ratio must be at least 1 (a count at its peers' median is "
                          "never far above it)")

@@ -22,7 +22,9 @@ Noise: a spread is never tighter than what the key's measurements show. The base
 SKU's spreads are at least the live fleet's (a fleet noisier today than when its baseline was
 stored, or than the SKU's fixed spread assumes, must not flag its own noise), and every
 reference's spread, judging one host's result, is at least that host's samples' CV
-(``widened``): a noisy metric needs a larger deficit.
+(``widened``): a noisy metric needs a larger deficit. And a key's spread is at least the median
+relative fleet spread of its metric's keys (``pool_spreads``): a node's 56 P2P pairs are 56 keys
+of one noise, and one key's MAD from a few dozen hosts can come out a third too tight by chance.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..thresholds import Thresholds
@@ -146,6 +149,24 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
                  else ref for ref in found]
         found = [ref.widened(fleet.spread / fleet.value) for ref in found]
     return KeyReferences(tuple(found), max(_cutoff(ref, thresholds) for ref in found)) if found else None
+
+
+def pool_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hashable],
+                 thresholds: Thresholds) -> dict[str, KeyReferences]:
+    """``refs`` with every key's spreads at least the median relative fleet spread (spread over
+    level) of the keys of its metric (``metric_of``: key -> GPU model, probe and metric)."""
+    relative: dict[Hashable, list[float]] = defaultdict(list)
+    for key, key_refs in refs.items():
+        fleet = key_refs.get(FLEET)
+        if fleet is not None:
+            relative[metric_of[key]].append(fleet.spread / fleet.value)
+    typical = {metric: statistics.median(spreads) for metric, spreads in relative.items()}
+    pooled = {}
+    for key, key_refs in refs.items():
+        widened = tuple(ref.widened(typical.get(metric_of[key], 0.0)) for ref in key_refs.references)
+        pooled[key] = key_refs if widened == key_refs.references else \
+            KeyReferences(widened, max(_cutoff(ref, thresholds) for ref in widened))
+    return pooled
 
 
 def _cutoff(ref: Reference, thresholds: Thresholds) -> float:

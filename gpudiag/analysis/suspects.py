@@ -19,7 +19,7 @@ from ..thresholds import Thresholds
 from . import coverage
 from .identity import GpuIdentity, HostGpus
 from .ports import Port, read_ports
-from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references
+from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references, pool_spreads
 from .siblings import HostGroups, siblings_alone
 
 COMPUTE_PROBES = ("gemm", "smclock", "membw")
@@ -299,7 +299,8 @@ def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: B
                                     figure, thresholds, weights)
         if found_refs is not None:
             refs[key] = found_refs
-    return refs
+    return pool_spreads(refs, {key: (first[key].gpu_model, first[key].probe, first[key].metric) for key in refs},
+                        thresholds)
 
 
 def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences],

@@ -102,8 +102,8 @@ def test_a_healthy_256_node_fleet_at_cv_3_pct_names_at_most_0_1_pct_of_its_gpus_
 def test_a_10_pct_slow_gpu_at_cv_3_pct_is_found_and_no_p2p_pair_fails_beside_it(tmp_path: Path):
     # At CV 3 % a 10 % deficit is 3.3 sigma of one run: the re-test confirms it in about half the
     # sweeps (bench/detection.py --scenarios cv3; seed 2 misses it). This seed's run finds it, and
-    # the P2P dips of the same sweep (two of them survive their re-test) stay warnings.
+    # no P2P dip of the same sweep fails (two did before P2P spreads were pooled and pairs corroborated).
     fault = {"kind": "slow_gpu", "host": "node100", "gpu": 4, "factor": 0.9}
     code, findings = _sweep(_fleet(tmp_path, 256, [fault], cv=0.03, seed=1), *NOISY)
     assert ("slow_gpu", "node100", 4) in _places(findings) and code == 1
-    assert [f["severity"] for f in findings if f["kind"] == "slow_link"] == ["warn", "warn"]
+    assert not [f for f in findings if f["kind"] == "slow_link" and f["severity"] == "fail"]
