@@ -58,18 +58,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from detection_history import run_history  # noqa: E402
+from detection_identity import IDENTITY_SCENARIOS, identity_builders  # noqa: E402
+from detection_links import LINK_SCENARIOS, link_builders  # noqa: E402
+from detection_memory import MEMORY_SCENARIOS, memory_builders  # noqa: E402
+from detection_siblings import SIBLING_SCENARIOS, healthy_at_fail, scenario_cvs, sibling_builders  # noqa: E402
+
 from gpudiag.baseline import build_baseline, save_baseline  # noqa: E402
 from gpudiag.nodeprobe import ProbeOptions  # noqa: E402
 from gpudiag.plan import SweepRequest, run_plan  # noqa: E402
 from gpudiag.progress import QuietProgress  # noqa: E402
 from gpudiag.store import Store  # noqa: E402
 from gpudiag.sweep import SweepOptions  # noqa: E402
-
-from detection_history import run_history  # noqa: E402
-from detection_links import LINK_SCENARIOS, link_builders  # noqa: E402
-from detection_memory import MEMORY_SCENARIOS, memory_builders  # noqa: E402
-from detection_identity import IDENTITY_SCENARIOS, identity_builders  # noqa: E402
-from detection_siblings import SIBLING_SCENARIOS, healthy_at_fail, scenario_cvs, sibling_builders  # noqa: E402
 
 SIZED_KINDS = ("slow_gpu", "throttled", "slow_node")  # faults with a slowdown factor
 FIXED_KINDS = ("degraded_pcie", "nvlink_down")  # faults that are a state, not a size
@@ -387,7 +387,8 @@ def group_builders(scenario: str) -> list[tuple[str, Callable[[float, float, int
     """The rows of the group scenarios: ``drivergroup`` without and with a baseline on the old driver."""
     if scenario == "drivergroup":
         return [(f"drivergroup {'baseline' if with_baseline else 'sku'}",
-                 lambda cv, s, seed, b=with_baseline: driver_group_case(cv, s, seed, b)) for with_baseline in (False, True)]
+                 lambda cv, s, seed, b=with_baseline: driver_group_case(cv, s, seed, b))
+                for with_baseline in (False, True)]
     builds = {"fleet8": fleet8_case, "modelgroup": model_group_case, "powercap": power_cap_case,
               "sitecap": site_cap_case, "partialthrottle": partial_throttle_case}
     return [(scenario, builds[scenario])]

@@ -46,11 +46,11 @@ from ..findings import Finding, unchecked
 from ..sku import wired_nvlinks
 from ..thresholds import Thresholds
 from . import coverage
-from .counters import PriorCounts, counter_findings
 from .clocks import typical_clock_costs
+from .counters import PriorCounts, counter_findings
 from .fleet import Impact, fleet_shifts, job_impact
-from .identity import HostGpus
 from .groups import group_shifts, judging_references, shift_findings
+from .identity import HostGpus
 from .nvlinks import WiredLookup, with_wiring
 from .ports import add_prior, port_findings
 from .speed import (
@@ -164,8 +164,8 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     previous = previous_hosts if isinstance(previous_hosts, PriorCounts) else prior_counts(previous_hosts or ())
     refs = references(found, thresholds, baseline, skus)
     shifts = group_shifts(found, refs, thresholds, baseline)  # a group's level judges its parts
-    suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging_references(refs, shifts),
-                                                                          thresholds)]
+    judging = judging_references(refs, shifts)
+    suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging, thresholds)]
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, retest_hosts, thresholds)
     not_retested = 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import secrets
 import select
 import shlex
 import socket
@@ -26,18 +25,13 @@ import paramiko
 from ..bundle import Bundle
 from ..sshconfig import ProxySettingError, ResolvedHost, proxy_command_line
 from . import AuthFailed, CommandResult, TransportError, Unreachable
-from .bounded import BoundedOutput, OutputLimits, TailBuffer
+from .bounded import BoundedOutput, OutputLimits
 from .jump import BastionPool, HopResolver, JumpResolver, Sock, close_transport, route_to
 from .knownhosts import KnownHosts
 from .proxy import ProxyCommands, ProxyCommandSocket
 from .remotefolder import UnsafeFolder, check_bundle_folder
+from .remotepid import ErrorOutput, new_pid_marker
 
-# The remote shell reports the PID that ``exec timeout`` keeps, so that Ctrl-C can end it, on a line
-# "gpudiag-pid-<marker>=<PID>" (a marker of its own per command, which nothing else prints).
-_PID_PREFIX = "gpudiag-pid-"
-# A login shell may print before it (a .bashrc's warnings): the first this many bytes of stderr
-# are looked through for the PID line.
-_PID_SCAN_BYTES = 65536
 _CHUNK_BYTES = 65536
 # How long ``cancel`` waits for the PID of a command just started (its first stderr line).
 PID_WAIT_S = 3.0
@@ -227,7 +221,7 @@ class SshSession:
         """Start ``argv`` as ``run`` does and return at once. Raises ConnectionLost."""
         grace = self._settings.kill_grace_s
         where = f"cd {shlex.quote(self._bundle_dir)} && " if self._bundle_dir else ""
-        marker = f"{_PID_PREFIX}{secrets.token_hex(8)}="
+        marker = new_pid_marker()
         command = (f"{where}echo {marker}$$ >&2 && "
                    f"exec timeout -k {grace} {timeout_s:.1f} {shlex.join(argv)}")
         return SshCommand(self, self._open(command), timeout_s + grace + 5.0, self._settings.output, marker)
@@ -314,7 +308,7 @@ class SshCommand:
         self._track = pid_marker is not None
         self._pid: int | None = None
         self._stdout = BoundedOutput(limits)
-        self._stderr = _ErrorOutput(limits.stderr_tail_bytes, pid_marker)
+        self._stderr = ErrorOutput(limits.stderr_tail_bytes, pid_marker)
         self._done = threading.Event()
         self._result: CommandResult | None = None
         self._error: ConnectionLost | None = None
@@ -412,54 +406,6 @@ class SshCommand:
             if not self._stdout.feed(channel.recv(_CHUNK_BYTES)):
                 return False
         return True
-
-
-class _ErrorOutput:
-    """A command's stderr, kept as a tail, less the PID line of the remote shell (``<marker>N``) where
-    the command is tracked. A login shell may print before that line (a .bashrc's warnings): what
-    comes before it is the command's error output too, and the first ``_PID_SCAN_BYTES`` are
-    looked through for it."""
-
-    def __init__(self, tail_bytes: int, marker: str | None) -> None:
-        self._tail = TailBuffer(tail_bytes)
-        self._marker = marker.encode() if marker is not None else None
-        self._line = bytearray()  # an unfinished line while the PID line is looked for
-        self._scanned = 0
-        self.pid: int | None = None
-
-    def feed(self, chunk: bytes) -> None:
-        if self._marker is not None and self.pid is None and self._scanned < _PID_SCAN_BYTES:
-            self._scanned += len(chunk)
-            pending = bytes(self._line) + chunk
-            self._line.clear()
-            kept = bytearray()
-            while self.pid is None:
-                line, newline, rest = pending.partition(b"\n")
-                if not newline:
-                    break
-                before = self._before_pid(line)
-                kept += line + newline if before is None else before + (newline if before else b"")
-                pending = rest
-            if self.pid is None and self._scanned < _PID_SCAN_BYTES:
-                self._line += pending  # it may be the start of the PID line
-            else:
-                kept += pending
-            chunk = bytes(kept)
-        if chunk:
-            self._tail.feed(chunk)
-
-    def text(self) -> str:
-        return self._tail.text() + bytes(self._line).decode(errors="replace")
-
-    def _before_pid(self, line: bytes) -> bytes | None:
-        """What comes before the PID line's marker when ``line`` ends with it (its PID is noted:
-        an unfinished line the shell printed before runs into it), else None."""
-        assert self._marker is not None
-        before, marker, number = line.rpartition(self._marker)
-        if marker and number.isdigit() and len(number) <= 10:
-            self.pid = int(number)
-            return before
-        return None
 
 
 def _one_line(text: str) -> bytes:

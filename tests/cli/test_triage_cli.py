@@ -143,8 +143,11 @@ def test_judged_against_the_stored_baseline_and_the_hosts_own_history(tmp_path):
     result = _run("--simulate", str(slow), "node001", "--store", str(store), "-q", "--json", str(document_path))
     document = json.loads(document_path.read_text())
     assert result.exit_code == 1 and document["baseline"] == "default"
-    slow_node = next(p for p in document["problems"] if p["source"].startswith("analysis"))
-    assert "slow node on node001" in slow_node["title"] and "(baseline, " in slow_node["evidence"][1]
+    analysed = [p for p in document["problems"] if p["source"].startswith("analysis")]
+    slow_node = next(p for p in analysed if "slow node on node001" in p["title"])
+    assert "(baseline, " in slow_node["evidence"][1]
+    # GPU 2, slow beside its siblings on top of the node's slowness, keeps a finding of its own
+    assert any("slow gpu on GPU 2" in p["title"] for p in analysed)
     history = next(p for p in document["problems"] if p["source"] == "history")
     assert "below this host's own history" in history["title"]
     # the worst first: the starved host's pinned copies run at half their speed of before

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from gpudiag.transport import ssh
+from gpudiag.transport import remotepid
 from gpudiag.transport.bounded import BoundedOutput, OutputLimits, TailBuffer
 
 LIMITS = OutputLimits(max_bytes=64, max_line_bytes=16, stderr_tail_bytes=8)
@@ -106,13 +106,13 @@ def test_limits_refuse_a_line_cap_above_the_whole():
     assert OutputLimits().describe() == "16 MiB of output, 1 MiB a line"
 
 
-# --- a remote command's stderr and its PID line (transport/ssh.py) ----------------------------------
+# --- a remote command's stderr and its PID line (transport/remotepid.py) ----------------------------------
 
 MARKER = "gpudiag-pid-00ff00ff00ff00ff="
 
 
-def _error_output(chunks: list[bytes]) -> ssh._ErrorOutput:
-    output = ssh._ErrorOutput(4096, MARKER)
+def _error_output(chunks: list[bytes]) -> remotepid.ErrorOutput:
+    output = remotepid.ErrorOutput(4096, MARKER)
     for chunk in chunks:
         output.feed(chunk)
     return output
@@ -130,7 +130,7 @@ def test_the_pid_line_is_found_after_a_login_shells_warnings_in_any_chunking():
 
 
 def test_a_pid_line_past_the_first_bytes_of_stderr_or_not_a_number_is_not_taken():
-    late = _error_output([b"x" * (ssh._PID_SCAN_BYTES + 10) + b"\n", MARKER.encode() + b"17\n"])
+    late = _error_output([b"x" * (remotepid.PID_SCAN_BYTES + 10) + b"\n", MARKER.encode() + b"17\n"])
     assert late.pid is None and MARKER in late.text()
     for wrong in (b"17x", b"", b"-17", b"1" * 11):
         assert _error_output([MARKER.encode() + wrong + b"\n"]).pid is None
