@@ -14,7 +14,7 @@ from ..sku import Sku, SkuTable
 from .memerrors import ECC_FIELDS, MemoryErrors, ecc_fields
 from .nicports import nic_port_fields
 from .nodespecs import NodeSpec
-from .reader import FieldReader, json_type
+from .reader import FieldReader, json_type, one_of
 from .records import PROBE_NAMES
 
 # Fleet-file throttle reason -> NVML clocks-event reason bit (probes/nvml.py).
@@ -152,11 +152,11 @@ def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
     if kind == "probe_error":
         fields.update(_probe_error_fields(read, entry, path, fields.get("gpu")))
     if "width" in entry:
-        fields["width"] = _choice(read, entry, "width", path, PCIE_WIDTHS, "a degraded PCIe width (lanes)")
+        fields["width"] = one_of(read, entry, "width", path, PCIE_WIDTHS, "a degraded PCIe width (lanes)")
     if "count" in entry:
         fields["count"] = read.integer(entry, "count", path=path, low=1)
     if "counter" in entry and kind != "nic_port":
-        fields["counter"] = _choice(read, entry, "counter", path, tuple(NVLINK_COUNTER_KEYS), "an NVLink error counter")
+        fields["counter"] = one_of(read, entry, "counter", path, tuple(NVLINK_COUNTER_KEYS), "an NVLink error counter")
     if kind == "nic_port":
         line_rate = context.sku(fields["host"]).network.rail_line_rate_gbps
         fields.update(nic_port_fields(read, entry, path, line_rate))
@@ -206,13 +206,13 @@ def _rail(context: _FaultContext, entry: dict[str, Any], path: str, hosts: Seque
 
 
 def _throttle_fields(read: FieldReader, entry: dict[str, Any], path: str) -> dict[str, Any]:
-    return {"reason": _choice(read, entry, "reason", path, tuple(THROTTLE_REASON_BITS), "a throttle reason"),
+    return {"reason": one_of(read, entry, "reason", path, tuple(THROTTLE_REASON_BITS), "a throttle reason"),
             "share": read.factor(entry, "share", 1.0, path),
             "full_load_only": read.flag(entry, "full_load_only", False, path)}
 
 
 def _probe_error_fields(read: FieldReader, entry: dict[str, Any], path: str, gpu: int | None) -> dict[str, Any]:
-    probe = _choice(read, entry, "probe", path, PROBE_NAMES, "a probe")
+    probe = one_of(read, entry, "probe", path, PROBE_NAMES, "a probe")
     if probe == "facts" and gpu is not None:
         raise read.error(f"{path}.gpu", "the facts probe has no per-GPU records; leave gpu out")
     return {"probe": probe, "reason": read.text(entry, "reason", DEFAULT_PROBE_ERROR, path),
@@ -231,12 +231,4 @@ def _index(context: _FaultContext, entry: dict[str, Any], key: str, path: str, c
     value = context.read.integer(entry, key, path=path)
     if not 0 <= value < count:
         raise context.read.error(f"{path}.{key}", f"{value} is out of range 0..{count - 1} for {what}")
-    return value
-
-
-def _choice(read: FieldReader, entry: dict[str, Any], key: str, path: str, choices: Sequence[Any], what: str) -> Any:
-    value = entry[key]
-    if isinstance(value, bool) or value not in choices:
-        raise read.error(f"{path}.{key}", f"{json.dumps(value)} is not {what}; choose from "
-                         f"{', '.join(str(choice) for choice in choices)}")
     return value

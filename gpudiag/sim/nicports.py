@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .reader import FieldReader
+from .reader import FieldReader, one_of
 from .records import record
 
 # Fault state -> (IB state, physical state) as sysfs names them.
@@ -57,16 +57,16 @@ def nic_port_fields(read: FieldReader, entry: dict[str, Any], path: str, line_ra
         raise read.error(path, "counter and count go together (which counter, and what it reads)")
     fields: dict[str, Any] = {}
     if "state" in entry:
-        fields["state"] = _choice(read, entry, "state", path, tuple(STATES), "a port state")
+        fields["state"] = one_of(read, entry, "state", path, tuple(STATES), "a port state")
     if "width" in entry:
-        fields["width"] = _choice(read, entry, "width", path, NARROW_WIDTHS, f"a width below {LANES}X")
+        fields["width"] = one_of(read, entry, "width", path, NARROW_WIDTHS, f"a width below {LANES}X")
     if "rate_gbps" in entry:
         rate = float(read.value(entry, "rate_gbps", None, float, path))
         if not 0 < rate < line_rate_gbps:
             raise read.error(f"{path}.rate_gbps", f"{rate:g} is not below the {line_rate_gbps:g} Gbit/s line rate")
         fields["rate_gbps"] = rate
     if "counter" in entry:
-        fields["counter"] = _choice(read, entry, "counter", path, COUNTERS, "a NIC port counter")
+        fields["counter"] = one_of(read, entry, "counter", path, COUNTERS, "a NIC port counter")
     return fields
 
 
@@ -102,11 +102,3 @@ def _port_record(rail: int, line_rate_gbps: float, faults: Sequence[PortFault]) 
                "speed": speed, "link_layer": "InfiniBand", "model": model, "ca": f"mlx5_{rail}", "port": 1,
                "netdev": None, "counters": counters, "source": "sysfs"}
     return record("telemetry", f"nic:mlx5_{rail}/1", "nic_port", gbps, "Gbit/s", samples=1, details=details)
-
-
-def _choice(read: FieldReader, entry: dict[str, Any], key: str, path: str, choices: Sequence[Any], what: str) -> Any:
-    value = entry[key]
-    if isinstance(value, bool) or value not in choices:
-        raise read.error(f"{path}.{key}", f"{value!r} is not {what}; choose from "
-                         f"{', '.join(str(choice) for choice in choices)}")
-    return value

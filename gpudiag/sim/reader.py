@@ -78,3 +78,13 @@ def json_type(value: Any) -> str:
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
              dict: "an object", type(None): "null"}
     return names.get(type(value), type(value).__name__)
+
+
+def one_of(read: FieldReader, entry: dict[str, Any], key: str, path: str, choices: Sequence[Any], what: str) -> Any:
+    """``entry[key]`` when it is one of ``choices``; else the reader's error naming ``path.key``,
+    ``what`` it should be and the choices."""
+    value = entry[key]
+    if isinstance(value, bool) or value not in choices:
+        raise read.error(f"{path}.{key}", f"{json.dumps(value)} is not {what}; choose from "
+                         f"{', '.join(str(choice) for choice in choices)}")
+    return value
