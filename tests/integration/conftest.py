@@ -21,6 +21,7 @@ if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
 from netns_hosts import MakeNetnsFleet, NetnsFleet, link_names, namespace_names  # noqa: E402
+from pair_probes import Probe, stop_probes  # noqa: E402
 from slurm_cluster import SlurmCluster  # noqa: E402
 from sshd_hosts import MakeSshdFleet, SshdFleet, pid_is_running, sshd_unavailable_reason  # noqa: E402
 
@@ -160,3 +161,13 @@ def make_slurm_cluster() -> Iterator[Callable[..., SlurmCluster]]:
 
     yield make
     _stop_clusters(clusters)
+
+
+# --- pair probes on 127.0.0.1 (the harness is pair_probes.py beside this file) --------------------
+
+@pytest.fixture
+def probes() -> Iterator[list[Probe]]:
+    """The pair probes a test starts (``pair_probes.start_probe(probes, ...)``), all ended after it."""
+    started: list[Probe] = []
+    yield started
+    stop_probes(started)
