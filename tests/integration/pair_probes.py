@@ -136,20 +136,21 @@ SECRET = PairSecret.from_hex(TOKEN)
 
 
 def start_probe(probes: list[Probe], *args: str, env: dict[str, str] | None = None, token: str | None = TOKEN,
-           stdin: int | None = None) -> Probe:
+                stdin: int | None = None) -> Probe:
     probe = Probe(*args, *(() if token is None else ("--token", token)), env=env, stdin=stdin)
     probes.append(probe)
     return probe
 
 
 def run_pair(probes: list[Probe], backend: str, *client_args: str, server_args: tuple[str, ...] = (),
-          env: dict[str, str] | None = None, server_env: dict[str, str] | None = None,
-          client_env: dict[str, str] | None = None) -> tuple[dict, list[dict], Probe]:
+             env: dict[str, str] | None = None, server_env: dict[str, str] | None = None,
+             client_env: dict[str, str] | None = None) -> tuple[dict, list[dict], Probe]:
     server = start_probe(probes, "net-server", "--backend", backend, "--bind", "127.0.0.1", "--deadline", "60",
-                    *server_args, env={**(env or {}), **(server_env or {})})
+                         *server_args, env={**(env or {}), **(server_env or {})})
     listening = server.next_json(timeout_s=30)
     client = start_probe(probes, "net-client", "--backend", backend, "--connect", f"127.0.0.1:{listening['port']}",
-                    "--duration", "0.3", "--deadline", "60", *client_args, env={**(env or {}), **(client_env or {})})
+                         "--duration", "0.3", "--deadline", "60", *client_args,
+                         env={**(env or {}), **(client_env or {})})
     status, records, _ = client.finish(timeout_s=60)
     assert status == 0, client.stderr()
     assert TOKEN not in json.dumps([listening, *records])  # the secret is never printed
@@ -193,7 +194,7 @@ def connect(port: int) -> Channel:
 
 
 def prove_hello(channel: Channel, params: dict, backend: str = "tcp",
-                 secret: PairSecret = SECRET) -> tuple[dict, Handshake]:
+                secret: PairSecret = SECRET) -> tuple[dict, Handshake]:
     """Play a client that knows ``secret``: read the greeting, send a proved hello; the server's
     answer and the session's nonces."""
     greeting = channel.receive()

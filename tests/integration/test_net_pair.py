@@ -74,7 +74,7 @@ TWO_HOSTS = {"server_env": {"NCCL_HOSTID": "gpudiag-net-server"}, "client_env": 
 @pytest.mark.gpu
 def test_nccl_backend_on_a_gpu_over_nccl_sockets(probes: list[Probe]):
     listening, records, server = run_pair(probes, "nccl", "--rails", "0", "--allow-socket",
-                                       server_args=("--rails", "0", "--allow-socket"), **TWO_HOSTS)
+                                          server_args=("--rails", "0", "--allow-socket"), **TWO_HOSTS)
     assert listening["collective"] == "nccl"
     assert_both_directions_measured(records, "nccl", "rail:0")
     assert {(r["params"]["collective"], r["params"]["nccl_net"]) for r in records} == {("nccl", "any")}
@@ -120,11 +120,11 @@ def test_perftest_pair_runs_ib_write_bw_per_rail(probes: list[Probe], tmp_path: 
 def test_perftest_without_ib_write_bw_is_skipped(probes: list[Probe], tmp_path: Path):
     empty = {"PATH": str(tmp_path)}  # no ib_write_bw anywhere on it
     server = start_probe(probes, "net-server", "--backend", "perftest", "--bind", "127.0.0.1", "--deadline", "30",
-                    env=empty)
+                         env=empty)
     listening = server.next_json()
     assert listening["unavailable"].startswith("ib_write_bw is not on PATH")
     client = start_probe(probes, "net-client", "--backend", "perftest", "--connect", f"127.0.0.1:{listening['port']}",
-                    "--deadline", "30", env=empty)
+                         "--deadline", "30", env=empty)
     status, records, _ = client.finish(timeout_s=30)
     assert status == 0
     assert {record["params"]["direction"] for record in records} == DIRECTIONS
@@ -139,7 +139,7 @@ def test_perftest_without_ib_write_bw_is_skipped(probes: list[Probe], tmp_path: 
 def test_a_client_pointed_at_a_closed_port_reports_an_error_quickly(probes: list[Probe], backend: str):
     port = closed_port()
     client = start_probe(probes, "net-client", "--backend", backend, "--connect", f"127.0.0.1:{port}",
-                    "--duration", "0.3", "--deadline", "60")
+                         "--duration", "0.3", "--deadline", "60")
     status, records, waited = client.finish(timeout_s=30)
     assert status == 0
     assert waited < 10  # the interpreter (and torch, for nccl) starting, not a connect timeout
@@ -152,7 +152,7 @@ def test_a_client_pointed_at_a_closed_port_reports_an_error_quickly(probes: list
 @pytest.mark.parametrize("backend", ["tcp", "nccl", "perftest"])
 def test_a_server_whose_client_never_comes_exits_at_its_deadline(probes: list[Probe], backend: str):
     server = start_probe(probes, "net-server", "--backend", backend, "--bind", "127.0.0.1", "--deadline", "1.5",
-                    env={"CUDA_VISIBLE_DEVICES": ""})
+                         env={"CUDA_VISIBLE_DEVICES": ""})
     listening = server.next_json()
     assert listening["event"] == "listening"
     status, rest, _ = server.finish(timeout_s=20)
@@ -169,7 +169,7 @@ def test_a_stray_connection_does_not_end_the_server(probes: list[Probe]):
     with socket.create_connection(("127.0.0.1", listening["port"])) as stray:
         stray.sendall(b"GET / HTTP/1.0\r\n\r\n")
     client = start_probe(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{listening['port']}",
-                    "--duration", "0.3", "--streams", "2")
+                         "--duration", "0.3", "--streams", "2")
     status, records, _ = client.finish(timeout_s=30)
     assert status == 0 and {record["status"] for record in records} == {"ok"}
     assert_server_ended_by_itself(server)
@@ -202,7 +202,7 @@ def test_a_client_with_another_secret_measures_nothing_and_the_right_one_still_c
     server = start_probe(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "60")
     port = server.next_json()["port"]
     wrong = start_probe(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "0.3",
-                   token=secrets.token_hex(32))
+                        token=secrets.token_hex(32))
     status, records, _ = wrong.finish(timeout_s=30)
     assert status == 0 and {record["params"]["direction"] for record in records} == DIRECTIONS
     assert all(record["status"] == "error" and record["value"] is None for record in records)
@@ -227,8 +227,8 @@ def test_a_client_says_nothing_to_an_impostor_at_the_servers_address(probes: lis
     poser = threading.Thread(target=pose, daemon=True)
     poser.start()
     client = start_probe(probes, "net-client", "--backend", backend, "--connect",
-                    f"127.0.0.1:{impostor.getsockname()[1]}", "--duration", "0.3", env={"PATH": "/nonexistent"}
-                    if backend == "perftest" else None)
+                         f"127.0.0.1:{impostor.getsockname()[1]}", "--duration", "0.3", env={"PATH": "/nonexistent"}
+                         if backend == "perftest" else None)
     status, records, _ = client.finish(timeout_s=30)
     poser.join(25)
     impostor.close()
@@ -239,7 +239,7 @@ def test_a_client_says_nothing_to_an_impostor_at_the_servers_address(probes: lis
 
 def test_the_secret_can_come_on_stdin_and_is_never_in_the_command_line(probes: list[Probe]):
     server = start_probe(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "60",
-                    "--stdin-lifeline", token="-", stdin=subprocess.PIPE)
+                         "--stdin-lifeline", token="-", stdin=subprocess.PIPE)
     assert server.process.stdin is not None
     server.process.stdin.write(TOKEN + "\n")
     server.process.stdin.flush()  # and kept open: the rest of stdin is the lifeline

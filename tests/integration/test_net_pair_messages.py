@@ -73,7 +73,7 @@ def test_a_malformed_hello_is_dropped_and_the_server_waits_on(probes: list[Probe
 
 def test_a_proved_perftest_client_sending_wrong_types_ends_the_test_with_an_error(probes: list[Probe]):
     server = start_probe(probes, "net-server", "--backend", "perftest", "--bind", "127.0.0.1", "--deadline", "60",
-                    env={"PATH": "/nonexistent"})
+                         env={"PATH": "/nonexistent"})
     channel = connect(server.next_json()["port"])
     reply, _ = prove_hello(channel, {"streams": 1, "duration_s": 1.0, "message_bytes": 1 << 20}, backend="perftest")
     assert reply["accepted"] is True
@@ -143,7 +143,7 @@ def test_a_proved_server_sending_wrong_types_gives_error_records_never_a_figure(
                                                                                replies: list[bytes], said: str):
     fake = FakeTcpServer(replies)
     client = start_probe(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{fake.port}", "--duration",
-                    "0.3", "--streams", "1", "--direction", "client_to_server")
+                         "0.3", "--streams", "1", "--direction", "client_to_server")
     status, records, waited = client.finish(timeout_s=30)
     fake.listener.close()
     assert status == 0 and waited < 20
@@ -157,7 +157,7 @@ def test_a_proved_server_sending_wrong_types_gives_error_records_never_a_figure(
 @pytest.mark.parametrize("backend", ["tcp", "nccl", "perftest"])
 def test_a_server_never_reached_ends_at_its_accept_window_not_its_deadline(probes: list[Probe], backend: str):
     server = start_probe(probes, "net-server", "--backend", backend, "--bind", "127.0.0.1", "--deadline", "120",
-                    "--accept-window", "2", env={"CUDA_VISIBLE_DEVICES": ""})
+                         "--accept-window", "2", env={"CUDA_VISIBLE_DEVICES": ""})
     assert server.next_json(timeout_s=60)["event"] == "listening"
     status, rest, waited = server.finish(timeout_s=30)
     assert status == 124 and waited < 20  # 2 s, not 120
@@ -167,7 +167,7 @@ def test_a_server_never_reached_ends_at_its_accept_window_not_its_deadline(probe
 @pytest.mark.parametrize("backend", ["tcp", "nccl", "perftest"])
 def test_a_server_whose_controller_is_gone_ends_at_once(probes: list[Probe], backend: str):
     server = start_probe(probes, "net-server", "--backend", backend, "--bind", "127.0.0.1", "--deadline", "120",
-                    "--stdin-lifeline", env={"CUDA_VISIBLE_DEVICES": ""}, stdin=subprocess.PIPE)
+                         "--stdin-lifeline", env={"CUDA_VISIBLE_DEVICES": ""}, stdin=subprocess.PIPE)
     assert server.next_json(timeout_s=60)["event"] == "listening"
     time.sleep(0.5)
     assert server.process.poll() is None and server.process.stdin is not None
@@ -179,10 +179,10 @@ def test_a_server_whose_controller_is_gone_ends_at_once(probes: list[Probe], bac
 
 def test_a_pair_test_in_flight_ends_on_both_sides_when_the_controller_is_gone(probes: list[Probe]):
     server = start_probe(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "120",
-                    "--stdin-lifeline", stdin=subprocess.PIPE)
+                         "--stdin-lifeline", stdin=subprocess.PIPE)
     port = server.next_json()["port"]
     client = start_probe(probes, "net-client", "--backend", "tcp", "--connect", f"127.0.0.1:{port}", "--duration", "30",
-                    "--deadline", "120", "--stdin-lifeline", stdin=subprocess.PIPE)
+                         "--deadline", "120", "--stdin-lifeline", stdin=subprocess.PIPE)
     time.sleep(2.0)  # the client is sending by now
     for probe in (server, client):
         assert probe.process.poll() is None and probe.process.stdin is not None
@@ -195,7 +195,7 @@ def test_a_pair_test_in_flight_ends_on_both_sides_when_the_controller_is_gone(pr
 
 def test_dev_null_is_no_lifeline(probes: list[Probe]):
     server = start_probe(probes, "net-server", "--backend", "tcp", "--bind", "127.0.0.1", "--deadline", "30",
-                    "--stdin-lifeline")  # stdin /dev/null: its end of file says nothing of a controller
+                         "--stdin-lifeline")  # stdin /dev/null: its end of file says nothing of a controller
     port = server.next_json()["port"]
     time.sleep(1.0)
     assert server.process.poll() is None
@@ -215,7 +215,7 @@ def test_a_server_told_to_bind_an_address_not_its_own_refuses_to_listen(probes: 
 @pytest.mark.parametrize("backend", ["nccl", "perftest"])
 def test_every_backends_server_refuses_an_address_not_its_own(probes: list[Probe], backend: str):
     server = start_probe(probes, "net-server", "--backend", backend, "--bind", "192.0.2.1", "--deadline", "30",
-                    env={"CUDA_VISIBLE_DEVICES": ""})
+                         env={"CUDA_VISIBLE_DEVICES": ""})
     done = server.next_json(timeout_s=60)
     assert (done["event"], done["status"], done["cause"]) == ("done", "error", "bind")
     assert done["reason"].startswith("cannot listen on 192.0.2.1: ")
