@@ -290,15 +290,24 @@ def _evidence(excess: Excess) -> str:
     model and driver)``, or what it grew by since the previous sweep against the peers' growth."""
     reading = excess.reading
     what = reading.spec.words if reading.link is None else f"NVLink {reading.link} {reading.spec.words}"
-    if excess.figure == GROWTH:
-        said = f"{what} grew by {_text(excess.value)} since the previous sweep (now {_text(reading.count)})"
-        median = "peers' median growth"
-    else:
-        said, median = f"{what} {_text(excess.value)} since the driver loaded", "peers' median"
-    if excess.median is None:
-        return f"{said}; no peer of this model and driver to compare with"
     peers = "GPUs" if reading.link is None else "links"
-    return f"{said}; {median} {_text(excess.median)} ({excess.peers} {peers} of this model and driver)"
+    return counter_evidence(what, excess.figure, excess.value, reading.count, excess.median, excess.peers,
+                            f"{peers} of this model and driver", "no peer of this model and driver to compare with")
+
+
+def counter_evidence(what: str, figure: str, value: float, count: float, median: float | None, peers: int,
+                     peers_are: str, no_peer: str) -> str:
+    """``<what> grew by V since the previous sweep (now C)`` (a GROWTH figure) or ``<what> V since
+    the driver loaded``, then the peers' median and the ``peers`` (``peers_are``) it rests on, or
+    ``no_peer`` where there was none to compare with."""
+    if figure == GROWTH:
+        said = f"{what} grew by {_text(value)} since the previous sweep (now {_text(count)})"
+        median_words = "peers' median growth"
+    else:
+        said, median_words = f"{what} {_text(value)} since the driver loaded", "peers' median"
+    if median is None:
+        return f"{said}; {no_peer}"
+    return f"{said}; {median_words} {_text(median)} ({peers} {peers_are})"
 
 
 def _number(value: float) -> float | int:

@@ -36,7 +36,7 @@ from typing import Any
 from .. import rules
 from ..findings import BASIS_TELEMETRY, FAIL, WARN, Finding
 from ..thresholds import Thresholds
-from .counters import COUNT, GROWTH, PeerCounts, PriorCounts
+from .counters import COUNT, GROWTH, PeerCounts, PriorCounts, counter_evidence
 
 PROBE, METRIC = "telemetry", "nic_port"
 IB, ETHERNET = "ib", "ethernet"
@@ -284,15 +284,9 @@ def _counter_finding(port: Port, excesses: Sequence[_Excess], floors: Mapping[st
 
 
 def _counter_evidence(excess: _Excess) -> str:
-    words = PORT_COUNTERS[excess.counter][0]
-    if excess.figure == GROWTH:
-        said = f"{words} grew by {_text(excess.value)} since the previous sweep (now {_text(excess.count)})"
-        median = "peers' median growth"
-    else:
-        said, median = f"{words} {_text(excess.value)} since the driver loaded", "peers' median"
-    if excess.median is None:
-        return f"{said}; no peer port of its kind to compare with"
-    return f"{said}; {median} {_text(excess.median)} ({excess.peers} ports of its kind)"
+    return counter_evidence(PORT_COUNTERS[excess.counter][0], excess.figure, excess.value, excess.count,
+                            excess.median, excess.peers, "ports of its kind",
+                            "no peer port of its kind to compare with")
 
 
 # ------------------------------------------------------------------------------ shared
