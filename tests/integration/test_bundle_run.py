@@ -40,8 +40,12 @@ def test_the_cpu_gemm_honours_its_duration():
     elapsed = time.monotonic() - started
     (gemm,) = records
     assert gemm["status"] == "ok" and gemm["device"] == "cpu"
-    # calibration and warm-up come on top of the two timed seconds
-    assert 2.0 <= elapsed < 15.0
+    # calibration and warm-up come on top of the two timed seconds, however long a loaded machine
+    # takes for them; the timed part is what the record's own figures add up to
+    assert elapsed >= 2.0
+    params, details = gemm["params"], gemm["details"]
+    flops = 2 * params["m"] * params["n"] * params["k"] * details["runs_per_sample"] * gemm["samples"]
+    assert 1.5 <= flops / (gemm["value"] * 1e12) <= 3.5
     assert gemm["samples"] >= 5 and gemm["cv"] < 0.5
 
 
