@@ -14,6 +14,8 @@ Scenarios (``--scenarios``):
 - ``job1``, ``job2``, ``job4``: a 1-, 2- or 4-node job with one node slow on every GPU, first
   judged against the SKU figures alone, then against a stored baseline built from a healthy
   16-node sweep.
+- ``xid``: with the xid probe, two Xids with a recovery action pending on one node, a recovered
+  Xid 94 and application Xid 13s on others (bench/detection_memory.py).
 - ``ecc``: uncorrectable ECC errors, a pending and a failed row remap on three GPUs of 16 nodes,
   found from NVML's readings (bench/detection_memory.py).
 - ``history``: one GPU losing 2 % a sweep over 4 and 5 successive sweeps of an 8-node fleet, found
@@ -73,7 +75,7 @@ from gpudiag.sweep import SweepOptions  # noqa: E402
 
 SIZED_KINDS = ("slow_gpu", "throttled", "slow_node")  # faults with a slowdown factor
 FIXED_KINDS = ("degraded_pcie", "nvlink_down")  # faults that are a state, not a size
-GPU_KINDS = {"slow_gpu", "throttled", "degraded_pcie", "nvlink_down"}
+GPU_KINDS = {"slow_gpu", "throttled", "degraded_pcie", "nvlink_down", "xid"}
 REASONS = ("hw_thermal", "hw_slowdown", "hw_power_brake")
 PROBES = ("facts", "telemetry", "gemm", "membw", "pcie")
 # Groups that shift together, power policy and throttles (group_builders).

@@ -164,7 +164,8 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
               help="Sweep a simulated fleet instead of real hosts (demos, tests, benchmarks).")
 @click.option("--probes", "probe_list", default="", metavar="NAMES",
-              help="Comma-separated probes to run on every host (default: all).")
+              help="Comma-separated probes to run on every host (default: every probe but xid; name xid to read the "
+                   "kernel log's Xids and NVML's pending recovery actions: it needs read access to the journal).")
 @probe_options
 @node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--fanout", type=click.IntRange(min=1, max=4096), default=64, show_default=True,

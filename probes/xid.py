@@ -13,7 +13,7 @@ Records (probe ``xid``):
   ``first_seen``/``last_seen`` (the log's own time words), the first ``messages`` (up to
   MESSAGES_KEPT distinct) and the ``last_message``, ``gpu_instances`` (MIG) where printed. The
   controller maps bus ids to GPU indices with the telemetry probe's identity records and
-  decodes the codes (gpudiag/triage/xid.py); this side does not judge them.
+  decodes the codes (gpudiag/analysis/xid.py); this side does not judge them.
 - ``gpu:<NVML index>`` / ``recovery_action``: the action the driver says the GPU needs before it
   can be used again (NVML field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, driver 550 and later): 0 none,
   1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, ... with its NVML ``name`` in

@@ -19,7 +19,8 @@
    Telemetry rules add findings of their own (gpudiag.rules), and so do error counters far
    above their peers' (PCIe replays, NVLink CRC/replay/recovery errors: gpudiag.analysis.counters);
    NIC ports that are down, trained below their peers' rate or erroring far above them add
-   ``nic_port`` (gpudiag.analysis.ports);
+   ``nic_port`` (gpudiag.analysis.ports); the xid probe's pending NVML recovery actions and
+   logged Xids add ``xid`` (gpudiag.analysis.xid);
    gaps add ``unchecked`` and ``missing_gpu`` (gpudiag.analysis.coverage); a metric slow on
    ``fleet_shift_share`` of the hosts adds one ``fleet_shift``.
 5. Job impact: a synchronous job runs at the pace of its slowest GPU, measured against the same
@@ -64,6 +65,7 @@ from .speed import (
     unkeyed,
     unmeasured_retest,
 )
+from .xid import xid_findings
 from .suspects import (
     BaselineLookup,
     HostReading,
@@ -182,6 +184,7 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(suspects, context))
     findings = merge(findings) + shift_findings(shifts, found, telemetry, context.clock_costs, thresholds)
     findings += fleet_shifts(suspects, found, thresholds) + port_findings(readings.ports, thresholds, previous)
+    findings += xid_findings(hosts)
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for m in found if m.key not in refs]

@@ -47,6 +47,8 @@ KIND_CHECKS: Mapping[str, tuple[str, ...]] = {
     "nvlink_errors": ("telemetry",),
     "pcie_replays": ("telemetry",),
     "ecc": ("telemetry",),
+    "nic_port": ("telemetry",),  # the NIC ports' state, rate and counters (sysfs) come with telemetry
+    "xid": ("xid",),
     "missing_gpu": ("facts", "telemetry"),  # the GPU counts, and NVML's "lost"
     "slow_nic": (LINKS_CHECK,),
     "slow_link": (LINKS_CHECK,),

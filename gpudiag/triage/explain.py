@@ -3,7 +3,7 @@ most severe first; what was checked; and, plainly, what could not be checked.
 
 Problems come from four places:
 
-- the kernel log's Xids, decoded with the catalog (gpudiag.triage.xid);
+- the kernel log's Xids, decoded with the catalog (gpudiag.analysis.xid);
 - NVML's pending recovery action of each GPU;
 - the sweep's own analysis of the host's results (throttling, slow GPUs, PCIe and NVLink, ECC,
   missing GPUs ...), each finding with the plain action an on-call engineer takes (check cooling,
@@ -28,7 +28,7 @@ from ..analysis import measurements
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import ACTION_VERBS, FAIL, INSPECT, WARN, WATCH, Finding
 from .plan import TriageRun
-from .xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
+from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
 
 SCHEMA = "gpudiag.triage/1"
 UNCHECKED = "unchecked"
@@ -40,6 +40,8 @@ PLAIN_ACTIONS = {
     "nvlink_down": "reset the GPU; reseat or replace the NVLink part", "nvlink_errors": "inspect the NVLink",
     "slow_gpu": "drain and run diagnostics; RMA if it repeats", "slow_node": "inspect the host",
     "slow_link": "inspect the NVLink path", "fleet_shift": "compare with the baseline's sweeps",
+    "nic_port": "check the NIC port's cable, transceiver and switch port",
+    "slow_nic": "check the NIC's port, cable and transceiver",
 }
 # Figures below the host's history named in the evidence (the rest are counted).
 HISTORY_SHOWN = 8
@@ -130,7 +132,7 @@ def _xid_problems(report: XidReport) -> list[Problem]:
     not a problem of its own."""
     recovery = {pending.gpu.index: pending for pending in report.pending if pending.gpu.index is not None}
     problems = []
-    for event in report.events:  # most severe first (gpudiag.triage.xid)
+    for event in report.events:  # most severe first (gpudiag.analysis.xid)
         pending = recovery.pop(event.gpu.index, None) if event.gpu.index is not None else None
         problems.append(_xid_problem(event, report, pending))
     leftover = [pending for pending in report.pending if pending.gpu.index is None or pending.gpu.index in recovery]

@@ -1,7 +1,7 @@
 """Xid decoding on real kernel-log lines (tests/data/kernel-log/, sources in its README): the node
 side finds and counts the Xid lines (probes/kernellog.py, probes/xid.py), the controller decodes
 them with the catalog and names the GPU by the telemetry identity's PCI bus id
-(gpudiag/triage/xid.py). Unknown codes are said as unknown, never dropped."""
+(gpudiag/analysis/xid.py). Unknown codes are said as unknown, never dropped."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpudiag.findings import ACTION_VERBS, FAIL, WARN
-from gpudiag.triage.xid import bus_key, decode, gpus_by_bus, load_catalog
+from gpudiag.analysis.xid import bus_key, decode, gpus_by_bus, load_catalog
 from probes.kernellog import KernelLog, find_xids, parse_xid_line
 from probes.xid import log_records
 

@@ -34,7 +34,8 @@ from importlib import resources
 from typing import Any
 
 from ..errors import InstallationError
-from ..findings import ACTION_VERBS, FAIL, INSPECT, WARN
+from ..findings import ACTION_VERBS, BASIS_TELEMETRY, FAIL, INSPECT, WARN, WATCH, Finding
+from ..rules import SERVICE_VERBS
 from ..results import device_index
 
 PROBE = "xid"
@@ -286,3 +287,98 @@ def _recovery(records: Iterable[Mapping[str, Any]], gpus: Mapping[BusKey, GpuNam
         gpu = names.get(index) or GpuName(index, record.get("gpu_uuid"), str(details.get("pci_bus_id")))
         pending.append(PendingRecovery(gpu, code, catalog.recovery(code)))
     return tuple(pending), checked, tuple(gaps)
+
+
+# ------------------------------------------------------------------------------ sweep findings
+
+XID_KIND = "xid"
+
+
+def xid_findings(hosts: Iterable[Mapping[str, Any]], catalog: XidCatalog | None = None) -> list[Finding]:
+    """The findings of the xid probe's records of a sweep's hosts (host dicts; a host that did
+    not run the probe gives none).
+
+    - A GPU whose NVML recovery action is pending (not NONE): one finding with the action's
+      severity and verb (a node reboot, a GPU reset, a drain) — the driver's own word, now, that
+      the GPU cannot be used as it is. The Xids logged on it are its evidence.
+    - Xids logged on a GPU with no recovery action pending: a ``warn``, never a drain. The log
+      keeps a week of boots, so a drain on it would keep a node out for days after a reset or a
+      reboot fixed it. Where NVML answered NONE for that GPU, it was recovered since: ``watch``.
+      Where it could not say (a driver before 550, or no GPU answers at that bus id now):
+      ``inspect``, with the catalog's action. The state an Xid leaves behind is judged by its own
+      current reading: a GPU gone from the bus is ``missing_gpu``, pending or failed row remaps
+      and uncorrectable errors ``ecc``, an NVLink down ``nvlink_down``.
+    - Codes the catalog says only to watch, or gives no severity (application errors such as
+      Xid 13, 31 and 43, which a busy training fleet logs every day), give no finding; triage
+      still lists them.
+
+    An unreadable kernel log is not a pass: the probe's ``skipped`` record is a gap like any
+    other (gpudiag.analysis.coverage)."""
+    catalog = catalog or load_catalog()
+    findings = []
+    for host in hosts:
+        records = host.get("results") or ()
+        if host.get("status") != "ok" or not any(r.get("probe") == PROBE for r in records):
+            continue
+        findings += _host_xid_findings(str(host["host"]), decode(records, catalog), _recovered(records))
+    return findings
+
+
+def _recovered(records: Iterable[Mapping[str, Any]]) -> set[int]:
+    """The NVML indices of GPUs whose recovery action NVML read as NONE."""
+    return {index for record in records
+            if record.get("probe") == PROBE and record.get("metric") == RECOVERY_METRIC
+            and record.get("status") == "ok" and not record.get("value")
+            and (index := device_index(record.get("device"))) is not None}
+
+
+def _host_xid_findings(host: str, report: XidReport, recovered: set[int]) -> list[Finding]:
+    findings = []
+    pending_at = {item.gpu.index for item in report.pending}
+    for item in report.pending:
+        logged = [event for event in report.events if event.gpu.index == item.gpu.index]
+        evidence = (f"NVML reports recovery action {item.code} ({item.advice.name}) pending on {item.gpu.describe()}: "
+                    f"{item.advice.meaning}")
+        if logged:
+            evidence += f"; logged: {_events_text(logged)}"
+        findings.append(_finding(host, item.gpu, item.advice, f"{PROBE}.{RECOVERY_METRIC}", evidence,
+                                 sum(event.count for event in logged) or None))
+    by_gpu: dict[tuple[int | None, str], list[XidEvent]] = {}
+    for event in report.events:
+        if event.gpu.index not in pending_at and event.advice.severity is not None and event.advice.action != WATCH:
+            by_gpu.setdefault((event.gpu.index, event.gpu.pci_bus_id), []).append(event)
+    for events in by_gpu.values():
+        worst, gpu = events[0], events[0].gpu  # most severe first (decode's order)
+        text = _events_text(events)
+        where = report.log_scope or "the kernel log"
+        if gpu.index is not None and gpu.index in recovered:
+            verb, state = WATCH, "NVML reports no recovery action pending now: the GPU was recovered since"
+        else:
+            verb, state = INSPECT, "NVML could not say whether it needs recovery now"
+        advice = Advice(worst.advice.name, worst.advice.meaning, WARN, verb, worst.advice.plain,
+                        f"{state}; if the code comes back: {worst.advice.detail}")
+        evidence = f"{text} in {where} on {gpu.describe()}: {worst.advice.meaning}; {state}"
+        findings.append(_finding(host, gpu, advice, f"{PROBE}.{EVENT_METRIC}", evidence,
+                                 sum(event.count for event in events)))
+    return findings
+
+
+def _events_text(events: Iterable[XidEvent]) -> str:
+    """``Xid 79 (GPU_HAS_FALLEN_OFF_THE_BUS) 1 time, last seen ...; Xid 94 (...) 3 times``."""
+    parts = []
+    for event in events:
+        times = f"{event.count} time{'s' if event.count != 1 else ''}"
+        last = f", last seen {event.last_seen}" if event.last_seen else ""
+        parts.append(f"Xid {event.code} ({event.advice.name}) {times}{last}")
+    return "; ".join(parts)
+
+
+def _finding(host: str, gpu: GpuName, advice: Advice, metric: str, evidence: str, count: int | None) -> Finding:
+    severity = advice.severity or WARN
+    verb = advice.action or INSPECT
+    if severity == WARN and verb in SERVICE_VERBS:
+        verb = WATCH  # a warning never takes a node out of service
+    return Finding(kind=XID_KIND, severity=severity, host=host, gpu=gpu.index, gpu_uuid=gpu.gpu_uuid,
+                   pci_bus_id=gpu.pci_bus_id, metric=metric, value=None if count is None else float(count),
+                   unit=None if count is None else "count", basis=BASIS_TELEMETRY, confirmed=False,
+                   evidence=evidence, action=verb, action_detail=f"{advice.plain}: {advice.detail}")
