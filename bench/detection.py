@@ -66,7 +66,7 @@ from detection_links import LINK_SCENARIOS, link_builders  # noqa: E402
 from detection_memory import MEMORY_SCENARIOS, memory_builders  # noqa: E402
 from detection_siblings import SIBLING_SCENARIOS, healthy_at_fail, scenario_cvs, sibling_builders  # noqa: E402
 
-from gpudiag.baseline import build_baseline, save_baseline  # noqa: E402
+from gpudiag.baseline import baseline_samples, build_baseline, save_baseline  # noqa: E402
 from gpudiag.nodeprobe import ProbeOptions  # noqa: E402
 from gpudiag.plan import SweepRequest, run_plan  # noqa: E402
 from gpudiag.progress import QuietProgress  # noqa: E402
@@ -274,7 +274,7 @@ def sweep_with_exit(case: Case, folder: Path) -> tuple[list[dict], int]:
         _run(healthy, folder, store, None)
         with Store.open(store) as opened:
             sweep_id = opened.latest_sweep_id()
-            save_baseline(opened, build_baseline("default", opened.results_for_baseline([sweep_id])))
+            save_baseline(opened, build_baseline("default", baseline_samples(opened, [sweep_id])))
     result = _run(case.fleet, folder, store if case.baseline else None, "default" if case.baseline else None,
                   dict(case.request))
     return [f.to_dict() for f in result.findings], int(result.exit_code)

@@ -76,7 +76,7 @@ def run_history_row(cv: float, sweeps: int, seeds: int) -> None:
             seconds += (time.perf_counter() - started) / sweeps
         found = [(name, trend.figure, trend.gpu) for name, history in rows.items()
                  for trend in host_trends(name, history, [], thresholds.history_degradation_pct,
-                                          thresholds.history_min_sweeps).degradations]
+                                          thresholds.history_min_sweeps, thresholds.history_slope_z).degradations]
         planted = (host, FIGURE, gpu)
         hits += planted in found
         flags += len(found)

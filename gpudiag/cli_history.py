@@ -37,7 +37,8 @@ from .trend import MIN_FIT_SWEEPS, FigureTrend, HostTrends, degradation_words, f
               help="With --repaired: the repair was of GPU N alone (its index as gpudiag shows it, cuda:N).")
 @click.option("--json", "as_json", is_flag=True, help="Print the history, repairs and trend as JSON (for scripts).")
 @click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
-              help="Thresholds overriding the shipped defaults (history_degradation, history_min_sweeps).")
+              help="Thresholds overriding the shipped defaults (history_degradation, history_min_sweeps, "
+                   "history_slope_z).")
 @store_option
 def history(host: str | None, limit: int, repair_text: str | None, gpu: int | None, as_json: bool,
             thresholds_path: str | None, store_path: str | None) -> ExitCode:
@@ -58,7 +59,8 @@ def history(host: str | None, limit: int, repair_text: str | None, gpu: int | No
         if not rows:
             raise InputError(f"{host}: not in any stored sweep of {store_location(store_path)}")
         repairs = host_repairs(store, host)
-    trends = host_trends(host, rows, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps)
+    trends = host_trends(host, rows, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps,
+                         thresholds.history_slope_z)
     if as_json:
         click.echo(strict_dumps({"host": host, "sweeps": rows, "repairs": [r.to_dict() for r in repairs],
                                  "trend": trends.to_dict()}, indent=1))

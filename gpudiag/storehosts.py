@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .analysis.identity import HostGpus
 from .errors import StoreError
 from .keys import result_key
 from .results import device_index
@@ -206,17 +207,21 @@ class KeyIds:
 
 def insert_figures(db: sqlite3.Connection, keys: KeyIds, sweep_id: str, host: Mapping[str, Any],
                    results: Sequence[Mapping[str, Any]]) -> None:
-    """A ``figures`` row for every ok result of ``host`` that has a baseline key."""
+    """A ``figures`` row for every ok result of ``host`` that has a baseline key; a GPU's figure
+    under NVML's index (gpudiag.analysis.identity: CUDA renumbers the GPUs after a lost one, and a
+    history or baseline exclusion keyed by its number would follow the wrong GPU), None where it
+    is unknown."""
     keys.check(db)
     facts = host.get("facts") or {}
+    gpus = HostGpus(facts)
     rows = []
     for ordinal, result in enumerate(results):
         if result.get("status") != "ok" or result.get("value") is None:
             continue
         key = result_key(facts, result)
         if key is not None:
-            rows.append((sweep_id, host["host"], ordinal, keys.id_of(db, key), device_index(result.get("device")),
-                         result["value"]))
+            gpu = gpus.of(result.get("device"), result.get("gpu_uuid")).nvml_index
+            rows.append((sweep_id, host["host"], ordinal, keys.id_of(db, key), gpu, result["value"]))
     db.executemany("INSERT INTO figures (sweep_id, host, ordinal, key_id, gpu, value) VALUES (?, ?, ?, ?, ?, ?)",
                    rows)
 

@@ -50,6 +50,7 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "port_discard_floor": ("port_discard_floor", "count", True),
     "history_degradation": ("history_degradation_pct", "percent", False),
     "history_min_sweeps": ("history_min_sweeps", "count", True),
+    "history_slope_z": ("history_slope_z", "sigma", False),
 }
 
 
@@ -79,8 +80,8 @@ class Thresholds:
     and error recoveries) or ``port_discard_floor`` (transmit discards: gpudiag.analysis.ports).
     ``gpudiag history`` calls a host's figure (the median of its GPUs, or one GPU's) a slow
     degradation when, over at least ``history_min_sweeps`` of its sweeps since its last repair,
-    a robust line through them falls ``history_degradation_pct`` or more, its slope real against
-    the sweeps' scatter (gpudiag.trend)."""
+    a robust line through them falls ``history_degradation_pct`` or more, its slope at least
+    ``history_slope_z`` standard errors below flat against the sweeps' scatter (gpudiag.trend)."""
 
     robust_z: float
     deficit_warn_pct: float
@@ -113,6 +114,7 @@ class Thresholds:
     port_discard_floor: int
     history_degradation_pct: float
     history_min_sweeps: int
+    history_slope_z: float
 
 
 def default_thresholds() -> Thresholds:
@@ -165,6 +167,8 @@ def _from_mapping(data: dict[str, Any], source: str) -> Thresholds:
     if thresholds.history_degradation_pct <= 0 or thresholds.history_min_sweeps < 3:
         raise InputError(f"{source}: history_degradation must be above 0 percent and history_min_sweeps at least 3 "
                          "(a first sweep, the one before the latest, and the latest)")
+    if thresholds.history_slope_z <= 0:
+        raise InputError(f"{source}: history_slope_z must be above 0 (standard errors a real slope falls below flat)")
     return thresholds
 
 

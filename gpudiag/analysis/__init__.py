@@ -65,7 +65,6 @@ from .speed import (
     unkeyed,
     unmeasured_retest,
 )
-from .xid import xid_findings
 from .suspects import (
     BaselineLookup,
     HostReading,
@@ -80,6 +79,7 @@ from .suspects import (
     read_sweep,
     references,
 )
+from .xid import xid_findings
 
 __all__ = ["Analysis", "HostReading", "Impact", "Measurement", "PriorCounts", "Suspect", "SweepReader", "analyse",
            "confirm", "find_suspects", "finding_order", "measurements", "prior_counts", "references"]

@@ -35,8 +35,8 @@ from typing import Any
 
 from ..errors import InstallationError
 from ..findings import ACTION_VERBS, BASIS_TELEMETRY, FAIL, INSPECT, WARN, WATCH, Finding
-from ..rules import SERVICE_VERBS
 from ..results import device_index
+from ..rules import SERVICE_VERBS
 
 PROBE = "xid"
 LOG_METRIC = "kernel_log"

@@ -31,7 +31,7 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    them, two at least. Hosts slow only with each other (no known-good host among them) stay
    unconfirmed: which of them is slow cannot be told. A slow
    pair whose ends are not such hosts is a ``LinkVerdict`` (``slow_link``: both ends fine with
-   other partners), confirmed when at least two runs each fell below. An end
+   other partners), confirmed when two runs or more fell below and so does their mean. An end
    tested with that one partner only is *undecided*: its NIC could equally be the cause, and the
    verdict says so. A pair with no figure at all is a ``LinkError`` naming both ends and why,
    unless the error is one end's own (``LinkResult.fault``: its pair server did not start, or
@@ -61,6 +61,7 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     LINE_RATE,
     UNIT,
     BaselineFigure,
+    Family,
     GroupBaseline,
     GroupReference,
     HostLinkFigures,
@@ -69,15 +70,18 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     LinkResult,
     LinkThresholds,
     PairFigure,
+    family,
     group_baseline,
     group_reference,
     host_link_figures,
+    job_levels,
     link_thresholds,
     mean_gbps,
     pair_means,
     pct_text,
     rail_key,
     rate_text,
+    run_noise,
 )
 from .schedule import Pair, Suspects
 
@@ -117,7 +121,7 @@ class LinkVerdict:
     every partner. ``gbps``: the mean of ``runs_gbps``; ``reference_gbps``, ``deficit_pct``
     (percent), ``robust_z`` (sigma, None without a fleet level) as for ``NicVerdict``.
     ``undecided``: ends tested with this one partner only, whose NIC could equally be the
-    cause (empty: a ``slow_link``). ``confirmed``: two runs or more, each of them slow.
+    cause (empty: a ``slow_link``). ``confirmed``: two runs or more slow, and their mean.
     ``reference_source`` as for ``NicVerdict``."""
 
     kind: ClassVar[str] = "slow_link"
@@ -231,8 +235,15 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
             failures[(result.backend, result.rail, result.pair)].add(str(result.error))
         else:
             figures[result.group][result.pair].append(result.gbps)
-    outcomes = [_judge_group(group, figures[group], thresholds, group_baseline(group, baseline, thresholds))
-                for group in sorted(figures, key=LinkGroup.sort_key)]
+    references = _references(figures, thresholds, baseline)
+    outcomes = [_judge_group(group, figures[group], reference, thresholds)
+                for group, reference in references.items()]
+    # A pair between two line rates runs in the lower rate's group, where the faster end has
+    # only such pairs: its NIC shown good at a higher line rate on the same backend and rail is
+    # good there too (never the other way: a NIC 8 % slow at 400 Gb/s still fills a 200 Gb/s line).
+    outcomes = [_judge_group(group, figures[group], references[group], thresholds, above)
+                if (above := _good_above(group, outcomes)) else outcome
+                for group, outcome in zip(references, outcomes, strict=True)]
     measured = {(group.backend, group.rail, pair) for group, pairs in figures.items() for pair in pairs}
     errors = tuple(_link_error(backend, rail, pair, reasons) for (backend, rail, pair), reasons
                    in sorted(failures.items(), key=lambda item: (item[0][2], item[0][0], rail_key(item[0][1])))
@@ -263,11 +274,39 @@ class _GroupOutcome:
     trusted: frozenset[str]  # known good (and, in a shifted group, at the floor): confirm partners
     clean: frozenset[str]  # hosts with no slow pair
     hosts: frozenset[str]
+    good: frozenset[str] = frozenset()  # a pair clearly good (not even half-way slow), no NIC verdict
 
 
-def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
-                 baseline: GroupBaseline | None = None) -> _GroupOutcome:
-    reference = group_reference(group, runs, thresholds, baseline)
+def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds,
+                baseline: LinkBaseline | None) -> dict[LinkGroup, GroupReference]:
+    """Each group's references (sorted by group), its spread at least its family's noise: the
+    pairs' run-to-run noise and the median spread of the family's rails with a fleet level."""
+    jobs = job_levels(figures, thresholds)
+    bases = {group: group_baseline(group, baseline, thresholds) for group in figures}
+    first = {group: group_reference(group, figures[group], thresholds, bases[group]) for group in figures}
+    spreads: dict[Family, list[float]] = defaultdict(list)
+    for group, reference in first.items():
+        if reference.spread_gbps is not None:
+            spreads[family(group)].append(reference.spread_gbps)
+    noise = run_noise(figures)
+    floors = {key: max(noise.get(key, 0.0), statistics.median(sorted(spreads[key])) if spreads[key] else 0.0)
+              for key in {family(group) for group in figures}}
+    return {group: group_reference(group, figures[group], thresholds, bases[group], jobs.get(family(group)),
+                                   floors[family(group)])
+            for group in sorted(figures, key=LinkGroup.sort_key)}
+
+
+def _good_above(group: LinkGroup, outcomes: Sequence[_GroupOutcome]) -> frozenset[str]:
+    """The hosts whose NIC a group of a higher line rate on ``group``'s backend and rail shows good."""
+    if group.line_rate_gbps is None:
+        return frozenset()
+    return frozenset(host for outcome in outcomes for host in outcome.good
+                     if (other := outcome.reference.group).backend == group.backend and other.rail == group.rail
+                     and other.line_rate_gbps is not None and other.line_rate_gbps > group.line_rate_gbps)
+
+
+def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], reference: GroupReference,
+                 thresholds: LinkThresholds, good_elsewhere: frozenset[str] = frozenset()) -> _GroupOutcome:
     figures = [_pair_figure(pair, runs[pair], reference, thresholds) for pair in sorted(runs)]
     hosts = frozenset(host for pair in runs for host in pair)
     if not reference.compared:
@@ -276,8 +315,9 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresho
     for figure in figures:
         mine[figure.a].append(figure)
         mine[figure.b].append(figure)
-    known_good = frozenset(host for host, pairs in mine.items() if any(not f.slow for f in pairs))
-    culprits = {host for host, pairs in mine.items() if host not in known_good and len(pairs) >= 2}
+    culprits = _culprits(mine, reference, thresholds, good_elsewhere)
+    known_good = frozenset(host for host, pairs in mine.items() if host not in culprits
+                           and (host in good_elsewhere or any(not f.slow for f in pairs)))
     alone = {host for host, pairs in mine.items() if host not in known_good and len(pairs) == 1}
     nics = tuple(_nic_verdict(host, mine[host], known_good, reference, thresholds,
                               _partners_wanted(host, known_good, thresholds)) for host in sorted(culprits))
@@ -292,8 +332,35 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresho
     suspect_hosts = {v.host for v in nics if not v.confirmed} | alone | doubting
     suspect_pairs = {(v.a, v.b) for v in links if not v.confirmed}
     clean = frozenset(host for host, pairs in mine.items() if not any(f.slow for f in pairs))
+    good = frozenset(host for host, pairs in mine.items()
+                     if host not in culprits and any(not f.doubtful for f in pairs))
     return _GroupOutcome(reference, nics, links, _shift(reference, figures, doubting), frozenset(suspect_hosts),
-                         frozenset(suspect_pairs), frozenset(trusted), clean, hosts)
+                         frozenset(suspect_pairs), frozenset(trusted), clean, hosts, good)
+
+
+# Partners shown clearly good that a NIC slow by the median of its pairs with them needs: the
+# median of two healthy pairs dips past the bar by chance too often.
+MEDIAN_PARTNERS = 3
+
+
+def _culprits(mine: Mapping[str, Sequence[PairFigure]], reference: GroupReference, thresholds: LinkThresholds,
+              good_elsewhere: frozenset[str] = frozenset()) -> set[str]:
+    """The hosts whose NIC is slow: slow with every partner (two or more) — or, with two or more
+    partners shown clearly good (a pair of theirs neither slow nor half-way: ``doubtful``), slow
+    by the median of its pairs with them, none of its pairs clearly good. A NIC a little slow
+    measured with noise is slow with most partners and only a little below with the rest: each
+    such pair alone would read as a slow link. ``good_elsewhere``: hosts whose NIC a group of
+    another line rate on the same backend and rail shows good: never culprits, and good partners."""
+    clear = {host for host, pairs in mine.items() if any(not f.doubtful for f in pairs)} | good_elsewhere
+    found = set()
+    for host, pairs in mine.items():
+        if len(pairs) < 2 or host in clear:
+            continue
+        with_good = sorted(f.gbps for f in pairs if f.peer(host) in clear)
+        if all(f.slow for f in pairs) or (len(with_good) >= MEDIAN_PARTNERS
+                                          and reference.is_slow(statistics.median(with_good), thresholds)):
+            found.add(host)
+    return found
 
 
 def _link_verdicts(figures: Sequence[PairFigure], culprits: set[str], alone: set[str],
@@ -313,8 +380,9 @@ def _link_verdicts(figures: Sequence[PairFigure], culprits: set[str], alone: set
 def _pair_figure(pair: Pair, runs: Sequence[float], reference: GroupReference,
                  thresholds: LinkThresholds) -> PairFigure:
     mean = mean_gbps(runs)
-    return PairFigure(pair[0], pair[1], mean, tuple(sorted(runs)), reference.compared and
-                      reference.is_slow(mean, thresholds))
+    compared = reference.compared
+    return PairFigure(pair[0], pair[1], mean, tuple(sorted(runs)), compared and reference.is_slow(mean, thresholds),
+                      compared and reference.is_doubtful(mean, thresholds))
 
 
 def _partners_wanted(host: str, known_good: frozenset[str], thresholds: LinkThresholds) -> int:
@@ -330,15 +398,25 @@ def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     group = reference.group
     ordered = tuple(sorted(pairs, key=lambda f: f.peer(host)))
     good = tuple(f.peer(host) for f in ordered if f.peer(host) in known_good)
-    confirmed = len(good) >= wanted
+    # Against a small group's own level, one run a pair is a thin basis: two pairs with known-good
+    # partners are run again.
+    repeated = sum(1 for f in ordered if len(f.runs_gbps) >= 2 and f.peer(host) in known_good)
     gbps = statistics.median(sorted(f.gbps for f in ordered))
     source = reference.judged_by(gbps, thresholds)
+    confirmed = len(good) >= wanted and (not (reference.job_level and source == FLEET) or repeated >= 2)
     deficit = reference.deficit_pct(gbps, source)
     figures = _listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in ordered)
-    evidence = (f"{host} slow with all {len(ordered)} partners on {group.describe()}: {figures} {UNIT} "
+    slow = sum(1 for f in ordered if f.slow)
+    partners = (f"slow with all {len(ordered)} partners" if slow == len(ordered) else
+                f"slow with {slow} of its {len(ordered)} partners and below the level with the rest "
+                "(median of its pairs)")
+    evidence = (f"{host} {partners} on {group.describe()}: {figures} {UNIT} "
                 f"vs {reference.describe(source)}; {pct_text(deficit)} below")
-    if not confirmed:
+    if not confirmed and len(good) < wanted:
         evidence += f" (not yet confirmed: {len(good)} of its partners known good, {wanted} wanted)"
+    elif not confirmed:
+        evidence += (" (not yet confirmed: against a small group's own level, two of its pairs with known-good "
+                     "partners are run twice)")
     return NicVerdict(host, group.backend, group.rail, group.line_rate_gbps, gbps, reference.value_gbps(source),
                       deficit, reference.robust_z(gbps, source), ordered, good, confirmed, evidence,
                       _source_label(source))
@@ -348,7 +426,8 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
                   reference: GroupReference, thresholds: LinkThresholds) -> LinkVerdict:
     group = reference.group
     runs = figure.runs_gbps
-    confirmed = len(runs) >= 2 and all(reference.is_slow(value, thresholds) for value in runs)
+    # Two runs slow at least, and their mean: one run of a few lifted by noise does not undo it.
+    confirmed = sum(1 for value in runs if reference.is_slow(value, thresholds)) >= 2 and figure.slow
     source = reference.judged_by(figure.gbps, thresholds)
     deficit = reference.deficit_pct(figure.gbps, source)
     measured = f"{rate_text(figure.gbps)} {UNIT}"

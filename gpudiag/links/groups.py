@@ -49,7 +49,7 @@ class LinkThresholds:
     operator's own figure of what a link delivers (``--net-line-rate``: a rate-limited overlay).
     """
 
-    deficit_pct: float = 10.0
+    deficit_pct: float = 5.0
     robust_z: float = -3.0
     line_rate_efficiency_pct: float = 90.0
     mad_floor_pct: float = 1.0
@@ -207,6 +207,7 @@ class PairFigure:
     gbps: float
     runs_gbps: tuple[float, ...]
     slow: bool
+    doubtful: bool = False  # slow, or half-way there (``GroupReference.is_doubtful``): shows no NIC good
 
     def peer(self, host: str) -> str:
         return self.b if host == self.a else self.a
@@ -231,6 +232,7 @@ class GroupReference:
     baseline: GroupBaseline | None = None
     baseline_shifted: bool = False
     members: tuple[str, ...] = ()  # the hosts of its pairs, sorted
+    job_level: bool = False  # ``fleet_gbps`` is a small group's level (``job_level``), not a fleet's
 
     @property
     def reference_gbps(self) -> float | None:
@@ -248,7 +250,16 @@ class GroupReference:
 
     @property
     def compared(self) -> bool:
+        """Its pairs are judged against something (a fleet, a job's own level, a baseline, a floor)."""
         return self.reference_gbps is not None
+
+    @property
+    def level_checked(self) -> bool:
+        """Its level itself was compared with a reference outside it: a fleet of ``min_hosts``,
+        a baseline or the line rate. A small group's own level finds the slow parts among its
+        hosts, but not a cause they all share: that is said (``unchecked``), never passed."""
+        return (self.fleet_gbps is not None and not self.job_level) or self.baseline is not None \
+            or self.floor_gbps is not None
 
     @property
     def level_gbps(self) -> float:
@@ -268,18 +279,26 @@ class GroupReference:
     def judged_by(self, gbps: float, thresholds: LinkThresholds) -> str:
         """The reference ``gbps`` is measured against (FLEET, BASELINE or LINE_RATE): the first
         of the fleet level and the baseline that finds it slow, else the fleet level, else the
-        baseline unless only the floor finds it slow."""
+        baseline unless only the floor finds it slow. A small group's own level comes last:
+        the baseline and the line rate are firmer ground."""
+        if self.job_level:
+            if self._baseline_flags(gbps, thresholds):
+                return BASELINE
+            if self._floor_flags(gbps, thresholds):
+                return LINE_RATE
+            return FLEET
         if self._fleet_flags(gbps, thresholds):
             return FLEET
         if self._baseline_flags(gbps, thresholds):
             return BASELINE
         if self.fleet_gbps is not None:
             return FLEET
-        return BASELINE if self.baseline is not None and not self._floor_flags(gbps) else LINE_RATE
+        return BASELINE if self.baseline is not None and not self._floor_flags(gbps, thresholds) else LINE_RATE
 
     def value_gbps(self, source: str) -> float:
-        """The figure of the reference ``source``. Raises ValueError when the group lacks it."""
-        value = {FLEET: self.fleet_gbps, LINE_RATE: self.floor_gbps,
+        """The figure of the reference ``source`` (LINE_RATE: the line rate itself; the floor is
+        how far below it a healthy link may fall). Raises ValueError when the group lacks it."""
+        value = {FLEET: self.fleet_gbps, LINE_RATE: self.group.line_rate_gbps if self.floor_gbps else None,
                  BASELINE: None if self.baseline is None else self.baseline.median_gbps}.get(source)
         if value is None:
             raise ValueError(f"{self.group.describe()}: no {source} reference to compare with")
@@ -304,7 +323,20 @@ class GroupReference:
         """Both far (robust z) and materially (deficit) below the fleet level or the baseline,
         or below the line-rate floor (unless the whole group is below the baseline or the floor:
         then the ``LinkShift`` says so)."""
-        return self._fleet_flags(gbps, thresholds) or self._baseline_flags(gbps, thresholds) or self._floor_flags(gbps)
+        return (self._fleet_flags(gbps, thresholds) or self._baseline_flags(gbps, thresholds)
+                or self._floor_flags(gbps, thresholds))
+
+    def is_doubtful(self, gbps: float, thresholds: LinkThresholds) -> bool:
+        """Slow, or half-way to slow against the fleet (or job) level or the baseline: half the
+        deficit and half the sigmas. Such a pair shows neither of its NICs good: a NIC 8 % slow
+        measured with noise is 4 % slow with one partner now and then."""
+        if self.is_slow(gbps, thresholds):
+            return True
+        half = LinkThresholds(deficit_pct=thresholds.deficit_pct / 2, robust_z=thresholds.robust_z / 2,
+                              line_rate_efficiency_pct=thresholds.line_rate_efficiency_pct,
+                              mad_floor_pct=thresholds.mad_floor_pct, min_hosts=thresholds.min_hosts,
+                              confirm_partners=thresholds.confirm_partners, floor_backends=thresholds.floor_backends)
+        return self._fleet_flags(gbps, half) or self._baseline_flags(gbps, half)
 
     def _fleet_flags(self, gbps: float, thresholds: LinkThresholds) -> bool:
         if self.fleet_gbps is None:
@@ -314,10 +346,20 @@ class GroupReference:
         return z is not None and deficit >= thresholds.deficit_pct and z <= thresholds.robust_z
 
     def _baseline_flags(self, gbps: float, thresholds: LinkThresholds) -> bool:
-        return self.baseline is not None and not self.baseline_shifted and self.baseline.flags(gbps, thresholds)
+        """Far and materially below the baseline, in a group with no fleet level of its own (a
+        small job): where the fleet has one, it judges the pairs and the baseline its level
+        (``baseline_shifted``): a fleet a little below its baseline would otherwise turn its own
+        noise into slow pairs."""
+        return (self.baseline is not None and not self.baseline_shifted
+                and (self.fleet_gbps is None or self.job_level) and self.baseline.flags(gbps, thresholds))
 
-    def _floor_flags(self, gbps: float) -> bool:
-        return self.floor_gbps is not None and not self.shifted and gbps < self.floor_gbps
+    def _floor_flags(self, gbps: float, thresholds: LinkThresholds) -> bool:
+        """Below the line-rate floor and, where the group has a level of its own, far below it
+        too (robust z): in a noisy fabric a healthy pair dips under the floor by chance."""
+        if self.floor_gbps is None or self.shifted or gbps >= self.floor_gbps:
+            return False
+        z = self.robust_z(gbps)
+        return z is None or z <= thresholds.robust_z
 
     def describe(self, source: str | None = None) -> str:
         """``fleet 392.0 Gb/s; line rate 400 Gb/s`` (or the floor alone with too few hosts), or
@@ -329,10 +371,14 @@ class GroupReference:
             if self.fleet_gbps is not None:
                 text += f"; fleet {rate_text(self.fleet_gbps)} {UNIT}"
             return text if line is None else f"{text}; line rate {line:g} {UNIT}"
-        if self.fleet_gbps is None:
+        if self.fleet_gbps is None or (source == LINE_RATE and self.floor_gbps is not None):
             floor = rate_text(self.floor_gbps)
-            return f"{pct_text(self.floor_share_pct)} of line rate {line:g} {UNIT} = {floor} {UNIT}"
-        text = f"fleet {rate_text(self.fleet_gbps)} {UNIT}"
+            share = pct_text(self.floor_share_pct)
+            return f"line rate {line:g} {UNIT} (a healthy link reaches {share} = {floor} {UNIT})"
+        if self.job_level:
+            text = f"job level {rate_text(self.fleet_gbps)} {UNIT} (the healthy pairs of its {self.hosts} hosts)"
+        else:
+            text = f"fleet {rate_text(self.fleet_gbps)} {UNIT}"
         return text if line is None else f"{text}; line rate {line:g} {UNIT}"
 
     @property
@@ -404,8 +450,15 @@ def group_baseline(group: LinkGroup, baseline: LinkBaseline | None,
                          median * (1 - thresholds.deficit_pct / 100))
 
 
-def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]],
-                     thresholds: LinkThresholds, baseline: GroupBaseline | None = None) -> GroupReference:
+def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
+                    baseline: GroupBaseline | None = None, job: float | None = None,
+                    noise_gbps: float = 0.0) -> GroupReference:
+    """The group's references (see GroupReference). ``job``: the small groups' level of its
+    family (``job_levels``), used where the group has too few hosts for a fleet level, unless
+    that level is itself below the line-rate floor or the baseline's cutoff (every host is then
+    slow with every partner: which of them cannot be told, and the floor and the baseline judge
+    alone). ``noise_gbps``: the least spread its family's measurements show (the runs' own noise,
+    the other rails' spread): one rail's MAD, low by chance, does not make noise a finding."""
     means = sorted(mean_gbps(values) for values in runs.values())
     best: dict[str, float] = {}
     for pair, values in runs.items():
@@ -414,7 +467,12 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]],
     floor = line_rate_floor(group, thresholds)
     members = tuple(sorted(best))
     if len(best) < thresholds.min_hosts:
-        return GroupReference(group, len(best), len(means), None, None, floor, baseline=baseline, members=members)
+        if job is None or len(best) < 3 or (floor is not None and job < floor) or (
+                baseline is not None and job < baseline.cutoff_gbps):
+            return GroupReference(group, len(best), len(means), None, None, floor, baseline=baseline, members=members)
+        spread = max(noise_gbps, job * thresholds.mad_floor_pct / 100)
+        return GroupReference(group, len(best), len(means), job, spread, floor, baseline=baseline,
+                              members=members, job_level=True)
     # A host's best pair is healthy unless its own NIC (or every partner's) is slow: if even the
     # best figures sit below the floor, the whole group is below its line rate.
     best_level = fleet_reference(sorted(best.values()), len(best), thresholds.mad_floor_pct).value
@@ -423,8 +481,56 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]],
     fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct)
     # The fleet level itself materially below the baseline: a regression the fabric shares.
     below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
-    return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,
-                          below_baseline, members)
+    return GroupReference(group, len(best), len(means), fleet.value, max(fleet.spread, noise_gbps), floor, shifted,
+                          baseline, below_baseline, members)
+
+
+# The rails of one backend and line rate: the same hardware and the same measurement.
+Family = tuple[str, float | None]
+
+
+def family(group: LinkGroup) -> Family:
+    return (group.backend, group.line_rate_gbps)
+
+
+def job_levels(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
+               thresholds: LinkThresholds) -> dict[Family, float]:
+    """Small groups' own level (Gb/s), per family: 3 to ``min_hosts`` - 1 hosts (a small job, a
+    paused job's suspects and reference peers) are judged against each other too, so a NIC 8 %
+    slow is seen where the line rate's floor would miss it.
+
+    In each rail's group the level is the median of the pairs within half ``deficit_pct`` of the
+    second-best of the hosts' best pair figures: a pair runs at its slower end, so a host's best
+    pair is its NIC's rate whenever one partner is healthy, and two hosts reach a healthy pair's
+    figure together (2 hosts have only their one pair: no level); the best figures alone would
+    set the bar by the luckiest runs (the upper median: of a healthy pair and a slow one lifted by
+    noise, the healthy one). The rails of one family are the same hardware, so their levels are pooled (the
+    median): one rail's noise does not move the bar."""
+    levels: dict[Family, list[float]] = defaultdict(list)
+    for group, runs in figures.items():
+        best: dict[str, float] = {}
+        for pair, values in runs.items():
+            for host in pair:
+                best[host] = max(best.get(host, 0.0), mean_gbps(values))
+        if 3 <= len(best) < thresholds.min_hosts:
+            top = sorted(best.values(), reverse=True)[1]
+            healthy = sorted(gbps for values in runs.values()
+                             if (gbps := mean_gbps(values)) >= top * (1 - thresholds.deficit_pct / 200))
+            levels[family(group)].append(statistics.median_high(healthy))
+    return {key: statistics.median(sorted(values)) for key, values in levels.items()}
+
+
+def run_noise(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]) -> dict[Family, float]:
+    """The measurement's own run-to-run noise per family (Gb/s, a standard deviation): pooled over
+    every pair run twice or more on any rail of it (0 where none was)."""
+    sums: dict[Family, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for group, runs in figures.items():
+        for values in runs.values():
+            if len(values) >= 2:
+                centre = mean_gbps(values)
+                sums[family(group)][0] += math.fsum((value - centre) ** 2 for value in sorted(values))
+                sums[family(group)][1] += len(values) - 1
+    return {key: math.sqrt(total / degrees) for key, (total, degrees) in sums.items() if degrees}
 
 
 def line_rate_floor(group: LinkGroup, thresholds: LinkThresholds) -> float | None:

@@ -22,7 +22,7 @@ from .attribution import (
     LinkThresholds,
     attribute_links,
 )
-from .schedule import FULL, SCREEN, Round, confirm_rounds, full_rounds, screen_rounds
+from .schedule import FULL, SCREEN, Pair, Round, Suspects, confirm_rounds, full_rounds, pair_key, screen_rounds
 
 MODES = ("none", SCREEN, FULL)
 # Confirm phases at most: each settles what the last could not (a suspect with a new partner).
@@ -121,11 +121,19 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
         records += _run_rounds(first, runner, parallel, deadline)
         attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
         rounds = len(first)
-        for _ in range(MAX_CONFIRM_PHASES):
-            if not attribution.suspects:
+        retested: set[str] = set()  # suspect hosts and pairs a confirm phase took up
+        for phase in range(MAX_CONFIRM_PHASES + 1):
+            suspects = attribution.suspects
+            if phase == MAX_CONFIRM_PHASES:
+                # One more phase only for suspects no phase took up yet: the last re-judging (more
+                # runs move the level and spread a little) may raise a pair measured once.
+                suspects = Suspects(tuple(h for h in suspects.hosts if h not in retested),
+                                    tuple(p for p in suspects.pairs if _pair_name(p) not in retested))
+            if not suspects:
                 break
-            tested = {r.result.pair for r in records}
-            confirm = confirm_rounds(attribution.suspects, attribution.passed, tested)
+            retested |= set(suspects.hosts) | {_pair_name(p) for p in suspects.pairs}
+            tested = [r.result.pair for r in records]  # with repeats: re-runs go round the partners
+            confirm = confirm_rounds(suspects, attribution.passed, tested)
             if not confirm:
                 break
             records += _run_rounds(confirm, runner, parallel, deadline)
@@ -141,6 +149,11 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     except KeyboardInterrupt:  # between rounds (an attribution): every round run so far is whole
         return LinkRun(tuple(records), attribute_links(()), rounds, interrupted=True)
     return LinkRun(tuple(records), attribution, rounds)
+
+
+def _pair_name(pair: Pair) -> str:
+    a, b = pair_key(*pair)
+    return f"{a}\x00{b}"
 
 
 def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int,

@@ -20,7 +20,8 @@ Pure functions: the same hosts give the same rounds. A pair is always written in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 SCREEN = "screen"
@@ -170,14 +171,15 @@ def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[P
       fleet, or the whole fabric below its line rate), suspect hosts are paired with each
       other instead, in one round, only with partners they have not had yet (greedy in name
       order, then partners swapped so that as many as possible get one); a pair that comes
-      back healthy clears both ends, one that stays low adds a partner to each. A suspect with
-      no such partner left gets no re-pairing: ``full_rounds`` is the way to learn more.
+      back healthy clears both ends, one that stays low adds a partner to each. Suspects with no
+      such partner left re-run the pair among them run the fewest times (a small job: a second
+      run is all there is to learn).
     - A partner not yet tested is preferred even when it costs a further round: repeating a
       pair the host already had adds no evidence about the host's NIC.
 
     ``tested``: pairs already measured (either order). Returns [] when there are no suspects.
     """
-    done = {pair_key(a, b) for a, b in tested}
+    done = Counter(pair_key(a, b) for a, b in tested)
     builder = _RoundBuilder()
     for a, b in sorted(pair_key(a, b) for a, b in suspects.pairs):
         builder.place((a, b))
@@ -190,13 +192,23 @@ def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[P
     return [Round(CONFIRM, pairs) for pairs in builder.rounds]
 
 
-def _pair_suspects_together(hosts: Sequence[str], done: set[Pair], builder: _RoundBuilder) -> None:
-    """No host passed: pair suspects with suspects they have not been tested with, in one round."""
-    for pair in _fresh_matching(hosts, done):
+def _pair_suspects_together(hosts: Sequence[str], done: Mapping[Pair, int], builder: _RoundBuilder) -> None:
+    """No host passed: pair suspects with suspects they have not been tested with, in one round;
+    those left without one re-run the pair among them run the fewest times (a small job has no
+    fresh partner left, and a second run is all there is to learn)."""
+    made = _fresh_matching(hosts, done)
+    paired = {host for pair in made for host in pair}
+    left = [host for host in hosts if host not in paired]
+    again = sorted((done.get(pair_key(a, b), 0), pair_key(a, b)) for i, a in enumerate(left) for b in left[i + 1:])
+    for _, (a, b) in again:
+        if a not in paired and b not in paired:
+            made.append((a, b))
+            paired |= {a, b}
+    for pair in made:
         builder.place(pair)
 
 
-def _fresh_matching(hosts: Sequence[str], done: set[Pair]) -> list[Pair]:
+def _fresh_matching(hosts: Sequence[str], done: Mapping[Pair, int]) -> list[Pair]:
     """Disjoint pairs of ``hosts`` that are not in ``done``: greedy in the order given, then
     each two hosts left over are fitted in by swapping partners with a pair already made
     (u, v left and (x, y) made become (u, x) and (v, y), or (u, y) and (v, x))."""
@@ -242,11 +254,14 @@ class _RoundBuilder:
         index = next((i for i, busy in enumerate(self._busy) if not busy & set(pair)), len(self.rounds))
         self._add(index, pair)
 
-    def place_with_partner(self, host: str, partners: Sequence[str], done: set[Pair]) -> None:
+    def place_with_partner(self, host: str, partners: Sequence[str], done: Mapping[Pair, int]) -> None:
         """Pair ``host`` with a partner from ``partners`` in the first round where both are free:
-        a partner not yet tested with ``host`` if any round has one, else any partner."""
+        a partner not yet tested with ``host`` if any round has one, else the partner it was
+        tested with the fewest times (``done``: how many results each pair has), so that re-runs
+        go round its partners."""
         fresh = [p for p in partners if p != host and pair_key(host, p) not in done]
-        for candidates in (fresh, [p for p in partners if p != host]):
+        again = sorted((p for p in partners if p != host), key=lambda p: done.get(pair_key(host, p), 0))
+        for candidates in (fresh, again):
             if not candidates:
                 continue
             for index in range(len(self.rounds) + 1):

@@ -19,7 +19,7 @@ from ..findings import BASIS_COMPARISON, BASIS_ERROR_RECORD, BASIS_RETEST, BASIS
 from ..hosts import fold_hosts
 from ..rules import action
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
-from .groups import GroupReference
+from .groups import GroupReference, pct_text, rate_text
 from .schedule import Pair, pair_key
 
 UNIT = "Gbit/s"
@@ -43,29 +43,69 @@ def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list
     findings += [_host_error(e) for e in attribution.host_errors]
     findings += [_error(e) for e in attribution.errors if not alone & {e.a, e.b}]
     findings += [_shift(s, fail_deficit_pct) for s in attribution.shifts]
-    findings += [_not_compared(r) for r in attribution.references if not r.compared and r.pairs]
+    findings += [_not_compared(r) for r in attribution.references if not r.level_checked and r.pairs]
     return _fold_rails(findings)
 
 
 def _fold_rails(findings: list[Finding]) -> list[Finding]:
-    """The findings of one kind, host and peer on several rails as one: the worst rail's
-    figures, ``fail`` if any rail fails, confirmed only if every rail is, and the rails named."""
+    """The findings about one NIC (host) or one pair (host, peer) on several rails as one: the
+    worst rail's figures, ``fail`` if any rail fails, and the rails named. A suspect some rails
+    confirmed and others did not is the confirmed verdict (the rest named as not yet confirmed);
+    one no rail confirmed stays ``unchecked``. A slow pair one of whose ends is a slow NIC on
+    other rails of the same backend is folded into that NIC: a NIC a little slow measured with
+    noise reads as a slow pair now and then (its rails are named, so its port is checked too)."""
+    nic_hosts = {(f.host, _backend(f)) for f in findings if f.kind == "slow_nic" and f.confirmed}
     groups: dict[tuple[str, str, str | None], list[Finding]] = {}
     for finding in findings:
-        groups.setdefault((finding.kind, finding.host, finding.peer), []).append(finding)
+        kind, host, peer = _verdict_kind(finding), finding.host, finding.peer
+        if kind == "slow_link" and peer is not None:
+            end = next((e for e in (host, peer) if (e, _backend(finding)) in nic_hosts), None)
+            if end is not None:
+                kind, host, peer = "slow_nic", end, None
+        groups.setdefault((kind, host, peer), []).append(finding)
     folded = []
-    for group in groups.values():
-        if len(group) == 1:
+    for (kind, host, peer), group in groups.items():
+        if len(group) == 1 and (group[0].host, group[0].peer) == (host, peer):
             folded.append(group[0])
             continue
-        worst = max(group, key=lambda f: (f.deficit_pct or 0.0, f.metric or ""))
-        rails = ", ".join((f.metric or "").rsplit(".rail", 1)[-1] for f in group)
-        severity = FAIL if any(f.severity == FAIL for f in group) else WARN
-        folded.append(dataclasses.replace(
-            worst, severity=severity, confirmed=all(f.confirmed for f in group),
-            metric=(worst.metric or "").rsplit(".rail", 1)[0],
-            evidence=f"on {len(group)} rails ({rails}); worst: {worst.evidence}"))
+        folded.append(_folded(kind, host, peer, group))
     return folded
+
+
+def _verdict_kind(finding: Finding) -> str:
+    """``slow_nic``/``slow_link`` for a verdict or a suspect not confirmed (an ``unchecked`` on a
+    link metric), else the finding's own kind."""
+    if finding.kind == "unchecked" and (finding.metric or "").startswith("link.") and finding.value is not None:
+        return "slow_link" if finding.peer else "slow_nic"
+    return finding.kind
+
+
+def _backend(finding: Finding) -> str:
+    return (finding.metric or "").split(".")[1] if (finding.metric or "").count(".") else ""
+
+
+def _rail(finding: Finding) -> str:
+    metric = finding.metric or ""
+    return metric.rsplit(".rail", 1)[-1] if ".rail" in metric else "-"
+
+
+def _folded(kind: str, host: str, peer: str | None, group: list[Finding]) -> Finding:
+    confirmed = [f for f in group if f.kind == kind and f.confirmed]
+    basis = confirmed or group
+    worst = max(basis, key=lambda f: (f.deficit_pct or 0.0, f.metric or ""))
+    rails = ", ".join(_rail(f) for f in group)
+    evidence = f"on {len(group)} rails ({rails}); worst: {worst.evidence}"
+    if not confirmed:
+        return dataclasses.replace(worst, host=host, peer=peer, confirmed=False,
+                                   metric=(worst.metric or "").rsplit(".rail", 1)[0], evidence=evidence)
+    others = [f for f in group if f not in confirmed]
+    if others:
+        evidence += "; also: " + "; ".join(
+            f"rail {_rail(f)} {f.host}{' ↔ ' + f.peer if f.peer else ''} {pct_text(f.deficit_pct or 0.0)} below"
+            f"{'' if f.confirmed else ' (not yet confirmed)'}" for f in others)
+    severity = FAIL if any(f.severity == FAIL for f in confirmed) else WARN
+    return dataclasses.replace(worst, kind=kind, severity=severity, host=host, peer=peer, confirmed=True,
+                               metric=(worst.metric or "").rsplit(".rail", 1)[0], evidence=evidence)
 
 
 def _severity(confirmed: bool, deficit_pct: float, fail_deficit_pct: float) -> str:
@@ -141,6 +181,9 @@ def _not_compared(reference: GroupReference) -> Finding:
     evidence = (f"{group.describe()}: {reference.pairs} pair{'s' if reference.pairs != 1 else ''} between "
                 f"{reference.hosts} hosts measured, too few hosts to compare with the fleet, with no stored "
                 f"baseline and {line}: not compared, not passed")
+    if reference.job_level:
+        evidence += (f" (compared among themselves, at {rate_text(reference.level_gbps)} {UNIT}: a part slower than "
+                     "the others is found, a cause they all share is not)")
     verb, detail = action("unchecked", WARN)
     return Finding(kind="unchecked", severity=WARN, host=fold_hosts(reference.members),
                    metric=_metric(group.backend, group.rail), basis=BASIS_COMPARISON, evidence=evidence,

@@ -12,10 +12,11 @@ file.
 Labels are dcgm-exporter's, so gpudiag's series join with DCGM's on the same GPU:
 ``Hostname`` (the node's own hostname as its facts probe read it, which is what dcgm-exporter
 running on the node reports; the host's name in the sweep where the node did not answer),
-``gpu`` (the GPU's NVML index, as dcgm-exporter numbers GPUs; the CUDA index where NVML was not
-read), ``UUID``, ``pci_bus_id`` and ``modelName`` (NVML's name). ``host`` is the host's name as
-the sweep was given it. node_exporter adds its own ``instance`` label, the controller's: join on
-``Hostname`` and ``gpu`` (or ``UUID``), not on ``instance``.
+``gpu`` (the GPU's NVML index, as dcgm-exporter numbers GPUs; from the facts' map of CUDA's
+numbers to NVML's where NVML's identity was not read, and empty where neither says: CUDA's own
+number shifts after a GPU is lost), ``UUID``, ``pci_bus_id`` and ``modelName`` (NVML's name).
+``host`` is the host's name as the sweep was given it. node_exporter adds its own ``instance``
+label, the controller's: join on ``Hostname`` and ``gpu`` (or ``UUID``), not on ``instance``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from ..analysis.identity import HostGpus
 from ..errors import InputError
 from ..results import device_index
 from . import check_writable, write_report
@@ -129,7 +131,7 @@ def sweep_families(document: Mapping[str, Any]) -> list[_Family]:
         model = str(facts.get("gpu_model") or "")
         identities = _identities(records, entry.get("telemetry") or {}, model)
         nvml_index.update((uuid, identity.gpu) for uuid, identity in identities.items())
-        _gpu_figures(gpu_families, (host, hostname, model), records, identities)
+        _gpu_figures(gpu_families, (host, hostname, model), records, identities, HostGpus(facts))
     return [*gpu_families.values(), status, _links(document.get("links") or (), hostnames),
             _findings(document.get("findings") or (), hostnames, nvml_index), *_last_run(document)]
 
@@ -157,9 +159,12 @@ def _identity(device: object, details: Mapping[str, Any], model: str) -> _Identi
 
 
 def _gpu_figures(families: Mapping[str, _Family], names: tuple[str, str, str], records: Iterable[Mapping[str, Any]],
-                 identities: Mapping[str, _Identity]) -> None:
+                 identities: Mapping[str, _Identity], gpus: HostGpus) -> None:
     """Add each ok GEMM, memory and PCIe figure of a GPU (not a CPU's) to its family; ``names``:
-    the host's name in the sweep, its own hostname and its GPU model (for a GPU NVML did not name)."""
+    the host's name in the sweep, its own hostname and its GPU model (for a GPU NVML did not name).
+    ``gpu`` is NVML's index (from NVML's identity, else the facts' map of CUDA's numbers to
+    NVML's); empty where neither knows it: after a GPU is lost CUDA renumbers the rest, and its
+    number would label a healthy GPU's neighbour."""
     host, hostname, model = names
     for record in records:
         probe = str(record.get("probe"))
@@ -170,10 +175,11 @@ def _gpu_figures(families: Mapping[str, _Family], names: tuple[str, str, str], r
         if probe == "membw" and params.get("memory", "device") != "device":
             continue
         uuid = str(record.get("gpu_uuid") or "")
-        identity = identities.get(uuid) or _Identity(cuda_index, "", model)
-        gpu = cuda_index if identity.gpu is None else identity.gpu
+        known = gpus.of(record.get("device"), uuid or None)
+        identity = identities.get(uuid) or _Identity(known.nvml_index, known.pci_bus_id or "", model)
+        gpu = known.nvml_index if identity.gpu is None else identity.gpu
         extra = _GPU_GAUGES[probe][2]
-        labels = (host, hostname, str(gpu), uuid, identity.pci_bus_id, identity.model)
+        labels = (host, hostname, "" if gpu is None else str(gpu), uuid, identity.pci_bus_id, identity.model)
         families[probe].samples.append(((*labels, str(params.get(extra, ""))) if extra else labels,
                                         float(record["value"])))
 

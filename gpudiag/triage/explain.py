@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis import measurements
+from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import ACTION_VERBS, FAIL, INSPECT, WARN, WATCH, Finding
 from .plan import TriageRun
-from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
 
 SCHEMA = "gpudiag.triage/1"
 UNCHECKED = "unchecked"
@@ -251,7 +251,10 @@ def _history_values(history: Iterable[Mapping[str, Any]]) -> dict[FigureKey, lis
             metric, params = str(figure["metric"]), _params_text(figure.get("params") or {})
             if "per_gpu" not in figure:
                 found[(metric, params, None)].append(float(figure["median"]))
-            for gpu, value in figure.get("per_gpu") or ():
+            per_gpu = figure.get("per_gpu") or ()
+            for gpu, value in per_gpu:
+                if gpu is None and len(per_gpu) > 1:
+                    continue  # a GPU whose NVML index was not known: not a series of its own
                 found[(metric, params, gpu)].append(float(value))
     return found
 

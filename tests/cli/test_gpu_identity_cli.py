@@ -100,3 +100,21 @@ def test_a_platform_override_is_checked_and_one_line_on_error(tmp_path: Path):
     result = CliRunner().invoke(main, ["sweep", "--simulate", fleet, "--no-store"])
     assert result.exit_code == 2
     assert "overrides[0].platform" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_the_stored_history_follows_a_gpu_by_its_nvml_index_after_a_lost_one(tmp_path: Path):
+    # node003's GPU 2 is lost and GPU 5 slow: CUDA numbers GPU 5 cuda:4. The stored figures, the
+    # host's history and the baseline's exclusions name it GPU 5, as the finding does.
+    fleet = _fleet(tmp_path, [{"kind": "gpu_lost", "host": "node003", "gpu": 2},
+                              {"kind": "slow_gpu", "host": "node003", "gpu": 5, "factor": 0.8}])
+    store = tmp_path / "gpudiag.db"
+    runner = CliRunner()
+    result = runner.invoke(main, ["sweep", "--simulate", fleet, "--store", str(store), "--links", "none", "-q", *FAST],
+                           catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    history = runner.invoke(main, ["history", "node003", "--store", str(store), "--json"], catch_exceptions=False)
+    document = json.loads(history.output)
+    [gemm] = [f for f in document["sweeps"][0]["figures"] if f["metric"] == "gemm.tflops"]
+    per_gpu = dict(gemm["per_gpu"])
+    assert sorted(per_gpu) == [0, 1, 3, 4, 5, 6, 7]  # NVML's indices: 2 is the lost one
+    assert per_gpu[5] == min(per_gpu.values())  # the slow one is NVML's GPU 5, not CUDA's 5 (GPU 6)

@@ -53,7 +53,8 @@ def test_a_gpu_losing_2_percent_a_sweep_is_flagged_and_no_flat_gpu_is(tmp_path: 
         folder.mkdir()
         for host, rows in _history(folder, seed, DECLINE, 0.01).items():
             assert len(rows) == len(DECLINE)
-            trends = host_trends(host, rows, [], thresholds.history_degradation_pct, thresholds.history_min_sweeps)
+            trends = host_trends(host, rows, [], thresholds.history_degradation_pct, thresholds.history_min_sweeps,
+                                 thresholds.history_slope_z)
             flagged = [(host, trend.figure, trend.gpu) for trend in trends.degradations]
             found += flagged.count(("node0002", "gemm.tflops bf16", 3))
             elsewhere += [place for place in flagged if place != ("node0002", "gemm.tflops bf16", 3)]

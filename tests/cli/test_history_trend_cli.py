@@ -112,6 +112,15 @@ def test_the_threshold_is_data(declining, tmp_path: Path):
                                       "history_min_sweeps": {"value": 2, "unit": "count"}}))
     refused = _run("history", "node002", "--store", str(store), "--thresholds", str(thresholds))
     assert refused.exit_code == 2 and "history_min_sweeps at least 3" in refused.output
+    # the slope's bar is data too: a slope must be this many standard errors below flat
+    assert _history_json(store, "node002")["trend"]["degraded"] is True
+    thresholds.write_text(json.dumps({"schema": "gpudiag.thresholds/1",
+                                      "history_slope_z": {"value": 1000, "unit": "sigma"}}))
+    assert _history_json(store, "node002", "--thresholds", str(thresholds))["trend"]["degraded"] is False
+    thresholds.write_text(json.dumps({"schema": "gpudiag.thresholds/1",
+                                      "history_slope_z": {"value": 0, "unit": "sigma"}}))
+    refused = _run("history", "node002", "--store", str(store), "--thresholds", str(thresholds))
+    assert refused.exit_code == 2 and "history_slope_z must be above 0" in refused.output
 
 
 def test_a_single_noisy_dip_is_not_a_slow_degradation(tmp_path: Path):

@@ -70,13 +70,16 @@ def test_a_slow_link_bounds_the_job_and_excluding_one_end_recovers_it():
     assert link_impact(_run([], mode="none")[0], exclude=[]) is None
 
 
-def test_the_slowest_link_of_a_small_job_is_said_against_the_line_rate_floor_not_as_a_deficit():
+def test_the_slowest_link_of_a_small_job_is_said_against_the_jobs_own_level():
     from gpudiag.links.impact import link_impact
     from gpudiag.report.summary import _impact_rows
 
     run, _ = _run([], hosts=["node001", "node002", "node003"], mode="full")  # too few hosts for a fleet level
     impact = link_impact(run, exclude=[])
-    assert impact["slowest_link"]["reference_source"] == "line_rate" and impact["link_slowdown_pct"] == 0.0
+    # the healthy pairs of the three are its level: the slowest healthy pair is a few percent of noise below
+    assert impact["slowest_link"]["reference_source"] == "fleet" and 0.0 <= impact["link_slowdown_pct"] < 6.0
     rows = dict(_impact_rows({"slowdown_pct": 0.0, **impact}))
-    assert "vs line-rate floor" in rows["slowest link"] and "not below its reference" in rows["slowest link"]
+    assert "vs fleet" in rows["slowest link"] and "a ring collective runs at its slowest link" in rows["slowest link"]
     assert "-0.0" not in rows["slowest link"]
+
+

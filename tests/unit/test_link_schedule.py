@@ -149,6 +149,21 @@ def test_confirm_uses_an_earlier_partner_only_when_every_passed_node_was_one():
     assert all_pairs(rounds) == [("p", "s")]
 
 
+def test_re_runs_with_earlier_partners_go_round_them_fewest_runs_first():
+    # a small job: every passed node was a partner already; the pair run the fewest times goes next
+    tested = [("p1", "s"), ("p1", "s"), ("p2", "s"), ("p3", "s"), ("p3", "s")]
+    assert all_pairs(confirm_rounds(Suspects(hosts=("s",)), ["p1", "p2", "p3"], tested)) == [("p2", "s")]
+    tested.append(("p2", "s"))
+    assert all_pairs(confirm_rounds(Suspects(hosts=("s",)), ["p1", "p2", "p3"], tested)) == [("p1", "s")]
+
+
+def test_suspects_with_no_fresh_partner_and_no_passed_node_re_run_their_least_run_pair():
+    # three hosts, every pair tested: a second run of the pair run the fewest times is all there is to learn
+    tested = [("a", "b"), ("a", "b"), ("a", "c"), ("b", "c"), ("b", "c")]
+    rounds = confirm_rounds(Suspects(hosts=("a", "b", "c")), [], tested)
+    assert all_pairs(rounds) == [("a", "c")]
+
+
 def test_with_no_passed_node_suspects_are_paired_with_suspects_they_have_not_had():
     hosts = names(6)
     tested = all_pairs(screen_rounds(hosts))

@@ -192,6 +192,24 @@ def test_a_family_longer_than_a_chunk_reads_back_as_one(tmp_path: Path):
     assert gemm[-1].value == 707.0 and families["gpudiag_last_run_timestamp_seconds"].samples[0].value == 1767225600
 
 
+def test_without_telemetry_the_gpu_label_is_nvmls_index_from_the_facts_map_never_cudas_shifted_number(
+        tmp_path: Path):
+    # NVML counts 8 GPUs, CUDA 7 (one lost): the facts map names cuda:2 as NVML's GPU 3; cuda:5 is
+    # not in the map, so its NVML index is unknown and its label empty (CUDA's 5 would be a neighbour)
+    facts = {"hostname": "n1.example", "gpu_model": MODEL, "gpu_count": 7, "nvml_gpu_count": 8,
+             "gpus": [{"cuda_index": 2, "nvml_index": 3, "gpu_uuid": "GPU-b", "pci_bus_id": "00000000:3B:00.0"}]}
+    results = [{"probe": "gemm", "device": f"cuda:{g}", "gpu_uuid": uuid, "status": "ok", "metric": "tflops",
+                "value": 700.0, "params": {"dtype": "bf16"}} for g, uuid in ((2, "GPU-b"), (5, "GPU-e"))]
+    prom = tmp_path / "lost.prom"
+    write_prom_file({"sweep_id": "s", "finished_at": "2026-01-01T00:00:00Z",
+                     "hosts": [{"host": "n1", "status": "ok", "facts": facts, "results": results}],
+                     "summary": {"exit_code": 0}}, str(prom))
+    families = {family.name: family for family in text_string_to_metric_families(prom.read_text())}
+    labels = {sample.labels["UUID"]: sample.labels for sample in families["gpudiag_gemm_tflops"].samples}
+    assert (labels["GPU-b"]["gpu"], labels["GPU-b"]["pci_bus_id"]) == ("3", "00000000:3B:00.0")
+    assert labels["GPU-e"]["gpu"] == ""
+
+
 @pytest.mark.parametrize(("path", "message"), [("metrics.txt", "reads only files ending in .prom"),
                                                ("missing/gpudiag.prom", "does not exist")])
 def test_a_prom_file_that_could_not_be_used_is_refused_before_any_node_is_touched(tmp_path: Path, path: str,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpudiag.findings import ACTION_VERBS, FAIL, WARN
 from gpudiag.analysis.xid import bus_key, decode, gpus_by_bus, load_catalog
+from gpudiag.findings import ACTION_VERBS, FAIL, WARN
 from probes.kernellog import KernelLog, find_xids, parse_xid_line
 from probes.xid import log_records
 
