@@ -125,7 +125,7 @@ def mix_case(size: int, cv: float, slowdown_pct: float | None, seed: int, share:
         for index, host in enumerate(chosen):
             faults.append(_fault(kinds[index % len(kinds)], host, 1 - slowdown_pct / 100, rng))
     return Case(_fleet(size, cv, seed, faults), frozenset(_place(f["kind"], f["host"], f.get("gpu")) for f in faults),
-                exit_expected=None if slowdown_pct is None or slowdown_pct < 10 else 1)
+                exit_expected=None if slowdown_pct is None or slowdown_pct < 8 else 1)
 
 
 def _fault(kind: str, host: str, factor: float, rng: random.Random) -> dict:
@@ -148,7 +148,7 @@ def share_case(share: float, cv: float, slowdown_pct: float, seed: int, size: in
     faults = [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": 1 - slowdown_pct / 100}
               for host in slow for gpu in range(GPUS)]
     return Case(_fleet(size, cv, seed, faults), frozenset(("slow_node", host, None) for host in slow),
-                shift_expected=True, exit_expected=1 if slowdown_pct >= 10 else None)
+                shift_expected=True, exit_expected=1 if slowdown_pct >= 8 else None)
 
 
 def shift_case(cv: float, slowdown_pct: float, seed: int, baseline: bool, size: int = 32) -> Case:

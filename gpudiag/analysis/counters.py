@@ -239,6 +239,8 @@ class PriorCounts:
 
     gpus: set[tuple[str, str]] = field(default_factory=set)
     counts: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    # NIC ports read then ((host, device) -> the rate of an up port, None for one not up)
+    ports: dict[tuple[str, str], float | None] = field(default_factory=dict)
 
     def before(self, host: str, uuid: str, counter: str, link: int | None) -> float | None:
         """The counter's previous count (0 where it read 0), None where its GPU was not read."""

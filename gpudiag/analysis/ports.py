@@ -14,6 +14,10 @@ probes/nicports.py).
 - Rate: an up port below the highest rate that more than half of its up peers' weight reaches
   (most ports at 400 Gbit/s: a 200 port is degraded) is a ``fail`` (drain); the evidence names
   width and speed where the kernel gave them (``2X NDR``).
+- Its own previous sweep: a port up then and not up now, or trained below the rate it ran at
+  then, is a ``fail`` too, where its peers did not already say so (every port of its kind
+  changed at once, or it has no peer). A SKU's rate is no reference: the same HCA runs 4X at
+  400 Gbit/s or, split, 2X at 200 (NDR200), both healthy.
 - Error counters (symbol errors, link downs, receive errors ...): as the GPU counters of
   gpudiag.analysis.counters, with its PeerCounts and PriorCounts: a counter at or above its
   floor (thresholds ``port_error_floor``, ``port_link_down_floor``, ``port_discard_floor``) and
@@ -125,10 +129,12 @@ def read_ports(host: str, results: Iterable[Mapping[str, Any]],
 
 
 def add_prior(prior: PriorCounts, ports: Mapping[str, Sequence[Port]]) -> None:
-    """The previous sweep's port counters into ``prior`` (each port as its host's part ``device``)."""
+    """The previous sweep's port counters, states and rates into ``prior`` (each port as its
+    host's part ``device``)."""
     for host, host_ports in ports.items():
         for port in host_ports:
             prior.gpus.add((host, port.device))
+            prior.ports[(host, port.device)] = port.rate_gbps if port.up else None
             for name, count in port.counters.items():
                 if count:
                     prior.counts[(host, port.device, name, None)] = float(count)
@@ -139,10 +145,18 @@ def port_findings(ports: Mapping[str, Sequence[Port]], thresholds: Thresholds,
     """Every ``nic_port`` finding of the sweep's ports (host -> its ports), as the module
     docstring says; ``previous``: the previous sweep's counters, to judge growth."""
     groups = _groups(port for host in sorted(ports) for port in ports[host])
-    findings: list[Finding] = []
-    for group in groups.values():
-        findings += group.state_and_rate_findings()
-    return findings + _counter_findings(groups, thresholds, previous or PriorCounts())
+    by_port = {(port.host, port.device): finding for group in groups.values()
+               for port, finding in group.state_and_rate_findings()}
+    previous = previous or PriorCounts()
+    for host in sorted(ports):
+        for port in ports[host]:
+            peers_said = by_port.get((host, port.device))
+            if peers_said is None or peers_said.severity != FAIL:
+                changed = _changed(port, previous)
+                if changed is not None:
+                    by_port[(host, port.device)] = changed  # its own history says more than "not compared"
+    findings = list(by_port.values())
+    return findings + _counter_findings(groups, thresholds, previous)
 
 
 # ------------------------------------------------------------------------------ state and rate
@@ -162,7 +176,7 @@ class _Group:
     def weight(self, port: Port) -> float:
         return 1 / self._per_host[port.host]
 
-    def state_and_rate_findings(self) -> list[Finding]:
+    def state_and_rate_findings(self) -> list[tuple[Port, Finding]]:
         total = sum(self.weight(p) for p in self.ports)
         up_weight = sum(self.weight(p) for p in self.ports if p.up)
         rates: dict[float, float] = defaultdict(float)  # a rate of up ports -> its weight
@@ -179,7 +193,7 @@ class _Group:
             else:
                 finding = None
             if finding is not None:
-                found.append(finding)
+                found.append((port, finding))
         return found
 
     def _up_count(self, left_out: Port) -> int:
@@ -233,6 +247,27 @@ def _slow(port: Port, reference: float | None, hosts: int) -> Finding | None:
     evidence = (f"{port.name}: {port.state} at {port.rate_words()}; most ports of its kind "
                 f"({port.group_words()}, on {_plural(hosts, 'host')}) run at {_text(reference)} Gbit/s or more")
     return _finding(port, FAIL, "nic_port_rate", evidence, "telemetry.nic_port_rate", port.rate_gbps, reference)
+
+
+def _changed(port: Port, previous: PriorCounts) -> Finding | None:
+    """A port that was up in the previous sweep and is not now, or trained down since (its own
+    history: where every port of its kind changed at once, or it has no peer, the peers cannot
+    say)."""
+    key = (port.host, port.device)
+    if key not in previous.ports or previous.ports[key] is None:
+        return None
+    before = previous.ports[key]
+    assert before is not None
+    if not port.up:
+        evidence = (f"{port.name}: {port.state or 'unknown'}" + (f" (physical state {port.phys_state})"
+                                                                  if port.phys_state else "")
+                    + f"; up at {_text(before)} Gbit/s in the previous sweep")
+        return _finding(port, FAIL, "nic_port_down", evidence, "telemetry.nic_port_state", None, None)
+    if port.rate_gbps is not None and port.rate_gbps < before * (1 - RATE_TOLERANCE):
+        evidence = (f"{port.name}: {port.state} at {port.rate_words()}; it ran at {_text(before)} Gbit/s in the "
+                    "previous sweep: trained down since")
+        return _finding(port, FAIL, "nic_port_rate", evidence, "telemetry.nic_port_rate", port.rate_gbps, before)
+    return None
 
 
 # ------------------------------------------------------------------------------ error counters

@@ -145,6 +145,10 @@ def basis_words(finding: Mapping[str, Any]) -> str:
     """What a finding rests on, in words (``confirmed by re-test``, ``NVML telemetry``, ...). A
     finding from before ``basis`` existed says ``confirmed`` / ``not confirmed`` for a deficit."""
     basis = finding.get("basis")
+    if basis == BASIS_TELEMETRY and finding.get("kind") == "nic_port":
+        return "NIC port readings (sysfs)"  # the kernel's view of the port, not NVML's
+    if basis == BASIS_TELEMETRY and finding.get("kind") == "xid":
+        return "kernel log and NVML"
     if basis:
         return BASIS_WORDS.get(str(basis), str(basis))
     if finding.get("deficit_pct") is None or finding.get("confirmed") is None:

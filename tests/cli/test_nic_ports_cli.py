@@ -70,3 +70,32 @@ def test_a_paused_job_still_gets_its_ports_checked(tmp_path):
     fleet = _fleet(tmp_path, HALF_RATE, {"kind": "paused_job", "host": "node002", "used_mib": 60000})
     code, found = _sweep(fleet, tmp_path / "sweep.json", "--no-store", "--pause")
     assert code == 1 and [(f["host"], f["severity"]) for f in found] == [("node002", "fail")]
+
+
+def test_a_port_trained_down_or_lost_since_the_previous_sweep_is_found_where_its_peers_changed_too(tmp_path):
+    # a 1-node job whose eight ports all trained at half width after a switch change: no peer runs
+    # faster, so only the port's own previous sweep says it; rail 4 also went down
+    store, out = tmp_path / "gpudiag.db", tmp_path / "sweep.json"
+    code, first = _sweep(_fleet(tmp_path, nodes=1, name="before.json"), out, "--store", str(store))
+    assert code == 0 and first == []
+    faults = [{"kind": "nic_port", "host": "node001", "rail": rail, "width": 2} for rail in range(8) if rail != 4]
+    faults.append({"kind": "nic_port", "host": "node001", "rail": 4, "state": "DOWN"})
+    code, second = _sweep(_fleet(tmp_path, *faults, nodes=1, name="after.json"), out, "--store", str(store))
+    assert code == 1
+    by_port = {f["evidence"].split(":", 1)[0]: f for f in second}
+    assert sorted(by_port) == [f"mlx5_{rail} port 1" for rail in range(8)]
+    half = by_port["mlx5_0 port 1"]
+    assert (half["severity"], half["action"], half["value"], half["reference"]) == ("fail", "drain", 200, 400)
+    assert "ran at 400 Gbit/s in the previous sweep: trained down since" in half["evidence"]
+    down = by_port["mlx5_4 port 1"]
+    assert down["severity"] == "fail" and "DOWN" in down["evidence"]  # its peers are up: they say so
+    # every port down since the previous sweep: no peer is up, its own history says it
+    fresh = tmp_path / "fresh.db"
+    _sweep(_fleet(tmp_path, nodes=1, name="before.json"), out, "--store", str(fresh))
+    everything = [{"kind": "nic_port", "host": "node001", "rail": rail, "state": "DOWN"} for rail in range(8)]
+    code, third = _sweep(_fleet(tmp_path, *everything, nodes=1, name="down.json"), out, "--store", str(fresh))
+    assert code == 1 and len(third) == 8 and {f["severity"] for f in third} == {"fail"}
+    assert all("up at 400 Gbit/s in the previous sweep" in f["evidence"] for f in third)
+    # without the previous sweep, eight ports at one rate are level with each other: nothing to say
+    code, alone = _sweep(_fleet(tmp_path, *faults[:-1], nodes=1, name="alone.json"), out, "--no-store")
+    assert alone == []

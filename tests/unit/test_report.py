@@ -541,3 +541,11 @@ def test_a_document_without_optional_parts_still_renders():
     for fmt in ("text", "md", "json", "html"):
         assert render_report(copy.deepcopy(minimal), fmt)
     assert "No GEMM results in this sweep." in render_report(minimal, "html")
+
+
+def test_a_nic_port_or_xid_finding_says_what_it_rests_on_not_nvml_alone():
+    from gpudiag.report.phrasing import basis_words
+
+    assert basis_words({"kind": "nic_port", "basis": "telemetry"}) == "NIC port readings (sysfs)"
+    assert basis_words({"kind": "xid", "basis": "telemetry"}) == "kernel log and NVML"
+    assert basis_words({"kind": "throttled", "basis": "telemetry"}) == "NVML telemetry"
