@@ -504,15 +504,18 @@ def job_levels(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     pair is its NIC's rate whenever one partner is healthy, and two hosts reach a healthy pair's
     figure together (2 hosts have only their one pair: no level); the best figures alone would
     set the bar by the luckiest runs (the upper median: of a healthy pair and a slow one lifted by
-    noise, the healthy one). The rails of one family are the same hardware, so their levels are pooled (the
-    median): one rail's noise does not move the bar."""
+    noise, the healthy one). The rails of one family are the same hardware, so their levels are
+    pooled (the median): one rail's noise does not move the bar. Only backends whose figures are
+    the link's (``floor_backends``: RDMA, NCCL, or tcp where the operator gave its line rate): a few
+    tcp streams through the kernel measure the hosts' CPUs and scheduling as much as the link,
+    and among a handful of hosts that is no reference."""
     levels: dict[Family, list[float]] = defaultdict(list)
     for group, runs in figures.items():
         best: dict[str, float] = {}
         for pair, values in runs.items():
             for host in pair:
                 best[host] = max(best.get(host, 0.0), mean_gbps(values))
-        if 3 <= len(best) < thresholds.min_hosts:
+        if 3 <= len(best) < thresholds.min_hosts and group.backend in thresholds.floor_backends:
             top = sorted(best.values(), reverse=True)[1]
             healthy = sorted(gbps for values in runs.values()
                              if (gbps := mean_gbps(values)) >= top * (1 - thresholds.deficit_pct / 200))

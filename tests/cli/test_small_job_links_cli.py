@@ -86,26 +86,17 @@ def test_a_slow_nic_in_a_two_node_job_fails_the_pair_and_drains_neither_end(tmp_
     assert document["preflight"]["drain"] == []
 
 
-def test_preflight_judges_tcp_links_against_the_line_rate_given_and_without_one_only_among_themselves(tmp_path):
+def test_preflight_judges_tcp_links_against_the_line_rate_given_and_without_one_leaves_them_unchecked(tmp_path):
     fleet = _fleet(tmp_path, 3, _slow_nic("n3"))
     code, document, output = _preflight(tmp_path, fleet, "--net-backend", "tcp", "--net-line-rate", "400")
     assert code == ExitCode.FAIL, output
     assert _named(document, *LINK_BLAME, "unchecked") == {("slow_nic", "n3", None)}
     assert {link["backend"] for link in document["links"]} == {"tcp"}
     assert {link["line_rate_gbps"] for link in document["links"]} == {400.0}
-    # three tcp hosts, no baseline, no line rate tcp reaches: the slower NIC is found among them, and
-    # the level they share is said to be not compared (a cause all three share would not show)
     code, document, output = _preflight(tmp_path, fleet, "--net-backend", "tcp")
-    assert code == ExitCode.FAIL, output
-    assert _named(document, *LINK_BLAME) == {("slow_nic", "n3", None)}
-    shared = [f for f in document["findings"] if f["kind"] == "unchecked"]
-    assert [f["host"] for f in shared] == ["n[1-3]"]
-    assert "not compared, not passed" in shared[0]["evidence"] and "a cause they all share is not" in shared[0][
-        "evidence"]
-    healthy = _fleet(tmp_path, 3)
-    code, document, output = _preflight(tmp_path, healthy, "--net-backend", "tcp")
-    assert code == ExitCode.UNCHECKED, output  # nothing slower among them, and nothing to compare them with
+    assert code == ExitCode.UNCHECKED, output  # three tcp hosts, no baseline, no line rate: nothing to compare
     assert _named(document, *LINK_BLAME) == set()
+    assert any("not compared, not passed" in f["evidence"] for f in document["findings"] if f["kind"] == "unchecked")
 
 
 def test_a_suspect_slow_on_every_gpu_against_its_reference_peers_is_one_slow_node(tmp_path):

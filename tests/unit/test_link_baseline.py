@@ -280,8 +280,7 @@ def test_the_screen_of_a_fleet_below_baseline_asks_for_one_more_partner_each():
 
 def test_a_four_host_group_finds_a_slow_nic_against_its_baseline():
     results = measure(full_rounds(names(4)), backend="tcp", rail=None, line=None, healthy=94.0, nics={"node02": 0.7})
-    # too few hosts, no line rate: only the four among themselves, their level not checked
-    assert not attribute_links(results).references[0].level_checked
+    assert not attribute_links(results).references[0].compared  # too few hosts, no line rate: nothing judges
     attribution = attribute_links(results, baseline=_baseline({TCP: [93.5, 94.0, 94.5]}))
     [verdict] = attribution.nics
     assert (verdict.host, verdict.confirmed, verdict.reference_source, verdict.reference_gbps) == (
