@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import re
 import statistics
+from statistics import NormalDist
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -280,7 +281,8 @@ class _GroupOutcome:
 def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds,
                 baseline: LinkBaseline | None) -> dict[LinkGroup, GroupReference]:
     """Each group's references (sorted by group), its spread at least its family's noise: the
-    pairs' run-to-run noise and the median spread of the family's rails with a fleet level."""
+    median spread of the family's rails with a fleet level, else (a small job) the pairs'
+    run-to-run noise."""
     jobs = job_levels(figures, thresholds)
     bases = {group: group_baseline(group, baseline, thresholds) for group in figures}
     first = {group: group_reference(group, figures[group], thresholds, bases[group]) for group in figures}
@@ -288,8 +290,10 @@ def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thr
     for group, reference in first.items():
         if reference.spread_gbps is not None:
             spreads[family(group)].append(reference.spread_gbps)
+    # The run-to-run noise comes from re-tested pairs, chosen for a low first run: it is used only
+    # where no rail of the family has a fleet's spread (a small job), never to widen a fleet's.
     noise = run_noise(figures)
-    floors = {key: max(noise.get(key, 0.0), statistics.median(sorted(spreads[key])) if spreads[key] else 0.0)
+    floors = {key: statistics.median(sorted(spreads[key])) if spreads[key] else noise.get(key, 0.0)
               for key in {family(group) for group in figures}}
     return {group: group_reference(group, figures[group], thresholds, bases[group], jobs.get(family(group)),
                                    floors[family(group)])
@@ -343,6 +347,17 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], referen
 MEDIAN_PARTNERS = 3
 
 
+def _slow_by_median(with_good: Sequence[float], reference: GroupReference, thresholds: LinkThresholds) -> bool:
+    """``MEDIAN_PARTNERS`` pairs with clearly good partners or more whose median is slow, their
+    best within the noise of it (``robust_z`` spreads): one NIC slows its pairs alike, where two
+    slow links and a healthy pair on one node differ by far more than noise."""
+    if len(with_good) < MEDIAN_PARTNERS or reference.spread_gbps is None:
+        return False
+    median = statistics.median(with_good)
+    return reference.is_slow(median, thresholds) and \
+        max(with_good) - median <= -thresholds.robust_z * reference.spread_gbps
+
+
 def _culprits(mine: Mapping[str, Sequence[PairFigure]], reference: GroupReference, thresholds: LinkThresholds,
               good_elsewhere: frozenset[str] = frozenset()) -> set[str]:
     """The hosts whose NIC is slow: slow with every partner (two or more) — or, with two or more
@@ -357,8 +372,7 @@ def _culprits(mine: Mapping[str, Sequence[PairFigure]], reference: GroupReferenc
         if len(pairs) < 2 or host in clear:
             continue
         with_good = sorted(f.gbps for f in pairs if f.peer(host) in clear)
-        if all(f.slow for f in pairs) or (len(with_good) >= MEDIAN_PARTNERS
-                                          and reference.is_slow(statistics.median(with_good), thresholds)):
+        if all(f.slow for f in pairs) or _slow_by_median(with_good, reference, thresholds):
             found.add(host)
     return found
 
@@ -427,7 +441,11 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
     group = reference.group
     runs = figure.runs_gbps
     # Two runs slow at least, and their mean: one run of a few lifted by noise does not undo it.
-    confirmed = sum(1 for value in runs if reference.is_slow(value, thresholds)) >= 2 and figure.slow
+    # Among many pairs, the mean must also be beyond what the group's noise gives its unluckiest
+    # pair (``_pairs_sigma``): a full schedule of 1,024 hosts tests half a million pairs.
+    z = reference.robust_z(figure.gbps) if source_is_level(reference, figure.gbps, thresholds) else None
+    confirmed = (sum(1 for value in runs if reference.is_slow(value, thresholds)) >= 2 and figure.slow
+                 and (z is None or z <= -_pairs_sigma(reference.pairs, thresholds)))
     source = reference.judged_by(figure.gbps, thresholds)
     deficit = reference.deficit_pct(figure.gbps, source)
     measured = f"{rate_text(figure.gbps)} {UNIT}"
@@ -447,6 +465,22 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
     return LinkVerdict(figure.a, figure.b, group.backend, group.rail, group.line_rate_gbps, figure.gbps, runs,
                        reference.value_gbps(source), deficit, reference.robust_z(figure.gbps, source), undecided,
                        confirmed, evidence, _source_label(source))
+
+
+def source_is_level(reference: GroupReference, gbps: float, thresholds: LinkThresholds) -> bool:
+    """Whether a fleet's own level (not a job's, a baseline or the line rate) judges ``gbps``."""
+    return not reference.job_level and reference.fleet_gbps is not None and \
+        reference.judged_by(gbps, thresholds) == FLEET
+
+
+# The expected number of healthy pairs a group may confirm by its noise alone.
+LOOK_ELSEWHERE = 0.5
+
+
+def _pairs_sigma(pairs: int, thresholds: LinkThresholds) -> float:
+    """How many sigmas below its level a pair's mean must fall among ``pairs`` pairs: at least the
+    ``robust_z``, more where the group's count of pairs makes a chance dip that far likely."""
+    return max(-thresholds.robust_z, NormalDist().inv_cdf(1 - LOOK_ELSEWHERE / max(1, pairs)))
 
 
 def _source_label(source: str) -> str:

@@ -523,9 +523,14 @@ def job_levels(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     return {key: statistics.median(sorted(values)) for key, values in levels.items()}
 
 
+# Degrees of freedom a run-to-run noise needs (pairs run twice give one each).
+MIN_NOISE_DEGREES = 4
+
+
 def run_noise(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]) -> dict[Family, float]:
     """The measurement's own run-to-run noise per family (Gb/s, a standard deviation): pooled over
-    every pair run twice or more on any rail of it (0 where none was)."""
+    every pair run twice or more on any rail of it; families with fewer than MIN_NOISE_DEGREES
+    degrees of freedom are left out."""
     sums: dict[Family, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for group, runs in figures.items():
         for values in runs.values():
@@ -533,7 +538,8 @@ def run_noise(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]) -> di
                 centre = mean_gbps(values)
                 sums[family(group)][0] += math.fsum((value - centre) ** 2 for value in sorted(values))
                 sums[family(group)][1] += len(values) - 1
-    return {key: math.sqrt(total / degrees) for key, (total, degrees) in sums.items() if degrees}
+    return {key: math.sqrt(total / degrees) for key, (total, degrees) in sums.items()
+            if degrees >= MIN_NOISE_DEGREES}
 
 
 def line_rate_floor(group: LinkGroup, thresholds: LinkThresholds) -> float | None:

@@ -400,3 +400,30 @@ def test_a_nic_good_at_a_higher_line_rate_is_a_good_partner_at_a_lower_one():
     results = [r if "h01" not in r.pair or r.line_rate_gbps == 200.0 else
                LinkResult(r.a, r.b, "perftest", 0, r.gbps * 0.9, r.line_rate_gbps) for r in results]
     assert "h01" in {v.host for v in attribute_links(results).nics}
+
+
+def test_among_two_thousand_pairs_a_pair_twice_just_past_three_sigma_is_not_confirmed_a_far_one_is():
+    hosts = names(64)  # a full schedule: 2,016 pairs, so some healthy pair falls past 3 sigma twice by chance
+    results = measure(full_rounds(hosts), noise=0.02)
+    spread = attribute_links(results).references[0].spread_gbps
+    chance = HEALTHY_GBPS - 3.2 * spread  # past three sigma, not past what 2,016 pairs' noise gives
+    real = HEALTHY_GBPS * 0.8
+    for pair, figure in ((("node05", "node06"), chance), (("node07", "node08"), real)):
+        results = [r for r in results if r.pair != pair]
+        results += [LinkResult(*pair, "perftest", 0, figure, LINE_GBPS) for _ in range(2)]
+    verdicts = {(v.a, v.b): v.confirmed for v in attribute_links(results).links}
+    assert verdicts[("node07", "node08")] is True
+    assert verdicts.get(("node05", "node06")) is not True  # a suspect to run again, never a verdict
+
+
+def test_two_slow_links_and_a_nearly_healthy_pair_on_one_node_are_not_its_nic():
+    # node16 is slow with node15 (15 %) and node17 (34 %), and 3 % below with node01: links, not its NIC
+    results = measure(screen_rounds(names(32)), noise=0.005)
+    results += measure(full_rounds(names(32))[:1], noise=0.005, seed=3)
+    links = {("node15", "node16"): 0.85, ("node16", "node17"): 0.66}
+    results = [LinkResult(r.a, r.b, r.backend, r.rail, r.gbps * links.get(r.pair, 1.0), r.line_rate_gbps)
+               for r in results]
+    results.append(LinkResult("node01", "node16", "perftest", 0, HEALTHY_GBPS * 0.97, LINE_GBPS))
+    attribution = attribute_links(results)
+    assert "node16" not in {v.host for v in attribution.nics}
+    assert {(v.a, v.b) for v in attribution.links} >= set(links)
