@@ -46,12 +46,11 @@ Pure: the same results, in any order, give the same verdicts (sorted, figures su
 
 from __future__ import annotations
 
-import re
 import statistics
-from statistics import NormalDist
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import ClassVar, cast
 
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
@@ -84,10 +83,9 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     rate_text,
     run_noise,
 )
+from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, own_errors
+from .linkerrors import host_errors as host_errors_of
 from .schedule import Pair, Suspects
-
-# An address:port in an error reason (IPv4, or a bracketed IPv6 address): the port is ephemeral.
-_ENDPOINT_PORT = re.compile(r"(\d+\.\d+\.\d+\.\d+|\])(?::\d+)")
 
 
 @dataclass(frozen=True)
@@ -140,33 +138,6 @@ class LinkVerdict:
     confirmed: bool
     evidence: str
     reference_source: str = FLEET
-
-
-@dataclass(frozen=True)
-class LinkError:
-    """The pair ``a``–``b`` could not be measured on one backend and rail (no run gave a
-    figure): ``reason`` is every distinct error, sorted and joined."""
-
-    kind: ClassVar[str] = "link_error"
-    a: str
-    b: str
-    backend: str
-    rail: int | None
-    reason: str
-    evidence: str
-
-
-@dataclass(frozen=True)
-class HostLinkError:
-    """``host`` could not be tested with any of its ``partners`` (two or more), while each of them
-    was measured with some other host: its own data port, address or firewall is the likely
-    cause, not the pairs. ``reason``: every distinct error of its pairs, sorted and joined."""
-
-    kind: ClassVar[str] = "link_error"
-    host: str
-    partners: tuple[str, ...]
-    reason: str
-    evidence: str
 
 
 @dataclass(frozen=True)
@@ -246,7 +217,7 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
                 if (above := _good_above(group, outcomes)) else outcome
                 for group, outcome in zip(references, outcomes, strict=True)]
     measured = {(group.backend, group.rail, pair) for group, pairs in figures.items() for pair in pairs}
-    errors = tuple(_link_error(backend, rail, pair, reasons) for (backend, rail, pair), reasons
+    errors = tuple(link_error(backend, rail, pair, reasons) for (backend, rail, pair), reasons
                    in sorted(failures.items(), key=lambda item: (item[0][2], item[0][0], rail_key(item[0][1])))
                    if (backend, rail, pair) not in measured)
     suspect_hosts = sorted({host for outcome in outcomes for host in outcome.suspect_hosts})
@@ -255,7 +226,7 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
                         key=lambda v: (v.host, v.backend, rail_key(v.rail))))
     links = tuple(sorted((v for outcome in outcomes for v in outcome.links),
                          key=lambda v: (v.a, v.b, v.backend, rail_key(v.rail))))
-    host_errors = _merged(_own_errors(own), _host_errors(errors, measured))
+    host_errors = merged(own_errors(own), host_errors_of(errors, measured))
     return LinkAttribution(
         nics=nics, links=links, errors=errors, host_errors=host_errors,
         shifts=tuple(outcome.shift for outcome in outcomes if outcome.shift is not None),
@@ -419,7 +390,7 @@ def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     source = reference.judged_by(gbps, thresholds)
     confirmed = len(good) >= wanted and (not (reference.job_level and source == FLEET) or repeated >= 2)
     deficit = reference.deficit_pct(gbps, source)
-    figures = _listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in ordered)
+    figures = listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in ordered)
     slow = sum(1 for f in ordered if f.slow)
     partners = (f"slow with all {len(ordered)} partners" if slow == len(ordered) else
                 f"slow with {slow} of its {len(ordered)} partners and below the level with the rest "
@@ -490,18 +461,7 @@ def _source_label(source: str) -> str:
 
 def _fine_elsewhere(host: str, slow: PairFigure, pairs: Sequence[PairFigure]) -> str:
     fine = sorted((f for f in pairs if (f.a, f.b) != (slow.a, slow.b) and not f.slow), key=lambda f: f.peer(host))
-    return f"{host} with " + _listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in fine)
-
-
-# Evidence names this many pairs, then how many more (a node of a full round-robin has hundreds).
-LISTED_PAIRS = 6
-
-
-def _listed(items: Iterable[str]) -> str:
-    """``a, b, c`` — at most ``LISTED_PAIRS`` items, then ``and N more``."""
-    every = list(items)
-    shown = ", ".join(every[:LISTED_PAIRS])
-    return shown if len(every) <= LISTED_PAIRS else f"{shown} and {len(every) - LISTED_PAIRS} more"
+    return f"{host} with " + listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in fine)
 
 
 def _doubting_shift(mine: Mapping[str, Sequence[PairFigure]], at_floor: set[str], trusted: frozenset[str],
@@ -544,55 +504,6 @@ def _shift(reference: GroupReference, figures: Sequence[PairFigure], doubting: s
                      f"it, or enough partners)")
     return LinkShift(group.backend, group.rail, line, fleet, floor, below, len(figures), confirmed, evidence,
                      None if base is None else base.median_gbps, None if base is None else base.name)
-
-
-def _link_error(backend: str, rail: int | None, pair: Pair, reasons: set[str]) -> LinkError:
-    reason = "; ".join(sorted(reasons))
-    where = backend if rail is None else f"{backend} rail {rail}"
-    return LinkError(pair[0], pair[1], backend, rail, reason,
-                     f"{pair[0]} ↔ {pair[1]} could not be measured on {where}: {reason}")
-
-
-def _host_errors(errors: Sequence[LinkError],
-                 measured: Iterable[tuple[str, int | None, Pair]]) -> tuple[HostLinkError, ...]:
-    """The hosts with no measured pair at all, two or more partners tried, each partner measured
-    with someone else (sorted by host)."""
-    reached = {host for _, _, pair in measured for host in pair}
-    partners: dict[str, set[str]] = defaultdict(set)
-    reasons: dict[str, set[str]] = defaultdict(set)
-    for error in errors:
-        for host, partner in ((error.a, error.b), (error.b, error.a)):
-            partners[host].add(partner)
-            reasons[host].add(_ENDPOINT_PORT.sub(r"\1", error.reason))  # each test had its own port
-    found = []
-    for host in sorted(partners):
-        others = tuple(sorted(partners[host]))
-        if host in reached or len(others) < 2 or not all(partner in reached for partner in others):
-            continue
-        reason = "; ".join(sorted(reasons[host]))
-        found.append(HostLinkError(host, others, reason, (
-            f"{host} could not be tested with any of its {len(others)} partners ({_listed(others)}), each of "
-            f"which was measured with other hosts: its data port, address or firewall is the likely cause; "
-            f"{reason}")))
-    return tuple(found)
-
-
-def _own_errors(own: Mapping[str, Mapping[str, set[str]]]) -> tuple[HostLinkError, ...]:
-    """A ``HostLinkError`` for each host whose own pair-test process failed (sorted by host)."""
-    found = []
-    for host in sorted(own):
-        partners = tuple(sorted(own[host]))
-        reason = "; ".join(sorted({_ENDPOINT_PORT.sub(r"\1", why) for whys in own[host].values() for why in whys}))
-        found.append(HostLinkError(host, partners, reason, (
-            f"{host}'s own end of the pair test failed with {_listed(partners)}, before any link could be measured; "
-            f"its partners are not in question: {reason}")))
-    return tuple(found)
-
-
-def _merged(own: Sequence[HostLinkError], shared: Sequence[HostLinkError]) -> tuple[HostLinkError, ...]:
-    """One error per host (sorted): its own failure where it has one, else the pairs' pattern."""
-    mine = {error.host for error in own}
-    return tuple(sorted([*own, *(error for error in shared if error.host not in mine)], key=lambda e: e.host))
 
 
 def _passed(outcomes: Sequence[_GroupOutcome], excluded: set[str]) -> tuple[str, ...]:
