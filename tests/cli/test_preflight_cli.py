@@ -334,7 +334,7 @@ def test_an_interrupted_check_exits_130_and_drains_nothing(tmp_path):
                               "--python", str(python), "--no-store", "-q", "--drain", "--undrain"],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not _probes_hang():
+    while time.monotonic() < deadline and not _probes_hang(check.pid):
         time.sleep(0.1)
     check.send_signal(signal.SIGINT)
     stdout, stderr = check.communicate(timeout=60)
@@ -343,14 +343,28 @@ def test_an_interrupted_check_exits_130_and_drains_nothing(tmp_path):
     assert not calls.exists()  # neither drained nor undrained
 
 
-def _probes_hang() -> bool:
-    """True once a ``sleep 600`` (the fake Python's probes) runs."""
+def _probes_hang(root: int) -> bool:
+    """True once a ``sleep 600`` (the fake Python's probes) runs below ``root`` in the process
+    tree: another test's sleep is not ours."""
+    parents: dict[int, int] = {}
+    sleeping = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and (entry / "cmdline").read_bytes() == b"sleep\x00600\x00":
-                return True
-        except OSError:
+            if not entry.name.isdigit():
+                continue
+            stat = (entry / "stat").read_text()
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+            if (entry / "cmdline").read_bytes() == b"sleep\x00600\x00":
+                sleeping.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
             continue
+    for pid in sleeping:
+        seen = set()
+        while pid in parents and pid not in seen:
+            seen.add(pid)
+            pid = parents[pid]
+            if pid == root:
+                return True
     return False
 
 
