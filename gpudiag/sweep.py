@@ -365,7 +365,7 @@ class _SweepRunner:
         raises it (gpudiag's own failure, as from any worker)."""
         try:
             self._record(run.host, outcome)
-        except BaseException as error:  # noqa: BLE001 - not swallowed: handed to the main thread, which raises it
+        except Exception as error:  # noqa: BLE001 - not swallowed: handed to the main thread, which raises it
             run.result.set_exception(error)
             return
         run.result.set_result(outcome)

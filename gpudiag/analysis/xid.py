@@ -196,7 +196,8 @@ class XidReport:
     probe did not run); ``log_reason``: why not; ``log_source``/``log_scope``: from where and what it
     covers; ``unparsed``: lines naming an Xid in a shape the probe could not read; ``events`` the
     Xids; ``pending`` the GPUs with a recovery action pending, ``recovery_checked`` how many GPUs
-    were asked, ``recovery_gaps`` why the others (or all) could not be."""
+    were asked, ``recovery_gaps`` why the others (or all) could not be, ``recovered`` the NVML
+    indices of the GPUs that answered NONE."""
 
     log_read: bool | None
     log_reason: str | None
@@ -208,6 +209,7 @@ class XidReport:
     pending: tuple[PendingRecovery, ...]
     recovery_checked: int
     recovery_gaps: tuple[RecoveryGap, ...]
+    recovered: frozenset[int] = frozenset()
 
 
 def decode(records: Iterable[Mapping[str, Any]], catalog: XidCatalog | None = None) -> XidReport:
@@ -221,14 +223,15 @@ def decode(records: Iterable[Mapping[str, Any]], catalog: XidCatalog | None = No
     events = tuple(_event(record, gpus, catalog) for record in mine
                    if record.get("metric") == EVENT_METRIC and record.get("status") == "ok")
     recovery = [r for r in mine if r.get("metric") == RECOVERY_METRIC]
-    pending, checked, gaps = _recovery(recovery, gpus, catalog)
+    pending, recovered, gaps = _recovery(recovery, gpus, catalog)
     return XidReport(log_read=None if log is None else log.get("status") == "ok",
                      log_reason=None if log is None else log.get("reason"),
                      log_source=details.get("source"), log_scope=details.get("scope"),
                      lines_scanned=int(details.get("lines_scanned") or 0),
                      unparsed=tuple(str(line) for line in details.get("unparsed_xid_lines") or ()),
-                     events=tuple(sorted(events, key=_event_order)), pending=pending, recovery_checked=checked,
-                     recovery_gaps=gaps)
+                     events=tuple(sorted(events, key=_event_order)), pending=pending,
+                     recovery_checked=len(pending) + len(recovered), recovery_gaps=gaps,
+                     recovered=frozenset(index for index in recovered if index is not None))
 
 
 def _event(record: Mapping[str, Any], gpus: Mapping[BusKey, GpuName], catalog: XidCatalog) -> XidEvent:
@@ -269,24 +272,26 @@ def _event_order(event: XidEvent) -> tuple[Any, ...]:
 
 
 def _recovery(records: Iterable[Mapping[str, Any]], gpus: Mapping[BusKey, GpuName],
-              catalog: XidCatalog) -> tuple[tuple[PendingRecovery, ...], int, tuple[RecoveryGap, ...]]:
+              catalog: XidCatalog) -> tuple[tuple[PendingRecovery, ...], list[int | None], tuple[RecoveryGap, ...]]:
+    """The GPUs with a recovery action pending, the indices of those that answered NONE, and the
+    gaps (GPUs whose action could not be read)."""
     pending: list[PendingRecovery] = []
+    recovered: list[int | None] = []
     gaps: list[RecoveryGap] = []
-    checked = 0
     names = {gpu.index: gpu for gpu in gpus.values()}
     for record in records:
         index = device_index(record.get("device"))
         if record.get("status") != "ok":
             gaps.append(RecoveryGap(index, str(record.get("reason") or "no reason given")))
             continue
-        checked += 1
         code = int(record.get("value") or 0)
         if code == 0:
+            recovered.append(index)
             continue
         details = record.get("details") or {}
         gpu = names.get(index) or GpuName(index, record.get("gpu_uuid"), str(details.get("pci_bus_id")))
         pending.append(PendingRecovery(gpu, code, catalog.recovery(code)))
-    return tuple(pending), checked, tuple(gaps)
+    return tuple(pending), recovered, tuple(gaps)
 
 
 # ------------------------------------------------------------------------------ sweep findings
@@ -320,19 +325,11 @@ def xid_findings(hosts: Iterable[Mapping[str, Any]], catalog: XidCatalog | None 
         records = host.get("results") or ()
         if host.get("status") != "ok" or not any(r.get("probe") == PROBE for r in records):
             continue
-        findings += _host_xid_findings(str(host["host"]), decode(records, catalog), _recovered(records))
+        findings += _host_xid_findings(str(host["host"]), decode(records, catalog))
     return findings
 
 
-def _recovered(records: Iterable[Mapping[str, Any]]) -> set[int]:
-    """The NVML indices of GPUs whose recovery action NVML read as NONE."""
-    return {index for record in records
-            if record.get("probe") == PROBE and record.get("metric") == RECOVERY_METRIC
-            and record.get("status") == "ok" and not record.get("value")
-            and (index := device_index(record.get("device"))) is not None}
-
-
-def _host_xid_findings(host: str, report: XidReport, recovered: set[int]) -> list[Finding]:
+def _host_xid_findings(host: str, report: XidReport) -> list[Finding]:
     findings = []
     pending_at = {item.gpu.index for item in report.pending}
     for item in report.pending:
@@ -351,7 +348,7 @@ def _host_xid_findings(host: str, report: XidReport, recovered: set[int]) -> lis
         worst, gpu = events[0], events[0].gpu  # most severe first (decode's order)
         text = _events_text(events)
         where = report.log_scope or "the kernel log"
-        if gpu.index is not None and gpu.index in recovered:
+        if gpu.index is not None and gpu.index in report.recovered:
             verb, state = WATCH, "NVML reports no recovery action pending now: the GPU was recovered since"
         else:
             verb, state = INSPECT, "NVML could not say whether it needs recovery now"

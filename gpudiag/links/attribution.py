@@ -255,20 +255,19 @@ def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thr
     median spread of the family's rails with a fleet level, else (a small job) the pairs'
     run-to-run noise."""
     jobs = job_levels(figures, thresholds)
-    bases = {group: group_baseline(group, baseline, thresholds) for group in figures}
-    first = {group: group_reference(group, figures[group], thresholds, bases[group]) for group in figures}
+    references = {group: group_reference(group, figures[group], thresholds,
+                                         group_baseline(group, baseline, thresholds), jobs.get(family(group)))
+                  for group in sorted(figures, key=LinkGroup.sort_key)}
     spreads: dict[Family, list[float]] = defaultdict(list)
-    for group, reference in first.items():
-        if reference.spread_gbps is not None:
+    for group, reference in references.items():
+        if reference.spread_gbps is not None and not reference.job_level:
             spreads[family(group)].append(reference.spread_gbps)
     # The run-to-run noise comes from re-tested pairs, chosen for a low first run: it is used only
     # where no rail of the family has a fleet's spread (a small job), never to widen a fleet's.
     noise = run_noise(figures)
     floors = {key: statistics.median(sorted(spreads[key])) if spreads[key] else noise.get(key, 0.0)
               for key in {family(group) for group in figures}}
-    return {group: group_reference(group, figures[group], thresholds, bases[group], jobs.get(family(group)),
-                                   floors[family(group)])
-            for group in sorted(figures, key=LinkGroup.sort_key)}
+    return {group: reference.widened(floors[family(group)]) for group, reference in references.items()}
 
 
 def _good_above(group: LinkGroup, outcomes: Sequence[_GroupOutcome]) -> frozenset[str]:
@@ -411,13 +410,14 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
                   reference: GroupReference, thresholds: LinkThresholds) -> LinkVerdict:
     group = reference.group
     runs = figure.runs_gbps
+    source = reference.judged_by(figure.gbps, thresholds)
     # Two runs slow at least, and their mean: one run of a few lifted by noise does not undo it.
-    # Among many pairs, the mean must also be beyond what the group's noise gives its unluckiest
-    # pair (``_pairs_sigma``): a full schedule of 1,024 hosts tests half a million pairs.
-    z = reference.robust_z(figure.gbps) if source_is_level(reference, figure.gbps, thresholds) else None
+    # Where a fleet's own level judges it, the mean must also be beyond what the group's noise
+    # gives its unluckiest pair (``_pairs_sigma``): a full schedule of 1,024 hosts tests half a
+    # million pairs.
+    z = reference.robust_z(figure.gbps) if source == FLEET and not reference.job_level else None
     confirmed = (sum(1 for value in runs if reference.is_slow(value, thresholds)) >= 2 and figure.slow
                  and (z is None or z <= -_pairs_sigma(reference.pairs, thresholds)))
-    source = reference.judged_by(figure.gbps, thresholds)
     deficit = reference.deficit_pct(figure.gbps, source)
     measured = f"{rate_text(figure.gbps)} {UNIT}"
     if len(runs) > 1:
@@ -436,12 +436,6 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
     return LinkVerdict(figure.a, figure.b, group.backend, group.rail, group.line_rate_gbps, figure.gbps, runs,
                        reference.value_gbps(source), deficit, reference.robust_z(figure.gbps, source), undecided,
                        confirmed, evidence, _source_label(source))
-
-
-def source_is_level(reference: GroupReference, gbps: float, thresholds: LinkThresholds) -> bool:
-    """Whether a fleet's own level (not a job's, a baseline or the line rate) judges ``gbps``."""
-    return not reference.job_level and reference.fleet_gbps is not None and \
-        reference.judged_by(gbps, thresholds) == FLEET
 
 
 # The expected number of healthy pairs a group may confirm by its noise alone.

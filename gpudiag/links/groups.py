@@ -10,6 +10,7 @@ partners (``host_link_figures``, for ``gpudiag history``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
@@ -326,16 +327,21 @@ class GroupReference:
         return (self._fleet_flags(gbps, thresholds) or self._baseline_flags(gbps, thresholds)
                 or self._floor_flags(gbps, thresholds))
 
+    def widened(self, noise_gbps: float) -> GroupReference:
+        """This reference with a spread of at least ``noise_gbps``, where it has a level: the
+        least spread its family's measurements show (the other rails', or a small job's run-to-run
+        noise), so that one rail's MAD, low by chance, does not make noise a finding."""
+        if self.spread_gbps is None or self.spread_gbps >= noise_gbps:
+            return self
+        return dataclasses.replace(self, spread_gbps=noise_gbps)
+
     def is_doubtful(self, gbps: float, thresholds: LinkThresholds) -> bool:
         """Slow, or half-way to slow against the fleet (or job) level or the baseline: half the
         deficit and half the sigmas. Such a pair shows neither of its NICs good: a NIC 8 % slow
         measured with noise is 4 % slow with one partner now and then."""
         if self.is_slow(gbps, thresholds):
             return True
-        half = LinkThresholds(deficit_pct=thresholds.deficit_pct / 2, robust_z=thresholds.robust_z / 2,
-                              line_rate_efficiency_pct=thresholds.line_rate_efficiency_pct,
-                              mad_floor_pct=thresholds.mad_floor_pct, min_hosts=thresholds.min_hosts,
-                              confirm_partners=thresholds.confirm_partners, floor_backends=thresholds.floor_backends)
+        half = dataclasses.replace(thresholds, deficit_pct=thresholds.deficit_pct / 2, robust_z=thresholds.robust_z / 2)
         return self._fleet_flags(gbps, half) or self._baseline_flags(gbps, half)
 
     def _fleet_flags(self, gbps: float, thresholds: LinkThresholds) -> bool:
@@ -451,28 +457,22 @@ def group_baseline(group: LinkGroup, baseline: LinkBaseline | None,
 
 
 def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
-                    baseline: GroupBaseline | None = None, job: float | None = None,
-                    noise_gbps: float = 0.0) -> GroupReference:
+                    baseline: GroupBaseline | None = None, job: float | None = None) -> GroupReference:
     """The group's references (see GroupReference). ``job``: the small groups' level of its
     family (``job_levels``), used where the group has too few hosts for a fleet level, unless
     that level is itself below the line-rate floor or the baseline's cutoff (every host is then
     slow with every partner: which of them cannot be told, and the floor and the baseline judge
-    alone). ``noise_gbps``: the least spread its family's measurements show (the runs' own noise,
-    the other rails' spread): one rail's MAD, low by chance, does not make noise a finding."""
+    alone)."""
     means = sorted(mean_gbps(values) for values in runs.values())
-    best: dict[str, float] = {}
-    for pair, values in runs.items():
-        for host in pair:
-            best[host] = max(best.get(host, 0.0), mean_gbps(values))
+    best = host_bests(runs)
     floor = line_rate_floor(group, thresholds)
     members = tuple(sorted(best))
     if len(best) < thresholds.min_hosts:
         if job is None or len(best) < 3 or (floor is not None and job < floor) or (
                 baseline is not None and job < baseline.cutoff_gbps):
             return GroupReference(group, len(best), len(means), None, None, floor, baseline=baseline, members=members)
-        spread = max(noise_gbps, job * thresholds.mad_floor_pct / 100)
-        return GroupReference(group, len(best), len(means), job, spread, floor, baseline=baseline,
-                              members=members, job_level=True)
+        return GroupReference(group, len(best), len(means), job, job * thresholds.mad_floor_pct / 100, floor,
+                              baseline=baseline, members=members, job_level=True)
     # A host's best pair is healthy unless its own NIC (or every partner's) is slow: if even the
     # best figures sit below the floor, the whole group is below its line rate.
     best_level = fleet_reference(sorted(best.values()), len(best), thresholds.mad_floor_pct).value
@@ -481,8 +481,17 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct)
     # The fleet level itself materially below the baseline: a regression the fabric shares.
     below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
-    return GroupReference(group, len(best), len(means), fleet.value, max(fleet.spread, noise_gbps), floor, shifted,
-                          baseline, below_baseline, members)
+    return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,
+                          below_baseline, members)
+
+
+def host_bests(runs: Mapping[Pair, Sequence[float]]) -> dict[str, float]:
+    """Each host's best pair figure (the mean of a pair's runs), Gb/s."""
+    best: dict[str, float] = {}
+    for pair, values in runs.items():
+        for host in pair:
+            best[host] = max(best.get(host, 0.0), mean_gbps(values))
+    return best
 
 
 # The rails of one backend and line rate: the same hardware and the same measurement.
@@ -511,10 +520,7 @@ def job_levels(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     and among a handful of hosts that is no reference."""
     levels: dict[Family, list[float]] = defaultdict(list)
     for group, runs in figures.items():
-        best: dict[str, float] = {}
-        for pair, values in runs.items():
-            for host in pair:
-                best[host] = max(best.get(host, 0.0), mean_gbps(values))
+        best = host_bests(runs)
         if 3 <= len(best) < thresholds.min_hosts and group.backend in thresholds.floor_backends:
             top = sorted(best.values(), reverse=True)[1]
             healthy = sorted(gbps for values in runs.values()

@@ -54,12 +54,12 @@ def _fold_rails(findings: list[Finding]) -> list[Finding]:
     one no rail confirmed stays ``unchecked``. A slow pair one of whose ends is a slow NIC on
     other rails of the same backend is folded into that NIC: a NIC a little slow measured with
     noise reads as a slow pair now and then (its rails are named, so its port is checked too)."""
-    nic_hosts = {(f.host, _backend(f)) for f in findings if f.kind == "slow_nic" and f.confirmed}
+    nic_hosts = {(f.host, _where(f.metric)[0]) for f in findings if f.kind == "slow_nic" and f.confirmed}
     groups: dict[tuple[str, str, str | None], list[Finding]] = {}
     for finding in findings:
         kind, host, peer = _verdict_kind(finding), finding.host, finding.peer
         if kind == "slow_link" and peer is not None:
-            end = next((e for e in (host, peer) if (e, _backend(finding)) in nic_hosts), None)
+            end = next((e for e in (host, peer) if (e, _where(finding.metric)[0]) in nic_hosts), None)
             if end is not None:
                 kind, host, peer = "slow_nic", end, None
         groups.setdefault((kind, host, peer), []).append(finding)
@@ -80,13 +80,9 @@ def _verdict_kind(finding: Finding) -> str:
     return finding.kind
 
 
-def _backend(finding: Finding) -> str:
-    return (finding.metric or "").split(".")[1] if (finding.metric or "").count(".") else ""
-
-
 def _rail(finding: Finding) -> str:
-    metric = finding.metric or ""
-    return metric.rsplit(".rail", 1)[-1] if ".rail" in metric else "-"
+    rail = _where(finding.metric)[1]
+    return "-" if rail is None else str(rail)
 
 
 def _folded(kind: str, host: str, peer: str | None, group: list[Finding]) -> Finding:
