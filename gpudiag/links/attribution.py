@@ -382,12 +382,15 @@ def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     group = reference.group
     ordered = tuple(sorted(pairs, key=lambda f: f.peer(host)))
     good = tuple(f.peer(host) for f in ordered if f.peer(host) in known_good)
-    # Against a small group's own level, one run a pair is a thin basis: two pairs with known-good
-    # partners are run again.
+    # Against a small group's own level, one run a pair is a thin basis: where any of its pairs is
+    # slow against that level alone (not the baseline or the line rate), two pairs with known-good
+    # partners are run again. The median pair may be a slow partner's, below the floor, while the
+    # pair that makes the host a suspect is a healthy one dipping under the job's level.
+    firm = all(reference.judged_by(f.gbps, thresholds) != FLEET for f in ordered)
     repeated = sum(1 for f in ordered if len(f.runs_gbps) >= 2 and f.peer(host) in known_good)
     gbps = statistics.median(sorted(f.gbps for f in ordered))
     source = reference.judged_by(gbps, thresholds)
-    confirmed = len(good) >= wanted and (not (reference.job_level and source == FLEET) or repeated >= 2)
+    confirmed = len(good) >= wanted and (not reference.job_level or firm or repeated >= 2)
     deficit = reference.deficit_pct(gbps, source)
     figures = listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in ordered)
     slow = sum(1 for f in ordered if f.slow)

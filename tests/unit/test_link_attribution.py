@@ -427,3 +427,15 @@ def test_two_slow_links_and_a_nearly_healthy_pair_on_one_node_are_not_its_nic():
     attribution = attribute_links(results)
     assert "node16" not in {v.host for v in attribution.nics}
     assert {(v.a, v.b) for v in attribution.links} >= set(links)
+
+
+def test_in_a_small_job_a_host_slow_with_one_partner_only_against_the_jobs_level_is_run_again_first():
+    # node03's NIC and the node01-node02 link are far below the line rate's floor; node02-node04 is
+    # 7 % under the job's level, above the floor: one run of it cannot make node02 a confirmed NIC,
+    # though the median of node02's pairs (its slow partners') is below the floor
+    factors = {("node02", "node03"): 0.6, ("node03", "node04"): 0.6, ("node01", "node03"): 0.6,
+               ("node01", "node02"): 0.25, ("node02", "node04"): 0.93}
+    results = [LinkResult(a, b, "perftest", 0, HEALTHY_GBPS * factors.get((a, b), 1.0), LINE_GBPS)
+               for round_ in full_rounds(names(4)) for a, b in round_.pairs]
+    verdicts = {v.host: v.confirmed for v in attribute_links(results).nics}
+    assert verdicts.get("node03") is True and verdicts.get("node02") is not True
