@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 import pytest
-from sshd_hosts import descendant_pids, pid_is_running
+from sshd_hosts import descendant_pids, pid_is_running, running_after
 
 DAEMONS = {"munged": Path("/usr/sbin/munged"), "slurmctld": Path("/usr/sbin/slurmctld"),
            "slurmd": Path("/usr/sbin/slurmd")}
@@ -322,12 +322,6 @@ PrologFlags=Alloc
         for pid in left | self.process_ids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        _wait_gone(left, 5.0)
+        running_after(left, 5.0)
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory = None
-
-
-def _wait_gone(pids: set[int], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and any(pid_is_running(pid) for pid in pids):
-        time.sleep(0.02)

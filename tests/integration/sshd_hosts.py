@@ -83,6 +83,16 @@ def pid_is_running(pid: int) -> bool:
     return state is not None and state[0] != "Z"
 
 
+def running_after(pids: Iterable[int], timeout_s: float = 5.0) -> list[int]:
+    """Those of ``pids`` still running once they are all gone or ``timeout_s`` has passed: a
+    SIGKILL lands when the kernel next schedules its process, a moment after kill() returns."""
+    pids = list(pids)
+    deadline = time.monotonic() + timeout_s
+    while any(pid_is_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return sorted(pid for pid in pids if pid_is_running(pid))
+
+
 def _all_pids() -> list[int]:
     return [int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit()]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from slurm_cluster import SlurmCluster, requires_slurm
-from sshd_hosts import pid_is_running
+from sshd_hosts import pid_is_running, running_after
 
 from gpudiag.preflight.run import SCONTROL_FLOOR_S
 
@@ -203,7 +203,7 @@ def test_a_fail_whose_drain_hangs_is_ended_within_the_budget_and_holds_no_job(cl
     assert f"drain failed: {hung} update NodeName=n2 State=DRAIN" in log and "was ended" in log
     assert f"job {job} node n2: inconclusive: gpudiag found a FAIL but the node carries no gpudiag drain" in log
     started_pids = [int(pid) for pid in pids.read_text().split()]
-    assert len(started_pids) == 2 and not any(pid_is_running(pid) for pid in started_pids)
+    assert len(started_pids) == 2 and running_after(started_pids) == []
 
 
 def test_node_error_text_drains_with_a_safe_reason_and_a_one_line_summary(cluster: SlurmCluster, folder: Path):

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from slurm_cluster import SlurmCluster, requires_slurm
-from sshd_hosts import pid_is_running, ssh_config_block
+from sshd_hosts import running_after, ssh_config_block
 from test_sweep_ssh import NO_COMPARISON
 
 from gpudiag.cli import main
@@ -212,7 +212,7 @@ def test_a_hung_scontrol_is_ended_at_the_deadline_with_what_it_started(clean_slu
     assert outcomes[0].ran and "did not answer within" in (outcomes[0].error or "") and "was ended" in outcomes[0].error
     assert "did not answer within" in (result.error or "") and result.resumed == ()
     started_pids = [int(pid) for pid in pids.read_text().split()]
-    assert len(started_pids) == 4 and not any(pid_is_running(pid) for pid in started_pids)
+    assert len(started_pids) == 4 and running_after(started_pids) == []
     assert clean_slurm_cluster.node_states()["n4"] == ("idle", "")
 
 
