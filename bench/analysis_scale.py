@@ -159,7 +159,7 @@ def peak():
     with open('/proc/self/status') as status:
         sys.stderr.write(next((line for line in status if line.startswith('VmHWM:')), 'VmHWM: unknown\\n'))
 atexit.register(peak)
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 sys.argv = ['gpudiag', *sys.argv[1:]]
 main()
 """

@@ -1,5 +1,5 @@
 """``python -m gpudiag``: the same as the ``gpudiag`` command."""
 
-from .cli import main
+from .cli.main import main
 
 main()

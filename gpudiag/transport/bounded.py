@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 MIB = 1 << 20
 KIB = 1 << 10
-# The command-line options that set the caps (gpudiag.cli_options.output_options), for messages.
+# The command-line options that set the caps (gpudiag.cli.options.output_options), for messages.
 CAP_OPTIONS = "--max-output-mib and --max-line-kib"
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.sim import demo_fleet_path
 
 EXPECTED = {("throttled", "node012", 0), ("slow_gpu", "node017", 3), ("degraded_pcie", "node021", 5),

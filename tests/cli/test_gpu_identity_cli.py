@@ -12,7 +12,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.sim import SimulatedFleet
 from gpudiag.sim.fleetfile import parse_fleet
 

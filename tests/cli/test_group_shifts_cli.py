@@ -11,7 +11,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 FAST = ("--probes", "gemm,telemetry", "--duration", "0.2")
 NEW_DRIVER = "560.35.03"

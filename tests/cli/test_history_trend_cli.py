@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 FAST = ("--probes", "gemm", "--duration", "0.2", "--links", "none", "-q")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 
 def _one_error_line(result: Result) -> str:

@@ -4,7 +4,7 @@ never 1 ("this node failed"), and click's own usage errors keep their code."""
 import click
 from click.testing import CliRunner
 
-from gpudiag.cli import GpudiagGroup
+from gpudiag.cli.main import GpudiagGroup
 from gpudiag.errors import InputError
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.links import LinkResult
 from gpudiag.links.rounds import run_links
 from gpudiag.links.verdicts import link_findings

@@ -11,7 +11,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 FAST = ("--probes", "gemm,telemetry", "--duration", "0.2", "--links", "none")
 HALF_RATE = {"kind": "nic_port", "host": "node002", "rail": 3, "width": 2}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.exitcodes import ExitCode
 from gpudiag.pause import PAUSE_BUDGET_S, pause_budget_s
 from gpudiag.store import Store

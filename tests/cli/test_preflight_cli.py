@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.preflight.run import SCONTROL_FLOOR_S
 
 SLOW_N2 = {"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7}

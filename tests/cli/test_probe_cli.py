@@ -9,7 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 NO_GPU = not torch.cuda.is_available()
 

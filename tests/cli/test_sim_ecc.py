@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.sim import SimulatedFleet
 from gpudiag.sim.fleetfile import load_fleet
 from gpudiag.sim.nvml import TELEMETRY_COUNTS, gpu_telemetry

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 FAST = ("--probes", "gemm", "--duration", "0.2", "-q")
 A100 = "NVIDIA A100-SXM4-80GB"

@@ -13,7 +13,7 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 PROBES = "facts,telemetry,xid,gemm"
 

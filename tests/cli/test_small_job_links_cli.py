@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.exitcodes import ExitCode
 from gpudiag.links import LinkResult, attribute_links
 from gpudiag.links.verdicts import link_findings, touched_links

@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpudiag.baseline import load_baseline
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.store import Store
 from gpudiag.storeschema import SCHEMA_VERSION
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.report import check_writable
 
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from tablecheck import BOX, WIDE, WIDTHS, assert_readable
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 FLEETS = {
     "short-names": {"nodes": 12, "faults": [{"kind": "slow_gpu", "host": "node003", "gpu": 1, "factor": 0.8},

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 FAULTS: list[dict[str, Any]] = [
     {"kind": "xid", "host": "node002", "gpu": 3, "code": 79, "count": 2, "recovery_action": 2},

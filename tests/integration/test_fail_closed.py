@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from sshd_hosts import SshdFleet
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 # These tests are about what a host printed, not about judging its figures (see test_sweep_ssh.py).
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from netns_hosts import NetnsFleet, namespace_pids, requires_netns
 from sshd_hosts import interrupt_in_second_link_round
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 pytestmark = requires_netns
 

@@ -13,7 +13,7 @@ def test_the_wheel_ships_the_bundle_under_gpudiag_and_no_top_level_probes(tmp_pa
                    check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("gpudiag-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for expected in ("gpudiag/cli.py", "gpudiag/bundle/probes/__main__.py", "gpudiag/bundle/probes/gemm.py",
+    for expected in ("gpudiag/cli/main.py", "gpudiag/bundle/probes/__main__.py", "gpudiag/bundle/probes/gemm.py",
                      "gpudiag/bundle/cuda_kernels/sm_clock.cu"):
         assert expected in names
     # every package of the controller ships (pyproject lists them one by one)

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 from sshd_hosts import SshdFleet, descendant_pids, pid_is_running
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from probes.context import Deadline
 from probes.net import PROTOCOL, Channel
 from probes.net_auth import new_nonce

@@ -19,7 +19,7 @@ from slurm_cluster import SlurmCluster, requires_slurm
 from sshd_hosts import running_after, ssh_config_block
 from test_sweep_ssh import NO_COMPARISON
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.findings import Finding
 from gpudiag.slurm.drain import drain, drain_commands, undrain
 from gpudiag.slurm.nodelist import expand_nodelist, scontrol_hostnames

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 from sshd_hosts import SshdFleet
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')

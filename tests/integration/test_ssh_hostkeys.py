@@ -17,7 +17,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from sshd_hosts import SSH_KEYGEN, SshdFleet, TestHost, wait_listening
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')

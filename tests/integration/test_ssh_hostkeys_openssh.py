@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 from sshd_hosts import SSH_KEYGEN, SshdFleet, TestHost, generate_ed25519_key
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 SSH = shutil.which("ssh")
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '

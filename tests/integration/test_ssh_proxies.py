@@ -35,7 +35,7 @@ from sshd_hosts import (
 )
 
 from gpudiag.bundle import Bundle
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.hosts import HostSpec
 from gpudiag.sshconfig import ResolvedFleet, SshOptions, resolve_host
 from gpudiag.transport.fleet import FleetConnector

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from sshd_hosts import SshdFleet, interrupt_in_second_link_round
 
 from gpudiag.bundle import locate_bundle
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.store import Store
 
 

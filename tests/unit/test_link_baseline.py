@@ -24,7 +24,7 @@ from gpudiag.baseline import (
     median_absolute_deviation,
     save_baseline,
 )
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.errors import InputError, StoreError
 from gpudiag.keys import describe_key, link_key
 from gpudiag.links import LinkResult, Round, attribute_links, full_rounds, screen_rounds

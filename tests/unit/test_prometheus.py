@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 from gpudiag.report.prometheus import CHUNK_SAMPLES, write_prom_file
 
 MODEL = "NVIDIA H100 80GB HBM3"

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import click
 
-from .errors import InputError
-from .store import default_store_path
-from .transport.bounded import KIB, MIB, OutputLimits
+from ..errors import InputError
+from ..store import default_store_path
+from ..transport.bounded import KIB, MIB, OutputLimits
 
 # Where a table leaves out columns for want of room, its caption says so and how to see them.
 WIDER_HINT = "a wider terminal (COLUMNS) shows them"

@@ -1,5 +1,5 @@
 """Commands over the store: ``report``, ``baseline`` and ``store prune`` (``history`` is in
-gpudiag.cli_history, and exported here for the CLI). Read-only commands open the store
+gpudiag.cli.history, and exported here for the CLI). Read-only commands open the store
 read-only, so they never create or change it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from .baseline import (
+from ..baseline import (
     Baseline,
     baseline_samples,
     build_baseline,
@@ -22,16 +22,16 @@ from .baseline import (
     load_baseline,
     save_baseline,
 )
-from .cli_history import history  # noqa: F401 - gpudiag.cli registers it from here
-from .cli_options import WIDER_HINT, store_location, store_option
-from .errors import InputError, read_json_file
-from .exitcodes import ExitCode
-from .keys import LINK_PROBE, describe_key
-from .report import render_report, write_report
-from .schema.jsonout import dumps as strict_dumps
-from .store import Store
-from .storeprune import PruneResult, check_rules, open_for_prune, prune
-from .tables import Column, TableSpec, fit_table, make_console, print_tables
+from ..errors import InputError, read_json_file
+from ..exitcodes import ExitCode
+from ..keys import LINK_PROBE, describe_key
+from ..report import render_report, write_report
+from ..schema.jsonout import dumps as strict_dumps
+from ..store import Store
+from ..storeprune import PruneResult, check_rules, open_for_prune, prune
+from ..tables import Column, TableSpec, fit_table, make_console, print_tables
+from .history import history  # noqa: F401 - gpudiag.cli.main registers it from here
+from .options import WIDER_HINT, store_location, store_option
 
 FORMATS = ("text", "md", "json", "html")
 

@@ -7,18 +7,18 @@ import sys
 
 import click
 
-from .cli_options import judging_options, node_python_option, output_limits, output_options, ssh_options
-from .errors import InputError
-from .exitcodes import ExitCode
-from .interrupts import InterruptGate
-from .nodeprobe import DTYPES, ProbeOptions
-from .progress import make_progress
-from .report import check_writable, write_report
-from .schema.jsonout import dumps as strict_dumps
-from .sshconfig import SshOptions
-from .transport.ssh import SshSettings
-from .triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
-from .triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
+from ..errors import InputError
+from ..exitcodes import ExitCode
+from ..interrupts import InterruptGate
+from ..nodeprobe import DTYPES, ProbeOptions
+from ..progress import make_progress
+from ..report import check_writable, write_report
+from ..schema.jsonout import dumps as strict_dumps
+from ..sshconfig import SshOptions
+from ..transport.ssh import SshSettings
+from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
+from ..triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
+from .options import judging_options, node_python_option, output_limits, output_options, ssh_options
 
 
 @click.command()
