@@ -25,9 +25,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from gpudiag.nodeprobe import ProbeOptions
 from gpudiag.pause import FocusRequest
-from gpudiag.sweep import SweepOptions
+from gpudiag.run.fanout import SweepOptions
+from gpudiag.run.nodeprobe import ProbeOptions
 
 GPUS = 8
 PAUSE_PROBES = ("facts", "telemetry", "gemm", "membw", "pcie")

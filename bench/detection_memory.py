@@ -21,8 +21,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from gpudiag.nodeprobe import ProbeOptions
-from gpudiag.sweep import SweepOptions
+from gpudiag.run.fanout import SweepOptions
+from gpudiag.run.nodeprobe import ProbeOptions
 
 GPUS = 8
 MEMORY_SCENARIOS = ("ecc", "xid")

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudiag.nodeprobe import ProbeOptions
-from gpudiag.sweep import SweepOptions
+from gpudiag.run.fanout import SweepOptions
+from gpudiag.run.nodeprobe import ProbeOptions
 
 GPUS = 8
 SIBLING_SCENARIOS = ("siblings", "starved", "cv3")

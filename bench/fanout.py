@@ -32,11 +32,11 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from sshd_hosts import SshdFleet  # noqa: E402
 
 from gpudiag.hosts import HostSpec  # noqa: E402
-from gpudiag.nodeprobe import ProbeOptions  # noqa: E402
-from gpudiag.plan import SweepRequest, run_plan  # noqa: E402
-from gpudiag.progress import QuietProgress  # noqa: E402
+from gpudiag.run.fanout import SweepOptions  # noqa: E402
+from gpudiag.run.nodeprobe import ProbeOptions  # noqa: E402
+from gpudiag.run.progress import QuietProgress  # noqa: E402
+from gpudiag.run.sweep import SweepRequest, run_plan  # noqa: E402
 from gpudiag.sshconfig import SshOptions, resolve_all  # noqa: E402
-from gpudiag.sweep import SweepOptions  # noqa: E402
 from gpudiag.transport.fleet import FleetConnector  # noqa: E402
 from gpudiag.transport.ssh import SshSettings  # noqa: E402
 

@@ -73,7 +73,7 @@ PROGRESS = re.compile(r"^gpudiag: (\d+)/(\d+) hosts done · (\d+) failed · \d+ 
 # Times are masked digit by digit, so rich tables keep their widths and wrap where they did.
 TIMES = re.compile(r"\d{4}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?|\b\d{8}T\d{6}Z")
 VOLATILE = [  # (pattern, replacement), applied after sweep ids, paths and times
-    (re.compile(r'("(?:duration|elapsed|wall|took)_s": )-?[\d.]+(?:e-?\d+)?'), r"\1<s>"),
+    (re.compile(r'("(?:duration|elapsed|wall|took)_s": )-?[\d.]+(?:e-?\d+)?'), r'\1"<s>"'),  # JSON stays JSON
     (re.compile(r"\b(in|took) [\d.]+ s\b"), r"\1 <s> s"),
     (re.compile(r"^(\w*timestamp_seconds(?:\{[^}]*\})?) \S+$", re.M), r"\1 <epoch>"),
 ]
@@ -170,7 +170,7 @@ class Snapshot:
         done = self.gpudiag(step.argv)
         if step.sweep_json and (self.work / step.sweep_json).is_file():
             sweep_id = json.loads((self.work / step.sweep_json).read_text()).get("sweep_id")
-            self.sweep_ids.setdefault(sweep_id, f"<sweep-{len(self.sweep_ids) + 1}>".ljust(len(sweep_id), "_"))
+            self.sweep_ids.setdefault(sweep_id, f"<{step.name}>".ljust(len(sweep_id), "_"))
         self.write(f"{step.name}.cmd", "gpudiag " + " ".join(step.argv) + "\n")
         self.write(f"{step.name}.out", done.stdout)
         self.write(f"{step.name}.err", done.stderr)

@@ -26,14 +26,14 @@ from ClusterShell.NodeSet import NodeSet
 from gpudiag.analysis import SweepReader, analyse
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.detail import COMPACT, FULL
-from gpudiag.hostoutcome import HostOutcome
 from gpudiag.hosts import HostSpec
-from gpudiag.nodeprobe import ProbeOptions
-from gpudiag.progress import QuietProgress
 from gpudiag.report import render_report
 from gpudiag.report.prometheus import prom_text
+from gpudiag.run.fanout import SweepOptions, SweepResult, document_chunks, run_sweep
+from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.outcome import HostOutcome
+from gpudiag.run.progress import QuietProgress
 from gpudiag.sim import SimulatedConnector, parse_fleet
-from gpudiag.sweep import SweepOptions, SweepResult, document_chunks, run_sweep
 from gpudiag.thresholds import default_thresholds
 from gpudiag.transport import CommandResult
 

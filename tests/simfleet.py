@@ -7,8 +7,8 @@ import statistics
 from typing import Any
 
 from gpudiag.hosts import HostSpec
-from gpudiag.nodeprobe import ProbeOptions
 from gpudiag.results import ProbeResult, parse_probe_output
+from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.sim import SimulatedConnector
 
 GPUS = 8

@@ -18,9 +18,7 @@ from ..bundle import BundleMissing, locate_bundle
 from ..detail import COMPACT, DETAILS
 from ..errors import GpudiagError, InputError, InstallationError
 from ..exitcodes import ExitCode, decide_exit_code
-from ..interrupts import InterruptGate
 from ..links.remote import NET_BACKENDS, PairTestOptions
-from ..nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
 from ..pause import (
     DEFAULT_REFERENCE_PEERS,
     PAUSE_BUDGET_S,
@@ -30,18 +28,20 @@ from ..pause import (
     pause_budget_s,
     pause_deadline_s,
 )
-from ..plan import LINK_MODES, SweepRequest, run_plan
-from ..progress import make_progress
 from ..render import render_probe_results, render_sweep_table
 from ..report import check_writable, render_report, write_report
 from ..report.prometheus import check_prom_file, write_prom_file
+from ..run.fanout import SweepOptions, SweepResult, write_sweep_json
+from ..run.interrupts import InterruptGate
+from ..run.nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
+from ..run.progress import make_progress
+from ..run.sweep import LINK_MODES, SweepRequest, run_plan
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..sshconfig import SshOptions
 from ..store import default_store_path
-from ..sweep import SweepOptions, SweepResult, write_sweep_json
 from ..tables import make_console
 from ..transport.bounded import OutputLimits
 from ..transport.local import LocalSession

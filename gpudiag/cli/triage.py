@@ -9,10 +9,10 @@ import click
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..interrupts import InterruptGate
-from ..nodeprobe import DTYPES, ProbeOptions
-from ..progress import make_progress
 from ..report import check_writable, write_report
+from ..run.interrupts import InterruptGate
+from ..run.nodeprobe import DTYPES, ProbeOptions
+from ..run.progress import make_progress
 from ..schema.jsonout import dumps as strict_dumps
 from ..sshconfig import SshOptions
 from ..transport.ssh import SshSettings

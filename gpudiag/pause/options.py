@@ -1,5 +1,5 @@
 """What ``--pause`` changes in a sweep's options: a short default deadline, a run-wide budget
-(gpudiag.budget), and no NCCL links."""
+(gpudiag.run.budget), and no NCCL links."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 - ``planner``: from ``--budget S`` and the number of nodes, the probes, their load, the link
   screen and the re-test that fit (the plan printed before anything runs).
-- ``run``: the plan carried out as a sweep under that budget (gpudiag.plan.run_plan with a
-  run-wide deadline, gpudiag.budget), then drain and undrain through scontrol.
+- ``run``: the plan carried out as a sweep under that budget (gpudiag.run.sweep.run_plan with a
+  run-wide deadline, gpudiag.run.budget), then drain and undrain through scontrol.
 - ``render``: the plain lines a prolog logs, and the one-line summary.
 """
 

@@ -19,11 +19,11 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 
 from ..analysis.fleet import NOT_EXCLUDING
 from ..findings import FAIL, Finding
-from ..hostoutcome import HostOutcome
+from ..run.fanout import NOT_CHECKED, SweepResult
+from ..run.outcome import HostOutcome
 from ..slurm.drain import finding_words
 from ..slurm.reason import LINKS_CHECK
 from ..slurm.resume import HostChecks
-from ..sweep import NOT_CHECKED, SweepResult
 
 
 def host_checks(result: SweepResult) -> dict[str, HostChecks]:

@@ -11,7 +11,7 @@ The plan is a time table of windows that add up to no more than the budget:
 What must fit comes first: the node probes at their shortest load, then the link screen (a job of
 two or more nodes), then the re-test; the time left lengthens the loads up to their targets. A
 budget too short for even the telemetry is an input error. The figures are estimates; the budget
-itself is enforced while the run goes (gpudiag.budget), so an estimate that was short costs
+itself is enforced while the run goes (gpudiag.run.budget), so an estimate that was short costs
 coverage (``unchecked``), never the deadline.
 """
 

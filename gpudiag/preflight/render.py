@@ -14,9 +14,9 @@ from typing import Any
 
 from ..exitcodes import ExitCode
 from ..hosts import fold_hosts
+from ..run.fanout import NOT_CHECKED
 from ..slurm.drain import fail_findings_by_host, finding_words
 from ..slurm.reason import safe_line, safe_text
-from ..sweep import NOT_CHECKED
 from .run import PreflightRun
 
 PREFIX = "gpudiag preflight"

@@ -1,4 +1,4 @@
-"""Running a pre-flight: plan it from the budget, run it as a sweep (gpudiag.plan.run_plan) under
+"""Running a pre-flight: plan it from the budget, run it as a sweep (gpudiag.run.sweep.run_plan) under
 that budget, then drain the nodes of ``fail`` findings that take a node out of service, and
 return to service the nodes gpudiag drained that passed again the checks that drained them
 (gpudiag.slurm.resume). Every scontrol call runs within what is left of the budget (at least
@@ -19,15 +19,15 @@ from typing import Any, TextIO
 from ..errors import InputError
 from ..exitcodes import ExitCode
 from ..hosts import load_hosts
-from ..interrupts import InterruptGate
 from ..links.remote import PairTestOptions
-from ..nodeprobe import ProbeOptions
-from ..plan import SweepRequest, run_plan
-from ..progress import SweepProgress
+from ..run.fanout import SweepOptions, SweepResult
+from ..run.interrupts import InterruptGate
+from ..run.nodeprobe import ProbeOptions
+from ..run.progress import SweepProgress
+from ..run.sweep import SweepRequest, run_plan
 from ..sim import load_fleet
 from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
 from ..sshconfig import SshOptions
-from ..sweep import SweepOptions, SweepResult
 from ..transport.ssh import SshSettings
 from .checked import host_checks
 from .planner import PreflightPlan, plan_preflight
@@ -138,7 +138,7 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
                            host_timeout_s=plan.host_timeout_s),
         ssh=request.ssh, settings=request.settings, simulate_path=request.simulate_path,
         store_path=request.store_path, thresholds_path=request.thresholds_path, baseline_name=request.baseline_name,
-        # The re-test runs whenever asked and the first pass leaves the time it took (gpudiag.plan):
+        # The re-test runs whenever asked and the first pass leaves the time it took (gpudiag.run.sweep):
         # the plan only says whether a window is kept for it.
         retest=request.retest, links="screen" if plan.links else "none",
         net_address=request.net_address,

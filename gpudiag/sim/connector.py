@@ -16,7 +16,7 @@ from .runner import BundleUsage, parse_bundle_argv, run_bundle
 
 
 class SimulatedConnector:
-    """The Connector of gpudiag/sweep.py for a simulated fleet. Counts calls per host, so each
+    """The Connector of gpudiag/run/fanout.py for a simulated fleet. Counts calls per host, so each
     connector replays the same sequence of values from the start."""
 
     def __init__(self, fleet: Fleet | SimulatedFleet) -> None:

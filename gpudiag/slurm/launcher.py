@@ -59,7 +59,7 @@ FALLBACKS = ("none", "ssh")
 
 
 class Connector(Protocol):
-    """What opens sessions (gpudiag.sweep.Connector): the SSH fallback."""
+    """What opens sessions (gpudiag.run.fanout.Connector): the SSH fallback."""
 
     def connect(self, host: HostSpec) -> Session: ...
 

@@ -19,7 +19,7 @@ CANCEL_WAIT_S = 15.0
 
 
 class _Opener(Protocol):
-    """What the pool opens sessions with (gpudiag.sweep.Connector)."""
+    """What the pool opens sessions with (gpudiag.run.fanout.Connector)."""
 
     def connect(self, host: HostSpec) -> Session: ...
 

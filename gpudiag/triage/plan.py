@@ -29,15 +29,15 @@ from ..analysis.speed import not_retested
 from ..baseline import Baseline, list_baselines, load_baseline
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
-from ..hostoutcome import HostOutcome
 from ..hosts import HostSpec, load_hosts
-from ..interrupts import InterruptGate, QuietGate
-from ..nodeprobe import DEFAULT_PROBE_NAMES, ProbeOptions
-from ..progress import QuietProgress, SweepProgress
+from ..run.fanout import Connector, SweepOptions, SweepResult, run_sweep
+from ..run.interrupts import InterruptGate, QuietGate
+from ..run.nodeprobe import DEFAULT_PROBE_NAMES, ProbeOptions
+from ..run.outcome import HostOutcome
+from ..run.progress import QuietProgress, SweepProgress
 from ..sim import SimulatedConnector, load_fleet
 from ..sshconfig import SshOptions, resolve_all
 from ..store import Store, default_store_path
-from ..sweep import Connector, SweepOptions, SweepResult, run_sweep
 from ..thresholds import Thresholds, load_thresholds
 from ..transport.fleet import FleetConnector
 from ..transport.ssh import SshSettings

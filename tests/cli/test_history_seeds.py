@@ -13,11 +13,11 @@ import io
 import json
 from pathlib import Path
 
-from gpudiag.nodeprobe import ProbeOptions
-from gpudiag.plan import SweepRequest, run_plan
-from gpudiag.progress import QuietProgress
+from gpudiag.run.fanout import SweepOptions
+from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.progress import QuietProgress
+from gpudiag.run.sweep import SweepRequest, run_plan
 from gpudiag.store import Store
-from gpudiag.sweep import SweepOptions
 from gpudiag.thresholds import default_thresholds
 from gpudiag.trend import host_trends
 

@@ -1,9 +1,9 @@
 import shutil
 from pathlib import Path
 
-from gpudiag import nodeprobe
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.links.remote import PairTestOptions
+from gpudiag.run import nodeprobe
 from probes import net, runner
 
 

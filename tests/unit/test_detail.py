@@ -11,8 +11,8 @@ import pytest
 from simfleet import run_node
 
 from gpudiag.detail import ALL_GPUS, LONG_LIST, compact_host, flagged_gpus
-from gpudiag.hostoutcome import HostOutcome
 from gpudiag.results import ProbeResult
+from gpudiag.run.outcome import HostOutcome
 from gpudiag.sim import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet
 
 COMPACT_BUDGET_BYTES = 50_000

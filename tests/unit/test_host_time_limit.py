@@ -11,9 +11,9 @@ import time
 
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.hosts import HostSpec
-from gpudiag.nodeprobe import ProbeOptions
-from gpudiag.progress import QuietProgress
-from gpudiag.sweep import SweepOptions, run_sweep
+from gpudiag.run.fanout import SweepOptions, run_sweep
+from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.progress import QuietProgress
 from gpudiag.transport import TransportError
 from gpudiag.transport.local import LocalSession
 

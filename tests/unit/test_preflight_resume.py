@@ -9,12 +9,12 @@ from datetime import datetime, timezone
 import pytest
 
 from gpudiag.findings import Finding
-from gpudiag.hostoutcome import HostOutcome
 from gpudiag.preflight.checked import host_checks, hosts_named
 from gpudiag.results import ProbeResult
+from gpudiag.run.fanout import SweepResult
+from gpudiag.run.outcome import HostOutcome
 from gpudiag.slurm.nodes import NodeState
 from gpudiag.slurm.resume import HostChecks, resume_problem
-from gpudiag.sweep import SweepResult
 
 MOMENT = datetime(2026, 11, 25, tzinfo=timezone.utc)
 FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8}

@@ -71,9 +71,9 @@ def _simulated_hosts(fleet: dict) -> list:
     """Each node of a simulated ``fleet`` as the sweep's HostOutcome: the real records of its bundle."""
     from simfleet import run_node
 
+    from gpudiag.run.fanout import HostOutcome
     from gpudiag.sim import SimulatedConnector
     from gpudiag.sim.fleetfile import parse_fleet
-    from gpudiag.sweep import HostOutcome
 
     connector = SimulatedConnector(parse_fleet(fleet, "test fleet"))
     outcomes = []
@@ -90,7 +90,7 @@ def _sweep_text(hosts: list, width: int) -> str:
     from tablecheck import render
 
     from gpudiag.render import render_sweep_table
-    from gpudiag.sweep import SweepResult
+    from gpudiag.run.fanout import SweepResult
 
     moment = datetime(2026, 11, 24, tzinfo=timezone.utc)
     result = SweepResult("20261124T000000Z-0000", moment, moment, tuple(hosts), ())

@@ -1,13 +1,13 @@
-"""The run-wide budget (gpudiag.budget) and the link phase cut short by its deadline."""
+"""The run-wide budget (gpudiag.run.budget) and the link phase cut short by its deadline."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from gpudiag.budget import FINISH_RESERVE_S, RunBudget, out_of_budget
 from gpudiag.links.attribution import LinkResult
 from gpudiag.links.rounds import run_links
+from gpudiag.run.budget import FINISH_RESERVE_S, RunBudget, out_of_budget
 
 
 class _Clock:
@@ -77,7 +77,7 @@ def test_without_a_deadline_the_schedule_runs_whole():
     assert not run.cut_short and run.rounds == 2
 
 
-# --- a whole sweep under a budget that is nearly spent (gpudiag.plan) ------------------------------------
+# --- a whole sweep under a budget that is nearly spent (gpudiag.run.sweep) ------------------------------------
 # A simulated node's run takes no wall time but says how long it took (about 6 s for facts and gemm), and
 # times out against a limit shorter than that: here the first pass takes 3.6 s of wall time as well, and
 # each pair test 2 s.
@@ -87,12 +87,12 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
         tmp_path, monkeypatch):
     import json
 
-    from gpudiag import plan
     from gpudiag.links.simulated import SimulatedPairRunner
-    from gpudiag.nodeprobe import ProbeOptions
-    from gpudiag.progress import QuietProgress
+    from gpudiag.run import sweep as plan
+    from gpudiag.run.fanout import SweepOptions
+    from gpudiag.run.nodeprobe import ProbeOptions
+    from gpudiag.run.progress import QuietProgress
     from gpudiag.sim.connector import SimulatedSession
-    from gpudiag.sweep import SweepOptions
 
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({"nodes": 4, "name_format": "n{}",
@@ -161,9 +161,9 @@ def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
 
     from gpudiag.bundle import locate_bundle
     from gpudiag.hosts import HostSpec
-    from gpudiag.nodeprobe import ProbeOptions
-    from gpudiag.progress import QuietProgress
-    from gpudiag.sweep import SweepOptions, run_sweep
+    from gpudiag.run.fanout import SweepOptions, run_sweep
+    from gpudiag.run.nodeprobe import ProbeOptions
+    from gpudiag.run.progress import QuietProgress
 
     connector = _StuckConnector()
     # Time enough for the real facts probe on "here" even on a loaded machine; "stuck" never connects.

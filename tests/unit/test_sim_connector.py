@@ -15,10 +15,10 @@ from simfleet import GPUS, ratio, run_node
 from gpudiag.bundle import locate_bundle
 from gpudiag.exitcodes import ExitCode
 from gpudiag.hosts import HostSpec
-from gpudiag.nodeprobe import ProbeOptions
-from gpudiag.progress import QuietProgress
+from gpudiag.run.fanout import SweepOptions, run_sweep
+from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.progress import QuietProgress
 from gpudiag.sim import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet, parse_fleet
-from gpudiag.sweep import SweepOptions, run_sweep
 from gpudiag.transport import Unreachable
 
 

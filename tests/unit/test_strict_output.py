@@ -13,11 +13,11 @@ from typing import Any
 from rich.console import Console
 
 from gpudiag.findings import Finding
-from gpudiag.hostoutcome import HostOutcome
 from gpudiag.render import render_probe_results
 from gpudiag.report import render_report
 from gpudiag.results import ProbeResult
-from gpudiag.sweep import SweepResult, document_chunks
+from gpudiag.run.fanout import SweepResult, document_chunks
+from gpudiag.run.outcome import HostOutcome
 from gpudiag.tables import Column, TableSpec, print_tables, split_table
 
 MARKUP = "[bold red]loud[/] [link=https://evil.example]click[/link]"

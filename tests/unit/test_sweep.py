@@ -13,9 +13,9 @@ from pathlib import Path
 from gpudiag.bundle import locate_bundle
 from gpudiag.exitcodes import ExitCode
 from gpudiag.hosts import HostSpec
-from gpudiag.nodeprobe import ProbeOptions
-from gpudiag.progress import PlainProgress
-from gpudiag.sweep import SweepOptions, run_sweep, write_sweep_json
+from gpudiag.run.fanout import SweepOptions, run_sweep, write_sweep_json
+from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.progress import PlainProgress
 from gpudiag.transport import AuthFailed, HostKeyChanged, Unreachable
 from gpudiag.transport.local import LocalSession
 
@@ -70,7 +70,7 @@ def test_the_document_follows_the_contract(tmp_path: Path):
     target = tmp_path / "sweep.json"
     write_sweep_json(result, str(target))
     document = json.loads(target.read_text())
-    assert document["schema"] == "gpudiag.sweep/1"
+    assert document["schema"] == "gpudiag.run.fanout/1"
     assert set(document) >= {"sweep_id", "started_at", "finished_at", "hosts", "links", "findings", "summary"}
     assert document["started_at"].endswith("Z") and document["finished_at"] >= document["started_at"]
     first, second = document["hosts"]

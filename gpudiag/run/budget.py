@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .findings import BASIS_HOST_STATUS, INSPECT, WARN, Finding
+from ..findings import BASIS_HOST_STATUS, INSPECT, WARN, Finding
 
 # Seconds kept back from the remote phases for the local ones: the analysis, the store's final
 # write, the sweep document and the exclude list.

@@ -14,8 +14,8 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .results import ProbeResult, StrayOutput
-from .schema.text import one_line
+from ..results import ProbeResult, StrayOutput
+from ..schema.text import one_line
 
 OK = "ok"
 # zlib level 1: nearly the size of level 6 on these records at a third of the time.

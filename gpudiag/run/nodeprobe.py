@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import ProbeOutputError
-from .results import ProbeResult, StrayOutput, read_probe_output, stray_only_error
-from .schema.node import check_node_records
-from .schema.text import one_line
-from .transport import CommandResult
+from ..errors import ProbeOutputError
+from ..results import ProbeResult, StrayOutput, read_probe_output, stray_only_error
+from ..schema.node import check_node_records
+from ..schema.text import one_line
+from ..transport import CommandResult
 
 PROBE_NAMES = ("facts", "telemetry", "xid", "gemm", "membw", "p2p", "pcie", "smclock")
 # What runs when no probe is named: every probe but xid, which reads the kernel log (gpudiag triage).

@@ -22,33 +22,37 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from .analysis import Analysis, SweepReader, analyse, prior_counts
-from .analysis.speed import not_retested
-from .baseline import Baseline, list_baselines, load_baseline
+from ..analysis import Analysis, SweepReader, analyse, prior_counts
+from ..analysis.speed import not_retested
+from ..baseline import Baseline, list_baselines, load_baseline
+from ..bundle import Bundle, BundleMissing, locate_bundle
+from ..errors import InputError, InstallationError, StoreError
+from ..fdlimit import plan_open_files
+from ..findings import Finding, unchecked
+from ..hosts import HostSpec, load_hosts
+from ..links.addresses import address_refusal, usable_address
+from ..links.attribution import link_thresholds
+from ..links.impact import link_impact
+from ..links.protocol import PairProtocolError, interface_event, parse_event, plain_text
+from ..links.remote import PairTestOptions, RemotePairRunner
+from ..links.rounds import LinkRun, PairRunner, run_links
+from ..links.schedule import FULL, SCREEN, next_stride
+from ..links.simulated_backend import simulated_pair_runner
+from ..links.verdicts import link_findings
+from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
+from ..report.phrasing import plural
+from ..sim import SimulatedConnector, load_fleet
+from ..slurm.launcher import slurm_connector
+from ..sshconfig import SshOptions, resolve_all
+from ..store import Store
+from ..thresholds import Thresholds, load_thresholds
+from ..transport import TransportError
+from ..transport.fleet import FleetConnector
+from ..transport.local import LocalConnector
+from ..transport.pool import SessionPool
+from ..transport.ssh import SshSettings
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
-from .bundle import Bundle, BundleMissing, locate_bundle
-from .errors import InputError, InstallationError, StoreError
-from .fdlimit import plan_open_files
-from .findings import Finding, unchecked
-from .hosts import HostSpec, load_hosts
-from .interrupts import InterruptGate, QuietGate
-from .links.addresses import address_refusal, usable_address
-from .links.attribution import link_thresholds
-from .links.impact import link_impact
-from .links.protocol import PairProtocolError, interface_event, parse_event, plain_text
-from .links.remote import PairTestOptions, RemotePairRunner
-from .links.rounds import LinkRun, PairRunner, run_links
-from .links.schedule import FULL, SCREEN, next_stride
-from .links.simulated_backend import simulated_pair_runner
-from .links.verdicts import link_findings
-from .pause import Focus, FocusRequest, focus_hosts, focused_thresholds
-from .progress import QuietProgress, SweepProgress
-from .report.phrasing import plural
-from .sim import SimulatedConnector, load_fleet
-from .slurm.launcher import slurm_connector
-from .sshconfig import SshOptions, resolve_all
-from .store import Store
-from .sweep import (
+from .fanout import (
     TIMEOUT,
     Connector,
     HostOutcome,
@@ -58,12 +62,8 @@ from .sweep import (
     new_sweep_id,
     run_sweep,
 )
-from .thresholds import Thresholds, load_thresholds
-from .transport import TransportError
-from .transport.fleet import FleetConnector
-from .transport.local import LocalConnector
-from .transport.pool import SessionPool
-from .transport.ssh import SshSettings
+from .interrupts import InterruptGate, QuietGate
+from .progress import QuietProgress, SweepProgress
 
 DEFAULT_BASELINE = "default"
 FACTS = "facts"
@@ -102,7 +102,7 @@ class SweepRequest:
     slurm_bundle_dir: str | None = None
     focus: FocusRequest | None = None  # --suspects: the suspects and their reference peers only
     # Seconds for the whole run (gpudiag preflight --budget): every remote phase ends by then
-    # (gpudiag.budget); None: no run-wide limit.
+    # (gpudiag.run.budget); None: no run-wide limit.
     budget_s: float | None = None
     # The one host named is this machine, probed without SSH or srun (a prolog on the node).
     here: bool = False
@@ -126,7 +126,7 @@ class _Setup:
 def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
              gate: InterruptGate | None = None) -> SweepResult:
     """Run every phase; returns the analysed sweep, interrupted or not (``gate`` decides what an
-    interrupt stops: gpudiag.interrupts). Raises InputError/StoreError before any node is
+    interrupt stops: gpudiag.run.interrupts). Raises InputError/StoreError before any node is
     touched when an input is bad."""
     budget = RunBudget.start(request.budget_s) if request.budget_s is not None else None
     request = with_facts(request)
@@ -208,9 +208,9 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
          budget: RunBudget | None = None) -> SweepResult:
     """The phases in order. The remote ones (node probes, re-test, links) stop at an interrupt
     and keep what finished; the local ones (analysis, the store's final write) run to their end
-    whatever arrives, and no remote phase starts after an interrupt (see gpudiag.interrupts).
+    whatever arrives, and no remote phase starts after an interrupt (see gpudiag.run.interrupts).
     With a ``budget`` every remote phase ends by its deadline, and what it cut short is
-    ``unchecked`` (gpudiag.budget)."""
+    ``unchecked`` (gpudiag.run.budget)."""
     started_at = datetime.now(timezone.utc)
     sweep_id = new_sweep_id(started_at)
     if request.screen_stride is None:

@@ -19,22 +19,22 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from .bundle import Bundle
-from .detail import COMPACT, FULL, compact_host, flagged_gpus
-from .errors import ProbeOutputError, StoreError
-from .exitcodes import ExitCode, decide_exit_code
-from .findings import FAIL, Finding, unchecked
-from .hostoutcome import HostOutcome
-from .hosts import HostSpec
+from ..bundle import Bundle
+from ..detail import COMPACT, FULL, compact_host, flagged_gpus
+from ..errors import ProbeOutputError, StoreError
+from ..exitcodes import ExitCode, decide_exit_code
+from ..findings import FAIL, Finding, unchecked
+from ..hosts import HostSpec
+from ..report import write_report
+from ..results import ProbeResult
+from ..schema.jsonout import dumps as strict_dumps
+from ..transport import CommandResult, Session, TransportError
+from ..transport.cancel import cancel_all
 from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
+from .outcome import HostOutcome
 from .progress import SweepProgress
-from .report import write_report
-from .results import ProbeResult
-from .schema.jsonout import dumps as strict_dumps
-from .transport import CommandResult, Session, TransportError
-from .transport.cancel import cancel_all
 
-SCHEMA = "gpudiag.sweep/1"
+SCHEMA = "gpudiag.run.fanout/1"
 OK = "ok"
 TIMEOUT = "timeout"
 PROBE_ERROR = "probe_error"
