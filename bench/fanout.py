@@ -36,9 +36,9 @@ from gpudiag.run.fanout import SweepOptions  # noqa: E402
 from gpudiag.run.nodeprobe import ProbeOptions  # noqa: E402
 from gpudiag.run.progress import QuietProgress  # noqa: E402
 from gpudiag.run.sweep import SweepRequest, run_plan  # noqa: E402
-from gpudiag.sshconfig import SshOptions, resolve_all  # noqa: E402
 from gpudiag.transport.fleet import FleetConnector  # noqa: E402
 from gpudiag.transport.ssh import SshSettings  # noqa: E402
+from gpudiag.transport.sshconfig import SshOptions, resolve_all  # noqa: E402
 
 
 def cpu_seconds() -> tuple[float, float]:

@@ -40,12 +40,12 @@ from ..schema.jsonout import dumps as strict_dumps
 from ..sim import demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
-from ..sshconfig import SshOptions
 from ..store import default_store_path
 from ..tables import make_console
 from ..transport.bounded import OutputLimits
 from ..transport.local import LocalSession
 from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions
 from . import preflight as cli_preflight
 from . import store as cli_store
 from . import triage as cli_triage

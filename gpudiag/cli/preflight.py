@@ -28,10 +28,10 @@ from ..run.progress import make_progress
 from ..schema.jsonout import dumps as strict_dumps
 from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
-from ..sshconfig import SshOptions
 from ..store import default_store_path
 from ..tables import make_console
 from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions
 from .options import judging_options, node_python_option, output_limits, output_options, ssh_options
 
 

@@ -14,8 +14,8 @@ from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import DTYPES, ProbeOptions
 from ..run.progress import make_progress
 from ..schema.jsonout import dumps as strict_dumps
-from ..sshconfig import SshOptions
 from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
 from .options import judging_options, node_python_option, output_limits, output_options, ssh_options

@@ -27,8 +27,8 @@ from ..run.progress import SweepProgress
 from ..run.sweep import SweepRequest, run_plan
 from ..sim import load_fleet
 from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
-from ..sshconfig import SshOptions
 from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions
 from .checked import host_checks
 from .planner import PreflightPlan, plan_preflight
 

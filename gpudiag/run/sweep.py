@@ -27,7 +27,6 @@ from ..analysis.speed import not_retested
 from ..baseline import Baseline, list_baselines, load_baseline
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError, StoreError
-from ..fdlimit import plan_open_files
 from ..findings import Finding, unchecked
 from ..hosts import HostSpec, load_hosts
 from ..links.addresses import address_refusal, usable_address
@@ -43,14 +42,15 @@ from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
 from ..report.phrasing import plural
 from ..sim import SimulatedConnector, load_fleet
 from ..slurm.launcher import slurm_connector
-from ..sshconfig import SshOptions, resolve_all
 from ..store import Store
 from ..thresholds import Thresholds, load_thresholds
 from ..transport import TransportError
+from ..transport.fdlimit import plan_open_files
 from ..transport.fleet import FleetConnector
 from ..transport.local import LocalConnector
 from ..transport.pool import SessionPool
 from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions, resolve_all
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .fanout import (
     TIMEOUT,
@@ -180,7 +180,7 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
         ssh_addresses = {label: host.hostname for label, host in resolved.hosts.items()}
         ssh_addresses.update({host.label: socket.getfqdn() for host in hosts if host.is_local})
         # One connection per host for the node probes, the re-tests and every link round, as the
-        # open-file limit allows (gpudiag.fdlimit).
+        # open-file limit allows (gpudiag.transport.fdlimit).
         per_connection = 4 if any(host.proxy_command for host in resolved.hosts.values()) else 1
         files = plan_open_files(len(resolved.hosts), per_connection, request.sweep.fanout)
         fanout, pairs_at_once, notes = files.fanout, files.pairs_at_once, files.notes

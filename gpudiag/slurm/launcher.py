@@ -33,12 +33,12 @@ from typing import Protocol
 from ..bundle import Bundle
 from ..errors import InputError
 from ..hosts import HostSpec
-from ..sshconfig import SshOptions, resolve_all
 from ..transport import CommandResult, RunningCommand, Session, TransportError, Unreachable
 from ..transport.bounded import OutputLimits
 from ..transport.fleet import FleetConnector
 from ..transport.pool import SessionPool
 from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions, resolve_all
 from .commands import SlurmCommandError
 from .nodelist import expand_nodelist, job_id, job_nodelist
 from .nodes import NodeState, launch_problems, query_nodes

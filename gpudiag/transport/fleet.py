@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..hosts import HostSpec
-from ..sshconfig import ResolvedFleet, SshOptions, resolve_jump_host
 from . import Session, Unreachable
 from .local import LocalSession
 from .ssh import SshConnector, SshSettings
+from .sshconfig import ResolvedFleet, SshOptions, resolve_jump_host
 
 
 class FleetConnector:

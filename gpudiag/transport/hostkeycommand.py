@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import paramiko
 
-from ..sshconfig import ResolvedHost
 from . import HostKeyUnknown
 from .hostkeyfile import COMMAND_SOURCE, KnownHostLine, parse_known_hosts
+from .sshconfig import ResolvedHost
 from .sshpaths import home_directory, local_user
 
 # ssh waits for ever; a sweep cannot. Seconds.

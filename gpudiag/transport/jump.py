@@ -23,9 +23,9 @@ import paramiko
 
 from ..errors import InputError
 from ..hosts import FIX_HOST_NAME, FIX_USER_NAME, HostSpec, host_name_problem, user_name_problem
-from ..sshconfig import ProxySettingError, ResolvedHost
 from . import TransportError, Unreachable
 from .proxy import ProxyCommandSocket
+from .sshconfig import ProxySettingError, ResolvedHost
 
 # A path longer than this is a loop in the ssh config (j1 jumps through j2, which jumps through j1).
 MAX_JUMP_HOPS = 8

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import paramiko
 
-from ..sshconfig import ResolvedHost
 from . import HostKeyChanged, HostKeyUnknown
 from .hostkeycommand import HOSTNAME, ORDER, CommandKeys, run_known_hosts_command
 from .hostkeyfile import (
@@ -45,6 +44,7 @@ from .hostkeyfile import (
     lower_host_name,
     parse_known_hosts,
 )
+from .sshconfig import ResolvedHost
 
 # The host key algorithms that present a key of each type (an RSA key signs with SHA-2).
 _ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")}

@@ -30,7 +30,7 @@ class SessionPool:
     """Hands out the host's open session, opening it on first use; ``close`` ends them all.
 
     ``max_open`` (None: no limit) bounds the connections kept open (the open-file limit: see
-    gpudiag.fdlimit): opening one more first closes the connection idle longest — no session of
+    gpudiag.transport.fdlimit): opening one more first closes the connection idle longest — no session of
     it handed out and not yet closed — and a host whose connection was closed so is connected
     again when it is next needed."""
 

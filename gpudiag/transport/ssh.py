@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import paramiko
 
 from ..bundle import Bundle
-from ..sshconfig import ProxySettingError, ResolvedHost, proxy_command_line
 from . import AuthFailed, CommandResult, TransportError, Unreachable
 from .bounded import BoundedOutput, OutputLimits
 from .jump import BastionPool, HopResolver, JumpResolver, Sock, close_transport, route_to
@@ -31,6 +30,7 @@ from .knownhosts import KnownHosts
 from .proxy import ProxyCommands, ProxyCommandSocket
 from .remotefolder import UnsafeFolder, check_bundle_folder
 from .remotepid import ErrorOutput, new_pid_marker
+from .sshconfig import ProxySettingError, ResolvedHost, proxy_command_line
 
 _CHUNK_BYTES = 65536
 # How long ``cancel`` waits for the PID of a command just started (its first stderr line).

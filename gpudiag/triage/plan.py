@@ -36,11 +36,11 @@ from ..run.nodeprobe import DEFAULT_PROBE_NAMES, ProbeOptions
 from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
 from ..sim import SimulatedConnector, load_fleet
-from ..sshconfig import SshOptions, resolve_all
 from ..store import Store, default_store_path
 from ..thresholds import Thresholds, load_thresholds
 from ..transport.fleet import FleetConnector
 from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions, resolve_all
 
 XID = "xid"
 # Every probe a sweep runs, and the kernel log's Xid history.

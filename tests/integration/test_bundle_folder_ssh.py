@@ -16,9 +16,9 @@ from sshd_hosts import SshdFleet
 
 from gpudiag.bundle import Bundle
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import SshOptions, resolve_all
 from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.ssh import BundleShipError, SshSettings
+from gpudiag.transport.sshconfig import SshOptions, resolve_all
 
 NOBODY = 65534
 

@@ -18,12 +18,12 @@ from limited_run import run_limited
 from sshd_hosts import SshdFleet, pid_is_running
 
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import SshOptions, resolve_all
 from gpudiag.transport import Session
 from gpudiag.transport.bounded import MIB, OutputLimits
 from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.local import LocalSession
 from gpudiag.transport.ssh import ConnectionLost, SshSettings
+from gpudiag.transport.sshconfig import SshOptions, resolve_all
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ('{"probe": "gemm", "device": "cuda:0", "metric": "tflops", "value": 700.0, "unit": "TFLOP/s", '

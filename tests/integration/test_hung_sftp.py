@@ -16,9 +16,9 @@ from sshd_hosts import SshdFleet, TestHost, descendant_pids
 
 from gpudiag.bundle import locate_bundle
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import SshOptions, resolve_all
 from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.ssh import BundleCopyTimeout, SshSettings
+from gpudiag.transport.sshconfig import SshOptions, resolve_all
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST_TIMEOUT_S = 10.0  # the other hosts answer the facts probe at once (quick_node.py)

@@ -16,11 +16,11 @@ import pytest
 from sshd_hosts import SshdFleet, pid_is_running
 
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import SshOptions, resolve_all
 from gpudiag.transport import RunningCommand, Session, TransportError
 from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.local import LocalSession
 from gpudiag.transport.ssh import SshSettings
+from gpudiag.transport.sshconfig import SshOptions, resolve_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ time.sleep(120)
 SSH_CONTROLLER = """
 import sys, time
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import SshOptions, resolve_all
+from gpudiag.transport.sshconfig import SshOptions, resolve_all
 from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.ssh import SshSettings
 options = SshOptions(config_file=sys.argv[2], known_hosts=sys.argv[3])

@@ -37,9 +37,9 @@ from sshd_hosts import (
 from gpudiag.bundle import Bundle
 from gpudiag.cli.main import main
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import ResolvedFleet, SshOptions, resolve_host
 from gpudiag.transport.fleet import FleetConnector
 from gpudiag.transport.ssh import SshSettings
+from gpudiag.transport.sshconfig import ResolvedFleet, SshOptions, resolve_host
 
 # Hosts on one machine's two cores are no fleet to compare: no key gets enough peers, and the
 # test run's own load must not make a host a starved node.

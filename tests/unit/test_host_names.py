@@ -18,7 +18,9 @@ from gpudiag.errors import InputError
 from gpudiag.exitcodes import ExitCode
 from gpudiag.hosts import HostSpec, host_name_problem, load_hosts, user_name_problem
 from gpudiag.slurm.nodelist import job_hosts
-from gpudiag.sshconfig import (
+from gpudiag.transport import Unreachable
+from gpudiag.transport.jump import HopResolver, parse_jump_host, route_to
+from gpudiag.transport.sshconfig import (
     HostConfigError,
     ProxySettingError,
     ResolvedHost,
@@ -28,8 +30,6 @@ from gpudiag.sshconfig import (
     resolve_host,
     resolve_jump_host,
 )
-from gpudiag.transport import Unreachable
-from gpudiag.transport.jump import HopResolver, parse_jump_host, route_to
 
 SSH = shutil.which("ssh")
 needs_ssh = pytest.mark.skipif(SSH is None, reason="needs the OpenSSH client (ssh)")

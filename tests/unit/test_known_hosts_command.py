@@ -10,7 +10,6 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from gpudiag.sshconfig import ResolvedHost
 from gpudiag.transport.hostkeycommand import (
     HOSTNAME,
     ORDER,
@@ -18,6 +17,7 @@ from gpudiag.transport.hostkeycommand import (
     KnownHostsCommandFailed,
     run_known_hosts_command,
 )
+from gpudiag.transport.sshconfig import ResolvedHost
 
 HOST = ResolvedHost(label="node07", hostname="10.0.0.7", user="alice", port=2222, identity_files=(),
                     proxy_jump=None, connect_timeout_s=5.0, known_hosts_files=(), strict_host_key_checking="yes",

@@ -15,9 +15,9 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from gpudiag.sshconfig import ResolvedHost
 from gpudiag.transport import HostKeyChanged, HostKeyUnknown
 from gpudiag.transport.knownhosts import KnownHosts
+from gpudiag.transport.sshconfig import ResolvedHost
 
 KEY = paramiko.ECDSAKey.generate()
 OTHER = paramiko.ECDSAKey.generate()

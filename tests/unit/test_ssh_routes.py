@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import SshOptions, resolve_host, resolve_jump_host
 from gpudiag.transport import Unreachable
 from gpudiag.transport.jump import MAX_JUMP_HOPS, HopResolver, route_to
+from gpudiag.transport.sshconfig import SshOptions, resolve_host, resolve_jump_host
 
 needs_ssh = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client (ssh) for ssh -G")
 BOTH = pytest.mark.parametrize("ssh_binary", [pytest.param("ssh", marks=needs_ssh, id="ssh-G"),

@@ -15,7 +15,8 @@ import pytest
 
 from gpudiag.errors import InputError
 from gpudiag.hosts import HostSpec
-from gpudiag.sshconfig import (
+from gpudiag.transport.jump import parse_jump_host, split_proxy_jump
+from gpudiag.transport.sshconfig import (
     ProxySettingError,
     ResolvedFleet,
     ResolvedHost,
@@ -26,7 +27,6 @@ from gpudiag.sshconfig import (
     resolve_host,
     resolve_jump_host,
 )
-from gpudiag.transport.jump import parse_jump_host, split_proxy_jump
 
 SSH = shutil.which("ssh")
 needs_ssh = pytest.mark.skipif(SSH is None, reason="needs the OpenSSH client (ssh) for ssh -G")

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 import paramiko
 from paramiko.config import SSHConfig
 
-from .errors import InputError
+from ..errors import InputError
+from ..hosts import FIX_HOST_NAME, FIX_USER_NAME, HostSpec, host_name_problem, user_name_problem
 from .fdlimit import children_at_once
-from .hosts import FIX_HOST_NAME, FIX_USER_NAME, HostSpec, host_name_problem, user_name_problem
-from .transport.sshpaths import (
+from .sshpaths import (
     DEFAULT_GLOBAL_KNOWN_HOSTS_FILES,
     expand_home,
     global_known_hosts_files,
