@@ -49,7 +49,7 @@ from .storeschema import (
 
 # The sweep document's schema (gpudiag.run.fanout.SCHEMA) for a sweep that never finished; not
 # imported from there, so that the sweep may import the store.
-SWEEP_SCHEMA = "gpudiag.run.fanout/1"
+SWEEP_SCHEMA = "gpudiag.sweep/1"
 LATEST_SHOWN = 5
 # Findings about the link between two hosts (or a pair that could not be tested): they say
 # nothing about either host's GPUs.

@@ -58,8 +58,8 @@ def _document(source: str | None, store_path: str | None) -> dict:
         raise InputError(f"{source}: no such sweep document")
     if source is not None and Path(source).is_file():
         data = read_json_file(source, "the sweep document")
-        if not isinstance(data, dict) or data.get("schema") != "gpudiag.run.fanout/1":
-            raise InputError(f"{source}: not a gpudiag sweep document (schema gpudiag.run.fanout/1)")
+        if not isinstance(data, dict) or data.get("schema") != "gpudiag.sweep/1":
+            raise InputError(f"{source}: not a gpudiag sweep document (schema gpudiag.sweep/1)")
         return data
     with Store.open(store_location(store_path), readonly=True) as store:
         sweep_id = source or store.latest_sweep_id()

@@ -87,7 +87,7 @@ def html_findings(findings: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _footer(document: Document) -> str:
-    return (f"{document.get('schema', 'gpudiag.run.fanout')} · started {document.get('started_at', '?')} · "
+    return (f"{document.get('schema', 'gpudiag.sweep')} · started {document.get('started_at', '?')} · "
             f"finished {document.get('finished_at', '?')}")
 
 

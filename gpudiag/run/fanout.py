@@ -34,7 +34,7 @@ from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
 from .outcome import HostOutcome
 from .progress import SweepProgress
 
-SCHEMA = "gpudiag.run.fanout/1"
+SCHEMA = "gpudiag.sweep/1"
 OK = "ok"
 TIMEOUT = "timeout"
 PROBE_ERROR = "probe_error"

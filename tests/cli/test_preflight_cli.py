@@ -90,7 +90,7 @@ def test_json_to_stdout_moves_the_plan_and_summary_to_stderr(tmp_path):
     result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--json", "-")
     assert result.exit_code == 1
     document = json.loads(result.stdout)
-    assert document["schema"] == "gpudiag.run.fanout/1" and document["summary"]["exit_code"] == 1
+    assert document["schema"] == "gpudiag.sweep/1" and document["summary"]["exit_code"] == 1
     part = document["preflight"]
     assert part["plan"]["budget_s"] == 120 and part["plan"]["links"] is True
     assert [command["ran"] for command in part["drain"]] == [False]

@@ -41,7 +41,7 @@ def test_json_to_stdout_keeps_the_summary_off_stdout(tmp_path: Path):
                                        sys.executable, "--json", "-", "-q"])
     assert result.exit_code == 0
     document = json.loads(result.stdout)
-    assert document["schema"] == "gpudiag.run.fanout/1"
+    assert document["schema"] == "gpudiag.sweep/1"
 
 
 def _fleet_file(tmp_path: Path) -> Path:

@@ -61,7 +61,7 @@ def make_document() -> dict[str, Any]:
          "value": None, "reference": None, "deficit_pct": None, "robust_z": None, "confirmed": True,
          "evidence": "unreachable: No route to host", "action": "check that the node is up"},
     ]
-    return {"schema": "gpudiag.run.fanout/1", "sweep_id": "20261121T101500Z-beef", "started_at": "2026-11-21T10:15:00Z",
+    return {"schema": "gpudiag.sweep/1", "sweep_id": "20261121T101500Z-beef", "started_at": "2026-11-21T10:15:00Z",
             "finished_at": "2026-11-21T10:15:41Z", "hosts": hosts, "links": links, "findings": findings,
             "summary": {"hosts_total": 12, "hosts_ok": 11, "findings": 3, "exit_code": 1, "unchecked": 1,
                         "results_compared": 80, "results_not_compared": 8},

@@ -53,7 +53,7 @@ def _finding(kind: str, host: str, gpu: int | None = None, peer: str | None = No
 
 
 def _store_sweep(store: Store, sweep_id: str, hosts: list[dict[str, Any]], findings: list[dict[str, Any]]) -> None:
-    store.finish_sweep(sweep_id, {"schema": "gpudiag.run.fanout/1", "sweep_id": sweep_id,
+    store.finish_sweep(sweep_id, {"schema": "gpudiag.sweep/1", "sweep_id": sweep_id,
                                   "started_at": f"2026-11-21T10:{len(sweep_id):02d}:00Z",
                                   "finished_at": "2026-11-21T10:59:00Z", "hosts": hosts, "links": [],
                                   "findings": findings, "summary": {}})

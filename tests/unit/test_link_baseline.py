@@ -75,7 +75,7 @@ def _host(name: str) -> dict[str, Any]:
 
 def _store_sweep(store: Store, sweep_id: str, links: list[dict[str, Any]], findings: list[dict[str, Any]],
                  hosts: list[str] = ()) -> None:
-    store.finish_sweep(sweep_id, {"schema": "gpudiag.run.fanout/1", "sweep_id": sweep_id,
+    store.finish_sweep(sweep_id, {"schema": "gpudiag.sweep/1", "sweep_id": sweep_id,
                                   "started_at": f"2026-11-21T10:{int(sweep_id[1:]):02d}:00Z",
                                   "finished_at": "2026-11-21T10:59:00Z", "hosts": [_host(h) for h in hosts],
                                   "links": links, "findings": findings, "summary": {}})

@@ -75,7 +75,7 @@ def make_document() -> dict[str, Any]:
         finding("slow_link", "fail", "node001", 40.4, peer="node004", metric="net.gbps", value=5.6,
                 reference=9.41, evidence="both ends fine with other partners", action="check the cable/switch port"),
     ]
-    return {"schema": "gpudiag.run.fanout/1", "sweep_id": "20261121T101500Z-3f2a",
+    return {"schema": "gpudiag.sweep/1", "sweep_id": "20261121T101500Z-3f2a",
             "started_at": "2026-11-21T10:15:00Z", "finished_at": "2026-11-21T10:15:41Z",
             "hosts": hosts, "links": links, "findings": findings,
             "summary": {"hosts_total": 6, "hosts_ok": 5, "findings": 6, "exit_code": 1},
@@ -216,7 +216,7 @@ def test_markdown_hosts_by_status_and_impact_tables():
 def test_json_is_the_document_with_findings_sorted():
     document = make_document()
     text = render_report(document, "json")
-    assert text.startswith('{\n "schema": "gpudiag.run.fanout/1",\n "sweep_id"')
+    assert text.startswith('{\n "schema": "gpudiag.sweep/1",\n "sweep_id"')
     loaded = json.loads(text)
     assert loaded == {**document, "findings": sort_findings(document["findings"])}
     assert list(loaded) == list(document)
@@ -373,7 +373,7 @@ def make_new_document(results_compared: int = 412, results_not_compared: int = 1
         new_finding("throttled", "warn", "node017", gpu=3, gpu_uuid=UUID, pci_bus_id=BUS_ID, basis="telemetry",
                     evidence="hw_thermal_slowdown", action="reset_gpu", action_detail="reset the GPU when idle"),
     ]
-    return {"schema": "gpudiag.run.fanout/1", "sweep_id": "20261122T080000Z-0a1b",
+    return {"schema": "gpudiag.sweep/1", "sweep_id": "20261122T080000Z-0a1b",
             "started_at": "2026-11-22T08:00:00Z", "finished_at": "2026-11-22T08:00:40Z",
             "hosts": hosts, "links": [], "findings": findings,
             "summary": {"hosts_total": 5, "hosts_ok": 4, "findings": len(findings), "exit_code": 1, "unchecked": 3,

@@ -114,7 +114,7 @@ def screen_document(count: int, rails: int = 4, *, slow_host: int = 2, slow_pair
     hosts = [host_entry(label[i]) for i in range(count)]
     hosts.append(host_entry(label[count], "timeout", "no answer in 600 s"))
     hosts.append(host_entry(label[count + 1]))
-    return {"schema": "gpudiag.run.fanout/1", "sweep_id": "20261201T000000Z-1ink", "started_at": "2026-12-01T00:00:00Z",
+    return {"schema": "gpudiag.sweep/1", "sweep_id": "20261201T000000Z-1ink", "started_at": "2026-12-01T00:00:00Z",
             "finished_at": "2026-12-01T00:05:00Z", "hosts": hosts, "links": links, "findings": findings,
             "summary": {"hosts_total": count + 2, "hosts_ok": count + 1, "findings": len(findings), "exit_code": 1}}
 

@@ -50,7 +50,7 @@ def sweep_document() -> dict[str, Any]:
     unreachable = {"host": "node003", "status": "unreachable", "error": "node003:22: Connection refused",
                    "duration_s": 3.001, "facts": {}, "results": []}
     return {
-        "schema": "gpudiag.run.fanout/1",
+        "schema": "gpudiag.sweep/1",
         "sweep_id": "20261121T101500Z-3f2a",
         "started_at": "2026-11-21T10:15:00Z",
         "finished_at": "2026-11-21T10:15:41Z",
@@ -244,7 +244,7 @@ def _store_at_version(path: Path, version: int) -> None:
     connection.execute(f"PRAGMA user_version = {version}")
     if version >= 1:
         connection.execute("INSERT INTO sweeps (sweep_id, started_at, document_schema) VALUES ('old', "
-                           "'2025-01-01T00:00:00Z', 'gpudiag.run.fanout/1')")
+                           "'2025-01-01T00:00:00Z', 'gpudiag.sweep/1')")
     connection.close()
 
 
@@ -430,7 +430,7 @@ def _legacy_rows(path: Path, document: dict[str, Any]) -> None:
     connection = sqlite3.connect(path, isolation_level=None)
     sweep_id = document["sweep_id"]
     connection.execute("INSERT INTO sweeps (sweep_id, started_at, finished_at, exit_code, document_schema,"
-                       " summary_json) VALUES (?, ?, ?, 0, 'gpudiag.run.fanout/1', ?)",
+                       " summary_json) VALUES (?, ?, ?, 0, 'gpudiag.sweep/1', ?)",
                        (sweep_id, document["started_at"], document["finished_at"], json.dumps(document["summary"])))
     for ordinal, host in enumerate(document["hosts"]):
         connection.execute("INSERT INTO hosts (sweep_id, host, ordinal, status, error, duration_s, facts_json)"

@@ -65,7 +65,7 @@ def _host(sweep_id: str, name: str, index: int, dtype: str) -> dict[str, Any]:
 def _document(sweep_id: str, started_at: str, dtype: str = "bf16") -> dict[str, Any]:
     """A finished sweep of 8 hosts of 2 GPUs, one pair test and one finding."""
     hosts = [_host(sweep_id, f"node{index:03d}", index, dtype) for index in range(1, 9)]
-    return {"schema": "gpudiag.run.fanout/1", "sweep_id": sweep_id, "started_at": started_at,
+    return {"schema": "gpudiag.sweep/1", "sweep_id": sweep_id, "started_at": started_at,
             "finished_at": started_at, "hosts": hosts,
             "links": [{"a": "node001", "b": "node002", "rail": 0, "backend": "tcp", "metric": "gbps",
                        "value": 9.41, "phase": "screen"}],

@@ -60,7 +60,7 @@ def _host(host: str, sweep: int, *, temperature: int = 41) -> dict[str, Any]:
 
 def _document(sweep: int, hosts: list[dict[str, Any]]) -> dict[str, Any]:
     started = f"2026-11-{sweep + 1:02d}T10:00:00Z"
-    return {"schema": "gpudiag.run.fanout/1", "sweep_id": f"s{sweep}", "started_at": started, "finished_at": started,
+    return {"schema": "gpudiag.sweep/1", "sweep_id": f"s{sweep}", "started_at": started, "finished_at": started,
             "hosts": hosts, "links": [], "findings": [],
             "summary": {"hosts_total": len(hosts), "hosts_ok": len(hosts), "findings": 0, "exit_code": 0}}
 

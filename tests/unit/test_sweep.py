@@ -70,7 +70,7 @@ def test_the_document_follows_the_contract(tmp_path: Path):
     target = tmp_path / "sweep.json"
     write_sweep_json(result, str(target))
     document = json.loads(target.read_text())
-    assert document["schema"] == "gpudiag.run.fanout/1"
+    assert document["schema"] == "gpudiag.sweep/1"
     assert set(document) >= {"sweep_id", "started_at", "finished_at", "hosts", "links", "findings", "summary"}
     assert document["started_at"].endswith("Z") and document["finished_at"] >= document["started_at"]
     first, second = document["hosts"]
