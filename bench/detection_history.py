@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.run.sweep import SweepRequest, run_plan
 from gpudiag.store import Store
-from gpudiag.thresholds import default_thresholds
 from gpudiag.trend import host_trends
 
 NODES = 8

@@ -1,6 +1,6 @@
 """The ``ecc`` rows of bench/detection.py: GPU memory errors planted in a simulated fleet (the
 ``ecc`` fault: gpudiag/sim/memerrors.py) found by a sweep from NVML's ECC and row-remapping
-readings alone (gpudiag.rules).
+readings alone (gpudiag.analysis.rules).
 
 Per trial, 16 nodes, three GPUs chosen by the seed: one with uncorrectable ECC errors since the
 last reset and a remap pending (``ecc`` fail, reset_gpu), one with a row remap pending only

@@ -2,11 +2,11 @@
 by name in the store (its ``baselines`` table), and their JSON form for moving them between stores.
 
 A baseline is built only from results that no finding touched (the store leaves those out), and
-never pools two keys: one entry per key (gpudiag.keys.result_key). The spread is the MAD, the
+never pools two keys: one entry per key (gpudiag.analysis.keys.result_key). The spread is the MAD, the
 median absolute deviation, *unscaled*: median(|x - median(x)|). Multiply it by 1.4826 for a
 standard-deviation estimate under normal noise; the analysis applies its own floor.
 
-Pair tests have an entry per link group (gpudiag.keys.link_key: backend, rail, line rate) over
+Pair tests have an entry per link group (gpudiag.analysis.keys.link_key: backend, rail, line rate) over
 the pairs' figures — a pair's figure is the mean of its runs in one sweep — leaving out tests
 with no figure and pairs that a link finding of that sweep touched (a slow NIC at either end on
 that backend and rail, the pair itself slow or untestable). A file of an older gpudiag, with no
@@ -26,8 +26,8 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from .analysis.keys import LINK_METRIC, LINK_PROBE, LINK_UNIT, hardware_key, link_key
 from .errors import InputError, StoreError
-from .keys import LINK_METRIC, LINK_PROBE, LINK_UNIT, hardware_key, link_key
 from .links.attribution import BACKENDS, pair_means
 from .links.rounds import link_results
 from .links.verdicts import touched_links
@@ -71,7 +71,7 @@ class Baseline:
 
     def same_hardware(self, key: str) -> BaselineEntry | None:
         """For a key the baseline lacks: its entry of the same hardware, probe and parameters
-        under other software (driver, CUDA, torch: gpudiag.keys.hardware_key), the figure the
+        under other software (driver, CUDA, torch: gpudiag.analysis.keys.hardware_key), the figure the
         previous software measured. The one with the most measurements (then the lowest key)
         where there are several; None when there is none or the baseline has ``key`` itself."""
         if key in self.entries:
@@ -106,7 +106,7 @@ def baseline_samples(store: Store, sweep_ids: Sequence[str]) -> Iterator[Baselin
 
 def link_samples(stored: StoredLinks) -> list[BaselineSample]:
     """The pair figures of one stored sweep that may go into a baseline, keyed by link group
-    (gpudiag.keys.link_key): each pair's mean of its runs, in Gbit/s. Tests with no figure are
+    (gpudiag.analysis.keys.link_key): each pair's mean of its runs, in Gbit/s. Tests with no figure are
     left out, and so are pairs a link finding of the sweep touched (a ``slow_nic`` at either end
     on that backend and rail, a ``slow_link`` or ``link_error`` of the pair; see
     gpudiag.links.verdicts.touched_links)."""
@@ -192,7 +192,7 @@ def list_baselines(store: Store) -> list[dict[str, Any]]:
 
 
 def canonical_key(key: Mapping[str, Any]) -> str:
-    """The key string of a decoded key object, in gpudiag.keys.result_key's canonical form."""
+    """The key string of a decoded key object, in gpudiag.analysis.keys.result_key's canonical form."""
     return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 

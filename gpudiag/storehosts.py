@@ -2,7 +2,7 @@
 
 Since schema 3 a host's records are one zlib-compressed JSON array in ``hosts.results_z``
 (about 12 KB for an 8-GPU node's 300 records, instead of some 240 KB as rows), and each compared
-figure — an ok result with a baseline key (gpudiag.keys.result_key) — is also a row of
+figure — an ok result with a baseline key (gpudiag.analysis.keys.result_key) — is also a row of
 ``figures``: the key's id (``result_keys``), the GPU's index and the value, which is all that a
 baseline or a host's history reads. Sweeps stored by schema 1–2 keep their rows in ``results``;
 every reader here takes both.
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .analysis.identity import HostGpus
+from .analysis.keys import result_key
 from .errors import StoreError
-from .keys import result_key
 from .results import device_index
 from .schema.jsonout import dumps as strict_dumps
 

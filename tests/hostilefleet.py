@@ -24,6 +24,7 @@ from typing import Any
 from ClusterShell.NodeSet import NodeSet
 
 from gpudiag.analysis import SweepReader, analyse
+from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.detail import COMPACT, FULL
 from gpudiag.hosts import HostSpec
@@ -34,7 +35,6 @@ from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.run.outcome import HostOutcome
 from gpudiag.run.progress import QuietProgress
 from gpudiag.sim import SimulatedConnector, parse_fleet
-from gpudiag.thresholds import default_thresholds
 from gpudiag.transport import CommandResult
 
 # Eight nodes: as many as min_peers asks for a fleet reference, so the fleet level is in play.

@@ -1,6 +1,6 @@
 """Fleet comparison: from measurements to findings, with evidence, an action, and job impact.
 
-1. Every ok result of a compared probe gets its baseline key (gpudiag.keys); keys never pool,
+1. Every ok result of a compared probe gets its baseline key (gpudiag.analysis.keys); keys never pool,
    and a host without facts has no keys (its results are ``unchecked``, never pooled).
 2. Every key's references (gpudiag.analysis.reference): the fleet's healthy level when ``min_peers``
    distinct hosts have it, the stored baseline, and the SKU figure. A result is judged against
@@ -16,7 +16,7 @@
    gpudiag.analysis.nvlinks); a GPU slow with most of its NVLink partners is the culprit of its pairs, a
    pair slow while both GPUs are fine elsewhere a ``slow_link``; a starved host (its facts) or
    most GPUs of a host slow on one metric make one ``slow_node``; otherwise ``slow_gpu``.
-   Telemetry rules add findings of their own (gpudiag.rules), and so do error counters far
+   Telemetry rules add findings of their own (gpudiag.analysis.rules), and so do error counters far
    above their peers' (PCIe replays, NVLink CRC/replay/recovery errors: gpudiag.analysis.counters);
    NIC ports that are down, trained below their peers' rate or erroring far above them add
    ``nic_port`` (gpudiag.analysis.ports); the xid probe's pending NVML recovery actions and
@@ -44,8 +44,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from ..findings import Finding, unchecked
-from ..sku import wired_nvlinks
-from ..thresholds import Thresholds
 from . import coverage
 from .clocks import typical_clock_costs
 from .counters import PriorCounts, counter_findings
@@ -54,6 +52,7 @@ from .groups import group_shifts, judging_references, shift_findings
 from .identity import HostGpus
 from .nvlinks import WiredLookup, with_wiring
 from .ports import add_prior, port_findings
+from .sku import wired_nvlinks
 from .speed import (
     Context,
     finding_order,
@@ -79,6 +78,7 @@ from .suspects import (
     read_sweep,
     references,
 )
+from .thresholds import Thresholds
 from .xid import xid_findings
 
 __all__ = ["Analysis", "HostReading", "Impact", "Measurement", "PriorCounts", "Suspect", "SweepReader", "analyse",

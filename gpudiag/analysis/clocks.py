@@ -2,7 +2,7 @@
 
 A clocks-event reason (a software power cap, a thermal or hardware slowdown) explains only the
 deficit its own clock drop explains: the GPU's mean SM clock under load against its maximum
-(gpudiag.rules.clock_cost_pct), less what the GPUs behind the reference lose the same way when
+(gpudiag.analysis.rules.clock_cost_pct), less what the GPUs behind the reference lose the same way when
 the reference is their live level (a fleet that all runs at its power limit is not slow against
 itself). A reason active in a few samples still counts for the clock it cost; the rest of a
 deficit is the GPU's.
@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .. import rules
-from ..thresholds import Thresholds
+from . import rules
 from .reference import FLEET
 from .suspects import COMPUTE_PROBES, Measurement, Suspect
+from .thresholds import Thresholds
 
 SLOWING_REASONS = rules.HARDWARE_REASONS + rules.SOFTWARE_REASONS
 

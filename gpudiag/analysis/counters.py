@@ -29,10 +29,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .. import rules
 from ..findings import BASIS_TELEMETRY, WARN, Finding
-from ..thresholds import Thresholds
+from . import rules
 from .reference import weighted_median
+from .thresholds import Thresholds
 
 Telemetry = Mapping[str, Mapping[str, rules.GpuTelemetry]]
 COUNT, GROWTH = "count", "growth"

@@ -32,9 +32,9 @@ from ..findings import (
 )
 from ..hosts import fold_hosts
 from ..results import device_index
-from ..rules import action
-from ..thresholds import Thresholds
 from .identity import HostGpus
+from .rules import action
+from .thresholds import Thresholds
 
 # Probes that need a GPU; on a host without one their skips are expected, not gaps.
 GPU_PROBES = frozenset({"telemetry", "p2p", "pcie", "smclock"})

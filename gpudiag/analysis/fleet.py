@@ -9,13 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import rules
 from ..findings import BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
 from ..hosts import fold_hosts
-from ..thresholds import Thresholds
+from . import rules
 from .identity import HostGpus
 from .reference import KeyReferences
 from .suspects import Measurement, Suspect
+from .thresholds import Thresholds
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .. import rules
 from ..findings import BASIS_SINGLE_RUN, FAIL, WARN, Finding
 from ..hosts import fold_hosts
-from ..keys import hardware_key, software_change
-from ..thresholds import Thresholds
+from . import rules
+from .keys import hardware_key, software_change
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SKU, KeyReferences, Reference, spread
 from .suspects import COMPUTE_PROBES, BaselineLookup, Measurement
+from .thresholds import Thresholds
 
 # A group of fewer hosts that is low is its hosts' own findings (a 2-node job with one slow node).
 MIN_GROUP_HOSTS = 3

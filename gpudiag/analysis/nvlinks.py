@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 
-from ..rules import WIRED_BY_PEERS, WIRED_BY_SKU, GpuTelemetry, NvlinkWiring
+from .rules import WIRED_BY_PEERS, WIRED_BY_SKU, GpuTelemetry, NvlinkWiring
 
 # GPU model -> how many NVLinks it wires, or None for a model the SKU table lacks.
 WiredLookup = Callable[[str | None], int | None]

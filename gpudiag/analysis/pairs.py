@@ -15,9 +15,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..thresholds import Thresholds
 from .reference import KeyReferences
 from .suspects import Measurement, Suspect
+from .thresholds import Thresholds
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import rules
 from ..findings import BASIS_TELEMETRY, FAIL, WARN, Finding
-from ..thresholds import Thresholds
+from . import rules
 from .counters import COUNT, GROWTH, PeerCounts, PriorCounts, counter_evidence
+from .thresholds import Thresholds
 
 PROBE, METRIC = "telemetry", "nic_port"
 IB, ETHERNET = "ib", "ethernet"

@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..thresholds import Thresholds
+from .thresholds import Thresholds
 
 MAD_TO_SIGMA = 1.4826
 # The median of |x - mean| over the upper half of a normal sample, in sigmas.

@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..thresholds import Thresholds
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SIBLINGS, KeyReferences, Reference
+from .thresholds import Thresholds
 
 if TYPE_CHECKING:  # suspects.py imports this module
     from .suspects import Measurement

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import rules
 from ..findings import (
     BASIS_ERROR_RECORD,
     BASIS_FACTS,
@@ -23,12 +22,12 @@ from ..findings import (
     Finding,
     cost_order,
 )
-from ..thresholds import Thresholds
-from . import clocks, coverage
+from . import clocks, coverage, rules
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .pairs import Pair, attribute_pairs
 from .reference import SKU, KeyReferences
 from .suspects import COMPUTE_PROBES, HOST_DEVICES, Measurement, Suspect, sibling_judged
+from .thresholds import Thresholds
 
 
 def finding_order(finding: Finding) -> tuple[Any, ...]:

@@ -10,17 +10,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from .. import rules
 from ..findings import Finding
-from ..keys import COMPARED_PROBES, host_keys
 from ..results import device_index
-from ..sku import FloorKey, floor_key, floors_for
-from ..thresholds import Thresholds
-from . import coverage
+from . import coverage, rules
 from .identity import GpuIdentity, HostGpus
+from .keys import COMPARED_PROBES, host_keys
 from .ports import Port, read_ports
 from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references, pool_spreads
 from .siblings import HostGroups, siblings_alone
+from .sku import FloorKey, floor_key, floors_for
+from .thresholds import Thresholds
 
 COMPUTE_PROBES = ("gemm", "smclock", "membw")
 HOST_DEVICES = ("cpu", "host")

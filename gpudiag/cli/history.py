@@ -12,9 +12,10 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from ..analysis.keys import LINK_UNIT
+from ..analysis.thresholds import load_thresholds
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..keys import LINK_UNIT
 from ..links.attribution import HostLinkFigures, host_link_figures
 from ..links.rounds import link_results
 from ..repairs import Repair, host_repairs, operator_name, record_repair
@@ -22,7 +23,6 @@ from ..schema.jsonout import dumps as strict_dumps
 from ..store import Store
 from ..storeschema import refuse_unusable
 from ..tables import Column, TableSpec, fit_table, make_console, print_tables
-from ..thresholds import load_thresholds
 from ..trend import MIN_FIT_SWEEPS, FigureTrend, HostTrends, degradation_words, figure_name, host_trends, unfitted_words
 from .options import WIDER_HINT, store_location, store_option
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from ..analysis.keys import LINK_PROBE, describe_key
 from ..baseline import (
     Baseline,
     baseline_samples,
@@ -24,7 +25,6 @@ from ..baseline import (
 )
 from ..errors import InputError, read_json_file
 from ..exitcodes import ExitCode
-from ..keys import LINK_PROBE, describe_key
 from ..report import render_report, write_report
 from ..schema.jsonout import dumps as strict_dumps
 from ..store import Store

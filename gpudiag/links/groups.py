@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..analysis.keys import link_key
 from ..analysis.reference import MAD_TO_SIGMA, fleet_reference
-from ..keys import link_key
-from ..thresholds import Thresholds
+from ..analysis.thresholds import Thresholds
 from .schedule import Pair, pair_key
 
 BACKENDS = ("tcp", "nccl", "perftest")
@@ -101,7 +101,7 @@ class LinkGroup:
 
     @property
     def baseline_key(self) -> str:
-        """The group's key in a stored baseline (gpudiag.keys.link_key)."""
+        """The group's key in a stored baseline (gpudiag.analysis.keys.link_key)."""
         return link_key(self.backend, self.rail, self.line_rate_gbps)
 
 

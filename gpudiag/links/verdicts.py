@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.rules import action
 from ..findings import BASIS_COMPARISON, BASIS_ERROR_RECORD, BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
 from ..hosts import fold_hosts
-from ..rules import action
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
 from .groups import GroupReference, pct_text, rate_text
 from .schedule import Pair, pair_key

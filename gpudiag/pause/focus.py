@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.thresholds import Thresholds
 from ..errors import InputError
 from ..hosts import HostSpec, fold_hosts, load_hosts
-from ..thresholds import Thresholds
 
 DEFAULT_REFERENCE_PEERS = 2
 RANK_PREFIX = "rank:"

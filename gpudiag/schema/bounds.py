@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from ..analysis.sku import SM_FMA_RATIO, Sku, load_skus
 from ..errors import InstallationError
-from ..sku import SM_FMA_RATIO, Sku, load_skus
 
 HOST_DEVICES = ("cpu", "host")
 

@@ -15,7 +15,7 @@ analysis see only the records, and must find the faults from them.
 - ``connector``: ``SimulatedConnector`` and ``SimulatedSession``, the transport.
 """
 
-from ..sku import Sku, SkuTable, load_skus
+from ..analysis.sku import Sku, SkuTable, load_skus
 from .connector import SimulatedConnector, SimulatedSession
 from .faults import Fault
 from .fleet import SimulatedFleet

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..sku import Sku, SkuTable
+from ..analysis.sku import Sku, SkuTable
 from .memerrors import ECC_FIELDS, MemoryErrors, ecc_fields
 from .nicports import nic_port_fields
 from .nodespecs import NodeSpec

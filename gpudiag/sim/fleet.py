@@ -73,7 +73,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..sku import Sku, SkuTable, load_skus
+from ..analysis.sku import Sku, SkuTable, load_skus
 from .faults import DEFAULT_PROBE_ERROR, NVLINK_COUNTER_KEYS, THROTTLE_REASON_BITS, Fault
 from .fleetfile import Fleet
 from .nicports import port_faults

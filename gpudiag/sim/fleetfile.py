@@ -14,9 +14,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..analysis.sku import SkuTable, load_skus
 from ..errors import InputError
 from ..hosts import HostSpec
-from ..sku import SkuTable, load_skus
 from .faults import Fault, check_faults
 from .nodespecs import MAX_NODES, NodeSpec, default_spec, node_specs
 from .reader import FieldReader

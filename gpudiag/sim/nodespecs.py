@@ -21,7 +21,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 
-from ..sku import SkuTable
+from ..analysis.sku import SkuTable
 from .reader import ABSENT, FieldReader, join_path, json_type
 
 MAX_NODES = 100_000

@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..sku import Sku
+from ..analysis.sku import Sku
 from .records import not_ok, record
 from .state import GpuState, NodeState, Throttle
 

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ..sku import Sku
+from ..analysis.sku import Sku
 from .memerrors import MemoryErrors
 from .nicports import PortFault
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.fleet import NOT_EXCLUDING
+from ..analysis.rules import SERVICE_VERBS
 from ..findings import FAIL, Finding
 from ..hosts import fold_hosts
-from ..rules import SERVICE_VERBS
 from .commands import NoTimeLeft, SlurmCommandError, run_slurm, time_left_s
 from .nodes import query_nodes
 from .reason import MAX_REASON_CHARS, REASON_PREFIX, drain_reason, finding_words

@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from ..analysis import Analysis, analyse, prior_counts
 from ..analysis.speed import not_retested
+from ..analysis.thresholds import Thresholds, load_thresholds
 from ..baseline import Baseline, list_baselines, load_baseline
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
@@ -37,7 +38,6 @@ from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
 from ..sim import SimulatedConnector, load_fleet
 from ..store import Store, default_store_path
-from ..thresholds import Thresholds, load_thresholds
 from ..transport.fleet import FleetConnector
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions, resolve_all

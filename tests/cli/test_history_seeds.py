@@ -13,12 +13,12 @@ import io
 import json
 from pathlib import Path
 
+from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.run.sweep import SweepRequest, run_plan
 from gpudiag.store import Store
-from gpudiag.thresholds import default_thresholds
 from gpudiag.trend import host_trends
 
 HOSTS = ("node0001", "node0002", "node0003", "node0004")

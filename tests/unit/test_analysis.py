@@ -5,8 +5,8 @@ import random
 from types import SimpleNamespace
 
 from gpudiag.analysis import analyse
-from gpudiag.keys import result_key
-from gpudiag.thresholds import default_thresholds
+from gpudiag.analysis.keys import result_key
+from gpudiag.analysis.thresholds import default_thresholds
 
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
         "cuda_version": "12.4", "torch_version": "2.4.0", "gpu_count": 8, "cpu_count": 224,
@@ -384,7 +384,7 @@ def test_job_impact_and_exclusions():
 
 
 def test_a_thresholds_file_overrides_a_subset_and_keeps_the_other_defaults(tmp_path):
-    from gpudiag.thresholds import load_thresholds
+    from gpudiag.analysis.thresholds import load_thresholds
 
     path = tmp_path / "t.json"
     path.write_text('{"schema": "gpudiag.thresholds/1", "deficit_fail": {"value": 12.5, "unit": "percent"}}')

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpudiag.analysis.keys import result_key
 from gpudiag.baseline import (
     BASELINE_SCHEMA,
     Baseline,
@@ -24,7 +25,6 @@ from gpudiag.baseline import (
     save_baseline,
 )
 from gpudiag.errors import InputError, StoreError
-from gpudiag.keys import result_key
 from gpudiag.store import BaselineSample, Store
 
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",

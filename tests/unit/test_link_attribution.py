@@ -315,8 +315,8 @@ def test_thresholds_are_checked():
 
 
 def test_link_thresholds_come_from_the_thresholds_file_and_an_override_reaches_them(tmp_path):
+    from gpudiag.analysis.thresholds import load_thresholds
     from gpudiag.links.attribution import link_thresholds
-    from gpudiag.thresholds import load_thresholds
 
     assert link_thresholds(load_thresholds(None)) == LinkThresholds()
     path = tmp_path / "t.json"

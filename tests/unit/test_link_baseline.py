@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from gpudiag.analysis.keys import describe_key, link_key
 from gpudiag.baseline import (
     Baseline,
     baseline_samples,
@@ -26,7 +27,6 @@ from gpudiag.baseline import (
 )
 from gpudiag.cli.main import main
 from gpudiag.errors import InputError, StoreError
-from gpudiag.keys import describe_key, link_key
 from gpudiag.links import LinkResult, Round, attribute_links, full_rounds, screen_rounds
 from gpudiag.links.rounds import LinkRecord, run_links
 from gpudiag.links.simulated import SimulatedPairRunner

@@ -235,7 +235,7 @@ def test_a_node_printing_a_hundred_gpus_with_a_link_down_cannot_make_that_link_u
     one node reading link 2 inactive must not outvote the fleet, where link 2 is up and one GPU's
     is down (a real nvlink_down)."""
     from gpudiag.analysis.nvlinks import with_wiring
-    from gpudiag.rules import GpuTelemetry, Reading, nvlink_down
+    from gpudiag.analysis.rules import GpuTelemetry, Reading, nvlink_down
 
     def gpu(host: str, uuid: str, down: set[int]) -> GpuTelemetry:
         links = [{"link": link, "state": "down" if link in down else "up"} for link in range(4)]

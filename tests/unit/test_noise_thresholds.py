@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpudiag.analysis import analyse
+from gpudiag.analysis.thresholds import default_thresholds, load_thresholds
 from gpudiag.errors import InputError
-from gpudiag.thresholds import default_thresholds, load_thresholds
 
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
         "cuda_version": "12.4", "torch_version": "2.4.0", "gpu_count": 8, "cpu_count": 224,

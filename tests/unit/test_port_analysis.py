@@ -8,8 +8,8 @@ import copy
 from typing import Any
 
 from gpudiag.analysis import analyse
+from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.sim.nicports import PortFault, port_records
-from gpudiag.thresholds import default_thresholds
 
 HOSTS = [f"node{i:03d}" for i in range(1, 5)]
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpudiag.analysis.reference import fleet_reference, key_references
-from gpudiag.thresholds import default_thresholds
+from gpudiag.analysis.thresholds import default_thresholds
 
 
 def _fleet(slow_share: float, deficit: float, seed: int = 1, count: int = 512) -> list[float]:

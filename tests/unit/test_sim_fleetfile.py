@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from simfleet import one, run_node, small_fleet
 
+from gpudiag.analysis.sku import floor_key, floors_for
 from gpudiag.errors import InputError
 from gpudiag.exitcodes import ExitCode
 from gpudiag.sim import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet, load_skus, parse_fleet
-from gpudiag.sku import floor_key, floors_for
 from probes.gemm import GPU_SIZES
 
 # ------------------------------------------------------------------------------ the fleet file

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from gpudiag.analysis.keys import result_key
 from gpudiag.errors import StoreError
 from gpudiag.exitcodes import ExitCode
 from gpudiag.findings import Finding
-from gpudiag.keys import result_key
 from gpudiag.results import ProbeResult
 from gpudiag.run.fanout import HostOutcome
 from gpudiag.store import Store, default_store_path

@@ -10,8 +10,8 @@ import pytest
 
 from gpudiag.analysis import analyse
 from gpudiag.analysis.counters import PeerCounts
+from gpudiag.analysis.thresholds import default_thresholds, load_thresholds
 from gpudiag.errors import InputError
-from gpudiag.thresholds import default_thresholds, load_thresholds
 
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
         "cuda_version": "12.4", "torch_version": "2.4.0", "gpu_count": 8, "cpu_count": 224,
@@ -249,7 +249,7 @@ def test_counter_thresholds_are_data_with_units(tmp_path):
 
 
 def test_the_collector_keeps_every_nvlink_as_nvml_listed_it_whatever_the_mix_of_states() -> None:
-    from gpudiag.rules import TelemetryCollector
+    from gpudiag.analysis.rules import TelemetryCollector
 
     links = [{"link": index, "state": "up", "nvml_version_code": 4, "speed_mbyte_per_s": 26562, "crc_errors": 0,
               "replay_errors": 0, "recovery_errors": None} for index in range(18)]

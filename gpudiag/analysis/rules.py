@@ -11,11 +11,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .findings import DRAIN, FAIL, INSPECT, REBOOT, RESET_GPU, WARN, WATCH
-from .results import device_index
+from ..findings import DRAIN, FAIL, INSPECT, REBOOT, RESET_GPU, WARN, WATCH
+from ..results import device_index
 
 if TYPE_CHECKING:
-    from .analysis.identity import HostGpus
+    from .identity import HostGpus
 
 # Clocks-event reasons that mean the hardware slowed the GPU down (a fail under load), and the
 # software ones worth a warning; the rest (idle, application clocks, sync boost) are normal.
@@ -188,7 +188,7 @@ class GpuTelemetry:
 @dataclass(frozen=True)
 class RuleFinding:
     """A telemetry finding before it is merged with speed findings of the same GPU; ``cause``
-    picks its action (gpudiag.rules.ACTIONS)."""
+    picks its action (gpudiag.analysis.rules.ACTIONS)."""
 
     kind: str
     severity: str

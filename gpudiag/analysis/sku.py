@@ -1,7 +1,7 @@
 """Per-SKU figures (gpudiag/data/sku.json): what a healthy GPU of a model measures, so a lone
 node with no peers and no stored baseline is still judged against something.
 
-The floor of a figure is the figure times the ``sku_floor`` threshold (gpudiag.thresholds).
+The floor of a figure is the figure times the ``sku_floor`` threshold (gpudiag.analysis.thresholds).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from .errors import InstallationError
+from ..errors import InstallationError
 
 FloorKey = tuple[str, str, str]
 # The buffer (MiB) each copy probe's SKU figure describes: the probes' largest (probes/membw.py,

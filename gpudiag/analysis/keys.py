@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .schema.jsonout import dumps as strict_dumps
+from ..schema.jsonout import dumps as strict_dumps
 
 # Probes whose figures are compared with peers and baselines; telemetry has rules of its own.
 COMPARED_PROBES = frozenset({"gemm", "membw", "p2p", "pcie", "smclock"})

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any
 
-from .errors import InputError, read_json_file
+from ..errors import InputError, read_json_file
 
 SCHEMA = "gpudiag.thresholds/1"
 # JSON key -> (dataclass field, unit, whether it must be a whole number)
