@@ -66,12 +66,12 @@ from detection_links import LINK_SCENARIOS, link_builders  # noqa: E402
 from detection_memory import MEMORY_SCENARIOS, memory_builders  # noqa: E402
 from detection_siblings import SIBLING_SCENARIOS, healthy_at_fail, scenario_cvs, sibling_builders  # noqa: E402
 
-from gpudiag.baseline import baseline_samples, build_baseline, save_baseline  # noqa: E402
 from gpudiag.run.fanout import SweepOptions  # noqa: E402
 from gpudiag.run.nodeprobe import ProbeOptions  # noqa: E402
 from gpudiag.run.progress import QuietProgress  # noqa: E402
 from gpudiag.run.sweep import SweepRequest, run_plan  # noqa: E402
-from gpudiag.store import Store  # noqa: E402
+from gpudiag.store.baselines import baseline_samples, build_baseline, save_baseline  # noqa: E402
+from gpudiag.store.store import Store  # noqa: E402
 
 SIZED_KINDS = ("slow_gpu", "throttled", "slow_node")  # faults with a slowdown factor
 FIXED_KINDS = ("degraded_pcie", "nvlink_down")  # faults that are a state, not a size

@@ -1,5 +1,5 @@
 """The ``history`` rows of bench/detection.py: slow degradation found by ``gpudiag history``'s trend
-(gpudiag.trend) over successive simulated sweeps.
+(gpudiag.store.trend) over successive simulated sweeps.
 
 An 8-node fleet is swept once per factor, each sweep with a fleet seed of its own (fresh noise
 at the row's CV), through the real pipeline into the real Store; one GPU of one node (chosen by
@@ -26,8 +26,8 @@ from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.run.sweep import SweepRequest, run_plan
-from gpudiag.store import Store
-from gpudiag.trend import host_trends
+from gpudiag.store.store import Store
+from gpudiag.store.trend import host_trends
 
 NODES = 8
 GPUS = 8

@@ -81,7 +81,7 @@ class Thresholds:
     ``gpudiag history`` calls a host's figure (the median of its GPUs, or one GPU's) a slow
     degradation when, over at least ``history_min_sweeps`` of its sweeps since its last repair,
     a robust line through them falls ``history_degradation_pct`` or more, its slope at least
-    ``history_slope_z`` standard errors below flat against the sweeps' scatter (gpudiag.trend)."""
+    ``history_slope_z`` standard errors below flat against the sweeps' scatter (gpudiag.store.trend)."""
 
     robust_z: float
     deficit_warn_pct: float

@@ -1,6 +1,6 @@
 """``gpudiag history``: the stored sweeps, or one host's figures and pair figures across them,
-their trend since its last repair and any slow degradation (gpudiag.trend); ``--repaired``
-records a repair (gpudiag.repairs)."""
+their trend since its last repair and any slow degradation (gpudiag.store.trend); ``--repaired``
+records a repair (gpudiag.store.repairs)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,20 @@ from ..errors import InputError
 from ..exitcodes import ExitCode
 from ..links.attribution import HostLinkFigures, host_link_figures
 from ..links.rounds import link_results
-from ..repairs import Repair, host_repairs, operator_name, record_repair
 from ..schema.jsonout import dumps as strict_dumps
-from ..store import Store
-from ..storeschema import refuse_unusable
+from ..store.repairs import Repair, host_repairs, operator_name, record_repair
+from ..store.schema import refuse_unusable
+from ..store.store import Store
+from ..store.trend import (
+    MIN_FIT_SWEEPS,
+    FigureTrend,
+    HostTrends,
+    degradation_words,
+    figure_name,
+    host_trends,
+    unfitted_words,
+)
 from ..tables import Column, TableSpec, fit_table, make_console, print_tables
-from ..trend import MIN_FIT_SWEEPS, FigureTrend, HostTrends, degradation_words, figure_name, host_trends, unfitted_words
 from .options import WIDER_HINT, store_location, store_option
 
 

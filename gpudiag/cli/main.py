@@ -40,7 +40,7 @@ from ..schema.jsonout import dumps as strict_dumps
 from ..sim import demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
-from ..store import default_store_path
+from ..store.store import default_store_path
 from ..tables import make_console
 from ..transport.bounded import OutputLimits
 from ..transport.local import LocalSession

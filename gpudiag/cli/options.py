@@ -9,7 +9,7 @@ from collections.abc import Callable
 import click
 
 from ..errors import InputError
-from ..store import default_store_path
+from ..store.store import default_store_path
 from ..transport.bounded import KIB, MIB, OutputLimits
 
 # Where a table leaves out columns for want of room, its caption says so and how to see them.
@@ -101,5 +101,5 @@ def judging_options(function: click.decorators.FC) -> click.decorators.FC:
 
 
 def store_location(store_path: str | None) -> str:
-    """``--store``'s path, else the default store's (gpudiag.store.default_store_path)."""
+    """``--store``'s path, else the default store's (gpudiag.store.store.default_store_path)."""
     return store_path or str(default_store_path(os.environ))

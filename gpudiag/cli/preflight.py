@@ -28,7 +28,7 @@ from ..run.progress import make_progress
 from ..schema.jsonout import dumps as strict_dumps
 from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
-from ..store import default_store_path
+from ..store.store import default_store_path
 from ..tables import make_console
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions

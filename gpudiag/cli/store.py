@@ -13,7 +13,11 @@ import click
 from rich.table import Table
 
 from ..analysis.keys import LINK_PROBE, describe_key
-from ..baseline import (
+from ..errors import InputError, read_json_file
+from ..exitcodes import ExitCode
+from ..report import render_report, write_report
+from ..schema.jsonout import dumps as strict_dumps
+from ..store.baselines import (
     Baseline,
     baseline_samples,
     build_baseline,
@@ -23,12 +27,8 @@ from ..baseline import (
     load_baseline,
     save_baseline,
 )
-from ..errors import InputError, read_json_file
-from ..exitcodes import ExitCode
-from ..report import render_report, write_report
-from ..schema.jsonout import dumps as strict_dumps
-from ..store import Store
-from ..storeprune import PruneResult, check_rules, open_for_prune, prune
+from ..store.prune import PruneResult, check_rules, open_for_prune, prune
+from ..store.store import Store
 from ..tables import Column, TableSpec, fit_table, make_console, print_tables
 from .history import history  # noqa: F401 - gpudiag.cli.main registers it from here
 from .options import WIDER_HINT, store_location, store_option

@@ -195,7 +195,7 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
     """Verdicts from link ``results`` (any order; screen, confirm and full runs together — a
     re-test of a pair is one more run of it), against the fleet, the line rate and, for the
     groups it has an entry for (``LinkGroup.baseline_key``), the stored ``baseline`` (e.g. a
-    gpudiag.baseline.Baseline). See the module docstring for the rules."""
+    gpudiag.store.baselines.Baseline). See the module docstring for the rules."""
     figures: dict[LinkGroup, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
     failures: dict[tuple[str, int | None, Pair], set[str]] = defaultdict(set)
     own: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # host -> partner -> reasons

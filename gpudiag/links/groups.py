@@ -106,7 +106,7 @@ class LinkGroup:
 
 
 class BaselineFigure(Protocol):
-    """A stored baseline's entry (gpudiag.baseline.BaselineEntry): the median and unscaled MAD
+    """A stored baseline's entry (gpudiag.store.baselines.BaselineEntry): the median and unscaled MAD
     of ``count`` pair figures, in Gbit/s."""
 
     @property
@@ -120,7 +120,7 @@ class BaselineFigure(Protocol):
 
 
 class LinkBaseline(Protocol):
-    """A stored baseline (gpudiag.baseline.Baseline): its ``name`` and an entry per key."""
+    """A stored baseline (gpudiag.store.baselines.Baseline): its ``name`` and an entry per key."""
 
     @property
     def name(self) -> str: ...

@@ -107,7 +107,7 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     order): ``screen`` (two rounds forming a cycle of ``stride``, then confirm rounds; a stride
     beyond ⌊N/2⌋ for the hosts left wraps around) or ``full`` (the round-robin, then confirm
     rounds); ``none`` runs nothing. Every attribution also judges against ``baseline`` (a
-    gpudiag.baseline.Baseline; its link entries) where given. ``deadline`` (time.monotonic()):
+    gpudiag.store.baselines.Baseline; its link entries) where given. ``deadline`` (time.monotonic()):
     no round starts after it, and a round still running at it is ended; the run is then
     ``cut_short``, with what finished and no verdicts. Raises ValueError for another mode."""
     if mode not in MODES:

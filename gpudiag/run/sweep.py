@@ -25,7 +25,6 @@ from typing import Any, TextIO
 from ..analysis import Analysis, SweepReader, analyse, prior_counts
 from ..analysis.speed import not_retested
 from ..analysis.thresholds import Thresholds, load_thresholds
-from ..baseline import Baseline, list_baselines, load_baseline
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError, StoreError
 from ..findings import Finding, unchecked
@@ -43,7 +42,8 @@ from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
 from ..report.phrasing import plural
 from ..sim import SimulatedConnector, load_fleet
 from ..slurm.launcher import slurm_connector
-from ..store import Store
+from ..store.baselines import Baseline, list_baselines, load_baseline
+from ..store.store import Store
 from ..transport import TransportError
 from ..transport.fdlimit import plan_open_files
 from ..transport.fleet import FleetConnector

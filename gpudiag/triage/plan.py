@@ -27,7 +27,6 @@ from typing import Any, TextIO
 from ..analysis import Analysis, analyse, prior_counts
 from ..analysis.speed import not_retested
 from ..analysis.thresholds import Thresholds, load_thresholds
-from ..baseline import Baseline, list_baselines, load_baseline
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
 from ..hosts import HostSpec, load_hosts
@@ -37,7 +36,8 @@ from ..run.nodeprobe import DEFAULT_PROBE_NAMES, ProbeOptions
 from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
 from ..sim import SimulatedConnector, load_fleet
-from ..store import Store, default_store_path
+from ..store.baselines import Baseline, list_baselines, load_baseline
+from ..store.store import Store, default_store_path
 from ..transport.fleet import FleetConnector
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions, resolve_all

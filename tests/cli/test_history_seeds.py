@@ -5,7 +5,7 @@ latest rule this replaced flagged a GPU losing 2 % a sweep in 1 of 3 seeds.
 
 Each sweep goes into a store of its own (a store orders sweeps by their start time in whole seconds,
 and these take a fraction of one); the host's rows are then read back from each store as
-``Store.host_history`` gives them, and judged by ``gpudiag.trend.host_trends``."""
+``Store.host_history`` gives them, and judged by ``gpudiag.store.trend.host_trends``."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.run.sweep import SweepRequest, run_plan
-from gpudiag.store import Store
-from gpudiag.trend import host_trends
+from gpudiag.store.store import Store
+from gpudiag.store.trend import host_trends
 
 HOSTS = ("node0001", "node0002", "node0003", "node0004")
 DECLINE = (None, 0.98, 0.96, 0.94, 0.92)  # GPU 3 of node0002: healthy, then 2 % less each sweep

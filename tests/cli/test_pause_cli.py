@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from gpudiag.cli.main import main
 from gpudiag.exitcodes import ExitCode
 from gpudiag.pause import PAUSE_BUDGET_S, pause_budget_s
-from gpudiag.store import Store
+from gpudiag.store.store import Store
 
 NODES = 8
 HOSTS = [f"node{index:03d}" for index in range(1, NODES + 1)]

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gpudiag.baseline import load_baseline
 from gpudiag.cli.main import main
-from gpudiag.store import Store
-from gpudiag.storeschema import SCHEMA_VERSION
+from gpudiag.store.baselines import load_baseline
+from gpudiag.store.schema import SCHEMA_VERSION
+from gpudiag.store.store import Store
 
 # Every table that holds a sweep's rows.
 TABLES = ("sweeps", "hosts", "results", "figures", "links", "findings")

@@ -10,7 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from gpudiag.cli.main import main
-from gpudiag.store import Store
+from gpudiag.store.store import Store
 
 FAST = ("--probes", "gemm,telemetry", "--duration", "0.2")
 

@@ -15,7 +15,7 @@ from sshd_hosts import SshdFleet, interrupt_in_second_link_round
 
 from gpudiag.bundle import locate_bundle
 from gpudiag.cli.main import main
-from gpudiag.store import Store
+from gpudiag.store.store import Store
 
 
 def _setup(fleet: SshdFleet, tmp_path: Path, known=None, extra=None, names=None) -> dict[str, Path]:

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gpudiag.analysis.keys import result_key
-from gpudiag.baseline import (
+from gpudiag.errors import InputError, StoreError
+from gpudiag.store.baselines import (
     BASELINE_SCHEMA,
     Baseline,
     BaselineEntry,
@@ -24,8 +25,7 @@ from gpudiag.baseline import (
     median_absolute_deviation,
     save_baseline,
 )
-from gpudiag.errors import InputError, StoreError
-from gpudiag.store import BaselineSample, Store
+from gpudiag.store.store import BaselineSample, Store
 
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
         "cuda_version": "12.4", "torch_version": "2.4.1"}

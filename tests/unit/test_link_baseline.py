@@ -15,7 +15,14 @@ import pytest
 from click.testing import CliRunner
 
 from gpudiag.analysis.keys import describe_key, link_key
-from gpudiag.baseline import (
+from gpudiag.cli.main import main
+from gpudiag.errors import InputError, StoreError
+from gpudiag.links import LinkResult, Round, attribute_links, full_rounds, screen_rounds
+from gpudiag.links.rounds import LinkRecord, run_links
+from gpudiag.links.simulated import SimulatedPairRunner
+from gpudiag.links.verdicts import link_findings, touched_links
+from gpudiag.sim import SimulatedFleet, parse_fleet
+from gpudiag.store.baselines import (
     Baseline,
     baseline_samples,
     build_baseline,
@@ -25,14 +32,7 @@ from gpudiag.baseline import (
     median_absolute_deviation,
     save_baseline,
 )
-from gpudiag.cli.main import main
-from gpudiag.errors import InputError, StoreError
-from gpudiag.links import LinkResult, Round, attribute_links, full_rounds, screen_rounds
-from gpudiag.links.rounds import LinkRecord, run_links
-from gpudiag.links.simulated import SimulatedPairRunner
-from gpudiag.links.verdicts import link_findings, touched_links
-from gpudiag.sim import SimulatedFleet, parse_fleet
-from gpudiag.store import BaselineSample, Store
+from gpudiag.store.store import BaselineSample, Store
 
 TCP = link_key("tcp", None, None)
 RAIL0, RAIL1 = link_key("perftest", 0, 400.0), link_key("perftest", 1, 400.0)

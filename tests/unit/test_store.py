@@ -20,8 +20,8 @@ from gpudiag.exitcodes import ExitCode
 from gpudiag.findings import Finding
 from gpudiag.results import ProbeResult
 from gpudiag.run.fanout import HostOutcome
-from gpudiag.store import Store, default_store_path
-from gpudiag.storeschema import MIGRATIONS, SCHEMA_VERSION
+from gpudiag.store.schema import MIGRATIONS, SCHEMA_VERSION
+from gpudiag.store.store import Store, default_store_path
 
 FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "driver": "550.54.15",
          "driver_version": "550.54.15", "cuda_version": "12.4", "torch_version": "2.4.1", "gpu_memory_mib": 81559}

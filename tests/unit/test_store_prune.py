@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from gpudiag.baseline import baseline_samples, build_baseline, load_baseline, save_baseline
 from gpudiag.errors import InputError, StoreError
-from gpudiag.store import Store
-from gpudiag.storeprune import PruneResult, open_for_prune, parse_time, prune
+from gpudiag.store.baselines import baseline_samples, build_baseline, load_baseline, save_baseline
+from gpudiag.store.prune import PruneResult, open_for_prune, parse_time, prune
+from gpudiag.store.store import Store
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "driver": "550.54.15",

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from gpudiag.errors import StoreError
-from gpudiag.store import Store
-from gpudiag.storeprune import prune
+from gpudiag.store.prune import prune
+from gpudiag.store.store import Store
 
 GPUS = 8
 

@@ -1,4 +1,4 @@
-"""The trend of a figure over stored sweeps (gpudiag.trend): a robust line through every sweep,
+"""The trend of a figure over stored sweeps (gpudiag.store.trend): a robust line through every sweep,
 its fitted change against the threshold, and the per-sweep noise deciding whether its slope is
 real. Series are built as ``Store.host_history`` rows, newest first."""
 
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from gpudiag.trend import fit_trend, host_trends, pooled_noise, theil_sen
+from gpudiag.store.trend import fit_trend, host_trends, pooled_noise, theil_sen
 
 LEVEL = 740.0  # TFLOP/s
 

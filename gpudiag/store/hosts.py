@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .analysis.identity import HostGpus
-from .analysis.keys import result_key
-from .errors import StoreError
-from .results import device_index
-from .schema.jsonout import dumps as strict_dumps
+from ..analysis.identity import HostGpus
+from ..analysis.keys import result_key
+from ..errors import StoreError
+from ..results import device_index
+from ..schema.jsonout import dumps as strict_dumps
 
 # zlib level 6: records are written once per sweep and read rarely; a smaller file wins.
 _LEVEL = 6

@@ -4,7 +4,7 @@ A GPU that loses a little speed every week never looks slow against its fleet in
 (it stays within the noise), yet costs the job more each week. ``host_trends`` follows each
 figure of a host (a metric with the parameters that name it, e.g. ``gemm.tflops bf16``; GPU
 pairs and buffer sizes folded) over its sweeps, oldest to newest: the median of its GPUs, and
-each GPU on its own. A trend starts after the latest repair that covers it (gpudiag.repairs):
+each GPU on its own. A trend starts after the latest repair that covers it (gpudiag.store.repairs):
 a whole-host repair restarts every trend, a GPU's repair that GPU's.
 
 A trend rests on every sweep of its window, not on its first and latest alone (one noisy end

@@ -26,11 +26,11 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from .analysis.keys import LINK_METRIC, LINK_PROBE, LINK_UNIT, hardware_key, link_key
-from .errors import InputError, StoreError
-from .links.attribution import BACKENDS, pair_means
-from .links.rounds import link_results
-from .links.verdicts import touched_links
+from ..analysis.keys import LINK_METRIC, LINK_PROBE, LINK_UNIT, hardware_key, link_key
+from ..errors import InputError, StoreError
+from ..links.attribution import BACKENDS, pair_means
+from ..links.rounds import link_results
+from ..links.verdicts import touched_links
 from .store import BaselineSample, Store, StoredLinks
 
 BASELINE_SCHEMA = "gpudiag.baseline/1"

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from .errors import InputError, StoreError
+from ..errors import InputError, StoreError
+from .hosts import release_bases
+from .schema import refuse_unusable
 from .store import Store
-from .storehosts import release_bases
-from .storeschema import refuse_unusable
 
 # An unfinished sweep started within this long is taken to be running (another gpudiag is
 # writing it); an older one was interrupted and is a leftover.

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import StoreError
+from ..errors import StoreError
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -20,11 +20,11 @@ BUSY_TIMEOUT_MS = 30_000
 # Measured numbers have no declared type, so SQLite keeps each as it was given (an int stays an
 # int, a float a float) and a stored document reads back exactly. extra_json keeps fields beyond
 # the contract's. Never edit a released script: add the next one. Schema 3 keeps a host's records
-# packed in hosts.results_z and its compared figures in figures (gpudiag.storehosts); the results
+# packed in hosts.results_z and its compared figures in figures (gpudiag.store.hosts); the results
 # table stays for sweeps stored before it. Schema 4 adds the repairs an operator records
-# (gpudiag.repairs): not a sweep's rows, so pruning sweeps never deletes them. Schema 5 lets a
+# (gpudiag.store.repairs): not a sweep's rows, so pruning sweeps never deletes them. Schema 5 lets a
 # host's row keep only what changed since the host's newest full row (hosts.base_sweep_id;
-# gpudiag.storehosts): telemetry that did not change is not stored again.
+# gpudiag.store.hosts): telemetry that did not change is not stored again.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,

@@ -21,10 +21,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .errors import StoreError
-from .exitcodes import ExitCode
-from .schema.jsonout import dumps as strict_dumps
-from .storehosts import (
+from ..errors import StoreError
+from ..exitcodes import ExitCode
+from ..schema.jsonout import dumps as strict_dumps
+from .hosts import (
     KeyIds,
     StoredFigure,
     StoredHost,
@@ -36,7 +36,7 @@ from .storehosts import (
     packed_for,
     release_bases,
 )
-from .storeschema import (
+from .schema import (
     SCHEMA_VERSION,
     checked_connection,
     make_folder,
@@ -234,7 +234,7 @@ class Store:
             db.execute("UPDATE hosts SET ordinal = ? WHERE sweep_id = ? AND host = ?", (extra, sweep_id, name))
 
     def _insert_host(self, db: sqlite3.Connection, sweep_id: str, ordinal: int, host: Mapping[str, Any]) -> None:
-        """The host's row, its records packed (gpudiag.storehosts) and its compared figures."""
+        """The host's row, its records packed (gpudiag.store.hosts) and its compared figures."""
         results = host.get("results") or []
         packed, base_sweep_id = packed_for(db, sweep_id, host["host"], results)
         _insert(db, "hosts", _HOST_FIELDS, [({"sweep_id": sweep_id, "ordinal": ordinal, "results_z": packed,
@@ -332,7 +332,7 @@ class Store:
     def links_for_baseline(self, sweep_ids: Sequence[str]) -> Iterator[StoredLinks]:
         """The link entries and findings of each given sweep (each once, in the order given), for
         a baseline of link figures; which of them may go in is the caller's rule
-        (gpudiag.baseline.link_samples). Raises StoreError at once for an unknown sweep id."""
+        (gpudiag.store.baselines.link_samples). Raises StoreError at once for an unknown sweep id."""
         ids = list(dict.fromkeys(sweep_ids))
         with self.reading("checking the sweeps") as db:
             for sweep_id in ids:

@@ -1,5 +1,5 @@
 """Repairs an operator records (``gpudiag history HOST --repaired "..."``), so that a host's
-trend starts again after them (gpudiag.trend).
+trend starts again after them (gpudiag.store.trend).
 
 A repair names its host, optionally one GPU (by the index gpudiag shows, ``cuda:N``), what was
 done, who recorded it and when. It also names the host's newest stored sweep at that moment:
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
 from .store import Store
 
 # Operators name what they did; a paragraph belongs in the ticket the text may cite.
