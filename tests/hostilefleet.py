@@ -26,9 +26,9 @@ from ClusterShell.NodeSet import NodeSet
 from gpudiag.analysis import SweepReader, analyse
 from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.bundle import Bundle, locate_bundle
-from gpudiag.detail import COMPACT, FULL
 from gpudiag.hosts import HostSpec
 from gpudiag.report import render_report
+from gpudiag.report.detail import COMPACT, FULL
 from gpudiag.report.prometheus import prom_text
 from gpudiag.run.fanout import SweepOptions, SweepResult, document_chunks, run_sweep
 from gpudiag.run.nodeprobe import ProbeOptions

@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..exitcodes import ExitCode
 from ..links.attribution import HostLinkFigures, host_link_figures
 from ..links.rounds import link_results
+from ..report.tables import Column, TableSpec, fit_table, make_console, print_tables
 from ..schema.jsonout import dumps as strict_dumps
 from ..store.repairs import Repair, host_repairs, operator_name, record_repair
 from ..store.schema import refuse_unusable
@@ -31,7 +32,6 @@ from ..store.trend import (
     host_trends,
     unfitted_words,
 )
-from ..tables import Column, TableSpec, fit_table, make_console, print_tables
 from .options import WIDER_HINT, store_location, store_option
 
 

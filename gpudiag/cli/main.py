@@ -15,7 +15,6 @@ import click
 
 from .. import __version__
 from ..bundle import BundleMissing, locate_bundle
-from ..detail import COMPACT, DETAILS
 from ..errors import GpudiagError, InputError, InstallationError
 from ..exitcodes import ExitCode, decide_exit_code
 from ..links.remote import NET_BACKENDS, PairTestOptions
@@ -28,9 +27,11 @@ from ..pause import (
     pause_budget_s,
     pause_deadline_s,
 )
-from ..render import render_probe_results, render_sweep_table
 from ..report import check_writable, render_report, write_report
+from ..report.console import render_probe_results, render_sweep_table
+from ..report.detail import COMPACT, DETAILS
 from ..report.prometheus import check_prom_file, write_prom_file
+from ..report.tables import make_console
 from ..run.fanout import SweepOptions, SweepResult, write_sweep_json
 from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
@@ -41,7 +42,6 @@ from ..sim import demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..store.store import default_store_path
-from ..tables import make_console
 from ..transport.bounded import OutputLimits
 from ..transport.local import LocalSession
 from ..transport.ssh import SshSettings

@@ -11,16 +11,17 @@ from typing import TextIO
 
 import click
 
-from ..detail import COMPACT, DETAILS
 from ..errors import InputError, OutputError
 from ..exitcodes import ExitCode
 from ..links.remote import NET_BACKENDS
 from ..preflight import DEFAULT_BUDGET_S, PreflightRequest, run_preflight
 from ..preflight.render import action_lines, summary_line
 from ..preflight.run import PreflightRun, check_request, host_text, make_plan
-from ..render import render_sweep_table
 from ..report import check_writable, render_report, write_report
+from ..report.console import render_sweep_table
+from ..report.detail import COMPACT, DETAILS
 from ..report.prometheus import check_prom_file, write_prom_file
+from ..report.tables import make_console
 from ..run.fanout import document_chunks
 from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import DTYPES
@@ -29,7 +30,6 @@ from ..schema.jsonout import dumps as strict_dumps
 from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..store.store import default_store_path
-from ..tables import make_console
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .options import judging_options, node_python_option, output_limits, output_options, ssh_options

@@ -16,6 +16,7 @@ from ..analysis.keys import LINK_PROBE, describe_key
 from ..errors import InputError, read_json_file
 from ..exitcodes import ExitCode
 from ..report import render_report, write_report
+from ..report.tables import Column, TableSpec, fit_table, make_console, print_tables
 from ..schema.jsonout import dumps as strict_dumps
 from ..store.baselines import (
     Baseline,
@@ -29,7 +30,6 @@ from ..store.baselines import (
 )
 from ..store.prune import PruneResult, check_rules, open_for_prune, prune
 from ..store.store import Store
-from ..tables import Column, TableSpec, fit_table, make_console, print_tables
 from .history import history  # noqa: F401 - gpudiag.cli.main registers it from here
 from .options import WIDER_HINT, store_location, store_option
 

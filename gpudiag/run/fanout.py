@@ -20,12 +20,12 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from ..bundle import Bundle
-from ..detail import COMPACT, FULL, compact_host, flagged_gpus
 from ..errors import ProbeOutputError, StoreError
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import FAIL, Finding, unchecked
 from ..hosts import HostSpec
 from ..report import write_report
+from ..report.detail import COMPACT, FULL, compact_host, flagged_gpus
 from ..results import ProbeResult
 from ..schema.jsonout import dumps as strict_dumps
 from ..transport import CommandResult, Session, TransportError
@@ -463,7 +463,7 @@ def _iso(moment: datetime) -> str:
 
 
 def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> None:
-    """Write the sweep document to ``path`` (``-``: stdout) at ``detail`` (gpudiag.detail: full or
+    """Write the sweep document to ``path`` (``-``: stdout) at ``detail`` (gpudiag.report.detail: full or
     compact), one host at a time, replacing the file in one step so a reader never sees half a
     document. Raises OutputError when it cannot be written."""
     chunks = document_chunks(result, detail)

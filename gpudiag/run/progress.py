@@ -11,7 +11,7 @@ from typing import Protocol, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..tables import make_console
+from ..report.tables import make_console
 
 
 class SweepProgress(Protocol):

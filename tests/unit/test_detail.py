@@ -1,5 +1,5 @@
 """A host's records kept packed while a sweep runs (HostOutcome), and the compact form of the sweep
-document (gpudiag.detail): on a simulated 8-GPU node's real records, every figure survives, and the
+document (gpudiag.report.detail): on a simulated 8-GPU node's real records, every figure survives, and the
 node takes under 50 KB."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from simfleet import run_node
 
-from gpudiag.detail import ALL_GPUS, LONG_LIST, compact_host, flagged_gpus
+from gpudiag.report.detail import ALL_GPUS, LONG_LIST, compact_host, flagged_gpus
 from gpudiag.results import ProbeResult
 from gpudiag.run.outcome import HostOutcome
 from gpudiag.sim import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet

@@ -1,7 +1,7 @@
 import pytest
 from tablecheck import WIDE, WIDTHS, assert_readable
 
-from gpudiag.render import describe_load, describe_params, format_value, not_ok_lines
+from gpudiag.report.console import describe_load, describe_params, format_value, not_ok_lines
 from gpudiag.results import ProbeResult
 
 
@@ -40,7 +40,7 @@ def test_the_telemetry_table_of_a_real_8_gpu_capture(tmp_path):
 
     from rich.console import Console
 
-    from gpudiag.render import render_probe_results
+    from gpudiag.report.console import render_probe_results
     from gpudiag.results import parse_probe_output
     from probes import telemetry
     from probes.context import ProbeContext
@@ -89,7 +89,7 @@ def _sweep_text(hosts: list, width: int) -> str:
 
     from tablecheck import render
 
-    from gpudiag.render import render_sweep_table
+    from gpudiag.report.console import render_sweep_table
     from gpudiag.run.fanout import SweepResult
 
     moment = datetime(2026, 11, 24, tzinfo=timezone.utc)
@@ -124,7 +124,7 @@ def test_at_80_columns_the_sweep_table_leaves_out_the_pcie_columns_and_says_so()
 def _probe_text(results: list, width: int) -> str:
     from tablecheck import render
 
-    from gpudiag.render import render_probe_results
+    from gpudiag.report.console import render_probe_results
 
     return render(lambda console: render_probe_results(results, console), width)
 

@@ -13,12 +13,12 @@ from typing import Any
 from rich.console import Console
 
 from gpudiag.findings import Finding
-from gpudiag.render import render_probe_results
 from gpudiag.report import render_report
+from gpudiag.report.console import render_probe_results
+from gpudiag.report.tables import Column, TableSpec, print_tables, split_table
 from gpudiag.results import ProbeResult
 from gpudiag.run.fanout import SweepResult, document_chunks
 from gpudiag.run.outcome import HostOutcome
-from gpudiag.tables import Column, TableSpec, print_tables, split_table
 
 MARKUP = "[bold red]loud[/] [link=https://evil.example]click[/link]"
 HTML = "<script>alert(1)</script> <img src=x onerror=alert(1)> [click](javascript:alert(1)) a|b & c"

@@ -1,9 +1,9 @@
-"""gpudiag/tables.py: tables laid out for a console width keep every name and number whole."""
+"""gpudiag/report/tables.py: tables laid out for a console width keep every name and number whole."""
 
 import pytest
 from tablecheck import WIDE, WIDTHS, assert_readable, render
 
-from gpudiag.tables import (
+from gpudiag.report.tables import (
     Column,
     TableSpec,
     fit_table,

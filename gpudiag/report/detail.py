@@ -26,8 +26,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .results import device_index
-from .schema.jsonout import dumps as strict_dumps
+from ..results import device_index
+from ..schema.jsonout import dumps as strict_dumps
 
 FULL, COMPACT = "full", "compact"
 DETAILS = (COMPACT, FULL)
