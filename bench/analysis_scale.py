@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpudiag.analysis import SweepReader, analyse  # noqa: E402
 from gpudiag.analysis.thresholds import default_thresholds  # noqa: E402
-from gpudiag.results import ProbeResult  # noqa: E402
+from gpudiag.records import ProbeResult  # noqa: E402
 from gpudiag.run.outcome import HostOutcome  # noqa: E402
 
 FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",

@@ -7,7 +7,7 @@ import statistics
 from typing import Any
 
 from gpudiag.hosts import HostSpec
-from gpudiag.results import ProbeResult, parse_probe_output
+from gpudiag.records import ProbeResult, parse_probe_output
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.sim import SimulatedConnector
 

@@ -31,7 +31,7 @@ from ..findings import (
     Finding,
 )
 from ..hosts import fold_hosts
-from ..results import device_index
+from ..records import device_index
 from .identity import HostGpus
 from .rules import action
 from .thresholds import Thresholds

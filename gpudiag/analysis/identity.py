@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..results import device_index
+from ..records import device_index
 
 
 @dataclass(frozen=True)

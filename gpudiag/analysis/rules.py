@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..findings import DRAIN, FAIL, INSPECT, REBOOT, RESET_GPU, WARN, WATCH
-from ..results import device_index
+from ..records import device_index
 
 if TYPE_CHECKING:
     from .identity import HostGpus

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from ..findings import Finding
-from ..results import device_index
+from ..records import device_index
 from . import coverage, rules
 from .identity import GpuIdentity, HostGpus
 from .keys import COMPARED_PROBES, host_keys

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..errors import InstallationError
 from ..findings import ACTION_VERBS, BASIS_TELEMETRY, FAIL, INSPECT, WARN, WATCH, Finding
-from ..results import device_index
+from ..records import device_index
 from .rules import SERVICE_VERBS
 
 PROBE = "xid"

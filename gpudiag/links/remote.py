@@ -12,7 +12,7 @@ error), which each end proves to the other (probes/net_auth.py): a stranger on t
 neither takes the session nor gets a figure.
 
 Each rail's figure is the slower direction's (a collective waits for it). Every line a node
-prints is checked (gpudiag.links.protocol; the client's records by gpudiag.results and then
+prints is checked (gpudiag.links.protocol; the client's records by gpudiag.records and then
 here: one record per rail and direction, every direction asked for, figures finite and within
 ``MAX_LINK_GBPS``). Anything that goes wrong — no session, a server that never listens or prints
 a malformed line, a client that cannot connect, stalls, crashes or prints malformed records —
@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import ProbeOutputError
-from ..results import ProbeResult, parse_probe_output
+from ..records import ProbeResult, parse_probe_output
 from ..transport import CommandResult, RunningCommand, Session, TransportError
 from ..transport.cancel import cancel_all
 from .attribution import BACKENDS, LinkResult

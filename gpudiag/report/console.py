@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..results import ProbeResult
+from ..records import ProbeResult
 from .tables import Column, TableSpec, fit_table, print_tables, split_table
 
 # Probes shown as one row per measurement; telemetry and p2p get tables of their own.

@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..results import device_index
+from ..records import device_index
 from ..schema.jsonout import dumps as strict_dumps
 
 FULL, COMPACT = "full", "compact"

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..analysis.identity import HostGpus
-from ..results import device_index
+from ..records import device_index
 from .console import format_value
 from .markup import _e, _html_table
 from .phrasing import OK, Document, _fixed, _hosts

@@ -32,7 +32,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from ..analysis.identity import HostGpus
 from ..errors import InputError
-from ..results import device_index
+from ..records import device_index
 from . import check_writable, write_report
 
 PROM_SUFFIX = ".prom"

@@ -24,9 +24,9 @@ from ..errors import ProbeOutputError, StoreError
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import FAIL, Finding, unchecked
 from ..hosts import HostSpec
+from ..records import ProbeResult
 from ..report import write_report
 from ..report.detail import COMPACT, FULL, compact_host, flagged_gpus
-from ..results import ProbeResult
 from ..schema.jsonout import dumps as strict_dumps
 from ..transport import CommandResult, Session, TransportError
 from ..transport.cancel import cancel_all

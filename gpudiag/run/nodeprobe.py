@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..errors import ProbeOutputError
-from ..results import ProbeResult, StrayOutput, read_probe_output, stray_only_error
+from ..records import ProbeResult, StrayOutput, read_probe_output, stray_only_error
 from ..schema.node import check_node_records
 from ..schema.text import one_line
 from ..transport import CommandResult
@@ -102,7 +102,7 @@ def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> No
 
     A node that says nothing has not passed: each probe asked for that printed no record at all
     gets an ``error`` record of its own (``unanswered``). Every record is checked against its
-    schema as it is read (gpudiag.results), then the node's records against its own facts
+    schema as it is read (gpudiag.records), then the node's records against its own facts
     (gpudiag.schema.node: one record per measurement, no GPU it lacks, values within physical
     ceilings, no GPU left out by a per-GPU probe). Stray lines among the records are kept in
     ``NodeProbe.stray``. Raises ProbeOutputError when the output passed a cap of the session's

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..results import ProbeResult, StrayOutput
+from ..records import ProbeResult, StrayOutput
 from ..schema.text import one_line
 
 OK = "ok"

@@ -19,5 +19,5 @@ sees it:
 - ``jsonout``: strict JSON out (non-finite numbers the controller computed written as null).
 
 Import the module you need (``gpudiag.schema.records``...): this package imports nothing, so
-that gpudiag.results can use its parts and its parts can use gpudiag.results.
+that gpudiag.records can use its parts and its parts can use gpudiag.records.
 """

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..results import ProbeResult, device_index
+from ..records import ProbeResult, device_index
 from .bounds import ceiling
 from .tables import METRICS
 

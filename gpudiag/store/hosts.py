@@ -29,7 +29,7 @@ from typing import Any
 from ..analysis.identity import HostGpus
 from ..analysis.keys import result_key
 from ..errors import StoreError
-from ..results import device_index
+from ..records import device_index
 from ..schema.jsonout import dumps as strict_dumps
 
 # zlib level 6: records are written once per sweep and read rarely; a smaller file wins.

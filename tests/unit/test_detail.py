@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from simfleet import run_node
 
+from gpudiag.records import ProbeResult
 from gpudiag.report.detail import ALL_GPUS, LONG_LIST, compact_host, flagged_gpus
-from gpudiag.results import ProbeResult
 from gpudiag.run.outcome import HostOutcome
 from gpudiag.sim import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet
 

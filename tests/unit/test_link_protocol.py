@@ -25,7 +25,7 @@ from gpudiag.links.protocol import (
 from gpudiag.links.remote import PairTestOptions, check_records
 from gpudiag.links.rounds import LinkRecord
 from gpudiag.links.verdicts import link_findings
-from gpudiag.results import ProbeResult, parse_probe_output
+from gpudiag.records import ProbeResult, parse_probe_output
 from probes import net
 
 LISTENING = {"event": "listening", "backend": "tcp", "port": 40123, "bind": "10.0.0.2", "protocol": PAIR_PROTOCOL}
@@ -98,7 +98,7 @@ def test_a_nodes_text_loses_its_control_characters_and_is_bounded():
 
 def _record(direction: str | None = "client_to_server", value: float | None = 9.4, rail: object = None,
             probe: str = "net", status: str = "ok") -> ProbeResult:
-    # Made directly: what a client's records can still hold after gpudiag.results has read them.
+    # Made directly: what a client's records can still hold after gpudiag.records has read them.
     params = {"backend": "tcp", "rail": rail, **({"direction": direction} if direction else {})}
     return ProbeResult(probe=probe, device="host" if rail is None else f"rail:{rail}", metric="bandwidth",
                        value=value, unit="Gbit/s", status=status, reason=None if status == "ok" else "refused",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.results import ProbeResult
+from gpudiag.records import ProbeResult
 from gpudiag.schema.node import MAX_NIC_PORTS, check_node_records
 from gpudiag.schema.records import RecordTypeError, check_record
 from probes import nicports, telemetry

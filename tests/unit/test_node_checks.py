@@ -15,7 +15,7 @@ import pytest
 
 from gpudiag.analysis.reference import fleet_reference, weighted_median
 from gpudiag.hosts import HostSpec
-from gpudiag.results import ProbeResult, read_probe_output
+from gpudiag.records import ProbeResult, read_probe_output
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.schema.node import check_node_records
 from gpudiag.sim import SimulatedConnector, parse_fleet

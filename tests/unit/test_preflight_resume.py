@@ -10,7 +10,7 @@ import pytest
 
 from gpudiag.findings import Finding
 from gpudiag.preflight.checked import host_checks, hosts_named
-from gpudiag.results import ProbeResult
+from gpudiag.records import ProbeResult
 from gpudiag.run.fanout import SweepResult
 from gpudiag.run.outcome import HostOutcome
 from gpudiag.slurm.nodes import NodeState

@@ -1,8 +1,8 @@
 import pytest
 from tablecheck import WIDE, WIDTHS, assert_readable
 
+from gpudiag.records import ProbeResult
 from gpudiag.report.console import describe_load, describe_params, format_value, not_ok_lines
-from gpudiag.results import ProbeResult
 
 
 def test_load_evidence_names_throttling_and_a_narrow_pcie_link():
@@ -40,8 +40,8 @@ def test_the_telemetry_table_of_a_real_8_gpu_capture(tmp_path):
 
     from rich.console import Console
 
+    from gpudiag.records import parse_probe_output
     from gpudiag.report.console import render_probe_results
-    from gpudiag.results import parse_probe_output
     from probes import telemetry
     from probes.context import ProbeContext
     from probes.records import write_records
@@ -150,7 +150,7 @@ def test_the_telemetry_table_of_a_real_capture_fits(width: int):
     import io
     from pathlib import Path
 
-    from gpudiag.results import parse_probe_output
+    from gpudiag.records import parse_probe_output
     from probes import telemetry
     from probes.context import ProbeContext
     from probes.records import write_records

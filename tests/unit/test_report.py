@@ -15,8 +15,8 @@ import pytest
 from html_tables import HtmlTables
 
 from gpudiag.errors import OutputError
+from gpudiag.records import read_probe_output
 from gpudiag.report import heat_colour, render_report, sort_findings, write_report
-from gpudiag.results import read_probe_output
 
 REFERENCE_TFLOPS = 741.2
 SLOW_TFLOPS = round(0.85 * REFERENCE_TFLOPS, 2)  # 630.02, shown as 630.0

@@ -8,7 +8,7 @@ import pytest
 
 from gpudiag.bundle import locate_bundle
 from gpudiag.errors import ProbeOutputError
-from gpudiag.results import STRAY_LINE_CHARS, STRAY_LINES_KEPT, parse_probe_output, read_probe_output
+from gpudiag.records import STRAY_LINE_CHARS, STRAY_LINES_KEPT, parse_probe_output, read_probe_output
 from gpudiag.run.nodeprobe import ProbeOptions, probe_node
 from gpudiag.transport.local import LocalSession
 from probes.records import measured, skipped

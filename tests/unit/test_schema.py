@@ -9,7 +9,7 @@ import math
 import pytest
 
 from gpudiag.errors import ProbeOutputError
-from gpudiag.results import read_probe_output
+from gpudiag.records import read_probe_output
 from gpudiag.schema.fields import MAX_DEPTH, FieldError, Json, ListOf, Number, Shape, Text
 from gpudiag.schema.jsonout import dumps, finite
 from gpudiag.schema.records import check_record

@@ -18,7 +18,7 @@ from gpudiag.analysis.keys import result_key
 from gpudiag.errors import StoreError
 from gpudiag.exitcodes import ExitCode
 from gpudiag.findings import Finding
-from gpudiag.results import ProbeResult
+from gpudiag.records import ProbeResult
 from gpudiag.run.fanout import HostOutcome
 from gpudiag.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpudiag.store.store import Store, default_store_path

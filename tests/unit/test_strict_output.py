@@ -13,10 +13,10 @@ from typing import Any
 from rich.console import Console
 
 from gpudiag.findings import Finding
+from gpudiag.records import ProbeResult
 from gpudiag.report import render_report
 from gpudiag.report.console import render_probe_results
 from gpudiag.report.tables import Column, TableSpec, print_tables, split_table
-from gpudiag.results import ProbeResult
 from gpudiag.run.fanout import SweepResult, document_chunks
 from gpudiag.run.outcome import HostOutcome
 

@@ -211,7 +211,7 @@ def test_the_simulated_node_prints_the_records_the_probe_prints(tmp_path: Path):
     """The simulator's xid records (gpudiag/sim/xidprobe.py) have the real probe's shape: the same
     metrics, device spellings and detail keys, so the triage reads both alike."""
     from gpudiag.hosts import HostSpec
-    from gpudiag.results import parse_probe_output
+    from gpudiag.records import parse_probe_output
     from gpudiag.sim import SimulatedConnector, load_fleet
 
     fleet = tmp_path / "fleet.json"
