@@ -36,11 +36,11 @@ from ..links.protocol import PairProtocolError, interface_event, parse_event, pl
 from ..links.remote import PairTestOptions, RemotePairRunner
 from ..links.rounds import LinkRun, PairRunner, run_links
 from ..links.schedule import FULL, SCREEN, next_stride
-from ..links.simulated_backend import simulated_pair_runner
 from ..links.verdicts import link_findings
 from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
 from ..report.phrasing import plural
 from ..sim import SimulatedConnector, load_fleet
+from ..sim.pairoptions import simulated_pair_runner
 from ..slurm.launcher import slurm_connector
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store

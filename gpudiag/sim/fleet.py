@@ -41,7 +41,7 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
 - ``slow_nic`` (factor, optional rail) and ``slow_link`` (a, b, factor, optional rail): only the
   pairwise network measurements, through :meth:`SimulatedFleet.link_gbps`. A pair runs at its
   slower end: the lower of each end's rail rate × its NIC's factor, judged against the lower line
-  rate (gpudiag.links.simulated), so a slow NIC on a fast node may not show with a slower model.
+  rate (gpudiag.sim.pairs), so a slow NIC on a fast node may not show with a slower model.
 - ``xid`` (gpu, code, optional count, message, recovery_action): the kernel log holds that Xid
   ``count`` times (default 1) for the GPU's PCI bus id, read only by the ``xid`` probe; with
   ``recovery_action`` NVML reports that pending action for the GPU. Nothing else changes: a planted

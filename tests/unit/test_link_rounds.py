@@ -4,9 +4,9 @@ The attribution sees only the pair figures the simulated fleet's network model g
 import pytest
 
 from gpudiag.links.rounds import run_links
-from gpudiag.links.simulated import SimulatedPairRunner
 from gpudiag.links.verdicts import link_findings
 from gpudiag.sim import SimulatedFleet, parse_fleet
+from gpudiag.sim.pairs import SimulatedPairRunner
 
 
 def _run(faults, mode="screen", nodes=16, hosts=None):

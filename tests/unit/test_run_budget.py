@@ -87,12 +87,12 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
         tmp_path, monkeypatch):
     import json
 
-    from gpudiag.links.simulated import SimulatedPairRunner
     from gpudiag.run import sweep as plan
     from gpudiag.run.fanout import SweepOptions
     from gpudiag.run.nodeprobe import ProbeOptions
     from gpudiag.run.progress import QuietProgress
     from gpudiag.sim.connector import SimulatedSession
+    from gpudiag.sim.pairs import SimulatedPairRunner
 
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({"nodes": 4, "name_format": "n{}",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import threading
 
-from ..sim import SimulatedFleet
-from .attribution import LinkResult
-from .schedule import pair_key
+from ..links.attribution import LinkResult
+from ..links.schedule import pair_key
+from .fleet import SimulatedFleet
 
 BACKEND = "perftest"
 

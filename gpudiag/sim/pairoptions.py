@@ -1,6 +1,6 @@
 """A simulated fleet's pair tests as the request asked for them: ``--net-backend`` and
 ``--net-line-rate`` (gpudiag.links.remote.PairTestOptions) applied to the figures of
-gpudiag.links.simulated, as the real runners apply them.
+gpudiag.sim.pairs, as the real runners apply them.
 
 ``auto`` stays perftest at the port's line rate; ``tcp`` (or ``nccl``) relabels every result,
 so a tcp fleet is judged as tcp is — against a line rate only where the operator gave one —
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..sim import SimulatedFleet
-from .attribution import LinkResult
-from .remote import AUTO, PairTestOptions
-from .rounds import PairRunner
-from .simulated import SimulatedPairRunner
+from ..links.attribution import LinkResult
+from ..links.remote import AUTO, PairTestOptions
+from ..links.rounds import PairRunner
+from .fleet import SimulatedFleet
+from .pairs import SimulatedPairRunner
 
 
 class RequestedBackendRunner:
