@@ -1,36 +1,42 @@
 """House snapshot: the proof that a refactor changed nothing a user sees.
 
-It runs gpudiag as a user would, each command a subprocess of this interpreter with a fixed
-environment (COLUMNS=120, TERM=dumb, NO_COLOR=1, LC_ALL=C.UTF-8, TZ=UTC, PYTHONHASHSEED=0, HOME and
-XDG folders in a temporary folder: no user store is touched), and keeps every command's stdout,
-stderr, exit status and written files: ``gpudiag demo``; a simulated sweep with ``--links full``,
-one with ``--pause``, a ``preflight``, each with ``--json`` and ``--prom-file`` into one store;
-``report`` in every format, ``history``, ``baseline build/show``, ``store prune --dry-run`` on that
-store; the ``--help`` of every command. Volatile parts (times, durations, sweep ids, temporary
-paths, progress counts) are normalised, so two runs of the same tree are byte-identical.
+It runs gpudiag as a user does, each command a subprocess of this interpreter in a fixed
+environment (COLUMNS=120, TERM=dumb, NO_COLOR=1, LC_ALL=C.UTF-8, TZ=UTC, PYTHONHASHSEED=0; HOME and
+XDG folders in a temporary folder, so no user store is touched), and keeps each command's stdout,
+stderr, exit status and written files: ``demo``; on an 8-node simulated fleet with planted faults a
+``preflight``, a sweep with ``--links full``, one with ``--pause``, and one judged against the
+baseline built from them, each with ``--json``, ``--prom-file`` and ``--exclude-file`` into one
+store; ``report`` in every format, ``history``, ``baseline``, ``store prune --dry-run`` on that
+store and its schema; the ``--help`` of every command and subcommand. Times, durations, sweep ids,
+temporary paths and progress counts are masked, so two runs of one tree are byte-identical.
 
-gpudiag is taken from the tree asked for: PYTHONPATH first, the editable install's finder removed
-and the tree's own ``[tool.setuptools.package-dir]`` (probes, cuda_kernels, report templates) mapped;
-each command checks that ``gpudiag`` was imported from that tree and fails loudly otherwise.
+gpudiag comes from the tree asked for, copied first (tracked and untracked files) so edits made
+meanwhile do not leak in: PYTHONPATH first, the editable install's finder removed, the tree's own
+``[tool.setuptools.package-dir]`` (probes, cuda_kernels, report templates) mapped, and a first
+command that fails loudly unless every gpudiag package was imported from that tree.
 
-Usage: python bench/house_snapshot.py --save DIR [--tree PATH]   one snapshot, one file per output
-       python bench/house_snapshot.py --against COMMIT           COMMIT vs the working tree: a diff,
-                                                                 "identical: N files", exit 0 or 1
-       python bench/house_snapshot.py --smoke                    this tree twice at a tiny size
+Usage: python bench/house_snapshot.py --save DIR [--tree PATH]      snapshot PATH (default: here)
+       python bench/house_snapshot.py --against COMMIT [--tree PATH]
+           COMMIT (a detached worktree) vs PATH: a diff of each differing file, then
+           "identical: N files" (exit 0) or "differs: K of N files" (exit 1); about 2 minutes
+       python bench/house_snapshot.py --smoke                       this tree twice, tiny, compared
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import io
 import json
 import re
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +50,8 @@ tree = Path(sys.argv.pop(1)).resolve()
 sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
 sys.path_hooks[:] = [h for h in sys.path_hooks if not getattr(h, "__module__", "").startswith("__editable__")]
 sys.path_importer_cache.clear()
-setup = tomllib.loads((tree / "pyproject.toml").read_text()).get("tool", {}).get("setuptools", {})
+project = tree / "pyproject.toml"
+setup = tomllib.loads(project.read_text()).get("tool", {}).get("setuptools", {}) if project.is_file() else {}
 dirs = {name: tree / where for name, where in setup.get("package-dir", {}).items() if name}
 class TreeFinder:
     @staticmethod
@@ -85,6 +92,7 @@ FAULTS = [{"kind": "slow_gpu", "host": "node003", "gpu": 2, "factor": 0.8},
 SMOKE_FAULTS = [{"kind": "slow_gpu", "host": "node002", "gpu": 1, "factor": 0.8}]
 PAUSED_JOB = {"kind": "paused_job", "host": "node002", "used_mib": 60000}
 REPORT_FORMATS = ("text", "md", "json", "html")
+STORE = "store.db"  # in the work folder, shared by every step but the demo
 
 
 @dataclass(frozen=True)
@@ -101,35 +109,47 @@ class Step:
 def sweep(name: str, command: str, fleet: str, *options: str) -> Step:
     """A simulated ``sweep`` or ``preflight`` into the shared store, writing JSON, Prometheus, exclusions."""
     files = (("json", f"{name}.json"), ("prom", f"{name}.prom"), ("exclude", f"{name}.exclude"))
-    args = (command, "--simulate", fleet, *options, "--store", "store.db", "--json", f"{name}.json",
+    args = (command, "--simulate", fleet, *options, "--store", STORE, "--json", f"{name}.json",
             "--prom-file", f"{name}.prom", "--exclude-file", f"{name}.exclude")
     return Step(name, args, files, f"{name}.json")
 
 
 def run_steps(smoke: bool) -> list[Step]:
-    """The commands before the --help walk, in order (the sweeps fill the store the rest read)."""
-    demo_files = tuple((f"{suffix}", f"demo/{path}") for suffix, path in
-                       (("json", "sweep.json"), ("html", "report.html"), ("exclude", "exclude.txt")))
-    steps = [Step("version", ("--version",)), Step("demo", ("demo", "--output", "demo"), demo_files, "demo/sweep.json"),
-             sweep("sweep-links-full", "sweep", "fleet.json", "--links", "full")]
+    """The commands before the --help walk, in order: the sweeps fill the store, a baseline is built
+    from them and judges one more sweep, and the rest read that store."""
+    demo = Step("demo", ("demo", "--output", "demo"), (("json", "demo/sweep.json"), ("html", "demo/report.html"),
+                                                       ("exclude", "demo/exclude.txt")), "demo/sweep.json")
+    links_full = sweep("sweep-links-full", "sweep", "fleet.json", "--links", "full")
     if smoke:
-        return [*steps, Step("report-text", ("report", "--store", "store.db"))]
-    steps += [sweep("sweep-pause", "sweep", "fleet-pause.json", "--pause"),
-              sweep("preflight", "preflight", "fleet.json", "--hosts", "node[001-007]"),
-              Step("report-file", ("report", "sweep-links-full.json"))]
-    steps += [Step(f"report-{fmt}", ("report", "--store", "store.db", "--format", fmt, "-o", f"report.{fmt}"),
-                   (("file", f"report.{fmt}"),)) for fmt in REPORT_FORMATS]
-    steps += [Step("report-latest", ("report", "--store", "store.db")),
-              Step("history", ("history", "--store", "store.db")),
-              Step("history-node003", ("history", "node003", "--store", "store.db")),
-              Step("history-node003-json", ("history", "node003", "--json", "--store", "store.db")),
-              Step("baseline-build", ("baseline", "build", "--last", "3", "--store", "store.db")),
-              Step("baseline-show", ("baseline", "show", "--store", "store.db")),
-              Step("baseline-show-default", ("baseline", "show", "default", "--store", "store.db")),
-              Step("baseline-export", ("baseline", "export", "default", "baseline.json", "--store", "store.db"),
-                   (("json", "baseline.json"),)),
-              Step("store-prune-dry-run", ("store", "prune", "--keep", "1", "--dry-run", "--store", "store.db"))]
-    return steps
+        return [Step("version", ("--version",)), demo, links_full, Step("report-text", ("report", "--store", STORE))]
+    return [Step("version", ("--version",)), demo,
+            sweep("preflight", "preflight", "fleet.json", "--hosts", "node[001-007]"), links_full,
+            sweep("sweep-pause", "sweep", "fleet-pause.json", "--pause"),
+            Step("baseline-build", ("baseline", "build", "--last", "3", "--store", STORE)),
+            Step("baseline-show", ("baseline", "show", "--store", STORE)),
+            Step("baseline-show-default", ("baseline", "show", "default", "--store", STORE)),
+            Step("baseline-export", ("baseline", "export", "default", "baseline.json", "--store", STORE),
+                 (("json", "baseline.json"),)),
+            sweep("sweep-after-baseline", "sweep", "fleet.json"),
+            Step("report-file", ("report", "sweep-links-full.json")),
+            *(Step(f"report-{fmt}", ("report", "--store", STORE, "--format", fmt, "-o", f"report.{fmt}"),
+                   (("file", f"report.{fmt}"),)) for fmt in REPORT_FORMATS),
+            Step("report-latest", ("report", "--store", STORE)),
+            Step("history", ("history", "--store", STORE)),
+            Step("history-node003", ("history", "node003", "--store", STORE)),
+            Step("history-node003-json", ("history", "node003", "--json", "--store", STORE)),
+            Step("store-prune-dry-run", ("store", "prune", "--keep", "1", "--dry-run", "--store", STORE))]
+
+
+def store_schema(path: Path) -> str:
+    """The store's tables and indexes and their row counts: the file users keep across versions."""
+    if not path.is_file():
+        return "<no store>\n"
+    with closing(sqlite3.connect(path)) as db:
+        rows = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+        counts = [f"{name}: {db.execute(f'SELECT COUNT(*) FROM [{name}]').fetchone()[0]} rows"
+                  for kind, name, _ in rows if kind == "table"]
+    return "\n".join([*(f"{sql};" for _, _, sql in rows if sql), *counts]) + "\n"
 
 
 class Snapshot:
@@ -151,25 +171,27 @@ class Snapshot:
     def gpudiag(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         """``python -m gpudiag ARGV`` from the tree, in the work folder (10 minutes at most)."""
         return subprocess.run([sys.executable, "-c", BOOT, str(self.tree), *argv], cwd=self.work, env=self.env,
-                              capture_output=True, text=True, timeout=600, check=False)
+                              capture_output=True, encoding="utf-8", errors="replace", timeout=600, check=False)
 
     def take(self, smoke: bool) -> int:
         """Run every step and the --help walk; return the number of files written."""
         where = self.gpudiag(["--where"])
         if where.returncode != 0:
-            sys.exit(where.stderr.strip() or f"house_snapshot: the check of {self.tree} failed")
-        fleet = {"nodes": 4 if smoke else 8, "seed": 3, "faults": SMOKE_FAULTS if smoke else FAULTS}
-        (self.work / "fleet.json").write_text(json.dumps(fleet))
-        (self.work / "fleet-pause.json").write_text(json.dumps({**fleet, "faults": [*fleet["faults"], PAUSED_JOB]}))
+            sys.exit(f"house_snapshot: gpudiag does not run from {self.tree}:\n{where.stderr.strip()}")
+        faults = SMOKE_FAULTS if smoke else FAULTS
+        for name, planted in (("fleet.json", faults), ("fleet-pause.json", [*faults, PAUSED_JOB])):
+            fleet = {"nodes": 4 if smoke else 8, "seed": 3, "faults": planted}
+            (self.work / name).write_text(json.dumps(fleet), encoding="utf-8")
         for step in run_steps(smoke):
             self.record(step)
-        self.walk_help(("--help",) if smoke else (), "gpudiag")
+        self.write("store-schema.txt", store_schema(self.work / STORE))
+        self.walk_help(smoke, "gpudiag")
         return sum(1 for path in self.out.rglob("*") if path.is_file())
 
     def record(self, step: Step) -> None:
         done = self.gpudiag(step.argv)
         if step.sweep_json and (self.work / step.sweep_json).is_file():
-            sweep_id = json.loads((self.work / step.sweep_json).read_text()).get("sweep_id")
+            sweep_id = str(json.loads((self.work / step.sweep_json).read_text(encoding="utf-8")).get("sweep_id"))
             self.sweep_ids.setdefault(sweep_id, f"<{step.name}>".ljust(len(sweep_id), "_"))
         self.write(f"{step.name}.cmd", "gpudiag " + " ".join(step.argv) + "\n")
         self.write(f"{step.name}.out", done.stdout)
@@ -177,20 +199,21 @@ class Snapshot:
         self.write(f"{step.name}.rc", f"{done.returncode}\n")
         for suffix, path in step.files:
             written = self.work / path
-            self.write(f"{step.name}.{suffix}", written.read_text() if written.is_file() else "<not written>\n")
+            self.write(f"{step.name}.{suffix}",
+                       written.read_text(encoding="utf-8") if written.is_file() else "<not written>\n")
 
-    def walk_help(self, only: tuple[str, ...], name: str, *path: str) -> None:
-        """Every command's --help, recursively through each 'Commands:' section (``only``: the top)."""
+    def walk_help(self, top_only: bool, name: str, *path: str) -> None:
+        """Every command's --help, recursively through each 'Commands:' section (or the top one's)."""
         done = self.gpudiag([*path, "--help"])
         self.write(f"help/{name}.txt", done.stdout + done.stderr + f"exit {done.returncode}\n")
-        if only:
+        if top_only:
             return
         section = done.stdout.partition("\nCommands:\n")[2]
         for command in re.findall(r"^  (\S+)", section, re.M):
-            self.walk_help(only, "-".join((*path, command)), *path, command)
+            self.walk_help(top_only, "-".join((*path, command)), *path, command)
 
     def write(self, relative: str, text: str) -> None:
-        (self.out / relative).write_text(self.normalise(text))
+        (self.out / relative).write_text(self.normalise(text), encoding="utf-8")
 
     def normalise(self, text: str) -> str:
         """``text`` with the volatile parts replaced by placeholders of the same width."""
@@ -216,9 +239,24 @@ def take_snapshot(tree: Path, out: Path, smoke: bool) -> int:
         return Snapshot(tree, Path(work), out).take(smoke)
 
 
+def freeze(tree: Path, copy: Path) -> Path:
+    """A copy of a git checkout's files as they are now (tracked and untracked, not ignored), so a
+    tree that is being edited meanwhile is snapshotted as it was at one moment; ``tree`` itself
+    where it is no git checkout."""
+    listed = subprocess.run(["git", "-C", str(tree), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=False)
+    if listed.returncode != 0:
+        return tree
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        if (tree / name).is_file():  # a tracked file deleted in the tree is not copied
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(tree / name, copy / name)
+    return copy
+
+
 def readable(path: Path) -> list[str]:
     """The file's lines for a diff: a JSON document indented, long HTML lines cut at tags."""
-    text = path.read_text() if path.is_file() else ""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
     if path.suffix == ".json" or text.startswith("{"):
         try:
             text = json.dumps(json.loads(text), indent=1, ensure_ascii=False) + "\n"
@@ -242,39 +280,44 @@ def compare(before: Path, after: Path, max_lines: int = 400) -> int:
     return 1 if differing else 0
 
 
-def against(commit: str, smoke: bool) -> int:
-    """Snapshot ``commit`` (a detached worktree) and the working tree, and compare them."""
-    with tempfile.TemporaryDirectory(prefix="house-against-") as scratch:
-        worktree = Path(scratch) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(worktree), commit],
-                       check=True)
+def against(commit: str, tree: Path, smoke: bool) -> int:
+    """Snapshot ``commit`` (a detached worktree, removed afterwards) and ``tree``, and compare them."""
+    with tempfile.TemporaryDirectory(prefix="house-against-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        after = freeze(tree, scratch / "after-tree")
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(scratch / "before-tree"),
+                        commit], check=True)
         try:
-            take_snapshot(worktree, Path(scratch) / "before", smoke)
+            take_snapshot(scratch / "before-tree", scratch / "before", smoke)
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
-        take_snapshot(ROOT, Path(scratch) / "after", smoke)
-        return compare(Path(scratch) / "before", Path(scratch) / "after")
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(scratch / "before-tree")],
+                           check=False)
+        take_snapshot(after, scratch / "after", smoke)
+        return compare(scratch / "before", scratch / "after")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--save", type=Path, metavar="DIR", help="write the snapshot of --tree here")
-    action.add_argument("--against", metavar="COMMIT", help="compare COMMIT with the working tree")
-    parser.add_argument("--tree", type=Path, default=ROOT, help="source tree to snapshot (default: this one)")
-    parser.add_argument("--smoke", action="store_true", help="tiny size; alone: this tree twice, compared")
+    action.add_argument("--against", metavar="COMMIT", help="compare COMMIT with --tree")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="source tree to snapshot (default: this checkout)")
+    parser.add_argument("--smoke", action="store_true", help="tiny size; alone: --tree twice, compared")
     args = parser.parse_args()
-    if args.save:
-        print(f"{take_snapshot(args.tree, args.save, args.smoke)} files in {args.save}")
-    elif args.against:
-        sys.exit(against(args.against, args.smoke))
-    elif args.smoke:
-        with tempfile.TemporaryDirectory(prefix="house-smoke-") as scratch:
-            for run in ("first", "second"):
-                take_snapshot(args.tree, Path(scratch) / run, smoke=True)
-            sys.exit(compare(Path(scratch) / "first", Path(scratch) / "second"))
-    else:
+    if isinstance(sys.stdout, io.TextIOWrapper):  # the outputs are UTF-8 whatever the locale says
+        sys.stdout.reconfigure(encoding="utf-8")
+    if args.against:
+        sys.exit(against(args.against, args.tree, args.smoke))
+    if not (args.save or args.smoke):
         parser.error("one of --save, --against or --smoke is needed")
+    with tempfile.TemporaryDirectory(prefix="house-frozen-") as scratch:
+        tree = freeze(args.tree, Path(scratch) / "tree")
+        if args.save:
+            print(f"{take_snapshot(tree, args.save, args.smoke)} files in {args.save}")
+            return
+        for run in ("first", "second"):
+            take_snapshot(tree, Path(scratch) / run, smoke=True)
+        sys.exit(compare(Path(scratch) / "first", Path(scratch) / "second"))
 
 
 if __name__ == "__main__":
