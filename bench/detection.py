@@ -70,6 +70,7 @@ from gpudiag.run.fanout import SweepOptions  # noqa: E402
 from gpudiag.run.nodeprobe import ProbeOptions  # noqa: E402
 from gpudiag.run.progress import QuietProgress  # noqa: E402
 from gpudiag.run.sweep import SweepRequest, run_plan  # noqa: E402
+from gpudiag.sim import FleetFile  # noqa: E402
 from gpudiag.store.baselines import baseline_samples, build_baseline, save_baseline  # noqa: E402
 from gpudiag.store.store import Store  # noqa: E402
 
@@ -285,7 +286,7 @@ def _run(fleet: dict, folder: Path, store: Path | None, baseline: str | None, ex
     path.write_text(json.dumps(fleet))
     fields = dict(extra or {})
     options = fields.pop("sweep", None) or SweepOptions(probe=ProbeOptions(names=PROBES), fanout=64)
-    request = SweepRequest(hosts_argument=None, simulate_path=str(path), store_path=str(store) if store else None,
+    request = SweepRequest(hosts_argument=None, stand_in=FleetFile(str(path)), store_path=str(store) if store else None,
                            baseline_name=baseline, sweep=options, **fields)
     return run_plan(request, io.StringIO(), QuietProgress())
 

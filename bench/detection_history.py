@@ -26,6 +26,7 @@ from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.run.sweep import SweepRequest, run_plan
+from gpudiag.sim import FleetFile
 from gpudiag.store.store import Store
 from gpudiag.store.trend import host_trends
 
@@ -53,7 +54,7 @@ def history_rows(folder: Path, seed: int, cv: float, sweeps: int, host: str, gpu
                                      "seed": 1000 * seed + index, "noise": {"gemm_cv": cv, "membw_cv": cv},
                                      "faults": faults}))
         store = folder / f"sweep{index}.db"
-        request = SweepRequest(hosts_argument=None, simulate_path=str(fleet), store_path=str(store), links="none",
+        request = SweepRequest(hosts_argument=None, stand_in=FleetFile(str(fleet)), store_path=str(store), links="none",
                                sweep=SweepOptions(probe=ProbeOptions(names=HISTORY_PROBES, duration_s=0.2)))
         run_plan(request, io.StringIO(), QuietProgress())
         with Store.open(store, readonly=True) as opened:

@@ -38,7 +38,7 @@ from ..run.nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_
 from ..run.progress import make_progress
 from ..run.sweep import LINK_MODES, SweepRequest, run_plan
 from ..schema.jsonout import dumps as strict_dumps
-from ..sim import demo_fleet_path
+from ..sim import FleetFile, demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..store.store import default_store_path
@@ -268,7 +268,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                        connect_timeout_s=connect_timeout),
         settings=SshSettings(accept_new_host_keys=accept_new_host_keys, output=output),
-        simulate_path=simulate_path,
+        stand_in=FleetFile(simulate_path) if simulate_path is not None else None,
         store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
         net_address=net_address, screen_stride=screen_stride, launcher=launcher, launcher_fallback=launcher_fallback,
@@ -312,7 +312,8 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     # Every pair of the 64 nodes (the full round robin), so a slow link between two nodes the
     # screen would not pair is named too.
     request = SweepRequest(hosts_argument=None, sweep=SweepOptions(probe=ProbeOptions()),
-                           simulate_path=str(demo_fleet_path()), store_path=str(folder / "gpudiag.db"), links="full")
+                           stand_in=FleetFile(str(demo_fleet_path())), store_path=str(folder / "gpudiag.db"),
+                           links="full")
     with InterruptGate().installed() as gate:
         result = run_plan(request, sys.stdin, make_progress(quiet), gate)
     document = result.to_dict()

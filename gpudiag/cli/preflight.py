@@ -27,6 +27,7 @@ from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import DTYPES
 from ..run.progress import make_progress
 from ..schema.jsonout import dumps as strict_dumps
+from ..sim import FleetFile
 from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..store.store import default_store_path
@@ -113,7 +114,8 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     if no_store and (store_path is not None or baseline_name is not None):
         raise InputError("--no-store reads no store: leave out --store and --baseline")
     request = PreflightRequest(
-        hosts_argument=hosts_argument, budget_s=budget_s, simulate_path=simulate_path, here=here, python=python,
+        hosts_argument=hosts_argument, budget_s=budget_s, here=here,
+        stand_in=FleetFile(simulate_path) if simulate_path is not None else None, python=python,
         dtype=dtype, max_gpu_mem_mib=max_gpu_mem,
         ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                        connect_timeout_s=connect_timeout),

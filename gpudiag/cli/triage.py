@@ -14,6 +14,7 @@ from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import DTYPES, ProbeOptions
 from ..run.progress import make_progress
 from ..schema.jsonout import dumps as strict_dumps
+from ..sim import FleetFile
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
@@ -74,7 +75,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
     probe = ProbeOptions(names=TRIAGE_PROBES, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                          sequential=sequential, deadline_s=deadline or default_deadline_s(duration), python=python)
     request = TriageRequest(
-        host=host, probe=probe, simulate_path=simulate_path,
+        host=host, probe=probe, stand_in=FleetFile(simulate_path) if simulate_path is not None else None,
         ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                        connect_timeout_s=connect_timeout),
         settings=SshSettings(accept_new_host_keys=accept_new_host_keys,

@@ -24,8 +24,8 @@ from ..run.fanout import SweepOptions, SweepResult
 from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import ProbeOptions
 from ..run.progress import SweepProgress
+from ..run.standin import StandInFleet
 from ..run.sweep import SweepRequest, run_plan
-from ..sim import load_fleet
 from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
@@ -44,13 +44,13 @@ MIN_FANOUT = 64
 @dataclass(frozen=True)
 class PreflightRequest:
     """One ``gpudiag preflight``: the hosts (``hosts_argument``, or the nodes of the simulated
-    fleet ``simulate_path``), the ``budget_s`` in seconds, how the nodes are reached (``here``:
+    fleet ``stand_in``), the ``budget_s`` in seconds, how the nodes are reached (``here``:
     the one host is this machine), how results are judged, and whether to ``drain`` and
     ``undrain`` through scontrol."""
 
     hosts_argument: str | None
     budget_s: float = DEFAULT_BUDGET_S
-    simulate_path: str | None = None
+    stand_in: StandInFleet | None = None
     here: bool = False
     python: str = "python3"
     dtype: str = "bf16"
@@ -113,8 +113,8 @@ def host_text(request: PreflightRequest, stdin: TextIO) -> tuple[int, TextIO]:
     text = stdin.read() if request.hosts_argument == "-" else ""
     if request.hosts_argument is not None:
         count = len(load_hosts(request.hosts_argument, io.StringIO(text)))
-    elif request.simulate_path is not None:
-        count = len(load_fleet(request.simulate_path).hosts)
+    elif request.stand_in is not None:
+        count = len(request.stand_in.host_specs())
     else:
         raise InputError("no hosts: give --hosts, run inside a Slurm job ($SLURM_JOB_NODELIST), or --simulate")
     return count, io.StringIO(text)
@@ -122,7 +122,7 @@ def host_text(request: PreflightRequest, stdin: TextIO) -> tuple[int, TextIO]:
 
 def check_request(request: PreflightRequest) -> None:
     """Raises InputError for options that do not go together."""
-    if request.here and request.simulate_path is not None:
+    if request.here and request.stand_in is not None:
         raise InputError("--here probes this machine; --simulate a simulated fleet: give one of them")
     if request.here and request.launcher != "ssh":
         raise InputError("--here probes this machine directly: leave out --launcher")
@@ -136,7 +136,7 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
         hosts_argument=request.hosts_argument,
         sweep=SweepOptions(probe=probe, fanout=min(MAX_FANOUT, max(MIN_FANOUT, plan.hosts)),
                            host_timeout_s=plan.host_timeout_s),
-        ssh=request.ssh, settings=request.settings, simulate_path=request.simulate_path,
+        ssh=request.ssh, settings=request.settings, stand_in=request.stand_in,
         store_path=request.store_path, thresholds_path=request.thresholds_path, baseline_name=request.baseline_name,
         # The re-test runs whenever asked and the first pass leaves the time it took (gpudiag.run.sweep):
         # the plan only says whether a window is kept for it.

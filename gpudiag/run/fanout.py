@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 from ..bundle import Bundle
 from ..errors import ProbeOutputError, StoreError
@@ -28,7 +28,7 @@ from ..records import ProbeResult
 from ..report import write_report
 from ..report.detail import COMPACT, FULL, compact_host, flagged_gpus
 from ..schema.jsonout import dumps as strict_dumps
-from ..transport import CommandResult, Session, TransportError
+from ..transport import CommandResult, Connector, Session, TransportError
 from ..transport.cancel import cancel_all
 from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
 from .outcome import HostOutcome
@@ -62,14 +62,6 @@ PROBING = "running the probes"
 PROBE_BACKSTOP_S = 15.0
 # The shortest time limit a command gets when its host's time is all but spent (seconds).
 MIN_COMMAND_S = 0.5
-
-
-class Connector(Protocol):
-    """Opens a session on a host; raises TransportError when it cannot."""
-
-    def connect(self, host: HostSpec) -> Session: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,6 @@ from ..links.schedule import FULL, SCREEN, next_stride
 from ..links.verdicts import link_findings
 from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
 from ..report.phrasing import plural
-from ..sim import SimulatedConnector, load_fleet
-from ..sim.pairoptions import simulated_pair_runner
 from ..slurm.launcher import slurm_connector
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store
@@ -64,6 +62,7 @@ from .fanout import (
 )
 from .interrupts import InterruptGate, QuietGate
 from .progress import QuietProgress, SweepProgress
+from .standin import StandInFleet
 
 DEFAULT_BASELINE = "default"
 FACTS = "facts"
@@ -88,7 +87,8 @@ class SweepRequest:
     # How nodes are reached, and the caps on what one command may print (settings.output), for
     # every connector: SSH, this machine (--here, localhost) and srun.
     settings: SshSettings = SshSettings()
-    simulate_path: str | None = None
+    # --simulate: a fleet that stands in for real hosts, its connector and pair tests (gpudiag.sim)
+    stand_in: StandInFleet | None = None
     store_path: str | None = None
     thresholds_path: str | None = None
     baseline_name: str | None = None
@@ -121,6 +121,7 @@ class _Setup:
     pairs_at_once: int
     notes: tuple[str, ...] = ()  # what the sweep had to adapt (the open-file limit): warnings of the result
     focus: Focus | None = None  # --suspects: who is a suspect and who a reference
+    stand_in_pairs: Callable[[PairTestOptions], PairRunner] | None = None  # a stand-in fleet's pair tests
 
 
 def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
@@ -156,25 +157,27 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
     ssh_addresses: dict[str, str] = {}
     fanout = pairs_at_once = request.sweep.fanout
     notes: tuple[str, ...] = ()
-    if request.simulate_path is not None:
-        fleet = load_fleet(request.simulate_path)
+    stand_in_pairs: Callable[[PairTestOptions], PairRunner] | None = None
+    if request.stand_in is not None:
+        stand_in = request.stand_in.connector()
         # Hosts named beside a fleet are those of its nodes to sweep (a node it lacks is unreachable).
         hosts: list[HostSpec] = (load_hosts(request.hosts_argument, stdin) if request.hosts_argument
-                                 else list(fleet.host_specs()))
-        connector: Connector = SimulatedConnector(fleet)
+                                 else list(request.stand_in.host_specs()))
+        connector: Connector = stand_in
+        stand_in_pairs = stand_in.pair_runner
     else:
         hosts = load_hosts(request.hosts_argument or "", stdin)
     hosts, focus = focus_hosts(hosts, request.focus)
     thresholds = focused_thresholds(thresholds, focus)  # the reference peers are the suspects' fleet
-    if request.simulate_path is None and request.here:
+    if request.stand_in is None and request.here:
         if len(hosts) != 1:
             raise InputError(f"--here probes this machine: name it as one host, not {len(hosts)}")
         connector = LocalConnector(request.settings.output)
-    elif request.simulate_path is None and request.launcher == "slurm":
+    elif request.stand_in is None and request.launcher == "slurm":
         connector, ssh_addresses, fanout = slurm_connector(hosts, request.ssh, request.settings, os.environ,
                                                            request.launcher_fallback, request.slurm_bundle_dir,
                                                            request.sweep.fanout)
-    elif request.simulate_path is None:
+    elif request.stand_in is None:
         remote = [host for host in hosts if not host.is_local]
         resolved = resolve_all(remote, request.ssh)  # a host whose config ssh rejects is unreachable, not the end
         ssh_addresses = {label: host.hostname for label, host in resolved.hosts.items()}
@@ -192,7 +195,7 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
     return _Setup(hosts, connector, ssh_addresses, thresholds, store, baseline, bundle, fanout, pairs_at_once, notes,
-                  focus)
+                  focus, stand_in_pairs)
 
 
 def _baseline(store: Store | None, name: str | None) -> Baseline | None:
@@ -360,8 +363,8 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
 def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
                 mode: str, deadline: float | None = None) -> tuple[LinkRun | None, list[Finding]]:
     hosts = [host.host for host in first.hosts if host.ok]
-    if isinstance(setup.connector, SimulatedConnector):
-        runner: PairRunner = simulated_pair_runner(setup.connector.fleet, request.pair)
+    if setup.stand_in_pairs is not None:
+        runner: PairRunner = setup.stand_in_pairs(request.pair)
         missing: list[Finding] = []
     else:
         assert isinstance(setup.connector, SessionPool)
@@ -512,7 +515,8 @@ def _options(request: SweepRequest) -> dict[str, Any]:
     probe = request.sweep.probe
     return {"probes": list(probe.names), "duration_s": probe.duration_s, "max_gpu_mem_mib": probe.max_gpu_mem_mib,
             "dtype": probe.dtype, "sequential": probe.sequential, "deadline_s": probe.deadline_s,
-            "fanout": request.sweep.fanout, "simulate": request.simulate_path, "retest": request.retest,
+            "fanout": request.sweep.fanout, "simulate": request.stand_in.source if request.stand_in else None,
+            "retest": request.retest,
             "links": request.links, "net_address": request.net_address, "net_backend": request.pair.backend,
             "net_duration_s": request.pair.duration_s, "net_line_rate_gbps": request.pair.line_rate_gbps,
             "screen_stride": request.screen_stride, "launcher": request.launcher, "pause": probe.pause,

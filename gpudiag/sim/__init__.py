@@ -12,7 +12,9 @@ analysis see only the records, and must find the faults from them.
   network between nodes; ``state``: node and GPU state;
 - the records: ``records`` (record shapes and noise), ``nvml`` (what NVML shows), ``probes`` (one
   function per probe), ``runner`` (the bundle's command line and run), ``pause`` (its ``--pause``);
-- ``connector``: ``SimulatedConnector`` and ``SimulatedSession``, the transport.
+- ``connector``: ``SimulatedConnector`` and ``SimulatedSession``, the transport; ``pairs`` and
+  ``pairoptions``: the pair tests between nodes; ``standin``: ``FleetFile``, the fleet as a run
+  sees it (gpudiag.run.standin).
 """
 
 from ..analysis.sku import Sku, SkuTable, load_skus
@@ -21,7 +23,8 @@ from .faults import Fault
 from .fleet import SimulatedFleet
 from .fleetfile import Fleet, demo_fleet_path, load_fleet, parse_fleet
 from .nodespecs import NodeSpec
+from .standin import FleetFile
 from .state import Noise
 
-__all__ = ["Fault", "Fleet", "NodeSpec", "Noise", "SimulatedConnector", "SimulatedFleet", "SimulatedSession",
-           "Sku", "SkuTable", "demo_fleet_path", "load_fleet", "load_skus", "parse_fleet"]
+__all__ = ["Fault", "Fleet", "FleetFile", "NodeSpec", "Noise", "SimulatedConnector", "SimulatedFleet",
+           "SimulatedSession", "Sku", "SkuTable", "demo_fleet_path", "load_fleet", "load_skus", "parse_fleet"]

@@ -9,9 +9,12 @@ from collections.abc import Sequence
 
 from ..bundle import Bundle
 from ..hosts import HostSpec
+from ..links.remote import PairTestOptions
+from ..links.rounds import PairRunner
 from ..transport import CommandResult, Unreachable
 from .fleet import SimulatedFleet
 from .fleetfile import Fleet
+from .pairoptions import simulated_pair_runner
 from .runner import BundleUsage, parse_bundle_argv, run_bundle
 
 
@@ -31,6 +34,10 @@ class SimulatedConnector:
         if self.fleet.is_unreachable(host.host):
             raise Unreachable(f"{host.label}:22: no answer within 10 s (simulated)")
         return SimulatedSession(self, host.host)
+
+    def pair_runner(self, options: PairTestOptions) -> PairRunner:
+        """The pair tests between the fleet's nodes over the backend and line rate ``options`` ask for."""
+        return simulated_pair_runner(self.fleet, options)
 
     def next_call(self, host: str) -> int:
         """The number of this run on ``host`` (0 for the first), counted across sessions."""

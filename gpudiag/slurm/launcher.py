@@ -33,7 +33,7 @@ from typing import Protocol
 from ..bundle import Bundle
 from ..errors import InputError
 from ..hosts import HostSpec
-from ..transport import CommandResult, RunningCommand, Session, TransportError, Unreachable
+from ..transport import CommandResult, Connector, RunningCommand, Session, TransportError, Unreachable
 from ..transport.bounded import OutputLimits
 from ..transport.fleet import FleetConnector
 from ..transport.pool import SessionPool
@@ -56,14 +56,6 @@ MAX_STEP_HOSTS = 4096
 TIMEOUT_SPREAD_S = 10.0
 LAUNCHERS = ("ssh", "slurm")
 FALLBACKS = ("none", "ssh")
-
-
-class Connector(Protocol):
-    """What opens sessions (gpudiag.run.fanout.Connector): the SSH fallback."""
-
-    def connect(self, host: HostSpec) -> Session: ...
-
-    def close(self) -> None: ...
 
 
 class BundleStageError(Unreachable):

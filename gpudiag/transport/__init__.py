@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 from ..bundle import Bundle
+from ..hosts import HostSpec
 
 
 @dataclass(frozen=True)
@@ -112,3 +113,11 @@ class Session(Protocol):
     def close(self) -> None:
         ...
 
+
+class Connector(Protocol):
+    """Opens a session on a host; raises TransportError when it cannot. Every way of reaching
+    nodes is one: SSH (a pool of them), this machine, srun, a simulated fleet."""
+
+    def connect(self, host: HostSpec) -> Session: ...
+
+    def close(self) -> None: ...

@@ -7,23 +7,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from ..bundle import Bundle
 from ..hosts import HostSpec
-from . import CommandResult, RunningCommand, Session, TransportError
+from . import CommandResult, Connector, RunningCommand, Session, TransportError
 from .cancel import cancel_all
 
 # After Ctrl-C, how long the sessions get to end their commands on the nodes.
 CANCEL_WAIT_S = 15.0
-
-
-class _Opener(Protocol):
-    """What the pool opens sessions with (gpudiag.run.fanout.Connector)."""
-
-    def connect(self, host: HostSpec) -> Session: ...
-
-    def close(self) -> None: ...
 
 
 class SessionPool:
@@ -34,7 +25,7 @@ class SessionPool:
     it handed out and not yet closed — and a host whose connection was closed so is connected
     again when it is next needed."""
 
-    def __init__(self, connector: _Opener, max_open: int | None = None) -> None:
+    def __init__(self, connector: Connector, max_open: int | None = None) -> None:
         self._connector = connector
         self._max_open = max_open
         self._lock = threading.Lock()

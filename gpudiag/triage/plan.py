@@ -30,14 +30,15 @@ from ..analysis.thresholds import Thresholds, load_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
 from ..hosts import HostSpec, load_hosts
-from ..run.fanout import Connector, SweepOptions, SweepResult, run_sweep
+from ..run.fanout import SweepOptions, SweepResult, run_sweep
 from ..run.interrupts import InterruptGate, QuietGate
 from ..run.nodeprobe import DEFAULT_PROBE_NAMES, ProbeOptions
 from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
-from ..sim import SimulatedConnector, load_fleet
+from ..run.standin import StandInFleet
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store, default_store_path
+from ..transport import Connector
 from ..transport.fleet import FleetConnector
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions, resolve_all
@@ -61,13 +62,13 @@ def default_deadline_s(duration_s: float) -> float:
 
 @dataclass(frozen=True)
 class TriageRequest:
-    """One ``gpudiag triage``: which host (or node of the simulated fleet ``simulate_path``), what
+    """One ``gpudiag triage``: which host (or node of the stand-in fleet ``stand_in``), what
     to run, how to reach it, where the store is (``store_path``; ``store_required``: it was named,
     so a missing file is an error) and how to judge it."""
 
     host: str
     probe: ProbeOptions
-    simulate_path: str | None = None
+    stand_in: StandInFleet | None = None
     ssh: SshOptions = SshOptions()
     settings: SshSettings = SshSettings()
     store_path: str | None = None
@@ -135,12 +136,12 @@ def _set_up(request: TriageRequest, stdin: TextIO) -> _Setup:
 
 
 def _connect(request: TriageRequest, stdin: TextIO) -> tuple[HostSpec, Connector]:
-    if request.simulate_path is not None:
-        fleet = load_fleet(request.simulate_path)
-        if request.host not in fleet.hosts:
-            raise InputError(f"--host {request.host}: not a node of the simulated fleet {request.simulate_path} "
-                             f"({fleet.hosts[0]}..{fleet.hosts[-1]})")
-        return HostSpec(request.host), SimulatedConnector(fleet)
+    if request.stand_in is not None:
+        hosts = [spec.host for spec in request.stand_in.host_specs()]
+        if request.host not in hosts:
+            raise InputError(f"--host {request.host}: not a node of the simulated fleet {request.stand_in.source} "
+                             f"({hosts[0]}..{hosts[-1]})")
+        return HostSpec(request.host), request.stand_in.connector()
     specs = load_hosts(request.host, stdin)
     if len(specs) != 1:
         raise InputError(f"gpudiag triage looks at one host; {request.host!r} names {len(specs)} "
