@@ -30,6 +30,7 @@ import io
 import json
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -216,7 +217,7 @@ class Snapshot:
         (self.out / relative).write_text(self.normalise(text), encoding="utf-8")
 
     def normalise(self, text: str) -> str:
-        """``text`` with the volatile parts replaced by placeholders of the same width."""
+        """``text`` with its volatile parts replaced by placeholders (sweep ids and times keep their width)."""
         for sweep_id, label in self.sweep_ids.items():
             text = text.replace(sweep_id, label)
         text = SWEEP_ID.sub(lambda m: "<sweep-?>".ljust(len(m[0]), "_"), text)
@@ -285,8 +286,9 @@ def against(commit: str, tree: Path, smoke: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="house-against-") as scratch_dir:
         scratch = Path(scratch_dir)
         after = freeze(tree, scratch / "after-tree")
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(scratch / "before-tree"),
-                        commit], check=True)
+        if subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet",
+                           str(scratch / "before-tree"), commit], check=False).returncode != 0:
+            sys.exit(f"house_snapshot: no worktree of {commit}")
         try:
             take_snapshot(scratch / "before-tree", scratch / "before", smoke)
         finally:
@@ -304,6 +306,7 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, default=ROOT, help="source tree to snapshot (default: this checkout)")
     parser.add_argument("--smoke", action="store_true", help="tiny size; alone: --tree twice, compared")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))  # the worktree is still removed
     if isinstance(sys.stdout, io.TextIOWrapper):  # the outputs are UTF-8 whatever the locale says
         sys.stdout.reconfigure(encoding="utf-8")
     if args.against:
