@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# The sweep document's schema: the name and version of the JSON contract (docs/document.md).
+SWEEP_SCHEMA = "gpudiag.sweep/1"
+
 FAIL = "fail"
 WARN = "warn"
 

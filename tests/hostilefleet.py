@@ -29,8 +29,9 @@ from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.hosts import HostSpec
 from gpudiag.report import render_report
 from gpudiag.report.detail import COMPACT, FULL
+from gpudiag.report.document import document_chunks
 from gpudiag.report.prometheus import prom_text
-from gpudiag.run.fanout import SweepOptions, SweepResult, document_chunks, run_sweep
+from gpudiag.run.fanout import SweepOptions, SweepResult, run_sweep
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.run.outcome import HostOutcome
 from gpudiag.run.progress import QuietProgress

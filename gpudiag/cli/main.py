@@ -30,12 +30,12 @@ from ..pause import (
 from ..report import check_writable, render_report, write_report
 from ..report.console import render_probe_results, render_sweep_table
 from ..report.detail import COMPACT, DETAILS
+from ..report.document import write_sweep_json
 from ..report.prometheus import check_prom_file, write_prom_file
 from ..report.tables import make_console
-from ..run.fanout import SweepOptions, SweepResult, write_sweep_json
+from ..run.fanout import SweepOptions, SweepResult
 from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
-from ..run.progress import make_progress
 from ..run.sweep import LINK_MODES, SweepRequest, run_plan
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile, demo_fleet_path
@@ -50,6 +50,7 @@ from . import preflight as cli_preflight
 from . import store as cli_store
 from . import triage as cli_triage
 from .options import node_python_option, output_limits, output_options, ssh_options
+from .progress import make_progress
 
 
 class GpudiagGroup(click.Group):

@@ -20,12 +20,11 @@ from ..preflight.run import PreflightRun, check_request, host_text, make_plan
 from ..report import check_writable, render_report, write_report
 from ..report.console import render_sweep_table
 from ..report.detail import COMPACT, DETAILS
+from ..report.document import document_chunks
 from ..report.prometheus import check_prom_file, write_prom_file
 from ..report.tables import make_console
-from ..run.fanout import document_chunks
 from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import DTYPES
-from ..run.progress import make_progress
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile
 from ..slurm.launcher import LAUNCHERS
@@ -34,6 +33,7 @@ from ..store.store import default_store_path
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .options import judging_options, node_python_option, output_limits, output_options, ssh_options
+from .progress import make_progress
 
 
 @click.command()

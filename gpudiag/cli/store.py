@@ -15,6 +15,7 @@ from rich.table import Table
 from ..analysis.keys import LINK_PROBE, describe_key
 from ..errors import InputError, read_json_file
 from ..exitcodes import ExitCode
+from ..findings import SWEEP_SCHEMA
 from ..report import render_report, write_report
 from ..report.tables import Column, TableSpec, fit_table, make_console, print_tables
 from ..schema.jsonout import dumps as strict_dumps
@@ -58,8 +59,8 @@ def _document(source: str | None, store_path: str | None) -> dict:
         raise InputError(f"{source}: no such sweep document")
     if source is not None and Path(source).is_file():
         data = read_json_file(source, "the sweep document")
-        if not isinstance(data, dict) or data.get("schema") != "gpudiag.sweep/1":
-            raise InputError(f"{source}: not a gpudiag sweep document (schema gpudiag.sweep/1)")
+        if not isinstance(data, dict) or data.get("schema") != SWEEP_SCHEMA:
+            raise InputError(f"{source}: not a gpudiag sweep document (schema {SWEEP_SCHEMA})")
         return data
     with Store.open(store_location(store_path), readonly=True) as store:
         sweep_id = source or store.latest_sweep_id()

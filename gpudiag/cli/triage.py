@@ -12,7 +12,6 @@ from ..exitcodes import ExitCode
 from ..report import check_writable, write_report
 from ..run.interrupts import InterruptGate
 from ..run.nodeprobe import DTYPES, ProbeOptions
-from ..run.progress import make_progress
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile
 from ..transport.ssh import SshSettings
@@ -20,6 +19,7 @@ from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
 from .options import judging_options, node_python_option, output_limits, output_options, ssh_options
+from .progress import make_progress
 
 
 @click.command()

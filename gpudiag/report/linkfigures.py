@@ -22,7 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .phrasing import OK, UNCHECKED, Document, _findings, _fixed, _hosts, plural
+from ..hosts import plural
+from .phrasing import OK, UNCHECKED, Document, _findings, _fixed, _hosts
 
 LINK_METRIC = "gbps"
 LINK_UNITS = {"gbps": "Gbit/s"}

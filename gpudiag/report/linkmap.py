@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..hosts import fold_hosts
+from ..hosts import fold_hosts, plural
 from .heatmap import heat_colour, heat_swatches
 from .linkfigures import (
     NIC_KIND,
@@ -29,7 +29,7 @@ from .linkfigures import (
     rails_text,
 )
 from .markup import _e, _html_table
-from .phrasing import Document, _fixed, _hosts, plural
+from .phrasing import Document, _fixed, _hosts
 
 # Up to this many hosts the symmetric host × host matrix is drawn as well as the rows.
 LINK_MATRIX_MAX_HOSTS = 64

@@ -228,8 +228,3 @@ def _number_text(value: object) -> str:
 
 def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 pair``, ``2 pairs``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..hosts import fold_hosts
+from ..hosts import fold_hosts, plural
 from .phrasing import (
     OK,
     UNCHECKED,
@@ -18,7 +18,6 @@ from .phrasing import (
     finding_measure,
     finding_where,
     hosts_by_status,
-    plural,
 )
 
 NOT_A_PASS = "no result could be compared: this sweep is not a pass"

@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
-from ..hosts import fold_hosts
+from ..hosts import fold_hosts, plural
 from ..schema.text import clean_text
 from .linkfigures import (
     counts_text,
@@ -28,7 +28,6 @@ from .phrasing import (
     finding_measure,
     finding_where,
     hosts_by_status,
-    plural,
     sort_findings,
 )
 from .summary import _impact_detail, focus_line, summary_line

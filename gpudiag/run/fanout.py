@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,19 +22,15 @@ from typing import Any
 from ..bundle import Bundle
 from ..errors import ProbeOutputError, StoreError
 from ..exitcodes import ExitCode, decide_exit_code
-from ..findings import FAIL, Finding, unchecked
+from ..findings import FAIL, SWEEP_SCHEMA, Finding, unchecked
 from ..hosts import HostSpec
 from ..records import ProbeResult
-from ..report import write_report
-from ..report.detail import COMPACT, FULL, compact_host, flagged_gpus
-from ..schema.jsonout import dumps as strict_dumps
 from ..transport import CommandResult, Connector, Session, TransportError
 from ..transport.cancel import cancel_all
 from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
 from .outcome import HostOutcome
 from .progress import SweepProgress
 
-SCHEMA = "gpudiag.sweep/1"
 OK = "ok"
 TIMEOUT = "timeout"
 PROBE_ERROR = "probe_error"
@@ -112,7 +108,7 @@ class SweepResult:
         ``results_count`` instead of its records (what a report of hosts and findings needs,
         without unpacking every host)."""
         return {
-            "schema": SCHEMA,
+            "schema": SWEEP_SCHEMA,
             "sweep_id": self.sweep_id,
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
@@ -452,39 +448,3 @@ def interrupted_host(host: HostSpec, started: float | None = None) -> HostOutcom
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> None:
-    """Write the sweep document to ``path`` (``-``: stdout) at ``detail`` (gpudiag.report.detail: full or
-    compact), one host at a time, replacing the file in one step so a reader never sees half a
-    document. Raises OutputError when it cannot be written."""
-    chunks = document_chunks(result, detail)
-    if path == "-":
-        for chunk in chunks:
-            sys.stdout.write(chunk)
-        sys.stdout.flush()
-        return
-    write_report(chunks, path)
-
-
-def document_chunks(result: SweepResult, detail: str = COMPACT) -> Iterator[str]:
-    """The sweep document's JSON text in pieces, each host's records unpacked only for its own
-    piece; ``detail`` is COMPACT or FULL. The document says its detail (``json_detail``). Strict
-    JSON: a non-finite figure is null (gpudiag.schema.jsonout), never a bare NaN or Infinity."""
-    skeleton = result.to_dict(records=False)
-    flagged = flagged_gpus(skeleton["findings"])
-    fields = list(skeleton)
-    fields.insert(fields.index("hosts"), "json_detail")
-    skeleton["json_detail"] = detail
-    yield "{"
-    for index, name in enumerate(fields):
-        yield ("" if index == 0 else ", ") + strict_dumps(name) + ": "
-        if name != "hosts":
-            yield strict_dumps(skeleton[name])
-            continue
-        yield "["
-        for number, host in enumerate(result.hosts):
-            entry = host.to_dict() if detail == FULL else compact_host(host, flagged.get(host.host, set()))
-            yield ("" if number == 0 else ", ") + strict_dumps(entry)
-        yield "]"
-    yield "}\n"

@@ -1,17 +1,12 @@
-"""Sweep progress on stderr: one aggregate bar on a terminal, plain lines elsewhere (a Slurm
-prolog, CI), nothing with -q. Cheap at 1,000 hosts: it counts, it does not list."""
+"""Sweep progress: what a run tells its display (SweepProgress), nothing (QuietProgress) or plain
+lines on a stream (a Slurm prolog, CI); the bar on a terminal is the command line's
+(gpudiag.cli.progress). Cheap at 1,000 hosts: it counts, it does not list."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Protocol, TextIO
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-from ..report.tables import make_console
 
 
 class SweepProgress(Protocol):
@@ -28,7 +23,9 @@ class SweepProgress(Protocol):
         rounds, writing), so a 1,000-node sweep is never silent for long."""
 
 
-class _Counts:
+class HostCounts:
+    """Hosts done, failed and running, and since when: what a progress display shows."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.total = self.done = self.failed = self.running = 0
@@ -62,7 +59,7 @@ class PlainProgress:
     def __init__(self, stream: TextIO, interval_s: float = 5.0) -> None:
         self._stream = stream
         self._interval_s = interval_s
-        self._counts = _Counts()
+        self._counts = HostCounts()
         self._last_print = 0.0
         self._printed_done = -1
 
@@ -95,52 +92,3 @@ class PlainProgress:
     def _print(self) -> None:
         self._printed_done = self._counts.done
         print(f"gpudiag: {self._counts.line()}", file=self._stream, flush=True)
-
-
-class BarProgress:
-    """One rich progress bar: done / failed / running, elapsed and ETA."""
-
-    def __init__(self, console: Console) -> None:
-        self._counts = _Counts()
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                             refresh_per_second=4, transient=False)
-        self._task = self._bar.add_task("sweep", total=0)
-
-    def start(self, total: int) -> None:
-        self._counts.total = total
-        self._bar.update(self._task, total=total)
-        self._bar.start()
-
-    def host_started(self) -> None:
-        with self._counts.lock:
-            self._counts.running += 1
-            self._describe()
-
-    def host_done(self, ok: bool) -> None:
-        with self._counts.lock:
-            self._counts.running -= 1
-            self._counts.done += 1
-            self._counts.failed += 0 if ok else 1
-            self._describe()
-        self._bar.advance(self._task)
-
-    def close(self) -> None:
-        self._bar.stop()
-
-    def phase(self, text: str) -> None:
-        self._bar.console.print(f"gpudiag: {text}", markup=False, highlight=False)
-
-    def _describe(self) -> None:
-        counts = self._counts
-        self._bar.update(self._task, description=f"{counts.failed} failed · {counts.running} running")
-
-
-def make_progress(quiet: bool, stream: TextIO | None = None) -> SweepProgress:
-    """The progress display that fits where stderr goes."""
-    stream = stream or sys.stderr
-    if quiet:
-        return QuietProgress()
-    if stream.isatty():
-        return BarProgress(make_console(file=stream))
-    return PlainProgress(stream)

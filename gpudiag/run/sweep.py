@@ -28,7 +28,7 @@ from ..analysis.thresholds import Thresholds, load_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError, StoreError
 from ..findings import Finding, unchecked
-from ..hosts import HostSpec, load_hosts
+from ..hosts import HostSpec, load_hosts, plural
 from ..links.addresses import address_refusal, usable_address
 from ..links.attribution import link_thresholds
 from ..links.impact import link_impact
@@ -38,7 +38,6 @@ from ..links.rounds import LinkRun, PairRunner, run_links
 from ..links.schedule import FULL, SCREEN, next_stride
 from ..links.verdicts import link_findings
 from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
-from ..report.phrasing import plural
 from ..slurm.launcher import slurm_connector
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ..exitcodes import ExitCode
+from ..findings import SWEEP_SCHEMA
 from ..schema.jsonout import dumps as strict_dumps
 from .hosts import (
     KeyIds,
@@ -47,9 +48,6 @@ from .schema import (
     transaction,
 )
 
-# The sweep document's schema (gpudiag.run.fanout.SCHEMA) for a sweep that never finished; not
-# imported from there, so that the sweep may import the store.
-SWEEP_SCHEMA = "gpudiag.sweep/1"
 LATEST_SHOWN = 5
 # Findings about the link between two hosts (or a pair that could not be tested): they say
 # nothing about either host's GPUs.

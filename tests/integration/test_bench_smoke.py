@@ -74,3 +74,17 @@ def test_the_hostile_output_benchmark_measures_the_controllers_memory_and_the_hu
     assert all(float(row[3]) <= 200 for row in rows.values()), done.stdout  # bounded, whatever the node prints
     assert "above the clean sweep (target <= 200 MiB)" in done.stdout
     assert "hung SFTP on node02: timeout after" in done.stdout
+
+
+def test_the_house_snapshot_of_one_tree_is_byte_identical_twice():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "house_snapshot.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.startswith("identical: "), done.stdout[-2000:]
+
+
+def test_the_import_graph_figures_are_printed_with_no_circle():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "import_graph.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "modules:" in done.stdout and "rooms:" in done.stdout and "longest chain: gpudiag." in done.stdout

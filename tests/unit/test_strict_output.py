@@ -16,8 +16,9 @@ from gpudiag.findings import Finding
 from gpudiag.records import ProbeResult
 from gpudiag.report import render_report
 from gpudiag.report.console import render_probe_results
+from gpudiag.report.document import document_chunks
 from gpudiag.report.tables import Column, TableSpec, print_tables, split_table
-from gpudiag.run.fanout import SweepResult, document_chunks
+from gpudiag.run.fanout import SweepResult
 from gpudiag.run.outcome import HostOutcome
 
 MARKUP = "[bold red]loud[/] [link=https://evil.example]click[/link]"

@@ -13,7 +13,8 @@ from pathlib import Path
 from gpudiag.bundle import locate_bundle
 from gpudiag.exitcodes import ExitCode
 from gpudiag.hosts import HostSpec
-from gpudiag.run.fanout import SweepOptions, run_sweep, write_sweep_json
+from gpudiag.report.document import write_sweep_json
+from gpudiag.run.fanout import SweepOptions, run_sweep
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.run.progress import PlainProgress
 from gpudiag.transport import AuthFailed, HostKeyChanged, Unreachable

@@ -1,0 +1,48 @@
+"""The sweep document (docs/document.md): written one host at a time, at the detail asked for
+(gpudiag.report.detail), strict JSON, replacing its file in one step."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+from ..run.fanout import SweepResult
+from ..schema.jsonout import dumps as strict_dumps
+from . import write_report
+from .detail import COMPACT, FULL, compact_host, flagged_gpus
+
+
+def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> None:
+    """Write the sweep document to ``path`` (``-``: stdout) at ``detail`` (gpudiag.report.detail: full or
+    compact), one host at a time, replacing the file in one step so a reader never sees half a
+    document. Raises OutputError when it cannot be written."""
+    chunks = document_chunks(result, detail)
+    if path == "-":
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+        return
+    write_report(chunks, path)
+
+
+def document_chunks(result: SweepResult, detail: str = COMPACT) -> Iterator[str]:
+    """The sweep document's JSON text in pieces, each host's records unpacked only for its own
+    piece; ``detail`` is COMPACT or FULL. The document says its detail (``json_detail``). Strict
+    JSON: a non-finite figure is null (gpudiag.schema.jsonout), never a bare NaN or Infinity."""
+    skeleton = result.to_dict(records=False)
+    flagged = flagged_gpus(skeleton["findings"])
+    fields = list(skeleton)
+    fields.insert(fields.index("hosts"), "json_detail")
+    skeleton["json_detail"] = detail
+    yield "{"
+    for index, name in enumerate(fields):
+        yield ("" if index == 0 else ", ") + strict_dumps(name) + ": "
+        if name != "hosts":
+            yield strict_dumps(skeleton[name])
+            continue
+        yield "["
+        for number, host in enumerate(result.hosts):
+            entry = host.to_dict() if detail == FULL else compact_host(host, flagged.get(host.host, set()))
+            yield ("" if number == 0 else ", ") + strict_dumps(entry)
+        yield "]"
+    yield "}\n"
