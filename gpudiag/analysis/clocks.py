@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import rules
+from .measurements import Measurement
 from .reference import FLEET
-from .suspects import COMPUTE_PROBES, Measurement, Suspect
+from .suspects import COMPUTE_PROBES, Suspect
 from .thresholds import Thresholds
 
 SLOWING_REASONS = rules.HARDWARE_REASONS + rules.SOFTWARE_REASONS

@@ -13,8 +13,9 @@ from ..findings import BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
 from ..hosts import fold_hosts
 from . import rules
 from .identity import HostGpus
+from .measurements import Measurement
 from .reference import KeyReferences
-from .suspects import Measurement, Suspect
+from .suspects import Suspect
 from .thresholds import Thresholds
 
 

@@ -34,8 +34,9 @@ from ..findings import BASIS_SINGLE_RUN, FAIL, WARN, Finding
 from ..hosts import fold_hosts
 from . import rules
 from .keys import hardware_key, software_change
+from .measurements import Measurement
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SKU, KeyReferences, Reference, spread
-from .suspects import COMPUTE_PROBES, BaselineLookup, Measurement
+from .suspects import COMPUTE_PROBES, BaselineLookup
 from .thresholds import Thresholds
 
 # A group of fewer hosts that is low is its hosts' own findings (a 2-node job with one slow node).

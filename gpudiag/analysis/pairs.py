@@ -15,8 +15,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .measurements import Measurement
 from .reference import KeyReferences
-from .suspects import Measurement, Suspect
+from .suspects import Suspect
 from .thresholds import Thresholds
 
 

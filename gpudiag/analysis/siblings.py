@@ -16,13 +16,10 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
+from .measurements import Measurement
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SIBLINGS, KeyReferences, Reference
 from .thresholds import Thresholds
-
-if TYPE_CHECKING:  # suspects.py imports this module
-    from .suspects import Measurement
 
 # The variance of a median of n normal values is about this / n times theirs (pi / 2).
 MEDIAN_VARIANCE = math.pi / 2

@@ -24,9 +24,10 @@ from ..findings import (
 )
 from . import clocks, coverage, rules
 from .identity import NO_GPU, GpuIdentity, HostGpus
+from .measurements import HOST_DEVICES, Measurement
 from .pairs import Pair, attribute_pairs
 from .reference import SKU, KeyReferences
-from .suspects import COMPUTE_PROBES, HOST_DEVICES, Measurement, Suspect, sibling_judged
+from .suspects import COMPUTE_PROBES, Suspect, sibling_judged
 from .thresholds import Thresholds
 
 

@@ -8,13 +8,13 @@ import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from ..findings import Finding
-from ..records import device_index
 from . import coverage, rules
 from .identity import GpuIdentity, HostGpus
 from .keys import COMPARED_PROBES, host_keys
+from .measurements import HOST_DEVICES, KeyInfo, Measurement
 from .ports import Port, read_ports
 from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references, pool_spreads
 from .siblings import HostGroups, siblings_alone
@@ -22,7 +22,6 @@ from .sku import FloorKey, floor_key, floors_for
 from .thresholds import Thresholds
 
 COMPUTE_PROBES = ("gemm", "smclock", "membw")
-HOST_DEVICES = ("cpu", "host")
 
 
 class BaselineLookup(Protocol):
@@ -30,67 +29,6 @@ class BaselineLookup(Protocol):
 
 
 SkuFigures = Callable[[str | None], Mapping[FloorKey, float]]
-
-
-class KeyInfo(NamedTuple):
-    """What every measurement of one baseline key (and GPU model) shares: one object per key."""
-
-    key: str
-    probe: str
-    metric: str
-    params: Mapping[str, Any]
-    unit: str | None
-    gpu_model: str | None
-
-
-class Measurement(NamedTuple):
-    """One ok result of a compared probe, with where it came from and its baseline key (``info``:
-    the key, probe, metric, parameters, unit and GPU model it shares with its kind).
-
-    A NamedTuple of six rather than a dataclass: a 10,000-node sweep makes a million of them."""
-
-    host: str
-    device: str
-    gpu_uuid: str | None
-    info: KeyInfo
-    value: float
-    # The spread of the record's own samples (a fraction of its value; None: not given).
-    cv: float | None = None
-
-    @property
-    def key(self) -> str:
-        return self.info.key
-
-    @property
-    def probe(self) -> str:
-        return self.info.probe
-
-    @property
-    def metric(self) -> str:
-        return self.info.metric
-
-    @property
-    def params(self) -> Mapping[str, Any]:
-        return self.info.params
-
-    @property
-    def unit(self) -> str | None:
-        return self.info.unit
-
-    @property
-    def gpu_model(self) -> str | None:
-        return self.info.gpu_model
-
-    @property
-    def gpu(self) -> int | None:
-        return None if self.device in HOST_DEVICES else device_index(self.device)
-
-    @property
-    def repeat_key(self) -> tuple[str, str, str, str, str]:
-        """What a re-test must match: the same host, device, probe, metric and parameters except
-        ``mode``."""
-        params = {k: v for k, v in sorted(self.params.items()) if k != "mode"}
-        return self.host, self.device, self.probe, self.metric, repr(params)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,74 @@
+"""One compared measurement: an ok result of a compared probe, with its host, device and GPU, its
+value and spread, and the baseline key it shares with its kind (read by gpudiag.analysis.suspects,
+compared by every reference)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from ..records import device_index
+
+# The devices of a host-wide record (no GPU of its own).
+HOST_DEVICES = ("cpu", "host")
+
+
+class KeyInfo(NamedTuple):
+    """What every measurement of one baseline key (and GPU model) shares: one object per key."""
+
+    key: str
+    probe: str
+    metric: str
+    params: Mapping[str, Any]
+    unit: str | None
+    gpu_model: str | None
+
+
+class Measurement(NamedTuple):
+    """One ok result of a compared probe, with where it came from and its baseline key (``info``:
+    the key, probe, metric, parameters, unit and GPU model it shares with its kind).
+
+    A NamedTuple of six rather than a dataclass: a 10,000-node sweep makes a million of them."""
+
+    host: str
+    device: str
+    gpu_uuid: str | None
+    info: KeyInfo
+    value: float
+    # The spread of the record's own samples (a fraction of its value; None: not given).
+    cv: float | None = None
+
+    @property
+    def key(self) -> str:
+        return self.info.key
+
+    @property
+    def probe(self) -> str:
+        return self.info.probe
+
+    @property
+    def metric(self) -> str:
+        return self.info.metric
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self.info.params
+
+    @property
+    def unit(self) -> str | None:
+        return self.info.unit
+
+    @property
+    def gpu_model(self) -> str | None:
+        return self.info.gpu_model
+
+    @property
+    def gpu(self) -> int | None:
+        return None if self.device in HOST_DEVICES else device_index(self.device)
+
+    @property
+    def repeat_key(self) -> tuple[str, str, str, str, str]:
+        """What a re-test must match: the same host, device, probe, metric and parameters except
+        ``mode``."""
+        params = {k: v for k, v in sorted(self.params.items()) if k != "mode"}
+        return self.host, self.device, self.probe, self.metric, repr(params)
