@@ -1,4 +1,4 @@
-"""Shared test settings: the ``gpu`` marker skips where torch sees no CUDA device."""
+"""Shared test settings: the tiers' markers, and the ``gpu`` marker skips where torch sees no CUDA device."""
 
 from __future__ import annotations
 
@@ -28,7 +28,23 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
+INTEGRATION = Path(__file__).parent / "integration"
+# The skip reasons of tests/integration's requires_slurm and requires_netns, by which their tests
+# are marked; a test that starts the cluster or namespaces through a fixture is marked by its name.
+TIER_MARKERS = {"slurm": "slurm test cluster:", "netns": "network namespaces:"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tiers as markers: ``integration`` (real sshd hosts, Slurm, namespaces), ``slurm`` and
+    ``netns`` within it; ``gpu`` tests are skipped where torch sees no CUDA device."""
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(INTEGRATION):
+            item.add_marker(pytest.mark.integration)
+        reasons = [str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")]
+        fixtures = getattr(item, "fixturenames", ())
+        for name, reason in TIER_MARKERS.items():
+            if any(text.startswith(reason) for text in reasons) or any(name in fixture for fixture in fixtures):
+                item.add_marker(getattr(pytest.mark, name))
     if _cuda_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is visible to torch here")
