@@ -1,7 +1,7 @@
 """gpudiag's import graph, read from the source with ``ast`` (nothing is imported or run).
 
 A module is a ``.py`` file under ``gpudiag/`` or ``probes/``, named the way Python names it
-(``gpudiag.links.groups``, ``probes.net``); an arrow A -> B is an ``import`` in A that loads B,
+(``gpudiag.links.groups``, ``probes.net.common``); an arrow A -> B is an ``import`` in A that loads B,
 wherever it stands (a function's body and ``if TYPE_CHECKING:`` too: both are still a dependency
 a reader must follow). ``from package import name`` draws an arrow to ``package.name`` where that
 is a module, else to the package. The layout test holds the rules on this graph; ``bench/

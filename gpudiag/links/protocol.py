@@ -7,7 +7,7 @@ float), at most ``MAX_EVENT_BYTES`` long, an object whose ``event`` names it, an
 controller reads has its type and range checked; strings come back cleaned of control characters
 and escape sequences (gpudiag.schema.text) and bounded. What fails is a ``PairProtocolError``
 naming the field and what was expected: the caller makes it that pair's or that host's error,
-never a figure. The node side of the protocol is probes/net.py (its ``PROTOCOL`` must equal
+never a figure. The node side of the protocol is probes/net/common.py (its ``PROTOCOL`` must equal
 :data:`PAIR_PROTOCOL`; a test checks it).
 """
 

@@ -8,7 +8,7 @@ its deadline, or at once when this controller is gone (its stdin, held by the SS
 reaches end of file) or ends it because the client failed. Each test has a secret of its own,
 given to both ends over their sessions as the first line of their stdin (never on a command line
 where the node's users could read it, never printed, and cut out of any node text quoted in an
-error), which each end proves to the other (probes/net_auth.py): a stranger on the data network
+error), which each end proves to the other (probes/net/auth.py): a stranger on the data network
 neither takes the session nor gets a figure.
 
 Each rail's figure is the slower direction's (a collective waits for it). Every line a node

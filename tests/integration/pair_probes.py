@@ -1,6 +1,6 @@
 """The pair probes' test harness: a ``python -m probes`` net-server or net-client as its own process
 on 127.0.0.1, as a controller starts them on two nodes (from the bundle root), each with the tests'
-secret; and a peer played by the test itself, speaking the protocol (probes/net_auth.py). Used by
+secret; and a peer played by the test itself, speaking the protocol (probes/net/auth.py). Used by
 test_net_pair.py and test_net_pair_messages.py (the ``probes`` fixture is in conftest.py)."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 from sshd_hosts import marked_environment, marked_pids, process_ids_matching
 
 from probes.context import Deadline
-from probes.net import PROTOCOL, Channel
-from probes.net_auth import Handshake, PairSecret, canonical, new_nonce
+from probes.net.auth import Handshake, PairSecret, canonical, new_nonce
+from probes.net.common import PROTOCOL, Channel
 
 BUNDLE_ROOT = Path(__file__).resolve().parents[2]
 DIRECTIONS = {"client_to_server", "server_to_client"}

@@ -1,7 +1,7 @@
 """Pair probes run for real on 127.0.0.1: a net-server and a net-client as separate processes,
 as a controller starts them on two nodes (``python -m probes net-...`` from the bundle root), each
 with the test's secret. Strangers, impostors and peers that send malformed messages are played by
-this test itself, speaking the protocol (probes/net_auth.py) with or without the secret."""
+this test itself, speaking the protocol (probes/net/auth.py) with or without the secret."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from pair_probes import (
     start_probe,
 )
 
-from probes.net import PROTOCOL
-from probes.net_auth import new_nonce
+from probes.net.auth import new_nonce
+from probes.net.common import PROTOCOL
 
 
 def test_tcp_pair_measures_both_directions_and_the_server_exits_by_itself(probes: list[Probe]):
@@ -63,7 +63,7 @@ def test_nccl_backend_on_gloo_measures_both_directions_and_leaves_no_worker(prob
     assert {record["params"]["collective"] for record in records} == {"gloo"}
     assert all(record["details"]["message_bytes"] >= 64 << 20 for record in records)
     assert_server_ended_by_itself(server)
-    assert own_processes("probes.net_nccl_worker") == []
+    assert own_processes("probes.net.nccl_worker") == []
 
 
 # Two ranks on one machine: a different NCCL_HOSTID each makes NCCL treat them as two hosts, so it

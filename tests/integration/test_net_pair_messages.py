@@ -19,8 +19,8 @@ from pair_probes import (
 )
 
 from probes.context import Deadline
-from probes.net import PROTOCOL, Channel
-from probes.net_auth import new_nonce
+from probes.net.auth import new_nonce
+from probes.net.common import PROTOCOL, Channel
 
 # --- every message checked: a proved peer that sends wrong types -----------------------------------
 

@@ -27,8 +27,8 @@ from sshd_hosts import SshdFleet, descendant_pids, pid_is_running
 
 from gpudiag.cli.main import main
 from probes.context import Deadline
-from probes.net import PROTOCOL, Channel
-from probes.net_auth import new_nonce
+from probes.net.auth import new_nonce
+from probes.net.common import PROTOCOL, Channel
 
 # The hosts share this machine's CPUs: no node figure is compared, and the load is no starved node.
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '

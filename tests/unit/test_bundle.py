@@ -4,7 +4,8 @@ from pathlib import Path
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.links.remote import PairTestOptions
 from gpudiag.run import nodeprobe
-from probes import net, runner
+from probes import runner
+from probes.net import main as net_main
 
 
 def test_the_bundle_holds_the_probes_and_the_kernel_sources():
@@ -44,7 +45,7 @@ def test_bundle_command_passes_the_options_through():
 
 def test_pair_commands_in_host_memory_are_read_so_by_the_nodes():
     options = PairTestOptions(backend="auto", host_memory=True)
-    _, server = net.parse_arguments(options.server_argv()[3:])
-    _, client = net.parse_arguments(options.client_argv("perftest", "10.0.0.2", 4000)[3:])
+    _, server = net_main.parse_arguments(options.server_argv()[3:])
+    _, client = net_main.parse_arguments(options.client_argv("perftest", "10.0.0.2", 4000)[3:])
     assert server.host_memory and client.host_memory and not (server.gpu_direct or client.gpu_direct)
     assert "--host-memory" not in PairTestOptions().server_argv()

@@ -62,7 +62,5 @@ def test_no_module_sits_flat_in_gpudiag_but_the_shared_vocabulary():
                     "records.py"]
 
 
-def test_no_modules_of_the_controller_import_each_other_in_a_circle(graph: ImportGraph):
-    # The bundle's net command still imports its backends inside a function, and they import it:
-    # that circle goes with the move of the backends into probes/net/ (the house issue's last step).
-    assert [part for part in graph.cycles() if any(within(module, "gpudiag") for module in part)] == []
+def test_no_modules_import_each_other_in_a_circle(graph: ImportGraph):
+    assert graph.cycles() == []

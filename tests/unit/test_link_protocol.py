@@ -26,7 +26,8 @@ from gpudiag.links.remote import PairTestOptions, check_records
 from gpudiag.links.rounds import LinkRecord
 from gpudiag.links.verdicts import link_findings
 from gpudiag.records import ProbeResult, parse_probe_output
-from probes import net
+from probes.net import common as net
+from probes.net import main as net_main
 
 LISTENING = {"event": "listening", "backend": "tcp", "port": 40123, "bind": "10.0.0.2", "protocol": PAIR_PROTOCOL}
 
@@ -138,10 +139,10 @@ def test_a_clients_records_that_cannot_be_figures_are_a_problem_naming_it(lines:
 def test_the_pair_command_lines_carry_the_secret_the_bind_and_the_lifeline():
     options = PairTestOptions(backend="tcp", python="python3")
     secret = "ab" * 32
-    _, server = net.parse_arguments(options.server_argv(secret, "10.0.0.2")[3:])
+    _, server = net_main.parse_arguments(options.server_argv(secret, "10.0.0.2")[3:])
     assert (server.bind, server.token, server.stdin_lifeline) == ("10.0.0.2", secret, True)
     assert server.accept_window_s < server.deadline_s
-    _, client = net.parse_arguments(options.client_argv("tcp", "10.0.0.2", 4000, secret)[3:])
+    _, client = net_main.parse_arguments(options.client_argv("tcp", "10.0.0.2", 4000, secret)[3:])
     assert (client.token, client.stdin_lifeline, client.peer) == (secret, True, "10.0.0.2:4000")
     assert secret not in repr(server) and secret not in repr(client)  # never shown
 

@@ -7,8 +7,12 @@ from collections import Counter
 
 import pytest
 
-from probes import net, net_auth, net_nccl, net_tcp
-from probes.net import LinkParams, NetCapabilities
+from probes.net import auth as net_auth
+from probes.net import common as net
+from probes.net import main as net_main
+from probes.net import nccl as net_nccl
+from probes.net import tcp as net_tcp
+from probes.net.common import LinkParams, NetCapabilities
 from probes.topology import Rail
 
 
@@ -37,26 +41,28 @@ def test_auto_never_picks_nccl_in_host_memory(capabilities: NetCapabilities, bac
 
 
 def test_host_memory_turns_gpudirect_off_and_refuses_nccl(capsys):
-    _, server = net.parse_arguments(["net-server", "--backend", "auto", "--host-memory"])
+    _, server = net_main.parse_arguments(["net-server", "--backend", "auto", "--host-memory"])
     assert server.host_memory and not server.gpu_direct
-    _, client = net.parse_arguments(["net-client", "--backend", "perftest", "--connect", "node2:1", "--host-memory"])
+    _, client = net_main.parse_arguments(["net-client", "--backend", "perftest", "--connect", "node2:1",
+                                          "--host-memory"])
     assert client.host_memory and not client.gpu_direct
     with pytest.raises(SystemExit) as exited:
-        net.parse_arguments(["net-server", "--backend", "nccl", "--host-memory"])
+        net_main.parse_arguments(["net-server", "--backend", "nccl", "--host-memory"])
     assert exited.value.code == 2 and "nccl moves GPU memory" in capsys.readouterr().err
 
 
 def test_server_and_client_command_lines():
-    command, server = net.parse_arguments(["net-server", "--backend", "nccl", "--deadline", "30", "--bind", "10.0.0.1"])
+    command, server = net_main.parse_arguments(["net-server", "--backend", "nccl", "--deadline", "30",
+                                                "--bind", "10.0.0.1"])
     assert command == "net-server"
     assert (server.role, server.backend, server.deadline_s, server.bind) == ("server", "nccl", 30.0, "10.0.0.1")
-    command, client = net.parse_arguments(["net-client", "--backend", "tcp", "--connect", "[fd00::2]:40123",
+    command, client = net_main.parse_arguments(["net-client", "--backend", "tcp", "--connect", "[fd00::2]:40123",
                                            "--duration", "0.5", "--streams", "8", "--direction", "server_to_client",
                                            "--rails", "3,0", "--hcas", "mlx5_0,mlx5_3"])
     assert (client.host, client.port, client.peer) == ("fd00::2", 40123, "[fd00::2]:40123")
     assert (client.duration_s, client.streams, client.directions) == (0.5, 8, ("server_to_client",))
     assert (client.rails, client.hcas) == ((0, 3), ("mlx5_0", "mlx5_3"))
-    _, both = net.parse_arguments(["net-client", "--backend", "perftest", "--connect", "node002:1234"])
+    _, both = net_main.parse_arguments(["net-client", "--backend", "perftest", "--connect", "node002:1234"])
     assert both.directions == ("client_to_server", "server_to_client") and both.rails is None
 
 
@@ -70,7 +76,7 @@ def test_server_and_client_command_lines():
 ])
 def test_bad_command_lines_exit_2(argv: list[str]):
     with pytest.raises(SystemExit) as exited:
-        net.parse_arguments(argv)
+        net_main.parse_arguments(argv)
     assert exited.value.code == 2
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from probes import perftest
+from probes.net import perftest
 from probes.topology import Rail
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perftest"

@@ -158,7 +158,8 @@ def test_the_facts_record_is_typed_field_by_field():
 
 
 def test_the_schema_lists_every_metric_the_probes_print():
-    from probes import gemm, hostfacts, membw, net, p2p, pcie, smclock, telemetry, xid
+    from probes import gemm, hostfacts, membw, p2p, pcie, smclock, telemetry, xid
+    from probes.net import common as net
 
     printed = {"facts": {hostfacts.METRIC},
                "telemetry": {name for name, _ in telemetry.METRICS} | {"identity", "nvml", telemetry.nicports.METRIC},

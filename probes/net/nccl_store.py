@@ -1,6 +1,6 @@
 """The rendezvous store of the ``nccl`` pair backend (torch.distributed's TCPStore): JSON
 entries that the two ends and their rail workers put and poll for, each read strictly and, where
-a peer wrote it, with a proof of the pair test's secret (probes/net_auth.py)."""
+a peer wrote it, with a proof of the pair test's secret (probes/net/auth.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .context import Deadline
-from .net_auth import PairSecret, canonical
-from .net_messages import ProtocolError, strict_json
+from ..context import Deadline
+from .auth import PairSecret, canonical
+from .messages import ProtocolError, strict_json
 
 # Seconds between two looks at the store.
 POLL_S = 0.005

@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .context import Deadline
-from .net import PROTOCOL, STALL_S, Channel, bounded
-from .net_messages import ProtocolError, expect_str
+from ..context import Deadline
+from .common import PROTOCOL, STALL_S, Channel, bounded
+from .messages import ProtocolError, expect_str
 
 # Hex digits of a secret (the controller's: 64; at least 128 bits) and of a nonce (128 bits).
 _TOKEN = re.compile(r"[0-9a-f]{32,128}")

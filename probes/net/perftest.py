@@ -14,7 +14,7 @@ average of its largest message size; the peak goes in the details with the link 
 ib_write_bw picks no ephemeral port itself: a free one is found by binding port 0 and closing it,
 so another program could take it in between; that run then fails with a clear error.
 
-The control connection opens with the handshake of probes/net_auth.py (both ends prove the pair
+The control connection opens with the handshake of probes/net/auth.py (both ends prove the pair
 secret; its params are {"streams", "duration_s", "message_bytes"}), and every later message is
 checked field by field on both ends. ib_write_bw's own connections are its own program's and
 carry no secret: a run against a stranger ends in an error (no report), never in our figure.
@@ -33,8 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .context import Deadline
-from .net import (
+from ..context import Deadline
+from ..records import SKIPPED
+from ..runner import EXIT_DEADLINE, EXIT_OK
+from ..topology import Rail, discover_rails
+from .auth import PairSecret, accept_client, client_handshake
+from .common import (
     DIRECTIONS,
     MAX_DURATION_S,
     MAX_STREAMS,
@@ -54,12 +58,8 @@ from .net import (
     start_lifeline,
     start_watchdog,
 )
-from .net_auth import PairSecret, accept_client, client_handshake
-from .net_messages import ProtocolError, expect_choice, expect_int, expect_mapping, expect_number, expect_str
+from .messages import ProtocolError, expect_choice, expect_int, expect_mapping, expect_number, expect_str
 from .perftest_output import RULE, PerftestOutputError, parse_perftest
-from .records import SKIPPED
-from .runner import EXIT_DEADLINE, EXIT_OK
-from .topology import Rail, discover_rails
 
 BACKEND = "perftest"
 DEFAULT_MESSAGE_BYTES = 1 << 20

@@ -4,7 +4,7 @@ rail *i* of the client node, every rail at once, each direction in turn.
 Process layout — one process group per rail, each in its own pair of processes. NCCL reads
 ``NCCL_IB_HCA`` once per process, so pinning rail *i* to the HCA nearest GPU *i* needs a process
 per rail: the server and the client each start one worker per rail (``python -m
-probes.net_nccl``), and worker *i* of the server (rank 0) and worker *i* of the client (rank 1)
+probes.net.nccl``), and worker *i* of the server (rank 0) and worker *i* of the client (rank 1)
 form a two-rank group. The server's parent process hosts the rendezvous, a ``TCPStore`` on an
 ephemeral port (the port of its ``listening`` line; torch's store listens on every address,
 whatever ``--bind`` says); each rail's group lives under its own prefix of that store.
@@ -20,7 +20,7 @@ and the receiver times batches of transfers: Gbit/s = bytes over its wall time. 
 The client parent reads every rail's figures from the store and prints the records.
 
 The store is open to anyone who reaches its port, so what crosses it carries proofs of the pair
-secret (probes/net_auth.py): the server's ``server/info`` (with its nonce), the client's
+secret (probes/net/auth.py): the server's ``server/info`` (with its nonce), the client's
 ``client/hello`` (with its nonce; a hello without a valid proof is dropped and the server waits
 on) and each rail's result (the workers get the secret in their environment, never in argv).
 A result without a valid proof is an error for that rail, never a figure; every field read from
@@ -42,9 +42,13 @@ from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
-from .context import Deadline
-from .devices import DeviceUnavailable, cuda_devices, import_torch
-from .net import (
+from ..context import Deadline
+from ..devices import DeviceUnavailable, cuda_devices, import_torch
+from ..records import SKIPPED
+from ..runner import EXIT_DEADLINE, EXIT_OK
+from ..topology import Rail, discover_rails, interface_for_address, local_address_towards, read_ethernet_speed_gbps
+from .auth import PairSecret, expect_nonce, new_nonce
+from .common import (
     DIRECTIONS,
     MAX_DURATION_S,
     NCCL_MIN_BYTES,
@@ -63,8 +67,7 @@ from .net import (
     start_lifeline,
     start_watchdog,
 )
-from .net_auth import PairSecret, expect_nonce, new_nonce
-from .net_messages import (
+from .messages import (
     ProtocolError,
     expect_choice,
     expect_int,
@@ -72,10 +75,7 @@ from .net_messages import (
     expect_numbers,
     expect_str,
 )
-from .net_nccl_store import proved, put_json, put_proved, release_barriers, wait_json, wait_key
-from .records import SKIPPED
-from .runner import EXIT_DEADLINE, EXIT_OK
-from .topology import Rail, discover_rails, interface_for_address, local_address_towards, read_ethernet_speed_gbps
+from .nccl_store import proved, put_json, put_proved, release_barriers, wait_json, wait_key
 
 BACKEND = "nccl"
 MIB = 1 << 20
@@ -171,7 +171,7 @@ class Workers:
         self._lock = threading.Lock()
 
     def start(self, rail: int, command: Sequence[str], env: Mapping[str, str]) -> None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the bundle's
         with self._lock:
             self.processes[rail] = subprocess.Popen(list(command), cwd=root, env=dict(env), stdin=subprocess.DEVNULL,
                                                     stdout=sys.stderr.fileno())
@@ -220,9 +220,9 @@ def supervise(workers: Workers, store: Any, side: str, directions: Sequence[str]
 
 def worker_command(side: str, rail: Rail, rails: Sequence[int], store_address: str, session: Mapping[str, Any],
                    deadline: Deadline, collective: str) -> list[str]:
-    """``python -m probes.net_nccl_worker ...`` for one rail's worker, its deadline what is left of
+    """``python -m probes.net.nccl_worker ...`` for one rail's worker, its deadline what is left of
     ours (the secret goes in its environment: SECRET_ENV)."""
-    return [sys.executable, "-m", "probes.net_nccl_worker", "--side", side, "--rail", str(rail.index),
+    return [sys.executable, "-m", "probes.net.nccl_worker", "--side", side, "--rail", str(rail.index),
             "--gpu", str(-1 if rail.gpu is None else rail.gpu), "--store", store_address,
             "--rails", ",".join(str(index) for index in rails), "--directions", ",".join(session["directions"]),
             "--duration", str(session["duration_s"]), "--message-bytes", str(session["message_bytes"]),
@@ -571,7 +571,7 @@ def _interface_rate(options: NetOptions) -> float | None:
     return read_ethernet_speed_gbps(interface, options.sysfs_root) if interface else None
 
 
-# --- the rail worker: python -m probes.net_nccl ------------------------------------------------
+# --- the rail worker: python -m probes.net.nccl ------------------------------------------------
 
 
 def first_line(error: BaseException) -> str:

@@ -7,7 +7,7 @@ receiver's: bytes received over the wall time from the first byte to the last, i
 the sender's kernel accepted would count socket buffers that never crossed the wire). The
 samples are the rates of equal intervals inside that window; per-stream rates go in details.
 
-Protocol (after the handshake of probes/net_auth.py, whose params are {"streams", "duration_s"}):
+Protocol (after the handshake of probes/net/auth.py, whose params are {"streams", "duration_s"}):
   server -> {"host", "interface", "line_rate_gbps"}
   data connection i sends "<i> <proof of the pair secret for stream i>\\n" first
   {"phase": "client_to_server"} -> {"ready": true}; the client sends; -> {"received": summary}
@@ -28,8 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .context import Deadline
-from .net import (
+from ..context import Deadline
+from ..runner import EXIT_DEADLINE, EXIT_OK
+from ..topology import interface_for_address, read_ethernet_speed_gbps
+from .auth import HANDSHAKE_S, MAX_STREAM_GREETING, Handshake, PairSecret, accept_client, client_handshake
+from .common import (
     DIRECTIONS,
     MAX_DURATION_S,
     MAX_STREAMS,
@@ -52,10 +55,7 @@ from .net import (
     start_lifeline,
     start_watchdog,
 )
-from .net_auth import HANDSHAKE_S, MAX_STREAM_GREETING, Handshake, PairSecret, accept_client, client_handshake
-from .net_messages import ProtocolError, expect_choice, expect_int, expect_number, expect_numbers, expect_str
-from .runner import EXIT_DEADLINE, EXIT_OK
-from .topology import interface_for_address, read_ethernet_speed_gbps
+from .messages import ProtocolError, expect_choice, expect_int, expect_number, expect_numbers, expect_str
 
 BACKEND = "tcp"
 CHUNK_BYTES = 1 << 20

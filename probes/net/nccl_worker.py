@@ -1,5 +1,5 @@
-"""One rail's worker of the nccl pair test, run as ``python -m probes.net_nccl_worker`` by
-probes/net_nccl.py: NCCL reads ``NCCL_IB_HCA`` once per process, so pinning each rail to its own
+"""One rail's worker of the nccl pair test, run as ``python -m probes.net.nccl_worker`` by
+probes/net/nccl.py: NCCL reads ``NCCL_IB_HCA`` once per process, so pinning each rail to its own
 HCA takes one process per rail. It joins its rail's two-rank group through the server's store,
 runs each direction, and (the receiving side) stores the figures with a proof of the pair secret
 (which it gets in its environment, net_nccl.SECRET_ENV); it ends at its deadline or when its
@@ -20,12 +20,13 @@ from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
-from .context import Deadline
-from .devices import import_torch
-from .net import bits_gbps, split_host_port
-from .net_auth import PairSecret, SecretError
-from .net_messages import expect_int
-from .net_nccl import (
+from ..context import Deadline
+from ..devices import import_torch
+from ..runner import EXIT_DEADLINE, EXIT_OK
+from .auth import PairSecret, SecretError
+from .common import bits_gbps, split_host_port
+from .messages import expect_int
+from .nccl import (
     MAX_TRANSFERS,
     MIB,
     MIN_SAMPLES,
@@ -36,8 +37,7 @@ from .net_nccl import (
     WARMUP_TRANSFERS,
     first_line,
 )
-from .net_nccl_store import POLL_S, go_key, put_json, put_proved, release_barriers, wait_json
-from .runner import EXIT_DEADLINE, EXIT_OK
+from .nccl_store import POLL_S, go_key, put_json, put_proved, release_barriers, wait_json
 
 
 def run_rail(torch: ModuleType, store: Any, arguments: argparse.Namespace, deadline: Deadline,
@@ -147,7 +147,7 @@ def _guard(deadline: Deadline, parent: int) -> None:
 
 def worker_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of a rail worker (started by :func:`start_workers`, never by hand)."""
-    parser = argparse.ArgumentParser(prog="python -m probes.net_nccl")
+    parser = argparse.ArgumentParser(prog="python -m probes.net.nccl")
     parser.add_argument("--side", choices=SIDES, required=True)
     parser.add_argument("--rail", type=int, required=True)
     parser.add_argument("--gpu", type=int, default=-1)
