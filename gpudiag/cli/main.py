@@ -41,7 +41,6 @@ from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile, demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
-from ..store.store import default_store_path
 from ..transport.bounded import OutputLimits
 from ..transport.local import LocalSession
 from ..transport.ssh import SshSettings
@@ -49,7 +48,17 @@ from ..transport.sshconfig import SshOptions
 from . import preflight as cli_preflight
 from . import store as cli_store
 from . import triage as cli_triage
-from .options import node_python_option, output_limits, output_options, ssh_options
+from .options import (
+    baseline_option,
+    no_retest_option,
+    node_python_option,
+    output_limits,
+    output_options,
+    run_store,
+    ssh_options,
+    store_option,
+    thresholds_option,
+)
 from .progress import make_progress
 
 
@@ -142,18 +151,14 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
     return decide_exit_code(has_fail=False, has_unchecked=not node.complete)
 
 
-def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Where results are kept and how they are judged, shared by ``sweep`` and ``demo``."""
+def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Where a sweep's results are kept and how they are judged."""
     decorators = [
-        click.option("--store", "store_path", default=None, metavar="PATH",
-                     help="SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db)."),
-        click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
-                     help="Detection thresholds overriding the shipped defaults (JSON with units)."),
-        click.option("--baseline", "baseline_name", default=None, metavar="NAME",
-                     help="Stored baseline for keys with too few peers (default: 'default', if stored)."),
-        click.option("--no-retest", is_flag=True,
-                     help="Report suspects without re-testing them: each stays unconfirmed and unchecked "
-                          "(exit 3, on the exclude list)."),
+        store_option,
+        thresholds_option,
+        baseline_option("Stored baseline for keys with too few peers (default: 'default', if stored)."),
+        no_retest_option("Report suspects without re-testing them: each stays unconfirmed and unchecked "
+                         "(exit 3, on the exclude list)."),
         click.option("--exclude-file", default=None, metavar="PATH",
                      help="Write the hosts a job should not get here, one per line."),
     ]
@@ -205,7 +210,7 @@ def judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="Write the sweep here as a node_exporter textfile (per-GPU and per-link figures, findings, last "
                    "run; dcgm-exporter's labels), replaced atomically.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
-@judging_options
+@fleet_judging_options
 @click.option("--no-store", is_flag=True, help="Keep nothing in the store.")
 @ssh_options
 @output_options
@@ -270,7 +275,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
                        connect_timeout_s=connect_timeout),
         settings=SshSettings(accept_new_host_keys=accept_new_host_keys, output=output),
         stand_in=FleetFile(simulate_path) if simulate_path is not None else None,
-        store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
+        store_path=run_store(store_path, no_store),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
         net_address=net_address, screen_stride=screen_stride, launcher=launcher, launcher_fallback=launcher_fallback,
         slurm_bundle_dir=slurm_bundle_dir, focus=focus, budget_s=pause_budget_s(pause, budget_s),

@@ -83,23 +83,40 @@ def output_limits(max_output_mib: int, max_line_kib: int) -> OutputLimits:
     return OutputLimits(max_bytes=max_output_mib * MIB, max_line_bytes=max_line_kib * KIB)
 
 
+def thresholds_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--thresholds FILE`` (into ``thresholds_path``)."""
+    return click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
+                        help="Detection thresholds overriding the shipped defaults (JSON with units).")(function)
+
+
+def baseline_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--baseline NAME`` (into ``baseline_name``)."""
+    return click.option("--baseline", "baseline_name", default=None, metavar="NAME", help=help_text)
+
+
+def no_retest_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--no-retest``."""
+    return click.option("--no-retest", is_flag=True, help=help_text)
+
+
+RETEST_HELP = "Report suspects without re-testing them: each stays unconfirmed and unchecked (exit 3)."
+
+
 def judging_options(function: click.decorators.FC) -> click.decorators.FC:
     """What commands that judge one job's or one node's figures take (preflight, triage): the
     stored baseline, the thresholds file and whether suspects are re-tested (parameters
     baseline_name, thresholds_path, no_retest)."""
-    decorators = [
-        click.option("--baseline", "baseline_name", default=None, metavar="NAME",
-                     help="Stored baseline to judge against (default: 'default', if stored)."),
-        click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
-                     help="Detection thresholds overriding the shipped defaults (JSON with units)."),
-        click.option("--no-retest", is_flag=True,
-                     help="Report suspects without re-testing them: each stays unconfirmed and unchecked (exit 3)."),
-    ]
-    for decorator in reversed(decorators):
-        function = decorator(function)
-    return function
+    function = no_retest_option(RETEST_HELP)(function)
+    function = thresholds_option(function)
+    return baseline_option("Stored baseline to judge against (default: 'default', if stored).")(function)
 
 
 def store_location(store_path: str | None) -> str:
     """``--store``'s path, else the default store's (gpudiag.store.store.default_store_path)."""
     return store_path or str(default_store_path(os.environ))
+
+
+def run_store(store_path: str | None, no_store: bool) -> str | None:
+    """The store a run keeps its results in or reads its baseline from: ``--store``, else the
+    default one; None with ``--no-store``."""
+    return None if no_store else store_location(store_path)

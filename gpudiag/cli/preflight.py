@@ -29,10 +29,9 @@ from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile
 from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
-from ..store.store import default_store_path
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
-from .options import judging_options, node_python_option, output_limits, output_options, ssh_options
+from .options import judging_options, node_python_option, output_limits, output_options, run_store, ssh_options
 from .progress import make_progress
 
 
@@ -123,7 +122,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
                              output=output_limits(max_output_mib, max_line_kib)), launcher=launcher,
         slurm_bundle_dir=slurm_bundle_dir, net_backend=net_backend, net_address=net_address,
         net_line_rate_gbps=net_line_rate,
-        store_path=None if no_store else (store_path or str(default_store_path(os.environ))),
+        store_path=run_store(store_path, no_store),
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=not no_links,
         drain=drain, undrain=undrain, scontrol=scontrol)
     check_request(request)

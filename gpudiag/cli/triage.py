@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -17,8 +16,8 @@ from ..sim import FleetFile
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
-from ..triage.plan import HISTORY_SWEEPS, run_triage, store_path_for
-from .options import judging_options, node_python_option, output_limits, output_options, ssh_options
+from ..triage.plan import HISTORY_SWEEPS, run_triage
+from .options import judging_options, node_python_option, output_limits, output_options, run_store, ssh_options
 from .progress import make_progress
 
 
@@ -80,7 +79,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
                        connect_timeout_s=connect_timeout),
         settings=SshSettings(accept_new_host_keys=accept_new_host_keys,
                              output=output_limits(max_output_mib, max_line_kib)),
-        store_path=store_path_for(store_path, no_store, os.environ), store_required=store_path is not None,
+        store_path=run_store(store_path, no_store), store_required=store_path is not None,
         thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest,
         history_sweeps=history_sweeps, host_timeout_s=host_timeout)
     with InterruptGate().installed() as gate:

@@ -18,7 +18,7 @@ The store is only read: a triage is never stored as a sweep.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,7 +37,7 @@ from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
 from ..run.standin import StandInFleet
 from ..store.baselines import Baseline, list_baselines, load_baseline
-from ..store.store import Store, default_store_path
+from ..store.store import Store
 from ..transport import Connector
 from ..transport.fleet import FleetConnector
 from ..transport.ssh import SshSettings
@@ -220,10 +220,3 @@ def _bundle() -> Bundle:
         return locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
-
-
-def store_path_for(store: str | None, no_store: bool, environ: Mapping[str, str]) -> str | None:
-    """The store a triage reads: ``--store``, else the default one; None with ``--no-store``."""
-    if no_store:
-        return None
-    return store if store is not None else str(default_store_path(environ))
