@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from prometheus_client.core import GaugeMetricFamily
 from ..analysis.identity import HostGpus
 from ..errors import InputError
 from ..records import device_index
+from ..schema.times import parse_time
 from . import check_writable, write_report
 
 PROM_SUFFIX = ".prom"
@@ -238,8 +238,5 @@ def _epoch_s(text: object) -> float | None:
     """``2026-11-21T10:15:41Z`` in seconds since the epoch; None when it is not such a time."""
     if not isinstance(text, str):
         return None
-    try:
-        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    moment = parse_time(text)
+    return None if moment is None else moment.timestamp()

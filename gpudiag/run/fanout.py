@@ -25,6 +25,7 @@ from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import FAIL, SWEEP_SCHEMA, Finding, unchecked
 from ..hosts import HostSpec
 from ..records import ProbeResult
+from ..schema.times import iso_time
 from ..transport import CommandResult, Connector, Session, TransportError
 from ..transport.cancel import cancel_all
 from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
@@ -110,8 +111,8 @@ class SweepResult:
         return {
             "schema": SWEEP_SCHEMA,
             "sweep_id": self.sweep_id,
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(self.finished_at),
+            "started_at": iso_time(self.started_at),
+            "finished_at": iso_time(self.finished_at),
             "hosts": [host.to_dict() if records else host.summary_dict() for host in self.hosts],
             "links": [dict(link) for link in self.links],
             "findings": [finding.to_dict() for finding in self.findings],
@@ -444,7 +445,3 @@ def interrupted_host(host: HostSpec, started: float | None = None) -> HostOutcom
     """The outcome of a host the sweep's interruption kept from finishing."""
     duration = 0.0 if started is None else time.monotonic() - started
     return HostOutcome(host.label, INTERRUPTED, "the sweep was interrupted before this host finished", duration)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

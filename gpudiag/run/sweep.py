@@ -38,6 +38,7 @@ from ..links.rounds import LinkRun, PairRunner, run_links
 from ..links.schedule import FULL, SCREEN, next_stride
 from ..links.verdicts import link_findings
 from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
+from ..schema.times import iso_time
 from ..slurm.launcher import slurm_connector
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store
@@ -479,7 +480,7 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
     analysis reads it, and the store records it (a StoreError is the sweep's warning)."""
     reader = SweepReader()
     if store is not None:
-        store.begin_sweep(sweep_id, started_at.strftime("%Y-%m-%dT%H:%M:%SZ"), _options(request))
+        store.begin_sweep(sweep_id, iso_time(started_at), _options(request))
 
     def done(outcome: HostOutcome) -> None:
         entry = outcome.unpacked()  # its records unpacked once, for both

@@ -22,7 +22,6 @@ import re
 import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, NoReturn
 
@@ -31,6 +30,7 @@ from ..errors import InputError, StoreError
 from ..links.attribution import BACKENDS, pair_means
 from ..links.rounds import link_results
 from ..links.verdicts import touched_links
+from ..schema.times import now_iso
 from .store import BaselineSample, Store, StoredLinks
 
 BASELINE_SCHEMA = "gpudiag.baseline/1"
@@ -132,7 +132,7 @@ def build_baseline(name: str, samples: Iterable[BaselineSample], *, min_count: i
     entries = {key: _entry(key, group) for key, group in sorted(by_key.items()) if len(group) >= min_count}
     skipped = tuple(key for key in sorted(by_key) if key not in entries)
     sources = tuple(sorted({sample.sweep_id for group in by_key.values() for sample in group}))
-    return Baseline(name=name, created_at=created_at or _now_iso(), source_sweeps=sources,
+    return Baseline(name=name, created_at=created_at or now_iso(), source_sweeps=sources,
                     entries=MappingProxyType(entries), skipped_keys=skipped)
 
 
@@ -141,10 +141,6 @@ def _entry(key: str, group: Sequence[BaselineSample]) -> BaselineEntry:
     center = statistics.median(values)
     return BaselineEntry(key=key, median=center, mad=median_absolute_deviation(values, center),
                          count=len(values), unit=group[0].unit)
-
-
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def save_baseline(store: Store, baseline: Baseline, *, replace: bool = False) -> None:

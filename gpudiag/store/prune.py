@@ -19,10 +19,11 @@ import sqlite3
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from ..errors import InputError, StoreError
+from ..schema.times import parse_time
 from .hosts import release_bases
 from .schema import refuse_unusable
 from .store import Store
@@ -206,17 +207,6 @@ def stored_sweeps(db: sqlite3.Connection) -> list[StoredSweep]:
     rows = db.execute("SELECT sweep_id, started_at, finished_at FROM sweeps"
                       " ORDER BY started_at DESC, sweep_id DESC").fetchall()
     return [StoredSweep(row[0], parse_time(row[1]), row[2] is not None) for row in rows]
-
-
-def parse_time(text: object) -> datetime | None:
-    """An ISO 8601 time as an aware datetime (no offset: UTC), or None when it is not one."""
-    if not isinstance(text, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
 
 
 def baseline_sources(db: sqlite3.Connection, path: Path) -> frozenset[str]:

@@ -28,6 +28,7 @@ from ..analysis import measurements
 from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import ACTION_VERBS, FAIL, INSPECT, WARN, WATCH, Finding
+from ..schema.times import iso_time
 from .plan import TriageRun
 
 SCHEMA = "gpudiag.triage/1"
@@ -90,7 +91,7 @@ class Triage:
     def to_dict(self) -> dict[str, Any]:
         run = self.run
         return {"schema": SCHEMA, "host": self.host, "status": self.status, "error": self.error,
-                "started_at": _iso(run.started_at), "finished_at": _iso(run.finished_at),
+                "started_at": iso_time(run.started_at), "finished_at": iso_time(run.finished_at),
                 "probes": list(run.probe.names), "duration_s": run.probe.duration_s, "baseline": run.baseline,
                 "retested": run.retested, "interrupted": run.interrupted,
                 "problems": [problem.to_dict() for problem in self.problems], "checked": list(self.checked),
@@ -346,7 +347,3 @@ def _xid_dict(report: XidReport) -> dict[str, Any]:
                                   "name": p.advice.name} for p in report.pending],
             "recovery_checked": report.recovery_checked,
             "recovery_gaps": [gap.describe() for gap in report.recovery_gaps]}
-
-
-def _iso(moment: Any) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

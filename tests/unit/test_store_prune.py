@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from gpudiag.errors import InputError, StoreError
+from gpudiag.schema.times import parse_time
 from gpudiag.store.baselines import baseline_samples, build_baseline, load_baseline, save_baseline
-from gpudiag.store.prune import PruneResult, open_for_prune, parse_time, prune
+from gpudiag.store.prune import PruneResult, open_for_prune, prune
 from gpudiag.store.store import Store
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
