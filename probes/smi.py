@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .nvml import encode_clocks_event_reasons
@@ -130,26 +130,34 @@ class SmiReport:
     complaints: tuple[str, ...]
 
 
-def query_nvidia_smi(timeout_s: float, executable: str | None = None) -> str:
-    """Run ``nvidia-smi -q`` and return its output.
+def run_nvidia_smi(arguments: Sequence[str], timeout_s: float, executable: str | None = None,
+                   failure: type[Exception] = SmiUnavailable) -> str:
+    """Run ``nvidia-smi ARGUMENTS`` and return its output.
 
-    ``executable`` defaults to ``nvidia-smi`` found on PATH. Raises SmiUnavailable when it is
-    not found, cannot start, runs past ``timeout_s`` seconds, or exits non-zero.
+    ``executable`` defaults to ``nvidia-smi`` found on PATH. Raises ``failure`` (one line: what
+    failed and why) when it is not found, cannot start, runs past ``timeout_s`` seconds, or exits
+    non-zero.
     """
+    command = " ".join(["nvidia-smi", *arguments])
     program = executable or shutil.which("nvidia-smi")
     if program is None:
-        raise SmiUnavailable("nvidia-smi is not on PATH")
+        raise failure("nvidia-smi is not on PATH")
     try:
-        completed = subprocess.run([program, "-q"], capture_output=True, text=True,
+        completed = subprocess.run([program, *arguments], capture_output=True, text=True,
                                    timeout=max(timeout_s, 0.1), check=False)
     except subprocess.TimeoutExpired as error:
-        raise SmiUnavailable(f"nvidia-smi -q did not finish within {timeout_s:.0f} s") from error
+        raise failure(f"{command} did not finish within {timeout_s:.0f} s") from error
     except OSError as error:
-        raise SmiUnavailable(f"nvidia-smi could not start: {error}") from error
+        raise failure(f"nvidia-smi could not start: {error}") from error
     if completed.returncode != 0:
         said = (completed.stdout.strip() or completed.stderr.strip()).splitlines()
-        raise SmiUnavailable(f"nvidia-smi -q exited {completed.returncode}: {said[0] if said else 'no output'}")
+        raise failure(f"{command} exited {completed.returncode}: {said[0] if said else 'no output'}")
     return completed.stdout
+
+
+def query_nvidia_smi(timeout_s: float, executable: str | None = None) -> str:
+    """Run ``nvidia-smi -q`` and return its output. Raises SmiUnavailable (see run_nvidia_smi)."""
+    return run_nvidia_smi(["-q"], timeout_s, executable)
 
 
 def parse_query(text: str) -> SmiReport:

@@ -14,13 +14,13 @@ import fcntl
 import ipaddress
 import os
 import re
-import shutil
 import socket
 import struct
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from .smi import run_nvidia_smi
 
 SYSFS_ROOT = "/sys"
 PROC_NET_IF_INET6 = "/proc/net/if_inet6"
@@ -100,21 +100,7 @@ class Rail:
 def query_topology(timeout_s: float, executable: str | None = None) -> str:
     """Run ``nvidia-smi topo -m`` and return its output. Raises TopologyUnavailable when it is
     not on PATH, cannot start, runs past ``timeout_s`` seconds, or exits non-zero."""
-    program = executable or shutil.which("nvidia-smi")
-    if program is None:
-        raise TopologyUnavailable("nvidia-smi is not on PATH")
-    try:
-        completed = subprocess.run([program, "topo", "-m"], capture_output=True, text=True,
-                                   timeout=max(timeout_s, 0.1), check=False)
-    except subprocess.TimeoutExpired as error:
-        raise TopologyUnavailable(f"nvidia-smi topo -m did not finish within {timeout_s:.0f} s") from error
-    except OSError as error:
-        raise TopologyUnavailable(f"nvidia-smi could not start: {error}") from error
-    if completed.returncode != 0:
-        said = (completed.stdout.strip() or completed.stderr.strip()).splitlines()
-        raise TopologyUnavailable(f"nvidia-smi topo -m exited {completed.returncode}: "
-                                  f"{said[0] if said else 'no output'}")
-    return completed.stdout
+    return run_nvidia_smi(["topo", "-m"], timeout_s, executable, TopologyUnavailable)
 
 
 def parse_topology(text: str) -> TopologyMatrix:
