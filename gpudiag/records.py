@@ -10,6 +10,10 @@ place: that GPU's measurement is unchecked); a complete JSON object that is not 
 (a wrong type, NaN or Infinity, a probe or metric the bundle does not print) raises
 ``ProbeOutputError``; so does output with no record at all (a node that prints only garbage is
 ``probe_error``, never silently passed).
+
+Here too, the probe and dtype catalogue, once: the probes the bundle runs (in run order), those it
+runs when none is named, each one's headline metric and the GEMM dtypes, all read from the
+bundle's probes/catalog.json (gpudiag/bundle/catalog.py), which the bundle itself reads too.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bundle.catalog import catalog
 from .errors import ProbeOutputError
 from .schema.fields import FieldError, Kind
 from .schema.jsonin import NotJson
@@ -28,6 +33,13 @@ from .schema.tables import METRICS, RECORD_FIELDS
 from .schema.tables import STATUSES as STATUSES
 from .schema.text import clean_text
 
+# The probes of ``python -m probes``, in run order; those that run when none is named (every
+# probe but xid, which reads the kernel log: gpudiag triage); the GEMM dtypes.
+PROBE_NAMES = catalog().probe_names
+DEFAULT_PROBE_NAMES = catalog().default_probe_names
+DTYPES = catalog().dtypes
+# Each probe's headline metric: the metric its records are named by when it has none of its own.
+HEADLINE_METRICS: Mapping[str, str] = catalog().metrics
 # How many stray lines are kept (the rest only counted), and how much of each.
 STRAY_LINES_KEPT = 5
 STRAY_LINE_CHARS = 200

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-DTYPES = ("bf16", "fp16", "tf32", "fp32")
+from .catalog import DTYPES
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from .catalog import SIZING
 from .context import ProbeContext
 from .devices import CudaDevice, cuda_devices, import_torch
 from .pergpu import Measure, run_with_evidence
@@ -27,11 +28,11 @@ PROBE = "gemm"
 METRIC = "tflops"
 UNIT = "TFLOP/s"
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
-# Largest first; 8192^3 in bf16 is ~1.1 TFLOP, ~1.5 ms on an H100: far past launch overhead.
-GPU_SIZES = (8192, 6144, 4096, 2048)
+DTYPE_BYTES = SIZING.dtype_bytes
+# Largest first (catalog.json); 8192^3 in bf16 is ~1.1 TFLOP, ~1.5 ms on an H100: far past launch overhead.
+GPU_SIZES = SIZING.gemm_sizes
 # cuBLAS keeps a workspace per handle and stream besides the three matrices.
-CUBLAS_WORKSPACE_BYTES = 64 * MIB
+CUBLAS_WORKSPACE_BYTES = SIZING.gemm_workspace_mib * MIB
 GPU_WARMUP_S = 0.5
 
 CPU_START_SIZE = 256

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from .catalog import SIZING
 from .context import ProbeContext
 from .devices import CudaDevice, cuda_devices, import_torch
 from .pergpu import Measure, run_on_each
@@ -20,9 +21,9 @@ PROBE = "membw"
 METRIC = "bandwidth"
 UNIT = "GB/s"
 
-# Largest first; even the smallest is well past the L2 cache of current GPUs (50-60 MB),
-# so the copy measures device memory, not cache.
-GPU_BUFFER_MIB = (1024, 512, 256, 128)
+# Largest first (catalog.json); even the smallest is well past the L2 cache of current GPUs
+# (50-60 MB), so the copy measures device memory, not cache.
+GPU_BUFFER_MIB = SIZING.membw_buffer_mib
 HOST_BUFFER_MIB = 256
 WARMUP_S = 0.2
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from .catalog import SIZING
 from .context import ProbeContext
 from .devices import CudaDevice, import_torch, require_cuda_devices
 from .pergpu import describe_cuda_error
@@ -27,8 +28,8 @@ from .timing import cuda_timer, iterations_for, sample_for, warm_up
 PROBE = "p2p"
 METRIC = "bandwidth"
 UNIT = "GB/s"
-# Largest first. Each GPU holds a send and a receive buffer of this size.
-BUFFER_MIB = (256, 64, 16)
+# Largest first (catalog.json). Each GPU holds a send and a receive buffer of this size.
+BUFFER_MIB = SIZING.p2p_buffer_mib
 WARMUP_S = 0.02
 # Per direction per pair: an 8-GPU node has 56 ordered pairs and 28 unordered ones.
 MAX_PAIR_DURATION_S = 0.2

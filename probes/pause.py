@@ -36,18 +36,18 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+from .catalog import CATALOG, PAUSE
 from .context import ProbeContext
 from .hostfacts import SYSFS_ROOT, count_pci_gpus
 from .nvml import NvmlUnavailable, open_nvml
 from .pauseroom import GPU_PROBES, GpuRoom, RoomUnreadable, child_cap_mib, read_rooms, refusal
 from .records import Record, failed, skipped
 
-# The GPU probes each GPU's child runs, in run order; p2p runs in a child of its own, last.
-PER_GPU_PROBES = ("gemm", "membw", "pcie", "smclock")
-P2P_METRIC = "bandwidth"
-# The metric a probe's records are named by when it has none of its own (runner.py's headline).
-PROBE_METRICS = {"gemm": "tflops", "membw": "bandwidth", "p2p": P2P_METRIC, "pcie": "bandwidth",
-                 "smclock": "sm_clock"}
+# The GPU probes each GPU's child runs, in run order (catalog.json); p2p runs in a child of its own, last.
+PER_GPU_PROBES = PAUSE.per_gpu_probes
+# The metric a probe's records are named by when it has none of its own (its headline, catalog.json).
+PROBE_METRICS = {name: CATALOG.metrics[name] for name in GPU_PROBES}
+P2P_METRIC = PROBE_METRICS["p2p"]
 
 
 class ProbeHead(Protocol):
@@ -77,11 +77,12 @@ class ChildTiming:
     """How the children share the run's deadline (seconds): ``margin_s`` is kept back from the
     shares (a child's watchdog ends it 5 s past its share, and this process kills it
     ``kill_after_s`` past, still before its own deadline); a share under ``min_share_s`` is not
-    worth a child's start-up (Python, torch, a CUDA context)."""
+    worth a child's start-up (Python, torch, a CUDA context). The defaults of ``margin_s`` and
+    ``min_share_s`` are catalog.json's."""
 
-    margin_s: float = 10.0
+    margin_s: float = PAUSE.child_margin_s
     kill_after_s: float = 10.0
-    min_share_s: float = 1.0
+    min_share_s: float = PAUSE.min_share_s
 
 
 @dataclass(frozen=True)

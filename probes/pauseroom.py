@@ -12,7 +12,8 @@ processes it has (counted only: nothing here touches, signals or waits on them).
   and the headroom of probes/sizing.py fit the free memory; its ``--max-gpu-mem`` is what is left
   after the context and the headroom (never above the user's own ``--max-gpu-mem``).
 
-gpudiag/sim/pause.py mirrors these rules for the simulated fleet (a unit test holds them equal).
+The figures (the context's memory, the headroom, each probe's sizes) are catalog.json's, which
+the simulated fleet (gpudiag/sim/pause.py) reads too.
 """
 
 from __future__ import annotations
@@ -21,18 +22,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import gemm, membw, p2p, pcie, smclock
+from .catalog import PAUSE, PROBE_NAMES
 from .nvml import Nvml
 from .sizing import MIB, MemoryBudget
 
 # Device memory (MiB) a CUDA context with torch's kernels and cuBLAS's takes before any buffer:
-# about 530 MiB on an H100 with CUDA 12 and lazy module loading; a little more, to be safe.
-CONTEXT_RESERVE_MIB = 640
+# about 530 MiB on an H100 with CUDA 12 and lazy module loading; a little more, to be safe (catalog.json).
+CONTEXT_RESERVE_MIB = PAUSE.context_reserve_mib
 # NVML compute modes (nvmlComputeMode_t) by number, as pynvml's NVML_COMPUTEMODE_* say them.
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 EXCLUSIVE_MODES = ("exclusive_thread", "exclusive_process")
 PROHIBITED = "prohibited"
-# The probes that take GPU memory, each measured in a child process that sees only its GPUs.
-GPU_PROBES = ("gemm", "membw", "p2p", "pcie", "smclock")
+# The probes that take GPU memory, each measured in a child process that sees only its GPUs:
+# each GPU's own (catalog.json) and p2p, in run order.
+GPU_PROBES = tuple(name for name in PROBE_NAMES if name in PAUSE.per_gpu_probes or name == "p2p")
 
 
 class RoomUnreadable(Exception):

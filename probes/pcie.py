@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from types import ModuleType
 
+from .catalog import SIZING
 from .context import ProbeContext
 from .devices import CudaDevice, import_torch, require_cuda_devices
 from .pergpu import Measure, run_with_evidence
@@ -23,7 +24,8 @@ from .timing import cuda_timer, iterations_for, sample_for, warm_up
 PROBE = "pcie"
 METRIC = "bandwidth"
 UNIT = "GB/s"
-BUFFER_MIB = (256, 64, 16)
+# Largest first (catalog.json).
+BUFFER_MIB = SIZING.pcie_buffer_mib
 WARMUP_S = 0.05
 MAX_DIRECTION_DURATION_S = 0.5
 DIRECTIONS = ("h2d", "d2h")

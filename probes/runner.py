@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from . import gemm, hostfacts, membw, p2p, pause, pcie, smclock, telemetry, xid
-from .context import DTYPES, Deadline, ProbeContext
+from .catalog import CATALOG, CATALOG_FILE, DEFAULT_PROBE_NAMES, DTYPES, PROBE_NAMES, CatalogError
+from .context import Deadline, ProbeContext
 from .devices import DeviceUnavailable
 from .records import Record, failed, skipped, write_records
 from .timing import DeadlineReached
@@ -42,21 +43,27 @@ class ProbeSpec:
         return self.base_s + self.per_duration * duration_s
 
 
-# The probes, in the order they run: facts and telemetry first, while the GPUs are idle; then the
-# kernel log's Xid history (gpudiag triage), before any load can hang a failing GPU. xid runs only
-# when named: a sweep does not read kernel logs.
-PROBES: tuple[ProbeSpec, ...] = (
-    ProbeSpec("facts", hostfacts.run, hostfacts.METRIC, 15.0, 0.0),
-    ProbeSpec("telemetry", telemetry.run_node, "nvml", 30.0, 0.0),
-    ProbeSpec("xid", xid.run, xid.METRIC, 70.0, 0.0, by_default=False),
-    ProbeSpec("gemm", gemm.run, gemm.METRIC, 60.0, 10.0),
-    ProbeSpec("membw", membw.run, membw.METRIC, 30.0, 10.0),
-    ProbeSpec("p2p", p2p.run, p2p.METRIC, 120.0, 0.0),
-    ProbeSpec("pcie", pcie.run, pcie.METRIC, 60.0, 0.0),
-    ProbeSpec("smclock", smclock.run, smclock.METRIC, 90.0, 2.0),
-)
-PROBE_NAMES = tuple(spec.name for spec in PROBES)
-DEFAULT_PROBE_NAMES = tuple(spec.name for spec in PROBES if spec.by_default)
+# Each probe's entry point and time budget (base_s, per_duration).
+RUNS: dict[str, tuple[ProbeRun, float, float]] = {
+    "facts": (hostfacts.run, 15.0, 0.0),
+    "telemetry": (telemetry.run_node, 30.0, 0.0),
+    "xid": (xid.run, 70.0, 0.0),
+    "gemm": (gemm.run, 60.0, 10.0),
+    "membw": (membw.run, 30.0, 10.0),
+    "p2p": (p2p.run, 120.0, 0.0),
+    "pcie": (pcie.run, 60.0, 0.0),
+    "smclock": (smclock.run, 90.0, 2.0),
+}
+if set(RUNS) != set(PROBE_NAMES):
+    raise CatalogError(f"{CATALOG_FILE}: the catalogue's probes ({', '.join(PROBE_NAMES)}) are not the ones "
+                       f"this bundle runs ({', '.join(RUNS)})")
+# The probes, in the order they run (catalog.json: PROBE_NAMES, each one's headline metric and
+# whether it runs by default): facts and telemetry first, while the GPUs are idle; then the kernel
+# log's Xid history (gpudiag triage), before any load can hang a failing GPU. xid runs only when
+# named: a sweep does not read kernel logs.
+PROBES: tuple[ProbeSpec, ...] = tuple(
+    ProbeSpec(entry.name, RUNS[entry.name][0], entry.metric, *RUNS[entry.name][1:], by_default=entry.by_default)
+    for entry in CATALOG.probes)
 
 EXIT_OK = 0
 EXIT_USAGE = 2

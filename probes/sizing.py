@@ -11,11 +11,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from .catalog import SIZING
+
 MIB = 1 << 20
 # Headroom left untouched for the allocator's fragmentation and for whatever else shares
-# the GPU: at least this much, or this share of the free memory, whichever is larger.
-HEADROOM_MIN_BYTES = 256 * MIB
-HEADROOM_FRACTION = 0.05
+# the GPU: at least this much, or this share of the free memory, whichever is larger (catalog.json).
+HEADROOM_MIN_BYTES = SIZING.headroom_min_mib * MIB
+HEADROOM_FRACTION = SIZING.headroom_fraction
 
 Size = TypeVar("Size")
 

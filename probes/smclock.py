@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from .catalog import SIZING
 from .context import ProbeContext
 from .cuda_driver import (
     ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
@@ -56,8 +57,8 @@ COMPILE_TIMEOUT_S = 120.0
 SLOWEST_REPORTED = 3
 _RATIO_DETAIL_KEYS = ("fma_gflops_median", "fma_gflops_min", "fma_gflops_max", "slowest_fma_sm_ids",
                       "mismatched_result_sm_ids", "sms_seen", "sms_expected")
-# The caching allocator rounds even a tiny tensor up to a 2 MiB segment.
-ALLOCATOR_SEGMENT_MIB = 2
+# The caching allocator rounds even a tiny tensor up to a 2 MiB segment (catalog.json).
+ALLOCATOR_SEGMENT_MIB = SIZING.smclock_segment_mib
 
 
 @dataclass(frozen=True)

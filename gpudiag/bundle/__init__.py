@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BUNDLE_PARTS = ("probes", "cuda_kernels")
-_SHIPPED_SUFFIXES = (".py", ".cu", ".cuh")
+_SHIPPED_SUFFIXES = (".py", ".cu", ".cuh", ".json")
+# The probe catalogue in probes/, which the bundle and the controller both read (bundle/catalog.py).
+CATALOG_FILE = "catalog.json"
 
 
 class BundleMissing(RuntimeError):
@@ -51,6 +53,12 @@ def locate_bundle() -> Bundle:
     if missing:
         raise BundleMissing(f"the probe bundle at {root} lacks {', '.join(missing)}/; reinstall gpudiag")
     return Bundle(root=root, files=_shipped_files(root))
+
+
+def catalog_path() -> Path:
+    """Where the bundle's probe catalogue lies (probes/catalog.json), found without importing the
+    bundle. Raises BundleMissing when the bundle is not installed."""
+    return _probes_dir() / CATALOG_FILE
 
 
 def _probes_dir() -> Path:

@@ -12,15 +12,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..errors import ProbeOutputError
-from ..records import ProbeResult, StrayOutput, read_probe_output, stray_only_error
+from ..records import DEFAULT_PROBE_NAMES, ProbeResult, StrayOutput, read_probe_output, stray_only_error
+from ..records import DTYPES as DTYPES  # the command line's choices (defined once in gpudiag/records.py)
+from ..records import PROBE_NAMES as PROBE_NAMES
 from ..schema.node import check_node_records
 from ..schema.text import one_line
 from ..transport import CommandResult
 
-PROBE_NAMES = ("facts", "telemetry", "xid", "gemm", "membw", "p2p", "pcie", "smclock")
-# What runs when no probe is named: every probe but xid, which reads the kernel log (gpudiag triage).
-DEFAULT_PROBE_NAMES = tuple(name for name in PROBE_NAMES if name != "xid")
-DTYPES = ("bf16", "fp16", "tf32", "fp32")
 # Time the node's Python needs to start and import torch, on top of the probes' own deadline.
 STARTUP_ALLOWANCE_S = 30.0
 # The bundle's own watchdog ends it this long after its deadline.

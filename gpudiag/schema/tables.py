@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..bundle.catalog import catalog
 from .fields import (
     COUNT,
     JSON,
@@ -31,7 +32,8 @@ from .fields import (
 )
 from .text import REASON_CHARS, TOKEN_CHARS
 
-PROBES = ("facts", "telemetry", "xid", "gemm", "membw", "p2p", "pcie", "smclock", "net")
+# The record kinds: each probe of the bundle's catalogue (probes/catalog.json), and the pair tests' net.
+PROBES = (*catalog().probe_names, "net")
 STATUSES = ("ok", "skipped", "error")
 # cuda:3, gpu:3, pci:0000:18:00, host, cpu, rail:2: a device as the bundle names it.
 DEVICE = Text(limit=64, nullable=False, pattern=r"[A-Za-z0-9][A-Za-z0-9_.:@/+-]*")

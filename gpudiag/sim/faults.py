@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.sku import Sku, SkuTable
+from ..records import PROBE_NAMES
 from .memerrors import ECC_FIELDS, MemoryErrors, ecc_fields
 from .nicports import nic_port_fields
 from .nodespecs import NodeSpec
 from .reader import FieldReader, json_type, one_of
-from .records import PROBE_NAMES
 
 # Fleet-file throttle reason -> NVML clocks-event reason bit (probes/nvml.py).
 THROTTLE_REASON_BITS = {"hw_slowdown": 0x8, "hw_thermal": 0x40, "hw_power_brake": 0x80, "sw_thermal": 0x20,

@@ -1,9 +1,10 @@
 """``python -m probes --pause`` on a simulated node: the rules of probes/pauseroom.py and the run of
 probes/pause.py, for a node whose GPUs a paused job holds (the ``paused_job`` fault).
 
-The controller never imports the probe bundle (DESIGN.md), so the rules are written here again;
-tests/unit/test_sim_pause.py holds them equal to probes/pauseroom.py's, figure for figure and
-word for word. As on a real node: the probes that need no GPU memory run first; then, per GPU
+The controller never imports the probe bundle (DESIGN.md), so the rules are written here again,
+with the figures both read from the bundle's probes/catalog.json (gpudiag/pause/sizing.py);
+tests/unit/test_sim_pause.py holds the refusals and caps equal to probes/pauseroom.py's, word for
+word. As on a real node: the probes that need no GPU memory run first; then, per GPU
 ``torch`` sees, each GPU probe whose smallest size, a CUDA context and the headroom do not fit
 what the job left (or every one, where an exclusive compute mode with the job's process forbids
 our context) is a ``skipped`` record with the figures, and the rest run in a child that sees
@@ -19,23 +20,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from .probes import CUBLAS_WORKSPACE_MIB, DTYPE_BYTES, GEMM_SIZES, MEMBW_BUFFERS_MIB, PAIR_BUFFERS_MIB, SMCLOCK_MIN_MIB
+from ..pause.sizing import (
+    CHILD_MARGIN_S,
+    CONTEXT_RESERVE_MIB,
+    DTYPE_BYTES,
+    GEMM_SIZES,
+    GEMM_WORKSPACE_MIB,
+    GPU_PROBES,
+    HEADROOM_FRACTION,
+    HEADROOM_MIN_BYTES,
+    MEMBW_BUFFER_MIB,
+    MIN_SHARE_S,
+    P2P_BUFFER_MIB,
+    PCIE_BUFFER_MIB,
+    PER_GPU_PROBES,
+    SMCLOCK_SEGMENT_MIB,
+)
+from ..records import HEADLINE_METRICS
 from .records import MIB, BundleCall, not_ok
 from .state import Draw, GpuState, NodeState
 
-# As probes/pauseroom.py: a CUDA context's memory (MiB) and probes/sizing.py's headroom.
-CONTEXT_RESERVE_MIB = 640
-HEADROOM_MIN_BYTES = 256 * MIB
-HEADROOM_FRACTION = 0.05
+# As probes/pauseroom.py: the compute modes (NVML's names) that forbid a context of ours.
 EXCLUSIVE_MODES = ("exclusive_thread", "exclusive_process")
 PROHIBITED = "prohibited"
-# As probes/pause.py: the probes each GPU's child runs, in run order, and p2p's own child.
-PER_GPU_PROBES = ("gemm", "membw", "pcie", "smclock")
-GPU_PROBES = (*PER_GPU_PROBES, "p2p")
-PROBE_METRICS = {"gemm": "tflops", "membw": "bandwidth", "p2p": "bandwidth", "pcie": "bandwidth",
-                 "smclock": "sm_clock"}
-CHILD_MARGIN_S = 10.0
-MIN_SHARE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -68,11 +75,11 @@ def gpu_room(node: NodeState, gpu: GpuState) -> Room:
 def smallest_need_mib(probe: str, dtype: str) -> int:
     """Device memory (MiB, rounded up) the smallest size of ``probe`` takes on one GPU."""
     needs: dict[str, Callable[[], int]] = {
-        "gemm": lambda: 3 * min(GEMM_SIZES) ** 2 * DTYPE_BYTES[dtype] + CUBLAS_WORKSPACE_MIB * MIB,
-        "membw": lambda: 2 * min(mib for mib, _ in MEMBW_BUFFERS_MIB) * MIB,
-        "p2p": lambda: 2 * min(mib for mib, _ in PAIR_BUFFERS_MIB) * MIB,
-        "pcie": lambda: min(mib for mib, _ in PAIR_BUFFERS_MIB) * MIB,
-        "smclock": lambda: SMCLOCK_MIN_MIB * MIB,
+        "gemm": lambda: 3 * min(GEMM_SIZES) ** 2 * DTYPE_BYTES[dtype] + GEMM_WORKSPACE_MIB * MIB,
+        "membw": lambda: 2 * min(MEMBW_BUFFER_MIB) * MIB,
+        "p2p": lambda: 2 * min(P2P_BUFFER_MIB) * MIB,
+        "pcie": lambda: min(PCIE_BUFFER_MIB) * MIB,
+        "smclock": lambda: SMCLOCK_SEGMENT_MIB * MIB,
     }
     return -(-needs[probe]() // MIB)
 
@@ -181,7 +188,7 @@ def _p2p_steps(rooms: Sequence[Room], dtype: str, user_cap_mib: int | None) -> l
 
 
 def _refused(probe: str, room: Room, reason: str) -> dict[str, Any]:
-    return not_ok("skipped", probe, room.label, PROBE_METRICS[probe], reason, gpu_uuid=room.gpu.gpu_uuid,
+    return not_ok("skipped", probe, room.label, HEADLINE_METRICS[probe], reason, gpu_uuid=room.gpu.gpu_uuid,
                   details={"pause": room.to_details()})
 
 
@@ -245,5 +252,5 @@ def _child(call: BundleCall, node: NodeState, draw: Draw, child: Child, clock_s:
 
 def _child_record(status: str, child: Child, name: str, reason: str) -> dict[str, Any]:
     single = child.rooms[0] if len(child.rooms) == 1 else None
-    return not_ok(status, name, single.label if single else "host", PROBE_METRICS[name], reason,
+    return not_ok(status, name, single.label if single else "host", HEADLINE_METRICS[name], reason,
                   gpu_uuid=single.gpu.gpu_uuid if single else None)

@@ -10,21 +10,30 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..pause.sizing import (
+    DTYPE_BYTES,
+    GEMM_SIZES,
+    GEMM_WORKSPACE_MIB,
+    HEADROOM_FRACTION,
+    HEADROOM_MIN_BYTES,
+    MEMBW_BUFFER_MIB,
+    P2P_BUFFER_MIB,
+    PCIE_BUFFER_MIB,
+    SMCLOCK_SEGMENT_MIB,
+)
 from .nicports import port_records
 from .nvml import gpu_telemetry, load_evidence
 from .records import MIB, SAMPLE_S, BundleCall, ProbeOutput, measured, noisy, not_ok, record, sample_count
 from .state import Draw, GpuState, NodeState
 from .xidprobe import xid
 
-# Square GEMM sizes the probe tries, largest first (probes/gemm.py GPU_SIZES); the healthy
-# TFLOP/s of each is the SKU table's per-size figure. Buffer sizes of the copy probes, largest
-# first, with how fast a smaller one runs relative to the largest.
-GEMM_SIZES = (8192, 6144, 4096, 2048)
-MEMBW_BUFFERS_MIB = ((1024, 1.0), (512, 0.99), (256, 0.98), (128, 0.96))
-PAIR_BUFFERS_MIB = ((256, 1.0), (64, 0.96), (16, 0.88))
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
-CUBLAS_WORKSPACE_MIB = 64
-SMCLOCK_MIN_MIB = 2
+# The probes' sizes are the bundle's catalogue's (gpudiag/pause/sizing.py): GEMM's square sizes,
+# largest first, the healthy TFLOP/s of each the SKU table's per-size figure; the copy probes'
+# buffer sizes, largest first, each with how fast it runs relative to the largest (one figure per
+# size of the catalogue).
+MEMBW_BUFFERS_MIB = tuple(zip(MEMBW_BUFFER_MIB, (1.0, 0.99, 0.98, 0.96), strict=True))
+P2P_BUFFERS_MIB = tuple(zip(P2P_BUFFER_MIB, (1.0, 0.96, 0.88), strict=True))
+PCIE_BUFFERS_MIB = tuple(zip(PCIE_BUFFER_MIB, (1.0, 0.96, 0.88), strict=True))
 # What the driver and CUDA context take before any probe allocates (MiB).
 CONTEXT_MIB = 530
 # Simulated wall time (s) of each probe's fixed part.
@@ -44,7 +53,7 @@ def _choose(sizes: Sequence[tuple[int, float]], bytes_needed: Callable[[int], in
     ``figure`` is whatever goes with the size: the healthy rate (GEMM) or the efficiency.
     """
     free_bytes = max(0, free_mib - CONTEXT_MIB) * MIB
-    headroom = max(256 * MIB, int(free_bytes * 0.05))
+    headroom = max(HEADROOM_MIN_BYTES, int(free_bytes * HEADROOM_FRACTION))
     usable = max(0, free_bytes - headroom)
     if cap_mib is not None:
         usable = min(usable, cap_mib * MIB)
@@ -117,7 +126,7 @@ def gemm(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
 def _gemm_gpu(call: BundleCall, node: NodeState, gpu: GpuState, rng: random.Random, count: int) -> dict[str, Any]:
     width = DTYPE_BYTES[call.dtype]
     figures = tuple((size, node.sku.gemm_tflops[call.dtype][size]) for size in GEMM_SIZES)
-    chosen = _choose(figures, lambda s: 3 * s * s * width + CUBLAS_WORKSPACE_MIB * MIB, node.free_mib(gpu),
+    chosen = _choose(figures, lambda s: 3 * s * s * width + GEMM_WORKSPACE_MIB * MIB, node.free_mib(gpu),
                      call.max_gpu_mem_mib, "gemm")
     if isinstance(chosen, str):
         return not_ok("error", "gemm", gpu.device, "tflops", chosen, gpu_uuid=gpu.gpu_uuid)
@@ -176,7 +185,7 @@ def p2p(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
     if len(visible) < 2:
         reason = f"needs at least 2 GPUs; this machine has {len(visible)} visible to torch"
         return ProbeOutput((not_ok("skipped", "p2p", "host", "bandwidth", reason),), SETUP_S["p2p"])
-    chosen = _choose(PAIR_BUFFERS_MIB, lambda mib: 2 * mib * MIB, min(node.free_mib(gpu) for gpu in visible),
+    chosen = _choose(P2P_BUFFERS_MIB, lambda mib: 2 * mib * MIB, min(node.free_mib(gpu) for gpu in visible),
                      call.max_gpu_mem_mib,
                      "p2p (on the GPU with least free memory)")
     reason = chosen if isinstance(chosen, str) else node.failure("p2p", None)
@@ -218,7 +227,7 @@ def pcie(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
     records = []
     for direction in ("h2d", "d2h"):
         for gpu in visible:
-            chosen = _choose(PAIR_BUFFERS_MIB, lambda mib: mib * MIB, node.free_mib(gpu), call.max_gpu_mem_mib, "pcie")
+            chosen = _choose(PCIE_BUFFERS_MIB, lambda mib: mib * MIB, node.free_mib(gpu), call.max_gpu_mem_mib, "pcie")
             if isinstance(chosen, str):
                 records.append(not_ok("error", "pcie", gpu.device, "bandwidth", chosen, gpu_uuid=gpu.gpu_uuid))
                 continue
@@ -251,8 +260,8 @@ def smclock(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
     records: list[dict[str, Any]] = []
     visible = node.cuda_gpus
     for gpu in visible:
-        if call.max_gpu_mem_mib is not None and call.max_gpu_mem_mib < SMCLOCK_MIN_MIB:
-            reason = f"--max-gpu-mem {call.max_gpu_mem_mib} MiB is below the {SMCLOCK_MIN_MIB} MiB needed"
+        if call.max_gpu_mem_mib is not None and call.max_gpu_mem_mib < SMCLOCK_SEGMENT_MIB:
+            reason = f"--max-gpu-mem {call.max_gpu_mem_mib} MiB is below the {SMCLOCK_SEGMENT_MIB} MiB needed"
             records += _smclock_not_ok("skipped", gpu, reason)
             continue
         failure = node.failure("smclock", gpu)

@@ -17,9 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-PROBE_NAMES = ("facts", "telemetry", "xid", "gemm", "membw", "p2p", "pcie", "smclock")
-# What runs when no probe is named: every probe but xid (the kernel log), as probes/runner.py.
-DEFAULT_PROBE_NAMES = tuple(name for name in PROBE_NAMES if name != "xid")
 MIB = 1 << 20
 # A timed sample of a probe batches runs to about this long (probes/timing.py), so a probe
 # run of ``duration_s`` yields duration_s / SAMPLE_S samples, and at least MIN_SAMPLES.

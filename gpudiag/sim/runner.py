@@ -9,15 +9,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
+from ..records import DEFAULT_PROBE_NAMES, DTYPES, HEADLINE_METRICS, PROBE_NAMES
 from ..transport import CommandResult
 from .pause import GPU_PROBES, run_paused
 from .probes import PROBES
-from .records import DEFAULT_PROBE_NAMES, PROBE_NAMES, BundleCall, not_ok
+from .records import BundleCall, not_ok
 from .state import Draw, NodeState
 
-HEADLINE_METRICS = {"facts": "gpu_count", "telemetry": "nvml", "gemm": "tflops", "membw": "bandwidth",
-                    "p2p": "bandwidth", "pcie": "bandwidth", "smclock": "sm_clock", "xid": "kernel_log"}
-DTYPES = ("bf16", "fp16", "tf32", "fp32")
 # Simulated wall time (s) the node's Python takes to import torch.
 STARTUP_S = 4.0
 # A probe still running this long (s) past the deadline is ended by the watchdog (probes/runner.py).

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Finding
-from ..run.nodeprobe import PROBE_NAMES
+from ..records import PROBE_NAMES
 
 REASON_PREFIX = "gpudiag:"
 # Long enough for the checks, kind, GPU, metric, deficit and the start of the evidence; Slurm keeps

@@ -14,7 +14,7 @@ def test_the_wheel_ships_the_bundle_under_gpudiag_and_no_top_level_probes(tmp_pa
     (wheel,) = tmp_path.glob("gpudiag-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in ("gpudiag/cli/main.py", "gpudiag/bundle/probes/__main__.py", "gpudiag/bundle/probes/gemm.py",
-                     "gpudiag/bundle/cuda_kernels/sm_clock.cu"):
+                     "gpudiag/bundle/probes/catalog.json", "gpudiag/bundle/cuda_kernels/sm_clock.cu"):
         assert expected in names
     # every package of the controller ships (pyproject lists them one by one)
     packages = {str(init.parent.relative_to(REPO)) for init in (REPO / "gpudiag").rglob("__init__.py")

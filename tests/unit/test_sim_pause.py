@@ -1,6 +1,7 @@
-"""A simulated node held by a paused job (the ``paused_job`` fault): gpudiag/sim/pause.py keeps
-probes/pauseroom.py's rules figure for figure, and the node's probes are sized or refused as on a
-real node, with ``--pause`` and without."""
+"""A simulated node held by a paused job (the ``paused_job`` fault): gpudiag/sim/pause.py refuses
+and caps as probes/pauseroom.py does, word for word (the figures of both are the one
+probes/catalog.json: tests/unit/test_catalog.py), and the node's probes are sized or refused as on
+a real node, with ``--pause`` and without."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import pytest
 from simfleet import GPUS, one, run_node, small_fleet
 
 from gpudiag.errors import InputError
+from gpudiag.records import DTYPES
 from gpudiag.run.nodeprobe import ProbeOptions
 from gpudiag.sim import SimulatedConnector, parse_fleet
 from gpudiag.sim import pause as sim_pause
 from gpudiag.sim.state import GpuState
-from probes import pause as real_pause
 from probes import pauseroom
 
 TOTAL_MIB = 81559
@@ -32,24 +33,14 @@ def _rooms(free_mib: int, mode: str, processes: int) -> tuple[pauseroom.GpuRoom,
 # ------------------------------------------------------------------------------ the same rules
 
 
-def test_the_simulators_rules_are_the_probes_own():
-    assert sim_pause.CONTEXT_RESERVE_MIB == pauseroom.CONTEXT_RESERVE_MIB
-    assert sim_pause.PER_GPU_PROBES == real_pause.PER_GPU_PROBES
-    assert sim_pause.PROBE_METRICS == real_pause.PROBE_METRICS
-    assert sim_pause.CHILD_MARGIN_S == real_pause.ChildTiming().margin_s
-    assert sim_pause.MIN_SHARE_S == real_pause.ChildTiming().min_share_s
-    for dtype in ("bf16", "fp16", "tf32", "fp32"):
-        for probe in pauseroom.GPU_PROBES:
-            assert sim_pause.smallest_need_mib(probe, dtype) == pauseroom.smallest_need_mib(probe, dtype)
-
-
 @pytest.mark.parametrize(("mode", "processes"), [("default", 1), ("exclusive_process", 1), ("exclusive_process", 0),
                                                  ("exclusive_thread", 2), ("prohibited", 0)])
 def test_refusals_and_caps_match_word_for_word(mode, processes):
     for free_mib in FREE_MIB:
         real, simulated = _rooms(free_mib, mode, processes)
         for probe in pauseroom.GPU_PROBES:
-            assert sim_pause.refusal(simulated, probe, "bf16") == pauseroom.refusal(real, probe, "bf16")
+            for dtype in DTYPES:
+                assert sim_pause.refusal(simulated, probe, dtype) == pauseroom.refusal(real, probe, dtype)
         for cap in (None, 100, 4096):
             assert sim_pause.child_cap_mib(free_mib, cap) == pauseroom.child_cap_mib(real, cap)
 
