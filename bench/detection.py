@@ -67,7 +67,7 @@ from detection_memory import MEMORY_SCENARIOS, memory_builders  # noqa: E402
 from detection_siblings import SIBLING_SCENARIOS, healthy_at_fail, scenario_cvs, sibling_builders  # noqa: E402
 
 from gpudiag.run.fanout import SweepOptions  # noqa: E402
-from gpudiag.run.nodeprobe import ProbeOptions  # noqa: E402
+from gpudiag.run.hostprobe import ProbeOptions  # noqa: E402
 from gpudiag.run.progress import QuietProgress  # noqa: E402
 from gpudiag.run.sweep import SweepRequest, run_plan  # noqa: E402
 from gpudiag.sim import FleetFile  # noqa: E402

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.run.fanout import SweepOptions
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.run.sweep import SweepRequest, run_plan
 from gpudiag.sim import FleetFile

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpudiag.pause import FocusRequest
 from gpudiag.run.fanout import SweepOptions
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 
 GPUS = 8
 PAUSE_PROBES = ("facts", "telemetry", "gemm", "membw", "pcie")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudiag.run.fanout import SweepOptions
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 
 GPUS = 8
 MEMORY_SCENARIOS = ("ecc", "xid")

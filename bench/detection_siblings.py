@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag.run.fanout import SweepOptions
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 
 GPUS = 8
 SIBLING_SCENARIOS = ("siblings", "starved", "cv3")

@@ -33,7 +33,7 @@ from sshd_hosts import SshdFleet  # noqa: E402
 
 from gpudiag.hosts import HostSpec  # noqa: E402
 from gpudiag.run.fanout import SweepOptions  # noqa: E402
-from gpudiag.run.nodeprobe import ProbeOptions  # noqa: E402
+from gpudiag.run.hostprobe import ProbeOptions  # noqa: E402
 from gpudiag.run.progress import QuietProgress  # noqa: E402
 from gpudiag.run.sweep import SweepRequest, run_plan  # noqa: E402
 from gpudiag.transport.fleet import FleetConnector  # noqa: E402

@@ -32,7 +32,7 @@ from gpudiag.report.detail import COMPACT, FULL
 from gpudiag.report.document import document_chunks
 from gpudiag.report.prometheus import prom_text
 from gpudiag.run.fanout import SweepOptions, SweepResult, run_sweep
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.outcome import HostOutcome
 from gpudiag.run.progress import QuietProgress
 from gpudiag.sim import SimulatedConnector, parse_fleet

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpudiag.hosts import HostSpec
 from gpudiag.records import ProbeResult, parse_probe_output
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.sim import SimulatedConnector
 
 GPUS = 8

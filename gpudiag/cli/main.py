@@ -27,6 +27,7 @@ from ..pause import (
     pause_budget_s,
     pause_deadline_s,
 )
+from ..records import DTYPES, PROBE_NAMES
 from ..report import check_writable, render_report, write_report
 from ..report.console import render_probe_results, render_sweep_table
 from ..report.detail import COMPACT, DETAILS
@@ -34,8 +35,8 @@ from ..report.document import write_sweep_json
 from ..report.prometheus import check_prom_file, write_prom_file
 from ..report.tables import make_console
 from ..run.fanout import SweepOptions, SweepResult
+from ..run.hostprobe import HostProbe, ProbeOptions, probe_host
 from ..run.interrupts import InterruptGate
-from ..run.nodeprobe import DTYPES, PROBE_NAMES, NodeProbe, ProbeOptions, probe_node
 from ..run.sweep import LINK_MODES, SweepRequest, run_plan
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile, demo_fleet_path
@@ -357,14 +358,14 @@ def _probe_names(names: tuple[str, ...]) -> tuple[str, ...]:
     return names
 
 
-def run_local_probe(options: ProbeOptions, limits: OutputLimits | None = None) -> NodeProbe:
+def run_local_probe(options: ProbeOptions, limits: OutputLimits | None = None) -> HostProbe:
     """Run the probe bundle on this machine, its output within ``limits`` (default caps when
     None); raises InstallationError if it is missing, ProbeOutputError past a cap."""
     try:
         bundle = locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
-    return probe_node(LocalSession(bundle.root, limits), options, source="localhost")
+    return probe_host(LocalSession(bundle.root, limits), options, source="localhost")
 
 
 main.add_command(cli_store.report)

@@ -17,6 +17,7 @@ from ..links.remote import NET_BACKENDS
 from ..preflight import DEFAULT_BUDGET_S, PreflightRequest, run_preflight
 from ..preflight.render import action_lines, summary_line
 from ..preflight.run import PreflightRun, check_request, host_text, make_plan
+from ..records import DTYPES
 from ..report import check_writable, render_report, write_report
 from ..report.console import render_sweep_table
 from ..report.detail import COMPACT, DETAILS
@@ -24,7 +25,6 @@ from ..report.document import document_chunks
 from ..report.prometheus import check_prom_file, write_prom_file
 from ..report.tables import make_console
 from ..run.interrupts import InterruptGate
-from ..run.nodeprobe import DTYPES
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile
 from ..slurm.launcher import LAUNCHERS

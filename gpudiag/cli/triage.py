@@ -8,9 +8,10 @@ import click
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
+from ..records import DTYPES
 from ..report import check_writable, write_report
+from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
-from ..run.nodeprobe import DTYPES, ProbeOptions
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile
 from ..transport.ssh import SshSettings

@@ -110,7 +110,7 @@ class PreflightPlan:
                 "dropped": list(self.dropped)}
 
 
-def node_pass_s(duration_s: float, loads: int = len(LOAD_PROBES)) -> float:
+def host_pass_s(duration_s: float, loads: int = len(LOAD_PROBES)) -> float:
     """Estimated seconds of one node-probe pass with ``loads`` load probes of ``duration_s``."""
     return NODE_STARTUP_S + TELEMETRY_S + loads * (LOAD_OVERHEAD_S + duration_s)
 
@@ -138,21 +138,21 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
     if hosts < 1:
         raise InputError("a pre-flight needs at least one node")
     room = budget_s - CONTROLLER_S
-    least = SAFETY * node_pass_s(0.0, loads=0)
+    least = SAFETY * host_pass_s(0.0, loads=0)
     if room < least:
         raise InputError(f"--budget {budget_s:g}: too short for a node to start its probes and read its "
                          f"telemetry; give at least {CONTROLLER_S + least:.0f} s")
     dropped: list[str] = []
-    if room < SAFETY * node_pass_s(MIN_DURATION_S):
+    if room < SAFETY * host_pass_s(MIN_DURATION_S):
         dropped.append(f"{', '.join(LOAD_PROBES)} (the budget leaves no time for load)")
         if hosts >= 2 and links:
             dropped.append("link screen (the budget leaves no time for it)")
-        window = min(room, WINDOW_MAX * node_pass_s(0.0, loads=0))
+        window = min(room, WINDOW_MAX * host_pass_s(0.0, loads=0))
         return PreflightPlan(budget_s, hosts, NO_LOAD_PROBES, MIN_DURATION_S, window, _deadline(window), False, 0.0,
                              False, 0, MIN_NET_DURATION_S, 0.0, tuple(dropped))
     wanted = hosts >= 2 and links
     rounds = link_rounds(hosts) if wanted else 0
-    node_min = SAFETY * node_pass_s(MIN_DURATION_S)
+    node_min = SAFETY * host_pass_s(MIN_DURATION_S)
     links = wanted and room >= node_min + SAFETY * links_s(rounds, MIN_NET_DURATION_S)
     if wanted and not links:
         dropped.append("link screen (the budget leaves no time for it)")
@@ -167,7 +167,7 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
     retest_window = SAFETY * retest_s(duration) if retest else 0.0
     # What is left goes to the first pass (a slow node still finishes), up to WINDOW_MAX times
     # its estimate: a hung node should not hold the job's start for the whole budget.
-    window = min(room - retest_window - link_window, WINDOW_MAX * node_pass_s(duration))
+    window = min(room - retest_window - link_window, WINDOW_MAX * host_pass_s(duration))
     return PreflightPlan(budget_s, hosts, ("facts", "telemetry", *LOAD_PROBES), duration, window, _deadline(window),
                          retest, retest_window, links, rounds, net_duration, link_window, tuple(dropped))
 
@@ -181,7 +181,7 @@ def _lengthen(room: float, retest: bool, rounds: int) -> tuple[float, float]:
 
     def need(share: float) -> float:
         duration, net = durations(share)
-        return SAFETY * (node_pass_s(duration) + (retest_s(duration) if retest else 0.0) + links_s(rounds, net))
+        return SAFETY * (host_pass_s(duration) + (retest_s(duration) if retest else 0.0) + links_s(rounds, net))
 
     low, high = 0.0, 1.0
     if need(high) <= room:

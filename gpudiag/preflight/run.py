@@ -21,8 +21,8 @@ from ..exitcodes import ExitCode
 from ..hosts import load_hosts
 from ..links.remote import PairTestOptions
 from ..run.fanout import SweepOptions, SweepResult
+from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
-from ..run.nodeprobe import ProbeOptions
 from ..run.progress import SweepProgress
 from ..run.standin import StandInFleet
 from ..run.sweep import SweepRequest, run_plan

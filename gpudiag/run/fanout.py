@@ -28,7 +28,7 @@ from ..records import ProbeResult
 from ..schema.times import iso_time
 from ..transport import CommandResult, Connector, Session, TransportError
 from ..transport.cancel import cancel_all
-from .nodeprobe import NodeProbe, ProbeOptions, last_line, probe_node
+from .hostprobe import HostProbe, ProbeOptions, last_line, probe_host
 from .outcome import HostOutcome
 from .progress import SweepProgress
 
@@ -388,7 +388,7 @@ class _SweepRunner:
             session.prepare(self._bundle)
             if not run.enter(PROBING, PROBE_BACKSTOP_S):
                 return run.timed_out()[0]
-            node = probe_node(_TimedSession(session, run), self._options.probe, source=host.label)
+            node = probe_host(_TimedSession(session, run), self._options.probe, source=host.label)
         except (TransportError, ProbeOutputError) as error:
             if self._stop.is_set():  # the failure is the interruption's doing (probes ended, links closed)
                 return interrupted_host(host, started)
@@ -401,7 +401,7 @@ class _SweepRunner:
                 session.close()
         return self._outcome(host, node, started)
 
-    def _outcome(self, host: HostSpec, node: NodeProbe, started: float) -> HostOutcome:
+    def _outcome(self, host: HostSpec, node: HostProbe, started: float) -> HostOutcome:
         duration = time.monotonic() - started
         facts = _facts(node.results)
         measured = {"facts": facts, "results": node.results, "stray": node.stray}

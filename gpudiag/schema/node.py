@@ -65,7 +65,7 @@ class GpuCounts:
         return "torch's count" if prefix == "cuda" else "NVML's count"
 
 
-def check_node_records(results: Sequence[ProbeResult], source: str) -> list[ProbeResult]:
+def check_host_records(results: Sequence[ProbeResult], source: str) -> list[ProbeResult]:
     """``results`` (one node's records, each schema-checked) checked as a whole against the
     node's facts (see the module docstring); ``source`` names the node in the reasons."""
     kept = bounded_nic_ports(one_per_measurement(results, source), source)

@@ -104,8 +104,8 @@ def drain_commands(findings: Iterable[Finding | Mapping[str, Any]], scontrol: st
     (``h:22``), drain nothing. Each Reason is one argv element: no shell ever reads it."""
     by_node = {host: mine for host, mine in drain_findings_by_host(findings).items() if _NODE_NAME.fullmatch(host)}
     by_reason: dict[str, list[str]] = {}
-    for node, node_findings in by_node.items():
-        by_reason.setdefault(drain_reason(node_findings), []).append(node)
+    for node, host_findings in by_node.items():
+        by_reason.setdefault(drain_reason(host_findings), []).append(node)
     commands = [[scontrol, "update", f"NodeName={fold_hosts(nodes)}", "State=DRAIN", f"Reason={reason}"]
                 for reason, nodes in by_reason.items()]
     return sorted(commands, key=lambda argv: (argv[2], argv[4]))

@@ -44,7 +44,7 @@ from .nodelist import expand_nodelist, job_id, job_nodelist
 from .nodes import NodeState, launch_problems, query_nodes
 from .srunprocess import SrunProcess
 from .staging import BUNDLE_CACHE, UnsafeBundleFolder, stage_bundle
-from .step import SrunOptions, StepOutput, failed_nodes, srun_argv, step_results, task_layout
+from .step import SrunOptions, StepOutput, failed_hosts, srun_argv, step_results, task_layout
 
 # Seconds past a step's own limit that the controller waits for srun (launch, output, exit).
 LAUNCH_ALLOWANCE_S = 60.0
@@ -216,7 +216,7 @@ class StepLauncher:
         if cancelled:
             process.terminate()
         end = process.wait(self._wait_s(timeout_s))
-        step.failed = failed_nodes(layout, output, end)
+        step.failed = failed_hosts(layout, output, end)
         return step_results(layout, output, end)
 
     def _wait_s(self, timeout_s: float) -> float:

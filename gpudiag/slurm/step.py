@@ -309,7 +309,7 @@ def _command_result(node: str, task: TaskOutput, end: StepEnd) -> CommandResult:
                          timed_out=timed_out, duration_s=end.duration_s, overflow=task.overflow)
 
 
-def failed_nodes(nodes: Sequence[str], output: StepOutput, end: StepEnd) -> list[str]:
+def failed_hosts(nodes: Sequence[str], output: StepOutput, end: StepEnd) -> list[str]:
     """The nodes srun's stderr says failed, when no task of the step ran at all (Slurm revokes a
     whole allocation for one failed node): the step is worth running again without them."""
     if any(task.seen for task in output.tasks):

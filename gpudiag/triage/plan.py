@@ -30,9 +30,10 @@ from ..analysis.thresholds import Thresholds, load_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
 from ..hosts import HostSpec, load_hosts
+from ..records import DEFAULT_PROBE_NAMES
 from ..run.fanout import SweepOptions, SweepResult, run_sweep
+from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate, QuietGate
-from ..run.nodeprobe import DEFAULT_PROBE_NAMES, ProbeOptions
 from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
 from ..run.standin import StandInFleet

@@ -3,7 +3,7 @@ from pathlib import Path
 
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.links.remote import PairTestOptions
-from gpudiag.run import nodeprobe
+from gpudiag.run import hostprobe as nodeprobe
 from probes import runner
 from probes.net import main as net_main
 

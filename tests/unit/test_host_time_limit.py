@@ -12,7 +12,7 @@ import time
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.hosts import HostSpec
 from gpudiag.run.fanout import SweepOptions, run_sweep
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.transport import TransportError
 from gpudiag.transport.local import LocalSession

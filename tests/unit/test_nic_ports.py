@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.records import ProbeResult
-from gpudiag.schema.node import MAX_NIC_PORTS, check_node_records
+from gpudiag.schema.node import MAX_NIC_PORTS, check_host_records
 from gpudiag.schema.records import RecordTypeError, check_record
 from probes import nicports, telemetry
 from probes.context import ProbeContext
@@ -159,7 +159,7 @@ def test_a_negative_counter_or_an_impossible_rate_is_no_reading():
     replaced = check_record(too_fast, "node001 line 1")
     assert replaced["status"] == "error" and "outside" in replaced["reason"]
     faster_than_any_nic = ProbeResult(**check_record({**data, "value": 5000}, "node001 line 1"))
-    [checked] = check_node_records([faster_than_any_nic], "node001")
+    [checked] = check_host_records([faster_than_any_nic], "node001")
     assert checked.status == "error" and "3200" in checked.reason
 
 
@@ -174,6 +174,6 @@ def test_a_node_printing_more_ports_than_any_node_has_gets_none_judged():
     port = nicports.parse_ibstat((DATA / "ibstat-h100-node-8x-cx7-ndr-ib.txt").read_text())[0]
     records = [ProbeResult(**_checked(port.__class__(**{**port.__dict__, "device": f"nic:mlx5_{n}/1"}).record()))
                for n in range(MAX_NIC_PORTS + 1)]
-    checked = check_node_records(records, "node001")
+    checked = check_host_records(records, "node001")
     assert [(r.device, r.status) for r in checked] == [("nic", "error")]
     assert f"{MAX_NIC_PORTS + 1} NIC port records" in checked[0].reason

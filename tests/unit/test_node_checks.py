@@ -16,8 +16,8 @@ import pytest
 from gpudiag.analysis.reference import fleet_reference, weighted_median
 from gpudiag.hosts import HostSpec
 from gpudiag.records import ProbeResult, read_probe_output
-from gpudiag.run.nodeprobe import ProbeOptions
-from gpudiag.schema.node import check_node_records
+from gpudiag.run.hostprobe import ProbeOptions
+from gpudiag.schema.node import check_host_records
 from gpudiag.sim import SimulatedConnector, parse_fleet
 
 ALL_PROBES = ("facts", "telemetry", "xid", "gemm", "membw", "p2p", "pcie", "smclock")
@@ -52,7 +52,7 @@ def test_the_bundle_never_repeats_an_ok_measurement_and_its_records_pass_the_nod
         assert all(not r.ok for r in repeated)
         assert {measurement(r) for r in repeated} == ({("pcie", "cuda:2", "bandwidth", ())} if host == "node004"
                                                       else set())
-        assert check_node_records(results, host) == results
+        assert check_host_records(results, host) == results
 
 
 def hostile_lines(host: str = "node005") -> list[dict[str, Any]]:
@@ -60,7 +60,7 @@ def hostile_lines(host: str = "node005") -> list[dict[str, Any]]:
 
 
 def checked(records: list[dict[str, Any]], host: str = "node005") -> list[ProbeResult]:
-    return check_node_records(list(read_probe_output(fleet.lines_of(records), host).results), host)
+    return check_host_records(list(read_probe_output(fleet.lines_of(records), host).results), host)
 
 
 def test_copies_of_a_measurement_are_replaced_by_one_error_record_naming_the_duplication():

@@ -9,7 +9,7 @@ import pytest
 from gpudiag.bundle import locate_bundle
 from gpudiag.errors import ProbeOutputError
 from gpudiag.records import STRAY_LINE_CHARS, STRAY_LINES_KEPT, parse_probe_output, read_probe_output
-from gpudiag.run.nodeprobe import ProbeOptions, probe_node
+from gpudiag.run.hostprobe import ProbeOptions, probe_host
 from gpudiag.transport.local import LocalSession
 from probes.records import measured, skipped
 
@@ -115,7 +115,7 @@ def _python_that_prints_first(tmp_path: Path, line: str) -> str:
 
 def test_a_node_whose_python_prints_keeps_its_records_and_reports_the_line(tmp_path: Path):
     options = ProbeOptions(names=("facts",), python=_python_that_prints_first(tmp_path, SITE_HOOK), deadline_s=60)
-    node = probe_node(LocalSession(locate_bundle().root), options, source="localhost")
+    node = probe_host(LocalSession(locate_bundle().root), options, source="localhost")
     assert node.complete and [r.probe for r in node.results] == ["facts"]
     assert node.stray is not None and (node.stray.count, node.stray.lines) == (1, (SITE_HOOK,))
 
@@ -125,4 +125,4 @@ def test_a_node_that_prints_only_garbage_is_a_probe_output_error(tmp_path: Path)
     garbage.write_text("#!/bin/sh\necho 'Illegal instruction (core dumped)'\nexit 0\n")
     garbage.chmod(0o755)
     with pytest.raises(ProbeOutputError, match=r"^localhost line 1: not a JSON record: 'Illegal instruction"):
-        probe_node(LocalSession(locate_bundle().root), ProbeOptions(python=str(garbage)), source="localhost")
+        probe_host(LocalSession(locate_bundle().root), ProbeOptions(python=str(garbage)), source="localhost")

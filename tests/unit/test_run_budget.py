@@ -89,7 +89,7 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
 
     from gpudiag.run import sweep as plan
     from gpudiag.run.fanout import SweepOptions
-    from gpudiag.run.nodeprobe import ProbeOptions
+    from gpudiag.run.hostprobe import ProbeOptions
     from gpudiag.run.progress import QuietProgress
     from gpudiag.sim import FleetFile
     from gpudiag.sim.connector import SimulatedSession
@@ -163,7 +163,7 @@ def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
     from gpudiag.bundle import locate_bundle
     from gpudiag.hosts import HostSpec
     from gpudiag.run.fanout import SweepOptions, run_sweep
-    from gpudiag.run.nodeprobe import ProbeOptions
+    from gpudiag.run.hostprobe import ProbeOptions
     from gpudiag.run.progress import QuietProgress
 
     connector = _StuckConnector()

@@ -16,7 +16,7 @@ from gpudiag.bundle import locate_bundle
 from gpudiag.exitcodes import ExitCode
 from gpudiag.hosts import HostSpec
 from gpudiag.run.fanout import SweepOptions, run_sweep
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.sim import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet, parse_fleet
 from gpudiag.transport import Unreachable

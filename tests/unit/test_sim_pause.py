@@ -10,7 +10,7 @@ from simfleet import GPUS, one, run_node, small_fleet
 
 from gpudiag.errors import InputError
 from gpudiag.records import DTYPES
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.sim import SimulatedConnector, parse_fleet
 from gpudiag.sim import pause as sim_pause
 from gpudiag.sim.state import GpuState

@@ -14,7 +14,7 @@ from simfleet import GPUS, one, ratio, run_node, small_fleet
 
 from gpudiag.hosts import HostSpec
 from gpudiag.records import ProbeResult, parse_probe_output
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.sim import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet, load_skus, parse_fleet
 from probes import telemetry as telemetry_probe
 from probes.context import ProbeContext

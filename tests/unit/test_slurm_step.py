@@ -18,7 +18,7 @@ from gpudiag.slurm.step import (
     StepEnd,
     StepOutput,
     TaskIdentityError,
-    failed_nodes,
+    failed_hosts,
     node_task_source,
     srun_argv,
     step_results,
@@ -135,9 +135,9 @@ def test_a_node_whose_python_could_not_run_the_node_task_is_unreachable_with_its
 
 def test_a_step_revoked_for_one_failed_node_names_it_to_run_again_without_it() -> None:
     stderr = "salloc: error: Node failure on n3\nsrun: error: Job allocation 4 has been revoked\n"
-    assert failed_nodes(["n1", "n3", "n13"], StepOutput(3), StepEnd(1, stderr, False, 1.0)) == ["n3"]
+    assert failed_hosts(["n1", "n3", "n13"], StepOutput(3), StepEnd(1, stderr, False, 1.0)) == ["n3"]
     ran = _output((DATA / "srun-step-two-nodes.stdout").read_bytes(), 3)
-    assert failed_nodes(["n1", "n2", "n3"], ran, StepEnd(1, stderr, False, 1.0)) == []
+    assert failed_hosts(["n1", "n2", "n3"], ran, StepEnd(1, stderr, False, 1.0)) == []
 
 
 # --- attributed by Slurm, never by what a task prints --------------------------------------------------------

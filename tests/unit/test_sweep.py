@@ -15,7 +15,7 @@ from gpudiag.exitcodes import ExitCode
 from gpudiag.hosts import HostSpec
 from gpudiag.report.document import write_sweep_json
 from gpudiag.run.fanout import SweepOptions, run_sweep
-from gpudiag.run.nodeprobe import ProbeOptions
+from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import PlainProgress
 from gpudiag.transport import AuthFailed, HostKeyChanged, Unreachable
 from gpudiag.transport.local import LocalSession

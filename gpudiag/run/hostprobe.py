@@ -13,9 +13,7 @@ from typing import Protocol
 
 from ..errors import ProbeOutputError
 from ..records import DEFAULT_PROBE_NAMES, ProbeResult, StrayOutput, read_probe_output, stray_only_error
-from ..records import DTYPES as DTYPES  # the command line's choices (defined once in gpudiag/records.py)
-from ..records import PROBE_NAMES as PROBE_NAMES
-from ..schema.node import check_node_records
+from ..schema.node import check_host_records
 from ..schema.text import one_line
 from ..transport import CommandResult
 
@@ -68,7 +66,7 @@ class ProbeOptions:
 
 
 @dataclass(frozen=True)
-class NodeProbe:
+class HostProbe:
     """The records one node printed, and how its run of the bundle ended (seconds).
 
     ``stray`` holds the stdout lines that were no record (a library's print or warning), None when
@@ -90,12 +88,12 @@ class NodeProbe:
 
 
 class CommandRunner(Protocol):
-    """What probe_node needs of a session: run a command under a time limit (seconds)."""
+    """What probe_host needs of a session: run a command under a time limit (seconds)."""
 
     def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult: ...
 
 
-def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> NodeProbe:
+def probe_host(session: CommandRunner, options: ProbeOptions, source: str) -> HostProbe:
     """Run the bundle through ``session`` and parse what it printed.
 
     A node that says nothing has not passed: each probe asked for that printed no record at all
@@ -103,7 +101,7 @@ def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> No
     schema as it is read (gpudiag.records), then the node's records against its own facts
     (gpudiag.schema.node: one record per measurement, no GPU it lacks, values within physical
     ceilings, no GPU left out by a per-GPU probe). Stray lines among the records are kept in
-    ``NodeProbe.stray``. Raises ProbeOutputError when the output passed a cap of the session's
+    ``HostProbe.stray``. Raises ProbeOutputError when the output passed a cap of the session's
     OutputLimits, when the bundle printed no record at all (unless it ran out of time; its
     stderr's last line, or its stray output, is the reason), or when a JSON object it printed is
     not a valid record.
@@ -118,9 +116,9 @@ def probe_node(session: CommandRunner, options: ProbeOptions, source: str) -> No
             raise stray_only_error(output.stray)
         raise ProbeOutputError(f"{source}: the probe bundle exited with status {outcome.exit_status} "
                                f"and printed no record at all: {last_line(outcome.stderr)}")
-    checked = check_node_records(output.results, source)
+    checked = check_host_records(output.results, source)
     results = (*checked, *unanswered(options, checked, ran_out))
-    return NodeProbe(results=results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
+    return HostProbe(results=results, exit_status=outcome.exit_status, timed_out=outcome.timed_out,
                      stderr=outcome.stderr, duration_s=outcome.duration_s, stray=output.stray)
 
 
