@@ -1,13 +1,16 @@
 """Findings: what a sweep concluded, each with evidence and an action (the JSON contract's
 ``findings[]``).
 
-``action`` is a fixed verb a pre-flight hook can branch on; ``action_detail`` says it in plain
-words. ``basis`` says what a finding rests on; ``confirmed`` is true only where a re-test
-repeated the deficit.
+``kind``, ``severity``, ``action`` and ``basis`` are fixed vocabularies, each defined here once as
+a str enum (Kind, Severity, Action, Basis) whose members are their JSON strings. ``action`` is a
+fixed verb a pre-flight hook can branch on; ``action_detail`` says it in plain words. ``basis``
+says what a finding rests on; ``confirmed`` is true only where a re-test repeated the deficit.
 """
 
 from __future__ import annotations
 
+import enum
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,25 +18,73 @@ from typing import Any
 # The sweep document's schema: the name and version of the JSON contract (docs/document.md).
 SWEEP_SCHEMA = "gpudiag.sweep/1"
 
-FAIL = "fail"
-WARN = "warn"
+if sys.version_info >= (3, 11):
+    class _Words(enum.StrEnum):
+        """A fixed vocabulary of the JSON contract: each member is its string value (it equals,
+        hashes, sorts, formats and is written to JSON or the store as that string)."""
+else:  # pragma: no cover - Python 3.10: StrEnum's behaviour
+    class _Words(str, enum.Enum):
+        """A fixed vocabulary of the JSON contract: each member is its string value (it equals,
+        hashes, sorts, formats and is written to JSON or the store as that string)."""
 
-# The fixed verbs of ``action``, most drastic first.
-DRAIN = "drain"
-RESET_GPU = "reset_gpu"
-REBOOT = "reboot"
-INSPECT = "inspect"
-WATCH = "watch"
-ACTION_VERBS = (DRAIN, RESET_GPU, REBOOT, INSPECT, WATCH)
+        def __str__(self) -> str:
+            return str(self.value)
 
-# What a finding rests on.
-BASIS_RETEST = "retest"            # a re-test repeated the deficit (confirmed)
-BASIS_SINGLE_RUN = "single_run"    # one measurement, not re-tested (or the re-test could not run)
-BASIS_TELEMETRY = "telemetry"      # NVML readings
-BASIS_FACTS = "facts"              # the host's facts (GPU count, CPUs, load, memory)
-BASIS_HOST_STATUS = "host_status"  # the host could not be probed
-BASIS_ERROR_RECORD = "error_record"  # a probe reported an error instead of a figure
-BASIS_COMPARISON = "comparison"    # a figure with nothing to compare it with
+        def __format__(self, spec: str) -> str:
+            return str(self.value).__format__(spec)
+
+
+class Severity(_Words):
+    """How much a finding matters: ``fail`` (act on it) or ``warn`` (watch it, or it could not be
+    checked)."""
+
+    FAIL = "fail"
+    WARN = "warn"
+
+
+class Action(_Words):
+    """The fixed verbs of ``action``, most drastic first; the first three take the node out of
+    service."""
+
+    DRAIN = "drain"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    INSPECT = "inspect"
+    WATCH = "watch"
+
+
+class Basis(_Words):
+    """What a finding rests on."""
+
+    RETEST = "retest"              # a re-test repeated the deficit (confirmed)
+    SINGLE_RUN = "single_run"      # one measurement, not re-tested (or the re-test could not run)
+    TELEMETRY = "telemetry"        # NVML readings, the NIC ports in sysfs, the kernel log
+    FACTS = "facts"                # the host's facts (GPU count, CPUs, load, memory)
+    HOST_STATUS = "host_status"    # the host could not be probed
+    ERROR_RECORD = "error_record"  # a probe reported an error instead of a figure
+    COMPARISON = "comparison"      # a figure with nothing to compare it with
+
+
+class Kind(_Words):
+    """What a finding found (docs/document.md, "Finding kinds")."""
+
+    SLOW_GPU = "slow_gpu"
+    SLOW_NODE = "slow_node"
+    THROTTLED = "throttled"
+    DEGRADED_PCIE = "degraded_pcie"
+    NVLINK_DOWN = "nvlink_down"
+    NVLINK_ERRORS = "nvlink_errors"
+    ECC = "ecc"
+    MISSING_GPU = "missing_gpu"
+    NIC_PORT = "nic_port"
+    XID = "xid"
+    SLOW_LINK = "slow_link"
+    SLOW_NIC = "slow_nic"
+    LINK_ERROR = "link_error"
+    FLEET_SHIFT = "fleet_shift"
+    SOFTWARE_REGRESSION = "software_regression"
+    UNCHECKED = "unchecked"
+
 
 # What to do about a host that could not be checked, by its status.
 UNCHECKED_ACTIONS = {
@@ -57,13 +108,13 @@ class Finding:
     apply are None.
     """
 
-    kind: str
-    severity: str
+    kind: Kind
+    severity: Severity
     host: str
     evidence: str
-    action: str
+    action: Action
     action_detail: str = ""
-    basis: str = BASIS_SINGLE_RUN
+    basis: Basis = Basis.SINGLE_RUN
     peer: str | None = None
     gpu: int | None = None
     peer_gpu: int | None = None
@@ -79,6 +130,12 @@ class Finding:
     share_pct: float | None = None
     confirmed: bool = False
 
+    def __post_init__(self) -> None:
+        # A word read back from a document is a plain string: made its member here, so a finding
+        # is the same whichever way it was made (a word outside the vocabulary raises ValueError).
+        for name, words in (("kind", Kind), ("severity", Severity), ("action", Action), ("basis", Basis)):
+            object.__setattr__(self, name, words(getattr(self, name)))
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "severity": self.severity, "host": self.host, "peer": self.peer,
                 "gpu": self.gpu, "peer_gpu": self.peer_gpu, "gpu_uuid": self.gpu_uuid,
@@ -93,7 +150,7 @@ def cost_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:
     """Sort key of a finding (its JSON object): what it costs a job first. ``fail`` before
     ``warn``, the largest deficit first (None last), then kind, host, peer, GPU and metric, so
     the order is the same whatever order the findings came in."""
-    severity_rank = {FAIL: 0, WARN: 1}.get(str(finding.get("severity")), 2)
+    severity_rank = {Severity.FAIL: 0, Severity.WARN: 1}.get(str(finding.get("severity")), 2)
     deficit = finding.get("deficit_pct")
     gpu = finding.get("gpu")
     return (severity_rank, deficit is None, -(deficit or 0.0), str(finding.get("kind", "")),
@@ -104,6 +161,6 @@ def cost_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def unchecked(host: str, status: str, error: str | None) -> Finding:
     """The finding for a host that could not be probed: a warning, so the run exits 3, not 1."""
-    return Finding(kind="unchecked", severity=WARN, host=host, evidence=f"{status}: {error or 'no detail'}",
-                   action=INSPECT, action_detail=UNCHECKED_ACTIONS.get(status, "investigate the node"),
-                   basis=BASIS_HOST_STATUS)
+    return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=host,
+                   evidence=f"{status}: {error or 'no detail'}", action=Action.INSPECT,
+                   action_detail=UNCHECKED_ACTIONS.get(status, "investigate the node"), basis=Basis.HOST_STATUS)

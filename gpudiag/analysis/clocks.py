@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..findings import Kind
 from . import rules
 from .measurements import Measurement
 from .reference import FLEET
@@ -68,7 +69,7 @@ def clock_cause(suspect: Suspect, gpu: rules.GpuTelemetry, typical: Mapping[str,
     elif suspect.deficit_pct - explained >= thresholds.deficit_warn_pct + _one_sample_pct(gpu.under_load):
         return None
     if slowing:
-        return "throttled"
+        return Kind.THROTTLED
     return "power_capped" if capped else None
 
 

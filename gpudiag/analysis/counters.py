@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ..findings import BASIS_TELEMETRY, WARN, Finding
+from ..findings import Basis, Finding, Kind, Severity
 from . import rules
 from .reference import weighted_median
 from .thresholds import Thresholds
@@ -48,13 +48,13 @@ class CounterSpec:
     metric: str
     words: str
     floor: str
-    kind: str
+    kind: Kind
     cause: str
 
 
 PCIE_REPLAYS = CounterSpec("pcie_replay_count", "pcie_replay_count", "PCIe replay counter", "pcie_replay_floor",
-                           "degraded_pcie", "pcie_replays")
-NVLINK_COUNTERS = tuple(CounterSpec(name, f"nvlink_{name}", words, floor, "nvlink_errors", "nvlink_errors")
+                           Kind.DEGRADED_PCIE, "pcie_replays")
+NVLINK_COUNTERS = tuple(CounterSpec(name, f"nvlink_{name}", words, floor, Kind.NVLINK_ERRORS, Kind.NVLINK_ERRORS)
                         for name, words, floor in (("crc_errors", "CRC errors", "nvlink_crc_floor"),
                                                    ("replay_errors", "replay errors", "nvlink_replay_floor"),
                                                    ("recovery_errors", "recovery errors", "nvlink_recovery_floor")))
@@ -278,12 +278,12 @@ def _finding(gpu: rules.GpuTelemetry, excesses: list[Excess], thresholds: Thresh
     figures, the evidence names each."""
     worst = max(excesses, key=lambda e: e.value / max(1, getattr(thresholds, e.reading.spec.floor)))
     spec = worst.reading.spec
-    verb, detail = rules.action(spec.cause, WARN, gpu.nvml_index)
+    verb, detail = rules.action(spec.cause, Severity.WARN, gpu.nvml_index)
     metric = f"telemetry.{spec.metric}" + ("_growth" if worst.figure == GROWTH else "")
-    return Finding(kind=spec.kind, severity=WARN, host=gpu.host, gpu=gpu.nvml_index, gpu_uuid=gpu.gpu_uuid,
+    return Finding(kind=spec.kind, severity=Severity.WARN, host=gpu.host, gpu=gpu.nvml_index, gpu_uuid=gpu.gpu_uuid,
                    pci_bus_id=gpu.pci_bus_id, metric=metric, value=_number(worst.value),
                    reference=None if worst.median is None else _number(worst.median), unit="count",
-                   reference_source=None if worst.median is None else "fleet", basis=BASIS_TELEMETRY,
+                   reference_source=None if worst.median is None else "fleet", basis=Basis.TELEMETRY,
                    evidence="; ".join(_evidence(e) for e in excesses), action=verb, action_detail=detail)
 
 

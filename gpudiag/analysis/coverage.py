@@ -21,15 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..findings import (
-    BASIS_COMPARISON,
-    BASIS_ERROR_RECORD,
-    BASIS_FACTS,
-    BASIS_TELEMETRY,
-    FAIL,
-    WARN,
-    Finding,
-)
+from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..records import device_index
 from .identity import HostGpus
@@ -63,7 +55,7 @@ def record_gaps(host: str, records: Iterable[Mapping[str, Any]], facts: Mapping[
         evidence = f"{probe} {words} on {device}: {first.get('reason') or 'no reason given'}{more}"
         who = gpus.of(device, first.get("gpu_uuid"))
         note = who.renumbered_note()
-        findings.append(unchecked_finding(host, evidence + (f"; {note}" if note else ""), BASIS_ERROR_RECORD,
+        findings.append(unchecked_finding(host, evidence + (f"; {note}" if note else ""), Basis.ERROR_RECORD,
                                           gpu=who.nvml_index, gpu_uuid=who.gpu_uuid, pci_bus_id=who.pci_bus_id,
                                           metric=f"{probe}.{first.get('metric')}"))
     return findings
@@ -113,7 +105,7 @@ def missing_gpus(hosts: Records, not_ok: Mapping[str, Records]) -> list[Finding]
             sources = "; ".join(f"{what} {count}" for what, count in expected.items())
             evidence = f"{seen} GPUs usable (torch), expected {most}: {sources}"
             findings.append(_short_of_peers(host["host"], evidence) if _only_peers_expect_more(facts, expected)
-                            else _missing(host["host"], evidence, BASIS_FACTS))
+                            else _missing(host["host"], evidence, Basis.FACTS))
     return findings
 
 
@@ -128,7 +120,7 @@ def _only_peers_expect_more(facts: Mapping[str, Any], expected: Mapping[str, int
 
 def _short_of_peers(host: str, evidence: str) -> Finding:
     return unchecked_finding(host, f"{evidence}; the board's product name (DMI) is unknown, so a smaller board "
-                                   "cannot be told from GPUs gone from the bus: not compared, not passed", BASIS_FACTS)
+                                   "cannot be told from GPUs gone from the bus: not compared, not passed", Basis.FACTS)
 
 
 def _lost_gpus(host: str, records: Iterable[Mapping[str, Any]]) -> list[Finding]:
@@ -137,7 +129,7 @@ def _lost_gpus(host: str, records: Iterable[Mapping[str, Any]]) -> list[Finding]
         if record.get("probe") == "telemetry" and _is_lost(record) and record.get("device") not in found:
             device = str(record.get("device"))
             evidence = f"NVML reports {device} lost: {record.get('reason')}"
-            found[device] = _missing(host, evidence, BASIS_TELEMETRY, gpu=device_index(device),
+            found[device] = _missing(host, evidence, Basis.TELEMETRY, gpu=device_index(device),
                                      gpu_uuid=record.get("gpu_uuid"))
     return [found[device] for device in sorted(found)]
 
@@ -215,18 +207,18 @@ def not_compared(metrics: Mapping[tuple[str, str], Iterable[str]], thresholds: T
         evidence = (f"{probe}.{metric} measured on {len(names)} host{'s' if len(names) != 1 else ''} "
                     f"({thresholds.min_peers} needed to compare with the fleet), with no stored baseline and "
                     f"no SKU figure: not compared, not passed")
-        findings.append(unchecked_finding(fold_hosts(names), evidence, BASIS_COMPARISON, metric=f"{probe}.{metric}"))
+        findings.append(unchecked_finding(fold_hosts(names), evidence, Basis.COMPARISON, metric=f"{probe}.{metric}"))
     return findings
 
 
-def unchecked_finding(host: str, evidence: str, basis: str, **fields: Any) -> Finding:
+def unchecked_finding(host: str, evidence: str, basis: Basis, **fields: Any) -> Finding:
     """An ``unchecked`` warning: something was not measured or compared, resting on ``basis``."""
-    verb, detail = action("unchecked", WARN)
-    return Finding(kind="unchecked", severity=WARN, host=host, evidence=evidence, action=verb, action_detail=detail,
-                   basis=basis, **fields)
+    verb, detail = action(Kind.UNCHECKED, Severity.WARN)
+    return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=host, evidence=evidence, action=verb,
+                   action_detail=detail, basis=basis, **fields)
 
 
-def _missing(host: str, evidence: str, basis: str, **fields: Any) -> Finding:
-    verb, detail = action("missing_gpu", FAIL, fields.get("gpu"))
-    return Finding(kind="missing_gpu", severity=FAIL, host=host, evidence=evidence, action=verb,
+def _missing(host: str, evidence: str, basis: Basis, **fields: Any) -> Finding:
+    verb, detail = action(Kind.MISSING_GPU, Severity.FAIL, fields.get("gpu"))
+    return Finding(kind=Kind.MISSING_GPU, severity=Severity.FAIL, host=host, evidence=evidence, action=verb,
                    action_detail=detail, basis=basis, **fields)

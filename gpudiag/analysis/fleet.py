@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
+from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from . import rules
 from .identity import HostGpus
@@ -65,40 +65,40 @@ def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Seque
     deficit = statistics.median(s.deficit_pct for s in group)
     confirmed_hosts = {s.measurement.host for s in group if s.confirmed}
     confirmed = 2 * len(confirmed_hosts) >= len(hosts)
-    severity = FAIL if confirmed and deficit >= thresholds.deficit_fail_pct else WARN
+    severity = Severity.FAIL if confirmed and deficit >= thresholds.deficit_fail_pct else Severity.WARN
     sources = Counter(s.reference.source for s in group)
     source = sorted(sources, key=lambda name: (-sources[name], name))[0]
     keys = {s.measurement.key for s in group}
     one_key = len(keys) == 1
     value = statistics.median(s.measurement.value for s in group) if one_key else None
     unit = group[0].measurement.unit if one_key else None
-    verb, detail = rules.action("fleet_shift", severity)
+    verb, detail = rules.action(Kind.FLEET_SHIFT, severity)
     evidence = (f"{probe}.{metric} low on {len(hosts)} of {total} hosts ({share:.0f} %), median deficit "
                 f"{deficit:.1f} % against the {source} reference; {len(confirmed_hosts)} hosts confirmed by re-test")
-    return Finding(kind="fleet_shift", severity=severity, host=fold_hosts(hosts), metric=f"{probe}.{metric}",
+    return Finding(kind=Kind.FLEET_SHIFT, severity=severity, host=fold_hosts(hosts), metric=f"{probe}.{metric}",
                    value=round(value, 3) if value is not None else None,
                    reference=round(group[0].reference.value, 3) if one_key else None, unit=unit,
                    reference_source=source, deficit_pct=round(deficit, 2), share_pct=round(share, 1),
-                   confirmed=confirmed, basis=BASIS_RETEST if confirmed else BASIS_SINGLE_RUN, evidence=evidence,
+                   confirmed=confirmed, basis=Basis.RETEST if confirmed else Basis.SINGLE_RUN, evidence=evidence,
                    action=verb, action_detail=detail)
 
 
 
-NOT_EXCLUDING = ("fleet_shift", "software_regression")  # a group's finding keeps no host out
+NOT_EXCLUDING = (Kind.FLEET_SHIFT, Kind.SOFTWARE_REGRESSION)  # a group's finding keeps no host out
 
 
 def _not_checked(finding: Finding) -> bool:
     """A host left unchecked (not a result without a reference), or one no pair test could reach."""
-    if finding.kind == "unchecked":
-        return finding.basis != "comparison"
-    return finding.kind == "link_error" and finding.peer is None
+    if finding.kind == Kind.UNCHECKED:
+        return finding.basis != Basis.COMPARISON
+    return finding.kind == Kind.LINK_ERROR and finding.peer is None
 
 
 def _excluded_ends(finding: Finding) -> tuple[str, ...]:
     """The hosts a finding keeps out of the job: its host, and for a pair that fails while it
     cannot say which end is at fault (a slow link), the peer too: the job must not get the pair,
     and neither end is blamed (nor drained) for it."""
-    if finding.peer is not None and finding.severity == FAIL:
+    if finding.peer is not None and finding.severity == Severity.FAIL:
         return (finding.host, finding.peer)
     return (finding.host,)
 
@@ -111,7 +111,7 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], 
     failing pair) or no check recovers."""
     names = {h["host"] for h in hosts}
     exclude = tuple(sorted({host for f in findings if f.kind not in NOT_EXCLUDING
-                            and (f.severity == FAIL or _not_checked(f))
+                            and (f.severity == Severity.FAIL or _not_checked(f))
                             for host in _excluded_ends(f) if host in names}))
     expected = {key: key_refs.expected() for key, key_refs in refs.items()}
     ratios = [(m.value / expected[m.key].value, m) for m in found if m.probe == "gemm" and m.key in expected]

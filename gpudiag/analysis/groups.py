@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..findings import BASIS_SINGLE_RUN, FAIL, WARN, Finding
+from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from . import rules
 from .keys import hardware_key, software_change
@@ -41,7 +41,6 @@ from .thresholds import Thresholds
 
 # A group of fewer hosts that is low is its hosts' own findings (a 2-node job with one slow node).
 MIN_GROUP_HOSTS = 3
-FLEET_SHIFT, SOFTWARE_REGRESSION = "fleet_shift", "software_regression"
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class GroupShift:
     group: Group
     level: Reference
     against: Reference
-    kind: str
+    kind: Kind
     change: str = ""
 
     @property
@@ -145,13 +144,13 @@ def _absolute_shift(group: Group, level: Reference, key_refs: KeyReferences | No
     """The group's level against its own baseline, the previous software's baseline, then the SKU figure."""
     own = key_refs.get(BASELINE) if key_refs is not None else None
     if own is not None and _below(group, level, own, thresholds):
-        return GroupShift(group, level, own, FLEET_SHIFT)
+        return GroupShift(group, level, own, Kind.FLEET_SHIFT)
     previous = _previous_software(group.key, baseline, thresholds)
     if previous is not None and _below(group, level, previous[1], thresholds):
-        return GroupShift(group, level, previous[1], SOFTWARE_REGRESSION, software_change(previous[0], group.key))
+        return GroupShift(group, level, previous[1], Kind.SOFTWARE_REGRESSION, software_change(previous[0], group.key))
     sku = key_refs.get(SKU) if key_refs is not None else None
     if sku is not None and _below(group, level, sku, thresholds):
-        return GroupShift(group, level, sku, FLEET_SHIFT)
+        return GroupShift(group, level, sku, Kind.FLEET_SHIFT)
     return None
 
 
@@ -164,7 +163,7 @@ def _sibling_shift(group: Group, level: Reference, siblings: Sequence[tuple[str,
     against = dataclasses.replace(best, fleet_below=False)
     if not _below(group, level, against, thresholds):
         return None
-    return GroupShift(group, level, against, SOFTWARE_REGRESSION, software_change(key, group.key))
+    return GroupShift(group, level, against, Kind.SOFTWARE_REGRESSION, software_change(key, group.key))
 
 
 def _previous_software(key: str, baseline: BaselineLookup | None,
@@ -205,7 +204,7 @@ def shift_findings(shifts: Mapping[str, GroupShift], found: Sequence[Measurement
     measured: dict[tuple[str, str], set[str]] = defaultdict(set)
     for m in found:
         measured[(m.probe, m.metric)].add(m.host)
-    folded: dict[tuple[str, str, str], list[GroupShift]] = defaultdict(list)
+    folded: dict[tuple[Kind, str, str], list[GroupShift]] = defaultdict(list)
     for key in sorted(shifts):
         shift = shifts[key]
         folded[(shift.kind, shift.change, str(shift.group.sample.gpu_model))].append(shift)
@@ -216,7 +215,7 @@ def shift_findings(shifts: Mapping[str, GroupShift], found: Sequence[Measurement
     return findings
 
 
-def _finding(kind: str, change: str, model: str, shifts: Sequence[GroupShift],
+def _finding(kind: Kind, change: str, model: str, shifts: Sequence[GroupShift],
              measured: Mapping[tuple[str, str], set[str]], telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]],
              clock_costs: Mapping[str, float], thresholds: Thresholds) -> Finding:
     head = shifts[0]
@@ -224,7 +223,7 @@ def _finding(kind: str, change: str, model: str, shifts: Sequence[GroupShift],
     hosts = sorted({host for shift in shifts for host in shift.group.by_host})
     total = len(measured[(m.probe, m.metric)])
     deficit = head.deficit_pct
-    severity = FAIL if deficit >= thresholds.deficit_fail_pct else WARN
+    severity = Severity.FAIL if deficit >= thresholds.deficit_fail_pct else Severity.WARN
     cause, cause_words = _cause(head, telemetry, clock_costs, thresholds)
     verb, detail = rules.action(cause, severity)
     parts = [_group_words(kind, change, model, len(hosts), total)]
@@ -236,12 +235,12 @@ def _finding(kind: str, change: str, model: str, shifts: Sequence[GroupShift],
     return Finding(kind=kind, severity=severity, host=fold_hosts(hosts), metric=f"{m.probe}.{m.metric}",
                    value=round(head.level.value, 3), reference=round(head.against.value, 3), unit=m.unit,
                    reference_source=head.against.source, deficit_pct=round(deficit, 2),
-                   share_pct=round(100 * len(hosts) / max(1, total), 1), confirmed=False, basis=BASIS_SINGLE_RUN,
+                   share_pct=round(100 * len(hosts) / max(1, total), 1), confirmed=False, basis=Basis.SINGLE_RUN,
                    evidence="; ".join(parts), action=verb, action_detail=detail)
 
 
-def _group_words(kind: str, change: str, model: str, hosts: int, total: int) -> str:
-    if kind == SOFTWARE_REGRESSION:
+def _group_words(kind: Kind, change: str, model: str, hosts: int, total: int) -> str:
+    if kind == Kind.SOFTWARE_REGRESSION:
         return f"{hosts} of {total} hosts ({model}) run slower on other software than the same hardware: {change}"
     return f"{hosts} of {total} hosts ({model}) shifted together"
 

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..findings import BASIS_TELEMETRY, FAIL, WARN, Finding
+from ..findings import Basis, Finding, Kind, Severity
 from . import rules
 from .counters import COUNT, GROWTH, PeerCounts, PriorCounts, counter_evidence
 from .thresholds import Thresholds
@@ -151,7 +151,7 @@ def port_findings(ports: Mapping[str, Sequence[Port]], thresholds: Thresholds,
     for host in sorted(ports):
         for port in ports[host]:
             peers_said = by_port.get((host, port.device))
-            if peers_said is None or peers_said.severity != FAIL:
+            if peers_said is None or peers_said.severity != Severity.FAIL:
                 changed = _changed(port, previous)
                 if changed is not None:
                     by_port[(host, port.device)] = changed  # its own history says more than "not compared"
@@ -233,12 +233,12 @@ def _not_up(port: Port, up_weight: float, peers_weight: float, peers_up: int, pe
     kind_words = f"ports of its kind ({port.group_words()})"
     if peers_weight > 1e-12 and up_weight / peers_weight > 0.5:
         evidence = f"{said}; {peers_up} of {peers} {kind_words} are up"
-        return _finding(port, FAIL, "nic_port_down", evidence, "telemetry.nic_port_state", None, None)
+        return _finding(port, Severity.FAIL, "nic_port_down", evidence, "telemetry.nic_port_state", None, None)
     if port.kind != IB or port.phys_state == "Disabled":
         return None  # an uncabled onboard interface, or a port switched off on purpose
     evidence = (f"{said}; no peer to compare with: {peers_up} of {peers} {kind_words} are up in this sweep "
                 "(not compared, not passed)")
-    return _finding(port, WARN, "nic_port_not_compared", evidence, "telemetry.nic_port_state", None, None)
+    return _finding(port, Severity.WARN, "nic_port_not_compared", evidence, "telemetry.nic_port_state", None, None)
 
 
 def _slow(port: Port, reference: float | None, hosts: int) -> Finding | None:
@@ -246,7 +246,8 @@ def _slow(port: Port, reference: float | None, hosts: int) -> Finding | None:
         return None
     evidence = (f"{port.name}: {port.state} at {port.rate_words()}; most ports of its kind "
                 f"({port.group_words()}, on {_plural(hosts, 'host')}) run at {_text(reference)} Gbit/s or more")
-    return _finding(port, FAIL, "nic_port_rate", evidence, "telemetry.nic_port_rate", port.rate_gbps, reference)
+    return _finding(port, Severity.FAIL, "nic_port_rate", evidence, "telemetry.nic_port_rate", port.rate_gbps,
+                    reference)
 
 
 def _changed(port: Port, previous: PriorCounts) -> Finding | None:
@@ -262,11 +263,12 @@ def _changed(port: Port, previous: PriorCounts) -> Finding | None:
         evidence = (f"{port.name}: {port.state or 'unknown'}" + (f" (physical state {port.phys_state})"
                                                                   if port.phys_state else "")
                     + f"; up at {_text(before)} Gbit/s in the previous sweep")
-        return _finding(port, FAIL, "nic_port_down", evidence, "telemetry.nic_port_state", None, None)
+        return _finding(port, Severity.FAIL, "nic_port_down", evidence, "telemetry.nic_port_state", None, None)
     if port.rate_gbps is not None and port.rate_gbps < before * (1 - RATE_TOLERANCE):
         evidence = (f"{port.name}: {port.state} at {port.rate_words()}; it ran at {_text(before)} Gbit/s in the "
                     "previous sweep: trained down since")
-        return _finding(port, FAIL, "nic_port_rate", evidence, "telemetry.nic_port_rate", port.rate_gbps, before)
+        return _finding(port, Severity.FAIL, "nic_port_rate", evidence, "telemetry.nic_port_rate", port.rate_gbps,
+                        before)
     return None
 
 
@@ -315,7 +317,7 @@ def _counter_finding(port: Port, excesses: Sequence[_Excess], floors: Mapping[st
     worst = max(excesses, key=lambda e: e.value / max(1.0, floors[e.counter]))
     metric = f"telemetry.nic_port_{worst.counter}" + ("_growth" if worst.figure == GROWTH else "")
     evidence = f"{port.name}: " + "; ".join(_counter_evidence(e) for e in excesses)
-    return _finding(port, WARN, "nic_port_errors", evidence, metric, worst.value, worst.median, unit="count")
+    return _finding(port, Severity.WARN, "nic_port_errors", evidence, metric, worst.value, worst.median, unit="count")
 
 
 def _counter_evidence(excess: _Excess) -> str:
@@ -327,14 +329,14 @@ def _counter_evidence(excess: _Excess) -> str:
 # ------------------------------------------------------------------------------ shared
 
 
-def _finding(port: Port, severity: str, cause: str, evidence: str, metric: str, value: float | None,
+def _finding(port: Port, severity: Severity, cause: str, evidence: str, metric: str, value: float | None,
              reference: float | None, unit: str = "Gbit/s") -> Finding:
     verb, detail = rules.action(cause, severity)
-    return Finding(kind="nic_port", severity=severity, host=port.host, metric=metric,
+    return Finding(kind=Kind.NIC_PORT, severity=severity, host=port.host, metric=metric,
                    value=None if value is None else _number(value),
                    reference=None if reference is None else _number(reference),
                    unit=unit if value is not None or reference is not None else None,
-                   reference_source="fleet" if reference is not None else None, basis=BASIS_TELEMETRY,
+                   reference_source="fleet" if reference is not None else None, basis=Basis.TELEMETRY,
                    evidence=evidence, action=verb, action_detail=detail)
 
 

@@ -11,17 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import (
-    BASIS_ERROR_RECORD,
-    BASIS_FACTS,
-    BASIS_RETEST,
-    BASIS_SINGLE_RUN,
-    BASIS_TELEMETRY,
-    FAIL,
-    WARN,
-    Finding,
-    cost_order,
-)
+from ..findings import Basis, Finding, Kind, Severity, cost_order
 from . import clocks, coverage, rules
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, Measurement
@@ -107,14 +97,14 @@ def _cause(suspect: Suspect, context: Context) -> str | None:
         if cause is not None:
             return cause
     if m.probe == "pcie" and rules.pcie_problems(gpu):
-        return "degraded_pcie"
+        return Kind.DEGRADED_PCIE
     if m.probe == "p2p" and rules.nvlink_down(gpu) is not None:
-        return "nvlink_down"
+        return Kind.NVLINK_DOWN
     return None
 
 
-KIND_OF_CAUSE = {"throttled": "throttled", "power_capped": "throttled", "degraded_pcie": "degraded_pcie",
-                 "nvlink_down": "nvlink_down"}
+KIND_OF_CAUSE = {Kind.THROTTLED: Kind.THROTTLED, "power_capped": Kind.THROTTLED,
+                 Kind.DEGRADED_PCIE: Kind.DEGRADED_PCIE, Kind.NVLINK_DOWN: Kind.NVLINK_DOWN}
 
 
 def _explained(suspect: Suspect, cause: str, context: Context) -> Finding:
@@ -122,7 +112,7 @@ def _explained(suspect: Suspect, cause: str, context: Context) -> Finding:
     if cause == "power_capped":  # a cap is a policy, not a broken part: a fail only when it costs against the SKU
         sku = context.refs[suspect.measurement.key].get(SKU)
         costly = sku is not None and sku.deficit_pct(suspect.measurement.value) >= context.thresholds.deficit_fail_pct
-        severity = FAIL if suspect.confirmed and costly else WARN
+        severity = Severity.FAIL if suspect.confirmed and costly else Severity.WARN
     return _speed_finding(KIND_OF_CAUSE[cause], cause, severity, suspect, _speed_evidence(suspect, context), context)
 
 
@@ -145,12 +135,12 @@ def _unexplained(host: str, group: Sequence[Suspect], context: Context) -> list[
 
 def _slow_gpu(suspect: Suspect, context: Context) -> Finding:
     probe = suspect.measurement.probe
-    cause = {"pcie": "slow_gpu_pcie", "p2p": "slow_gpu_p2p"}.get(probe, "slow_gpu")
+    cause = {"pcie": "slow_gpu_pcie", "p2p": "slow_gpu_p2p"}.get(probe, Kind.SLOW_GPU)
     evidence = _speed_evidence(suspect, context)
     if probe == "pcie":
         evidence += "; the PCIe link trains at full width and generation"
     severity = _severity(suspect, context.thresholds)
-    return _speed_finding("slow_gpu", cause, severity, suspect, evidence, context)
+    return _speed_finding(Kind.SLOW_GPU, cause, severity, suspect, evidence, context)
 
 
 def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
@@ -189,9 +179,9 @@ def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide
         parts.append("host starved: " + ", ".join(starved))
     parts.append("the host, not one GPU")
     representative = dataclasses.replace(worst, deficit_pct=deficit, confirmed=all(s.confirmed for s in headline))
-    cause = "starved_node" if starved else "slow_node"
+    cause = "starved_node" if starved else Kind.SLOW_NODE
     severity = _severity(representative, context.thresholds)
-    finding = _speed_finding("slow_node", cause, severity, representative, "; ".join(parts), context)
+    finding = _speed_finding(Kind.SLOW_NODE, cause, severity, representative, "; ".join(parts), context)
     return dataclasses.replace(finding, gpu=None, gpu_uuid=None, pci_bus_id=None)
 
 
@@ -202,18 +192,18 @@ def starved_hosts(suspects: Sequence[Suspect], context: Context) -> list[Finding
     for host in sorted(context.facts):
         starved = coverage.starvation(context.facts[host], context.thresholds)
         if starved and host not in slow:
-            verb, detail = rules.action("starved_node", WARN)
-            findings.append(Finding(kind="slow_node", severity=WARN, host=host, basis=BASIS_FACTS, action=verb,
-                                    action_detail=detail, evidence="host starved: " + ", ".join(starved)
+            verb, detail = rules.action("starved_node", Severity.WARN)
+            findings.append(Finding(kind=Kind.SLOW_NODE, severity=Severity.WARN, host=host, basis=Basis.FACTS,
+                                    action=verb, action_detail=detail, evidence="host starved: " + ", ".join(starved)
                                     + "; no measurement slow yet"))
     return findings
 
 
-def _severity(suspect: Suspect, thresholds: Thresholds) -> str:
-    return FAIL if suspect.confirmed and suspect.deficit_pct >= thresholds.deficit_fail_pct else WARN
+def _severity(suspect: Suspect, thresholds: Thresholds) -> Severity:
+    return Severity.FAIL if suspect.confirmed and suspect.deficit_pct >= thresholds.deficit_fail_pct else Severity.WARN
 
 
-def _speed_finding(kind: str, cause: str, severity: str, suspect: Suspect, evidence: str,
+def _speed_finding(kind: Kind, cause: str, severity: Severity, suspect: Suspect, evidence: str,
                    context: Context) -> Finding:
     m, ref = suspect.measurement, suspect.reference
     gpu = context.gpu(m)
@@ -226,7 +216,7 @@ def _speed_finding(kind: str, cause: str, severity: str, suspect: Suspect, evide
                    pci_bus_id=(gpu.pci_bus_id if gpu else None) or who.pci_bus_id, metric=f"{m.probe}.{m.metric}",
                    value=round(m.value, 3), reference=round(ref.value, 3), unit=m.unit, reference_source=ref.source,
                    deficit_pct=round(suspect.deficit_pct, 2), robust_z=round(suspect.robust_z, 2),
-                   confirmed=suspect.confirmed, basis=BASIS_RETEST if suspect.confirmed else BASIS_SINGLE_RUN,
+                   confirmed=suspect.confirmed, basis=Basis.RETEST if suspect.confirmed else Basis.SINGLE_RUN,
                    evidence=evidence, action=verb, action_detail=detail)
 
 
@@ -271,13 +261,13 @@ def rule_findings(telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]], thr
                 verb, detail = rules.action(rule.cause, rule.severity, rule.nvml_index)
                 findings.append(Finding(kind=rule.kind, severity=rule.severity, host=host, gpu=rule.nvml_index,
                                         gpu_uuid=rule.gpu_uuid, pci_bus_id=gpu.pci_bus_id, evidence=rule.evidence,
-                                        action=verb, action_detail=detail, basis=BASIS_TELEMETRY))
+                                        action=verb, action_detail=detail, basis=Basis.TELEMETRY))
     return findings
 
 
 def merge(findings: Sequence[Finding]) -> list[Finding]:
     """One finding per host, GPU and kind: the speed one (it has figures) or the more severe."""
-    chosen: dict[tuple[str, int | None, int | None, str], Finding] = {}
+    chosen: dict[tuple[str, int | None, int | None, Kind], Finding] = {}
     for f in sorted(findings, key=finding_order):
         key = (f.host, f.gpu, f.peer_gpu, f.kind)
         current = chosen.get(key)
@@ -286,7 +276,7 @@ def merge(findings: Sequence[Finding]) -> list[Finding]:
         elif _measured(current) != _measured(f):
             # a speed finding and a telemetry one of the same GPU: the figures and both evidences
             speed, rule = (current, f) if _measured(current) else (f, current)
-            severity = FAIL if FAIL in (f.severity, current.severity) else WARN
+            severity = Severity.FAIL if Severity.FAIL in (f.severity, current.severity) else Severity.WARN
             verb, detail = (rule.action, rule.action_detail) if rule.severity == severity else \
                 (speed.action, speed.action_detail)
             chosen[key] = dataclasses.replace(speed, severity=severity, action=verb, action_detail=detail,
@@ -302,7 +292,7 @@ def merge(findings: Sequence[Finding]) -> list[Finding]:
 def _measured(finding: Finding) -> bool:
     """A speed finding (a measured figure against a reference), not a telemetry one (which may
     carry a counter as its figure)."""
-    return finding.metric is not None and finding.basis != BASIS_TELEMETRY
+    return finding.metric is not None and finding.basis != Basis.TELEMETRY
 
 
 def _join_evidence(*texts: str) -> str:
@@ -317,7 +307,7 @@ def _join_evidence(*texts: str) -> str:
 def unkeyed(unkeyed: Mapping[str, int]) -> list[Finding]:
     """Hosts whose results could not be keyed: without facts they would pool every model and driver."""
     return [coverage.unchecked_finding(host, f"no host facts (GPU model, driver): {unkeyed[host]} results not "
-                                             "compared", BASIS_FACTS) for host in sorted(unkeyed)]
+                                             "compared", Basis.FACTS) for host in sorted(unkeyed)]
 
 
 def unmeasured_retest(suspect: Suspect, why: str | None = None) -> Finding:
@@ -328,7 +318,7 @@ def unmeasured_retest(suspect: Suspect, why: str | None = None) -> Finding:
     evidence = f"{m.probe}.{m.metric} was {suspect.deficit_pct:.1f} % low and {why}: neither confirmed nor cleared"
     who = suspect.identity if suspect.identity is not None else GpuIdentity(m.gpu, m.gpu_uuid)
     note = who.renumbered_note()
-    return coverage.unchecked_finding(m.host, evidence + (f"; {note}" if note else ""), BASIS_ERROR_RECORD,
+    return coverage.unchecked_finding(m.host, evidence + (f"; {note}" if note else ""), Basis.ERROR_RECORD,
                                       gpu=who.nvml_index, gpu_uuid=who.gpu_uuid or m.gpu_uuid,
                                       pci_bus_id=who.pci_bus_id, metric=f"{m.probe}.{m.metric}")
 
@@ -348,15 +338,15 @@ def hosts_by_metric(found: Iterable[Measurement]) -> dict[tuple[str, str], list[
 def _pair_finding(pair: Pair, context: Context) -> Finding:
     a, b = pair.ends
     # one figure of the pair low and its others fine: a warning (gpudiag.analysis.pairs)
-    severity = _severity(pair.worst, context.thresholds) if pair.corroborated else WARN
+    severity = _severity(pair.worst, context.thresholds) if pair.corroborated else Severity.WARN
     evidence = (f"{context.gpu_name(pair.host, a)}<->{context.gpu_name(pair.host, b)} slow while both GPUs are "
                 "fine with their other partners; "
                 + _speed_evidence(pair.worst, context))
     if not pair.corroborated:
         evidence += "; the pair's other direction and both-ways figures are not low: one figure alone, a warning"
-    finding = _speed_finding("slow_link", "slow_link", severity, pair.worst, evidence, context)
+    finding = _speed_finding(Kind.SLOW_LINK, Kind.SLOW_LINK, severity, pair.worst, evidence, context)
     first, second = context.identity(pair.host, a), context.identity(pair.host, b)
-    verb, detail = rules.action("slow_link", severity, first.nvml_index, second.nvml_index)
+    verb, detail = rules.action(Kind.SLOW_LINK, severity, first.nvml_index, second.nvml_index)
     if a != pair.worst.measurement.device:  # the finding names end ``a``: its UUID and bus id, not the other's
         finding = dataclasses.replace(finding, gpu_uuid=first.gpu_uuid, pci_bus_id=first.pci_bus_id)
     return dataclasses.replace(finding, gpu=first.nvml_index, peer=pair.host, peer_gpu=second.nvml_index,

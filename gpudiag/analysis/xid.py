@@ -34,7 +34,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import InstallationError
-from ..findings import ACTION_VERBS, BASIS_TELEMETRY, FAIL, INSPECT, WARN, WATCH, Finding
+from ..findings import Action, Basis, Finding, Kind, Severity
 from ..records import device_index
 from .rules import SERVICE_VERBS
 
@@ -52,13 +52,13 @@ BusKey = tuple[int, int, int]
 @dataclass(frozen=True)
 class Advice:
     """What a code or recovery action means and what to do: ``severity`` fail or warn (None: nothing
-    to do), ``action`` a verb of ACTION_VERBS, ``plain`` the action in a few words (reseat, RMA,
+    to do), ``action`` one of the Action verbs, ``plain`` the action in a few words (reseat, RMA,
     check cooling, ignore ...), ``detail`` the steps."""
 
     name: str
     meaning: str
-    severity: str | None
-    action: str | None
+    severity: Severity | None
+    action: Action | None
     plain: str
     detail: str
 
@@ -75,8 +75,9 @@ class XidCatalog:
         known = self.recovery_actions.get(code)
         if known is not None:
             return known
-        return Advice(f"UNKNOWN_{code}", f"a recovery action ({code}) this gpudiag does not know", FAIL, INSPECT,
-                      "look the action up", f"look recovery action {code} up in NVIDIA's NVML documentation")
+        return Advice(f"UNKNOWN_{code}", f"a recovery action ({code}) this gpudiag does not know", Severity.FAIL,
+                      Action.INSPECT, "look the action up",
+                      f"look recovery action {code} up in NVIDIA's NVML documentation")
 
 
 def load_catalog() -> XidCatalog:
@@ -92,11 +93,12 @@ def load_catalog() -> XidCatalog:
 def _advice_table(entries: Mapping[str, Any]) -> dict[int, Advice]:
     table = {}
     for code, entry in entries.items():
-        advice = Advice(str(entry["name"]), str(entry["meaning"]), entry["severity"], entry["action"],
-                        str(entry["plain"]), str(entry["detail"]))
-        if advice.severity not in (FAIL, WARN, None) or advice.action not in (*ACTION_VERBS, None):
-            raise ValueError(f"entry {code}: severity {advice.severity!r} or action {advice.action!r} is not allowed")
-        table[int(code)] = advice
+        severity, verb = entry["severity"], entry["action"]
+        if severity not in (*Severity, None) or verb not in (*Action, None):
+            raise ValueError(f"entry {code}: severity {severity!r} or action {verb!r} is not allowed")
+        table[int(code)] = Advice(str(entry["name"]), str(entry["meaning"]),
+                                  None if severity is None else Severity(severity),
+                                  None if verb is None else Action(verb), str(entry["plain"]), str(entry["detail"]))
     return table
 
 
@@ -244,7 +246,7 @@ def _event(record: Mapping[str, Any], gpus: Mapping[BusKey, GpuName], catalog: X
     known = advice is not None
     if advice is None:
         advice = Advice(f"unknown Xid {code}", f"Xid {code} is not in gpudiag's catalog; look it up in NVIDIA's Xid "
-                        "catalog (docs.nvidia.com/deploy/xid-errors)", WARN, INSPECT, "look it up",
+                        "catalog (docs.nvidia.com/deploy/xid-errors)", Severity.WARN, Action.INSPECT, "look it up",
                         f"look Xid {code} up in NVIDIA's Xid catalog and act on what it says")
     elif code == RECOVERY_CHANGED:
         advice = _recovery_named(str(details.get("last_message") or ""), advice, catalog)
@@ -266,8 +268,9 @@ def _recovery_named(message: str, base: Advice, catalog: XidCatalog) -> Advice:
 
 
 def _event_order(event: XidEvent) -> tuple[Any, ...]:
-    severity = {FAIL: 0, WARN: 1}.get(event.advice.severity or "", 2)
-    verb = ACTION_VERBS.index(event.advice.action) if event.advice.action in ACTION_VERBS else len(ACTION_VERBS)
+    severity = {Severity.FAIL: 0, Severity.WARN: 1}.get(event.advice.severity or "", 2)
+    verbs = tuple(Action)
+    verb = verbs.index(event.advice.action) if event.advice.action in verbs else len(verbs)
     return severity, verb, event.gpu.index is None, event.gpu.index or 0, event.code
 
 
@@ -296,7 +299,6 @@ def _recovery(records: Iterable[Mapping[str, Any]], gpus: Mapping[BusKey, GpuNam
 
 # ------------------------------------------------------------------------------ sweep findings
 
-XID_KIND = "xid"
 
 
 def xid_findings(hosts: Iterable[Mapping[str, Any]], catalog: XidCatalog | None = None) -> list[Finding]:
@@ -342,17 +344,18 @@ def _host_xid_findings(host: str, report: XidReport) -> list[Finding]:
                                  sum(event.count for event in logged) or None))
     by_gpu: dict[tuple[int | None, str], list[XidEvent]] = {}
     for event in report.events:
-        if event.gpu.index not in pending_at and event.advice.severity is not None and event.advice.action != WATCH:
+        if event.gpu.index not in pending_at and event.advice.severity is not None \
+                and event.advice.action != Action.WATCH:
             by_gpu.setdefault((event.gpu.index, event.gpu.pci_bus_id), []).append(event)
     for events in by_gpu.values():
         worst, gpu = events[0], events[0].gpu  # most severe first (decode's order)
         text = _events_text(events)
         where = report.log_scope or "the kernel log"
         if gpu.index is not None and gpu.index in report.recovered:
-            verb, state = WATCH, "NVML reports no recovery action pending now: the GPU was recovered since"
+            verb, state = Action.WATCH, "NVML reports no recovery action pending now: the GPU was recovered since"
         else:
-            verb, state = INSPECT, "NVML could not say whether it needs recovery now"
-        advice = Advice(worst.advice.name, worst.advice.meaning, WARN, verb, worst.advice.plain,
+            verb, state = Action.INSPECT, "NVML could not say whether it needs recovery now"
+        advice = Advice(worst.advice.name, worst.advice.meaning, Severity.WARN, verb, worst.advice.plain,
                         f"{state}; if the code comes back: {worst.advice.detail}")
         evidence = f"{text} in {where} on {gpu.describe()}: {worst.advice.meaning}; {state}"
         findings.append(_finding(host, gpu, advice, f"{PROBE}.{EVENT_METRIC}", evidence,
@@ -371,11 +374,11 @@ def _events_text(events: Iterable[XidEvent]) -> str:
 
 
 def _finding(host: str, gpu: GpuName, advice: Advice, metric: str, evidence: str, count: int | None) -> Finding:
-    severity = advice.severity or WARN
-    verb = advice.action or INSPECT
-    if severity == WARN and verb in SERVICE_VERBS:
-        verb = WATCH  # a warning never takes a node out of service
-    return Finding(kind=XID_KIND, severity=severity, host=host, gpu=gpu.index, gpu_uuid=gpu.gpu_uuid,
+    severity = advice.severity or Severity.WARN
+    verb = advice.action or Action.INSPECT
+    if severity == Severity.WARN and verb in SERVICE_VERBS:
+        verb = Action.WATCH  # a warning never takes a node out of service
+    return Finding(kind=Kind.XID, severity=severity, host=host, gpu=gpu.index, gpu_uuid=gpu.gpu_uuid,
                    pci_bus_id=gpu.pci_bus_id, metric=metric, value=None if count is None else float(count),
-                   unit=None if count is None else "count", basis=BASIS_TELEMETRY, confirmed=False,
+                   unit=None if count is None else "count", basis=Basis.TELEMETRY, confirmed=False,
                    evidence=evidence, action=verb, action_detail=f"{advice.plain}: {advice.detail}")

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import ClassVar, cast
 
+from ..findings import Kind
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
     BACKENDS,
     BASELINE,
@@ -98,7 +99,7 @@ class NicVerdict:
     ``reference_source``: ``baseline`` when the stored baseline judged it, else ``fleet`` (the
     fleet level, or the line-rate floor where there is none)."""
 
-    kind: ClassVar[str] = "slow_nic"
+    kind: ClassVar[Kind] = Kind.SLOW_NIC
     host: str
     backend: str
     rail: int | None
@@ -123,7 +124,7 @@ class LinkVerdict:
     cause (empty: a ``slow_link``). ``confirmed``: two runs or more slow, and their mean.
     ``reference_source`` as for ``NicVerdict``."""
 
-    kind: ClassVar[str] = "slow_link"
+    kind: ClassVar[Kind] = Kind.SLOW_LINK
     a: str
     b: str
     backend: str
@@ -150,7 +151,7 @@ class LinkShift:
     it was tested with ``confirm_partners`` partners or more (a few faults at once, seen from two
     partners each, can look like a shift)."""
 
-    kind: ClassVar[str] = "fleet_shift"
+    kind: ClassVar[Kind] = Kind.FLEET_SHIFT
     backend: str
     rail: int | None
     line_rate_gbps: float | None

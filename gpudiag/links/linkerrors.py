@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..findings import Kind
 from .schedule import Pair
 
 # An address:port in an error reason (IPv4, or a bracketed IPv6 address): the port is ephemeral.
@@ -21,7 +22,7 @@ class LinkError:
     """The pair ``a``–``b`` could not be measured on one backend and rail (no run gave a
     figure): ``reason`` is every distinct error, sorted and joined."""
 
-    kind: ClassVar[str] = "link_error"
+    kind: ClassVar[Kind] = Kind.LINK_ERROR
     a: str
     b: str
     backend: str
@@ -36,7 +37,7 @@ class HostLinkError:
     was measured with some other host: its own data port, address or firewall is the likely
     cause, not the pairs. ``reason``: every distinct error of its pairs, sorted and joined."""
 
-    kind: ClassVar[str] = "link_error"
+    kind: ClassVar[Kind] = Kind.LINK_ERROR
     host: str
     partners: tuple[str, ...]
     reason: str

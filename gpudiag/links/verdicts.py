@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.rules import action
-from ..findings import BASIS_COMPARISON, BASIS_ERROR_RECORD, BASIS_RETEST, BASIS_SINGLE_RUN, FAIL, WARN, Finding
+from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
 from .groups import GroupReference, pct_text, rate_text
@@ -24,8 +24,8 @@ from .schedule import Pair, pair_key
 
 UNIT = "Gbit/s"
 # Findings about one host's NIC, and about one pair (both ends named).
-NIC_KINDS = frozenset({"slow_nic"})
-PAIR_KINDS = frozenset({"slow_link", "link_error"})
+NIC_KINDS = frozenset({Kind.SLOW_NIC})
+PAIR_KINDS = frozenset({Kind.SLOW_LINK, Kind.LINK_ERROR})
 # _metric's form: link.<backend> (no rail, or several rails folded) or link.<backend>.rail<N>.
 _METRIC = re.compile(r"link\.([a-z]+)(?:\.rail(\d+))?")
 
@@ -54,14 +54,14 @@ def _fold_rails(findings: list[Finding]) -> list[Finding]:
     one no rail confirmed stays ``unchecked``. A slow pair one of whose ends is a slow NIC on
     other rails of the same backend is folded into that NIC: a NIC a little slow measured with
     noise reads as a slow pair now and then (its rails are named, so its port is checked too)."""
-    nic_hosts = {(f.host, _where(f.metric)[0]) for f in findings if f.kind == "slow_nic" and f.confirmed}
-    groups: dict[tuple[str, str, str | None], list[Finding]] = {}
+    nic_hosts = {(f.host, _where(f.metric)[0]) for f in findings if f.kind == Kind.SLOW_NIC and f.confirmed}
+    groups: dict[tuple[Kind, str, str | None], list[Finding]] = {}
     for finding in findings:
         kind, host, peer = _verdict_kind(finding), finding.host, finding.peer
-        if kind == "slow_link" and peer is not None:
+        if kind == Kind.SLOW_LINK and peer is not None:
             end = next((e for e in (host, peer) if (e, _where(finding.metric)[0]) in nic_hosts), None)
             if end is not None:
-                kind, host, peer = "slow_nic", end, None
+                kind, host, peer = Kind.SLOW_NIC, end, None
         groups.setdefault((kind, host, peer), []).append(finding)
     folded = []
     for (kind, host, peer), group in groups.items():
@@ -72,11 +72,11 @@ def _fold_rails(findings: list[Finding]) -> list[Finding]:
     return folded
 
 
-def _verdict_kind(finding: Finding) -> str:
+def _verdict_kind(finding: Finding) -> Kind:
     """``slow_nic``/``slow_link`` for a verdict or a suspect not confirmed (an ``unchecked`` on a
     link metric), else the finding's own kind."""
-    if finding.kind == "unchecked" and (finding.metric or "").startswith("link.") and finding.value is not None:
-        return "slow_link" if finding.peer else "slow_nic"
+    if finding.kind == Kind.UNCHECKED and (finding.metric or "").startswith("link.") and finding.value is not None:
+        return Kind.SLOW_LINK if finding.peer else Kind.SLOW_NIC
     return finding.kind
 
 
@@ -85,7 +85,7 @@ def _rail(finding: Finding) -> str:
     return "-" if rail is None else str(rail)
 
 
-def _folded(kind: str, host: str, peer: str | None, group: list[Finding]) -> Finding:
+def _folded(kind: Kind, host: str, peer: str | None, group: list[Finding]) -> Finding:
     confirmed = [f for f in group if f.kind == kind and f.confirmed]
     basis = confirmed or group
     worst = max(basis, key=lambda f: (f.deficit_pct or 0.0, f.metric or ""))
@@ -99,13 +99,13 @@ def _folded(kind: str, host: str, peer: str | None, group: list[Finding]) -> Fin
         evidence += "; also: " + "; ".join(
             f"rail {_rail(f)} {f.host}{' ↔ ' + f.peer if f.peer else ''} {pct_text(f.deficit_pct or 0.0)} below"
             f"{'' if f.confirmed else ' (not yet confirmed)'}" for f in others)
-    severity = FAIL if any(f.severity == FAIL for f in confirmed) else WARN
+    severity = Severity.FAIL if any(f.severity == Severity.FAIL for f in confirmed) else Severity.WARN
     return dataclasses.replace(worst, kind=kind, severity=severity, host=host, peer=peer, confirmed=True,
                                metric=(worst.metric or "").rsplit(".rail", 1)[0], evidence=evidence)
 
 
-def _severity(confirmed: bool, deficit_pct: float, fail_deficit_pct: float) -> str:
-    return FAIL if confirmed and deficit_pct >= fail_deficit_pct else WARN
+def _severity(confirmed: bool, deficit_pct: float, fail_deficit_pct: float) -> Severity:
+    return Severity.FAIL if confirmed and deficit_pct >= fail_deficit_pct else Severity.WARN
 
 
 def _metric(backend: str, rail: int | None) -> str:
@@ -114,24 +114,25 @@ def _metric(backend: str, rail: int | None) -> str:
 
 def _nic(verdict: NicVerdict, fail_deficit_pct: float) -> Finding:
     severity = _severity(verdict.confirmed, verdict.deficit_pct, fail_deficit_pct)
-    verb, detail = action("slow_nic", severity)
-    return Finding(kind="slow_nic", severity=severity, host=verdict.host, metric=_metric(verdict.backend, verdict.rail),
-                   value=round(verdict.gbps, 3), reference=round(verdict.reference_gbps, 3), unit=UNIT,
+    verb, detail = action(Kind.SLOW_NIC, severity)
+    return Finding(kind=Kind.SLOW_NIC, severity=severity, host=verdict.host,
+                   metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
+                   reference=round(verdict.reference_gbps, 3), unit=UNIT,
                    reference_source=verdict.reference_source, deficit_pct=round(verdict.deficit_pct, 2),
                    robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
-                   confirmed=verdict.confirmed, basis=BASIS_RETEST if verdict.confirmed else BASIS_SINGLE_RUN,
+                   confirmed=verdict.confirmed, basis=Basis.RETEST if verdict.confirmed else Basis.SINGLE_RUN,
                    evidence=verdict.evidence, action=verb, action_detail=detail)
 
 
 def _link(verdict: LinkVerdict, fail_deficit_pct: float) -> Finding:
     severity = _severity(verdict.confirmed, verdict.deficit_pct, fail_deficit_pct)
     verb, detail = action("slow_network_link", severity)
-    return Finding(kind="slow_link", severity=severity, host=verdict.a, peer=verdict.b,
+    return Finding(kind=Kind.SLOW_LINK, severity=severity, host=verdict.a, peer=verdict.b,
                    metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
                    reference=round(verdict.reference_gbps, 3), unit=UNIT, reference_source=verdict.reference_source,
                    deficit_pct=round(verdict.deficit_pct, 2),
                    robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
-                   confirmed=verdict.confirmed, basis=BASIS_RETEST if verdict.confirmed else BASIS_SINGLE_RUN,
+                   confirmed=verdict.confirmed, basis=Basis.RETEST if verdict.confirmed else Basis.SINGLE_RUN,
                    evidence=verdict.evidence, action=verb, action_detail=detail)
 
 
@@ -142,28 +143,28 @@ def _unconfirmed(verdict: NicVerdict | LinkVerdict) -> Finding:
     and never a pass."""
     is_nic = isinstance(verdict, NicVerdict)
     host, peer = (verdict.host, None) if isinstance(verdict, NicVerdict) else (verdict.a, verdict.b)
-    verb, detail = action("unchecked", WARN)
-    return Finding(kind="unchecked", severity=WARN, host=host, peer=peer,
+    verb, detail = action(Kind.UNCHECKED, Severity.WARN)
+    return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=host, peer=peer,
                    metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
                    reference=round(verdict.reference_gbps, 3), unit=UNIT, reference_source=verdict.reference_source,
                    deficit_pct=round(verdict.deficit_pct, 2),
                    robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2), confirmed=False,
-                   basis=BASIS_SINGLE_RUN,
-                   evidence=f"{'slow_nic' if is_nic else 'slow_link'} suspected, not confirmed, not passed: "
+                   basis=Basis.SINGLE_RUN,
+                   evidence=f"{Kind.SLOW_NIC if is_nic else Kind.SLOW_LINK} suspected, not confirmed, not passed: "
                             f"{verdict.evidence}",
                    action=verb, action_detail=detail)
 
 
 def _error(error: LinkError) -> Finding:
-    verb, detail = action("link_error", WARN)
-    return Finding(kind="link_error", severity=WARN, host=error.a, peer=error.b,
-                   metric=_metric(error.backend, error.rail), basis=BASIS_ERROR_RECORD, evidence=error.evidence,
+    verb, detail = action(Kind.LINK_ERROR, Severity.WARN)
+    return Finding(kind=Kind.LINK_ERROR, severity=Severity.WARN, host=error.a, peer=error.b,
+                   metric=_metric(error.backend, error.rail), basis=Basis.ERROR_RECORD, evidence=error.evidence,
                    action=verb, action_detail=detail)
 
 
 def _host_error(error: HostLinkError) -> Finding:
-    verb, detail = action("host_link_error", WARN)
-    return Finding(kind="link_error", severity=WARN, host=error.host, basis=BASIS_ERROR_RECORD,
+    verb, detail = action("host_link_error", Severity.WARN)
+    return Finding(kind=Kind.LINK_ERROR, severity=Severity.WARN, host=error.host, basis=Basis.ERROR_RECORD,
                    evidence=error.evidence, action=verb, action_detail=detail)
 
 
@@ -180,9 +181,9 @@ def _not_compared(reference: GroupReference) -> Finding:
     if reference.job_level:
         evidence += (f" (compared among themselves, at {rate_text(reference.level_gbps)} {UNIT}: a part slower than "
                      "the others is found, a cause they all share is not)")
-    verb, detail = action("unchecked", WARN)
-    return Finding(kind="unchecked", severity=WARN, host=fold_hosts(reference.members),
-                   metric=_metric(group.backend, group.rail), basis=BASIS_COMPARISON, evidence=evidence,
+    verb, detail = action(Kind.UNCHECKED, Severity.WARN)
+    return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=fold_hosts(reference.members),
+                   metric=_metric(group.backend, group.rail), basis=Basis.COMPARISON, evidence=evidence,
                    action=verb, action_detail=detail)
 
 
@@ -190,12 +191,12 @@ def _shift(shift: LinkShift, fail_deficit_pct: float) -> Finding:
     reference = shift.reference_gbps  # the line rate, or the baseline's median
     deficit = 100 * (reference - shift.fleet_gbps) / reference
     severity = _severity(shift.confirmed, deficit, fail_deficit_pct)
-    verb, detail = action("fleet_shift", severity)
-    return Finding(kind="fleet_shift", severity=severity, host=f"{shift.backend} fabric",
+    verb, detail = action(Kind.FLEET_SHIFT, severity)
+    return Finding(kind=Kind.FLEET_SHIFT, severity=severity, host=f"{shift.backend} fabric",
                    metric=_metric(shift.backend, shift.rail), value=round(shift.fleet_gbps, 3),
                    reference=round(reference, 3), unit=UNIT, reference_source=shift.source,
                    deficit_pct=round(deficit, 2), share_pct=round(100 * shift.pairs_below / max(1, shift.pairs), 1),
-                   confirmed=shift.confirmed, basis=BASIS_RETEST if shift.confirmed else BASIS_SINGLE_RUN,
+                   confirmed=shift.confirmed, basis=Basis.RETEST if shift.confirmed else Basis.SINGLE_RUN,
                    evidence=shift.evidence, action=verb, action_detail=detail)
 
 
@@ -230,8 +231,8 @@ def touched_links(findings: Iterable[Mapping[str, Any]]) -> TouchedLinks:
     pairs: set[tuple[Pair, str | None, int | None]] = set()
     for finding in findings:
         kind, host, peer = finding.get("kind"), finding.get("host"), finding.get("peer")
-        if kind == "unchecked" and str(finding.get("metric") or "").startswith("link."):
-            kind = "link_error" if peer else "slow_nic"  # a suspect not confirmed stays out as the verdict would
+        if kind == Kind.UNCHECKED and str(finding.get("metric") or "").startswith("link."):
+            kind = Kind.LINK_ERROR if peer else Kind.SLOW_NIC  # a suspect not confirmed stays out as the verdict would
         if kind in NIC_KINDS and host:
             nics.add((str(host), *_where(finding.get("metric"))))
         elif kind in PAIR_KINDS and host and peer and host != peer:

@@ -18,7 +18,7 @@ from typing import Any
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 
 from ..analysis.fleet import NOT_EXCLUDING
-from ..findings import FAIL, Finding
+from ..findings import Finding, Severity
 from ..run.fanout import NOT_CHECKED, SweepResult
 from ..run.outcome import HostOutcome
 from ..slurm.drain import finding_words
@@ -46,7 +46,7 @@ def _first_blocking_finding(findings: Iterable[Finding], names: set[str]) -> dic
     that first finding in a few words."""
     blocked: dict[str, str] = {}
     for finding in findings:
-        if finding.kind in NOT_EXCLUDING or not (finding.severity == FAIL or finding.kind in NOT_CHECKED):
+        if finding.kind in NOT_EXCLUDING or not (finding.severity == Severity.FAIL or finding.kind in NOT_CHECKED):
             continue
         words = " ".join(finding_words(finding.to_dict()))
         if finding.kind in NOT_CHECKED:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..exitcodes import ExitCode
+from ..findings import Severity
 from ..hosts import fold_hosts
 from ..run.fanout import NOT_CHECKED
 from ..slurm.drain import fail_findings_by_host, finding_words
@@ -65,7 +66,7 @@ def summary_line(run: PreflightRun, output_errors: Sequence[str] = ()) -> str:
     if code == ExitCode.OK:
         hosts = [host["host"] for host in document["hosts"]]
         warnings = [_finding_text(f) + (" not re-tested" if not f.get("confirmed") else "")
-                    for f in document["findings"] if f["severity"] == "warn"]
+                    for f in document["findings"] if f["severity"] == Severity.WARN]
         watch = f", {len(warnings)} to watch: {_reasons(warnings)}" if warnings else ""
         parts = [f"{PREFIX}: healthy {_hosts(hosts)}, exit 0, {timing}{watch}"]
     elif code == ExitCode.INTERRUPTED:
@@ -74,7 +75,7 @@ def summary_line(run: PreflightRun, output_errors: Sequence[str] = ()) -> str:
         # a failing pair names both its ends (neither is blamed alone)
         failed = [name for host, mine in fail_findings_by_host(document["findings"]).items()
                   for name in (host, *(str(f["peer"]) for f in mine if f.get("peer")))]
-        reasons = [_finding_text(f) for f in document["findings"] if f["severity"] == "fail"]
+        reasons = [_finding_text(f) for f in document["findings"] if f["severity"] == Severity.FAIL]
         parts = [f"{PREFIX}: FAIL {_hosts(failed) or 'no single node (a cause they share)'}, exit 1, {timing}: "
                  f"{_reasons(reasons)}", _drain_state(run)]
     else:

@@ -22,16 +22,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..findings import Kind, Severity
 from ..hosts import plural
-from .phrasing import OK, UNCHECKED, Document, _findings, _fixed, _hosts
+from .phrasing import OK, Document, _findings, _fixed, _hosts
 
 LINK_METRIC = "gbps"
 LINK_UNITS = {"gbps": "Gbit/s"}
-NIC_KIND, PAIR_KIND, ERROR_KIND = "slow_nic", "slow_link", "link_error"
 # Rows named by a link finding come first, in this order of kinds.
-ROW_KINDS = (NIC_KIND, PAIR_KIND, ERROR_KIND)
-SHIFT_KIND = "fleet_shift"
-SEVERITY_RANK = {"fail": 0, "warn": 1}
+ROW_KINDS = (Kind.SLOW_NIC, Kind.SLOW_LINK, Kind.LINK_ERROR)
+SEVERITY_RANK = {Severity.FAIL: 0, Severity.WARN: 1}
 # The status word of the ``unchecked`` finding for a host left out of the link rounds (plan.py).
 NOT_PAIR_TESTED = "not pair-tested"
 NO_FIGURE = "no figure"
@@ -218,7 +217,7 @@ def link_view(document: Document) -> LinkView:
     tested = {host for pair in pairs for host in pair}
     return LinkView(metric=metric, unit=_unit(kept, metric), groups=_groups(pairs, references), pairs=pairs,
                     rows=rows, not_tested=_not_tested(document, tested) if entries else (),
-                    shifts=tuple(f for f in _findings(document) if f.get("kind") == SHIFT_KIND
+                    shifts=tuple(f for f in _findings(document) if f.get("kind") == Kind.FLEET_SHIFT
                                  and str(f.get("metric") or "").startswith("link.")),
                     other_metric_entries=len(entries) - len(kept))
 
@@ -324,7 +323,7 @@ def _link_findings(document: Document) -> dict[str, list[Mapping[str, Any]]]:
         if finding.get("kind") not in ROW_KINDS or not finding.get("host"):
             continue
         ends = {str(finding["host"])}
-        if finding.get("peer") and finding.get("kind") != NIC_KIND:
+        if finding.get("peer") and finding.get("kind") != Kind.SLOW_NIC:
             ends.add(str(finding["peer"]))
         for end in ends:
             named[end].append(finding)
@@ -369,7 +368,7 @@ def _not_tested(document: Document, tested: set[str]) -> tuple[NotTested, ...]:
     left_out: dict[str, str] = {}
     for finding in _findings(document):
         evidence = str(finding.get("evidence") or "")
-        if finding.get("kind") == UNCHECKED and evidence.startswith(NOT_PAIR_TESTED):
+        if finding.get("kind") == Kind.UNCHECKED and evidence.startswith(NOT_PAIR_TESTED):
             left_out.setdefault(str(finding.get("host")), evidence.removeprefix(NOT_PAIR_TESTED).lstrip(": "))
     found = []
     for host in _hosts(document):

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..findings import Kind
 from ..hosts import fold_hosts, plural
 from .heatmap import heat_colour, heat_swatches
 from .linkfigures import (
-    NIC_KIND,
     HostRow,
     LinkView,
     PairFigures,
@@ -175,7 +175,7 @@ def _finding_cell(row: HostRow) -> str:
     for finding in row.findings:
         text = f"{finding.get('kind')} {finding.get('severity', '')}".strip()
         ends = {str(finding.get("host")), str(finding.get("peer"))} - {row.host, "None"}
-        if finding.get("kind") != NIC_KIND and ends:
+        if finding.get("kind") != Kind.SLOW_NIC and ends:
             text += f" ↔ {', '.join(sorted(ends))}"
         words.append(text)
         if finding.get("evidence"):

@@ -12,32 +12,21 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..findings import (
-    ACTION_VERBS,
-    BASIS_COMPARISON,
-    BASIS_ERROR_RECORD,
-    BASIS_FACTS,
-    BASIS_HOST_STATUS,
-    BASIS_RETEST,
-    BASIS_SINGLE_RUN,
-    BASIS_TELEMETRY,
-    cost_order,
-)
+from ..findings import Action, Basis, Kind, cost_order
 from ..hosts import fold_hosts
 
 Document = Mapping[str, Any]
 
 OK = "ok"
-UNCHECKED = "unchecked"
 # What a finding rests on (its ``basis``), in words.
 BASIS_WORDS = {
-    BASIS_RETEST: "confirmed by re-test",
-    BASIS_SINGLE_RUN: "single run, not re-tested",
-    BASIS_TELEMETRY: "NVML telemetry",
-    BASIS_FACTS: "host facts",
-    BASIS_HOST_STATUS: "could not be probed",
-    BASIS_ERROR_RECORD: "probe error",
-    BASIS_COMPARISON: "nothing to compare with",
+    Basis.RETEST: "confirmed by re-test",
+    Basis.SINGLE_RUN: "single run, not re-tested",
+    Basis.TELEMETRY: "NVML telemetry",
+    Basis.FACTS: "host facts",
+    Basis.HOST_STATUS: "could not be probed",
+    Basis.ERROR_RECORD: "probe error",
+    Basis.COMPARISON: "nothing to compare with",
 }
 REFERENCE_SOURCE_WORDS = {"fleet": "fleet", "baseline": "baseline", "sku": "SKU"}
 # Units that read worse than the bare number ("2 count").
@@ -145,9 +134,9 @@ def basis_words(finding: Mapping[str, Any]) -> str:
     """What a finding rests on, in words (``confirmed by re-test``, ``NVML telemetry``, ...). A
     finding from before ``basis`` existed says ``confirmed`` / ``not confirmed`` for a deficit."""
     basis = finding.get("basis")
-    if basis == BASIS_TELEMETRY and finding.get("kind") == "nic_port":
+    if basis == Basis.TELEMETRY and finding.get("kind") == Kind.NIC_PORT:
         return "NIC port readings (sysfs)"  # the kernel's view of the port, not NVML's
-    if basis == BASIS_TELEMETRY and finding.get("kind") == "xid":
+    if basis == Basis.TELEMETRY and finding.get("kind") == Kind.XID:
         return "kernel log and NVML"
     if basis:
         return BASIS_WORDS.get(str(basis), str(basis))
@@ -159,7 +148,7 @@ def basis_words(finding: Mapping[str, Any]) -> str:
 def action_verb(finding: Mapping[str, Any]) -> str | None:
     """The finding's action when it is one of the fixed verbs, else None (an older free-text action)."""
     action = finding.get("action")
-    return str(action) if action in ACTION_VERBS else None
+    return str(action) if action in tuple(Action) else None
 
 
 def action_words(finding: Mapping[str, Any]) -> str:

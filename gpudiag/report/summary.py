@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..findings import Kind, Severity
 from ..hosts import fold_hosts, plural
 from .phrasing import (
     OK,
-    UNCHECKED,
     Document,
     _findings,
     _hosts,
@@ -39,10 +39,10 @@ def summary_parts(document: Document) -> list[tuple[str, bool]]:
     parts = [f"sweep {document.get('sweep_id', '?')}", plural(len(hosts), "host"), f"{len(groups.pop(OK, []))} ok"]
     parts += [f"{fold_hosts(labels)} {status}" for status, labels in groups.items()]
     findings = _findings(document)
-    counts = [f"{sum(1 for finding in findings if finding.get('severity') == 'fail')} fail"]
+    counts = [f"{sum(1 for finding in findings if finding.get('severity') == Severity.FAIL)} fail"]
     unchecked = unchecked_count(document)
     if unchecked:
-        counts.append(f"{unchecked} {UNCHECKED}")
+        counts.append(f"{unchecked} {Kind.UNCHECKED}")
     parts.append(f"{len(findings)} findings ({', '.join(counts)})")
     marked = [(part, False) for part in parts] + [(phrase, True) for phrase in comparison_phrases(document)]
     impact = impact_phrase(document.get("impact"))
@@ -53,10 +53,10 @@ def summary_parts(document: Document) -> list[tuple[str, bool]]:
 
 def unchecked_count(document: Document) -> int:
     """The summary's ``unchecked`` count, or (a document from before it) the unchecked findings."""
-    count = (document.get("summary") or {}).get(UNCHECKED)
+    count = (document.get("summary") or {}).get(Kind.UNCHECKED)
     if _is_count(count):
         return int(count)
-    return sum(1 for finding in _findings(document) if finding.get("kind") == UNCHECKED)
+    return sum(1 for finding in _findings(document) if finding.get("kind") == Kind.UNCHECKED)
 
 
 def comparison_phrases(document: Document) -> list[str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..findings import BASIS_HOST_STATUS, INSPECT, WARN, Finding
+from ..findings import Action, Basis, Finding, Kind, Severity
 
 # Seconds kept back from the remote phases for the local ones: the analysis, the store's final
 # write, the sweep document and the exclude list.
@@ -58,5 +58,6 @@ class RunBudget:
 def out_of_budget(host: str, what: str, budget: RunBudget) -> Finding:
     """The ``unchecked`` finding for ``what`` on ``host`` (``node probes``, ``pair tests``) that
     the budget cut short: a warning, so the run exits 3 and drains nothing."""
-    return Finding(kind="unchecked", severity=WARN, host=host, evidence=f"{BUDGET_STATUS}: {what} {budget.reason()}",
-                   action=INSPECT, action_detail=BUDGET_ACTION, basis=BASIS_HOST_STATUS)
+    return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=host,
+                   evidence=f"{BUDGET_STATUS}: {what} {budget.reason()}", action=Action.INSPECT,
+                   action_detail=BUDGET_ACTION, basis=Basis.HOST_STATUS)

@@ -22,7 +22,7 @@ from typing import Any
 from ..bundle import Bundle
 from ..errors import ProbeOutputError, StoreError
 from ..exitcodes import ExitCode, decide_exit_code
-from ..findings import FAIL, SWEEP_SCHEMA, Finding, unchecked
+from ..findings import SWEEP_SCHEMA, Finding, Kind, Severity, unchecked
 from ..hosts import HostSpec
 from ..records import ProbeResult
 from ..schema.times import iso_time
@@ -36,9 +36,9 @@ OK = "ok"
 TIMEOUT = "timeout"
 PROBE_ERROR = "probe_error"
 INTERRUPTED = "interrupted"
-UNCHECKED = "unchecked"
+UNCHECKED = Kind.UNCHECKED
 # Findings that say something could not be checked: a host, GPU or measurement, or a node pair.
-NOT_CHECKED = (UNCHECKED, "link_error")
+NOT_CHECKED = (UNCHECKED, Kind.LINK_ERROR)
 # Exit statuses of a bundle ended by a deadline: its own watchdog and `timeout` give 124, and
 # 137 is the KILL that `timeout -k` sends when TERM was not enough.
 DEADLINE_EXITS = (124, 137)
@@ -101,7 +101,7 @@ class SweepResult:
         """Interrupted, else a fail finding, else anything not checked: a host, a GPU, a
         measurement that errored, or a result with nothing to compare against."""
         has_unchecked = any(not h.ok for h in self.hosts) or any(f.kind in NOT_CHECKED for f in self.findings)
-        return decide_exit_code(has_fail=any(f.severity == FAIL for f in self.findings),
+        return decide_exit_code(has_fail=any(f.severity == Severity.FAIL for f in self.findings),
                                 has_unchecked=has_unchecked, interrupted=self.interrupted)
 
     def to_dict(self, *, records: bool = True) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..analysis.fleet import NOT_EXCLUDING
 from ..analysis.rules import SERVICE_VERBS
-from ..findings import FAIL, Finding
+from ..findings import Finding, Severity
 from ..hosts import fold_hosts
 from .commands import NoTimeLeft, SlurmCommandError, run_slurm, time_left_s
 from .nodes import query_nodes
@@ -82,7 +82,7 @@ def fail_findings_by_host(findings: Iterable[Finding | Mapping[str, Any]]
     by_host: dict[str, list[Finding | Mapping[str, Any]]] = {}
     for finding in findings:
         fields = _fields(finding)
-        if fields.get("severity") == FAIL and fields.get("kind") not in NOT_EXCLUDING and fields.get("host"):
+        if fields.get("severity") == Severity.FAIL and fields.get("kind") not in NOT_EXCLUDING and fields.get("host"):
             by_host.setdefault(str(fields["host"]), []).append(finding)
     return by_host
 

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import Finding
+from ..findings import Basis, Finding, Kind, Severity
 from ..records import PROBE_NAMES
 
 REASON_PREFIX = "gpudiag:"
@@ -41,20 +41,20 @@ CHECKS = (*PROBE_NAMES, LINKS_CHECK)
 # What a run must make again, and pass, to clear a finding whose metric does not name its probe.
 KIND_CHECKS: Mapping[str, tuple[str, ...]] = {
     # NVML's throttle reasons and PCIe link width under load come with the GEMM's load
-    "throttled": ("telemetry", "gemm"),
-    "degraded_pcie": ("telemetry", "gemm"),
-    "nvlink_down": ("telemetry",),
-    "nvlink_errors": ("telemetry",),
+    Kind.THROTTLED: ("telemetry", "gemm"),
+    Kind.DEGRADED_PCIE: ("telemetry", "gemm"),
+    Kind.NVLINK_DOWN: ("telemetry",),
+    Kind.NVLINK_ERRORS: ("telemetry",),
     "pcie_replays": ("telemetry",),
-    "ecc": ("telemetry",),
-    "nic_port": ("telemetry",),  # the NIC ports' state, rate and counters (sysfs) come with telemetry
-    "xid": ("xid",),
-    "missing_gpu": ("facts", "telemetry"),  # the GPU counts, and NVML's "lost"
-    "slow_nic": (LINKS_CHECK,),
-    "slow_link": (LINKS_CHECK,),
-    "link_error": (LINKS_CHECK,),
+    Kind.ECC: ("telemetry",),
+    Kind.NIC_PORT: ("telemetry",),  # the NIC ports' state, rate and counters (sysfs) come with telemetry
+    Kind.XID: ("xid",),
+    Kind.MISSING_GPU: ("facts", "telemetry"),  # the GPU counts, and NVML's "lost"
+    Kind.SLOW_NIC: (LINKS_CHECK,),
+    Kind.SLOW_LINK: (LINKS_CHECK,),
+    Kind.LINK_ERROR: (LINKS_CHECK,),
 }
-BASIS_CHECKS = {"telemetry": "telemetry", "facts": "facts"}
+BASIS_CHECKS = {Basis.TELEMETRY: "telemetry", Basis.FACTS: "facts"}
 # Characters kept in node text: no shell metacharacter (| & ; ( ) < >), quote, backslash, $ or
 # backtick, no glob or comment character, no control character. Quotes are dropped (``"failed"``
 # reads failed), ``;`` becomes ``,``, anything else a space.
@@ -89,7 +89,7 @@ def _cut(line: str, limit: int | None) -> str:
 def finding_words(finding: Mapping[str, Any]) -> list[str]:
     """A finding (its dict) in a few safe words: ``slow_gpu GPU 3 gemm.tflops -18%`` (its kind, GPU,
     peer, metric and deficit, those it has): drain reasons and one-line summaries."""
-    words = [safe_text(finding.get("kind") or "fail")]
+    words = [safe_text(finding.get("kind") or Severity.FAIL)]
     if finding.get("gpu") is not None:
         words.append(f"GPU {safe_text(finding['gpu'])}")
     if finding.get("peer"):

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ..exitcodes import ExitCode
-from ..findings import SWEEP_SCHEMA
+from ..findings import SWEEP_SCHEMA, Kind
 from ..schema.jsonout import dumps as strict_dumps
 from .hosts import (
     KeyIds,
@@ -51,7 +51,7 @@ from .schema import (
 LATEST_SHOWN = 5
 # Findings about the link between two hosts (or a pair that could not be tested): they say
 # nothing about either host's GPUs.
-LINK_KINDS = frozenset({"slow_link", "slow_nic", "link_error"})
+LINK_KINDS = frozenset({Kind.SLOW_LINK, Kind.SLOW_NIC, Kind.LINK_ERROR})
 _DOCUMENT_FIELDS = ("schema", "sweep_id", "started_at", "finished_at", "hosts", "links", "findings", "summary")
 # Each table's document fields, one column each; a field in _JSON_FIELDS is stored as JSON in
 # ``<field>_json`` (NULL when absent). Other fields of an item are kept in its extra_json.

@@ -27,22 +27,21 @@ from typing import Any
 from ..analysis import measurements
 from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
 from ..exitcodes import ExitCode, decide_exit_code
-from ..findings import ACTION_VERBS, FAIL, INSPECT, WARN, WATCH, Finding
+from ..findings import Action, Basis, Finding, Kind, Severity
 from ..schema.times import iso_time
 from .plan import TriageRun
 
 SCHEMA = "gpudiag.triage/1"
-UNCHECKED = "unchecked"
 XID_PROBE = "xid"
 # The plain action an on-call engineer takes for each kind of the analysis's findings.
 PLAIN_ACTIONS = {
-    "throttled": "check cooling", "degraded_pcie": "reseat the GPU or its riser",
-    "missing_gpu": "reboot; reseat, then RMA if it stays missing", "ecc": "reset the GPU; RMA if it repeats",
-    "nvlink_down": "reset the GPU; reseat or replace the NVLink part", "nvlink_errors": "inspect the NVLink",
-    "slow_gpu": "drain and run diagnostics; RMA if it repeats", "slow_node": "inspect the host",
-    "slow_link": "inspect the NVLink path", "fleet_shift": "compare with the baseline's sweeps",
-    "nic_port": "check the NIC port's cable, transceiver and switch port",
-    "slow_nic": "check the NIC's port, cable and transceiver",
+    Kind.THROTTLED: "check cooling", Kind.DEGRADED_PCIE: "reseat the GPU or its riser",
+    Kind.MISSING_GPU: "reboot; reseat, then RMA if it stays missing", Kind.ECC: "reset the GPU; RMA if it repeats",
+    Kind.NVLINK_DOWN: "reset the GPU; reseat or replace the NVLink part", Kind.NVLINK_ERRORS: "inspect the NVLink",
+    Kind.SLOW_GPU: "drain and run diagnostics; RMA if it repeats", Kind.SLOW_NODE: "inspect the host",
+    Kind.SLOW_LINK: "inspect the NVLink path", Kind.FLEET_SHIFT: "compare with the baseline's sweeps",
+    Kind.NIC_PORT: "check the NIC port's cable, transceiver and switch port",
+    Kind.SLOW_NIC: "check the NIC's port, cable and transceiver",
 }
 # Figures below the host's history named in the evidence (the rest are counted).
 HISTORY_SHOWN = 8
@@ -56,8 +55,8 @@ class Problem:
     and its ``detail``, a one-line ``title``, the ``evidence`` lines, the GPU index where it is
     about one, and its ``source`` (kernel log, NVML, analysis, history)."""
 
-    severity: str
-    action: str
+    severity: Severity
+    action: Action
     next_step: str
     detail: str
     title: str
@@ -106,11 +105,11 @@ def explain(run: TriageRun, catalog: XidCatalog | None = None) -> Triage:
     records = list(run.outcome["results"])
     report = decode(records, catalog)
     findings = [f for f in run.analysis.findings if not (f.metric or "").startswith(f"{XID_PROBE}.")]
-    problems = [*_xid_problems(report), *(_finding_problem(f) for f in findings if f.kind != UNCHECKED),
+    problems = [*_xid_problems(report), *(_finding_problem(f) for f in findings if f.kind != Kind.UNCHECKED),
                 *_history_problems(run)]
     gaps = _gaps(run, report, findings)
     problems.sort(key=_order)
-    has_fail = any(problem.severity == FAIL for problem in problems)
+    has_fail = any(problem.severity == Severity.FAIL for problem in problems)
     code = decide_exit_code(has_fail=has_fail, has_unchecked=bool(gaps), interrupted=run.interrupted)
     return Triage(host=run.host, status=run.outcome.status, error=run.outcome.error, problems=tuple(problems),
                   checked=tuple(_checked(run, report, records)), not_checked=tuple(gaps),
@@ -119,8 +118,9 @@ def explain(run: TriageRun, catalog: XidCatalog | None = None) -> Triage:
 
 
 def _order(problem: Problem) -> tuple[Any, ...]:
-    severity = {FAIL: 0, WARN: 1}.get(problem.severity, 2)
-    verb = ACTION_VERBS.index(problem.action) if problem.action in ACTION_VERBS else len(ACTION_VERBS)
+    severity = {Severity.FAIL: 0, Severity.WARN: 1}.get(problem.severity, 2)
+    verbs = tuple(Action)
+    verb = verbs.index(problem.action) if problem.action in verbs else len(verbs)
     return severity, verb, problem.gpu is None, problem.gpu or 0, problem.title
 
 
@@ -151,7 +151,7 @@ def _xid_problem(event: XidEvent, report: XidReport, pending: PendingRecovery | 
     if pending is not None:
         evidence.append(_recovery_evidence(pending))
     known = "" if event.known else " (not in gpudiag's Xid catalog)"
-    return Problem(severity=advice.severity or WARN, action=advice.action or WATCH,
+    return Problem(severity=advice.severity or Severity.WARN, action=advice.action or Action.WATCH,
                    next_step=advice.plain if advice.severity else "ignore", detail=advice.detail,
                    title=f"Xid {event.code} on {event.gpu.describe()}: {advice.name}{known}",
                    evidence=tuple(evidence), source="kernel log", gpu=event.gpu.index)
@@ -159,8 +159,9 @@ def _xid_problem(event: XidEvent, report: XidReport, pending: PendingRecovery | 
 
 def _recovery_problem(pending: PendingRecovery) -> Problem:
     advice = pending.advice
-    return Problem(severity=advice.severity or WARN, action=advice.action or INSPECT, next_step=advice.plain,
-                   detail=advice.detail, title=f"{pending.gpu.describe()} has a recovery action pending: {advice.name}",
+    return Problem(severity=advice.severity or Severity.WARN, action=advice.action or Action.INSPECT,
+                   next_step=advice.plain, detail=advice.detail,
+                   title=f"{pending.gpu.describe()} has a recovery action pending: {advice.name}",
                    evidence=(_recovery_evidence(pending),), source="NVML recovery action", gpu=pending.gpu.index)
 
 
@@ -186,7 +187,7 @@ def _finding_problem(finding: Finding) -> Problem:
 
 
 def _plain_action(finding: Finding) -> str:
-    if finding.kind == "throttled" and any(word in finding.evidence.lower() for word in POWER_WORDS):
+    if finding.kind == Kind.THROTTLED and any(word in finding.evidence.lower() for word in POWER_WORDS):
         return "check power delivery and the power limit"
     plain = PLAIN_ACTIONS.get(finding.kind)
     return plain if plain is not None else finding.action_detail.split(";")[0]
@@ -211,7 +212,7 @@ def _history_problems(run: TriageRun) -> list[Problem]:
     if len(below) > HISTORY_SHOWN:
         evidence.append(f"and {len(below) - HISTORY_SHOWN} more figures below their history")
     gpus = {key[2] for _, key, *_ in below}
-    return [Problem(severity=WARN, action=INSPECT, next_step="compare with its last good sweep",
+    return [Problem(severity=Severity.WARN, action=Action.INSPECT, next_step="compare with its last good sweep",
                     detail="the host is slower than it used to be: compare driver, firmware, clocks and power "
                            "settings with its last good sweep (gpudiag history), and look at the problems above "
                            "for a cause",
@@ -285,7 +286,7 @@ def _gaps(run: TriageRun, report: XidReport, findings: Sequence[Finding]) -> lis
         gaps.append("the triage was interrupted before it finished: what is here is partial")
     if not run.outcome.ok:
         gaps.append(f"the host itself: {run.outcome.status}: {run.outcome.error or 'no detail'}")
-    gaps += [f.evidence for f in findings if f.kind == UNCHECKED and f.basis != "host_status"]
+    gaps += [f.evidence for f in findings if f.kind == Kind.UNCHECKED and f.basis != Basis.HOST_STATUS]
     if report.log_read is None and run.outcome.ok:
         gaps.append("the kernel log: the xid probe printed nothing (no Xid history checked)")
     elif report.log_read is False:

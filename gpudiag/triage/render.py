@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Iterable
 
 from ..exitcodes import ExitCode
+from ..findings import Severity
 from ..schema.text import clean_text
 from .explain import Problem, Triage
 
@@ -36,7 +37,7 @@ def render_text(triage: Triage) -> str:
 
 
 def _headline(triage: Triage) -> str:
-    fails = sum(problem.severity == "fail" for problem in triage.problems)
+    fails = sum(problem.severity == Severity.FAIL for problem in triage.problems)
     count = len(triage.problems)
     found = "nothing found" if not count else f"{count} problem{'s' if count != 1 else ''} ({fails} to act on)"
     status = "" if triage.status == "ok" else f" · host {triage.status}"

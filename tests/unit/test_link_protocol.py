@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from gpudiag.findings import FAIL, WARN
+from gpudiag.findings import Severity
 from gpudiag.links import LinkResult, attribute_links
 from gpudiag.links.addresses import address_refusal, impossible_address
 from gpudiag.links.protocol import (
@@ -189,7 +189,7 @@ def test_a_pair_server_that_could_not_start_is_its_hosts_error_and_its_partner_i
                           fault="n2")]
     findings = link_findings(attribute_links(results), 10.0)
     (finding,) = findings
-    assert (finding.kind, finding.host, finding.peer, finding.severity) == ("link_error", "n2", None, WARN)
+    assert (finding.kind, finding.host, finding.peer, finding.severity) == ("link_error", "n2", None, Severity.WARN)
     assert "n2's own end of the pair test failed with n1" in finding.evidence
     assert not any(f.host == "n1" or f.peer == "n1" for f in findings)
 
@@ -212,4 +212,4 @@ def test_a_hosts_own_failure_does_not_hide_a_slow_nic_elsewhere():
                 (("n1", "n3"), ("n3", "n4"), ("n4", "n5"), ("n5", "n6"), ("n6", "n1"), ("n2", "n3"))]
     findings = link_findings(attribute_links(results), 10.0)
     assert [(f.kind, f.host, f.peer) for f in findings] == [("link_error", "n2", None)]
-    assert all(f.severity != FAIL for f in findings)
+    assert all(f.severity != Severity.FAIL for f in findings)

@@ -225,7 +225,7 @@ def test_record_host_from_16_threads_at_once(tmp_path: Path) -> None:
 
 def test_a_finding_object_reads_back_as_its_dict(tmp_path: Path) -> None:
     finding = Finding(kind="throttled", severity="warn", host="node001", gpu=2, evidence="HW slowdown",
-                      action="check cooling", value=1410.0, reference=1980.0)
+                      action="inspect", action_detail="check cooling", value=1410.0, reference=1980.0)
     with Store.open(tmp_path / "s.db") as store:
         store.begin_sweep("s1", "2026-11-21T10:15:00Z", {})
         store.record_findings("s1", [finding.to_dict(), finding.to_dict()])
