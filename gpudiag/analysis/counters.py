@@ -136,9 +136,10 @@ class PeerCounts:
 
 
 @dataclass(frozen=True)
-class Excess:
-    """A counter far above its peers: the figure judged (``count`` or ``growth``), its value, the
-    counter's value now, the peers' median of the same figure (None: no peer) and how many peers."""
+class CounterSuspect:
+    """A counter far above its peers, which a finding names: the figure judged (``count`` or
+    ``growth``), its value, the counter's value now, the peers' median of the same figure (None: no
+    peer) and how many peers."""
 
     reading: Reading
     figure: str
@@ -159,12 +160,12 @@ def counter_findings(telemetry: Telemetry, thresholds: Thresholds, previous: Pri
             gathered.add(gpu)
     for peers in gathered.groups.values():
         peers.sort()
-    found: dict[tuple[str, str, str], list[Excess]] = defaultdict(list)
+    found: dict[tuple[str, str, str], list[CounterSuspect]] = defaultdict(list)
     for gpu, reading in gathered.candidates:
-        excess = _excess(gpu, reading, gathered.groups, thresholds)
-        if excess is not None:
-            found[(gpu.host, gpu.gpu_uuid, reading.spec.kind)].append(excess)
-    return [_finding(telemetry[host][uuid], excesses, thresholds) for (host, uuid, _), excesses in found.items()]
+        suspect = _suspect(gpu, reading, gathered.groups, thresholds)
+        if suspect is not None:
+            found[(gpu.host, gpu.gpu_uuid, reading.spec.kind)].append(suspect)
+    return [_finding(telemetry[host][uuid], suspects, thresholds) for (host, uuid, _), suspects in found.items()]
 
 
 class _Gathered:
@@ -261,22 +262,22 @@ def _group(gpu: rules.GpuTelemetry, spec: CounterSpec, figure: str) -> tuple[Any
     return gpu.gpu_model, gpu.driver, spec.name, figure
 
 
-def _excess(gpu: rules.GpuTelemetry, reading: Reading, groups: Mapping[tuple[Any, ...], PeerCounts],
-            thresholds: Thresholds) -> Excess | None:
-    """The reading as an Excess when it is at least ``counter_peer_ratio`` times its peers' median
-    (its floor was checked when it was gathered), else None."""
+def _suspect(gpu: rules.GpuTelemetry, reading: Reading, groups: Mapping[tuple[Any, ...], PeerCounts],
+             thresholds: Thresholds) -> CounterSuspect | None:
+    """The reading as a CounterSuspect when it is at least ``counter_peer_ratio`` times its peers'
+    median (its floor was checked when it was gathered), else None."""
     figure, value = (COUNT, reading.count) if reading.growth is None else (GROWTH, reading.growth)
     peers = groups[_group(gpu, reading.spec, figure)]
     median = peers.median_without(value, gpu.host)
     if median is not None and value < thresholds.counter_peer_ratio * median:
         return None
-    return Excess(reading, figure, value, median, peers.total - 1)
+    return CounterSuspect(reading, figure, value, median, peers.total - 1)
 
 
-def _finding(gpu: rules.GpuTelemetry, excesses: list[Excess], thresholds: Thresholds) -> Finding:
+def _finding(gpu: rules.GpuTelemetry, suspects: list[CounterSuspect], thresholds: Thresholds) -> Finding:
     """One warning for a GPU's counters of one kind: the worst (furthest past its floor) gives the
     figures, the evidence names each."""
-    worst = max(excesses, key=lambda e: e.value / max(1, getattr(thresholds, e.reading.spec.floor)))
+    worst = max(suspects, key=lambda e: e.value / max(1, getattr(thresholds, e.reading.spec.floor)))
     spec = worst.reading.spec
     verb, detail = rules.action(spec.cause, Severity.WARN, gpu.nvml_index)
     metric = f"telemetry.{spec.metric}" + ("_growth" if worst.figure == GROWTH else "")
@@ -284,16 +285,16 @@ def _finding(gpu: rules.GpuTelemetry, excesses: list[Excess], thresholds: Thresh
                    pci_bus_id=gpu.pci_bus_id, metric=metric, value=_number(worst.value),
                    reference=None if worst.median is None else _number(worst.median), unit="count",
                    reference_source=None if worst.median is None else "fleet", basis=Basis.TELEMETRY,
-                   evidence="; ".join(_evidence(e) for e in excesses), action=verb, action_detail=detail)
+                   evidence="; ".join(_evidence(e) for e in suspects), action=verb, action_detail=detail)
 
 
-def _evidence(excess: Excess) -> str:
+def _evidence(suspect: CounterSuspect) -> str:
     """``NVLink 3 CRC errors 12000 since the driver loaded; peers' median 0 (143 links of this
     model and driver)``, or what it grew by since the previous sweep against the peers' growth."""
-    reading = excess.reading
+    reading = suspect.reading
     what = reading.spec.words if reading.link is None else f"NVLink {reading.link} {reading.spec.words}"
     peers = "GPUs" if reading.link is None else "links"
-    return counter_evidence(what, excess.figure, excess.value, reading.count, excess.median, excess.peers,
+    return counter_evidence(what, suspect.figure, suspect.value, reading.count, suspect.median, suspect.peers,
                             f"{peers} of this model and driver", "no peer of this model and driver to compare with")
 
 

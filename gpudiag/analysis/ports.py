@@ -276,7 +276,7 @@ def _changed(port: Port, previous: PriorCounts) -> Finding | None:
 
 
 @dataclass(frozen=True)
-class _Excess:
+class _CounterSuspect:
     counter: str
     figure: str
     value: float
@@ -302,27 +302,27 @@ def _counter_findings(groups: Mapping[tuple[Any, ...], _Group], thresholds: Thre
                     candidates.append((port, name, figure, judged, float(count)))
     for counts in peers.values():
         counts.sort()
-    found: dict[tuple[str, str], tuple[Port, list[_Excess]]] = {}
+    found: dict[tuple[str, str], tuple[Port, list[_CounterSuspect]]] = {}
     for port, name, figure, judged, count in candidates:
         group_peers = peers[(port.group, name, figure)]
         median = group_peers.median_without(judged, port.host)
         if median is not None and judged < thresholds.counter_peer_ratio * median:
             continue
-        excess = _Excess(name, figure, judged, count, median, group_peers.total - 1)
-        found.setdefault((port.host, port.device), (port, []))[1].append(excess)
-    return [_counter_finding(port, excesses, floors) for port, excesses in found.values()]
+        suspect = _CounterSuspect(name, figure, judged, count, median, group_peers.total - 1)
+        found.setdefault((port.host, port.device), (port, []))[1].append(suspect)
+    return [_counter_finding(port, suspects, floors) for port, suspects in found.values()]
 
 
-def _counter_finding(port: Port, excesses: Sequence[_Excess], floors: Mapping[str, float]) -> Finding:
-    worst = max(excesses, key=lambda e: e.value / max(1.0, floors[e.counter]))
+def _counter_finding(port: Port, suspects: Sequence[_CounterSuspect], floors: Mapping[str, float]) -> Finding:
+    worst = max(suspects, key=lambda e: e.value / max(1.0, floors[e.counter]))
     metric = f"telemetry.nic_port_{worst.counter}" + ("_growth" if worst.figure == GROWTH else "")
-    evidence = f"{port.name}: " + "; ".join(_counter_evidence(e) for e in excesses)
+    evidence = f"{port.name}: " + "; ".join(_counter_evidence(e) for e in suspects)
     return _finding(port, Severity.WARN, "nic_port_errors", evidence, metric, worst.value, worst.median, unit="count")
 
 
-def _counter_evidence(excess: _Excess) -> str:
-    return counter_evidence(PORT_COUNTERS[excess.counter][0], excess.figure, excess.value, excess.count,
-                            excess.median, excess.peers, "ports of its kind",
+def _counter_evidence(suspect: _CounterSuspect) -> str:
+    return counter_evidence(PORT_COUNTERS[suspect.counter][0], suspect.figure, suspect.value, suspect.count,
+                            suspect.median, suspect.peers, "ports of its kind",
                             "no peer port of its kind to compare with")
 
 

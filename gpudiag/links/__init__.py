@@ -12,14 +12,14 @@ from .attribution import (
     LinkGroup,
     LinkResult,
     LinkShift,
+    LinkSuspect,
     LinkThresholds,
-    LinkVerdict,
-    NicVerdict,
+    NicSuspect,
     PairFigure,
     attribute_links,
 )
 from .schedule import CONFIRM, FULL, SCREEN, Pair, Round, Suspects, confirm_rounds, full_rounds, pair_key, screen_rounds
 
 __all__ = ["CONFIRM", "DEFAULT_THRESHOLDS", "FULL", "SCREEN", "GroupReference", "LinkAttribution", "LinkError",
-           "LinkGroup", "LinkResult", "LinkShift", "LinkThresholds", "LinkVerdict", "NicVerdict", "Pair", "PairFigure",
+           "LinkGroup", "LinkResult", "LinkShift", "LinkSuspect", "LinkThresholds", "NicSuspect", "Pair", "PairFigure",
            "Round", "Suspects", "attribute_links", "confirm_rounds", "full_rounds", "pair_key", "screen_rounds"]

@@ -1,4 +1,4 @@
-"""From measured pair figures to verdicts: which NIC, which link, which pair could not be tested.
+"""From measured pair figures to suspects: which NIC, which link is slow, which pair could not be tested.
 
 Results are grouped by baseline key — backend, rail and line rate — and groups are never pooled
 (a 200 Gb/s rail is not compared with a 400 Gb/s one, nor perftest with tcp). In each group:
@@ -24,16 +24,16 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    both below the baseline (its MAD scaled by 1.4826, floored at ``mad_floor_pct`` of its
    median), or below the line-rate floor.
 4. Attribution, per group. A host is *known good* when some pair of it is not slow (a slow NIC
-   slows every pair it is in). A host slow with every partner (two or more) is a ``NicVerdict``;
+   slows every pair it is in). A host slow with every partner (two or more) is a ``NicSuspect``;
    it is confirmed once ``confirm_partners`` of those partners are known good (two slow links
    on one node look like its NIC until a third known-good partner is slow with it too), or, in a
    group with fewer known-good hosts than that (a small job), once it is slow with every one of
    them, two at least. Hosts slow only with each other (no known-good host among them) stay
    unconfirmed: which of them is slow cannot be told. A slow
-   pair whose ends are not such hosts is a ``LinkVerdict`` (``slow_link``: both ends fine with
+   pair whose ends are not such hosts is a ``LinkSuspect`` (``slow_link``: both ends fine with
    other partners), confirmed when two runs or more fell below and so does their mean. An end
    tested with that one partner only is *undecided*: its NIC could equally be the cause, and the
-   verdict says so. A pair with no figure at all is a ``LinkError`` naming both ends and why,
+   suspect says so. A pair with no figure at all is a ``LinkError`` naming both ends and why,
    unless the error is one end's own (``LinkResult.fault``: its pair server did not start, or
    its client printed no valid record): that is a ``HostLinkError`` of that end alone, and its
    partner is neither blamed nor named.
@@ -41,7 +41,7 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    ``Suspects`` for ``confirm_rounds``, with the hosts that ``passed`` (known good everywhere
    they were compared and, in a shifted group, at the floor; most trusted first) as partners.
 
-Pure: the same results, in any order, give the same verdicts (sorted, figures summed exactly).
+Pure: the same results, in any order, give the same suspects (sorted, figures summed exactly).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ from .schedule import Pair, Suspects
 
 
 @dataclass(frozen=True)
-class NicVerdict:
+class NicSuspect:
     """``host``'s NIC on one backend and rail is slow: slow with every partner it was tested
     with (``pairs``, two or more). ``gbps``: the median of those pairs; ``reference_gbps`` and
     ``deficit_pct`` (percent) against the group's reference; ``robust_z`` (sigma, None without a
@@ -116,13 +116,13 @@ class NicVerdict:
 
 
 @dataclass(frozen=True)
-class LinkVerdict:
+class LinkSuspect:
     """The pair ``a``–``b`` is slow on one backend and rail while neither end is slow with
     every partner. ``gbps``: the mean of ``runs_gbps``; ``reference_gbps``, ``deficit_pct``
-    (percent), ``robust_z`` (sigma, None without a fleet level) as for ``NicVerdict``.
+    (percent), ``robust_z`` (sigma, None without a fleet level) as for ``NicSuspect``.
     ``undecided``: ends tested with this one partner only, whose NIC could equally be the
     cause (empty: a ``slow_link``). ``confirmed``: two runs or more slow, and their mean.
-    ``reference_source`` as for ``NicVerdict``."""
+    ``reference_source`` as for ``NicSuspect``."""
 
     kind: ClassVar[Kind] = Kind.SLOW_LINK
     a: str
@@ -177,12 +177,12 @@ class LinkShift:
 
 @dataclass(frozen=True)
 class LinkAttribution:
-    """Every verdict (sorted), each group's references, what is left to confirm (``suspects``)
+    """Every suspect and error (sorted), each group's references, what is left to confirm (``suspects``)
     and the hosts that ``passed`` (known good in every compared group they are in, not suspect:
     those with no slow pair at all first, then the rest; by name within each)."""
 
-    nics: tuple[NicVerdict, ...] = ()
-    links: tuple[LinkVerdict, ...] = ()
+    nics: tuple[NicSuspect, ...] = ()
+    links: tuple[LinkSuspect, ...] = ()
     errors: tuple[LinkError, ...] = ()
     host_errors: tuple[HostLinkError, ...] = ()
     shifts: tuple[LinkShift, ...] = ()
@@ -193,7 +193,7 @@ class LinkAttribution:
 
 def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = DEFAULT_THRESHOLDS, *,
                     baseline: LinkBaseline | None = None) -> LinkAttribution:
-    """Verdicts from link ``results`` (any order; screen, confirm and full runs together — a
+    """Suspects from link ``results`` (any order; screen, confirm and full runs together — a
     re-test of a pair is one more run of it), against the fleet, the line rate and, for the
     groups it has an entry for (``LinkGroup.baseline_key``), the stored ``baseline`` (e.g. a
     gpudiag.store.baselines.Baseline). See the module docstring for the rules."""
@@ -239,15 +239,15 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
 @dataclass(frozen=True)
 class _GroupOutcome:
     reference: GroupReference
-    nics: tuple[NicVerdict, ...]
-    links: tuple[LinkVerdict, ...]
+    nics: tuple[NicSuspect, ...]
+    links: tuple[LinkSuspect, ...]
     shift: LinkShift | None
     suspect_hosts: frozenset[str]
     suspect_pairs: frozenset[Pair]
     trusted: frozenset[str]  # known good (and, in a shifted group, at the floor): confirm partners
     clean: frozenset[str]  # hosts with no slow pair
     hosts: frozenset[str]
-    good: frozenset[str] = frozenset()  # a pair clearly good (not even half-way slow), no NIC verdict
+    good: frozenset[str] = frozenset()  # a pair clearly good (not even half-way slow), no NIC suspect
 
 
 def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds,
@@ -294,9 +294,9 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], referen
     known_good = frozenset(host for host, pairs in mine.items() if host not in culprits
                            and (host in good_elsewhere or any(not f.slow for f in pairs)))
     alone = {host for host, pairs in mine.items() if host not in known_good and len(pairs) == 1}
-    nics = tuple(_nic_verdict(host, mine[host], known_good, reference, thresholds,
+    nics = tuple(_nic_suspect(host, mine[host], known_good, reference, thresholds,
                               _partners_wanted(host, known_good, thresholds)) for host in sorted(culprits))
-    links = _link_verdicts(figures, culprits, alone, mine, reference, thresholds)
+    links = _link_suspects(figures, culprits, alone, mine, reference, thresholds)
     trusted, doubting = known_good, set()
     floor = reference.shift_floor_gbps
     if floor is not None:
@@ -348,17 +348,17 @@ def _culprits(mine: Mapping[str, Sequence[PairFigure]], reference: GroupReferenc
     return found
 
 
-def _link_verdicts(figures: Sequence[PairFigure], culprits: set[str], alone: set[str],
+def _link_suspects(figures: Sequence[PairFigure], culprits: set[str], alone: set[str],
                    mine: Mapping[str, Sequence[PairFigure]], reference: GroupReference,
-                   thresholds: LinkThresholds) -> tuple[LinkVerdict, ...]:
-    """A verdict for every slow pair that no slow NIC explains; its ends in ``alone`` (tested
+                   thresholds: LinkThresholds) -> tuple[LinkSuspect, ...]:
+    """A suspect for every slow pair that no slow NIC explains; its ends in ``alone`` (tested
     with this partner only) are undecided."""
     links = []
     for figure in figures:
         ends = (figure.a, figure.b)
         if figure.slow and not culprits & set(ends):
             undecided = tuple(host for host in ends if host in alone)
-            links.append(_link_verdict(figure, undecided, mine, reference, thresholds))
+            links.append(_link_suspect(figure, undecided, mine, reference, thresholds))
     return tuple(links)
 
 
@@ -378,8 +378,8 @@ def _partners_wanted(host: str, known_good: frozenset[str], thresholds: LinkThre
     return max(2, min(thresholds.confirm_partners, len(known_good - {host})))
 
 
-def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[str], reference: GroupReference,
-                 thresholds: LinkThresholds, wanted: int) -> NicVerdict:
+def _nic_suspect(host: str, pairs: Sequence[PairFigure], known_good: frozenset[str], reference: GroupReference,
+                 thresholds: LinkThresholds, wanted: int) -> NicSuspect:
     group = reference.group
     ordered = tuple(sorted(pairs, key=lambda f: f.peer(host)))
     good = tuple(f.peer(host) for f in ordered if f.peer(host) in known_good)
@@ -405,13 +405,13 @@ def _nic_verdict(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     elif not confirmed:
         evidence += (" (not yet confirmed: against a small group's own level, two of its pairs with known-good "
                      "partners are run twice)")
-    return NicVerdict(host, group.backend, group.rail, group.line_rate_gbps, gbps, reference.value_gbps(source),
+    return NicSuspect(host, group.backend, group.rail, group.line_rate_gbps, gbps, reference.value_gbps(source),
                       deficit, reference.robust_z(gbps, source), ordered, good, confirmed, evidence,
                       _source_label(source))
 
 
-def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[str, Sequence[PairFigure]],
-                  reference: GroupReference, thresholds: LinkThresholds) -> LinkVerdict:
+def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[str, Sequence[PairFigure]],
+                  reference: GroupReference, thresholds: LinkThresholds) -> LinkSuspect:
     group = reference.group
     runs = figure.runs_gbps
     source = reference.judged_by(figure.gbps, thresholds)
@@ -437,7 +437,7 @@ def _link_verdict(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
         evidence += f"; both ends fine with other partners: {', '.join(fine)} {UNIT}"
     if not confirmed:
         evidence += " (not yet confirmed by a re-test)"
-    return LinkVerdict(figure.a, figure.b, group.backend, group.rail, group.line_rate_gbps, figure.gbps, runs,
+    return LinkSuspect(figure.a, figure.b, group.backend, group.rail, group.line_rate_gbps, figure.gbps, runs,
                        reference.value_gbps(source), deficit, reference.robust_z(figure.gbps, source), undecided,
                        confirmed, evidence, _source_label(source))
 

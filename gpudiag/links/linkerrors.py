@@ -1,6 +1,6 @@
 """Pairs that could not be measured: a ``LinkError`` names both ends and why; a
 ``HostLinkError`` names one host no partner could test (while each partner was measured with
-others), or whose own end of the test failed. Part of gpudiag.links.attribution's verdicts."""
+others), or whose own end of the test failed. Part of gpudiag.links.attribution's outcome."""
 
 from __future__ import annotations
 

@@ -32,11 +32,11 @@ from ..hosts import HostSpec, load_hosts, plural
 from ..links.addresses import address_refusal, usable_address
 from ..links.attribution import link_thresholds
 from ..links.impact import link_impact
+from ..links.linkfindings import link_findings
 from ..links.protocol import PairProtocolError, interface_event, parse_event, plain_text
 from ..links.remote import PairTestOptions, RemotePairRunner
 from ..links.rounds import LinkRun, PairRunner, run_links
 from ..links.schedule import FULL, SCREEN, next_stride
-from ..links.verdicts import link_findings
 from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
 from ..schema.times import iso_time
 from ..slurm.launcher import slurm_connector

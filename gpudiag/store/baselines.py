@@ -28,8 +28,8 @@ from typing import Any, NoReturn
 from ..analysis.keys import LINK_METRIC, LINK_PROBE, LINK_UNIT, hardware_key, link_key
 from ..errors import InputError, StoreError
 from ..links.attribution import BACKENDS, pair_means
+from ..links.linkfindings import touched_links
 from ..links.rounds import link_results
-from ..links.verdicts import touched_links
 from ..schema.times import now_iso
 from .store import BaselineSample, Store, StoredLinks
 
@@ -109,7 +109,7 @@ def link_samples(stored: StoredLinks) -> list[BaselineSample]:
     (gpudiag.analysis.keys.link_key): each pair's mean of its runs, in Gbit/s. Tests with no figure are
     left out, and so are pairs a link finding of the sweep touched (a ``slow_nic`` at either end
     on that backend and rail, a ``slow_link`` or ``link_error`` of the pair; see
-    gpudiag.links.verdicts.touched_links)."""
+    gpudiag.links.linkfindings.touched_links)."""
     touched = touched_links(stored.findings)
     return [BaselineSample(stored.sweep_id, group.baseline_key, LINK_PROBE, LINK_METRIC, gbps, LINK_UNIT, a, None, b)
             for group, pairs in pair_means(link_results(stored.links)).items() for (a, b), gbps in pairs.items()

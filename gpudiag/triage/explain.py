@@ -1,7 +1,7 @@
-"""The triage's explanation: each problem in plain words with its evidence and the next action,
+"""The triage's explanation: each finding in plain words with its evidence and the next action,
 most severe first; what was checked; and, plainly, what could not be checked.
 
-Problems come from four places:
+Explained findings come from four places:
 
 - the kernel log's Xids, decoded with the catalog (gpudiag.analysis.xid);
 - NVML's pending recovery action of each GPU;
@@ -11,7 +11,7 @@ Problems come from four places:
 - the host's own history: a figure now ``deficit_warn`` or more below its median over the host's
   stored sweeps.
 
-The exit code is the sweep's (gpudiag.exitcodes): 1 for a ``fail`` problem, else 3 when something
+The exit code is the sweep's (gpudiag.exitcodes): 1 for a ``fail`` finding, else 3 when something
 could not be checked (the host, a measurement, the kernel log), else 0; 130 when interrupted.
 """
 
@@ -50,10 +50,11 @@ POWER_WORDS = ("power brake", "power cap")
 
 
 @dataclass(frozen=True)
-class Problem:
-    """One problem: ``severity`` fail or warn, the ``action`` verb, the ``next_step`` in plain words
-    and its ``detail``, a one-line ``title``, the ``evidence`` lines, the GPU index where it is
-    about one, and its ``source`` (kernel log, NVML, analysis, history)."""
+class ExplainedFinding:
+    """A finding explained for the engineer on call (one of the document's ``problems``):
+    ``severity`` fail or warn, the ``action`` verb, the ``next_step`` in plain words and its
+    ``detail``, a one-line ``title``, the ``evidence`` lines, the GPU index where it is about one,
+    and its ``source`` (kernel log, NVML, analysis, history)."""
 
     severity: Severity
     action: Action
@@ -78,7 +79,7 @@ class Triage:
     host: str
     status: str
     error: str | None
-    problems: tuple[Problem, ...]
+    explained: tuple[ExplainedFinding, ...]
     checked: tuple[str, ...]
     not_checked: tuple[str, ...]
     notes: tuple[str, ...]
@@ -93,54 +94,54 @@ class Triage:
                 "started_at": iso_time(run.started_at), "finished_at": iso_time(run.finished_at),
                 "probes": list(run.probe.names), "duration_s": run.probe.duration_s, "baseline": run.baseline,
                 "retested": run.retested, "interrupted": run.interrupted,
-                "problems": [problem.to_dict() for problem in self.problems], "checked": list(self.checked),
+                "problems": [finding.to_dict() for finding in self.explained], "checked": list(self.checked),
                 "not_checked": list(self.not_checked), "notes": list(self.notes), "history": list(self.history),
                 "xid": _xid_dict(self.xid), "findings": [finding.to_dict() for finding in run.analysis.findings],
                 "facts": dict(run.outcome.facts), "exit_code": int(self.exit_code)}
 
 
 def explain(run: TriageRun, catalog: XidCatalog | None = None) -> Triage:
-    """The explanation of ``run``: problems most severe first, what was checked and what not."""
+    """The explanation of ``run``: its findings explained, most severe first, what was checked and what not."""
     catalog = catalog or load_catalog()
     records = list(run.outcome["results"])
     report = decode(records, catalog)
     findings = [f for f in run.analysis.findings if not (f.metric or "").startswith(f"{XID_PROBE}.")]
-    problems = [*_xid_problems(report), *(_finding_problem(f) for f in findings if f.kind != Kind.UNCHECKED),
-                *_history_problems(run)]
+    explained = [*_xid_findings(report), *(_explained(f) for f in findings if f.kind != Kind.UNCHECKED),
+                 *_history_findings(run)]
     gaps = _gaps(run, report, findings)
-    problems.sort(key=_order)
-    has_fail = any(problem.severity == Severity.FAIL for problem in problems)
+    explained.sort(key=_order)
+    has_fail = any(finding.severity == Severity.FAIL for finding in explained)
     code = decide_exit_code(has_fail=has_fail, has_unchecked=bool(gaps), interrupted=run.interrupted)
-    return Triage(host=run.host, status=run.outcome.status, error=run.outcome.error, problems=tuple(problems),
+    return Triage(host=run.host, status=run.outcome.status, error=run.outcome.error, explained=tuple(explained),
                   checked=tuple(_checked(run, report, records)), not_checked=tuple(gaps),
                   notes=(*run.notes, *_not_applicable(report)), history=tuple(_history_lines(run.history)),
                   exit_code=code, run=run, xid=report)
 
 
-def _order(problem: Problem) -> tuple[Any, ...]:
-    severity = {Severity.FAIL: 0, Severity.WARN: 1}.get(problem.severity, 2)
+def _order(finding: ExplainedFinding) -> tuple[Any, ...]:
+    severity = {Severity.FAIL: 0, Severity.WARN: 1}.get(finding.severity, 2)
     verbs = tuple(Action)
-    verb = verbs.index(problem.action) if problem.action in verbs else len(verbs)
-    return severity, verb, problem.gpu is None, problem.gpu or 0, problem.title
+    verb = verbs.index(finding.action) if finding.action in verbs else len(verbs)
+    return severity, verb, finding.gpu is None, finding.gpu or 0, finding.title
 
 
 # --------------------------------------------------------------------------------- the sources
 
 
-def _xid_problems(report: XidReport) -> list[Problem]:
-    """A problem per Xid event, and per GPU with a recovery action pending. A pending action on a GPU
+def _xid_findings(report: XidReport) -> list[ExplainedFinding]:
+    """A finding per Xid event, and per GPU with a recovery action pending. A pending action on a GPU
     that also has Xids is evidence of its most severe Xid (the driver's verdict on that fault),
-    not a problem of its own."""
+    not a finding of its own."""
     recovery = {pending.gpu.index: pending for pending in report.pending if pending.gpu.index is not None}
-    problems = []
+    explained = []
     for event in report.events:  # most severe first (gpudiag.analysis.xid)
         pending = recovery.pop(event.gpu.index, None) if event.gpu.index is not None else None
-        problems.append(_xid_problem(event, report, pending))
+        explained.append(_xid_finding(event, report, pending))
     leftover = [pending for pending in report.pending if pending.gpu.index is None or pending.gpu.index in recovery]
-    return problems + [_recovery_problem(pending) for pending in leftover]
+    return explained + [_recovery_finding(pending) for pending in leftover]
 
 
-def _xid_problem(event: XidEvent, report: XidReport, pending: PendingRecovery | None) -> Problem:
+def _xid_finding(event: XidEvent, report: XidReport, pending: PendingRecovery | None) -> ExplainedFinding:
     advice = event.advice
     times = "once" if event.count == 1 else f"{event.count} times"
     span = f", first {event.first_seen}, last {event.last_seen}" if event.first_seen else ""
@@ -151,18 +152,19 @@ def _xid_problem(event: XidEvent, report: XidReport, pending: PendingRecovery | 
     if pending is not None:
         evidence.append(_recovery_evidence(pending))
     known = "" if event.known else " (not in gpudiag's Xid catalog)"
-    return Problem(severity=advice.severity or Severity.WARN, action=advice.action or Action.WATCH,
-                   next_step=advice.plain if advice.severity else "ignore", detail=advice.detail,
-                   title=f"Xid {event.code} on {event.gpu.describe()}: {advice.name}{known}",
-                   evidence=tuple(evidence), source="kernel log", gpu=event.gpu.index)
+    return ExplainedFinding(severity=advice.severity or Severity.WARN, action=advice.action or Action.WATCH,
+                            next_step=advice.plain if advice.severity else "ignore", detail=advice.detail,
+                            title=f"Xid {event.code} on {event.gpu.describe()}: {advice.name}{known}",
+                            evidence=tuple(evidence), source="kernel log", gpu=event.gpu.index)
 
 
-def _recovery_problem(pending: PendingRecovery) -> Problem:
+def _recovery_finding(pending: PendingRecovery) -> ExplainedFinding:
     advice = pending.advice
-    return Problem(severity=advice.severity or Severity.WARN, action=advice.action or Action.INSPECT,
-                   next_step=advice.plain, detail=advice.detail,
-                   title=f"{pending.gpu.describe()} has a recovery action pending: {advice.name}",
-                   evidence=(_recovery_evidence(pending),), source="NVML recovery action", gpu=pending.gpu.index)
+    return ExplainedFinding(severity=advice.severity or Severity.WARN, action=advice.action or Action.INSPECT,
+                            next_step=advice.plain, detail=advice.detail,
+                            title=f"{pending.gpu.describe()} has a recovery action pending: {advice.name}",
+                            evidence=(_recovery_evidence(pending),), source="NVML recovery action",
+                            gpu=pending.gpu.index)
 
 
 def _recovery_evidence(pending: PendingRecovery) -> str:
@@ -170,7 +172,7 @@ def _recovery_evidence(pending: PendingRecovery) -> str:
             f"GPU {pending.gpu.index}: {pending.advice.meaning}")
 
 
-def _finding_problem(finding: Finding) -> Problem:
+def _explained(finding: Finding) -> ExplainedFinding:
     evidence = [finding.evidence]
     if finding.value is not None and finding.reference is not None:
         unit = f" {finding.unit}" if finding.unit else ""
@@ -181,9 +183,9 @@ def _finding_problem(finding: Finding) -> Problem:
     where = f"GPU {finding.gpu}" if finding.gpu is not None else finding.host
     peer = f" and {finding.peer}" if finding.peer else (
         f" with GPU {finding.peer_gpu}" if finding.peer_gpu is not None else "")
-    return Problem(severity=finding.severity, action=finding.action, next_step=_plain_action(finding),
-                   detail=finding.action_detail, title=f"{finding.kind.replace('_', ' ')} on {where}{peer}",
-                   evidence=tuple(evidence), source=f"analysis ({finding.basis})", gpu=finding.gpu)
+    return ExplainedFinding(severity=finding.severity, action=finding.action, next_step=_plain_action(finding),
+                            detail=finding.action_detail, title=f"{finding.kind.replace('_', ' ')} on {where}{peer}",
+                            evidence=tuple(evidence), source=f"analysis ({finding.basis})", gpu=finding.gpu)
 
 
 def _plain_action(finding: Finding) -> str:
@@ -193,8 +195,8 @@ def _plain_action(finding: Finding) -> str:
     return plain if plain is not None else finding.action_detail.split(";")[0]
 
 
-def _history_problems(run: TriageRun) -> list[Problem]:
-    """One problem naming each figure of a GPU (or of the host) now ``deficit_warn_pct`` or more
+def _history_findings(run: TriageRun) -> list[ExplainedFinding]:
+    """One finding naming each figure of a GPU (or of the host) now ``deficit_warn_pct`` or more
     below its median over the host's stored sweeps, the worst first (none when no figure is)."""
     past = _history_values(run.history)
     below = []
@@ -212,13 +214,14 @@ def _history_problems(run: TriageRun) -> list[Problem]:
     if len(below) > HISTORY_SHOWN:
         evidence.append(f"and {len(below) - HISTORY_SHOWN} more figures below their history")
     gpus = {key[2] for _, key, *_ in below}
-    return [Problem(severity=Severity.WARN, action=Action.INSPECT, next_step="compare with its last good sweep",
-                    detail="the host is slower than it used to be: compare driver, firmware, clocks and power "
-                           "settings with its last good sweep (gpudiag history), and look at the problems above "
-                           "for a cause",
-                    title=f"{len(below)} figure{'s' if len(below) != 1 else ''} below this host's own history "
-                          f"(up to {below[0][0]:.1f} %)", evidence=tuple(evidence), source="history",
-                    gpu=next(iter(gpus)) if len(gpus) == 1 else None)]
+    return [ExplainedFinding(severity=Severity.WARN, action=Action.INSPECT,
+                             next_step="compare with its last good sweep",
+                             detail="the host is slower than it used to be: compare driver, firmware, clocks and "
+                                    "power settings with its last good sweep (gpudiag history), and look at the "
+                                    "problems above for a cause",
+                             title=f"{len(below)} figure{'s' if len(below) != 1 else ''} below this host's own history "
+                                   f"(up to {below[0][0]:.1f} %)", evidence=tuple(evidence), source="history",
+                             gpu=next(iter(gpus)) if len(gpus) == 1 else None)]
 
 
 # (probe.metric, parameters as canonical JSON, GPU index or None)

@@ -1,4 +1,4 @@
-"""The triage explanation as plain text for the terminal: a headline, each problem with its next
+"""The triage explanation as plain text for the terminal: a headline, each finding with its next
 action and evidence (most severe first), then what was checked, what could not be, notes and the
 host's stored history."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from ..exitcodes import ExitCode
 from ..findings import Severity
 from ..schema.text import clean_text
-from .explain import Problem, Triage
+from .explain import ExplainedFinding, Triage
 
 WIDTH = 100
 # A line of the explanation is cut to this many characters (they are wrapped at WIDTH).
@@ -21,9 +21,9 @@ INDENT = "     "
 def render_text(triage: Triage) -> str:
     """The whole explanation (ends with a newline)."""
     lines = [_headline(triage), ""]
-    if triage.problems:
-        for number, problem in enumerate(triage.problems, start=1):
-            lines += _problem(number, problem)
+    if triage.explained:
+        for number, finding in enumerate(triage.explained, start=1):
+            lines += _explained(number, finding)
     elif triage.status == "ok":
         scope = "in what could be checked (see what could not, below)" if triage.not_checked else \
             "in the measurements, the telemetry, the kernel log or the recovery actions (see what was checked below)"
@@ -37,8 +37,8 @@ def render_text(triage: Triage) -> str:
 
 
 def _headline(triage: Triage) -> str:
-    fails = sum(problem.severity == Severity.FAIL for problem in triage.problems)
-    count = len(triage.problems)
+    fails = sum(finding.severity == Severity.FAIL for finding in triage.explained)
+    count = len(triage.explained)
     found = "nothing found" if not count else f"{count} problem{'s' if count != 1 else ''} ({fails} to act on)"
     status = "" if triage.status == "ok" else f" · host {triage.status}"
     meaning = {ExitCode.OK: "healthy", ExitCode.FAIL: "act on it", ExitCode.UNCHECKED: "not everything was checked",
@@ -46,11 +46,11 @@ def _headline(triage: Triage) -> str:
     return f"gpudiag triage {triage.host}: {found}{status} · exit {int(triage.exit_code)} ({meaning})"
 
 
-def _problem(number: int, problem: Problem) -> list[str]:
-    lines = [f"{number}. {problem.severity.upper():4}  {problem.title}",
-             *_wrapped(f"next: {problem.action} — {problem.next_step}", INDENT),
-             *_wrapped(f"how: {problem.detail}", INDENT), f"{INDENT}evidence ({problem.source}):"]
-    for item in problem.evidence:
+def _explained(number: int, finding: ExplainedFinding) -> list[str]:
+    lines = [f"{number}. {finding.severity.upper():4}  {finding.title}",
+             *_wrapped(f"next: {finding.action} — {finding.next_step}", INDENT),
+             *_wrapped(f"how: {finding.detail}", INDENT), f"{INDENT}evidence ({finding.source}):"]
+    for item in finding.evidence:
         lines += _wrapped(f"- {item}", INDENT + "  ", INDENT + "    ")
     return [*lines, ""]
 

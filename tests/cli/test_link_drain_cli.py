@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from gpudiag.cli.main import main
 from gpudiag.links import LinkResult
+from gpudiag.links.linkfindings import link_findings
 from gpudiag.links.rounds import run_links
-from gpudiag.links.verdicts import link_findings
 
 LINK_KINDS = ("slow_nic", "slow_link", "link_error", "fleet_shift")
 

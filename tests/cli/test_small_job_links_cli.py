@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from gpudiag.cli.main import main
 from gpudiag.exitcodes import ExitCode
 from gpudiag.links import LinkResult, attribute_links
-from gpudiag.links.verdicts import link_findings, touched_links
+from gpudiag.links.linkfindings import link_findings, touched_links
 
 NO_JOB = {"SLURM_JOB_NODELIST": "", "SLURM_NODELIST": ""}
 LINK_BLAME = ("slow_nic", "slow_link")

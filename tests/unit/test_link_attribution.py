@@ -14,7 +14,7 @@ from gpudiag.links import (
     pair_key,
     screen_rounds,
 )
-from gpudiag.links.verdicts import link_findings
+from gpudiag.links.linkfindings import link_findings
 
 LINE_GBPS = 400.0
 HEALTHY_GBPS = 388.0

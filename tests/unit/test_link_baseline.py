@@ -18,8 +18,8 @@ from gpudiag.analysis.keys import describe_key, link_key
 from gpudiag.cli.main import main
 from gpudiag.errors import InputError, StoreError
 from gpudiag.links import LinkResult, Round, attribute_links, full_rounds, screen_rounds
+from gpudiag.links.linkfindings import link_findings, touched_links
 from gpudiag.links.rounds import LinkRecord, run_links
-from gpudiag.links.verdicts import link_findings, touched_links
 from gpudiag.sim import SimulatedFleet, parse_fleet
 from gpudiag.sim.pairs import SimulatedPairRunner
 from gpudiag.store.baselines import (

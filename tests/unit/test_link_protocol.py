@@ -12,6 +12,7 @@ import pytest
 from gpudiag.findings import Severity
 from gpudiag.links import LinkResult, attribute_links
 from gpudiag.links.addresses import address_refusal, impossible_address
+from gpudiag.links.linkfindings import link_findings
 from gpudiag.links.protocol import (
     PAIR_PROTOCOL,
     PairProtocolError,
@@ -24,7 +25,6 @@ from gpudiag.links.protocol import (
 )
 from gpudiag.links.remote import PairTestOptions, check_records
 from gpudiag.links.rounds import LinkRecord
-from gpudiag.links.verdicts import link_findings
 from gpudiag.records import ProbeResult, parse_probe_output
 from probes.net import common as net
 from probes.net import main as net_main

@@ -3,8 +3,8 @@ The attribution sees only the pair figures the simulated fleet's network model g
 
 import pytest
 
+from gpudiag.links.linkfindings import link_findings
 from gpudiag.links.rounds import run_links
-from gpudiag.links.verdicts import link_findings
 from gpudiag.sim import SimulatedFleet, parse_fleet
 from gpudiag.sim.pairs import SimulatedPairRunner
 

@@ -1,4 +1,4 @@
-"""Link verdicts as findings (the sweep document's ``findings[]``): ``slow_nic`` names the host,
+"""Link suspects as findings (the sweep document's ``findings[]``): ``slow_nic`` names the host,
 ``slow_link`` and ``link_error`` both ends (``host`` and ``peer``), a line-rate shift the
 hosts of its group. A pair that could not be tested is never a pass: ``link_error`` is a
 warning, so the sweep exits 3 at least. A slow NIC or pair the re-tests could not confirm is an
@@ -18,7 +18,7 @@ from typing import Any
 from ..analysis.rules import action
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
-from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkVerdict, NicVerdict
+from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkSuspect, NicSuspect
 from .groups import GroupReference, pct_text, rate_text
 from .schedule import Pair, pair_key
 
@@ -31,7 +31,7 @@ _METRIC = re.compile(r"link\.([a-z]+)(?:\.rail(\d+))?")
 
 
 def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list[Finding]:
-    """One finding per verdict, the rails of one NIC or pair folded into one: a confirmed
+    """One finding per suspect, the rails of one NIC or pair folded into one: a confirmed
     deficit of ``fail_deficit_pct`` percent or more is a ``fail``; a smaller one a ``warn``; an
     unconfirmed one an ``unchecked`` (``_unconfirmed``). A slow pair whose end was tested with
     that partner only (``undecided``: its NIC may be the cause as well as the link) is still a
@@ -50,14 +50,14 @@ def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list
 def _fold_rails(findings: list[Finding]) -> list[Finding]:
     """The findings about one NIC (host) or one pair (host, peer) on several rails as one: the
     worst rail's figures, ``fail`` if any rail fails, and the rails named. A suspect some rails
-    confirmed and others did not is the confirmed verdict (the rest named as not yet confirmed);
+    confirmed and others did not is the confirmed finding (the rest named as not yet confirmed);
     one no rail confirmed stays ``unchecked``. A slow pair one of whose ends is a slow NIC on
     other rails of the same backend is folded into that NIC: a NIC a little slow measured with
     noise reads as a slow pair now and then (its rails are named, so its port is checked too)."""
     nic_hosts = {(f.host, _where(f.metric)[0]) for f in findings if f.kind == Kind.SLOW_NIC and f.confirmed}
     groups: dict[tuple[Kind, str, str | None], list[Finding]] = {}
     for finding in findings:
-        kind, host, peer = _verdict_kind(finding), finding.host, finding.peer
+        kind, host, peer = _folded_kind(finding), finding.host, finding.peer
         if kind == Kind.SLOW_LINK and peer is not None:
             end = next((e for e in (host, peer) if (e, _where(finding.metric)[0]) in nic_hosts), None)
             if end is not None:
@@ -72,8 +72,8 @@ def _fold_rails(findings: list[Finding]) -> list[Finding]:
     return folded
 
 
-def _verdict_kind(finding: Finding) -> Kind:
-    """``slow_nic``/``slow_link`` for a verdict or a suspect not confirmed (an ``unchecked`` on a
+def _folded_kind(finding: Finding) -> Kind:
+    """``slow_nic``/``slow_link`` for a confirmed suspect or one not confirmed (an ``unchecked`` on a
     link metric), else the finding's own kind."""
     if finding.kind == Kind.UNCHECKED and (finding.metric or "").startswith("link.") and finding.value is not None:
         return Kind.SLOW_LINK if finding.peer else Kind.SLOW_NIC
@@ -112,46 +112,46 @@ def _metric(backend: str, rail: int | None) -> str:
     return f"link.{backend}" if rail is None else f"link.{backend}.rail{rail}"
 
 
-def _nic(verdict: NicVerdict, fail_deficit_pct: float) -> Finding:
-    severity = _severity(verdict.confirmed, verdict.deficit_pct, fail_deficit_pct)
+def _nic(suspect: NicSuspect, fail_deficit_pct: float) -> Finding:
+    severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct)
     verb, detail = action(Kind.SLOW_NIC, severity)
-    return Finding(kind=Kind.SLOW_NIC, severity=severity, host=verdict.host,
-                   metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
-                   reference=round(verdict.reference_gbps, 3), unit=UNIT,
-                   reference_source=verdict.reference_source, deficit_pct=round(verdict.deficit_pct, 2),
-                   robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
-                   confirmed=verdict.confirmed, basis=Basis.RETEST if verdict.confirmed else Basis.SINGLE_RUN,
-                   evidence=verdict.evidence, action=verb, action_detail=detail)
+    return Finding(kind=Kind.SLOW_NIC, severity=severity, host=suspect.host,
+                   metric=_metric(suspect.backend, suspect.rail), value=round(suspect.gbps, 3),
+                   reference=round(suspect.reference_gbps, 3), unit=UNIT,
+                   reference_source=suspect.reference_source, deficit_pct=round(suspect.deficit_pct, 2),
+                   robust_z=None if suspect.robust_z is None else round(suspect.robust_z, 2),
+                   confirmed=suspect.confirmed, basis=Basis.RETEST if suspect.confirmed else Basis.SINGLE_RUN,
+                   evidence=suspect.evidence, action=verb, action_detail=detail)
 
 
-def _link(verdict: LinkVerdict, fail_deficit_pct: float) -> Finding:
-    severity = _severity(verdict.confirmed, verdict.deficit_pct, fail_deficit_pct)
+def _link(suspect: LinkSuspect, fail_deficit_pct: float) -> Finding:
+    severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct)
     verb, detail = action("slow_network_link", severity)
-    return Finding(kind=Kind.SLOW_LINK, severity=severity, host=verdict.a, peer=verdict.b,
-                   metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
-                   reference=round(verdict.reference_gbps, 3), unit=UNIT, reference_source=verdict.reference_source,
-                   deficit_pct=round(verdict.deficit_pct, 2),
-                   robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2),
-                   confirmed=verdict.confirmed, basis=Basis.RETEST if verdict.confirmed else Basis.SINGLE_RUN,
-                   evidence=verdict.evidence, action=verb, action_detail=detail)
+    return Finding(kind=Kind.SLOW_LINK, severity=severity, host=suspect.a, peer=suspect.b,
+                   metric=_metric(suspect.backend, suspect.rail), value=round(suspect.gbps, 3),
+                   reference=round(suspect.reference_gbps, 3), unit=UNIT, reference_source=suspect.reference_source,
+                   deficit_pct=round(suspect.deficit_pct, 2),
+                   robust_z=None if suspect.robust_z is None else round(suspect.robust_z, 2),
+                   confirmed=suspect.confirmed, basis=Basis.RETEST if suspect.confirmed else Basis.SINGLE_RUN,
+                   evidence=suspect.evidence, action=verb, action_detail=detail)
 
 
-def _unconfirmed(verdict: NicVerdict | LinkVerdict) -> Finding:
+def _unconfirmed(suspect: NicSuspect | LinkSuspect) -> Finding:
     """An ``unchecked`` warning naming a slow NIC (its host) or a slow pair (both ends) that the
     re-tests could not confirm: too few known-good partners (a small job, hosts slow only with
     each other), or runs that did not all repeat the deficit. Measured slow once is no verdict,
     and never a pass."""
-    is_nic = isinstance(verdict, NicVerdict)
-    host, peer = (verdict.host, None) if isinstance(verdict, NicVerdict) else (verdict.a, verdict.b)
+    is_nic = isinstance(suspect, NicSuspect)
+    host, peer = (suspect.host, None) if isinstance(suspect, NicSuspect) else (suspect.a, suspect.b)
     verb, detail = action(Kind.UNCHECKED, Severity.WARN)
     return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=host, peer=peer,
-                   metric=_metric(verdict.backend, verdict.rail), value=round(verdict.gbps, 3),
-                   reference=round(verdict.reference_gbps, 3), unit=UNIT, reference_source=verdict.reference_source,
-                   deficit_pct=round(verdict.deficit_pct, 2),
-                   robust_z=None if verdict.robust_z is None else round(verdict.robust_z, 2), confirmed=False,
+                   metric=_metric(suspect.backend, suspect.rail), value=round(suspect.gbps, 3),
+                   reference=round(suspect.reference_gbps, 3), unit=UNIT, reference_source=suspect.reference_source,
+                   deficit_pct=round(suspect.deficit_pct, 2),
+                   robust_z=None if suspect.robust_z is None else round(suspect.robust_z, 2), confirmed=False,
                    basis=Basis.SINGLE_RUN,
                    evidence=f"{Kind.SLOW_NIC if is_nic else Kind.SLOW_LINK} suspected, not confirmed, not passed: "
-                            f"{verdict.evidence}",
+                            f"{suspect.evidence}",
                    action=verb, action_detail=detail)
 
 
@@ -232,7 +232,7 @@ def touched_links(findings: Iterable[Mapping[str, Any]]) -> TouchedLinks:
     for finding in findings:
         kind, host, peer = finding.get("kind"), finding.get("host"), finding.get("peer")
         if kind == Kind.UNCHECKED and str(finding.get("metric") or "").startswith("link."):
-            kind = Kind.LINK_ERROR if peer else Kind.SLOW_NIC  # a suspect not confirmed stays out as the verdict would
+            kind = Kind.LINK_ERROR if peer else Kind.SLOW_NIC  # a suspect not confirmed stays out as the finding would
         if kind in NIC_KINDS and host:
             nics.add((str(host), *_where(finding.get("metric"))))
         elif kind in PAIR_KINDS and host and peer and host != peer:
