@@ -25,7 +25,7 @@ from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
-from gpudiag.run.sweep import SweepRequest, run_plan
+from gpudiag.run.sweep import SweepRequest, run_sweep
 from gpudiag.sim import FleetFile
 from gpudiag.store.store import Store
 from gpudiag.store.trend import host_trends
@@ -56,7 +56,7 @@ def history_rows(folder: Path, seed: int, cv: float, sweeps: int, host: str, gpu
         store = folder / f"sweep{index}.db"
         request = SweepRequest(hosts_argument=None, stand_in=FleetFile(str(fleet)), store_path=str(store), links="none",
                                sweep=SweepOptions(probe=ProbeOptions(names=HISTORY_PROBES, duration_s=0.2)))
-        run_plan(request, io.StringIO(), QuietProgress())
+        run_sweep(request, io.StringIO(), QuietProgress())
         with Store.open(store, readonly=True) as opened:
             for name in rows:
                 rows[name] = opened.host_history(name, 1) + rows[name]

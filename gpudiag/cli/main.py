@@ -37,7 +37,7 @@ from ..report.tables import make_console
 from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import HostProbe, ProbeOptions, probe_host
 from ..run.interrupts import InterruptGate
-from ..run.sweep import LINK_MODES, SweepRequest, run_plan
+from ..run.sweep import LINK_MODES, SweepRequest, run_sweep
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile, demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
@@ -288,7 +288,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         check_prom_file(prom_file)
     # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
     with InterruptGate().installed() as gate:
-        result = run_plan(request, stdin, make_progress(quiet), gate)
+        result = run_sweep(request, stdin, make_progress(quiet), gate)
         if result.interrupted:
             gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
                 ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
@@ -322,7 +322,7 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
                            stand_in=FleetFile(str(demo_fleet_path())), store_path=str(folder / "gpudiag.db"),
                            links="full")
     with InterruptGate().installed() as gate:
-        result = run_plan(request, sys.stdin, make_progress(quiet), gate)
+        result = run_sweep(request, sys.stdin, make_progress(quiet), gate)
     document = result.to_dict()
     write_sweep_json(result, str(folder / "sweep.json"))
     write_report(render_report(document, "html"), folder / "report.html")

@@ -17,7 +17,7 @@ from ..sim import FleetFile
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
-from ..triage.plan import HISTORY_SWEEPS, run_triage
+from ..triage.run import HISTORY_SWEEPS, run_triage
 from .options import judging_options, node_python_option, output_limits, output_options, run_store, ssh_options
 from .progress import make_progress
 

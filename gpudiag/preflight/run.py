@@ -1,4 +1,4 @@
-"""Running a pre-flight: plan it from the budget, run it as a sweep (gpudiag.run.sweep.run_plan) under
+"""Running a pre-flight: plan it from the budget, run it as a sweep (gpudiag.run.sweep.run_sweep) under
 that budget, then drain the nodes of ``fail`` findings that take a node out of service, and
 return to service the nodes gpudiag drained that passed again the checks that drained them
 (gpudiag.slurm.resume). Every scontrol call runs within what is left of the budget (at least
@@ -25,7 +25,7 @@ from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
 from ..run.progress import SweepProgress
 from ..run.standin import StandInFleet
-from ..run.sweep import SweepRequest, run_plan
+from ..run.sweep import SweepRequest, run_sweep
 from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
@@ -159,7 +159,7 @@ def run_preflight(request: PreflightRequest, plan: PreflightPlan, stdin: TextIO,
     """Carry out ``plan``, then drain (``fail`` findings only) and undrain as asked. ``started``:
     time.monotonic() when the command began. Raises InputError or StoreError before any node
     is touched when an input is bad."""
-    result = run_plan(sweep_request(request, plan), stdin, progress, gate)
+    result = run_sweep(sweep_request(request, plan), stdin, progress, gate)
     interrupted = result.interrupted or gate.received
     deadline = scontrol_deadline(request.budget_s, started)
     commands = drain_commands(result.findings, scontrol=request.scontrol) if not interrupted else []

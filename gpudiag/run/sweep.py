@@ -1,4 +1,4 @@
-"""The plan of a sweep: which probes run where, in which phase, and what is kept.
+"""A whole sweep, phase by phase: which probes run where, in which phase, and what is kept.
 
 1. Node probes on every host at once (bounded by the fan-out), each host stored as it finishes.
 2. Analysis against the fleet, the stored baseline and the SKU figures.
@@ -58,7 +58,7 @@ from .fanout import (
     SweepResult,
     interrupted_host,
     new_sweep_id,
-    run_sweep,
+    probe_hosts,
 )
 from .interrupts import InterruptGate, QuietGate
 from .progress import QuietProgress, SweepProgress
@@ -124,7 +124,7 @@ class _Setup:
     stand_in_pairs: Callable[[PairTestOptions], PairRunner] | None = None  # a stand-in fleet's pair tests
 
 
-def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
+def run_sweep(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
              gate: InterruptGate | None = None) -> SweepResult:
     """Run every phase; returns the analysed sweep, interrupted or not (``gate`` decides what an
     interrupt stops: gpudiag.run.interrupts). Raises InputError/StoreError before any node is
@@ -290,7 +290,7 @@ def _first_pass(request: SweepRequest, setup: _Setup, progress: SweepProgress, g
     they could start."""
     try:
         with gate.interruptible():
-            first = run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
+            first = probe_hosts(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
                               on_host_done=record, started_at=started_at, sweep_id=sweep_id, say=gate.say)
             return dataclasses.replace(first, focus=setup.focus.to_dict() if setup.focus else None)
     except KeyboardInterrupt:
@@ -504,7 +504,7 @@ def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: Swe
     specs = [host for host in setup.hosts if host.label in wanted]
     try:
         with gate.interruptible():
-            again = run_sweep(specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say)
+            again = probe_hosts(specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say)
     except KeyboardInterrupt:
         return None, True
     facts = {host.host: host.facts for host in first.hosts}

@@ -9,8 +9,8 @@ checked; ``render`` prints it.
 
 from ..analysis.xid import XidCatalog, XidReport, decode, load_catalog
 from .explain import Problem, Triage, explain
-from .plan import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, TriageRun, default_deadline_s, run_triage
 from .render import render_text
+from .run import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, TriageRun, default_deadline_s, run_triage
 
 __all__ = ["DEFAULT_DURATION_S", "TRIAGE_PROBES", "Problem", "Triage", "TriageRequest", "TriageRun", "XidCatalog",
            "XidReport", "decode", "default_deadline_s", "explain", "load_catalog", "render_text", "run_triage"]

@@ -17,7 +17,7 @@ from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
-from gpudiag.run.sweep import SweepRequest, run_plan
+from gpudiag.run.sweep import SweepRequest, run_sweep
 from gpudiag.sim import FleetFile
 from gpudiag.store.store import Store
 from gpudiag.store.trend import host_trends
@@ -37,7 +37,7 @@ def _history(folder: Path, seed: int, factors: tuple[float | None, ...], cv: flo
         store = folder / f"sweep{index}.db"
         request = SweepRequest(hosts_argument=None, stand_in=FleetFile(str(fleet)), store_path=str(store), links="none",
                                sweep=SweepOptions(probe=ProbeOptions(names=("gemm", "membw"), duration_s=0.2)))
-        run_plan(request, io.StringIO(), QuietProgress())
+        run_sweep(request, io.StringIO(), QuietProgress())
         with Store.open(store, readonly=True) as opened:
             for host in HOSTS:
                 rows[host] = opened.host_history(host, 1) + rows[host]

@@ -31,7 +31,7 @@ from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
 from ..hosts import HostSpec, load_hosts
 from ..records import DEFAULT_PROBE_NAMES
-from ..run.fanout import SweepOptions, SweepResult, run_sweep
+from ..run.fanout import SweepOptions, SweepResult, probe_hosts
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate, QuietGate
 from ..run.outcome import HostOutcome
@@ -185,7 +185,7 @@ def _run(request: TriageRequest, setup: _Setup, progress: SweepProgress, gate: I
         chosen = dataclasses.replace(options, probe=dataclasses.replace(options.probe, names=tuple(names)))
         try:
             with gate.interruptible():
-                return run_sweep([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say)
+                return probe_hosts([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say)
         except KeyboardInterrupt:
             return None
 
