@@ -91,6 +91,7 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
     from gpudiag.run.fanout import SweepOptions
     from gpudiag.run.hostprobe import ProbeOptions
     from gpudiag.run.progress import QuietProgress
+    from gpudiag.run.request import LinkOptions, Reach, SweepRequest
     from gpudiag.sim import FleetFile
     from gpudiag.sim.connector import SimulatedSession
     from gpudiag.sim.pairs import SimulatedPairRunner
@@ -116,8 +117,9 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
     monkeypatch.setattr(plan.RunBudget, "start", staticmethod(nearly_spent))
     monkeypatch.setattr(SimulatedSession, "run", slow_run)
     monkeypatch.setattr(SimulatedPairRunner, "run_pair", slow_pair)
-    request = plan.SweepRequest(hosts_argument=None, sweep=SweepOptions(ProbeOptions(names=("gemm",), duration_s=0.1)),
-                                stand_in=FleetFile(str(fleet)), links="screen", budget_s=60.0)
+    request = SweepRequest(hosts_argument=None, sweep=SweepOptions(ProbeOptions(names=("gemm",), duration_s=0.1)),
+                                reach=Reach(stand_in=FleetFile(str(fleet))), links=LinkOptions(mode="screen"),
+                                budget_s=60.0)
     started = time.monotonic()
     result = plan.run_sweep(request, None, QuietProgress())
     elapsed = time.monotonic() - started
