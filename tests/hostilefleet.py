@@ -1,5 +1,5 @@
 """A small simulated fleet in which one node misbehaves: the shared harness of the hostile-record
-tests (tests/unit/test_fuzz_records.py, tests/unit/test_node_checks.py).
+tests (tests/unit/controller/test_fuzz_records.py, tests/unit/controller/analysis/test_node_checks.py).
 
 ``ReplayConnector`` implements the sweep's Connector and Session protocols: every node answers the
 bundle's command line with what the simulated fleet prints for it (computed once per node and
