@@ -69,7 +69,8 @@ from detection_siblings import SIBLING_SCENARIOS, healthy_at_fail, scenario_cvs,
 from gpudiag.run.fanout import SweepOptions  # noqa: E402
 from gpudiag.run.hostprobe import ProbeOptions  # noqa: E402
 from gpudiag.run.progress import QuietProgress  # noqa: E402
-from gpudiag.run.sweep import SweepRequest, run_plan  # noqa: E402
+from gpudiag.run.request import Judging, Reach, SweepRequest  # noqa: E402
+from gpudiag.run.sweep import run_sweep  # noqa: E402
 from gpudiag.sim import FleetFile  # noqa: E402
 from gpudiag.store.baselines import baseline_samples, build_baseline, save_baseline  # noqa: E402
 from gpudiag.store.store import Store  # noqa: E402
@@ -286,9 +287,10 @@ def _run(fleet: dict, folder: Path, store: Path | None, baseline: str | None, ex
     path.write_text(json.dumps(fleet))
     fields = dict(extra or {})
     options = fields.pop("sweep", None) or SweepOptions(probe=ProbeOptions(names=PROBES), fanout=64)
-    request = SweepRequest(hosts_argument=None, stand_in=FleetFile(str(path)), store_path=str(store) if store else None,
-                           baseline_name=baseline, sweep=options, **fields)
-    return run_plan(request, io.StringIO(), QuietProgress())
+    request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(path))),
+                           judging=Judging(store_path=str(store) if store else None, baseline_name=baseline),
+                           sweep=options, **fields)
+    return run_sweep(request, io.StringIO(), QuietProgress())
 
 
 def healthy_drains(case: Case, findings: list[dict]) -> int:

@@ -25,7 +25,8 @@ from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
-from gpudiag.run.sweep import SweepRequest, run_plan
+from gpudiag.run.request import Judging, LinkOptions, Reach, SweepRequest
+from gpudiag.run.sweep import run_sweep
 from gpudiag.sim import FleetFile
 from gpudiag.store.store import Store
 from gpudiag.store.trend import host_trends
@@ -54,9 +55,10 @@ def history_rows(folder: Path, seed: int, cv: float, sweeps: int, host: str, gpu
                                      "seed": 1000 * seed + index, "noise": {"gemm_cv": cv, "membw_cv": cv},
                                      "faults": faults}))
         store = folder / f"sweep{index}.db"
-        request = SweepRequest(hosts_argument=None, stand_in=FleetFile(str(fleet)), store_path=str(store), links="none",
+        request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))),
+                               judging=Judging(store_path=str(store)), links=LinkOptions(mode="none"),
                                sweep=SweepOptions(probe=ProbeOptions(names=HISTORY_PROBES, duration_s=0.2)))
-        run_plan(request, io.StringIO(), QuietProgress())
+        run_sweep(request, io.StringIO(), QuietProgress())
         with Store.open(store, readonly=True) as opened:
             for name in rows:
                 rows[name] = opened.host_history(name, 1) + rows[name]

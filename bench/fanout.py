@@ -35,7 +35,8 @@ from gpudiag.hosts import HostSpec  # noqa: E402
 from gpudiag.run.fanout import SweepOptions  # noqa: E402
 from gpudiag.run.hostprobe import ProbeOptions  # noqa: E402
 from gpudiag.run.progress import QuietProgress  # noqa: E402
-from gpudiag.run.sweep import SweepRequest, run_plan  # noqa: E402
+from gpudiag.run.request import LinkOptions, Reach, SweepRequest  # noqa: E402
+from gpudiag.run.sweep import run_sweep  # noqa: E402
 from gpudiag.transport.fleet import FleetConnector  # noqa: E402
 from gpudiag.transport.ssh import SshSettings  # noqa: E402
 from gpudiag.transport.sshconfig import SshOptions, resolve_all  # noqa: E402
@@ -90,9 +91,9 @@ def end_to_end(names: list[str], hosts_file: Path, options: SshOptions, fanout: 
         hosts_argument=str(hosts_file),
         sweep=SweepOptions(probe=ProbeOptions(names=("facts", "gemm", "membw"), duration_s=0.5,
                                               python=sys.executable), fanout=fanout),
-        ssh=options, settings=SshSettings(), links="none")
+        reach=Reach(ssh=options, settings=SshSettings()), links=LinkOptions(mode="none"))
     started = time.perf_counter()
-    result = run_plan(request, io.StringIO(), QuietProgress())
+    result = run_sweep(request, io.StringIO(), QuietProgress())
     return time.perf_counter() - started, sum(host.ok for host in result.hosts)
 
 

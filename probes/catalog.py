@@ -104,7 +104,7 @@ class _Malformed(Exception):
 
 
 # gpudiag/bundle/catalog.py makes the same checks (neither side can import the other's);
-# tests/unit/test_catalog.py has both readers refuse the same files.
+# tests/unit/controller/bundle/test_catalog.py has both readers refuse the same files.
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-# How many cases the hypothesis fuzz of hostile node records (tests/unit/test_fuzz_records.py) runs:
+# How many cases the hypothesis fuzz of hostile node records (tests/unit/controller/test_fuzz_records.py) runs:
 # "suite", the test command's (derandomized, so CI is stable), or "thorough", the full fuzz:
-# python -m pytest --hypothesis-profile=thorough tests/unit/test_fuzz_records.py
+# python -m pytest --hypothesis-profile=thorough tests/unit/controller/test_fuzz_records.py
 settings.register_profile("suite", max_examples=40, deadline=None, derandomize=True, database=None)
 settings.register_profile("thorough", max_examples=550, deadline=None, derandomize=True, database=None)
 settings.load_profile("suite")

@@ -3,7 +3,7 @@
 There is no NVIDIA driver here, so ``FakePynvml`` stands in for pynvml only: it carries
 pynvml's real constants and error classes and answers device calls with each ``FakeGpu``'s
 values. It is handed to our code through its ``nvml_module`` parameter; nothing of ours is
-patched. Used by tests/unit/test_telemetry_nvml.py and tests/unit/test_pause.py.
+patched. Used by tests/unit/probes/test_telemetry_nvml.py and tests/unit/probes/test_pause.py.
 """
 
 from __future__ import annotations

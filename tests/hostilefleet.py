@@ -1,5 +1,5 @@
 """A small simulated fleet in which one node misbehaves: the shared harness of the hostile-record
-tests (tests/unit/test_fuzz_records.py, tests/unit/test_node_checks.py).
+tests (tests/unit/controller/test_fuzz_records.py, tests/unit/controller/analysis/test_node_checks.py).
 
 ``ReplayConnector`` implements the sweep's Connector and Session protocols: every node answers the
 bundle's command line with what the simulated fleet prints for it (computed once per node and
@@ -31,7 +31,7 @@ from gpudiag.report import render_report
 from gpudiag.report.detail import COMPACT, FULL
 from gpudiag.report.document import document_chunks
 from gpudiag.report.prometheus import prom_text
-from gpudiag.run.fanout import SweepOptions, SweepResult, run_sweep
+from gpudiag.run.fanout import SweepOptions, SweepResult, probe_hosts
 from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.outcome import HostOutcome
 from gpudiag.run.progress import QuietProgress
@@ -141,14 +141,14 @@ def sweep_and_report(connector: ReplayConnector, hosts: Sequence[str] | None = N
             outcome.reading = reader.read(outcome.unpacked())
 
     bundle = locate_bundle()
-    first = run_sweep(specs, options, connector, bundle, QuietProgress(), on_host_done=read)
+    first = probe_hosts(specs, options, connector, bundle, QuietProgress(), on_host_done=read)
     analysis = analyse(first.hosts, thresholds)
     retest: list[HostOutcome] | None = None
     if analysis.suspects:
         names = {s.measurement.host for s in analysis.suspects}
         probes = tuple(sorted({s.measurement.probe for s in analysis.suspects}))
         again_options = dataclasses.replace(options, probe=dataclasses.replace(options.probe, names=probes))
-        again = run_sweep([spec for spec in specs if spec.host in names], again_options, connector, bundle,
+        again = probe_hosts([spec for spec in specs if spec.host in names], again_options, connector, bundle,
                           QuietProgress())
         facts = {host.host: host.facts for host in first.hosts}
         retest = [host.with_facts(facts[host.host]) for host in again.hosts]

@@ -110,7 +110,7 @@ def read_catalog(path: Path) -> Catalog:
 
 
 # The checks below are probes/catalog.py's (the bundle cannot import them from here, nor the
-# controller from there); tests/unit/test_catalog.py has both readers refuse the same files.
+# controller from there); tests/unit/controller/bundle/test_catalog.py has both readers refuse the same files.
 
 
 class _Malformed(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -37,7 +38,8 @@ from ..report.tables import make_console
 from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import HostProbe, ProbeOptions, probe_host
 from ..run.interrupts import InterruptGate
-from ..run.sweep import LINK_MODES, SweepRequest, run_plan
+from ..run.request import LINK_MODES, Judging, LinkOptions, Reach, SweepRequest
+from ..run.sweep import run_sweep
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile, demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
@@ -53,7 +55,6 @@ from .options import (
     baseline_option,
     no_retest_option,
     node_python_option,
-    output_limits,
     output_options,
     run_store,
     ssh_options,
@@ -125,8 +126,7 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
                    "in a process that sees that GPU alone; a GPU without room is skipped with the figures.")
 @output_options
 def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: int | None, dtype: str,
-          sequential: bool, deadline: float, python: str | None, pause: bool, max_output_mib: int,
-          max_line_kib: int) -> ExitCode:
+          sequential: bool, deadline: float, python: str | None, pause: bool, output: OutputLimits) -> ExitCode:
     """Measure this machine: GEMM, memory bandwidth, NVLink/P2P, PCIe, NVML telemetry, SM clocks.
 
     PROBE names any of: facts, telemetry, gemm, membw, p2p, pcie, smclock (default: all).
@@ -138,7 +138,7 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
     options = ProbeOptions(names=_probe_names(names), duration_s=duration, max_gpu_mem_mib=max_gpu_mem,
                            dtype=dtype, sequential=sequential, deadline_s=deadline,
                            python=python or sys.executable, pause=pause)
-    node = run_local_probe(options, output_limits(max_output_mib, max_line_kib))
+    node = run_local_probe(options, output)
     if as_json:
         for result in node.results:
             click.echo(strict_dumps(result.to_dict()))
@@ -153,7 +153,16 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
 
 
 def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Where a sweep's results are kept and how they are judged."""
+    """Where a sweep's results are kept and how they are judged: the command gets ``judging``
+    (Judging) and ``exclude_file``."""
+
+    @functools.wraps(function)
+    def with_judging(*args: Any, store_path: str | None, thresholds_path: str | None, baseline_name: str | None,
+                     no_retest: bool, no_store: bool, **kwargs: Any) -> Any:
+        judging = Judging(store_path=run_store(store_path, no_store), thresholds_path=thresholds_path,
+                          baseline_name=baseline_name, retest=not no_retest)
+        return function(*args, judging=judging, **kwargs)
+
     decorators = [
         store_option,
         thresholds_option,
@@ -162,10 +171,12 @@ def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
                          "(exit 3, on the exclude list)."),
         click.option("--exclude-file", default=None, metavar="PATH",
                      help="Write the hosts a job should not get here, one per line."),
+        click.option("--no-store", is_flag=True, help="Keep nothing in the store."),
     ]
+    decorated: Callable[..., Any] = with_judging
     for decorator in reversed(decorators):
-        function = decorator(function)
-    return function
+        decorated = decorator(decorated)
+    return decorated
 
 
 @main.command()
@@ -212,9 +223,7 @@ def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
                    "run; dcgm-exporter's labels), replaced atomically.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @fleet_judging_options
-@click.option("--no-store", is_flag=True, help="Keep nothing in the store.")
 @ssh_options
-@output_options
 @click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
               help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a job, "
                    "--hosts defaults to $SLURM_JOB_NODELIST).")
@@ -241,12 +250,10 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
           host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
           net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
-          json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool, store_path: str | None,
-          thresholds_path: str | None, baseline_name: str | None, no_retest: bool, exclude_file: str | None,
-          no_store: bool, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
-          known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, max_output_mib: int,
-          max_line_kib: int, launcher: str, launcher_fallback: str, slurm_bundle_dir: str | None, pause: bool,
-          budget_s: float | None, suspects: str | None, reference_peers: int) -> ExitCode:
+          json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool, judging: Judging,
+          exclude_file: str | None, ssh: SshOptions, settings: SshSettings, launcher: str, launcher_fallback: str,
+          slurm_bundle_dir: str | None, pause: bool, budget_s: float | None, suspects: str | None,
+          reference_peers: int) -> ExitCode:
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
 
     Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
@@ -259,7 +266,6 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
     names = _probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
-    output = output_limits(max_output_mib, max_line_kib)
     check_pause_backend(pause, net_backend)
     given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
     deadline = pause_deadline_s(pause, deadline, given)
@@ -272,23 +278,22 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
             probe=ProbeOptions(names=names, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                                sequential=sequential, deadline_s=deadline, python=python, pause=pause),
             fanout=fanout, host_timeout_s=host_timeout),
-        ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
-                       connect_timeout_s=connect_timeout),
-        settings=SshSettings(accept_new_host_keys=accept_new_host_keys, output=output),
-        stand_in=FleetFile(simulate_path) if simulate_path is not None else None,
-        store_path=run_store(store_path, no_store),
-        thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=links,
-        net_address=net_address, screen_stride=screen_stride, launcher=launcher, launcher_fallback=launcher_fallback,
-        slurm_bundle_dir=slurm_bundle_dir, focus=focus, budget_s=pause_budget_s(pause, budget_s),
-        pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams, python=python,
-                             line_rate_gbps=net_line_rate, allow_socket=net_allow_socket, host_memory=pause),
+        reach=Reach(ssh=ssh, settings=settings, launcher=launcher, launcher_fallback=launcher_fallback,
+                    slurm_bundle_dir=slurm_bundle_dir,
+                    stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
+        judging=judging,
+        links=LinkOptions(mode=links, net_address=net_address, screen_stride=screen_stride,
+                          pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams,
+                                               python=python, line_rate_gbps=net_line_rate,
+                                               allow_socket=net_allow_socket, host_memory=pause)),
+        focus=focus, budget_s=pause_budget_s(pause, budget_s),
     )
     _check_outputs(json_path, exclude_file)
     if prom_file is not None:
         check_prom_file(prom_file)
     # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
     with InterruptGate().installed() as gate:
-        result = run_plan(request, stdin, make_progress(quiet), gate)
+        result = run_sweep(request, stdin, make_progress(quiet), gate)
         if result.interrupted:
             gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
                 ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
@@ -319,10 +324,10 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     # Every pair of the 64 nodes (the full round robin), so a slow link between two nodes the
     # screen would not pair is named too.
     request = SweepRequest(hosts_argument=None, sweep=SweepOptions(probe=ProbeOptions()),
-                           stand_in=FleetFile(str(demo_fleet_path())), store_path=str(folder / "gpudiag.db"),
-                           links="full")
+                           reach=Reach(stand_in=FleetFile(str(demo_fleet_path()))),
+                           judging=Judging(store_path=str(folder / "gpudiag.db")), links=LinkOptions(mode="full"))
     with InterruptGate().installed() as gate:
-        result = run_plan(request, sys.stdin, make_progress(quiet), gate)
+        result = run_sweep(request, sys.stdin, make_progress(quiet), gate)
     document = result.to_dict()
     write_sweep_json(result, str(folder / "sweep.json"))
     write_report(render_report(document, "html"), folder / "report.html")

@@ -3,14 +3,18 @@ output-cap and judging options, and the hint under a table that left columns out
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
+from typing import Any
 
 import click
 
 from ..errors import InputError
 from ..store.store import default_store_path
 from ..transport.bounded import KIB, MIB, OutputLimits
+from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions
 
 # Where a table leaves out columns for want of room, its caption says so and how to see them.
 WIDER_HINT = "a wider terminal (COLUMNS) shows them"
@@ -36,9 +40,20 @@ def _absolute_path(context: click.Context, parameter: click.Parameter, value: st
     return os.path.abspath(value)
 
 
-def ssh_options(function: click.decorators.FC) -> click.decorators.FC:
-    """How commands that reach nodes over SSH take its settings (sweep, preflight, triage):
-    parameters ssh_config, identities, user, known_hosts, accept_new_host_keys, connect_timeout."""
+def ssh_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """How commands that reach nodes over SSH take its settings (sweep, preflight, triage), and
+    the caps on what one command on a node may print (output_options): the command gets ``ssh``
+    (SshOptions) and ``settings`` (SshSettings, the caps in it)."""
+
+    @functools.wraps(function)
+    def with_ssh(*args: Any, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
+                 known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, output: OutputLimits,
+                 **kwargs: Any) -> Any:
+        ssh = SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
+                         connect_timeout_s=connect_timeout)
+        settings = SshSettings(accept_new_host_keys=accept_new_host_keys, output=output)
+        return function(*args, ssh=ssh, settings=settings, **kwargs)
+
     decorators = [
         click.option("--ssh-config", default=None, metavar="FILE", help="OpenSSH client configuration to use."),
         click.option("-i", "--identity", "identities", multiple=True, metavar="FILE", help="Private key (repeatable)."),
@@ -50,14 +65,21 @@ def ssh_options(function: click.decorators.FC) -> click.decorators.FC:
         click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
                      metavar="S", help="TCP connect timeout, where the SSH config sets none."),
     ]
+    decorated = output_options(with_ssh)
     for decorator in reversed(decorators):
-        function = decorator(function)
-    return function
+        decorated = decorator(decorated)
+    return decorated
 
 
-def output_options(function: click.decorators.FC) -> click.decorators.FC:
-    """The caps on what one command on a node may print (sweep, probe, preflight, triage):
-    parameters max_output_mib and max_line_kib; ``output_limits`` makes them OutputLimits."""
+def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The caps on what one command on a node may print (sweep, probe, preflight, triage): the
+    command gets ``output`` (OutputLimits). Raises InputError when a line may be longer than
+    the whole output."""
+
+    @functools.wraps(function)
+    def with_output(*args: Any, max_output_mib: int, max_line_kib: int, **kwargs: Any) -> Any:
+        return function(*args, output=output_limits(max_output_mib, max_line_kib), **kwargs)
+
     defaults = OutputLimits()
     decorators = [
         click.option("--max-output-mib", type=click.IntRange(min=1), default=defaults.max_bytes // MIB,
@@ -68,9 +90,10 @@ def output_options(function: click.decorators.FC) -> click.decorators.FC:
                      show_default=True, metavar="KIB",
                      help="Longest line a node may print, in KiB; past it the run is ended as for --max-output-mib."),
     ]
+    decorated: Callable[..., Any] = with_output
     for decorator in reversed(decorators):
-        function = decorator(function)
-    return function
+        decorated = decorator(decorated)
+    return decorated
 
 
 def output_limits(max_output_mib: int, max_line_kib: int) -> OutputLimits:

@@ -25,13 +25,13 @@ from ..report.document import document_chunks
 from ..report.prometheus import check_prom_file, write_prom_file
 from ..report.tables import make_console
 from ..run.interrupts import InterruptGate
-from ..schema.jsonout import dumps as strict_dumps
+from ..run.request import Judging, Reach
 from ..sim import FleetFile
 from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
-from .options import judging_options, node_python_option, output_limits, output_options, run_store, ssh_options
+from .options import judging_options, node_python_option, run_store, ssh_options
 from .progress import make_progress
 
 
@@ -87,16 +87,13 @@ from .progress import make_progress
               help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
                    "(virtual NICs, rate-limited overlays); links are judged against it (as gpudiag sweep).")
 @ssh_options
-@output_options
 def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
               undrain: bool, scontrol: str, no_links: bool, no_retest: bool, python: str, dtype: str,
               max_gpu_mem: int | None,
               store_path: str | None, no_store: bool, baseline_name: str | None, thresholds_path: str | None,
               exclude_file: str | None, json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool,
               launcher: str, slurm_bundle_dir: str | None, net_backend: str, net_address: str,
-              net_line_rate: float | None,
-              ssh_config: str | None, identities: tuple[str, ...], user: str | None, known_hosts: str | None,
-              accept_new_host_keys: bool, connect_timeout: float, max_output_mib: int, max_line_kib: int) -> ExitCode:
+              net_line_rate: float | None, ssh: SshOptions, settings: SshSettings) -> ExitCode:
     """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
     where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
     figures and the live peers. Prints the plan first and one summary line last.
@@ -113,18 +110,13 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     if no_store and (store_path is not None or baseline_name is not None):
         raise InputError("--no-store reads no store: leave out --store and --baseline")
     request = PreflightRequest(
-        hosts_argument=hosts_argument, budget_s=budget_s, here=here,
-        stand_in=FleetFile(simulate_path) if simulate_path is not None else None, python=python,
-        dtype=dtype, max_gpu_mem_mib=max_gpu_mem,
-        ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
-                       connect_timeout_s=connect_timeout),
-        settings=SshSettings(accept_new_host_keys=accept_new_host_keys,
-                             output=output_limits(max_output_mib, max_line_kib)), launcher=launcher,
-        slurm_bundle_dir=slurm_bundle_dir, net_backend=net_backend, net_address=net_address,
-        net_line_rate_gbps=net_line_rate,
-        store_path=run_store(store_path, no_store),
-        thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest, links=not no_links,
-        drain=drain, undrain=undrain, scontrol=scontrol)
+        hosts_argument=hosts_argument, budget_s=budget_s,
+        reach=Reach(ssh=ssh, settings=settings, launcher=launcher, slurm_bundle_dir=slurm_bundle_dir, here=here,
+                    stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
+        judging=Judging(store_path=run_store(store_path, no_store), thresholds_path=thresholds_path,
+                        baseline_name=baseline_name, retest=not no_retest),
+        python=python, dtype=dtype, max_gpu_mem_mib=max_gpu_mem, net_backend=net_backend, net_address=net_address,
+        net_line_rate_gbps=net_line_rate, links=not no_links, drain=drain, undrain=undrain, scontrol=scontrol)
     check_request(request)
     count, hosts_stdin = host_text(request, stdin)
     if here and count != 1:
@@ -197,11 +189,7 @@ def _written(write: Callable[[], None], option: str) -> list[str]:
 
 def _document(run: PreflightRun, detail: str) -> Iterator[str]:
     """The sweep document with the pre-flight's own part (``preflight``) as its last field."""
-    for chunk in document_chunks(run.result, detail):
-        if chunk == "}\n":  # the document's end
-            yield ", " + strict_dumps("preflight") + ": " + strict_dumps(run.to_dict()) + "}\n"
-        else:
-            yield chunk
+    return document_chunks(run.result, detail, {"preflight": run.to_dict()})
 
 
 def _print_report(run: PreflightRun, to_stderr: bool, output_errors: list[str]) -> None:

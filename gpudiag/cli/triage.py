@@ -12,13 +12,14 @@ from ..records import DTYPES
 from ..report import check_writable, write_report
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
+from ..run.request import Judging, Reach
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
-from ..triage.plan import HISTORY_SWEEPS, run_triage
-from .options import judging_options, node_python_option, output_limits, output_options, run_store, ssh_options
+from ..triage.run import HISTORY_SWEEPS, run_triage
+from .options import judging_options, node_python_option, run_store, ssh_options
 from .progress import make_progress
 
 
@@ -51,13 +52,11 @@ from .progress import make_progress
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the triage document here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @ssh_options
-@output_options
 def triage(host_argument: str | None, host_option: str | None, simulate_path: str | None, duration: float,
            max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float | None, python: str,
            host_timeout: float | None, store_path: str | None, no_store: bool, baseline_name: str | None,
            thresholds_path: str | None, no_retest: bool, history_sweeps: int, json_path: str | None, quiet: bool,
-           ssh_config: str | None, identities: tuple[str, ...], user: str | None, known_hosts: str | None,
-           accept_new_host_keys: bool, connect_timeout: float, max_output_mib: int, max_line_kib: int) -> ExitCode:
+           ssh: SshOptions, settings: SshSettings) -> ExitCode:
     """Look deeply at one node: every probe with a longer load (heat and power throttling show), the
     P2P matrix, all telemetry, the Xid history of the kernel log decoded with NVIDIA's catalog, and
     each GPU's pending recovery action; judged against the stored baseline, the SKU figures and the
@@ -75,14 +74,12 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
     probe = ProbeOptions(names=TRIAGE_PROBES, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                          sequential=sequential, deadline_s=deadline or default_deadline_s(duration), python=python)
     request = TriageRequest(
-        host=host, probe=probe, stand_in=FleetFile(simulate_path) if simulate_path is not None else None,
-        ssh=SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
-                       connect_timeout_s=connect_timeout),
-        settings=SshSettings(accept_new_host_keys=accept_new_host_keys,
-                             output=output_limits(max_output_mib, max_line_kib)),
-        store_path=run_store(store_path, no_store), store_required=store_path is not None,
-        thresholds_path=thresholds_path, baseline_name=baseline_name, retest=not no_retest,
-        history_sweeps=history_sweeps, host_timeout_s=host_timeout)
+        host=host, probe=probe,
+        reach=Reach(ssh=ssh, settings=settings,
+                    stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
+        judging=Judging(store_path=run_store(store_path, no_store), thresholds_path=thresholds_path,
+                        baseline_name=baseline_name, retest=not no_retest),
+        store_required=store_path is not None, history_sweeps=history_sweeps, host_timeout_s=host_timeout)
     with InterruptGate().installed() as gate:
         run = run_triage(request, sys.stdin, make_progress(quiet), gate)
         result = explain(run)

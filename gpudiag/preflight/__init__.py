@@ -2,7 +2,7 @@
 
 - ``planner``: from ``--budget S`` and the number of nodes, the probes, their load, the link
   screen and the re-test that fit (the plan printed before anything runs).
-- ``run``: the plan carried out as a sweep under that budget (gpudiag.run.sweep.run_plan with a
+- ``run``: the plan carried out as a sweep under that budget (gpudiag.run.sweep.run_sweep with a
   run-wide deadline, gpudiag.run.budget), then drain and undrain through scontrol.
 - ``render``: the plain lines a prolog logs, and the one-line summary.
 """

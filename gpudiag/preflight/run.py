@@ -1,4 +1,4 @@
-"""Running a pre-flight: plan it from the budget, run it as a sweep (gpudiag.run.sweep.run_plan) under
+"""Running a pre-flight: plan it from the budget, run it as a sweep (gpudiag.run.sweep.run_sweep) under
 that budget, then drain the nodes of ``fail`` findings that take a node out of service, and
 return to service the nodes gpudiag drained that passed again the checks that drained them
 (gpudiag.slurm.resume). Every scontrol call runs within what is left of the budget (at least
@@ -24,11 +24,9 @@ from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
 from ..run.progress import SweepProgress
-from ..run.standin import StandInFleet
-from ..run.sweep import SweepRequest, run_plan
+from ..run.request import Judging, LinkOptions, Reach, SweepRequest
+from ..run.sweep import run_sweep
 from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
-from ..transport.ssh import SshSettings
-from ..transport.sshconfig import SshOptions
 from .checked import host_checks
 from .planner import PreflightPlan, plan_preflight
 
@@ -43,29 +41,22 @@ MIN_FANOUT = 64
 
 @dataclass(frozen=True)
 class PreflightRequest:
-    """One ``gpudiag preflight``: the hosts (``hosts_argument``, or the nodes of the simulated
-    fleet ``stand_in``), the ``budget_s`` in seconds, how the nodes are reached (``here``:
-    the one host is this machine), how results are judged, and whether to ``drain`` and
-    ``undrain`` through scontrol."""
+    """One ``gpudiag preflight``: the hosts (``hosts_argument``, or the nodes of the reach's
+    stand-in fleet), the ``budget_s`` in seconds, how the nodes are reached and the results kept
+    and judged (the sweep's own ``Reach`` and ``Judging``), what the probes and pair tests may
+    use, and whether to ``drain`` and ``undrain`` through ``scontrol``. The budget plans the
+    rest (gpudiag.preflight.planner)."""
 
     hosts_argument: str | None
     budget_s: float = DEFAULT_BUDGET_S
-    stand_in: StandInFleet | None = None
-    here: bool = False
+    reach: Reach = Reach()
+    judging: Judging = Judging()
     python: str = "python3"
     dtype: str = "bf16"
     max_gpu_mem_mib: int | None = None
-    ssh: SshOptions = SshOptions()
-    settings: SshSettings = SshSettings()
-    launcher: str = "ssh"
-    slurm_bundle_dir: str | None = None
     net_backend: str = "auto"
     net_address: str = "auto"
     net_line_rate_gbps: float | None = None  # --net-line-rate: links judged against it (tcp too)
-    store_path: str | None = None
-    thresholds_path: str | None = None
-    baseline_name: str | None = None
-    retest: bool = True
     links: bool = True
     drain: bool = False
     undrain: bool = False
@@ -113,8 +104,8 @@ def host_text(request: PreflightRequest, stdin: TextIO) -> tuple[int, TextIO]:
     text = stdin.read() if request.hosts_argument == "-" else ""
     if request.hosts_argument is not None:
         count = len(load_hosts(request.hosts_argument, io.StringIO(text)))
-    elif request.stand_in is not None:
-        count = len(request.stand_in.host_specs())
+    elif request.reach.stand_in is not None:
+        count = len(request.reach.stand_in.host_specs())
     else:
         raise InputError("no hosts: give --hosts, run inside a Slurm job ($SLURM_JOB_NODELIST), or --simulate")
     return count, io.StringIO(text)
@@ -122,9 +113,9 @@ def host_text(request: PreflightRequest, stdin: TextIO) -> tuple[int, TextIO]:
 
 def check_request(request: PreflightRequest) -> None:
     """Raises InputError for options that do not go together."""
-    if request.here and request.stand_in is not None:
+    if request.reach.here and request.reach.stand_in is not None:
         raise InputError("--here probes this machine; --simulate a simulated fleet: give one of them")
-    if request.here and request.launcher != "ssh":
+    if request.reach.here and request.reach.launcher != "ssh":
         raise InputError("--here probes this machine directly: leave out --launcher")
 
 
@@ -136,22 +127,19 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
         hosts_argument=request.hosts_argument,
         sweep=SweepOptions(probe=probe, fanout=min(MAX_FANOUT, max(MIN_FANOUT, plan.hosts)),
                            host_timeout_s=plan.host_timeout_s),
-        ssh=request.ssh, settings=request.settings, stand_in=request.stand_in,
-        store_path=request.store_path, thresholds_path=request.thresholds_path, baseline_name=request.baseline_name,
         # The re-test runs whenever asked and the first pass leaves the time it took (gpudiag.run.sweep):
         # the plan only says whether a window is kept for it.
-        retest=request.retest, links="screen" if plan.links else "none",
-        net_address=request.net_address,
-        pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s, python=request.python,
-                             line_rate_gbps=request.net_line_rate_gbps),
-        launcher=request.launcher, slurm_bundle_dir=request.slurm_bundle_dir, budget_s=request.budget_s,
-        here=request.here)
+        reach=request.reach, judging=request.judging,
+        links=LinkOptions(mode="screen" if plan.links else "none", net_address=request.net_address,
+                          pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s,
+                                               python=request.python, line_rate_gbps=request.net_line_rate_gbps)),
+        budget_s=request.budget_s)
 
 
 def make_plan(request: PreflightRequest, hosts: int) -> PreflightPlan:
     """The plan for ``hosts`` nodes within the request's budget (the link screen and the re-test
     only where asked). Raises InputError for a budget too short for anything."""
-    return plan_preflight(request.budget_s, hosts, links=request.links, retest=request.retest)
+    return plan_preflight(request.budget_s, hosts, links=request.links, retest=request.judging.retest)
 
 
 def run_preflight(request: PreflightRequest, plan: PreflightPlan, stdin: TextIO, progress: SweepProgress,
@@ -159,7 +147,7 @@ def run_preflight(request: PreflightRequest, plan: PreflightPlan, stdin: TextIO,
     """Carry out ``plan``, then drain (``fail`` findings only) and undrain as asked. ``started``:
     time.monotonic() when the command began. Raises InputError or StoreError before any node
     is touched when an input is bad."""
-    result = run_plan(sweep_request(request, plan), stdin, progress, gate)
+    result = run_sweep(sweep_request(request, plan), stdin, progress, gate)
     interrupted = result.interrupted or gate.received
     deadline = scontrol_deadline(request.budget_s, started)
     commands = drain_commands(result.findings, scontrol=request.scontrol) if not interrupted else []

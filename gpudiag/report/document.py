@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ..run.fanout import SweepResult
 from ..schema.jsonout import dumps as strict_dumps
@@ -12,11 +13,12 @@ from . import write_report
 from .detail import COMPACT, FULL, compact_host, flagged_gpus
 
 
-def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> None:
+def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT,
+                     parts: Mapping[str, Any] | None = None) -> None:
     """Write the sweep document to ``path`` (``-``: stdout) at ``detail`` (gpudiag.report.detail: full or
     compact), one host at a time, replacing the file in one step so a reader never sees half a
     document. Raises OutputError when it cannot be written."""
-    chunks = document_chunks(result, detail)
+    chunks = document_chunks(result, detail, parts)
     if path == "-":
         for chunk in chunks:
             sys.stdout.write(chunk)
@@ -25,11 +27,14 @@ def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> N
     write_report(chunks, path)
 
 
-def document_chunks(result: SweepResult, detail: str = COMPACT) -> Iterator[str]:
+def document_chunks(result: SweepResult, detail: str = COMPACT,
+                    parts: Mapping[str, Any] | None = None) -> Iterator[str]:
     """The sweep document's JSON text in pieces, each host's records unpacked only for its own
-    piece; ``detail`` is COMPACT or FULL. The document says its detail (``json_detail``). Strict
-    JSON: a non-finite figure is null (gpudiag.schema.jsonout), never a bare NaN or Infinity."""
-    skeleton = result.to_dict(records=False)
+    piece; ``detail`` is COMPACT or FULL. The document says its detail (``json_detail``);
+    ``parts`` are fields a use case adds after the sweep's own (a pre-flight's ``preflight``).
+    Strict JSON: a non-finite figure is null (gpudiag.schema.jsonout), never a bare NaN or
+    Infinity."""
+    skeleton = {**result.to_dict(records=False), **(parts or {})}
     flagged = flagged_gpus(skeleton["findings"])
     fields = list(skeleton)
     fields.insert(fields.index("hosts"), "json_detail")

@@ -132,7 +132,7 @@ def new_sweep_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
 
 
-def run_sweep(hosts: Sequence[HostSpec], options: SweepOptions, connector: Connector, bundle: Bundle,
+def probe_hosts(hosts: Sequence[HostSpec], options: SweepOptions, connector: Connector, bundle: Bundle,
               progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None = None,
               started_at: datetime | None = None, sweep_id: str | None = None,
               say: Callable[[str], None] | None = None) -> SweepResult:

@@ -1,4 +1,4 @@
-"""The plan of a sweep: which probes run where, in which phase, and what is kept.
+"""A whole sweep, phase by phase: which probes run where, in which phase, and what is kept.
 
 1. Node probes on every host at once (bounded by the fan-out), each host stored as it finishes.
 2. Analysis against the fleet, the stored baseline and the SKU figures.
@@ -36,8 +36,8 @@ from ..links.linkfindings import link_findings
 from ..links.protocol import PairProtocolError, interface_event, parse_event, plain_text
 from ..links.remote import PairTestOptions, RemotePairRunner
 from ..links.rounds import LinkRun, PairRunner, run_links
-from ..links.schedule import FULL, SCREEN, next_stride
-from ..pause import Focus, FocusRequest, focus_hosts, focused_thresholds
+from ..links.schedule import SCREEN, next_stride
+from ..pause import Focus, focus_hosts, focused_thresholds
 from ..schema.times import iso_time
 from ..slurm.launcher import slurm_connector
 from ..store.baselines import Baseline, list_baselines, load_baseline
@@ -47,65 +47,28 @@ from ..transport.fdlimit import plan_open_files
 from ..transport.fleet import FleetConnector
 from ..transport.local import LocalConnector
 from ..transport.pool import SessionPool
-from ..transport.ssh import SshSettings
-from ..transport.sshconfig import SshOptions, resolve_all
+from ..transport.sshconfig import resolve_all
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .fanout import (
     TIMEOUT,
     Connector,
     HostOutcome,
-    SweepOptions,
     SweepResult,
     interrupted_host,
     new_sweep_id,
-    run_sweep,
+    probe_hosts,
 )
 from .interrupts import InterruptGate, QuietGate
 from .progress import QuietProgress, SweepProgress
-from .standin import StandInFleet
+from .request import AUTO_LINKS, SweepRequest
 
 DEFAULT_BASELINE = "default"
 FACTS = "facts"
-# --links auto: the screen schedule (kept as a name so stored options say what was asked).
-AUTO_LINKS = "auto"
-LINK_MODES = (AUTO_LINKS, SCREEN, FULL, "none")
 # --net-address: where a host's data-plane address comes from (or iface:NAME on the node).
 NET_ADDRESS_SOURCES = ("auto", "field", "ssh")
 IFACE_PREFIX = "iface:"
 # Seconds a node gets to say an interface's addresses.
 ADDRESS_LOOKUP_S = 60.0
-
-
-@dataclass(frozen=True)
-class SweepRequest:
-    """A whole ``gpudiag sweep``: which hosts (or a simulated fleet), what to run, how to reach
-    them, where to store it, and how to judge it."""
-
-    hosts_argument: str | None
-    sweep: SweepOptions
-    ssh: SshOptions = SshOptions()
-    # How nodes are reached, and the caps on what one command may print (settings.output), for
-    # every connector: SSH, this machine (--here, localhost) and srun.
-    settings: SshSettings = SshSettings()
-    # --simulate: a fleet that stands in for real hosts, its connector and pair tests (gpudiag.sim)
-    stand_in: StandInFleet | None = None
-    store_path: str | None = None
-    thresholds_path: str | None = None
-    baseline_name: str | None = None
-    retest: bool = True
-    links: str = AUTO_LINKS
-    net_address: str = "auto"
-    pair: PairTestOptions = PairTestOptions()
-    screen_stride: int | None = None
-    launcher: str = "ssh"  # or "slurm": gpudiag.slurm.launcher
-    launcher_fallback: str = "none"  # "ssh": hosts srun cannot reach are probed over SSH
-    slurm_bundle_dir: str | None = None
-    focus: FocusRequest | None = None  # --suspects: the suspects and their reference peers only
-    # Seconds for the whole run (gpudiag preflight --budget): every remote phase ends by then
-    # (gpudiag.run.budget); None: no run-wide limit.
-    budget_s: float | None = None
-    # The one host named is this machine, probed without SSH or srun (a prolog on the node).
-    here: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,7 +87,7 @@ class _Setup:
     stand_in_pairs: Callable[[PairTestOptions], PairRunner] | None = None  # a stand-in fleet's pair tests
 
 
-def run_plan(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
+def run_sweep(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
              gate: InterruptGate | None = None) -> SweepResult:
     """Run every phase; returns the analysed sweep, interrupted or not (``gate`` decides what an
     interrupt stops: gpudiag.run.interrupts). Raises InputError/StoreError before any node is
@@ -152,34 +115,35 @@ def with_facts(request: SweepRequest) -> SweepRequest:
 
 
 def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
-    thresholds = load_thresholds(request.thresholds_path)
-    check_net_address(request.net_address)
+    thresholds = load_thresholds(request.judging.thresholds_path)
+    check_net_address(request.links.net_address)
     ssh_addresses: dict[str, str] = {}
     fanout = pairs_at_once = request.sweep.fanout
     notes: tuple[str, ...] = ()
     stand_in_pairs: Callable[[PairTestOptions], PairRunner] | None = None
-    if request.stand_in is not None:
-        stand_in = request.stand_in.connector()
+    if request.reach.stand_in is not None:
+        stand_in = request.reach.stand_in.connector()
         # Hosts named beside a fleet are those of its nodes to sweep (a node it lacks is unreachable).
         hosts: list[HostSpec] = (load_hosts(request.hosts_argument, stdin) if request.hosts_argument
-                                 else list(request.stand_in.host_specs()))
+                                 else list(request.reach.stand_in.host_specs()))
         connector: Connector = stand_in
         stand_in_pairs = stand_in.pair_runner
     else:
         hosts = load_hosts(request.hosts_argument or "", stdin)
     hosts, focus = focus_hosts(hosts, request.focus)
     thresholds = focused_thresholds(thresholds, focus)  # the reference peers are the suspects' fleet
-    if request.stand_in is None and request.here:
+    if request.reach.stand_in is None and request.reach.here:
         if len(hosts) != 1:
             raise InputError(f"--here probes this machine: name it as one host, not {len(hosts)}")
-        connector = LocalConnector(request.settings.output)
-    elif request.stand_in is None and request.launcher == "slurm":
-        connector, ssh_addresses, fanout = slurm_connector(hosts, request.ssh, request.settings, os.environ,
-                                                           request.launcher_fallback, request.slurm_bundle_dir,
+        connector = LocalConnector(request.reach.settings.output)
+    elif request.reach.stand_in is None and request.reach.launcher == "slurm":
+        reach = request.reach
+        connector, ssh_addresses, fanout = slurm_connector(hosts, reach.ssh, reach.settings, os.environ,
+                                                           reach.launcher_fallback, reach.slurm_bundle_dir,
                                                            request.sweep.fanout)
-    elif request.stand_in is None:
+    elif request.reach.stand_in is None:
         remote = [host for host in hosts if not host.is_local]
-        resolved = resolve_all(remote, request.ssh)  # a host whose config ssh rejects is unreachable, not the end
+        resolved = resolve_all(remote, request.reach.ssh)  # a host whose config ssh rejects is unreachable, not the end
         ssh_addresses = {label: host.hostname for label, host in resolved.hosts.items()}
         ssh_addresses.update({host.label: socket.getfqdn() for host in hosts if host.is_local})
         # One connection per host for the node probes, the re-tests and every link round, as the
@@ -187,9 +151,10 @@ def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
         per_connection = 4 if any(host.proxy_command for host in resolved.hosts.values()) else 1
         files = plan_open_files(len(resolved.hosts), per_connection, request.sweep.fanout)
         fanout, pairs_at_once, notes = files.fanout, files.pairs_at_once, files.notes
-        connector = SessionPool(FleetConnector(resolved, request.ssh, request.settings), max_open=files.max_open)
-    store = Store.open(request.store_path) if request.store_path else None
-    baseline = _baseline(store, request.baseline_name)
+        connector = SessionPool(FleetConnector(resolved, request.reach.ssh, request.reach.settings),
+                                max_open=files.max_open)
+    store = Store.open(request.judging.store_path) if request.judging.store_path else None
+    baseline = _baseline(store, request.judging.baseline_name)
     try:
         bundle = locate_bundle()
     except BundleMissing as missing:
@@ -216,9 +181,10 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     ``unchecked`` (gpudiag.run.budget)."""
     started_at = datetime.now(timezone.utc)
     sweep_id = new_sweep_id(started_at)
-    if request.screen_stride is None:
+    if request.links.screen_stride is None:
         # Each screen moves to the next stride, so successive sweeps reach every pair in turn.
-        request = dataclasses.replace(request, screen_stride=next_stride(_last_stride(setup.store), len(setup.hosts)))
+        stride = next_stride(_last_stride(setup.store), len(setup.hosts))
+        request = dataclasses.replace(request, links=dataclasses.replace(request.links, screen_stride=stride))
     record = _recorder(setup.store, sweep_id, started_at, request)
     first = _first_pass(_within(request, budget), setup, progress, gate, record, started_at, sweep_id)
     budget_notes: list[str] = []
@@ -236,13 +202,13 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, interrupted=interrupted,
                        previous_hosts=previous)
     retest: list[HostOutcome] | None = None
-    wanted = request.retest and bool(analysis.suspects) and not interrupted
+    wanted = request.judging.retest and bool(analysis.suspects) and not interrupted
     unretested: list[Finding] = []
     if wanted and budget is not None and not budget.fits(_retest_need_s(first, analysis)):
         wanted = False  # unconfirmed, and each suspect a gap: neither confirmed nor cleared, never healthy
         budget_notes.append(f"the re-test of {len(analysis.suspects)} suspects was skipped: {budget.reason()}")
         unretested = not_retested(analysis.suspects, budget.reason())
-    elif not request.retest and not interrupted:
+    elif not request.judging.retest and not interrupted:
         # Each suspect is also an unchecked finding, never a pass: "measured slow once" is no verdict.
         unretested = not_retested(analysis.suspects)
     if wanted:
@@ -290,7 +256,7 @@ def _first_pass(request: SweepRequest, setup: _Setup, progress: SweepProgress, g
     they could start."""
     try:
         with gate.interruptible():
-            first = run_sweep(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
+            first = probe_hosts(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
                               on_host_done=record, started_at=started_at, sweep_id=sweep_id, say=gate.say)
             return dataclasses.replace(first, focus=setup.focus.to_dict() if setup.focus else None)
     except KeyboardInterrupt:
@@ -346,7 +312,7 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
     ``unchecked`` finding for each of them whose data-plane address could not be found (left
     out of the rounds); None when no pair test runs (``none``). An interrupt before the first
     round leaves no link run (nothing was measured)."""
-    mode = SCREEN if request.links == AUTO_LINKS else request.links
+    mode = SCREEN if request.links.mode == AUTO_LINKS else request.links.mode
     if mode == "none":
         return None, []
     ok_hosts = [h.host for h in first.hosts if h.ok]
@@ -364,18 +330,18 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
                 mode: str, deadline: float | None = None) -> tuple[LinkRun | None, list[Finding]]:
     hosts = [host.host for host in first.hosts if host.ok]
     if setup.stand_in_pairs is not None:
-        runner: PairRunner = setup.stand_in_pairs(request.pair)
+        runner: PairRunner = setup.stand_in_pairs(request.links.pair)
         missing: list[Finding] = []
     else:
         assert isinstance(setup.connector, SessionPool)
         addresses, missing = _data_addresses(request, setup, hosts, setup.connector, deadline)
         hosts = [host for host in hosts if host in addresses]
-        runner = RemotePairRunner(setup.connector.session, addresses, request.pair)
+        runner = RemotePairRunner(setup.connector.session, addresses, request.links.pair)
     thresholds = link_thresholds(setup.thresholds)
-    if request.pair.line_rate_gbps is not None:  # the operator's figure of what a link delivers: tcp reaches it
+    if request.links.pair.line_rate_gbps is not None:  # the operator's figure of what a link delivers: tcp reaches it
         thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
     run = run_links(hosts, mode, runner, thresholds, parallel=setup.pairs_at_once,
-                    stride=request.screen_stride or 1, baseline=setup.baseline, deadline=deadline)
+                    stride=request.links.screen_stride or 1, baseline=setup.baseline, deadline=deadline)
     return run, missing
 
 
@@ -406,11 +372,11 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
     none unspecified, multicast, link-local, loopback off this machine, or another host's SSH
     address); hosts without an address, or with one refused, get an ``unchecked`` and are left
     out of the link rounds: no other host's verdict changes."""
-    source = request.net_address
+    source = request.links.net_address
     specs = {host.label: host for host in setup.hosts}
     if source.startswith(IFACE_PREFIX):
         interface = source[len(IFACE_PREFIX):]
-        python = request.pair.python
+        python = request.links.pair.python
         lookup_s = ADDRESS_LOOKUP_S if deadline is None else max(0.1, min(ADDRESS_LOOKUP_S,
                                                                           deadline - time.monotonic()))
         with ThreadPoolExecutor(max_workers=max(1, min(request.sweep.fanout, len(labels) or 1)),
@@ -504,7 +470,7 @@ def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: Swe
     specs = [host for host in setup.hosts if host.label in wanted]
     try:
         with gate.interruptible():
-            again = run_sweep(specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say)
+            again = probe_hosts(specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say)
     except KeyboardInterrupt:
         return None, True
     facts = {host.host: host.facts for host in first.hosts}
@@ -515,9 +481,10 @@ def _options(request: SweepRequest) -> dict[str, Any]:
     probe = request.sweep.probe
     return {"probes": list(probe.names), "duration_s": probe.duration_s, "max_gpu_mem_mib": probe.max_gpu_mem_mib,
             "dtype": probe.dtype, "sequential": probe.sequential, "deadline_s": probe.deadline_s,
-            "fanout": request.sweep.fanout, "simulate": request.stand_in.source if request.stand_in else None,
-            "retest": request.retest,
-            "links": request.links, "net_address": request.net_address, "net_backend": request.pair.backend,
-            "net_duration_s": request.pair.duration_s, "net_line_rate_gbps": request.pair.line_rate_gbps,
-            "screen_stride": request.screen_stride, "launcher": request.launcher, "pause": probe.pause,
+            "fanout": request.sweep.fanout,
+            "simulate": request.reach.stand_in.source if request.reach.stand_in else None,
+            "retest": request.judging.retest, "links": request.links.mode, "net_address": request.links.net_address,
+            "net_backend": request.links.pair.backend,
+            "net_duration_s": request.links.pair.duration_s, "net_line_rate_gbps": request.links.pair.line_rate_gbps,
+            "screen_stride": request.links.screen_stride, "launcher": request.reach.launcher, "pause": probe.pause,
             "suspects": request.focus.suspects if request.focus else None}

@@ -8,7 +8,7 @@ What one node prints may change only its own verdict. After each record passed i
    naming the duplication (which copy would be the truth?). The bundle never repeats an ok
    measurement; it does repeat a failure (a GPU whose PCIe copies fail prints one error record
    per direction, without the direction), and records that are not ok are kept as they are:
-   they measured nothing, and each says why (tests/unit/test_node_checks.py runs every probe of
+   they measured nothing, and each says why (tests/unit/controller/analysis/test_node_checks.py runs every probe of
    the simulator, with faults and in pause mode, to hold the bundle to that);
 2. records of GPUs the node does not have — ``cuda:N`` at or past torch's count, ``gpu:N`` at or
    past NVML's (else the PCI bus's, else torch's), a P2P pair with such an end — are dropped, and

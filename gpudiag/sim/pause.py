@@ -3,7 +3,7 @@ probes/pause.py, for a node whose GPUs a paused job holds (the ``paused_job`` fa
 
 The controller never imports the probe bundle (DESIGN.md), so the rules are written here again,
 with the figures both read from the bundle's probes/catalog.json (gpudiag/pause/sizing.py);
-tests/unit/test_sim_pause.py holds the refusals and caps equal to probes/pauseroom.py's, word for
+tests/unit/controller/sim/test_sim_pause.py holds the refusals and caps equal to probes/pauseroom.py's, word for
 word. As on a real node: the probes that need no GPU memory run first; then, per GPU
 ``torch`` sees, each GPU probe whose smallest size, a CUDA context and the headroom do not fit
 what the job left (or every one, where an exclusive compute mode with the job's process forbids

@@ -29,7 +29,7 @@ from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, dec
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import Action, Basis, Finding, Kind, Severity
 from ..schema.times import iso_time
-from .plan import TriageRun
+from .run import TriageRun
 
 SCHEMA = "gpudiag.triage/1"
 XID_PROBE = "xid"

@@ -90,7 +90,8 @@ def test_the_json_is_compact_by_default_full_on_request_and_both_render_as_repor
         for fmt in ("text", "md", "html"):
             shown = CliRunner().invoke(main, ["report", str(out), "--format", fmt])
             assert shown.exit_code == 0 and "node002" in shown.output, (detail, fmt, shown.output[-300:])
-    # each node's compact entry within its budget (tests/unit/test_detail.py), the document's findings beside them
+    # each node's compact entry within its budget (tests/unit/controller/report/test_detail.py), the
+    # document's findings beside them
     assert sizes["compact"] * 2.5 < sizes["full"] and entries["compact"] < 3 * 50_000
 
 

@@ -1,4 +1,5 @@
-"""The wheel carries the probe bundle (probes/ and cuda_kernels/) inside gpudiag/bundle/."""
+"""The wheel carries every module, and the probe bundle (probes/ and cuda_kernels/, linked from
+gpudiag/bundle/) inside gpudiag/bundle/."""
 
 import subprocess
 import sys
@@ -16,9 +17,11 @@ def test_the_wheel_ships_the_bundle_under_gpudiag_and_no_top_level_probes(tmp_pa
     for expected in ("gpudiag/cli/main.py", "gpudiag/bundle/probes/__main__.py", "gpudiag/bundle/probes/gemm.py",
                      "gpudiag/bundle/probes/catalog.json", "gpudiag/bundle/cuda_kernels/sm_clock.cu"):
         assert expected in names
-    # every package of the controller ships (pyproject lists them one by one)
-    packages = {str(init.parent.relative_to(REPO)) for init in (REPO / "gpudiag").rglob("__init__.py")
-                if "bundle" not in init.parts}
-    assert {package for package in packages if f"{package}/__init__.py" not in names} == set()
+    # every module of the controller and of the bundle ships (pyproject finds the packages itself)
+    controller = {str(path.relative_to(REPO)) for path in (REPO / "gpudiag").rglob("*.py")
+                  if "__pycache__" not in path.parts}
+    bundle = {f"gpudiag/bundle/{path.relative_to(REPO)}" for path in (REPO / "probes").rglob("*.py")
+              if "__pycache__" not in path.parts}
+    assert len(bundle) > 30 and (controller | bundle) - names == set()
     assert not any(name.startswith("probes/") for name in names)
     assert not any(name.startswith("tests/") for name in names)

@@ -27,7 +27,7 @@ from gpudiag.slurm.step import (
 from gpudiag.transport import CommandResult, Unreachable
 from gpudiag.transport.bounded import KIB, OutputLimits
 
-DATA = Path(__file__).parents[1] / "data" / "slurm"
+DATA = Path(__file__).parents[3] / "data" / "slurm"
 SMALL = OutputLimits(max_bytes=64 * KIB, max_line_bytes=8 * KIB, stderr_tail_bytes=1 * KIB)
 
 

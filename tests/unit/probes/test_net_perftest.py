@@ -10,7 +10,7 @@ import pytest
 from probes.net import perftest
 from probes.topology import Rail
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "perftest"
+DATA = Path(__file__).resolve().parents[2] / "data" / "perftest"
 WRITE_HOST_SWEEP = DATA / "ib_write_bw-client-host-roce-sweep-report_gbits.txt"
 READ_HOST_SWEEP = DATA / "ib_read_bw-client-host-roce-sweep-report_gbits.txt"
 WRITE_GDR_SWEEP = DATA / "ib_write_bw-client-gdr-h100-roce-8qp-sweep-report_gbits.txt"

@@ -46,7 +46,7 @@ def test_the_telemetry_table_of_a_real_8_gpu_capture(tmp_path):
     from probes.context import ProbeContext
     from probes.records import write_records
 
-    capture = (Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" /
+    capture = (Path(__file__).resolve().parents[3] / "data" / "nvidia-smi" /
                "h100-80gb-hbm3-x8-q-driver535.txt").read_text()
     stream = io.StringIO()
     # The real parser on a real capture; only NVML itself is absent (no driver on this machine).
@@ -155,7 +155,7 @@ def test_the_telemetry_table_of_a_real_capture_fits(width: int):
     from probes.context import ProbeContext
     from probes.records import write_records
 
-    capture = (Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" /
+    capture = (Path(__file__).resolve().parents[3] / "data" / "nvidia-smi" /
                "h100-80gb-hbm3-x8-q-driver535.txt").read_text()
     stream = io.StringIO()
     write_records(telemetry.run(ProbeContext(), smi_query=lambda timeout_s: capture), stream)

@@ -11,7 +11,7 @@ from probes import smi, telemetry
 from probes.nvml import decode_clocks_event_reasons
 from probes.records import ERROR, OK, SKIPPED
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi"
+DATA = Path(__file__).resolve().parents[2] / "data" / "nvidia-smi"
 X8_535 = DATA / "h100-80gb-hbm3-x8-q-driver535.txt"
 ONE_545 = DATA / "h100-80gb-hbm3-q-driver545.txt"
 V100_570 = DATA / "v100-pcie-16gb-q-driver570.txt"

@@ -10,7 +10,7 @@ from gpudiag.errors import InputError
 from gpudiag.slurm.nodelist import expand_nodelist, job_hosts, job_nodelist
 from gpudiag.slurm.nodes import NodeState, launch_problems, parse_show_node
 
-SHOW_NODE = (Path(__file__).parents[1] / "data" / "slurm" / "scontrol-show-node.txt").read_text()
+SHOW_NODE = (Path(__file__).parents[3] / "data" / "slurm" / "scontrol-show-node.txt").read_text()
 
 
 @pytest.mark.parametrize(("nodelist", "nodes"), [

@@ -15,7 +15,7 @@ from simfleet import GPUS, ratio, run_node
 from gpudiag.bundle import locate_bundle
 from gpudiag.exitcodes import ExitCode
 from gpudiag.hosts import HostSpec
-from gpudiag.run.fanout import SweepOptions, run_sweep
+from gpudiag.run.fanout import SweepOptions, probe_hosts
 from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.sim import SimulatedConnector, SimulatedFleet, demo_fleet_path, load_fleet, parse_fleet
@@ -94,7 +94,7 @@ def test_a_retest_gets_fresh_noise_on_the_same_faults(demo: SimulatedFleet) -> N
 def test_a_sweep_of_the_demo_fleet_finishes_in_seconds() -> None:
     fleet = load_fleet(demo_fleet_path())
     started = time.monotonic()
-    result = run_sweep(fleet.host_specs(), SweepOptions(ProbeOptions()), SimulatedConnector(fleet), locate_bundle(),
+    result = probe_hosts(fleet.host_specs(), SweepOptions(ProbeOptions()), SimulatedConnector(fleet), locate_bundle(),
                        QuietProgress())
     assert time.monotonic() - started < 20.0
     statuses = {host.host: host.status for host in result.hosts}

@@ -13,7 +13,7 @@ from probes import runner, smclock
 from probes.context import ProbeContext
 from probes.smclock import BlockTiming, SmRate
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 KERNEL_DIR = str(REPO_ROOT / "cuda_kernels")
 MS = 1_000_000  # ns
 

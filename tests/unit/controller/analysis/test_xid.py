@@ -15,7 +15,7 @@ from gpudiag.findings import Action, Severity
 from probes.kernellog import KernelLog, find_xids, parse_xid_line
 from probes.xid import log_records
 
-LOGS = Path(__file__).resolve().parents[1] / "data" / "kernel-log"
+LOGS = Path(__file__).resolve().parents[3] / "data" / "kernel-log"
 CATALOG = load_catalog()
 FAIL, WARN = Severity.FAIL, Severity.WARN
 

@@ -91,6 +91,7 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
     from gpudiag.run.fanout import SweepOptions
     from gpudiag.run.hostprobe import ProbeOptions
     from gpudiag.run.progress import QuietProgress
+    from gpudiag.run.request import LinkOptions, Reach, SweepRequest
     from gpudiag.sim import FleetFile
     from gpudiag.sim.connector import SimulatedSession
     from gpudiag.sim.pairs import SimulatedPairRunner
@@ -116,10 +117,11 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
     monkeypatch.setattr(plan.RunBudget, "start", staticmethod(nearly_spent))
     monkeypatch.setattr(SimulatedSession, "run", slow_run)
     monkeypatch.setattr(SimulatedPairRunner, "run_pair", slow_pair)
-    request = plan.SweepRequest(hosts_argument=None, sweep=SweepOptions(ProbeOptions(names=("gemm",), duration_s=0.1)),
-                                stand_in=FleetFile(str(fleet)), links="screen", budget_s=60.0)
+    request = SweepRequest(hosts_argument=None, sweep=SweepOptions(ProbeOptions(names=("gemm",), duration_s=0.1)),
+                                reach=Reach(stand_in=FleetFile(str(fleet))), links=LinkOptions(mode="screen"),
+                                budget_s=60.0)
     started = time.monotonic()
-    result = plan.run_plan(request, None, QuietProgress())
+    result = plan.run_sweep(request, None, QuietProgress())
     elapsed = time.monotonic() - started
     assert elapsed < left_s + 2.0 + 1.0  # the second round was ended at the deadline (its pairs end on their own)
     assert [host.status for host in result.hosts] == ["ok"] * 4
@@ -162,7 +164,7 @@ def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
 
     from gpudiag.bundle import locate_bundle
     from gpudiag.hosts import HostSpec
-    from gpudiag.run.fanout import SweepOptions, run_sweep
+    from gpudiag.run.fanout import SweepOptions, probe_hosts
     from gpudiag.run.hostprobe import ProbeOptions
     from gpudiag.run.progress import QuietProgress
 
@@ -171,7 +173,7 @@ def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
     options = SweepOptions(ProbeOptions(names=("facts",), python=sys.executable), deadline=time.monotonic() + 15.0)
     started = time.monotonic()
     try:
-        result = run_sweep([HostSpec("here"), HostSpec("stuck")], options, connector, locate_bundle(),
+        result = probe_hosts([HostSpec("here"), HostSpec("stuck")], options, connector, locate_bundle(),
                            QuietProgress())
     finally:
         connector.close()

@@ -174,7 +174,7 @@ def test_the_real_bundle_on_this_machine_passes_its_schema(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     ran = subprocess.run([sys.executable, "-m", "probes", "--duration", "0.1"], cwd=root, capture_output=True,
                          text=True, timeout=300, check=False)
     output = read_probe_output(ran.stdout, "localhost")

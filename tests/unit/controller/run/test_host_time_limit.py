@@ -11,7 +11,7 @@ import time
 
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.hosts import HostSpec
-from gpudiag.run.fanout import SweepOptions, run_sweep
+from gpudiag.run.fanout import SweepOptions, probe_hosts
 from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import QuietProgress
 from gpudiag.transport import TransportError
@@ -61,7 +61,7 @@ def test_hosts_stuck_connecting_or_copying_the_bundle_are_timeouts_at_their_limi
     done: list[str] = []
     started = time.monotonic()
     try:
-        result = run_sweep([HostSpec("stuck"), HostSpec("nfs")], options, connector, locate_bundle(),
+        result = probe_hosts([HostSpec("stuck"), HostSpec("nfs")], options, connector, locate_bundle(),
                            QuietProgress(), on_host_done=lambda outcome: done.append(outcome.host))
     finally:
         connector.close()

@@ -31,18 +31,17 @@ from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
 from ..hosts import HostSpec, load_hosts
 from ..records import DEFAULT_PROBE_NAMES
-from ..run.fanout import SweepOptions, SweepResult, run_sweep
+from ..run.fanout import SweepOptions, SweepResult, probe_hosts
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate, QuietGate
 from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
-from ..run.standin import StandInFleet
+from ..run.request import Judging, Reach
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store
 from ..transport import Connector
 from ..transport.fleet import FleetConnector
-from ..transport.ssh import SshSettings
-from ..transport.sshconfig import SshOptions, resolve_all
+from ..transport.sshconfig import resolve_all
 
 XID = "xid"
 # Every probe a sweep runs, and the kernel log's Xid history.
@@ -63,20 +62,15 @@ def default_deadline_s(duration_s: float) -> float:
 
 @dataclass(frozen=True)
 class TriageRequest:
-    """One ``gpudiag triage``: which host (or node of the stand-in fleet ``stand_in``), what
-    to run, how to reach it, where the store is (``store_path``; ``store_required``: it was named,
-    so a missing file is an error) and how to judge it."""
+    """One ``gpudiag triage``: which host (or node of the reach's stand-in fleet), what to run,
+    how to reach it and how to keep and judge its results (the sweep's own ``Reach`` and
+    ``Judging``; ``store_required``: the store was named, so a missing file is an error)."""
 
     host: str
     probe: ProbeOptions
-    stand_in: StandInFleet | None = None
-    ssh: SshOptions = SshOptions()
-    settings: SshSettings = SshSettings()
-    store_path: str | None = None
+    reach: Reach = Reach()
+    judging: Judging = Judging()
     store_required: bool = False
-    thresholds_path: str | None = None
-    baseline_name: str | None = None
-    retest: bool = True
     history_sweeps: int = HISTORY_SWEEPS
     host_timeout_s: float | None = None
 
@@ -128,37 +122,38 @@ def run_triage(request: TriageRequest, stdin: TextIO, progress: SweepProgress,
 
 
 def _set_up(request: TriageRequest, stdin: TextIO) -> _Setup:
-    thresholds = load_thresholds(request.thresholds_path)
+    thresholds = load_thresholds(request.judging.thresholds_path)
     spec, connector = _connect(request, stdin)
     notes: list[str] = []
     store = _open_store(request, notes)
-    baseline = _baseline(store, request.baseline_name, notes)
+    baseline = _baseline(store, request.judging.baseline_name, notes)
     return _Setup(spec, connector, thresholds, store, baseline, notes)
 
 
 def _connect(request: TriageRequest, stdin: TextIO) -> tuple[HostSpec, Connector]:
-    if request.stand_in is not None:
-        hosts = [spec.host for spec in request.stand_in.host_specs()]
+    stand_in = request.reach.stand_in
+    if stand_in is not None:
+        hosts = [spec.host for spec in stand_in.host_specs()]
         if request.host not in hosts:
-            raise InputError(f"--host {request.host}: not a node of the simulated fleet {request.stand_in.source} "
+            raise InputError(f"--host {request.host}: not a node of the simulated fleet {stand_in.source} "
                              f"({hosts[0]}..{hosts[-1]})")
-        return HostSpec(request.host), request.stand_in.connector()
+        return HostSpec(request.host), stand_in.connector()
     specs = load_hosts(request.host, stdin)
     if len(specs) != 1:
         raise InputError(f"gpudiag triage looks at one host; {request.host!r} names {len(specs)} "
                          f"({', '.join(spec.label for spec in specs[:3])}{'...' if len(specs) > 3 else ''})")
-    resolved = resolve_all([spec for spec in specs if not spec.is_local], request.ssh)
-    return specs[0], FleetConnector(resolved, request.ssh, request.settings)
+    resolved = resolve_all([spec for spec in specs if not spec.is_local], request.reach.ssh)
+    return specs[0], FleetConnector(resolved, request.reach.ssh, request.reach.settings)
 
 
 def _open_store(request: TriageRequest, notes: list[str]) -> Store | None:
-    if request.store_path is None:
+    if request.judging.store_path is None:
         notes.append("no store given (--no-store): no baseline or history to compare with")
         return None
-    path = Path(request.store_path).expanduser()
+    path = Path(request.judging.store_path).expanduser()
     if not path.exists():
         if request.store_required:
-            raise InputError(f"--store {request.store_path}: no such store")
+            raise InputError(f"--store {request.judging.store_path}: no such store")
         notes.append(f"no store at {path} yet: no baseline or history to compare with (gpudiag sweep fills it)")
         return None
     return Store.open(path, readonly=True)
@@ -185,7 +180,7 @@ def _run(request: TriageRequest, setup: _Setup, progress: SweepProgress, gate: I
         chosen = dataclasses.replace(options, probe=dataclasses.replace(options.probe, names=tuple(names)))
         try:
             with gate.interruptible():
-                return run_sweep([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say)
+                return probe_hosts([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say)
         except KeyboardInterrupt:
             return None
 
@@ -197,7 +192,7 @@ def _run(request: TriageRequest, setup: _Setup, progress: SweepProgress, gate: I
     analysis = analyse([outcome], setup.thresholds, baseline=setup.baseline, previous_hosts=previous,
                        interrupted=interrupted)
     retested = False
-    if request.retest and analysis.suspects and not interrupted:
+    if request.judging.retest and analysis.suspects and not interrupted:
         progress.phase(f"re-testing {len(analysis.suspects)} suspect result(s)")
         again = probe(sorted({s.measurement.probe for s in analysis.suspects}), QuietProgress())
         interrupted = again is None or again.interrupted

@@ -15,7 +15,7 @@ from gpudiag.schema.records import RecordTypeError, check_record
 from probes import nicports, telemetry
 from probes.context import ProbeContext
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "ibstat"
+DATA = Path(__file__).resolve().parents[2] / "data" / "ibstat"
 
 
 def _write(path: Path, text: str) -> None:

@@ -22,7 +22,7 @@ from probes.records import ERROR, OK, SKIPPED
 
 pynvml = pytest.importorskip("pynvml")
 
-X8_535 = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" / "h100-80gb-hbm3-x8-q-driver535.txt"
+X8_535 = Path(__file__).resolve().parents[2] / "data" / "nvidia-smi" / "h100-80gb-hbm3-x8-q-driver535.txt"
 
 
 def idle_gpu0() -> FakeGpu:

@@ -15,7 +15,7 @@ import pytest
 from probes import cuda_driver, kernels
 from probes.kernels import CUBIN, PTX, KernelImage
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SM_CLOCK_SOURCE = REPO_ROOT / "cuda_kernels" / "sm_clock.cu"
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 

@@ -11,7 +11,7 @@ import pytest
 from probes import topology
 from probes.topology import IbPort, NicChoice
 
-TOPO_8X_6NIC = Path(__file__).resolve().parents[1] / "data" / "nvidia-smi" / "topo-m-8x-h100-6nic.txt"
+TOPO_8X_6NIC = Path(__file__).resolve().parents[2] / "data" / "nvidia-smi" / "topo-m-8x-h100-6nic.txt"
 NICS = ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5")
 
 

@@ -1,6 +1,6 @@
 """A simulated node held by a paused job (the ``paused_job`` fault): gpudiag/sim/pause.py refuses
 and caps as probes/pauseroom.py does, word for word (the figures of both are the one
-probes/catalog.json: tests/unit/test_catalog.py), and the node's probes are sized or refused as on
+probes/catalog.json: tests/unit/controller/bundle/test_catalog.py), and the node's probes are sized or refused as on
 a real node, with ``--pause`` and without."""
 
 from __future__ import annotations

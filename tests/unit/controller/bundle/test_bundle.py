@@ -3,7 +3,7 @@ from pathlib import Path
 
 from gpudiag.bundle import Bundle, locate_bundle
 from gpudiag.links.remote import PairTestOptions
-from gpudiag.run import hostprobe as nodeprobe
+from gpudiag.run import hostprobe
 from probes import runner
 from probes.net import main as net_main
 
@@ -30,7 +30,7 @@ def test_the_content_hash_changes_with_any_shipped_byte(tmp_path: Path):
 
 
 def test_bundle_command_passes_the_options_through():
-    options = nodeprobe.ProbeOptions(names=("gemm",), duration_s=30, max_gpu_mem_mib=2048, dtype="fp16",
+    options = hostprobe.ProbeOptions(names=("gemm",), duration_s=30, max_gpu_mem_mib=2048, dtype="fp16",
                                      sequential=True, deadline_s=120, python="/opt/py/bin/python3", pause=True)
     argv = options.bundle_argv()
     assert argv[:4] == ["/opt/py/bin/python3", "-m", "probes", "gemm"]

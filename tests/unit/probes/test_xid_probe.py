@@ -22,7 +22,7 @@ from probes.records import OK, SKIPPED
 
 pynvml = pytest.importorskip("pynvml")
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 LOGS = REPOSITORY / "tests" / "data" / "kernel-log"
 GSP_LOG = LOGS / "dmesg-ctime-xid119-gsp-timeout-h100.log"
 JOURNAL_LOG = LOGS / "journal-xid45-after-nvlink-4-gpus.log"

@@ -11,7 +11,7 @@ from probes import runner
 from probes.context import Deadline, ProbeContext
 from probes.records import measured
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _records(stream: io.StringIO) -> list[dict]:

@@ -1,4 +1,4 @@
-"""run_sweep's accounting: every host once, in order, with its status; findings and exit codes.
+"""probe_hosts's accounting: every host once, in order, with its status; findings and exit codes.
 
 The connector is a test transport implementing the Connector protocol: some hosts fail to
 connect the way SSH fails, the others run the real probe bundle on this machine.
@@ -14,7 +14,7 @@ from gpudiag.bundle import locate_bundle
 from gpudiag.exitcodes import ExitCode
 from gpudiag.hosts import HostSpec
 from gpudiag.report.document import write_sweep_json
-from gpudiag.run.fanout import SweepOptions, run_sweep
+from gpudiag.run.fanout import SweepOptions, probe_hosts
 from gpudiag.run.hostprobe import ProbeOptions
 from gpudiag.run.progress import PlainProgress
 from gpudiag.transport import AuthFailed, HostKeyChanged, Unreachable
@@ -51,7 +51,7 @@ def test_every_host_appears_once_in_order_with_its_status_and_failures_become_un
     hosts = [HostSpec(f"node{i:02d}", None, None) for i in range(1, 8)]
     connector = ScriptedConnector()
     stream = io.StringIO()
-    result = run_sweep(hosts, _options(), connector, locate_bundle(), PlainProgress(stream, interval_s=0))
+    result = probe_hosts(hosts, _options(), connector, locate_bundle(), PlainProgress(stream, interval_s=0))
     assert [h.host for h in result.hosts] == [h.label for h in hosts]
     assert {h.host: h.status for h in result.hosts} == {
         "node01": "ok", "node02": "ok", "node03": "unreachable", "node04": "ok", "node05": "auth_failed",
@@ -67,7 +67,7 @@ def test_every_host_appears_once_in_order_with_its_status_and_failures_become_un
 
 def test_the_document_follows_the_contract(tmp_path: Path):
     hosts = [HostSpec("node01", None, None), HostSpec("node03", None, None)]
-    result = run_sweep(hosts, _options(), ScriptedConnector(), locate_bundle(), PlainProgress(io.StringIO()))
+    result = probe_hosts(hosts, _options(), ScriptedConnector(), locate_bundle(), PlainProgress(io.StringIO()))
     target = tmp_path / "sweep.json"
     write_sweep_json(result, str(target))
     document = json.loads(target.read_text())
@@ -89,7 +89,7 @@ def test_a_bundle_that_prints_garbage_is_a_probe_error(tmp_path: Path):
     garbage.write_text("#!/bin/sh\necho 'Illegal instruction'\n")
     garbage.chmod(0o755)
     options = SweepOptions(probe=ProbeOptions(python=str(garbage)), fanout=2)
-    result = run_sweep([HostSpec("node01", None, None)], options, ScriptedConnector(), locate_bundle(),
+    result = probe_hosts([HostSpec("node01", None, None)], options, ScriptedConnector(), locate_bundle(),
                        PlainProgress(io.StringIO()))
     (host,) = result.hosts
     assert host.status == "probe_error" and "not a JSON record" in host.error
@@ -100,7 +100,7 @@ def test_a_host_that_overruns_its_time_limit_is_a_timeout(tmp_path: Path):
     hang.write_text("#!/bin/sh\nsleep 30\n")
     hang.chmod(0o755)
     options = SweepOptions(probe=ProbeOptions(python=str(hang)), fanout=2, host_timeout_s=1)
-    result = run_sweep([HostSpec("node01", None, None)], options, ScriptedConnector(), locate_bundle(),
+    result = probe_hosts([HostSpec("node01", None, None)], options, ScriptedConnector(), locate_bundle(),
                        PlainProgress(io.StringIO()))
     (host,) = result.hosts
     assert host.status == "timeout" and host.duration_s < 10
