@@ -28,6 +28,7 @@ import argparse
 import difflib
 import io
 import json
+import os
 import re
 import shutil
 import signal
@@ -249,7 +250,10 @@ def freeze(tree: Path, copy: Path) -> Path:
     if listed.returncode != 0:
         return tree
     for name in filter(None, listed.stdout.decode().split("\0")):
-        if (tree / name).is_file():  # a tracked file deleted in the tree is not copied
+        if (tree / name).is_symlink():  # a link (gpudiag/bundle/probes -> probes/) stays a link
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (copy / name).symlink_to(os.readlink(tree / name))
+        elif (tree / name).is_file():  # a tracked file deleted in the tree is not copied
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(tree / name, copy / name)
     return copy

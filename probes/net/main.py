@@ -1,5 +1,5 @@
 """``python -m probes net-server|net-client|net-info``: the command line of the pair tests, which
-picks the backend (``--backend auto``) and hands the test to it (gpudiag/probes/net/common.py has
+picks the backend (``--backend auto``) and hands the test to it (probes/net/common.py has
 the protocol the backends share; this module alone imports the backends, so they never import it)."""
 
 from __future__ import annotations

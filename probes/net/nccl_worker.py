@@ -2,7 +2,7 @@
 probes/net/nccl.py: NCCL reads ``NCCL_IB_HCA`` once per process, so pinning each rail to its own
 HCA takes one process per rail. It joins its rail's two-rank group through the server's store,
 runs each direction, and (the receiving side) stores the figures with a proof of the pair secret
-(which it gets in its environment, net_nccl.SECRET_ENV); it ends at its deadline or when its
+(which it gets in its environment, nccl.SECRET_ENV); it ends at its deadline or when its
 parent goes away."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``perftest`` pair backend: ``ib_write_bw`` server and client per HCA, every rail at once,
 each direction in turn; and the parser of ``ib_write_bw``'s report.
 
-The control connection (net.Channel) sequences the phases. Client to server: the server starts
+The control connection (common.Channel) sequences the phases. Client to server: the server starts
 one ``ib_write_bw`` server per rail on a free TCP port, says which once each listens, and the
 client runs its ``ib_write_bw`` clients against them; the writer's report is the figure. Server
 to client: the same with the roles swapped, the server's clients aiming at the client's address

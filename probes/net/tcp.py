@@ -1,6 +1,6 @@
 """The ``tcp`` pair backend: plain sockets, several parallel streams, each direction in turn.
 
-One control connection carries JSON messages (net.Channel); ``streams`` data connections carry
+One control connection carries JSON messages (common.Channel); ``streams`` data connections carry
 the bytes. A phase is one direction: the sender writes on every stream for ``duration_s`` and
 then half-closes; the receiver counts bytes until every stream ends. The figure is the
 receiver's: bytes received over the wall time from the first byte to the last, in Gbit/s (what
