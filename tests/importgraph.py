@@ -146,8 +146,15 @@ def _imports(tree: ast.Module, package: str) -> Iterator[str]:
             yield from (f"{origin}.{alias.name}" for alias in node.names)
 
 
+# The installed bundle's package: gpudiag/bundle/probes is a link to probes/, whose modules the
+# graph names once, as probes.*.
+BUNDLE_PACKAGE = "gpudiag.bundle.probes"
+
+
 def _resolve(target: str, files: dict[str, Path]) -> str | None:
     """The longest of our modules that ``target`` names or lies under; None for an outside one."""
+    if within(target, BUNDLE_PACKAGE):
+        target = "probes" + target[len(BUNDLE_PACKAGE):]
     parts = target.split(".")
     while parts:
         name = ".".join(parts)

@@ -60,6 +60,7 @@ from .options import (
     ssh_options,
     store_option,
     thresholds_option,
+    with_options,
 )
 from .progress import make_progress
 
@@ -111,9 +112,7 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--deadline", type=click.FloatRange(min=1), default=600.0, show_default=True, metavar="S",
                      help="Overall deadline of the probes on a node, in seconds."),
     ]
-    for decorator in reversed(decorators):
-        function = decorator(function)
-    return function
+    return with_options(function, decorators)
 
 
 @main.command()
@@ -173,10 +172,7 @@ def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
                      help="Write the hosts a job should not get here, one per line."),
         click.option("--no-store", is_flag=True, help="Keep nothing in the store."),
     ]
-    decorated: Callable[..., Any] = with_judging
-    for decorator in reversed(decorators):
-        decorated = decorator(decorated)
-    return decorated
+    return with_options(with_judging, decorators)
 
 
 @main.command()

@@ -40,6 +40,13 @@ def _absolute_path(context: click.Context, parameter: click.Parameter, value: st
     return os.path.abspath(value)
 
 
+def with_options(function: Callable[..., Any], decorators: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """``function`` under ``decorators``, the first listed outermost (as if written above it in order)."""
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
 def ssh_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """How commands that reach nodes over SSH take its settings (sweep, preflight, triage), and
     the caps on what one command on a node may print (output_options): the command gets ``ssh``
@@ -65,10 +72,7 @@ def ssh_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
                      metavar="S", help="TCP connect timeout, where the SSH config sets none."),
     ]
-    decorated = output_options(with_ssh)
-    for decorator in reversed(decorators):
-        decorated = decorator(decorated)
-    return decorated
+    return with_options(output_options(with_ssh), decorators)
 
 
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,10 +94,7 @@ def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True, metavar="KIB",
                      help="Longest line a node may print, in KiB; past it the run is ended as for --max-output-mib."),
     ]
-    decorated: Callable[..., Any] = with_output
-    for decorator in reversed(decorators):
-        decorated = decorator(decorated)
-    return decorated
+    return with_options(with_output, decorators)
 
 
 def output_limits(max_output_mib: int, max_line_kib: int) -> OutputLimits:
@@ -137,6 +138,14 @@ def judging_options(function: click.decorators.FC) -> click.decorators.FC:
 def store_location(store_path: str | None) -> str:
     """``--store``'s path, else the default store's (gpudiag.store.store.default_store_path)."""
     return store_path or str(default_store_path(os.environ))
+
+
+def job_store(store_path: str | None, no_store: bool, baseline_name: str | None) -> str | None:
+    """run_store for the commands that judge one job or node (preflight, triage), where --no-store
+    with --store or --baseline is refused. Raises InputError."""
+    if no_store and (store_path is not None or baseline_name is not None):
+        raise InputError("--no-store reads no store: leave out --store and --baseline")
+    return run_store(store_path, no_store)
 
 
 def run_store(store_path: str | None, no_store: bool) -> str | None:

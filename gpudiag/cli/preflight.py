@@ -31,7 +31,7 @@ from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
-from .options import judging_options, node_python_option, run_store, ssh_options
+from .options import job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
 
 
@@ -107,13 +107,11 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     stdin: TextIO = sys.stdin
     if hosts_argument is None:  # in a job or a prolog: its nodes (of a simulated fleet too)
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)
-    if no_store and (store_path is not None or baseline_name is not None):
-        raise InputError("--no-store reads no store: leave out --store and --baseline")
     request = PreflightRequest(
         hosts_argument=hosts_argument, budget_s=budget_s,
         reach=Reach(ssh=ssh, settings=settings, launcher=launcher, slurm_bundle_dir=slurm_bundle_dir, here=here,
                     stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
-        judging=Judging(store_path=run_store(store_path, no_store), thresholds_path=thresholds_path,
+        judging=Judging(store_path=job_store(store_path, no_store, baseline_name), thresholds_path=thresholds_path,
                         baseline_name=baseline_name, retest=not no_retest),
         python=python, dtype=dtype, max_gpu_mem_mib=max_gpu_mem, net_backend=net_backend, net_address=net_address,
         net_line_rate_gbps=net_line_rate, links=not no_links, drain=drain, undrain=undrain, scontrol=scontrol)

@@ -19,7 +19,7 @@ from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
-from .options import judging_options, node_python_option, run_store, ssh_options
+from .options import job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
 
 
@@ -67,8 +67,6 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
     3 nothing to act on, but something could not be checked; 4 gpudiag itself failed; 130 interrupted.
     """
     host = _one_host(host_argument, host_option)
-    if no_store and (store_path is not None or baseline_name is not None):
-        raise InputError("--no-store reads no store: leave out --store and --baseline")
     if json_path is not None and json_path != "-":
         check_writable(json_path, "--json")
     probe = ProbeOptions(names=TRIAGE_PROBES, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
@@ -77,7 +75,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
         host=host, probe=probe,
         reach=Reach(ssh=ssh, settings=settings,
                     stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
-        judging=Judging(store_path=run_store(store_path, no_store), thresholds_path=thresholds_path,
+        judging=Judging(store_path=job_store(store_path, no_store, baseline_name), thresholds_path=thresholds_path,
                         baseline_name=baseline_name, retest=not no_retest),
         store_required=store_path is not None, history_sweeps=history_sweeps, host_timeout_s=host_timeout)
     with InterruptGate().installed() as gate:

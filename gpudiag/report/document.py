@@ -13,12 +13,11 @@ from . import write_report
 from .detail import COMPACT, FULL, compact_host, flagged_gpus
 
 
-def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT,
-                     parts: Mapping[str, Any] | None = None) -> None:
+def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> None:
     """Write the sweep document to ``path`` (``-``: stdout) at ``detail`` (gpudiag.report.detail: full or
     compact), one host at a time, replacing the file in one step so a reader never sees half a
     document. Raises OutputError when it cannot be written."""
-    chunks = document_chunks(result, detail, parts)
+    chunks = document_chunks(result, detail)
     if path == "-":
         for chunk in chunks:
             sys.stdout.write(chunk)
