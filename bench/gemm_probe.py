@@ -8,12 +8,16 @@ shared machine. Prints, for each device (every GPU, or the CPU without one):
 - the CV of the probe's figure over the five runs; target <= 1 % on a GPU;
 - wall time of one probe run, and per GPU when the GPUs are run one at a time; target <= 5 s.
 
-Usage: python bench/gemm_probe.py [--duration S] [--runs N]
+With ``--sku-table`` it prints instead the probe's figure for every dtype and every square size
+of the probe's ladder (probes/catalog.json), as gpudiag/data/sku.json's ``gemm_tflops`` holds them.
+
+Usage: python bench/gemm_probe.py [--duration S] [--runs N] [--sku-table]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -79,13 +83,41 @@ def best_plain_matmul(device: str, size: int, dtype: str, seconds: float) -> flo
     return best
 
 
+def sku_table(duration_s: float) -> None:
+    """The probe's median TFLOP/s on each GPU for every dtype and size of its ladder, one run each."""
+    if not torch.cuda.is_available():
+        print("gemm sku table: skipped, no CUDA device (the ladder is the GPU path's)")
+        return
+    ladder = gemm.GPU_SIZES
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    try:
+        for dtype in DTYPES:
+            for size in ladder:
+                gemm.GPU_SIZES = (size,)  # the probe picks the largest size that fits: offer one
+                for record in gemm.run(ProbeContext(duration_s=duration_s, dtype=dtype)):
+                    if record.status != "ok":
+                        raise SystemExit(f"gemm {dtype} {size} on {record.device}: {record.status}: {record.reason}")
+                    figure = round(float(record.value), 1)
+                    table.setdefault(record.device, {}).setdefault(dtype, {})[str(size)] = figure
+                    print(f"{record.device:8} {dtype:>4} {size:>6}³ {figure:9.1f} TFLOP/s  cv {record.cv:.2%}")
+    finally:
+        gemm.GPU_SIZES = ladder
+    for device, by_dtype in table.items():
+        print(f"gemm sku table, {device} {torch.cuda.get_device_name(int(device.split(':')[1]))}: \"gemm_tflops\": "
+              + json.dumps(by_dtype))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=1.0, help="probe --duration (s)")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     parser.add_argument("--smoke", action="store_true", help="two short runs: seconds")
+    parser.add_argument("--sku-table", action="store_true", help="every dtype and ladder size, once each")
     arguments = parser.parse_args()
+    if arguments.sku_table:
+        sku_table(0.2 if arguments.smoke else arguments.duration)
+        return
     if arguments.smoke:
         arguments.duration, arguments.runs = 0.2, 2
     ctx = ProbeContext(duration_s=arguments.duration, dtype=arguments.dtype)

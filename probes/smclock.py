@@ -18,7 +18,7 @@ import ctypes
 import os
 import statistics
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
@@ -341,13 +341,17 @@ def _records(device: CudaDevice, timings: Sequence[Sequence[BlockTiming]], itera
     all_blocks = [timing for sample in timings for timing in sample]
     params = {"threads_per_block": THREADS_PER_BLOCK, "chains_per_thread": CHAINS_PER_THREAD,
               "blocks_per_sm": 1}
-    details = _details(summarize(per_sm), per_sm, device, all_blocks, iterations, image,
+    summary = summarize(per_sm)
+    details = _details(summary, per_sm, device, all_blocks, iterations, image,
                        shared_bytes)
     # The per-SM lists ride on the clock record only; the ratio record keeps what explains it.
     ratio_details = {key: details[key] for key in _RATIO_DETAIL_KEYS}
-    return [measured(PROBE, device.label, METRIC_CLOCK, "MHz",
+    # The clock is the median SM's (of each SM's median over the launches), rounded as min_mhz and
+    # max_mhz are, so it lies between the slowest and the fastest SM; the CV is over the launches.
+    clock = measured(PROBE, device.label, METRIC_CLOCK, "MHz",
                      [statistics.median(rate.clock_mhz for rate in sample) for sample in usable],
-                     params=params, details=details, gpu_uuid=device.gpu_uuid),
+                     params=params, details=details, gpu_uuid=device.gpu_uuid)
+    return [replace(clock, value=round(summary.median_clock_mhz, 1)),
             measured(PROBE, device.label, METRIC_FMA_RATIO, "ratio",
                      [summarize(sample).fma_min_ratio for sample in usable],
                      params=params, details=ratio_details, gpu_uuid=device.gpu_uuid)]

@@ -21,7 +21,7 @@ HOST_DEVICES = ("cpu", "host")
 @dataclass(frozen=True)
 class Ceiling:
     """The most a measurement can be (``value``, in ``unit``) and where that comes from (``source``:
-    ``NVIDIA H100 80GB HBM3 figure 740 x 1.5``, or ``generic ceiling``)."""
+    ``NVIDIA H100 80GB HBM3 figure 686.1 x 1.5``, or ``generic ceiling``)."""
 
     value: float
     unit: str

@@ -65,7 +65,10 @@ def test_history_at_80_columns_shows_the_slow_gpus_figure_and_each_sweeps_status
     assert max(len(line) for line in result.output.splitlines()) <= 80 and "…" not in result.output
     figures_table = result.output[:result.output.index("node003: trend since")]  # the trend table follows
     figures = [line for line in figures_table.splitlines() if "gemm.tflops bf16" in line]
-    assert len(figures) == 2 and all(line.split("│")[2].strip() == "590.4" for line in figures)
+    # min / median / max over the host's GPUs in each sweep: the slow GPU's figure is the min, whole
+    assert len(figures) == 2 and figures[0] == figures[1]
+    low, median, high = (float(cell) for cell in figures[0].split("│")[2:5])
+    assert low < 0.9 * median <= high
     assert "TFLOP/s" in figures[0] and "left out" not in result.output
     unreachable = _run("history", "node012", "--store", str(stores["short-names"]), columns=80).output
     assert " ".join(BOX.sub(" ", unreachable).split()).count(

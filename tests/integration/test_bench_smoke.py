@@ -41,9 +41,11 @@ def test_the_fanout_benchmark_runs_against_pdsh_on_real_sshd_hosts():
 
 
 def test_the_analysis_scale_and_gemm_probe_benchmarks_run_at_their_smoke_size():
-    for script, expected in (("analysis_scale.py", "of the 20 slow GPUs named"),
-                             ("analysis_scale.py", "whole sweep of 20 simulated nodes"), ("gemm_probe.py", "TFLOP/s")):
-        done = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke"], capture_output=True,
+    for script, *options, expected in (("analysis_scale.py", "of the 20 slow GPUs named"),
+                                       ("analysis_scale.py", "whole sweep of 20 simulated nodes"),
+                                       ("gemm_probe.py", "TFLOP/s"),
+                                       ("gemm_probe.py", "--sku-table", "gemm sku table")):
+        done = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--smoke", *options], capture_output=True,
                               text=True, timeout=300, check=False)
         assert done.returncode == 0, (script, done.stderr[-2000:])
         assert expected in done.stdout, (script, done.stdout[-1000:])

@@ -11,6 +11,8 @@ import pytest
 
 from probes import runner, smclock
 from probes.context import ProbeContext
+from probes.devices import CudaDevice
+from probes.kernels import KernelImage
 from probes.smclock import BlockTiming, SmRate
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -94,6 +96,21 @@ def test_median_over_samples_takes_each_sms_median() -> None:
                [SmRate(0, 1950.0, 95.0, 1), SmRate(1, 1850.0, 85.0, 1)]]
     merged = smclock.median_over_samples(samples)
     assert merged == [SmRate(0, 1950.0, 95.0, 3), SmRate(1, 1825.0, 82.5, 2)]
+
+
+def test_the_clock_lies_between_the_slowest_and_the_fastest_sm() -> None:
+    # Each SM's median over three launches is 1980 MHz, but one SM dips in the first launch and the
+    # other in the second: the median of the per-launch medians (1490) would lie under every SM.
+    # Seen on an H100, at a smaller scale: 1979.998 MHz against a slowest SM of 1980.0.
+    launches = [[_block(0, 1000.0, 0, 10 * MS), _block(1, 1980.0, 0, 10 * MS)],
+                [_block(0, 1980.0, 0, 10 * MS), _block(1, 1000.0, 0, 10 * MS)],
+                [_block(0, 1980.0, 0, 10 * MS), _block(1, 1980.0, 0, 10 * MS)]]
+    device = CudaDevice(0, "NVIDIA H100 80GB HBM3", "GPU-1", 80 << 30, None, 2, (9, 0))
+    image = KernelImage(b"", "cubin", "sm_90", "test")
+    clock, ratio = smclock._records(device, launches, iterations=1000, image=image, shared_bytes=0)
+    assert clock.metric == "sm_clock" and ratio.metric == "sm_fma_rate_min_ratio"
+    assert clock.details["min_mhz"] <= clock.value <= clock.details["max_mhz"]
+    assert clock.value == 1980.0 and clock.samples == 3 and clock.cv > 0
 
 
 def test_summarize_refuses_no_sms() -> None:

@@ -6,12 +6,15 @@ from types import SimpleNamespace
 
 from gpudiag.analysis import analyse
 from gpudiag.analysis.keys import result_key
+from gpudiag.analysis.sku import load_skus
 from gpudiag.analysis.thresholds import default_thresholds
 
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
         "cuda_version": "12.4", "torch_version": "2.4.0", "gpu_count": 8, "cpu_count": 224,
         "cpu_count_usable": 224, "load_average_1m": 1.5, "memory_total_mib": 2063840,
         "memory_available_mib": 1900000}
+# What a healthy H100 measures at bf16 8192³ by the SKU table: the reference of a fleet with no peers' level.
+H100_SKU_BF16 = load_skus().skus[H100["gpu_model"]].gemm_tflops["bf16"][8192]
 UNKNOWN_MODEL = {**H100, "gpu_model": "NVIDIA Future GPU 1TB"}
 GEMM_PARAMS = {"dtype": "bf16", "m": 8192, "n": 8192, "k": 8192, "mode": "concurrent"}
 LOAD = {"sm_clock_mhz_median": 1980, "sm_clock_max_mhz": 1980, "clocks_event_reasons": [],
@@ -77,7 +80,7 @@ def test_a_slow_gpu_is_a_suspect_then_confirmed_by_its_retest():
     assert _kinds(confirmed) == [("slow_gpu", "fail", "node005", 3, True)]
     finding = confirmed.findings[0]
     assert finding.basis == "retest" and finding.action == "drain" and "dcgmi diag" in finding.action_detail
-    assert "no throttle reason" in finding.evidence and "also sku 740" in finding.evidence
+    assert "no throttle reason" in finding.evidence and f"also sku {H100_SKU_BF16:.4g}" in finding.evidence
 
 
 def test_a_dip_that_does_not_repeat_is_not_reported():
@@ -283,7 +286,7 @@ def test_forty_percent_of_nodes_eight_percent_slow_are_all_found():
 
 
 def test_a_whole_power_capped_fleet_is_one_power_policy_shift_against_the_sku_with_the_impact():
-    hosts = [_host(f"node{i:03d}", [740 * 0.7] * 8, **{f"gpu{g}": _power_capped() for g in range(8)})
+    hosts = [_host(f"node{i:03d}", [H100_SKU_BF16 * 0.7] * 8, **{f"gpu{g}": _power_capped() for g in range(8)})
              for i in range(32)]
     analysis = analyse(hosts, default_thresholds(), retest_hosts=_retest_of(hosts))
     (shift,) = analysis.findings  # a cause every node shares: one finding, no GPU throttled or drained

@@ -14,6 +14,7 @@ import hostilefleet as fleet
 import pytest
 
 from gpudiag.analysis.reference import fleet_reference, weighted_median
+from gpudiag.analysis.sku import load_skus
 from gpudiag.hosts import HostSpec
 from gpudiag.records import ProbeResult, read_probe_output
 from gpudiag.run.hostprobe import ProbeOptions
@@ -109,14 +110,15 @@ def test_a_value_above_the_ceiling_of_the_nodes_gpu_model_is_an_error_record_on_
     records = hostile_lines()
     for r in records:
         if (r["probe"], r["device"]) == ("gemm", "cuda:1"):
-            r["value"] = 1500.0  # an H100's bf16 figure is 740 TFLOP/s
+            r["value"] = 1500.0  # well above 1.5 x an H100's bf16 figure (under 700 TFLOP/s)
         if (r["probe"], r["device"], r["metric"]) == ("smclock", "cuda:2", "sm_clock"):
             r["value"] = 9000.0
     results = {(r.probe, r.device, r.metric): r for r in checked(records)}
     gemm = results[("gemm", "cuda:1", "tflops")]
+    figure = load_skus().skus["NVIDIA H100 80GB HBM3"].gemm_tflops["bf16"][8192]
     assert gemm.status == "error" and gemm.reason == (
-        "node005: gemm.tflops 1500 TFLOP/s on cuda:1 is above what it can measure (at most 1110 TFLOP/s: "
-        "NVIDIA H100 80GB HBM3 figure 740 x 1.5): not used")
+        f"node005: gemm.tflops 1500 TFLOP/s on cuda:1 is above what it can measure (at most {figure * 1.5:g} "
+        f"TFLOP/s: NVIDIA H100 80GB HBM3 figure {figure:g} x 1.5): not used")
     assert results[("smclock", "cuda:2", "sm_clock")].status == "error"
     assert results[("gemm", "cuda:0", "tflops")].ok
 

@@ -132,7 +132,11 @@ def test_every_sku_has_a_gemm_figure_per_dtype_and_probe_size() -> None:
         for dtype, by_size in sku.gemm_tflops.items():
             assert list(by_size) == list(GPU_SIZES), (sku.gpu_model, dtype)
             figures = [by_size[size] for size in GPU_SIZES]
-            assert figures == sorted(figures, reverse=True), (sku.gpu_model, dtype)  # small GEMMs fill less
+            # Small GEMMs fill the GPU less; at its power limit the sizes come within noise of each
+            # other (measured on an H100: 679 TFLOP/s at 6144, 681 at 4096), so 2 % is allowed.
+            pairs = zip(figures, figures[1:], strict=False)
+            assert all(smaller <= larger * 1.02 for larger, smaller in pairs), (sku.gpu_model, dtype)
+            assert figures[-1] <= figures[0], (sku.gpu_model, dtype)
 
 
 @pytest.mark.parametrize(("probe", "metric", "params", "expected"), [
@@ -154,7 +158,7 @@ def test_floors_hold_every_dtype_and_size_under_their_floor_keys() -> None:
     floors = floors_for("NVIDIA H100 80GB HBM3")
     gemm_keys = {key for key in floors if key[0] == "gemm"}
     assert gemm_keys == {("gemm", "tflops", f"{dtype}:{size}") for dtype in h100.gemm_tflops for size in GPU_SIZES}
-    assert floors[("gemm", "tflops", "bf16:8192")] == 740.0
+    assert floors[("gemm", "tflops", "bf16:8192")] == h100.gemm_tflops["bf16"][8192]
     assert floors[("gemm", "tflops", "fp16:2048")] == h100.gemm_tflops["fp16"][2048]
     assert floors[("pcie", "bandwidth", "h2d@256")] == h100.pcie_h2d_gbps and ("gemm", "tflops", "bf16") not in floors
     assert ("pcie", "bandwidth", "h2d@16") not in floors  # a smaller buffer copies slower: no figure for it
