@@ -162,3 +162,22 @@ def _resolve(target: str, files: dict[str, Path]) -> str | None:
             return name
         parts.pop()
     return None
+
+
+def room_of(module: str) -> str:
+    """A top-level module of gpudiag, one of its packages, or the bundle, taken whole."""
+    parts = module.split(".")
+    if parts[0] != "gpudiag":
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def rooms(graph: ImportGraph) -> ImportGraph:
+    """The graph with modules grouped into rooms; arrows inside a room are dropped."""
+    grouped = ImportGraph()
+    for module, targets in graph.arrows.items():
+        room = room_of(module)
+        grouped.files.setdefault(room, graph.files[module])
+        grouped.arrows.setdefault(room, set()).update(room_of(target) for target in targets
+                                                      if room_of(target) != room)
+    return grouped

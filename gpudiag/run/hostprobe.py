@@ -13,9 +13,9 @@ from typing import Protocol
 
 from ..errors import ProbeOutputError
 from ..records import DEFAULT_PROBE_NAMES, ProbeResult, StrayOutput, read_probe_output, stray_only_error
-from ..schema.node import check_host_records
 from ..schema.text import one_line
 from ..transport import CommandResult
+from .nodecheck import check_host_records
 
 # Time the node's Python needs to start and import torch, on top of the probes' own deadline.
 STARTUP_ALLOWANCE_S = 30.0
@@ -99,7 +99,7 @@ def probe_host(session: CommandRunner, options: ProbeOptions, source: str) -> Ho
     A node that says nothing has not passed: each probe asked for that printed no record at all
     gets an ``error`` record of its own (``unanswered``). Every record is checked against its
     schema as it is read (gpudiag.records), then the node's records against its own facts
-    (gpudiag.schema.node: one record per measurement, no GPU it lacks, values within physical
+    (gpudiag.run.nodecheck: one record per measurement, no GPU it lacks, values within physical
     ceilings, no GPU left out by a per-GPU probe). Stray lines among the records are kept in
     ``HostProbe.stray``. Raises ProbeOutputError when the output passed a cap of the session's
     OutputLimits, when the bundle printed no record at all (unless it ran out of time; its

@@ -5,7 +5,7 @@ is declared here with its kind (grep gpudiag/ for ``details.get(``, ``params.get
 ``facts.get(``); a field no reader reads is kept as any JSON value, cleaned and bounded.
 
 The ranges here are generic (what no GPU of any model can exceed, never negative); the ceilings
-of a known GPU model (its SKU figures times a margin) are gpudiag.schema.bounds'.
+of a known GPU model (its SKU figures times a margin) are gpudiag.run.bounds'.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ RECORD_FIELDS: Mapping[str, Kind] = {
 class Measure:
     """What an ``ok`` record of one metric holds: a value (in ``unit``) from ``low`` to ``high``;
     ``value_required``: an ok record without one measured nothing. ``ceiling``: the SKU figure
-    that bounds it (gpudiag.schema.bounds), None where only ``high`` does."""
+    that bounds it (gpudiag.run.bounds), None where only ``high`` does."""
 
     unit: str = ""
     low: float = 0.0

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from importgraph import ImportGraph, read_graph, within  # noqa: E402
+from importgraph import ImportGraph, read_graph, rooms, within  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +64,10 @@ def test_no_module_sits_flat_in_gpudiag_but_the_shared_vocabulary():
 
 def test_no_modules_import_each_other_in_a_circle(graph: ImportGraph):
     assert graph.cycles() == []
+
+
+def test_no_rooms_import_each_other_in_a_circle(graph: ImportGraph):
+    # A room is a package taken whole (or a flat module): records -> schema -> records, or
+    # analysis -> records -> schema -> analysis, would make the layers unreadable even where
+    # the modules themselves form no circle.
+    assert rooms(graph).cycles() == []

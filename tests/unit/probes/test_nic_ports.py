@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpudiag.records import ProbeResult
-from gpudiag.schema.node import MAX_NIC_PORTS, check_host_records
+from gpudiag.run.nodecheck import MAX_NIC_PORTS, check_host_records
 from gpudiag.schema.records import RecordTypeError, check_record
 from probes import nicports, telemetry
 from probes.context import ProbeContext

@@ -13,7 +13,7 @@ What one node prints may change only its own verdict. After each record passed i
 2. records of GPUs the node does not have — ``cuda:N`` at or past torch's count, ``gpu:N`` at or
    past NVML's (else the PCI bus's, else torch's), a P2P pair with such an end — are dropped, and
    each probe that printed any gets one ``error`` record on the host naming them (``unchecked``);
-3. an ``ok`` value above the physical ceiling of its measurement (gpudiag.schema.bounds: the
+3. an ``ok`` value above the physical ceiling of its measurement (gpudiag.run.bounds: the
    SKU figure of the node's GPU model times a margin, or a generic ceiling) is an ``error``
    record in its place: that GPU's measurement is unchecked, and no reference sees it;
 4. a per-GPU probe (gemm, membw, pcie, smclock, telemetry) that printed records for some of the
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..records import ProbeResult, device_index
+from ..schema.tables import METRICS
 from .bounds import ceiling
-from .tables import METRICS
 
 # Per-GPU probes and the device prefix they name GPUs by: CUDA's index, or NVML's.
 PER_GPU_PROBES = {"gemm": "cuda", "membw": "cuda", "pcie": "cuda", "smclock": "cuda", "telemetry": "gpu"}

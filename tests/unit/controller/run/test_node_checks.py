@@ -1,4 +1,4 @@
-"""A node's records checked against its own facts (gpudiag.schema.node), and each host weighing
+"""A node's records checked against its own facts (gpudiag.run.nodecheck), and each host weighing
 once in a fleet level (gpudiag.analysis.reference): what one node prints changes only its own
 verdict — the issue's 8-node pre-flight, end to end through the controller's path."""
 
@@ -18,7 +18,7 @@ from gpudiag.analysis.sku import load_skus
 from gpudiag.hosts import HostSpec
 from gpudiag.records import ProbeResult, read_probe_output
 from gpudiag.run.hostprobe import ProbeOptions
-from gpudiag.schema.node import check_host_records
+from gpudiag.run.nodecheck import check_host_records
 from gpudiag.sim import SimulatedConnector, parse_fleet
 
 ALL_PROBES = ("facts", "telemetry", "xid", "gemm", "membw", "p2p", "pcie", "smclock")
