@@ -47,7 +47,6 @@ Usage: python bench/detection.py [--scenarios mix share40 ...] [--sizes 64 256 1
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import random
 import sys
@@ -68,7 +67,6 @@ from detection_siblings import SIBLING_SCENARIOS, healthy_at_fail, scenario_cvs,
 
 from gpudiag.run.fanout import SweepOptions  # noqa: E402
 from gpudiag.run.hostprobe import ProbeOptions  # noqa: E402
-from gpudiag.run.progress import QuietProgress  # noqa: E402
 from gpudiag.run.request import Judging, Reach, SweepRequest  # noqa: E402
 from gpudiag.run.sweep import run_sweep  # noqa: E402
 from gpudiag.sim import FleetFile  # noqa: E402
@@ -290,7 +288,7 @@ def _run(fleet: dict, folder: Path, store: Path | None, baseline: str | None, ex
     request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(path))),
                            judging=Judging(store_path=str(store) if store else None, baseline_name=baseline),
                            sweep=options, **fields)
-    return run_sweep(request, io.StringIO(), QuietProgress())
+    return run_sweep(request)
 
 
 def healthy_drains(case: Case, findings: list[dict]) -> int:

@@ -14,7 +14,6 @@ Rows: 4 sweeps (3 losses: the fall is 3 × step) and 5 sweeps (4 × step).
 
 from __future__ import annotations
 
-import io
 import json
 import random
 import tempfile
@@ -24,7 +23,6 @@ from pathlib import Path
 from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.hostprobe import ProbeOptions
-from gpudiag.run.progress import QuietProgress
 from gpudiag.run.request import Judging, LinkOptions, Reach, SweepRequest
 from gpudiag.run.sweep import run_sweep
 from gpudiag.sim import FleetFile
@@ -58,7 +56,7 @@ def history_rows(folder: Path, seed: int, cv: float, sweeps: int, host: str, gpu
         request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))),
                                judging=Judging(store_path=str(store)), links=LinkOptions(mode="none"),
                                sweep=SweepOptions(probe=ProbeOptions(names=HISTORY_PROBES, duration_s=0.2)))
-        run_sweep(request, io.StringIO(), QuietProgress())
+        run_sweep(request)
         with Store.open(store, readonly=True) as opened:
             for name in rows:
                 rows[name] = opened.host_history(name, 1) + rows[name]

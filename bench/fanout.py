@@ -14,7 +14,6 @@ Usage: python bench/fanout.py [--sizes 32 64] [--repeat 3]
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import resource
 import shutil
@@ -34,7 +33,6 @@ from sshd_hosts import SshdFleet  # noqa: E402
 from gpudiag.hosts import HostSpec  # noqa: E402
 from gpudiag.run.fanout import SweepOptions  # noqa: E402
 from gpudiag.run.hostprobe import ProbeOptions  # noqa: E402
-from gpudiag.run.progress import QuietProgress  # noqa: E402
 from gpudiag.run.request import LinkOptions, Reach, SweepRequest  # noqa: E402
 from gpudiag.run.sweep import run_sweep  # noqa: E402
 from gpudiag.transport.fleet import FleetConnector  # noqa: E402
@@ -93,7 +91,7 @@ def end_to_end(names: list[str], hosts_file: Path, options: SshOptions, fanout: 
                                               python=sys.executable), fanout=fanout),
         reach=Reach(ssh=options, settings=SshSettings()), links=LinkOptions(mode="none"))
     started = time.perf_counter()
-    result = run_sweep(request, io.StringIO(), QuietProgress())
+    result = run_sweep(request)
     return time.perf_counter() - started, sum(host.ok for host in result.hosts)
 
 

@@ -39,6 +39,7 @@ from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import HostProbe, ProbeOptions, probe_host
 from ..run.interrupts import InterruptGate
 from ..run.request import LINK_MODES, Judging, LinkOptions, Reach, SweepRequest
+from ..run.runtime import Runtime
 from ..run.sweep import run_sweep
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile, demo_fleet_path
@@ -289,7 +290,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         check_prom_file(prom_file)
     # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
     with InterruptGate().installed() as gate:
-        result = run_sweep(request, stdin, make_progress(quiet), gate)
+        result = run_sweep(request, Runtime(stdin, make_progress(quiet), gate))
         if result.interrupted:
             gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
                 ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
@@ -323,7 +324,7 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
                            reach=Reach(stand_in=FleetFile(str(demo_fleet_path()))),
                            judging=Judging(store_path=str(folder / "gpudiag.db")), links=LinkOptions(mode="full"))
     with InterruptGate().installed() as gate:
-        result = run_sweep(request, sys.stdin, make_progress(quiet), gate)
+        result = run_sweep(request, Runtime(sys.stdin, make_progress(quiet), gate))
     document = result.to_dict()
     write_sweep_json(result, str(folder / "sweep.json"))
     write_report(render_report(document, "html"), folder / "report.html")

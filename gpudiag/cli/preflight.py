@@ -26,6 +26,7 @@ from ..report.prometheus import check_prom_file, write_prom_file
 from ..report.tables import make_console
 from ..run.interrupts import InterruptGate
 from ..run.request import Judging, Reach
+from ..run.runtime import Runtime
 from ..sim import FleetFile
 from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
@@ -125,7 +126,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     for line in plan.lines():
         click.echo(line, err=to_stderr)
     with InterruptGate().installed() as gate:
-        run = run_preflight(request, plan, hosts_stdin, make_progress(quiet), gate, started)
+        run = run_preflight(request, plan, Runtime(hosts_stdin, make_progress(quiet), gate), started)
         output_errors = _write_outputs(run, json_path, json_detail, exclude_file, prom_file)
         _print_report(run, to_stderr, output_errors)
     if gate.received:

@@ -13,6 +13,7 @@ from ..report import check_writable, write_report
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
 from ..run.request import Judging, Reach
+from ..run.runtime import Runtime
 from ..schema.jsonout import dumps as strict_dumps
 from ..sim import FleetFile
 from ..transport.ssh import SshSettings
@@ -79,7 +80,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
                         baseline_name=baseline_name, retest=not no_retest),
         store_required=store_path is not None, history_sweeps=history_sweeps, host_timeout_s=host_timeout)
     with InterruptGate().installed() as gate:
-        run = run_triage(request, sys.stdin, make_progress(quiet), gate)
+        run = run_triage(request, Runtime(sys.stdin, make_progress(quiet), gate))
         result = explain(run)
         if json_path is not None:
             text = strict_dumps(result.to_dict(), indent=1) + "\n"

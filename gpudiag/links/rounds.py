@@ -9,7 +9,7 @@ with an ``error``, so the round and the sweep go on.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -102,12 +102,13 @@ class _OutOfTime(_Interrupted):
 
 def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
               thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64, stride: int = 1, *,
-              baseline: LinkBaseline | None = None, deadline: float | None = None) -> LinkRun:
+              baseline: LinkBaseline | None = None, deadline: float | None = None,
+              clock: Callable[[], float] = time.monotonic) -> LinkRun:
     """The link phase of a sweep over ``hosts`` (those whose node probes passed, in sweep
     order): ``screen`` (two rounds forming a cycle of ``stride``, then confirm rounds; a stride
     beyond ⌊N/2⌋ for the hosts left wraps around) or ``full`` (the round-robin, then confirm
     rounds); ``none`` runs nothing. Every attribution also judges against ``baseline`` (a
-    gpudiag.store.baselines.Baseline; its link entries) where given. ``deadline`` (time.monotonic()):
+    gpudiag.store.baselines.Baseline; its link entries) where given. ``deadline`` (on ``clock``):
     no round starts after it, and a round still running at it is ended; the run is then
     ``cut_short``, with what finished and no verdicts. Raises ValueError for another mode."""
     if mode not in MODES:
@@ -118,7 +119,7 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     records: list[LinkRecord] = []
     rounds = 0
     try:
-        records += _run_rounds(first, runner, parallel, deadline)
+        records += _run_rounds(first, runner, parallel, deadline, clock)
         attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
         rounds = len(first)
         retested: set[str] = set()  # suspect hosts and pairs a confirm phase took up
@@ -136,7 +137,7 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
             confirm = confirm_rounds(suspects, attribution.passed, tested)
             if not confirm:
                 break
-            records += _run_rounds(confirm, runner, parallel, deadline)
+            records += _run_rounds(confirm, runner, parallel, deadline, clock)
             rounds += len(confirm)
             attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
     except _OutOfTime as late:
@@ -157,29 +158,29 @@ def _pair_name(pair: Pair) -> str:
 
 
 def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int,
-                deadline: float | None = None) -> list[LinkRecord]:
+                deadline: float | None = None, clock: Callable[[], float] = time.monotonic) -> list[LinkRecord]:
     """Rounds one after another; the pairs of one round all at once (a node is in one pair).
     Raises _Interrupted on Ctrl-C, after ending the pairs in flight, and _OutOfTime when
-    ``deadline`` (time.monotonic()) comes before a round starts or while one runs."""
+    ``deadline`` (on ``clock``) comes before a round starts or while one runs."""
     records: list[LinkRecord] = []
     for round_ in rounds:
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and clock() >= deadline:
             raise _OutOfTime(records)
         pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(round_.pairs))), thread_name_prefix="links")
         futures = [pool.submit(runner.run_pair, *pair) for pair in round_.pairs]
         try:
-            _wait_all(futures, deadline=deadline)
+            _wait_all(futures, deadline, clock)
             if not all(future.done() for future in futures):  # the deadline came first
                 finished = [f for f in futures if f.done()]
                 runner.cancel()
-                _wait_all(futures, deadline=time.monotonic() + CANCEL_WAIT_S)
+                _wait_all(futures, clock() + CANCEL_WAIT_S, clock)
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise _OutOfTime(records + _round_records(round_, finished))
         except KeyboardInterrupt:
             finished = [f for f in futures if f.done()]
             runner.cancel()
             try:
-                _wait_all(futures, deadline=time.monotonic() + CANCEL_WAIT_S)
+                _wait_all(futures, clock() + CANCEL_WAIT_S, clock)
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: stop waiting
             pool.shutdown(wait=False, cancel_futures=True)
@@ -189,9 +190,10 @@ def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int,
     return records
 
 
-def _wait_all(futures: Sequence[Future[list[LinkResult]]], deadline: float | None = None) -> None:
+def _wait_all(futures: Sequence[Future[list[LinkResult]]], deadline: float | None = None,
+              clock: Callable[[], float] = time.monotonic) -> None:
     pending = set(futures)
-    while pending and (deadline is None or time.monotonic() < deadline):
+    while pending and (deadline is None or clock() < deadline):
         # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
         _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
 

@@ -22,9 +22,8 @@ from ..hosts import load_hosts
 from ..links.remote import PairTestOptions
 from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import ProbeOptions
-from ..run.interrupts import InterruptGate
-from ..run.progress import SweepProgress
 from ..run.request import Judging, LinkOptions, Reach, SweepRequest
+from ..run.runtime import Runtime
 from ..run.sweep import run_sweep
 from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
 from .checked import host_checks
@@ -142,13 +141,13 @@ def make_plan(request: PreflightRequest, hosts: int) -> PreflightPlan:
     return plan_preflight(request.budget_s, hosts, links=request.links, retest=request.judging.retest)
 
 
-def run_preflight(request: PreflightRequest, plan: PreflightPlan, stdin: TextIO, progress: SweepProgress,
-                  gate: InterruptGate, started: float) -> PreflightRun:
-    """Carry out ``plan``, then drain (``fail`` findings only) and undrain as asked. ``started``:
-    time.monotonic() when the command began. Raises InputError or StoreError before any node
-    is touched when an input is bad."""
-    result = run_sweep(sweep_request(request, plan), stdin, progress, gate)
-    interrupted = result.interrupted or gate.received
+def run_preflight(request: PreflightRequest, plan: PreflightPlan, runtime: Runtime, started: float) -> PreflightRun:
+    """Carry out ``plan`` in ``runtime`` (gpudiag.run.runtime), then drain (``fail`` findings
+    only) and undrain as asked. ``started``: time.monotonic() when the command began (scontrol's
+    calls are timed on it). Raises InputError or StoreError before any node is touched when an
+    input is bad."""
+    result = run_sweep(sweep_request(request, plan), runtime)
+    interrupted = result.interrupted or runtime.gate.received
     deadline = scontrol_deadline(request.budget_s, started)
     commands = drain_commands(result.findings, scontrol=request.scontrol) if not interrupted else []
     drains = tuple(drain(commands, run=request.drain, deadline=deadline))

@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -65,13 +65,16 @@ MIN_COMMAND_S = 0.5
 class SweepOptions:
     """How the sweep runs: what to probe, how many hosts at once, and the per-host time limit (s),
     which every phase of a host (connecting, copying the bundle, probing) is inside of.
-    ``deadline``: a time.monotonic() by which every host has finished (a run-wide budget): a host
-    still connecting, preparing or probing then is ended and ``timeout``; None: no such limit."""
+    ``deadline``: a time on ``clock`` by which every host has finished (a run-wide budget): a
+    host still connecting, preparing or probing then is ended and ``timeout``; None: no such
+    limit. ``clock`` is the run's (gpudiag.run.runtime.Runtime), time.monotonic unless a test
+    hands in another."""
 
     probe: ProbeOptions
     fanout: int = 64
     host_timeout_s: float | None = None
     deadline: float | None = None
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
 
     @property
     def command_timeout_s(self) -> float:
@@ -168,8 +171,9 @@ class _HostRun:
     session it holds, when that phase must end, and its one outcome (``result``): its worker's,
     or the timeout the watch gives a host still in a phase when the phase's time is up."""
 
-    def __init__(self, host: HostSpec) -> None:
+    def __init__(self, host: HostSpec, clock: Callable[[], float] = time.monotonic) -> None:
         self.host = host
+        self.clock = clock
         self.result: Future[HostOutcome] = Future()
         self._lock = threading.Lock()
         self._claimed = False
@@ -180,9 +184,9 @@ class _HostRun:
         self._session: Session | None = None
 
     def begin(self, limit_s: float) -> float:
-        """The host starts now, with ``limit_s`` seconds for every phase; returns the time.monotonic()."""
+        """The host starts now, with ``limit_s`` seconds for every phase; returns the clock's time."""
         with self._lock:
-            self._started, self._limit_s = time.monotonic(), limit_s
+            self._started, self._limit_s = self.clock(), limit_s
             return self._started
 
     def enter(self, phase: str, grace_s: float = 0.0) -> bool:
@@ -202,10 +206,10 @@ class _HostRun:
     def remaining_s(self) -> float:
         """Seconds left of the host's time limit (negative past it)."""
         with self._lock:
-            return self._started + self._limit_s - time.monotonic()
+            return self._started + self._limit_s - self.clock()
 
     def overdue(self, now: float) -> bool:
-        """Whether the host is still in a phase whose time is up at ``now`` (time.monotonic())."""
+        """Whether the host is still in a phase whose time is up at ``now`` (on the run's clock)."""
         with self._lock:
             return not self._claimed and self._phase_ends is not None and now > self._phase_ends
 
@@ -218,7 +222,7 @@ class _HostRun:
     def timed_out(self) -> tuple[HostOutcome, Session | None]:
         """The outcome of a host whose phase ran out of time, and the session to end."""
         with self._lock:
-            elapsed = time.monotonic() - self._started
+            elapsed = self.clock() - self._started
             error = (f"no result within the host's {self._limit_s:g} s time limit: still {self._phase} after "
                      f"{elapsed:.1f} s; ended")
             return HostOutcome(self.host.label, TIMEOUT, error, elapsed), self._session
@@ -240,13 +244,13 @@ class _SweepRunner:
         self._overdue = threading.Event()  # a host was ended by the watch: its worker may still be busy
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
-        self._started_at = time.monotonic()
+        self._started_at = options.clock()
 
     def run(self, hosts: Sequence[HostSpec]) -> tuple[list[HostOutcome], bool]:
         outcomes: dict[str, HostOutcome] = {}
         self._progress.start(len(hosts))
         pool = ThreadPoolExecutor(max_workers=max(1, self._options.fanout), thread_name_prefix="sweep")
-        runs = [_HostRun(host) for host in hosts]
+        runs = [_HostRun(host, self._options.clock) for host in hosts]
         interrupted = late = False
         try:
             for run in runs:  # starting a worker thread waits for the busy ones: Ctrl-C may land here
@@ -257,7 +261,7 @@ class _SweepRunner:
                 self._end_late()
         except KeyboardInterrupt:
             interrupted = True
-            deadline = time.monotonic() + CANCEL_WAIT_S  # for ending the probes and hearing back
+            deadline = self._options.clock() + CANCEL_WAIT_S  # for ending the probes and hearing back
             self._interrupt(deadline)
             try:
                 self._gather(runs, outcomes, deadline=deadline)
@@ -268,7 +272,8 @@ class _SweepRunner:
             self._closed.set()  # hosts that still end now are not counted on a closed display
             self._progress.close()
         started = self._started_at
-        ordered = [outcomes.get(host.label) or (_late_host(host, started) if late and not interrupted
+        ordered = [outcomes.get(host.label) or (_late_host(host, self._options.clock() - started)
+                                                if late and not interrupted
                                                 else interrupted_host(host)) for host in hosts]
         return ordered, interrupted
 
@@ -279,7 +284,7 @@ class _SweepRunner:
 
     def _gather(self, runs: Sequence[_HostRun], outcomes: dict[str, HostOutcome], deadline: float | None) -> None:
         """Collect outcomes as hosts finish, ending each host still in a phase whose time is up,
-        until every host has one or ``deadline`` (time.monotonic()) passes."""
+        until every host has one or ``deadline`` (on the options' clock) passes."""
         pending = {run.result: run for run in runs if run.host.label not in outcomes}
         while pending:
             # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
@@ -289,14 +294,14 @@ class _SweepRunner:
                 outcomes[outcome.host] = outcome
                 del pending[future]
             self._end_overdue(pending.values())
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and self._options.clock() > deadline:
                 return
 
     def _end_overdue(self, runs: Iterable[_HostRun]) -> None:
         """Give each host still in a phase past its time a ``timeout`` naming the phase, and end
         its session's work on the node (on a thread of its own: a dying host may be slow to
         answer the kill)."""
-        now = time.monotonic()
+        now = self._options.clock()
         for run in runs:
             if run.overdue(now) and run.claim():
                 self._overdue.set()
@@ -326,7 +331,7 @@ class _SweepRunner:
         running = f"{len(sessions)} host{'s' if len(sessions) != 1 else ''}"
         self._say(f"interrupted: no new hosts start; ending the probes on the {running} running "
                   f"(at most {CANCEL_WAIT_S:g} s), then writing what finished")
-        ended = cancel_all(sessions, max(0.0, deadline - time.monotonic()))
+        ended = cancel_all(sessions, max(0.0, deadline - self._options.clock()))
         if ended < len(sessions):
             self._say(f"{len(sessions) - ended} hosts did not answer in time: their probes end by their own "
                       f"deadline on the node")
@@ -344,7 +349,7 @@ class _SweepRunner:
         except Exception as error:  # noqa: BLE001 - one host's unforeseen failure must not end the sweep
             traceback.print_exc(file=sys.stderr)
             outcome = HostOutcome(host.label, PROBE_ERROR, f"gpudiag failed on this host: "
-                                  f"{type(error).__name__}: {error}", time.monotonic() - started)
+                                  f"{type(error).__name__}: {error}", run.clock() - started)
         if run.claim():  # else the watch ended the host first, and its outcome stands
             self._deliver(run, outcome)
 
@@ -382,7 +387,7 @@ class _SweepRunner:
             with self._lock:
                 self._sessions[host.label] = session
             if self._stop.is_set():
-                return interrupted_host(host, started)
+                return interrupted_host(host, run.clock() - started)
             if not (held and run.enter(COPYING)):
                 return run.timed_out()[0]
             session.prepare(self._bundle)
@@ -391,18 +396,17 @@ class _SweepRunner:
             node = probe_host(_TimedSession(session, run), self._options.probe, source=host.label)
         except (TransportError, ProbeOutputError) as error:
             if self._stop.is_set():  # the failure is the interruption's doing (probes ended, links closed)
-                return interrupted_host(host, started)
+                return interrupted_host(host, run.clock() - started)
             status = error.status if isinstance(error, TransportError) else PROBE_ERROR
-            return HostOutcome(host.label, status, str(error), time.monotonic() - started)
+            return HostOutcome(host.label, status, str(error), run.clock() - started)
         finally:
             with self._lock:
                 self._sessions.pop(host.label, None)
             if session is not None:
                 session.close()
-        return self._outcome(host, node, started)
+        return self._outcome(host, node, run.clock() - started)
 
-    def _outcome(self, host: HostSpec, node: HostProbe, started: float) -> HostOutcome:
-        duration = time.monotonic() - started
+    def _outcome(self, host: HostSpec, node: HostProbe, duration: float) -> HostOutcome:
         facts = _facts(node.results)
         measured = {"facts": facts, "results": node.results, "stray": node.stray}
         if self._stop.is_set():
@@ -436,12 +440,12 @@ def _facts(results: Sequence[ProbeResult]) -> dict[str, Any]:
             "driver": details.get("driver_version"), **details}
 
 
-def _late_host(host: HostSpec, started: float) -> HostOutcome:
-    """The outcome of a host still running at the run's deadline (SweepOptions.deadline)."""
-    return HostOutcome(host.label, TIMEOUT, "not finished by the run's deadline: ended", time.monotonic() - started)
+def _late_host(host: HostSpec, duration: float) -> HostOutcome:
+    """The outcome of a host still running at the run's deadline (SweepOptions.deadline), after
+    ``duration`` seconds of the run."""
+    return HostOutcome(host.label, TIMEOUT, "not finished by the run's deadline: ended", duration)
 
 
-def interrupted_host(host: HostSpec, started: float | None = None) -> HostOutcome:
-    """The outcome of a host the sweep's interruption kept from finishing."""
-    duration = 0.0 if started is None else time.monotonic() - started
+def interrupted_host(host: HostSpec, duration: float = 0.0) -> HostOutcome:
+    """The outcome of a host the sweep's interruption kept from finishing, after ``duration`` s."""
     return HostOutcome(host.label, INTERRUPTED, "the sweep was interrupted before this host finished", duration)

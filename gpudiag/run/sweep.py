@@ -58,9 +58,10 @@ from .fanout import (
     new_sweep_id,
     probe_hosts,
 )
-from .interrupts import InterruptGate, QuietGate
+from .interrupts import InterruptGate
 from .progress import QuietProgress, SweepProgress
 from .request import AUTO_LINKS, SweepRequest
+from .runtime import Runtime
 
 DEFAULT_BASELINE = "default"
 FACTS = "facts"
@@ -87,17 +88,19 @@ class _Setup:
     stand_in_pairs: Callable[[PairTestOptions], PairRunner] | None = None  # a stand-in fleet's pair tests
 
 
-def run_sweep(request: SweepRequest, stdin: TextIO, progress: SweepProgress,
-             gate: InterruptGate | None = None) -> SweepResult:
-    """Run every phase; returns the analysed sweep, interrupted or not (``gate`` decides what an
-    interrupt stops: gpudiag.run.interrupts). Raises InputError/StoreError before any node is
-    touched when an input is bad."""
-    budget = RunBudget.start(request.budget_s) if request.budget_s is not None else None
+def run_sweep(request: SweepRequest, runtime: Runtime | None = None) -> SweepResult:
+    """Run every phase; returns the analysed sweep, interrupted or not (the runtime's ``gate``
+    decides what an interrupt stops, its ``clock`` is what the ``--budget`` counts on: see
+    gpudiag.run.runtime; by default a quiet run). Raises InputError/StoreError before any node
+    is touched when an input is bad."""
+    runtime = runtime or Runtime()
+    budget = RunBudget.start(request.budget_s, runtime.clock) if request.budget_s is not None else None
     request = with_facts(request)
-    setup = _set_up(request, stdin)
-    request = dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, fanout=setup.fanout))
+    setup = _set_up(request, runtime.stdin)
+    request = dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, fanout=setup.fanout,
+                                                                      clock=runtime.clock))
     try:
-        return _run(request, setup, progress, gate or QuietGate(), budget)
+        return _run(request, setup, runtime.progress, runtime.gate, budget)
     finally:
         setup.connector.close()
         if setup.store is not None:
@@ -321,27 +324,29 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
     progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts")
     try:
         with gate.interruptible():
-            return _link_phase(request, setup, first, mode, budget.deadline if budget is not None else None)
+            return _link_phase(request, setup, first, mode, budget)
     except KeyboardInterrupt:
         return None, []
 
 
 def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
-                mode: str, deadline: float | None = None) -> tuple[LinkRun | None, list[Finding]]:
+                mode: str, budget: RunBudget | None = None) -> tuple[LinkRun | None, list[Finding]]:
     hosts = [host.host for host in first.hosts if host.ok]
     if setup.stand_in_pairs is not None:
         runner: PairRunner = setup.stand_in_pairs(request.links.pair)
         missing: list[Finding] = []
     else:
         assert isinstance(setup.connector, SessionPool)
-        addresses, missing = _data_addresses(request, setup, hosts, setup.connector, deadline)
+        addresses, missing = _data_addresses(request, setup, hosts, setup.connector, budget)
         hosts = [host for host in hosts if host in addresses]
         runner = RemotePairRunner(setup.connector.session, addresses, request.links.pair)
     thresholds = link_thresholds(setup.thresholds)
     if request.links.pair.line_rate_gbps is not None:  # the operator's figure of what a link delivers: tcp reaches it
         thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
     run = run_links(hosts, mode, runner, thresholds, parallel=setup.pairs_at_once,
-                    stride=request.links.screen_stride or 1, baseline=setup.baseline, deadline=deadline)
+                    stride=request.links.screen_stride or 1, baseline=setup.baseline,
+                    deadline=budget.deadline if budget is not None else None,
+                    clock=budget.clock if budget is not None else time.monotonic)
     return run, missing
 
 
@@ -364,11 +369,11 @@ def check_net_address(source: str) -> None:
 
 
 def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str], pool: SessionPool,
-                    deadline: float | None = None) -> tuple[dict[str, str], list[Finding]]:
+                    budget: RunBudget | None = None) -> tuple[dict[str, str], list[Finding]]:
     """Each host's data-plane address, by --net-address: ``field`` the hosts file's ``net=``,
     ``ssh`` the address SSH reaches, ``auto`` the field where given else the SSH address,
-    ``iface:NAME`` the address of NAME on the node, asked within ADDRESS_LOOKUP_S and before the
-    run's ``deadline`` (time.monotonic()). Every address is checked (gpudiag.links.addresses:
+    ``iface:NAME`` the address of NAME on the node, asked within ADDRESS_LOOKUP_S and within
+    what the run's ``budget`` has left. Every address is checked (gpudiag.links.addresses:
     none unspecified, multicast, link-local, loopback off this machine, or another host's SSH
     address); hosts without an address, or with one refused, get an ``unchecked`` and are left
     out of the link rounds: no other host's verdict changes."""
@@ -377,8 +382,7 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
     if source.startswith(IFACE_PREFIX):
         interface = source[len(IFACE_PREFIX):]
         python = request.links.pair.python
-        lookup_s = ADDRESS_LOOKUP_S if deadline is None else max(0.1, min(ADDRESS_LOOKUP_S,
-                                                                          deadline - time.monotonic()))
+        lookup_s = ADDRESS_LOOKUP_S if budget is None else max(0.1, min(ADDRESS_LOOKUP_S, budget.remaining_s()))
         with ThreadPoolExecutor(max_workers=max(1, min(request.sweep.fanout, len(labels) or 1)),
                                 thread_name_prefix="address") as workers:
             answers = workers.map(lambda label: _interface_address(pool, label, interface, python, lookup_s,

@@ -33,10 +33,10 @@ from ..hosts import HostSpec, load_hosts
 from ..records import DEFAULT_PROBE_NAMES
 from ..run.fanout import SweepOptions, SweepResult, probe_hosts
 from ..run.hostprobe import ProbeOptions
-from ..run.interrupts import InterruptGate, QuietGate
 from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
 from ..run.request import Judging, Reach
+from ..run.runtime import Runtime
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store
 from ..transport import Connector
@@ -107,14 +107,14 @@ class _Setup:
     notes: list[str]
 
 
-def run_triage(request: TriageRequest, stdin: TextIO, progress: SweepProgress,
-               gate: InterruptGate | None = None) -> TriageRun:
-    """Probe the host, judge it and read its history. Raises InputError, StoreError or
-    InstallationError before the host is touched when an input is bad."""
-    gate = gate or QuietGate()
-    setup = _set_up(request, stdin)
+def run_triage(request: TriageRequest, runtime: Runtime | None = None) -> TriageRun:
+    """Probe the host, judge it and read its history, in ``runtime`` (gpudiag.run.runtime; by
+    default a quiet run). Raises InputError, StoreError or InstallationError before the host is
+    touched when an input is bad."""
+    runtime = runtime or Runtime()
+    setup = _set_up(request, runtime.stdin)
     try:
-        return _run(request, setup, progress, gate)
+        return _run(request, setup, runtime)
     finally:
         setup.connector.close()
         if setup.store is not None:
@@ -171,10 +171,11 @@ def _baseline(store: Store | None, name: str | None, notes: list[str]) -> Baseli
     return None
 
 
-def _run(request: TriageRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate) -> TriageRun:
+def _run(request: TriageRequest, setup: _Setup, runtime: Runtime) -> TriageRun:
+    progress, gate = runtime.progress, runtime.gate
     started_at = datetime.now(timezone.utc)
     bundle = _bundle()
-    options = SweepOptions(probe=request.probe, fanout=1, host_timeout_s=request.host_timeout_s)
+    options = SweepOptions(probe=request.probe, fanout=1, host_timeout_s=request.host_timeout_s, clock=runtime.clock)
 
     def probe(names: Sequence[str], shown: SweepProgress) -> SweepResult | None:
         chosen = dataclasses.replace(options, probe=dataclasses.replace(options.probe, names=tuple(names)))

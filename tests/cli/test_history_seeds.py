@@ -9,14 +9,12 @@ and these take a fraction of one); the host's rows are then read back from each 
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 from gpudiag.analysis.thresholds import default_thresholds
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.hostprobe import ProbeOptions
-from gpudiag.run.progress import QuietProgress
 from gpudiag.run.request import Judging, LinkOptions, Reach, SweepRequest
 from gpudiag.run.sweep import run_sweep
 from gpudiag.sim import FleetFile
@@ -39,7 +37,7 @@ def _history(folder: Path, seed: int, factors: tuple[float | None, ...], cv: flo
         request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))),
                                judging=Judging(store_path=str(store)), links=LinkOptions(mode="none"),
                                sweep=SweepOptions(probe=ProbeOptions(names=("gemm", "membw"), duration_s=0.2)))
-        run_sweep(request, io.StringIO(), QuietProgress())
+        run_sweep(request)
         with Store.open(store, readonly=True) as opened:
             for host in HOSTS:
                 rows[host] = opened.host_history(host, 1) + rows[host]

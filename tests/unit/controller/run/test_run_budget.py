@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from gpudiag.links.attribution import LinkResult
 from gpudiag.links.rounds import run_links
 from gpudiag.run.budget import FINISH_RESERVE_S, RunBudget, out_of_budget
@@ -78,9 +80,9 @@ def test_without_a_deadline_the_schedule_runs_whole():
 
 
 # --- a whole sweep under a budget that is nearly spent (gpudiag.run.sweep) ------------------------------------
-# A simulated node's run takes no wall time but says how long it took (about 6 s for facts and gemm), and
-# times out against a limit shorter than that: here the first pass takes 3.6 s of wall time as well, and
-# each pair test 2 s.
+# The run's clock is the test's (gpudiag.run.runtime.Runtime): nothing sleeps. A simulated node's run
+# answers at once; here the first pass moves the clock 3.6 s on n2, and each round of pair tests 2 s.
+# A pair that finds the clock past the deadline holds on until the run ends it, as a real one would.
 
 
 def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving_them_unchecked(
@@ -90,8 +92,8 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
     from gpudiag.run import sweep as plan
     from gpudiag.run.fanout import SweepOptions
     from gpudiag.run.hostprobe import ProbeOptions
-    from gpudiag.run.progress import QuietProgress
     from gpudiag.run.request import LinkOptions, Reach, SweepRequest
+    from gpudiag.run.runtime import Runtime
     from gpudiag.sim import FleetFile
     from gpudiag.sim.connector import SimulatedSession
     from gpudiag.sim.pairs import SimulatedPairRunner
@@ -100,31 +102,40 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
     fleet.write_text(json.dumps({"nodes": 4, "name_format": "n{}",
                                  "faults": [{"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7}]}))
     left_s = 7.0  # of a 60 s budget
+    clock, budgets, ended = _Clock(), [], threading.Event()
 
-    def nearly_spent(budget_s: float, clock=time.monotonic) -> RunBudget:
-        return RunBudget(budget_s, clock() - (budget_s - FINISH_RESERVE_S - left_s), clock)
+    def nearly_spent(budget_s: float, run_clock) -> RunBudget:
+        assert run_clock is clock  # the runtime's clock is the budget's
+        budgets.append(RunBudget(budget_s, clock() - (budget_s - FINISH_RESERVE_S - left_s), clock))
+        return budgets[-1]
 
     real_run, real_pair = SimulatedSession.run, SimulatedPairRunner.run_pair
 
     def slow_run(self, argv, timeout_s):
-        time.sleep(3.6)
+        if self._host == "n2":
+            clock.now += 3.6
         return real_run(self, argv, timeout_s)
 
     def slow_pair(self, a, b):
-        time.sleep(2.0)
+        if "n1" in (a, b):  # one move per round: the round's pairs run side by side
+            clock.now += 2.0
+            if not budgets[-1].fits(0.001):
+                assert ended.wait(30.0), "the run never ended the pair in flight at its deadline"
         return real_pair(self, a, b)
 
     monkeypatch.setattr(plan.RunBudget, "start", staticmethod(nearly_spent))
     monkeypatch.setattr(SimulatedSession, "run", slow_run)
     monkeypatch.setattr(SimulatedPairRunner, "run_pair", slow_pair)
+    monkeypatch.setattr(SimulatedPairRunner, "cancel", lambda self: ended.set())
     request = SweepRequest(hosts_argument=None, sweep=SweepOptions(ProbeOptions(names=("gemm",), duration_s=0.1)),
-                                reach=Reach(stand_in=FleetFile(str(fleet))), links=LinkOptions(mode="screen"),
-                                budget_s=60.0)
-    started = time.monotonic()
-    result = plan.run_sweep(request, None, QuietProgress())
-    elapsed = time.monotonic() - started
-    assert elapsed < left_s + 2.0 + 1.0  # the second round was ended at the deadline (its pairs end on their own)
+                           reach=Reach(stand_in=FleetFile(str(fleet))), links=LinkOptions(mode="screen"),
+                           budget_s=60.0)
+    started = clock()
+    result = plan.run_sweep(request, Runtime(clock=clock))
+    assert ended.is_set()  # the second round was ended at the deadline
+    assert clock() - started == pytest.approx(3.6 + 2.0 + 2.0)
     assert [host.status for host in result.hosts] == ["ok"] * 4
+    assert next(h for h in result.hosts if h.host == "n2").duration_s == pytest.approx(3.6)  # on the run's clock
     # 3.4 s left after the first pass, which took 3.6 s on n2: no re-test, the suspect unconfirmed
     assert any("re-test of 1 suspects was skipped: not finished within the --budget 60 s" in w for w in result.warnings)
     slow = next(f for f in result.findings if f.kind == "slow_gpu")
@@ -132,9 +143,11 @@ def test_a_nearly_spent_budget_skips_the_retest_and_ends_the_link_rounds_leaving
     # ... and never healthy: the suspect is a gap of its own (exit 3 even without the link phase)
     gap = next(f for f in result.findings if f.kind == "unchecked" and f.host == "n2" and f.gpu == 3)
     assert "not re-tested (not finished within the --budget 60 s)" in gap.evidence and gap.metric == "gemm.tflops"
-    # the first screen round finished and is kept; the second was cut: no link verdicts, every host unchecked
+    # the first screen round finished and is kept; the second was cut, and of it only the pair that had
+    # finished is kept (n1's was ended): no link verdicts, every host unchecked
     assert result.links and {link["phase"] for link in result.links} == {"screen"}
-    assert len({(link["a"], link["b"]) for link in result.links}) == 2
+    kept = {(link["a"], link["b"]) for link in result.links}
+    assert len(kept) == 3 and sum("n1" in pair for pair in kept) == 1
     unchecked = sorted(f.host for f in result.findings if f.evidence.startswith("budget: pair tests"))
     assert unchecked == ["n1", "n2", "n3", "n4"]
     assert not any(f.kind in ("slow_link", "slow_nic") for f in result.findings)
@@ -169,15 +182,22 @@ def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
     from gpudiag.run.progress import QuietProgress
 
     connector = _StuckConnector()
-    # Time enough for the real facts probe on "here" even on a loaded machine; "stuck" never connects.
-    options = SweepOptions(ProbeOptions(names=("facts",), python=sys.executable), deadline=time.monotonic() + 15.0)
-    started = time.monotonic()
+    # The run's clock is the test's: it reaches the deadline when "here" (the real facts probe on this
+    # machine) has finished; "stuck" never connects, and is ended then rather than when it gives up.
+    clock = _Clock()
+
+    def done(outcome) -> None:
+        if outcome.host == "here":
+            clock.now += 20.0
+
+    options = SweepOptions(ProbeOptions(names=("facts",), python=sys.executable), deadline=clock.now + 15.0,
+                           clock=clock)
     try:
         result = probe_hosts([HostSpec("here"), HostSpec("stuck")], options, connector, locate_bundle(),
-                           QuietProgress())
+                             QuietProgress(), on_host_done=done)
     finally:
         connector.close()
-    assert time.monotonic() - started < 15.0 + 5.0  # ended at the deadline, not when "stuck" gives up
     assert [(h.host, h.status) for h in result.hosts] == [("here", "ok"), ("stuck", "timeout")]
     assert "not finished by the run's deadline" in (result.hosts[1].error or "")
+    assert result.hosts[1].duration_s == pytest.approx(20.0)  # on the run's clock
     assert not result.interrupted and int(result.exit_code) == 3
