@@ -173,14 +173,14 @@ def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int,
             if not all(future.done() for future in futures):  # the deadline came first
                 finished = [f for f in futures if f.done()]
                 runner.cancel()
-                _wait_all(futures, clock() + CANCEL_WAIT_S, clock)
+                _wait_all(futures, time.monotonic() + CANCEL_WAIT_S)  # real processes ending: wall time
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise _OutOfTime(records + _round_records(round_, finished))
         except KeyboardInterrupt:
             finished = [f for f in futures if f.done()]
             runner.cancel()
             try:
-                _wait_all(futures, clock() + CANCEL_WAIT_S, clock)
+                _wait_all(futures, time.monotonic() + CANCEL_WAIT_S)
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: stop waiting
             pool.shutdown(wait=False, cancel_futures=True)

@@ -261,10 +261,11 @@ class _SweepRunner:
                 self._end_late()
         except KeyboardInterrupt:
             interrupted = True
-            deadline = self._options.clock() + CANCEL_WAIT_S  # for ending the probes and hearing back
+            # Ending the probes and hearing back is real processes' business: wall time, whatever the run's clock.
+            deadline = time.monotonic() + CANCEL_WAIT_S
             self._interrupt(deadline)
             try:
-                self._gather(runs, outcomes, deadline=deadline)
+                self._gather(runs, outcomes, deadline, time.monotonic)
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: stop waiting, report what is in
         finally:
@@ -282,9 +283,11 @@ class _SweepRunner:
             failed = dict(self._not_stored)
         return (store_warning(failed),) if failed else ()
 
-    def _gather(self, runs: Sequence[_HostRun], outcomes: dict[str, HostOutcome], deadline: float | None) -> None:
+    def _gather(self, runs: Sequence[_HostRun], outcomes: dict[str, HostOutcome], deadline: float | None,
+                clock: Callable[[], float] | None = None) -> None:
         """Collect outcomes as hosts finish, ending each host still in a phase whose time is up,
-        until every host has one or ``deadline`` (on the options' clock) passes."""
+        until every host has one or ``deadline`` (on ``clock``, else the options' clock) passes."""
+        clock = clock or self._options.clock
         pending = {run.result: run for run in runs if run.host.label not in outcomes}
         while pending:
             # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
@@ -294,7 +297,7 @@ class _SweepRunner:
                 outcomes[outcome.host] = outcome
                 del pending[future]
             self._end_overdue(pending.values())
-            if deadline is not None and self._options.clock() > deadline:
+            if deadline is not None and clock() > deadline:
                 return
 
     def _end_overdue(self, runs: Iterable[_HostRun]) -> None:
@@ -331,7 +334,7 @@ class _SweepRunner:
         running = f"{len(sessions)} host{'s' if len(sessions) != 1 else ''}"
         self._say(f"interrupted: no new hosts start; ending the probes on the {running} running "
                   f"(at most {CANCEL_WAIT_S:g} s), then writing what finished")
-        ended = cancel_all(sessions, max(0.0, deadline - self._options.clock()))
+        ended = cancel_all(sessions, max(0.0, deadline - time.monotonic()))
         if ended < len(sessions):
             self._say(f"{len(sessions) - ended} hosts did not answer in time: their probes end by their own "
                       f"deadline on the node")

@@ -4,8 +4,9 @@ that decides what an interrupt stops, and the clock that every run-wide deadline
 
 The clock is ``time.monotonic`` on the command line. Every time of a run is read on it: the
 ``--budget`` and its deadline, each host's time limit and the duration it reports, the link
-rounds' end. A test hands in a clock it moves itself, so a budget that runs out needs no
-sleeping.
+rounds' end. Only the short waits for real processes to end after a cancel (an interrupt, a
+deadline) are wall time. A test hands in a clock it moves itself, so a budget that runs out
+needs no sleeping.
 """
 
 from __future__ import annotations
