@@ -30,10 +30,12 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 from sshd_hosts import SshdFleet  # noqa: E402
 
+from gpudiag.cli.connect import connect  # noqa: E402
 from gpudiag.hosts import HostSpec  # noqa: E402
 from gpudiag.run.fanout import SweepOptions  # noqa: E402
 from gpudiag.run.hostprobe import ProbeOptions  # noqa: E402
 from gpudiag.run.request import LinkOptions, Reach, SweepRequest  # noqa: E402
+from gpudiag.run.runtime import Runtime  # noqa: E402
 from gpudiag.run.sweep import run_sweep  # noqa: E402
 from gpudiag.transport.fleet import FleetConnector  # noqa: E402
 from gpudiag.transport.ssh import SshSettings  # noqa: E402
@@ -91,7 +93,7 @@ def end_to_end(names: list[str], hosts_file: Path, options: SshOptions, fanout: 
                                               python=sys.executable), fanout=fanout),
         reach=Reach(ssh=options, settings=SshSettings()), links=LinkOptions(mode="none"))
     started = time.perf_counter()
-    result = run_sweep(request)
+    result = run_sweep(request, Runtime(connect=connect))  # SSH sessions, as the command line builds them
     return time.perf_counter() - started, sum(host.ok for host in result.hosts)
 
 

@@ -52,6 +52,7 @@ from ..transport.sshconfig import SshOptions
 from . import preflight as cli_preflight
 from . import store as cli_store
 from . import triage as cli_triage
+from .connect import connect
 from .options import (
     baseline_option,
     no_retest_option,
@@ -290,7 +291,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         check_prom_file(prom_file)
     # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
     with InterruptGate().installed() as gate:
-        result = run_sweep(request, Runtime(stdin, make_progress(quiet), gate))
+        result = run_sweep(request, Runtime(stdin, make_progress(quiet), gate, connect=connect))
         if result.interrupted:
             gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
                 ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
@@ -324,7 +325,7 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
                            reach=Reach(stand_in=FleetFile(str(demo_fleet_path()))),
                            judging=Judging(store_path=str(folder / "gpudiag.db")), links=LinkOptions(mode="full"))
     with InterruptGate().installed() as gate:
-        result = run_sweep(request, Runtime(sys.stdin, make_progress(quiet), gate))
+        result = run_sweep(request, Runtime(sys.stdin, make_progress(quiet), gate, connect=connect))
     document = result.to_dict()
     write_sweep_json(result, str(folder / "sweep.json"))
     write_report(render_report(document, "html"), folder / "report.html")

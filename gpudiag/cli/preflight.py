@@ -32,6 +32,7 @@ from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
+from .connect import connect
 from .options import job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
 
@@ -126,7 +127,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     for line in plan.lines():
         click.echo(line, err=to_stderr)
     with InterruptGate().installed() as gate:
-        run = run_preflight(request, plan, Runtime(hosts_stdin, make_progress(quiet), gate), started)
+        run = run_preflight(request, plan, Runtime(hosts_stdin, make_progress(quiet), gate, connect=connect), started)
         output_errors = _write_outputs(run, json_path, json_detail, exclude_file, prom_file)
         _print_report(run, to_stderr, output_errors)
     if gate.received:

@@ -20,6 +20,7 @@ from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
+from .connect import connect
 from .options import job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
 
@@ -80,7 +81,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
                         baseline_name=baseline_name, retest=not no_retest),
         store_required=store_path is not None, history_sweeps=history_sweeps, host_timeout_s=host_timeout)
     with InterruptGate().installed() as gate:
-        run = run_triage(request, Runtime(sys.stdin, make_progress(quiet), gate))
+        run = run_triage(request, Runtime(sys.stdin, make_progress(quiet), gate, connect=connect))
         result = explain(run)
         if json_path is not None:
             text = strict_dumps(result.to_dict(), indent=1) + "\n"

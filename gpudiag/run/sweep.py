@@ -13,14 +13,12 @@ before anything runs on a node.
 from __future__ import annotations
 
 import dataclasses
-import os
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import Any
 
 from ..analysis import Analysis, SweepReader, analyse, prior_counts
 from ..analysis.speed import not_retested
@@ -34,21 +32,16 @@ from ..links.attribution import link_thresholds
 from ..links.impact import link_impact
 from ..links.linkfindings import link_findings
 from ..links.protocol import PairProtocolError, interface_event, parse_event, plain_text
-from ..links.remote import PairTestOptions, RemotePairRunner
+from ..links.remote import RemotePairRunner
 from ..links.rounds import LinkRun, PairRunner, run_links
 from ..links.schedule import SCREEN, next_stride
 from ..pause import Focus, focus_hosts, focused_thresholds
 from ..schema.times import iso_time
-from ..slurm.launcher import slurm_connector
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store
-from ..transport import TransportError
-from ..transport.fdlimit import plan_open_files
-from ..transport.fleet import FleetConnector
-from ..transport.local import LocalConnector
-from ..transport.pool import SessionPool
-from ..transport.sshconfig import resolve_all
+from ..transport import Session, TransportError
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
+from .connection import Connection
 from .fanout import (
     TIMEOUT,
     Connector,
@@ -75,17 +68,16 @@ ADDRESS_LOOKUP_S = 60.0
 @dataclass(frozen=True)
 class _Setup:
     hosts: list[HostSpec]
-    connector: Connector
-    ssh_addresses: Mapping[str, str]
+    connection: Connection  # the command line's (gpudiag.run.connection), built for these hosts
     thresholds: Thresholds
     store: Store | None
     baseline: Baseline | None
     bundle: Bundle
-    fanout: int  # hosts at once, as the open-file limit allows
-    pairs_at_once: int
-    notes: tuple[str, ...] = ()  # what the sweep had to adapt (the open-file limit): warnings of the result
     focus: Focus | None = None  # --suspects: who is a suspect and who a reference
-    stand_in_pairs: Callable[[PairTestOptions], PairRunner] | None = None  # a stand-in fleet's pair tests
+
+    @property
+    def connector(self) -> Connector:
+        return self.connection.connector
 
 
 def run_sweep(request: SweepRequest, runtime: Runtime | None = None) -> SweepResult:
@@ -96,8 +88,8 @@ def run_sweep(request: SweepRequest, runtime: Runtime | None = None) -> SweepRes
     runtime = runtime or Runtime()
     budget = RunBudget.start(request.budget_s, runtime.clock) if request.budget_s is not None else None
     request = with_facts(request)
-    setup = _set_up(request, runtime.stdin)
-    request = dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, fanout=setup.fanout,
+    setup = _set_up(request, runtime)
+    request = dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, fanout=setup.connection.fanout,
                                                                       clock=runtime.clock))
     try:
         return _run(request, setup, runtime.progress, runtime.gate, budget)
@@ -117,53 +109,23 @@ def with_facts(request: SweepRequest) -> SweepRequest:
     return dataclasses.replace(request, sweep=dataclasses.replace(request.sweep, probe=probe))
 
 
-def _set_up(request: SweepRequest, stdin: TextIO) -> _Setup:
+def _set_up(request: SweepRequest, runtime: Runtime) -> _Setup:
     thresholds = load_thresholds(request.judging.thresholds_path)
     check_net_address(request.links.net_address)
-    ssh_addresses: dict[str, str] = {}
-    fanout = pairs_at_once = request.sweep.fanout
-    notes: tuple[str, ...] = ()
-    stand_in_pairs: Callable[[PairTestOptions], PairRunner] | None = None
-    if request.reach.stand_in is not None:
-        stand_in = request.reach.stand_in.connector()
-        # Hosts named beside a fleet are those of its nodes to sweep (a node it lacks is unreachable).
-        hosts: list[HostSpec] = (load_hosts(request.hosts_argument, stdin) if request.hosts_argument
-                                 else list(request.reach.stand_in.host_specs()))
-        connector: Connector = stand_in
-        stand_in_pairs = stand_in.pair_runner
-    else:
-        hosts = load_hosts(request.hosts_argument or "", stdin)
+    stand_in = request.reach.stand_in
+    # Hosts named beside a stand-in fleet are those of its nodes to sweep (a node it lacks is unreachable).
+    hosts = (list(stand_in.host_specs()) if stand_in is not None and not request.hosts_argument
+             else load_hosts(request.hosts_argument or "", runtime.stdin))
     hosts, focus = focus_hosts(hosts, request.focus)
     thresholds = focused_thresholds(thresholds, focus)  # the reference peers are the suspects' fleet
-    if request.reach.stand_in is None and request.reach.here:
-        if len(hosts) != 1:
-            raise InputError(f"--here probes this machine: name it as one host, not {len(hosts)}")
-        connector = LocalConnector(request.reach.settings.output)
-    elif request.reach.stand_in is None and request.reach.launcher == "slurm":
-        reach = request.reach
-        connector, ssh_addresses, fanout = slurm_connector(hosts, reach.ssh, reach.settings, os.environ,
-                                                           reach.launcher_fallback, reach.slurm_bundle_dir,
-                                                           request.sweep.fanout)
-    elif request.reach.stand_in is None:
-        remote = [host for host in hosts if not host.is_local]
-        resolved = resolve_all(remote, request.reach.ssh)  # a host whose config ssh rejects is unreachable, not the end
-        ssh_addresses = {label: host.hostname for label, host in resolved.hosts.items()}
-        ssh_addresses.update({host.label: socket.getfqdn() for host in hosts if host.is_local})
-        # One connection per host for the node probes, the re-tests and every link round, as the
-        # open-file limit allows (gpudiag.transport.fdlimit).
-        per_connection = 4 if any(host.proxy_command for host in resolved.hosts.values()) else 1
-        files = plan_open_files(len(resolved.hosts), per_connection, request.sweep.fanout)
-        fanout, pairs_at_once, notes = files.fanout, files.pairs_at_once, files.notes
-        connector = SessionPool(FleetConnector(resolved, request.reach.ssh, request.reach.settings),
-                                max_open=files.max_open)
+    connection = runtime.connect(request.reach, hosts, request.sweep.fanout)
     store = Store.open(request.judging.store_path) if request.judging.store_path else None
     baseline = _baseline(store, request.judging.baseline_name)
     try:
         bundle = locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
-    return _Setup(hosts, connector, ssh_addresses, thresholds, store, baseline, bundle, fanout, pairs_at_once, notes,
-                  focus, stand_in_pairs)
+    return _Setup(hosts, connection, thresholds, store, baseline, bundle, focus)
 
 
 def _baseline(store: Store | None, name: str | None) -> Baseline | None:
@@ -240,7 +202,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=_comparison(analysis, link_run), links=links,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted,
-                                 warnings=(*setup.notes, *first.warnings, *budget_notes))
+                                 warnings=(*setup.connection.notes, *first.warnings, *budget_notes))
     return _finish(setup.store, result, gate)
 
 
@@ -332,18 +294,19 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
 def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
                 mode: str, budget: RunBudget | None = None) -> tuple[LinkRun | None, list[Finding]]:
     hosts = [host.host for host in first.hosts if host.ok]
-    if setup.stand_in_pairs is not None:
-        runner: PairRunner = setup.stand_in_pairs(request.links.pair)
+    connection = setup.connection
+    if connection.pairs is not None:
+        runner: PairRunner = connection.pairs(request.links.pair)
         missing: list[Finding] = []
     else:
-        assert isinstance(setup.connector, SessionPool)
-        addresses, missing = _data_addresses(request, setup, hosts, setup.connector, budget)
+        assert connection.session_of is not None, "pair tests run over each host's pooled SSH or srun session"
+        addresses, missing = _data_addresses(request, setup, hosts, connection.session_of, budget)
         hosts = [host for host in hosts if host in addresses]
-        runner = RemotePairRunner(setup.connector.session, addresses, request.links.pair)
+        runner = RemotePairRunner(connection.session_of, addresses, request.links.pair)
     thresholds = link_thresholds(setup.thresholds)
     if request.links.pair.line_rate_gbps is not None:  # the operator's figure of what a link delivers: tcp reaches it
         thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
-    run = run_links(hosts, mode, runner, thresholds, parallel=setup.pairs_at_once,
+    run = run_links(hosts, mode, runner, thresholds, parallel=connection.pairs_at_once,
                     stride=request.links.screen_stride or 1, baseline=setup.baseline,
                     deadline=budget.deadline if budget is not None else None,
                     clock=budget.clock if budget is not None else time.monotonic)
@@ -368,7 +331,8 @@ def check_net_address(source: str) -> None:
     raise InputError(f"--net-address {source!r}: expected auto, field, ssh or iface:NAME (e.g. iface:ib0)")
 
 
-def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str], pool: SessionPool,
+def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
+                    session_of: Callable[[str], Session | None],
                     budget: RunBudget | None = None) -> tuple[dict[str, str], list[Finding]]:
     """Each host's data-plane address, by --net-address: ``field`` the hosts file's ``net=``,
     ``ssh`` the address SSH reaches, ``auto`` the field where given else the SSH address,
@@ -385,8 +349,8 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
         lookup_s = ADDRESS_LOOKUP_S if budget is None else max(0.1, min(ADDRESS_LOOKUP_S, budget.remaining_s()))
         with ThreadPoolExecutor(max_workers=max(1, min(request.sweep.fanout, len(labels) or 1)),
                                 thread_name_prefix="address") as workers:
-            answers = workers.map(lambda label: _interface_address(pool, label, interface, python, lookup_s,
-                                                                   setup.ssh_addresses),
+            answers = workers.map(lambda label: _interface_address(session_of, label, interface, python, lookup_s,
+                                                                   setup.connection.ssh_addresses),
                                   labels)
             found = dict(zip(labels, answers, strict=True))
     else:
@@ -397,9 +361,9 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
                 found[label] = (field, None) if field else (None, "the hosts file gives no net= address "
                                                             "for it (--net-address field)")
             else:
-                found[label] = (field if field and source == "auto" else setup.ssh_addresses[label], None)
+                found[label] = (field if field and source == "auto" else setup.connection.ssh_addresses[label], None)
             address = found[label][0]
-            refused = address_refusal(label, address, setup.ssh_addresses) if address else None
+            refused = address_refusal(label, address, setup.connection.ssh_addresses) if address else None
             if refused is not None:
                 where = "its net= address" if address == field else "its SSH address"
                 found[label] = (None, f"{where} cannot be its data-plane address: {refused} "
@@ -410,14 +374,14 @@ def _data_addresses(request: SweepRequest, setup: _Setup, labels: Sequence[str],
     return addresses, missing
 
 
-def _interface_address(pool: SessionPool, label: str, interface: str, python: str,
+def _interface_address(session_of: Callable[[str], Session | None], label: str, interface: str, python: str,
                        timeout_s: float = ADDRESS_LOOKUP_S,
                        ssh_addresses: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
     """(address, None) of ``interface`` on the node (asked within ``timeout_s``): the first one it
     reports that passes gpudiag.links.addresses' checks; or (None, why not). What the node prints
     is checked line by line (gpudiag.links.protocol): a malformed ``interface`` event is a reason,
     never an address."""
-    session = pool.session(label)
+    session = session_of(label)
     if session is None:
         return None, "no open SSH session to ask for its data-plane address"
     try:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ..analysis import Analysis, analyse, prior_counts
 from ..analysis.speed import not_retested
@@ -40,8 +40,6 @@ from ..run.runtime import Runtime
 from ..store.baselines import Baseline, list_baselines, load_baseline
 from ..store.store import Store
 from ..transport import Connector
-from ..transport.fleet import FleetConnector
-from ..transport.sshconfig import resolve_all
 
 XID = "xid"
 # Every probe a sweep runs, and the kernel log's Xid history.
@@ -112,7 +110,7 @@ def run_triage(request: TriageRequest, runtime: Runtime | None = None) -> Triage
     default a quiet run). Raises InputError, StoreError or InstallationError before the host is
     touched when an input is bad."""
     runtime = runtime or Runtime()
-    setup = _set_up(request, runtime.stdin)
+    setup = _set_up(request, runtime)
     try:
         return _run(request, setup, runtime)
     finally:
@@ -121,29 +119,30 @@ def run_triage(request: TriageRequest, runtime: Runtime | None = None) -> Triage
             setup.store.close()
 
 
-def _set_up(request: TriageRequest, stdin: TextIO) -> _Setup:
+def _set_up(request: TriageRequest, runtime: Runtime) -> _Setup:
     thresholds = load_thresholds(request.judging.thresholds_path)
-    spec, connector = _connect(request, stdin)
+    spec, connector = _connect(request, runtime)
     notes: list[str] = []
     store = _open_store(request, notes)
     baseline = _baseline(store, request.judging.baseline_name, notes)
     return _Setup(spec, connector, thresholds, store, baseline, notes)
 
 
-def _connect(request: TriageRequest, stdin: TextIO) -> tuple[HostSpec, Connector]:
+def _connect(request: TriageRequest, runtime: Runtime) -> tuple[HostSpec, Connector]:
+    """The one host and the runtime's connector to it (gpudiag.run.connection)."""
     stand_in = request.reach.stand_in
     if stand_in is not None:
         hosts = [spec.host for spec in stand_in.host_specs()]
         if request.host not in hosts:
             raise InputError(f"--host {request.host}: not a node of the simulated fleet {stand_in.source} "
                              f"({hosts[0]}..{hosts[-1]})")
-        return HostSpec(request.host), stand_in.connector()
-    specs = load_hosts(request.host, stdin)
+        specs = [HostSpec(request.host)]
+    else:
+        specs = load_hosts(request.host, runtime.stdin)
     if len(specs) != 1:
         raise InputError(f"gpudiag triage looks at one host; {request.host!r} names {len(specs)} "
                          f"({', '.join(spec.label for spec in specs[:3])}{'...' if len(specs) > 3 else ''})")
-    resolved = resolve_all([spec for spec in specs if not spec.is_local], request.reach.ssh)
-    return specs[0], FleetConnector(resolved, request.reach.ssh, request.reach.settings)
+    return specs[0], runtime.connect(request.reach, specs, 1).connector
 
 
 def _open_store(request: TriageRequest, notes: list[str]) -> Store | None:
