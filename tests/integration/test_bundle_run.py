@@ -45,7 +45,9 @@ def test_the_cpu_gemm_honours_its_duration():
     assert elapsed >= 2.0
     params, details = gemm["params"], gemm["details"]
     flops = 2 * params["m"] * params["n"] * params["k"] * details["runs_per_sample"] * gemm["samples"]
-    assert 1.5 <= flops / (gemm["value"] * 1e12) <= 3.5
+    # (rebuilt from the median sample's rate: on two busy cores the slow samples make it read short,
+    # seen at 1.36 s with other test workers on both cores; an ignored --duration reads far outside)
+    assert 1.0 <= flops / (gemm["value"] * 1e12) <= 3.5
     # the samples' spread is reported (its size is the machine's: two busy cores vary a lot)
     assert gemm["samples"] >= 5 and gemm["cv"] is not None and gemm["cv"] >= 0
 
