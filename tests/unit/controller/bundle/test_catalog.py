@@ -24,6 +24,7 @@ from gpudiag.pause import sizing
 from gpudiag.schema.tables import PROBES
 from gpudiag.sim import pause as sim_pause
 from probes import catalog as bundle
+from probes import catalogfile as bundle_reader
 from probes import context, gemm, hostfacts, membw, p2p, pause, pauseroom, pcie, runner, smclock, xid
 from probes import sizing as bundle_sizing
 
@@ -45,6 +46,9 @@ def test_both_sides_read_the_one_file_and_read_it_alike():
     assert catalog_path().resolve() == bundle.CATALOG_FILE
     assert _fields(controller.catalog()) == _fields(bundle.CATALOG)
     assert controller.catalog() is controller.catalog()  # read once
+    # ... with one reader: the controller loads the bundle's own (by path; it imports no probes.*)
+    assert Path(controller._reader().__file__).resolve() == Path(bundle_reader.__file__).resolve()
+    assert controller._reader().__name__ == "gpudiag.bundle._catalogfile"
 
 
 def test_the_names_keep_their_values_and_come_from_the_catalogue():
@@ -198,4 +202,4 @@ def test_a_bundle_without_its_catalogue_says_so_on_its_last_line(tmp_path: Path)
                           timeout=60)
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("probes.catalog.CatalogError: ") and str(tmp_path / "probes" / "catalog.json") in last
+    assert last.startswith("probes.catalogfile.CatalogError: ") and str(tmp_path / "probes" / "catalog.json") in last
