@@ -1,0 +1,258 @@
+"""``gpudiag sweep``: probe every host of the fleet, compare, name the slow parts; and ``gpudiag
+demo``, the same over a built-in simulated fleet."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import click
+
+from ..errors import InputError
+from ..exitcodes import ExitCode
+from ..links.remote import NET_BACKENDS, PairTestOptions
+from ..pause import (
+    DEFAULT_REFERENCE_PEERS,
+    PAUSE_BUDGET_S,
+    PAUSE_DEADLINE_S,
+    FocusRequest,
+    check_pause_backend,
+    pause_budget_s,
+    pause_deadline_s,
+)
+from ..report import check_writable, render_report, write_report
+from ..report.console import render_sweep_table
+from ..report.detail import COMPACT, DETAILS
+from ..report.document import write_sweep_json
+from ..report.prometheus import check_prom_file, write_prom_file
+from ..report.tables import make_console
+from ..run.fanout import SweepOptions, SweepResult
+from ..run.hostprobe import ProbeOptions
+from ..run.interrupts import InterruptGate
+from ..run.request import LINK_MODES, Judging, LinkOptions, Reach, SweepRequest
+from ..run.runtime import Runtime
+from ..run.sweep import run_sweep
+from ..sim import FleetFile, demo_fleet_path
+from ..slurm.launcher import FALLBACKS, LAUNCHERS
+from ..slurm.nodelist import job_hosts_argument
+from ..transport.ssh import SshSettings
+from ..transport.sshconfig import SshOptions
+from .connect import connect
+from .options import (
+    baseline_option,
+    no_retest_option,
+    node_python_option,
+    run_store,
+    ssh_options,
+    store_option,
+    thresholds_option,
+    with_options,
+)
+from .probe import probe_names, probe_options
+from .progress import make_progress
+
+
+def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Where a sweep's results are kept and how they are judged: the command gets ``judging``
+    (Judging) and ``exclude_file``."""
+
+    @functools.wraps(function)
+    def with_judging(*args: Any, store_path: str | None, thresholds_path: str | None, baseline_name: str | None,
+                     no_retest: bool, no_store: bool, **kwargs: Any) -> Any:
+        judging = Judging(store_path=run_store(store_path, no_store), thresholds_path=thresholds_path,
+                          baseline_name=baseline_name, retest=not no_retest)
+        return function(*args, judging=judging, **kwargs)
+
+    decorators = [
+        store_option,
+        thresholds_option,
+        baseline_option("Stored baseline for keys with too few peers (default: 'default', if stored)."),
+        no_retest_option("Report suspects without re-testing them: each stays unconfirmed and unchecked "
+                         "(exit 3, on the exclude list)."),
+        click.option("--exclude-file", default=None, metavar="PATH",
+                     help="Write the hosts a job should not get here, one per line."),
+        click.option("--no-store", is_flag=True, help="Keep nothing in the store."),
+    ]
+    return with_options(with_judging, decorators)
+
+
+@click.command()
+@click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
+              help="A hosts file (one host per line), a host set such as 'gpu[01-64]', or - for stdin.")
+@click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
+              help="Sweep a simulated fleet instead of real hosts (demos, tests, benchmarks).")
+@click.option("--probes", "probe_list", default="", metavar="NAMES",
+              help="Comma-separated probes to run on every host (default: every probe but xid; name xid to read the "
+                   "kernel log's Xids and NVML's pending recovery actions: it needs read access to the journal).")
+@probe_options
+@node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
+@click.option("--fanout", type=click.IntRange(min=1, max=4096), default=64, show_default=True,
+              help="Hosts probed at once.")
+@click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True,
+              help="Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full "
+                   "(every pair), none; auto: screen.")
+@click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
+              help="Pair-test backend: perftest (ib_write_bw per HCA), nccl (send/recv per rail), tcp; auto: "
+                   "perftest where ib_write_bw and RDMA devices exist, else nccl with CUDA, else tcp.")
+@click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
+              help="Each host's data-plane address for pair tests: the hosts file's net= field, the address SSH "
+                   "reaches, or the address of interface NAME on the node; auto: the field where given, else ssh.")
+@click.option("--net-duration", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="S",
+              help="Timed seconds per direction of each pair test.")
+@click.option("--net-streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
+              help="Parallel TCP streams (tcp) or queue pairs (perftest) per pair test.")
+@click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
+              help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
+                   "(virtual NICs, rate-limited overlays); links are judged against it.")
+@click.option("--screen-stride", type=click.IntRange(min=1), default=None, metavar="K",
+              help="Screen each node with the nodes K places before and after it in the host list (default: one "
+                   "more than the last stored sweep's, so successive sweeps reach every pair).")
+@click.option("--net-allow-socket", is_flag=True,
+              help="nccl: let NCCL fall back to sockets instead of failing when no IB path exists.")
+@click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="Time limit of the probes on each host (default: --deadline plus start-up).")
+@click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the sweep document here.")
+@click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
+              help="compact: every figure, P2P as matrices, telemetry as a table per GPU, per-SM arrays only for "
+                   "GPUs a finding names (under 50 KB a node); full: every record as the node printed it.")
+@click.option("--prom-file", default=None, metavar="PATH.prom",
+              help="Write the sweep here as a node_exporter textfile (per-GPU and per-link figures, findings, last "
+                   "run; dcgm-exporter's labels), replaced atomically.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@fleet_judging_options
+@ssh_options
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
+              help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a job, "
+                   "--hosts defaults to $SLURM_JOB_NODELIST).")
+@click.option("--launcher-fallback", type=click.Choice(FALLBACKS), default="none", show_default=True,
+              help="slurm: probe the hosts srun cannot reach (down, drained, not in the job) over SSH instead.")
+@click.option("--slurm-bundle-dir", default=None, metavar="DIR",
+              help="slurm: a folder the nodes share where the probe bundle is staged (default: ~/.cache/gpudiag).")
+@click.option("--pause", is_flag=True,
+              help="A job paused for mitigation holds the GPUs: each GPU's probes are sized to the memory it left "
+                   "(read through NVML first), in a process that sees that GPU alone, never touching the job's "
+                   "processes; a GPU in exclusive mode or with too little free memory is unchecked, never passed; "
+                   f"links over host memory (no nccl); --deadline defaults to {PAUSE_DEADLINE_S:g} s and --budget "
+                   f"to {PAUSE_BUDGET_S:g} s.")
+@click.option("--budget", "budget_s", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="Seconds for the whole sweep: every remote phase ends by then, and what it cut short is "
+                   f"unchecked (default: none; {PAUSE_BUDGET_S:g} with --pause).")
+@click.option("--suspects", default=None, metavar="HOSTS|rank:LIST",
+              help="Probe only these hosts (a host set or file, or rank:3,7: 0-based positions in the host list, "
+                   "the job's node ranks) and --reference-peers unsuspected peers each as reference.")
+@click.option("--reference-peers", type=click.IntRange(min=0, max=64), default=DEFAULT_REFERENCE_PEERS,
+              show_default=True, metavar="K",
+              help="With --suspects: unsuspected hosts probed per suspect, spread over the host list.")
+def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
+          max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
+          host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
+          net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
+          json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool, judging: Judging,
+          exclude_file: str | None, ssh: SshOptions, settings: SshSettings, launcher: str, launcher_fallback: str,
+          slurm_bundle_dir: str | None, pause: bool, budget_s: float | None, suspects: str | None,
+          reference_peers: int) -> ExitCode:
+    """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
+
+    Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
+    3 some hosts, GPUs or measurements could not be checked or compared; 4 gpudiag itself failed;
+    130 interrupted (what finished is still written).
+    """
+    stdin: TextIO = sys.stdin
+    if hosts_argument is None and simulate_path is None and launcher == "slurm":
+        hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)  # inside a job: its nodes
+    if (hosts_argument is None) == (simulate_path is None):
+        raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
+    names = probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
+    check_pause_backend(pause, net_backend)
+    given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
+    deadline = pause_deadline_s(pause, deadline, given)
+    focus = FocusRequest(suspects, reference_peers) if suspects is not None else None
+    if focus is not None and screen_stride is None:
+        screen_stride = 1  # the hosts come suspect, its references, …: the screen pairs neighbours
+    request = SweepRequest(
+        hosts_argument=hosts_argument,
+        sweep=SweepOptions(
+            probe=ProbeOptions(names=names, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
+                               sequential=sequential, deadline_s=deadline, python=python, pause=pause),
+            fanout=fanout, host_timeout_s=host_timeout),
+        reach=Reach(ssh=ssh, settings=settings, launcher=launcher, launcher_fallback=launcher_fallback,
+                    slurm_bundle_dir=slurm_bundle_dir,
+                    stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
+        judging=judging,
+        links=LinkOptions(mode=links, net_address=net_address, screen_stride=screen_stride,
+                          pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams,
+                                               python=python, line_rate_gbps=net_line_rate,
+                                               allow_socket=net_allow_socket, host_memory=pause)),
+        focus=focus, budget_s=pause_budget_s(pause, budget_s),
+    )
+    _check_outputs(json_path, exclude_file)
+    if prom_file is not None:
+        check_prom_file(prom_file)
+    # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
+    with InterruptGate().installed() as gate:
+        result = run_sweep(request, Runtime(stdin, make_progress(quiet), gate, connect=connect))
+        if result.interrupted:
+            gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
+                ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
+        _write_outputs(result, json_path, exclude_file, json_detail)
+        if prom_file is not None:  # its hosts read one at a time, from the sweep's packed outcomes
+            write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file)
+        console = make_console(stderr=json_path == "-")
+        console.print(render_report(result.to_dict(records=False), "text"), markup=False, highlight=False)
+        render_sweep_table(result, console)
+        for warning in result.warnings:
+            click.echo(f"gpudiag: warning: {warning}", err=True)
+    # An interrupt that came after the last remote phase left the outputs whole, and still asked to stop.
+    return ExitCode.INTERRUPTED if gate.received else result.exit_code
+
+
+@click.command()
+@click.option("--output", "output_dir", default=None, metavar="DIR",
+              help="Folder for the report, sweep document and exclude list (default: a new temporary one).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+def demo(output_dir: str | None, quiet: bool) -> ExitCode:
+    """Sweep a built-in simulated 64-node H100 fleet with a few faults, every node pair too, and
+    write the HTML report.
+
+    Needs no GPU and no cluster; the analysis sees only the measurements, never the faults.
+    """
+    folder = Path(output_dir) if output_dir else Path(tempfile.mkdtemp(prefix="gpudiag-demo-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    # Every pair of the 64 nodes (the full round robin), so a slow link between two nodes the
+    # screen would not pair is named too.
+    request = SweepRequest(hosts_argument=None, sweep=SweepOptions(probe=ProbeOptions()),
+                           reach=Reach(stand_in=FleetFile(str(demo_fleet_path()))),
+                           judging=Judging(store_path=str(folder / "gpudiag.db")), links=LinkOptions(mode="full"))
+    with InterruptGate().installed() as gate:
+        result = run_sweep(request, Runtime(sys.stdin, make_progress(quiet), gate, connect=connect))
+    document = result.to_dict()
+    write_sweep_json(result, str(folder / "sweep.json"))
+    write_report(render_report(document, "html"), folder / "report.html")
+    _write_outputs(result, None, str(folder / "exclude.txt"))
+    click.echo(render_report(document, "text"))
+    click.echo(f"a real sweep with these findings would exit {int(result.exit_code)}")
+    click.echo(f"store: {folder / 'gpudiag.db'}")
+    click.echo(f"HTML report: {folder / 'report.html'}")
+    return ExitCode.OK if not result.interrupted else ExitCode.INTERRUPTED
+
+
+def _write_outputs(result: SweepResult, json_path: str | None, exclude_file: str | None,
+                   json_detail: str = COMPACT) -> None:
+    if json_path is not None:
+        write_sweep_json(result, json_path, json_detail)
+    if exclude_file is not None:
+        exclude = (result.impact or {}).get("exclude") or []
+        write_report("".join(f"{host}\n" for host in exclude), exclude_file)
+
+
+def _check_outputs(json_path: str | None, exclude_file: str | None) -> None:
+    """Raise InputError before any node is touched when an output could not be written."""
+    if json_path is not None and json_path != "-":
+        check_writable(json_path, "--json")
+    if exclude_file is not None:
+        check_writable(exclude_file, "--exclude-file")
