@@ -3,6 +3,7 @@ demo``, the same over a built-in simulated fleet."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -69,16 +70,79 @@ def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
         return function(*args, judging=judging, **kwargs)
 
     decorators = [
-        store_option,
-        thresholds_option,
-        baseline_option("Stored baseline for keys with too few peers (default: 'default', if stored)."),
-        no_retest_option("Report suspects without re-testing them: each stays unconfirmed and unchecked "
-                         "(exit 3, on the exclude list)."),
+           store_option,
+           thresholds_option,
+           baseline_option("Stored baseline for keys with too few peers (default: 'default', if stored)."),
+           no_retest_option("Report suspects without re-testing them: each stays unconfirmed and unchecked "
+                            "(exit 3, on the exclude list)."),
         click.option("--exclude-file", default=None, metavar="PATH",
-                     help="Write the hosts a job should not get here, one per line."),
+                        help="Write the hosts a job should not get here, one per line."),
         click.option("--no-store", is_flag=True, help="Keep nothing in the store."),
     ]
     return with_options(with_judging, decorators)
+
+
+def link_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The pair tests between nodes: the command gets ``links`` (LinkOptions). Its pair tests'
+    interpreter and host-memory mode follow the command's --python and --pause, set there."""
+
+    @functools.wraps(function)
+    def with_links(*args: Any, links: str, net_backend: str, net_address: str, net_duration: float,
+                   net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
+                   **kwargs: Any) -> Any:
+        pair = PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams,
+                               line_rate_gbps=net_line_rate, allow_socket=net_allow_socket)
+        chosen = LinkOptions(mode=links, net_address=net_address, screen_stride=screen_stride, pair=pair)
+        return function(*args, links=chosen, **kwargs)
+
+    decorators = [
+        click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True,
+                     help="Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full "
+                          "(every pair), none; auto: screen."),
+        click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
+                     help="Pair-test backend: perftest (ib_write_bw per HCA), nccl (send/recv per rail), tcp; auto: "
+                          "perftest where ib_write_bw and RDMA devices exist, else nccl with CUDA, else tcp."),
+        click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
+                     help="Each host's data-plane address for pair tests: the hosts file's net= field, the address "
+                          "SSH reaches, or the address of interface NAME on the node; auto: the field where given, "
+                          "else ssh."),
+        click.option("--net-duration", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="S",
+                     help="Timed seconds per direction of each pair test."),
+        click.option("--net-streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
+                     help="Parallel TCP streams (tcp) or queue pairs (perftest) per pair test."),
+        click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
+                     help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
+                          "(virtual NICs, rate-limited overlays); links are judged against it."),
+        click.option("--screen-stride", type=click.IntRange(min=1), default=None, metavar="K",
+                     help="Screen each node with the nodes K places before and after it in the host list (default: one "
+                          "more than the last stored sweep's, so successive sweeps reach every pair)."),
+        click.option("--net-allow-socket", is_flag=True,
+                     help="nccl: let NCCL fall back to sockets instead of failing when no IB path exists."),
+    ]
+    return with_options(with_links, decorators)
+
+
+def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """How the nodes are reached, over SSH (ssh_options) or srun: the command gets ``reach``
+    (Reach; a --simulate fleet is the command's to add)."""
+
+    @functools.wraps(function)
+    def with_reach(*args: Any, ssh: SshOptions, settings: SshSettings, launcher: str, launcher_fallback: str,
+                   slurm_bundle_dir: str | None, **kwargs: Any) -> Any:
+        reach = Reach(ssh=ssh, settings=settings, launcher=launcher, launcher_fallback=launcher_fallback,
+                      slurm_bundle_dir=slurm_bundle_dir)
+        return function(*args, reach=reach, **kwargs)
+
+    return ssh_options(with_options(with_reach, [
+        click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
+                     help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a "
+                          "job, --hosts defaults to $SLURM_JOB_NODELIST)."),
+        click.option("--launcher-fallback", type=click.Choice(FALLBACKS), default="none", show_default=True,
+                     help="slurm: probe the hosts srun cannot reach (down, drained, not in the job) over SSH instead."),
+        click.option("--slurm-bundle-dir", default=None, metavar="DIR",
+                     help="slurm: a folder the nodes share where the probe bundle is staged (default: "
+                          "~/.cache/gpudiag)."),
+    ]))
 
 
 @click.command()
@@ -93,27 +157,7 @@ def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--fanout", type=click.IntRange(min=1, max=4096), default=64, show_default=True,
               help="Hosts probed at once.")
-@click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True,
-              help="Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full "
-                   "(every pair), none; auto: screen.")
-@click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
-              help="Pair-test backend: perftest (ib_write_bw per HCA), nccl (send/recv per rail), tcp; auto: "
-                   "perftest where ib_write_bw and RDMA devices exist, else nccl with CUDA, else tcp.")
-@click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
-              help="Each host's data-plane address for pair tests: the hosts file's net= field, the address SSH "
-                   "reaches, or the address of interface NAME on the node; auto: the field where given, else ssh.")
-@click.option("--net-duration", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="S",
-              help="Timed seconds per direction of each pair test.")
-@click.option("--net-streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
-              help="Parallel TCP streams (tcp) or queue pairs (perftest) per pair test.")
-@click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
-              help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
-                   "(virtual NICs, rate-limited overlays); links are judged against it.")
-@click.option("--screen-stride", type=click.IntRange(min=1), default=None, metavar="K",
-              help="Screen each node with the nodes K places before and after it in the host list (default: one "
-                   "more than the last stored sweep's, so successive sweeps reach every pair).")
-@click.option("--net-allow-socket", is_flag=True,
-              help="nccl: let NCCL fall back to sockets instead of failing when no IB path exists.")
+@link_options
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on each host (default: --deadline plus start-up).")
 @click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the sweep document here.")
@@ -125,14 +169,7 @@ def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
                    "run; dcgm-exporter's labels), replaced atomically.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @fleet_judging_options
-@ssh_options
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
-              help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a job, "
-                   "--hosts defaults to $SLURM_JOB_NODELIST).")
-@click.option("--launcher-fallback", type=click.Choice(FALLBACKS), default="none", show_default=True,
-              help="slurm: probe the hosts srun cannot reach (down, drained, not in the job) over SSH instead.")
-@click.option("--slurm-bundle-dir", default=None, metavar="DIR",
-              help="slurm: a folder the nodes share where the probe bundle is staged (default: ~/.cache/gpudiag).")
+@reach_options
 @click.option("--pause", is_flag=True,
               help="A job paused for mitigation holds the GPUs: each GPU's probes are sized to the memory it left "
                    "(read through NVML first), in a process that sees that GPU alone, never touching the job's "
@@ -150,12 +187,9 @@ def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="With --suspects: unsuspected hosts probed per suspect, spread over the host list.")
 def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
-          host_timeout: float | None, links: str, net_backend: str, net_address: str, net_duration: float,
-          net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
-          json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool, judging: Judging,
-          exclude_file: str | None, ssh: SshOptions, settings: SshSettings, launcher: str, launcher_fallback: str,
-          slurm_bundle_dir: str | None, pause: bool, budget_s: float | None, suspects: str | None,
-          reference_peers: int) -> ExitCode:
+          links: LinkOptions, host_timeout: float | None, json_path: str | None, json_detail: str,
+          prom_file: str | None, quiet: bool, judging: Judging, exclude_file: str | None, reach: Reach, pause: bool,
+          budget_s: float | None, suspects: str | None, reference_peers: int) -> ExitCode:
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
 
     Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
@@ -163,31 +197,26 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     130 interrupted (what finished is still written).
     """
     stdin: TextIO = sys.stdin
-    if hosts_argument is None and simulate_path is None and launcher == "slurm":
+    if hosts_argument is None and simulate_path is None and reach.launcher == "slurm":
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)  # inside a job: its nodes
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
     names = probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
-    check_pause_backend(pause, net_backend)
+    check_pause_backend(pause, links.pair.backend)
     given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
     deadline = pause_deadline_s(pause, deadline, given)
     focus = FocusRequest(suspects, reference_peers) if suspects is not None else None
-    if focus is not None and screen_stride is None:
-        screen_stride = 1  # the hosts come suspect, its references, …: the screen pairs neighbours
+    if focus is not None and links.screen_stride is None:
+        links = dataclasses.replace(links, screen_stride=1)  # the hosts come suspect, its references, …: neighbours
     request = SweepRequest(
         hosts_argument=hosts_argument,
         sweep=SweepOptions(
             probe=ProbeOptions(names=names, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                                sequential=sequential, deadline_s=deadline, python=python, pause=pause),
             fanout=fanout, host_timeout_s=host_timeout),
-        reach=Reach(ssh=ssh, settings=settings, launcher=launcher, launcher_fallback=launcher_fallback,
-                    slurm_bundle_dir=slurm_bundle_dir,
-                    stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
+        reach=dataclasses.replace(reach, stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
         judging=judging,
-        links=LinkOptions(mode=links, net_address=net_address, screen_stride=screen_stride,
-                          pair=PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams,
-                                               python=python, line_rate_gbps=net_line_rate,
-                                               allow_socket=net_allow_socket, host_memory=pause)),
+        links=dataclasses.replace(links, pair=dataclasses.replace(links.pair, python=python, host_memory=pause)),
         focus=focus, budget_s=pause_budget_s(pause, budget_s),
     )
     _check_outputs(json_path, exclude_file)
