@@ -12,20 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .catalogfile import Catalog, CatalogError, PauseFigures, ProbeEntry, Sizing
-from .catalogfile import read_catalog as read_catalog_at
+from .catalogfile import Catalog, CatalogError, PauseFigures, ProbeEntry, Sizing, read_catalog
 
 __all__ = ["Catalog", "CatalogError", "PauseFigures", "ProbeEntry", "Sizing", "read_catalog"]
 
 CATALOG_FILE = Path(__file__).resolve().with_name("catalog.json")
-
-
-def read_catalog(path: Path = CATALOG_FILE) -> Catalog:
-    """The catalogue at ``path`` (this bundle's by default), checked. Raises CatalogError naming ``path``."""
-    return read_catalog_at(path)
-
-
-CATALOG = read_catalog()
+CATALOG = read_catalog(CATALOG_FILE)
 PROBE_NAMES = CATALOG.probe_names
 # What runs when no probe is named.
 DEFAULT_PROBE_NAMES = CATALOG.default_probe_names

@@ -34,11 +34,7 @@ _READER_MODULE = "gpudiag.bundle._catalogfile"
 def catalog() -> Any:
     """The installed bundle's catalogue (the bundle's ``Catalog``), read and checked once.
     Raises InstallationError."""
-    try:
-        path = catalog_path()
-    except BundleMissing as missing:
-        raise InstallationError(str(missing)) from missing
-    return read_catalog(path)
+    return read_catalog(_installed_catalog())
 
 
 def read_catalog(path: Path) -> Any:
@@ -53,10 +49,7 @@ def read_catalog(path: Path) -> Any:
 
 @functools.cache
 def _reader() -> ModuleType:
-    try:
-        source = catalog_path().with_name(READER_FILE)
-    except BundleMissing as missing:
-        raise InstallationError(str(missing)) from missing
+    source = _installed_catalog().with_name(READER_FILE)
     spec = importlib.util.spec_from_file_location(_READER_MODULE, source)
     if spec is None or spec.loader is None:
         raise InstallationError(f"{source}: the bundle's catalogue reader cannot be loaded; reinstall gpudiag")
@@ -69,3 +62,10 @@ def _reader() -> ModuleType:
         raise InstallationError(f"{source}: the bundle's catalogue reader cannot be loaded ({error}); "
                                 "reinstall gpudiag") from error
     return module
+
+
+def _installed_catalog() -> Path:
+    try:
+        return catalog_path()
+    except BundleMissing as missing:
+        raise InstallationError(str(missing)) from missing

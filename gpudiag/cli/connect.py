@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ..errors import InputError
 from ..hosts import HostSpec
-from ..run.connection import Connection
+from ..run.connection import Connection, stand_in_only
 from ..run.request import Reach
 from ..slurm.launcher import slurm_connector
 from ..transport.fdlimit import plan_open_files
@@ -26,8 +26,7 @@ def connect(reach: Reach, hosts: Sequence[HostSpec], fanout: int) -> Connection:
     Raises InputError (a host ssh's config rejects is no error: it is unreachable) before any
     host is touched."""
     if reach.stand_in is not None:
-        stand_in = reach.stand_in.connector()
-        return Connection(stand_in, fanout, fanout, pairs=stand_in.pair_runner)
+        return stand_in_only(reach, hosts, fanout)
     if reach.here:
         if len(hosts) != 1:
             raise InputError(f"--here probes this machine: name it as one host, not {len(hosts)}")

@@ -11,6 +11,8 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from ..report import check_writable
+from ..report.prometheus import check_prom_file
 from ..store.store import default_store_path
 from ..transport.bounded import KIB, MIB, OutputLimits
 from ..transport.ssh import SshSettings
@@ -152,3 +154,14 @@ def run_store(store_path: str | None, no_store: bool) -> str | None:
     """The store a run keeps its results in or reads its baseline from: ``--store``, else the
     default one; None with ``--no-store``."""
     return None if no_store else store_location(store_path)
+
+
+def check_outputs(json_path: str | None, exclude_file: str | None = None, prom_file: str | None = None) -> None:
+    """Raise InputError before any node is touched when an output asked for could not be written
+    (``--json -`` is stdout)."""
+    if json_path is not None and json_path != "-":
+        check_writable(json_path, "--json")
+    if exclude_file is not None:
+        check_writable(exclude_file, "--exclude-file")
+    if prom_file is not None:
+        check_prom_file(prom_file)

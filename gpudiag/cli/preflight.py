@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TextIO
 
 import click
@@ -18,11 +18,11 @@ from ..preflight import DEFAULT_BUDGET_S, PreflightRequest, run_preflight
 from ..preflight.render import action_lines, summary_line
 from ..preflight.run import PreflightRun, check_request, host_text, make_plan
 from ..records import DTYPES
-from ..report import check_writable, render_report, write_report
+from ..report import render_report
 from ..report.console import render_sweep_table
 from ..report.detail import COMPACT, DETAILS
-from ..report.document import document_chunks
-from ..report.prometheus import check_prom_file, write_prom_file
+from ..report.document import write_exclude_list, write_sweep_json
+from ..report.prometheus import write_prom_file
 from ..report.tables import make_console
 from ..run.interrupts import InterruptGate
 from ..run.request import Judging, Reach
@@ -33,7 +33,7 @@ from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
-from .options import job_store, judging_options, node_python_option, ssh_options
+from .options import check_outputs, job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
 
 
@@ -122,7 +122,7 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     if here and count != 1:
         raise InputError(f"--here probes this machine: name it as one host, not {count}")
     plan = make_plan(request, count)
-    _check_outputs(json_path, exclude_file, prom_file)
+    check_outputs(json_path, exclude_file, prom_file)
     to_stderr = json_path == "-"  # stdout carries the document
     for line in plan.lines():
         click.echo(line, err=to_stderr)
@@ -144,34 +144,17 @@ def outputs_exit_code(run: PreflightRun, output_errors: list[str]) -> ExitCode:
     return ExitCode.FAIL if run.drained else ExitCode.USAGE
 
 
-def _check_outputs(json_path: str | None, exclude_file: str | None, prom_file: str | None) -> None:
-    """Raise InputError before any node is touched when an output could not be written."""
-    if json_path is not None and json_path != "-":
-        check_writable(json_path, "--json")
-    if exclude_file is not None:
-        check_writable(exclude_file, "--exclude-file")
-    if prom_file is not None:
-        check_prom_file(prom_file)
-
-
 def _write_outputs(run: PreflightRun, json_path: str | None, json_detail: str, exclude_file: str | None,
                    prom_file: str | None) -> list[str]:
     """Write each output asked for; one that cannot be written does not stop the others (the
     drains are done by now: what happened must still be said). Returns each failure's message."""
     result = run.result
     errors = []
-    if json_path is not None:
-        chunks = _document(run, json_detail)
-        if json_path == "-":
-            for chunk in chunks:
-                sys.stdout.write(chunk)
-            sys.stdout.flush()
-        else:
-            errors += _written(lambda: write_report(chunks, json_path), "--json")
+    if json_path is not None:  # the sweep document with the pre-flight's own part as its last field
+        errors += _written(lambda: write_sweep_json(result, json_path, json_detail, {"preflight": run.to_dict()}),
+                           "--json")
     if exclude_file is not None:
-        exclude = (result.impact or {}).get("exclude") or []
-        errors += _written(lambda: write_report("".join(f"{host}\n" for host in exclude), exclude_file),
-                           "--exclude-file")
+        errors += _written(lambda: write_exclude_list(result, exclude_file), "--exclude-file")
     if prom_file is not None:
         errors += _written(lambda: write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file),
                            "--prom-file")
@@ -185,11 +168,6 @@ def _written(write: Callable[[], None], option: str) -> list[str]:
     except OutputError as error:
         return [f"{option} {error}"]
     return []
-
-
-def _document(run: PreflightRun, detail: str) -> Iterator[str]:
-    """The sweep document with the pre-flight's own part (``preflight``) as its last field."""
-    return document_chunks(run.result, detail, {"preflight": run.to_dict()})
 
 
 def _print_report(run: PreflightRun, to_stderr: bool, output_errors: list[str]) -> None:

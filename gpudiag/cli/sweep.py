@@ -26,11 +26,11 @@ from ..pause import (
     pause_budget_s,
     pause_deadline_s,
 )
-from ..report import check_writable, render_report, write_report
+from ..report import render_report, write_report
 from ..report.console import render_sweep_table
 from ..report.detail import COMPACT, DETAILS
-from ..report.document import write_sweep_json
-from ..report.prometheus import check_prom_file, write_prom_file
+from ..report.document import write_exclude_list, write_sweep_json
+from ..report.prometheus import write_prom_file
 from ..report.tables import make_console
 from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import ProbeOptions
@@ -46,6 +46,7 @@ from ..transport.sshconfig import SshOptions
 from .connect import connect
 from .options import (
     baseline_option,
+    check_outputs,
     no_retest_option,
     node_python_option,
     run_store,
@@ -219,9 +220,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         links=dataclasses.replace(links, pair=dataclasses.replace(links.pair, python=python, host_memory=pause)),
         focus=focus, budget_s=pause_budget_s(pause, budget_s),
     )
-    _check_outputs(json_path, exclude_file)
-    if prom_file is not None:
-        check_prom_file(prom_file)
+    check_outputs(json_path, exclude_file, prom_file)
     # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.
     with InterruptGate().installed() as gate:
         result = run_sweep(request, Runtime(stdin, make_progress(quiet), gate, connect=connect))
@@ -275,13 +274,4 @@ def _write_outputs(result: SweepResult, json_path: str | None, exclude_file: str
     if json_path is not None:
         write_sweep_json(result, json_path, json_detail)
     if exclude_file is not None:
-        exclude = (result.impact or {}).get("exclude") or []
-        write_report("".join(f"{host}\n" for host in exclude), exclude_file)
-
-
-def _check_outputs(json_path: str | None, exclude_file: str | None) -> None:
-    """Raise InputError before any node is touched when an output could not be written."""
-    if json_path is not None and json_path != "-":
-        check_writable(json_path, "--json")
-    if exclude_file is not None:
-        check_writable(exclude_file, "--exclude-file")
+        write_exclude_list(result, exclude_file)

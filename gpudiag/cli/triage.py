@@ -9,7 +9,7 @@ import click
 from ..errors import InputError
 from ..exitcodes import ExitCode
 from ..records import DTYPES
-from ..report import check_writable, write_report
+from ..report import write_report
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
 from ..run.request import Judging, Reach
@@ -21,7 +21,7 @@ from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
-from .options import job_store, judging_options, node_python_option, ssh_options
+from .options import check_outputs, job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
 
 
@@ -69,8 +69,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
     3 nothing to act on, but something could not be checked; 4 gpudiag itself failed; 130 interrupted.
     """
     host = _one_host(host_argument, host_option)
-    if json_path is not None and json_path != "-":
-        check_writable(json_path, "--json")
+    check_outputs(json_path)
     probe = ProbeOptions(names=TRIAGE_PROBES, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                          sequential=sequential, deadline_s=deadline or default_deadline_s(duration), python=python)
     request = TriageRequest(

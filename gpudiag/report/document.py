@@ -13,17 +13,26 @@ from . import write_report
 from .detail import COMPACT, FULL, compact_host, flagged_gpus
 
 
-def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT) -> None:
+def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT,
+                     parts: Mapping[str, Any] | None = None) -> None:
     """Write the sweep document to ``path`` (``-``: stdout) at ``detail`` (gpudiag.report.detail: full or
-    compact), one host at a time, replacing the file in one step so a reader never sees half a
-    document. Raises OutputError when it cannot be written."""
-    chunks = document_chunks(result, detail)
+    compact), with a use case's ``parts`` (see document_chunks), one host at a time, replacing the
+    file in one step so a reader never sees half a document. Raises OutputError when it cannot be
+    written."""
+    chunks = document_chunks(result, detail, parts)
     if path == "-":
         for chunk in chunks:
             sys.stdout.write(chunk)
         sys.stdout.flush()
         return
     write_report(chunks, path)
+
+
+def write_exclude_list(result: SweepResult, path: str) -> None:
+    """Write the hosts a job should not get (the impact's ``exclude``), one per line, to ``path``.
+    Raises OutputError when it cannot be written."""
+    exclude = (result.impact or {}).get("exclude") or []
+    write_report("".join(f"{host}\n" for host in exclude), path)
 
 
 def document_chunks(result: SweepResult, detail: str = COMPACT,

@@ -13,7 +13,6 @@ before anything runs on a node.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from ..links.rounds import LinkRun, PairRunner, run_links
 from ..links.schedule import SCREEN, next_stride
 from ..pause import Focus, focus_hosts, focused_thresholds
 from ..schema.times import iso_time
-from ..store.baselines import Baseline, list_baselines, load_baseline
+from ..store.baselines import Baseline, chosen_baseline
 from ..store.store import Store
 from ..transport import Session, TransportError
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
@@ -56,7 +55,6 @@ from .progress import QuietProgress, SweepProgress
 from .request import AUTO_LINKS, SweepRequest
 from .runtime import Runtime
 
-DEFAULT_BASELINE = "default"
 FACTS = "facts"
 # --net-address: where a host's data-plane address comes from (or iface:NAME on the node).
 NET_ADDRESS_SOURCES = ("auto", "field", "ssh")
@@ -120,21 +118,12 @@ def _set_up(request: SweepRequest, runtime: Runtime) -> _Setup:
     thresholds = focused_thresholds(thresholds, focus)  # the reference peers are the suspects' fleet
     connection = runtime.connect(request.reach, hosts, request.sweep.fanout)
     store = Store.open(request.judging.store_path) if request.judging.store_path else None
-    baseline = _baseline(store, request.judging.baseline_name)
+    baseline = chosen_baseline(store, request.judging.baseline_name)
     try:
         bundle = locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
     return _Setup(hosts, connection, thresholds, store, baseline, bundle, focus)
-
-
-def _baseline(store: Store | None, name: str | None) -> Baseline | None:
-    if store is None:
-        return None
-    if name is not None:
-        return load_baseline(store, name)
-    stored = {entry["name"] for entry in list_baselines(store)}
-    return load_baseline(store, DEFAULT_BASELINE) if DEFAULT_BASELINE in stored else None
 
 
 def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate,
@@ -308,8 +297,7 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
         thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
     run = run_links(hosts, mode, runner, thresholds, parallel=connection.pairs_at_once,
                     stride=request.links.screen_stride or 1, baseline=setup.baseline,
-                    deadline=budget.deadline if budget is not None else None,
-                    clock=budget.clock if budget is not None else time.monotonic)
+                    deadline=budget.deadline if budget is not None else None, clock=request.sweep.clock)
     return run, missing
 
 

@@ -35,6 +35,8 @@ from .store import BaselineSample, Store, StoredLinks
 
 BASELINE_SCHEMA = "gpudiag.baseline/1"
 DEFAULT_MIN_COUNT = 3
+# The baseline a sweep, a pre-flight or a triage judges against when none is named, if stored.
+DEFAULT_BASELINE = "default"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _TOP_FIELDS = ("schema", "name", "created_at", "source_sweeps", "entries")
 _ENTRY_FIELDS = ("key", "median", "mad", "count", "unit")
@@ -176,6 +178,17 @@ def load_baseline(store: Store, name: str) -> Baseline:
                                          unit=row["unit"]) for row in rows}
     return Baseline(name=name, created_at=rows[0]["created_at"],
                     source_sweeps=tuple(json.loads(rows[0]["source_sweeps_json"])), entries=MappingProxyType(entries))
+
+
+def chosen_baseline(store: Store | None, name: str | None) -> Baseline | None:
+    """The baseline ``name`` (a StoreError if the store lacks it); without a name, the one named
+    DEFAULT_BASELINE where it is stored, else None (then only the fleet and the SKU figures judge)."""
+    if store is None:
+        return None
+    if name is not None:
+        return load_baseline(store, name)
+    stored = {entry["name"] for entry in list_baselines(store)}
+    return load_baseline(store, DEFAULT_BASELINE) if DEFAULT_BASELINE in stored else None
 
 
 def list_baselines(store: Store) -> list[dict[str, Any]]:

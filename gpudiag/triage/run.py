@@ -37,7 +37,7 @@ from ..run.outcome import HostOutcome
 from ..run.progress import QuietProgress, SweepProgress
 from ..run.request import Judging, Reach
 from ..run.runtime import Runtime
-from ..store.baselines import Baseline, list_baselines, load_baseline
+from ..store.baselines import DEFAULT_BASELINE, Baseline, chosen_baseline
 from ..store.store import Store
 from ..transport import Connector
 
@@ -49,7 +49,6 @@ DEFAULT_DURATION_S = 120.0
 # The bundle's deadline: a sweep's 600 s and room for the longer load of every load probe.
 DEADLINE_BASE_S = 600.0
 DEADLINE_PER_DURATION = 4.0
-DEFAULT_BASELINE = "default"
 HISTORY_SWEEPS = 10
 
 
@@ -159,12 +158,9 @@ def _open_store(request: TriageRequest, notes: list[str]) -> Store | None:
 
 
 def _baseline(store: Store | None, name: str | None, notes: list[str]) -> Baseline | None:
-    if store is None:
-        return None
-    if name is not None:
-        return load_baseline(store, name)
-    if DEFAULT_BASELINE in {entry["name"] for entry in list_baselines(store)}:
-        return load_baseline(store, DEFAULT_BASELINE)
+    baseline = chosen_baseline(store, name)
+    if store is None or baseline is not None:
+        return baseline
     notes.append(f"no baseline named {DEFAULT_BASELINE!r} in {store.path}: results are judged against the SKU "
                  "figures only (gpudiag baseline build --name default)")
     return None
