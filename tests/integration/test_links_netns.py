@@ -94,7 +94,9 @@ def test_a_port_capped_at_a_quarter_of_its_rate_is_that_hosts_slow_nic_and_nothi
                 if "node03" in (link["a"], link["b"])}
     assert len(partners) >= 3
     healthy = [link["value"] for link in document["links"] if "node03" not in (link["a"], link["b"])]
-    assert healthy and all(0.9 * LINE_RATE_MBIT / 1000 <= value <= LINE_RATE_MBIT / 1000 for value in healthy)
+    # healthy pairs run near the cap, far above node03's quarter (on two busy cores a tbf-shaped pair was seen
+    # at 88 % of it, which the analysis rightly did not flag)
+    assert healthy and all(0.75 * LINE_RATE_MBIT / 1000 <= value <= LINE_RATE_MBIT / 1000 for value in healthy)
     assert document["impact"]["exclude"] == ["node03"]
 
 
