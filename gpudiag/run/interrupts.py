@@ -9,7 +9,8 @@ starts after it). A second or third Ctrl-C changes nothing: the phase it lands i
 ending what it runs, or is writing.
 
 One ``InterruptGate`` is installed for the whole command (``installed()``); the remote phases
-run inside ``gate.interruptible()``, where the first interrupt raises KeyboardInterrupt.
+run through ``gate.run_phase()`` (inside ``gate.interruptible()``), where the first interrupt
+raises KeyboardInterrupt and ends the phase; a phase that had returned keeps its result.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import TextIO
+from typing import TextIO, TypeVar
+
+T = TypeVar("T")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -60,6 +63,19 @@ class InterruptGate:
             yield
         finally:
             self._interruptible -= 1
+
+    def run_phase(self, phase: Callable[[], T], interrupted: Callable[[], T]) -> T:
+        """``phase()`` as a remote phase (see ``interruptible``), or ``interrupted()`` where an
+        interrupt ended it before it returned. One that lands after it returned, while the phase
+        is being left, keeps its result: ``received`` says it came, for the phases after."""
+        finished: list[T] = []
+        try:
+            with self.interruptible():
+                finished.append(phase())
+        except KeyboardInterrupt:
+            if not finished:
+                return interrupted()
+        return finished[0]
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         """The signal handler (main thread)."""

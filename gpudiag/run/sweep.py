@@ -208,16 +208,17 @@ def _first_pass(request: SweepRequest, setup: _Setup, progress: SweepProgress, g
                 record: Callable[[HostOutcome], None], started_at: datetime, sweep_id: str) -> SweepResult:
     """The node probes on every host; every host ``interrupted`` when an interrupt came before
     they could start."""
-    try:
-        with gate.interruptible():
-            first = probe_hosts(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
-                              on_host_done=record, started_at=started_at, sweep_id=sweep_id, say=gate.say)
-            return dataclasses.replace(first, focus=setup.focus.to_dict() if setup.focus else None)
-    except KeyboardInterrupt:
+    focus = setup.focus.to_dict() if setup.focus else None
+
+    def none_started() -> SweepResult:
         outcomes = tuple(interrupted_host(host) for host in setup.hosts)
         return SweepResult(sweep_id, started_at, datetime.now(timezone.utc), outcomes,
-                           tuple(unchecked(o.host, o.status, o.error) for o in outcomes), interrupted=True,
-                           focus=setup.focus.to_dict() if setup.focus else None)
+                           tuple(unchecked(o.host, o.status, o.error) for o in outcomes), interrupted=True)
+
+    first = gate.run_phase(lambda: probe_hosts(setup.hosts, request.sweep, setup.connector, setup.bundle, progress,
+                                               on_host_done=record, started_at=started_at, sweep_id=sweep_id,
+                                               say=gate.say), none_started)
+    return dataclasses.replace(first, focus=focus)
 
 
 def _finish(store: Store | None, result: SweepResult, gate: InterruptGate) -> SweepResult:
@@ -273,11 +274,7 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
     if budget is not None and len(ok_hosts) >= 2 and not budget.fits():
         return None, [out_of_budget(host, "pair tests", budget) for host in ok_hosts]
     progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts")
-    try:
-        with gate.interruptible():
-            return _link_phase(request, setup, first, mode, budget)
-    except KeyboardInterrupt:
-        return None, []
+    return gate.run_phase(lambda: _link_phase(request, setup, first, mode, budget), lambda: (None, []))
 
 
 def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
@@ -424,10 +421,9 @@ def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: Swe
     options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes))
     wanted = set(suspect_hosts)
     specs = [host for host in setup.hosts if host.label in wanted]
-    try:
-        with gate.interruptible():
-            again = probe_hosts(specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say)
-    except KeyboardInterrupt:
+    again = gate.run_phase(lambda: probe_hosts(specs, options, setup.connector, setup.bundle, QuietProgress(),
+                                               say=gate.say), lambda: None)
+    if again is None:
         return None, True
     facts = {host.host: host.facts for host in first.hosts}
     return [host.with_facts(facts[host.host]) for host in again.hosts], again.interrupted

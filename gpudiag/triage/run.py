@@ -174,11 +174,8 @@ def _run(request: TriageRequest, setup: _Setup, runtime: Runtime) -> TriageRun:
 
     def probe(names: Sequence[str], shown: SweepProgress) -> SweepResult | None:
         chosen = dataclasses.replace(options, probe=dataclasses.replace(options.probe, names=tuple(names)))
-        try:
-            with gate.interruptible():
-                return probe_hosts([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say)
-        except KeyboardInterrupt:
-            return None
+        return gate.run_phase(lambda: probe_hosts([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say),
+                              lambda: None)
 
     first = probe(request.probe.names, progress)
     interrupted = first is None or first.interrupted
