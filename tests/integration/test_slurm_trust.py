@@ -191,13 +191,15 @@ if [ "$1" = -c ] && [ "$SLURMD_NODENAME" = n4 ]; then exec cat /dev/zero; fi""")
 
 
 STDIN_WATCHER = """\
-import sys, time
+import os, sys, time
 started = time.monotonic()
 print("ready", flush=True)
 data = sys.stdin.read()
 print(f"eof after {time.monotonic() - started:.1f} s, {len(data)} bytes", flush=True)
-if len(sys.argv) > 1:
-    open(sys.argv[1], "w").write("eof\\n")
+if len(sys.argv) > 1:  # written whole, then renamed: a reader never sees the marker half written
+    with open(sys.argv[1] + ".part", "w") as part:
+        part.write("eof\\n")
+    os.replace(sys.argv[1] + ".part", sys.argv[1])
 """
 
 
