@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpudiag.analysis import SweepReader, analyse  # noqa: E402
 from gpudiag.analysis.thresholds import default_thresholds  # noqa: E402
-from gpudiag.records import ProbeResult  # noqa: E402
+from gpudiag.records import HostRecords, host_records  # noqa: E402
 from gpudiag.run.outcome import HostOutcome  # noqa: E402
 
 FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
@@ -74,13 +74,13 @@ def node(name: str, rng: random.Random, slow_gpu: int | None, with_p2p: bool) ->
     return {"host": name, "status": "ok", "error": None, "duration_s": 10.0, "facts": dict(FACTS), "results": results}
 
 
-def reading_pass(hosts: list[dict]) -> float:
+def reading_pass(hosts: list[HostRecords]) -> float:
     """The same-process baseline: touch every record's value once."""
     started = time.perf_counter()
     total = 0.0
     for host in hosts:
-        for result in host["results"]:
-            total += result["value"]
+        for result in host.results:
+            total += result.value or 0.0
     return time.perf_counter() - started
 
 
@@ -100,12 +100,13 @@ def main() -> None:
 
 
 def analysis(nodes: int, with_p2p: bool) -> None:
-    """The analysis of ``nodes`` 8-GPU hosts: all at once from their dicts, and as a sweep runs it
-    (each host read as it finishes, then the fleet analysis after the last one)."""
+    """The analysis of ``nodes`` 8-GPU hosts: all at once from their typed records, and as a sweep
+    runs it (each host read as it finishes, then the fleet analysis after the last one)."""
     rng = random.Random(3)
     slow = {f"node{i:05d}": rng.randrange(8) for i in rng.sample(range(nodes), 20)}
-    hosts = [node(f"node{i:05d}", rng, slow.get(f"node{i:05d}"), with_p2p) for i in range(nodes)]
-    records = sum(len(h["results"]) for h in hosts)
+    documents = [node(f"node{i:05d}", rng, slow.get(f"node{i:05d}"), with_p2p) for i in range(nodes)]
+    hosts = [host_records(document) for document in documents]
+    records = sum(len(h.results) for h in hosts)
     baseline_s = reading_pass(hosts)
     tracemalloc.start()
     started = time.perf_counter()
@@ -119,8 +120,7 @@ def analysis(nodes: int, with_p2p: bool) -> None:
     # As a sweep runs it: each host read in its worker thread as it finishes (a HostOutcome keeps
     # its reading), then the fleet analysis after the last host joins the readings.
     reader = SweepReader()
-    outcomes = [HostOutcome(h["host"], "ok", None, 10.0, h["facts"], [ProbeResult(**r) for r in h["results"]])
-                for h in hosts]
+    outcomes = [HostOutcome(h.host, "ok", None, 10.0, h.facts, h.results) for h in hosts]
     started = time.perf_counter()
     for outcome in outcomes:
         outcome.reading = reader.read(outcome)
@@ -135,13 +135,14 @@ def analysis(nodes: int, with_p2p: bool) -> None:
         for item in host["results"]:
             if "mode" in item["params"]:
                 item["params"] = {**item["params"], "mode": "sequential"}
+    retest_records = [host_records(host) for host in retest]
     started = time.perf_counter()
-    final = analyse(outcomes, default_thresholds(), retest_hosts=retest)
+    final = analyse(outcomes, default_thresholds(), retest_hosts=retest_records)
     second = time.perf_counter() - started
     named = {(f.host, f.gpu) for f in final.findings}
     found = sum((host, gpu) in named for host, gpu in slow.items())
     print(f"analysis of {nodes} nodes x 8 GPUs, {records:,} records{' (with NVLink pairs)' if with_p2p else ''}:")
-    print(f"  all at once from the hosts' dicts: {untraced:.2f} s untraced ({elapsed:.2f} s under tracemalloc); "
+    print(f"  all at once from typed records: {untraced:.2f} s untraced ({elapsed:.2f} s under tracemalloc); "
           f"{untraced / baseline_s:.0f}x a bare pass over the values ({baseline_s * 1000:.0f} ms)")
     print(f"  as a sweep runs it: {per_host_s * 1000:.2f} ms to read each host as it finishes (in its worker "
           f"thread, beside the probing), then {after_last:.2f} s after the last host")

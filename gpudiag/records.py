@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .bundle.catalog import catalog
 from .errors import ProbeOutputError
@@ -78,6 +78,63 @@ class ProbeResult:
                 "metric": self.metric, "value": self.value, "unit": self.unit,
                 "samples": self.samples, "cv": self.cv, "status": self.status,
                 "reason": self.reason, "params": dict(self.params), "details": dict(self.details)}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> ProbeResult:
+        """A record of a sweep document read back (from the store or a JSON file: checked when it
+        was first read), as a ProbeResult."""
+        return cls(probe=str(record.get("probe")), device=str(record.get("device")), metric=str(record.get("metric")),
+                   value=record.get("value"), unit=record.get("unit"), status=str(record.get("status")),
+                   reason=record.get("reason"), gpu_uuid=record.get("gpu_uuid"), samples=record.get("samples") or 0,
+                   cv=record.get("cv"), params=record.get("params") or {}, details=record.get("details") or {})
+
+
+class HostRecords(Protocol):
+    """One host's part of a sweep as the analysis reads it: how it ended (``status``, ``error``),
+    its facts and its records, typed. A sweep's HostOutcome is one; a host entry of a document
+    read back is made one by ``host_records``."""
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def facts(self) -> Mapping[str, Any]: ...
+
+    @property
+    def results(self) -> Sequence[ProbeResult]: ...
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    """A ``HostRecords`` held as it is (its records already unpacked or read back)."""
+
+    host: str
+    status: str
+    error: str | None = None
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    results: tuple[ProbeResult, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def host_records(host: HostRecords | dict[str, Any]) -> HostRecords:
+    """``host`` as typed records: a host entry of a sweep document read back as JSON (a dict:
+    ``host``, ``status``, ``error``, ``facts``, ``results`` as record dicts) is converted, where
+    the JSON boundary is; anything else already is one."""
+    if not isinstance(host, dict):
+        return host
+    results: Iterable[Mapping[str, Any]] = host.get("results") or ()
+    return HostEntry(str(host["host"]), str(host.get("status")), host.get("error"), host.get("facts") or {},
+                     tuple(record if isinstance(record, ProbeResult) else ProbeResult.from_dict(record)
+                           for record in results))
 
 
 @dataclass(frozen=True)

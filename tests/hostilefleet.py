@@ -138,7 +138,7 @@ def sweep_and_report(connector: ReplayConnector, hosts: Sequence[str] | None = N
 
     def read(outcome: HostOutcome) -> None:
         if outcome.ok:
-            outcome.reading = reader.read(outcome.unpacked())
+            outcome.reading = reader.read(outcome.records())
 
     bundle = locate_bundle()
     first = probe_hosts(specs, options, connector, bundle, QuietProgress(), on_host_done=read)

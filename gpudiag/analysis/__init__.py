@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from ..findings import Finding, unchecked
+from ..records import HostRecords, host_records
 from . import coverage
 from .clocks import typical_clock_costs
 from .counters import PriorCounts, counter_findings
@@ -105,12 +106,12 @@ class Analysis:
 
 
 
-def prior_counts(previous_hosts: Iterable[Mapping[str, Any]]) -> PriorCounts:
-    """The error counters of the previous sweep's hosts (their host dicts; one host's records in
-    memory at a time), for counters judged on their growth (gpudiag.analysis.counters)."""
+def prior_counts(previous_hosts: Iterable[HostRecords | dict[str, Any]]) -> PriorCounts:
+    """The error counters of the previous sweep's hosts (one host's records in memory at a
+    time), for counters judged on their growth (gpudiag.analysis.counters)."""
     prior = PriorCounts()
     for host in previous_hosts:
-        readings = read_sweep([host], True)
+        readings = read_sweep([host_records(host)], True)
         prior.add(readings.telemetry)
         add_prior(prior, readings.ports)
     return prior
@@ -147,19 +148,23 @@ def _collector_paused(function: _Analyser) -> _Analyser:
 
 
 @_collector_paused
-def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, baseline: BaselineLookup | None = None,
-            skus: SkuFigures = floors_for, retest_hosts: Sequence[Mapping[str, Any]] | None = None,
-            retested: bool = False, extra: Sequence[Finding] = (), wired: WiredLookup = wired_nvlinks,
-            previous_hosts: Sequence[Mapping[str, Any]] | PriorCounts | None = None,
+def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Thresholds, *,
+            baseline: BaselineLookup | None = None, skus: SkuFigures = floors_for,
+            retest_hosts: Sequence[HostRecords | dict[str, Any]] | None = None, retested: bool = False,
+            extra: Sequence[Finding] = (), wired: WiredLookup = wired_nvlinks,
+            previous_hosts: Sequence[HostRecords | dict[str, Any]] | PriorCounts | None = None,
             interrupted: bool = False) -> Analysis:
-    """Findings, suspects and job impact of one sweep. ``retest_hosts``: the re-test's host
-    dicts, every status (``retested`` with None: a re-test was wanted but none ran). ``extra``:
-    findings made elsewhere (the link phase), ordered and excluded with the rest. ``wired``: how
-    many NVLinks a GPU model wires (None: unknown, peers decide). ``previous_hosts``: the host
-    dicts of the previous sweep of these hosts (the store's), so that error counters are judged
+    """Findings, suspects and job impact of one sweep. ``hosts``: each host's typed records (a
+    sweep's HostOutcomes; a host entry of a document read back as JSON is converted here, at that
+    boundary: gpudiag.records.host_records). ``retest_hosts``: the re-test's hosts, every status
+    (``retested`` with None: a re-test was wanted but none ran). ``extra``: findings made
+    elsewhere (the link phase), ordered and excluded with the rest. ``wired``: how many NVLinks a
+    GPU model wires (None: unknown, peers decide). ``previous_hosts``: the hosts of the previous
+    sweep of these hosts (the store's), so that error counters are judged
     on their growth since then (gpudiag.analysis.counters). ``interrupted``: the sweep was cut
     short before its re-test could run, so a dip seen once is no finding (a sweep that finished
     would have dropped it unless it repeated); those suspects are only counted."""
+    hosts = [host_records(host) for host in hosts]
     readings = read_sweep(hosts, True)
     found = readings.found
     telemetry = with_wiring(readings.telemetry, wired)
@@ -169,12 +174,13 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     judging = judging_references(refs, shifts)
     suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging, thresholds)]
     if retest_hosts is not None or retested:
-        suspects = confirm(suspects, retest_hosts, thresholds)
+        suspects = confirm(suspects, None if retest_hosts is None else [host_records(h) for h in retest_hosts],
+                           thresholds)
     not_retested = 0
     if interrupted:
         kept = [s for s in suspects if s.confirmed or s.retest_failed]
         suspects, not_retested = kept, len(suspects) - len(kept)
-    facts = {h["host"]: h.get("facts") or {} for h in hosts if h.get("status") == "ok"}
+    facts = {h.host: h.facts for h in hosts if h.status == "ok"}
     by_host: dict[str, list[Measurement]] = defaultdict(list)
     for m in found:
         by_host[m.host].append(m)
@@ -189,7 +195,7 @@ def analyse(hosts: Sequence[Mapping[str, Any]], thresholds: Thresholds, *, basel
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for m in found if m.key not in refs]
     findings += coverage.not_compared(hosts_by_metric(not_compared), thresholds)
-    findings += [unchecked(h["host"], h["status"], h.get("error")) for h in hosts if h.get("status") != "ok"]
+    findings += [unchecked(h.host, h.status, h.error) for h in hosts if h.status != "ok"]
     findings += extra
     ordered = tuple(sorted(findings, key=finding_order))
     impact = job_impact(found, refs, ordered, hosts, readings.identities)

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
-from ..records import device_index
+from ..records import HostRecords, ProbeResult, device_index
 from .identity import HostGpus
 from .rules import action
 from .thresholds import Thresholds
@@ -33,38 +33,38 @@ GPU_PROBES = frozenset({"telemetry", "p2p", "pcie", "smclock"})
 LOST_MARKERS = ("GPU_IS_LOST", "gpu is lost", "fallen off the bus")
 
 
-def record_gaps(host: str, records: Iterable[Mapping[str, Any]], facts: Mapping[str, Any],
+def record_gaps(host: str, records: Iterable[ProbeResult], facts: Mapping[str, Any],
                 identities: HostGpus | None = None) -> list[Finding]:
     """``unchecked`` findings for one ok host's error and skipped records, one per probe and
     device, naming the GPU by NVML's index (``identities``: gpudiag.analysis.identity). A lost GPU
     is left to :func:`missing_gpus`; a reading a GPU does not have (NVML's not-supported) and a
     probe that needs more GPUs than the host has are not gaps."""
     gpus = identities if identities is not None else HostGpus(facts)
-    grouped: dict[tuple[str, str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    grouped: dict[tuple[str, str, str], list[ProbeResult]] = defaultdict(list)
     has_gpus = _gpu_count(facts) > 0 or (facts.get("pci_gpu_count") or 0) > 0
     for record in records:
-        status = record.get("status")
+        status = record.status
         if status == "ok" or _is_lost(record) or not _is_gap(record, has_gpus, _gpu_count(facts)):
             continue
-        grouped[(str(record.get("probe")), str(record.get("device")), str(status))].append(record)
+        grouped[(record.probe, record.device, status)].append(record)
     findings = []
     for (probe, device, status), group in sorted(grouped.items()):
         first = group[0]
         more = f" (and {len(group) - 1} more {probe} readings)" if len(group) > 1 else ""
         words = "failed" if status == "error" else "was not measured"
-        evidence = f"{probe} {words} on {device}: {first.get('reason') or 'no reason given'}{more}"
-        who = gpus.of(device, first.get("gpu_uuid"))
+        evidence = f"{probe} {words} on {device}: {first.reason or 'no reason given'}{more}"
+        who = gpus.of(device, first.gpu_uuid)
         note = who.renumbered_note()
         findings.append(unchecked_finding(host, evidence + (f"; {note}" if note else ""), Basis.ERROR_RECORD,
                                           gpu=who.nvml_index, gpu_uuid=who.gpu_uuid, pci_bus_id=who.pci_bus_id,
-                                          metric=f"{probe}.{first.get('metric')}"))
+                                          metric=f"{probe}.{first.metric}"))
     return findings
 
 
-def _is_gap(record: Mapping[str, Any], has_gpus: bool, gpu_count: int) -> bool:
-    if record.get("status") == "error":
+def _is_gap(record: ProbeResult, has_gpus: bool, gpu_count: int) -> bool:
+    if record.status == "error":
         return True
-    probe, device, reason = record.get("probe"), str(record.get("device")), str(record.get("reason") or "")
+    probe, device, reason = record.probe, record.device, record.reason or ""
     if "deadline" in reason:
         return True
     if not has_gpus:
@@ -76,26 +76,23 @@ def _is_gap(record: Mapping[str, Any], has_gpus: bool, gpu_count: int) -> bool:
     return not (probe == "p2p" and gpu_count < 2)
 
 
-def _is_lost(record: Mapping[str, Any]) -> bool:
-    reason = str(record.get("reason") or "")
-    return record.get("status") == "error" and any(marker.lower() in reason.lower() for marker in LOST_MARKERS)
+def _is_lost(record: ProbeResult) -> bool:
+    reason = record.reason or ""
+    return record.status == "error" and any(marker.lower() in reason.lower() for marker in LOST_MARKERS)
 
 
-Records = Sequence[Mapping[str, Any]]
-
-
-def missing_gpus(hosts: Records, not_ok: Mapping[str, Records]) -> list[Finding]:
+def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[ProbeResult]]) -> list[Finding]:
     """``missing_gpu`` findings: each GPU NVML reports lost, and each host that sees fewer GPUs
     than its PCI bus, NVML, or most of its peers of the same GPU model and platform. ``not_ok``
     holds each host's records that are not ok (where a lost GPU's telemetry is). A host of no
     known platform that only its peers find short is ``unchecked`` (see the module docstring)."""
-    ok = [h for h in hosts if h.get("status") == "ok" and h.get("facts")]
+    ok = [h for h in hosts if h.status == "ok" and h.facts]
     peer_counts = _peer_counts(ok)
     findings: list[Finding] = []
     for host in ok:
-        lost = _lost_gpus(str(host["host"]), not_ok.get(host["host"], ()))
+        lost = _lost_gpus(host.host, not_ok.get(host.host, ()))
         findings += lost
-        facts = host["facts"]
+        facts = host.facts
         if facts.get("torch_unavailable"):
             continue  # torch could not count the GPUs: the skipped probes say so (record_gaps)
         seen = _gpu_count(facts)
@@ -104,8 +101,8 @@ def missing_gpus(hosts: Records, not_ok: Mapping[str, Records]) -> list[Finding]
         if seen < most and len(lost) < most - seen:
             sources = "; ".join(f"{what} {count}" for what, count in expected.items())
             evidence = f"{seen} GPUs usable (torch), expected {most}: {sources}"
-            findings.append(_short_of_peers(host["host"], evidence) if _only_peers_expect_more(facts, expected)
-                            else _missing(host["host"], evidence, Basis.FACTS))
+            findings.append(_short_of_peers(host.host, evidence) if _only_peers_expect_more(facts, expected)
+                            else _missing(host.host, evidence, Basis.FACTS))
     return findings
 
 
@@ -123,14 +120,14 @@ def _short_of_peers(host: str, evidence: str) -> Finding:
                                    "cannot be told from GPUs gone from the bus: not compared, not passed", Basis.FACTS)
 
 
-def _lost_gpus(host: str, records: Iterable[Mapping[str, Any]]) -> list[Finding]:
+def _lost_gpus(host: str, records: Iterable[ProbeResult]) -> list[Finding]:
     found: dict[str, Finding] = {}
     for record in records:
-        if record.get("probe") == "telemetry" and _is_lost(record) and record.get("device") not in found:
-            device = str(record.get("device"))
-            evidence = f"NVML reports {device} lost: {record.get('reason')}"
+        if record.probe == "telemetry" and _is_lost(record) and record.device not in found:
+            device = record.device
+            evidence = f"NVML reports {device} lost: {record.reason}"
             found[device] = _missing(host, evidence, Basis.TELEMETRY, gpu=device_index(device),
-                                     gpu_uuid=record.get("gpu_uuid"))
+                                     gpu_uuid=record.gpu_uuid)
     return [found[device] for device in sorted(found)]
 
 
@@ -145,14 +142,14 @@ def _platform(facts: Mapping[str, Any]) -> str | None:
     return platform if isinstance(platform, str) and platform else None
 
 
-def _peer_counts(hosts: Sequence[Mapping[str, Any]]) -> dict[PeerGroup, int]:
+def _peer_counts(hosts: Sequence[HostRecords]) -> dict[PeerGroup, int]:
     """The GPU count most hosts of each GPU model and platform have (model None: over every host
     with GPUs of the platform), where at least two hosts agree and they are at least half of that
     group's hosts. GPU counts are compared only within a platform: a 4-GPU board is no 8-GPU
     board short of four."""
     by_group: dict[PeerGroup, list[int]] = defaultdict(list)
     for host in hosts:
-        facts = host["facts"]
+        facts = host.facts
         count = _gpu_count(facts)
         if facts.get("gpu_model"):
             platform = _platform(facts)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
+from ..records import HostRecords
 from . import rules
 from .identity import HostGpus
 from .measurements import Measurement
@@ -104,12 +105,12 @@ def _excluded_ends(finding: Finding) -> tuple[str, ...]:
 
 
 def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], findings: Sequence[Finding],
-               hosts: Sequence[Mapping[str, Any]], identities: Mapping[str, HostGpus] | None = None) -> Impact:
+               hosts: Sequence[HostRecords], identities: Mapping[str, HostGpus] | None = None) -> Impact:
     """A synchronous job runs at its slowest GPU's GEMM pace, against the reference that judges
     it (the fleet's level, or the baseline or SKU figure where the whole fleet fell below it):
     the slowdown on all hosts, and what keeping out the hosts with fail findings (both ends of a
     failing pair) or no check recovers."""
-    names = {h["host"] for h in hosts}
+    names = {h.host for h in hosts}
     exclude = tuple(sorted({host for f in findings if f.kind not in NOT_EXCLUDING
                             and (f.severity == Severity.FAIL or _not_checked(f))
                             for host in _excluded_ends(f) if host in names}))

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..records import ProbeResult
 from ..schema.jsonout import dumps as strict_dumps
 
 # Probes whose figures are compared with peers and baselines; telemetry has rules of its own.
@@ -32,28 +33,28 @@ LINK_METRIC = "gbps"
 LINK_UNIT = "Gbit/s"
 
 
-def result_key(facts: Mapping[str, Any], result: Mapping[str, Any]) -> str | None:
+def result_key(facts: Mapping[str, Any], result: ProbeResult) -> str | None:
     """The canonical key (a JSON string) of one result, or None when it is not compared
     (another probe, or not ok)."""
     return host_keys(facts)(result)
 
 
-def host_keys(facts: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], str | None]:
+def host_keys(facts: Mapping[str, Any]) -> Callable[[ProbeResult], str | None]:
     """``result_key`` for the results of one host, with its facts read once. A host whose facts
     do not name its GPU model (or, for CPU results, its CPU model) has no keys: without facts,
     every model and driver would pool into one key."""
     gpu_facts = (GPU_FACTS, tuple(facts.get(name) for name in GPU_FACTS))
     cpu_facts = (CPU_FACTS, tuple(facts.get(name) for name in CPU_FACTS))
 
-    def key(result: Mapping[str, Any]) -> str | None:
-        if result.get("probe") not in COMPARED_PROBES or result.get("status") != "ok":
+    def key(result: ProbeResult) -> str | None:
+        if result.probe not in COMPARED_PROBES or result.status != "ok":
             return None
-        chosen, values = cpu_facts if result.get("device") == "cpu" else gpu_facts
+        chosen, values = cpu_facts if result.device == "cpu" else gpu_facts
         if values[0] is None:
             return None
         # In the order the probe wrote them: the encoding sorts keys, so any order gives one key.
-        params = tuple((result.get("params") or {}).items())
-        parts = (chosen, values, result["probe"], result["metric"], result.get("unit"), params)
+        params = tuple(result.params.items())
+        parts = (chosen, values, result.probe, result.metric, result.unit, params)
         try:
             return _encoded_key(*parts)
         except TypeError:  # a parameter value that is a list or an object: not hashable, encode it anew

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..findings import Basis, Finding, Kind, Severity
+from ..records import ProbeResult
 from . import rules
 from .counters import COUNT, GROWTH, PeerCounts, PriorCounts, counter_evidence
 from .thresholds import Thresholds
@@ -107,7 +108,7 @@ class Port:
         return f"{_text(self.rate_gbps or 0)} Gbit/s" + (f" ({shape})" if shape else "")
 
 
-def read_ports(host: str, results: Iterable[Mapping[str, Any]],
+def read_ports(host: str, results: Iterable[ProbeResult],
                facts: Mapping[str, Any] | None = None) -> tuple[Port, ...]:
     """The ok ``nic_port`` records among one host's records, as Ports (the others are gaps); the
     host's ``facts`` give its platform."""
@@ -115,12 +116,12 @@ def read_ports(host: str, results: Iterable[Mapping[str, Any]],
     platform = platform if isinstance(platform, str) else None
     ports = []
     for result in results:
-        if result.get("metric") != METRIC or result.get("probe") != PROBE or result.get("status") != "ok":
+        if result.metric != METRIC or result.probe != PROBE or result.status != "ok":
             continue
-        details = result.get("details") or {}
-        value = result.get("value")
+        details = result.details
+        value = result.value
         counters = details.get("counters") or {}
-        ports.append(Port(host, str(result.get("device")), str(details.get("kind")), details.get("state"),
+        ports.append(Port(host, result.device, str(details.get("kind")), details.get("state"),
                           details.get("phys_state"), value if isinstance(value, (int, float)) else None,
                           details.get("width"), details.get("speed"), details.get("link_layer"), details.get("model"),
                           details.get("port"),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Action, Kind, Severity
-from ..records import device_index
+from ..records import ProbeResult, device_index
 
 if TYPE_CHECKING:
     from .identity import HostGpus
@@ -227,14 +227,14 @@ class Reading:
 
     __slots__ = ("status", "value", "unit", "reason", "details")
 
-    def __init__(self, result: Mapping[str, Any]) -> None:
-        status, unit = result.get("status"), result.get("unit")
-        self.status = _TEXTS.setdefault(status, status) if isinstance(status, str) else status
-        self.value = _shared(result.get("value"))
+    def __init__(self, result: ProbeResult) -> None:
+        status, unit = result.status, result.unit
+        self.status = _TEXTS.setdefault(status, status)
+        self.value = _shared(result.value)
         self.unit = _TEXTS.setdefault(unit, unit) if isinstance(unit, str) else unit
-        self.reason = result.get("reason")
-        details = result.get("details")
-        if not details or details in _SOURCE_ONLY or result.get("metric") not in DETAILED_READINGS:
+        self.reason = result.reason
+        details = result.details
+        if not details or details in _SOURCE_ONLY or result.metric not in DETAILED_READINGS:
             self.details: Mapping[str, Any] | None = None
         else:
             links = details.get("links")
@@ -245,7 +245,7 @@ class Reading:
         return default if value is None else value
 
 
-def _reading(result: Mapping[str, Any]) -> Reading:
+def _reading(result: ProbeResult) -> Reading:
     return Reading(result)
 
 
@@ -360,31 +360,31 @@ class TelemetryCollector:
         self._bus: dict[str, str] = {}
         self._name: dict[str, str] = {}
 
-    def add(self, result: Mapping[str, Any]) -> None:
-        uuid = result.get("gpu_uuid")
+    def add(self, result: ProbeResult) -> None:
+        uuid = result.gpu_uuid
         if not uuid:
             return
-        probe = result.get("probe")
+        probe = result.probe
         if probe == "telemetry":
             readings = self._readings.get(uuid)
             if readings is None:
                 readings = self._readings[uuid] = {}
-                self._nvml_index[uuid] = device_index(result.get("device"))
-            readings[result["metric"]] = _reading(result)
-            details = result.get("details") or {}
-            if result.get("metric") == "identity":
+                self._nvml_index[uuid] = device_index(result.device)
+            readings[result.metric] = _reading(result)
+            details = result.details
+            if result.metric == "identity":
                 if details.get("pci_bus_id"):
                     self._bus[uuid] = str(details["pci_bus_id"])
                 if details.get("name"):
                     self._name[uuid] = str(details["name"])
                 if self.identities is not None:
                     self.identities.add_nvml(self._nvml_index[uuid], uuid, self._bus.get(uuid))
-        elif probe == "gemm" and result.get("status") == "ok":
-            details = result.get("details") or {}
+        elif probe == "gemm" and result.status == "ok":
+            details = result.details
             self._load[uuid] = {name: details[name] for name in LOAD_EVIDENCE if name in details}
-            self._cuda_index[uuid] = device_index(result.get("device"))
-        elif probe == "pcie" and result.get("status") == "ok":
-            self._add_link(uuid, result.get("details") or {})
+            self._cuda_index[uuid] = device_index(result.device)
+        elif probe == "pcie" and result.status == "ok":
+            self._add_link(uuid, result.details)
 
     def _add_link(self, uuid: str, details: Mapping[str, Any]) -> None:
         """The PCIe link as the copy probe saw it under load: the lowest width and generation."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..findings import Finding
+from ..records import HostRecords, ProbeResult
 from . import coverage, rules
 from .identity import GpuIdentity, HostGpus
 from .keys import COMPARED_PROBES, host_keys
@@ -62,7 +63,7 @@ class Readings:
     telemetry: dict[str, dict[str, rules.GpuTelemetry]]
     gaps: list[Finding]
     unkeyed: dict[str, int]
-    not_ok: dict[str, list[Mapping[str, Any]]]
+    not_ok: dict[str, list[ProbeResult]]
     # Which GPU each host's records name (NVML's index, UUID, bus id): gpudiag.analysis.identity.
     identities: dict[str, HostGpus] = dataclasses.field(default_factory=dict)
     # Each host's NIC ports (gpudiag.analysis.ports).
@@ -74,14 +75,14 @@ def _MEASUREMENT(values: tuple[Any, ...]) -> Measurement:  # noqa: N802 - a cons
     return tuple.__new__(Measurement, values)
 
 
-def measurements(hosts: Sequence[Mapping[str, Any]],
+def measurements(hosts: Sequence[HostRecords],
                  telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> list[Measurement]:
     """The compared results of every ok host, in document order. With ``telemetry``, each ok
     host's GPU telemetry is gathered into it in the same pass (a large sweep is read once)."""
     return read_sweep(hosts, telemetry is not None, telemetry).found
 
 
-def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
+def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
                telemetry: dict[str, dict[str, rules.GpuTelemetry]] | None = None) -> Readings:
     """Every ok host's reading (``HostReading``) gathered: a host that already carries one (a
     ``reading`` attribute, read as it finished: see ``SweepReader``) is not read again."""
@@ -90,11 +91,11 @@ def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
     telemetry = telemetry if telemetry is not None else {}
     gaps: list[Finding] = []
     unkeyed: dict[str, int] = {}
-    failed: dict[str, list[Mapping[str, Any]]] = {}
+    failed: dict[str, list[ProbeResult]] = {}
     identities: dict[str, HostGpus] = {}
     ports: dict[str, tuple[Port, ...]] = {}
     for host in hosts:
-        if host.get("status") != "ok":
+        if host.status != "ok":
             continue
         reading = getattr(host, "reading", None) if with_telemetry else None
         if reading is None:
@@ -107,7 +108,7 @@ def read_sweep(hosts: Iterable[Mapping[str, Any]], with_telemetry: bool,
             telemetry[name] = reading.gpus
             gaps += reading.gaps
         failed[name] = reading.not_ok
-        identities[name] = reading.identities if reading.identities is not None else HostGpus(host.get("facts") or {})
+        identities[name] = reading.identities if reading.identities is not None else HostGpus(host.facts)
         ports[name] = reading.ports
     return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports)
 
@@ -122,7 +123,7 @@ class HostReading:
     gpus: dict[str, rules.GpuTelemetry]
     gaps: list[Finding]
     unkeyed: int
-    not_ok: list[Mapping[str, Any]]
+    not_ok: list[ProbeResult]
     identities: HostGpus | None = None
     ports: tuple[Port, ...] = ()
 
@@ -135,15 +136,15 @@ class SweepReader:
     def __init__(self) -> None:
         self._shared = _Shared()
 
-    def read(self, host: Mapping[str, Any], with_telemetry: bool = True) -> HostReading:
-        facts = host.get("facts") or {}
-        name = host["host"]
+    def read(self, host: HostRecords, with_telemetry: bool = True) -> HostReading:
+        facts = host.facts
+        name = host.host
         identities = HostGpus(facts)
         collector = rules.TelemetryCollector(name, facts.get("gpu_model"), facts.get("driver_version"), identities) \
             if with_telemetry else None
         found: list[Measurement] = []
         unkeyed: dict[str, int] = {}
-        results = host.get("results") or ()
+        results = host.results
         not_ok = _read_host(results, name, facts, collector, self._shared, found, unkeyed)
         ports = read_ports(name, results, facts) if with_telemetry else ()
         gpus = collector.gpus() if collector is not None else {}
@@ -155,9 +156,9 @@ class SweepReader:
 _COLLECTED = frozenset({"telemetry", "gemm", "pcie"})
 
 
-def _read_host(results: Iterable[Mapping[str, Any]], name: str, facts: Mapping[str, Any],
+def _read_host(results: Iterable[ProbeResult], name: str, facts: Mapping[str, Any],
                collector: rules.TelemetryCollector | None, shared: _Shared, found: list[Measurement],
-               unkeyed: dict[str, int]) -> list[Mapping[str, Any]]:
+               unkeyed: dict[str, int]) -> list[ProbeResult]:
     """One host's records into ``found`` (and ``collector``); returns those not ok. The hot loop
     of a sweep's analysis (every record of every host), so written for speed."""
     key_of = host_keys(facts)
@@ -165,13 +166,13 @@ def _read_host(results: Iterable[Mapping[str, Any]], name: str, facts: Mapping[s
     text = shared.text
     not_ok = []
     for result in results:
-        probe = result.get("probe")
+        probe = result.probe
         if collector is not None and probe in _COLLECTED:
             collector.add(result)
-        if result.get("status") != "ok":
+        if result.status != "ok":
             not_ok.append(result)
             continue
-        if probe not in COMPARED_PROBES or result.get("value") is None:
+        if probe not in COMPARED_PROBES or result.value is None:
             continue
         key = key_of(result)
         if key is None:
@@ -179,11 +180,11 @@ def _read_host(results: Iterable[Mapping[str, Any]], name: str, facts: Mapping[s
             continue
         info = shared.info(key, model)
         if info is None:
-            info = shared.add_info(KeyInfo(text(key), text(probe), text(result["metric"]),
-                                           shared.params(result.get("params") or {}), text(result.get("unit")), model))
-        cv = result.get("cv")
-        found.append(_MEASUREMENT((name, text(result["device"]), text(result.get("gpu_uuid")), info,
-                                   float(result["value"]), None if cv is None else abs(float(cv)))))
+            info = shared.add_info(KeyInfo(text(key), text(probe), text(result.metric),
+                                           shared.params(result.params), text(result.unit), model))
+        cv = result.cv
+        found.append(_MEASUREMENT((name, text(result.device), text(result.gpu_uuid), info,
+                                   float(result.value), None if cv is None else abs(float(cv)))))
     return not_ok
 
 
@@ -279,7 +280,7 @@ def _against_siblings(m: Measurement, groups: HostGroups, key_refs: KeyReference
     return Suspect(m, sibling, sibling.robust_z(m.value), sibling.deficit_pct(m.value))
 
 
-def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[Mapping[str, Any]] | None,
+def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | None,
             thresholds: Thresholds) -> list[Suspect]:
     """Suspects whose re-test repeats the deficit are confirmed; those whose re-test does not are
     dropped (a one-off dip). A suspect the re-test could not measure (its host unreachable or
@@ -291,10 +292,10 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[Mapping[str, Any
     rarely lost to one unlucky draw, and a noise dip rarely repeats."""
     if retest_hosts is None:
         return [dataclasses.replace(s, note="not re-tested") for s in suspects]
-    again_found = measurements([h for h in retest_hosts if h.get("status") == "ok"])
+    again_found = measurements([h for h in retest_hosts if h.status == "ok"])
     repeats = {m.repeat_key: m for m in again_found}
     again_groups = HostGroups(again_found)
-    by_host = {h["host"]: h for h in retest_hosts}
+    by_host = {h.host: h for h in retest_hosts}
     kept = []
     for suspect in suspects:
         again = repeats.get(suspect.measurement.repeat_key)
@@ -349,13 +350,13 @@ def _repeated(suspect: Suspect, again: Measurement, thresholds: Thresholds) -> S
     return None
 
 
-def _retest_gap(m: Measurement, host: Mapping[str, Any] | None) -> str:
+def _retest_gap(m: Measurement, host: HostRecords | None) -> str:
     if host is None:
         return "not re-tested"
-    if host.get("status") != "ok":
-        return f"re-test {host.get('status')}: {host.get('error') or 'no detail'}"
-    for record in host.get("results") or ():
-        if (record.get("probe"), record.get("device")) == (m.probe, m.device) and record.get("status") == "error":
-            return f"re-test failed: {record.get('reason') or 'no reason given'}"
+    if host.status != "ok":
+        return f"re-test {host.status}: {host.error or 'no detail'}"
+    for record in host.results:
+        if (record.probe, record.device) == (m.probe, m.device) and record.status == "error":
+            return f"re-test failed: {record.reason or 'no reason given'}"
     return "the re-test gave no figure for it"
 

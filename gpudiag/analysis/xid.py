@@ -35,7 +35,7 @@ from typing import Any
 
 from ..errors import InstallationError
 from ..findings import Action, Basis, Finding, Kind, Severity
-from ..records import device_index
+from ..records import HostRecords, ProbeResult, device_index
 from .rules import SERVICE_VERBS
 
 PROBE = "xid"
@@ -132,17 +132,17 @@ def bus_key(text: object) -> BusKey | None:
     return domain, bus, device
 
 
-def gpus_by_bus(records: Iterable[Mapping[str, Any]]) -> dict[BusKey, GpuName]:
+def gpus_by_bus(records: Iterable[ProbeResult]) -> dict[BusKey, GpuName]:
     """The GPUs the telemetry identity records name, by PCI bus id."""
     found: dict[BusKey, GpuName] = {}
     for record in records:
-        if record.get("probe") != "telemetry" or record.get("metric") != "identity" or record.get("status") != "ok":
+        if record.probe != "telemetry" or record.metric != "identity" or record.status != "ok":
             continue
-        details = record.get("details") or {}
+        details = record.details
         key = bus_key(details.get("pci_bus_id"))
         if key is not None:
-            index = details.get("nvml_index", device_index(record.get("device")))
-            found[key] = GpuName(index, record.get("gpu_uuid"), str(details["pci_bus_id"]))
+            index = details.get("nvml_index", device_index(record.device))
+            found[key] = GpuName(index, record.gpu_uuid, str(details["pci_bus_id"]))
     return found
 
 
@@ -214,20 +214,20 @@ class XidReport:
     recovered: frozenset[int] = frozenset()
 
 
-def decode(records: Iterable[Mapping[str, Any]], catalog: XidCatalog | None = None) -> XidReport:
+def decode(records: Iterable[ProbeResult], catalog: XidCatalog | None = None) -> XidReport:
     """The XidReport of one host's records (every probe's: telemetry names the GPUs)."""
     catalog = catalog or load_catalog()
     records = list(records)
     gpus = gpus_by_bus(records)
-    mine = [record for record in records if record.get("probe") == PROBE]
-    log = next((r for r in mine if r.get("metric") == LOG_METRIC), None)
-    details = (log or {}).get("details") or {}
+    mine = [record for record in records if record.probe == PROBE]
+    log = next((r for r in mine if r.metric == LOG_METRIC), None)
+    details = log.details if log is not None else {}
     events = tuple(_event(record, gpus, catalog) for record in mine
-                   if record.get("metric") == EVENT_METRIC and record.get("status") == "ok")
-    recovery = [r for r in mine if r.get("metric") == RECOVERY_METRIC]
+                   if record.metric == EVENT_METRIC and record.status == "ok")
+    recovery = [r for r in mine if r.metric == RECOVERY_METRIC]
     pending, recovered, gaps = _recovery(recovery, gpus, catalog)
-    return XidReport(log_read=None if log is None else log.get("status") == "ok",
-                     log_reason=None if log is None else log.get("reason"),
+    return XidReport(log_read=None if log is None else log.status == "ok",
+                     log_reason=None if log is None else log.reason,
                      log_source=details.get("source"), log_scope=details.get("scope"),
                      lines_scanned=int(details.get("lines_scanned") or 0),
                      unparsed=tuple(str(line) for line in details.get("unparsed_xid_lines") or ()),
@@ -236,10 +236,10 @@ def decode(records: Iterable[Mapping[str, Any]], catalog: XidCatalog | None = No
                      recovered=frozenset(index for index in recovered if index is not None))
 
 
-def _event(record: Mapping[str, Any], gpus: Mapping[BusKey, GpuName], catalog: XidCatalog) -> XidEvent:
-    details = record.get("details") or {}
+def _event(record: ProbeResult, gpus: Mapping[BusKey, GpuName], catalog: XidCatalog) -> XidEvent:
+    details = record.details
     code = int(details["code"])
-    bus = str(details.get("pci_bus_id") or str(record.get("device", "")).removeprefix("pci:"))
+    bus = str(details.get("pci_bus_id") or record.device.removeprefix("pci:"))
     key = bus_key(bus)
     gpu = gpus.get(key) if key is not None else None
     advice = catalog.codes.get(code)
@@ -251,7 +251,7 @@ def _event(record: Mapping[str, Any], gpus: Mapping[BusKey, GpuName], catalog: X
     elif code == RECOVERY_CHANGED:
         advice = _recovery_named(str(details.get("last_message") or ""), advice, catalog)
     messages = tuple(str(message) for message in details.get("messages") or ())
-    return XidEvent(code=code, count=int(record.get("value") or 0),
+    return XidEvent(code=code, count=int(record.value or 0),
                     gpu=gpu or GpuName(None, None, bus), first_seen=details.get("first_seen"),
                     last_seen=details.get("last_seen"), messages=messages, last_line=details.get("last_line"),
                     advice=advice, known=known)
@@ -274,7 +274,7 @@ def _event_order(event: XidEvent) -> tuple[Any, ...]:
     return severity, verb, event.gpu.index is None, event.gpu.index or 0, event.code
 
 
-def _recovery(records: Iterable[Mapping[str, Any]], gpus: Mapping[BusKey, GpuName],
+def _recovery(records: Iterable[ProbeResult], gpus: Mapping[BusKey, GpuName],
               catalog: XidCatalog) -> tuple[tuple[PendingRecovery, ...], list[int | None], tuple[RecoveryGap, ...]]:
     """The GPUs with a recovery action pending, the indices of those that answered NONE, and the
     gaps (GPUs whose action could not be read)."""
@@ -283,16 +283,16 @@ def _recovery(records: Iterable[Mapping[str, Any]], gpus: Mapping[BusKey, GpuNam
     gaps: list[RecoveryGap] = []
     names = {gpu.index: gpu for gpu in gpus.values()}
     for record in records:
-        index = device_index(record.get("device"))
-        if record.get("status") != "ok":
-            gaps.append(RecoveryGap(index, str(record.get("reason") or "no reason given")))
+        index = device_index(record.device)
+        if record.status != "ok":
+            gaps.append(RecoveryGap(index, record.reason or "no reason given"))
             continue
-        code = int(record.get("value") or 0)
+        code = int(record.value or 0)
         if code == 0:
             recovered.append(index)
             continue
-        details = record.get("details") or {}
-        gpu = names.get(index) or GpuName(index, record.get("gpu_uuid"), str(details.get("pci_bus_id")))
+        details = record.details
+        gpu = names.get(index) or GpuName(index, record.gpu_uuid, str(details.get("pci_bus_id")))
         pending.append(PendingRecovery(gpu, code, catalog.recovery(code)))
     return tuple(pending), recovered, tuple(gaps)
 
@@ -301,9 +301,9 @@ def _recovery(records: Iterable[Mapping[str, Any]], gpus: Mapping[BusKey, GpuNam
 
 
 
-def xid_findings(hosts: Iterable[Mapping[str, Any]], catalog: XidCatalog | None = None) -> list[Finding]:
-    """The findings of the xid probe's records of a sweep's hosts (host dicts; a host that did
-    not run the probe gives none).
+def xid_findings(hosts: Iterable[HostRecords], catalog: XidCatalog | None = None) -> list[Finding]:
+    """The findings of the xid probe's records of a sweep's hosts (a host that did not run the
+    probe gives none).
 
     - A GPU whose NVML recovery action is pending (not NONE): one finding with the action's
       severity and verb (a node reboot, a GPU reset, a drain) — the driver's own word, now, that
@@ -324,10 +324,12 @@ def xid_findings(hosts: Iterable[Mapping[str, Any]], catalog: XidCatalog | None 
     catalog = catalog or load_catalog()
     findings = []
     for host in hosts:
-        records = host.get("results") or ()
-        if host.get("status") != "ok" or not any(r.get("probe") == PROBE for r in records):
+        if host.status != "ok":
             continue
-        findings += _host_xid_findings(str(host["host"]), decode(records, catalog))
+        records = host.results
+        if not any(r.probe == PROBE for r in records):
+            continue
+        findings += _host_xid_findings(host.host, decode(records, catalog))
     return findings
 
 

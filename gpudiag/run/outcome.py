@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..records import ProbeResult, StrayOutput
+from ..records import HostEntry, ProbeResult, StrayOutput
 from ..schema.text import one_line
 
 OK = "ok"
@@ -30,7 +30,7 @@ class HostOutcome(Mapping[str, Any]):
     facts and what it measured. Also a read-only mapping of its sweep-document entry (``host``,
     ``status``, ``error``, ``duration_s``, ``facts``, ``results`` as record dicts, and
     ``stray_output`` where the bundle printed lines that were no record), which is what the
-    analysis and the store read."""
+    store and the JSON writer read; the analysis reads it typed (a gpudiag.records.HostRecords)."""
 
     __slots__ = ("host", "status", "error", "duration_s", "facts", "stray", "reading", "_packed", "_count")
 
@@ -47,7 +47,7 @@ class HostOutcome(Mapping[str, Any]):
         # What the analysis read of it as it finished (gpudiag.analysis.SweepReader), or None.
         self.reading: Any = None
         # The facts record is the facts above; the document carries it once.
-        records = [result.to_dict() for result in results if result.probe != "facts"]
+        records = tuple(result for result in results if result.probe != "facts")
         self._count = len(records)
         self._packed = zlib.compress(pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL), _PACK_LEVEL)
 
@@ -67,13 +67,17 @@ class HostOutcome(Mapping[str, Any]):
 
     def result_dicts(self) -> list[dict[str, Any]]:
         """The records as the document's dicts (a new list on every call)."""
-        records: list[dict[str, Any]] = pickle.loads(zlib.decompress(self._packed))
-        return records
+        return [result.to_dict() for result in self.results]
 
     @property
     def results(self) -> tuple[ProbeResult, ...]:
         """The records as ProbeResults (unpacked on every call)."""
-        return tuple(ProbeResult(**record) for record in self.result_dicts())
+        records: tuple[ProbeResult, ...] = pickle.loads(zlib.decompress(self._packed))
+        return records
+
+    def records(self) -> HostEntry:
+        """How it ended, its facts and its records unpacked once (for several readers in a row)."""
+        return HostEntry(self.host, self.status, self.error, self.facts, self.results)
 
     def to_dict(self) -> dict[str, Any]:
         """The host's entry of the sweep document, every record in full."""
@@ -81,9 +85,10 @@ class HostOutcome(Mapping[str, Any]):
                 "duration_s": round(self.duration_s, 3), "facts": dict(self.facts), "results": self.result_dicts(),
                 **({"stray_output": self.stray.to_dict()} if self.stray is not None else {})}
 
-    def unpacked(self) -> Mapping[str, Any]:
-        """The document entry with its records unpacked once (for several readers in a row)."""
-        return {**self.summary_dict_without_count(), "results": self.result_dicts()}
+    def unpacked(self, results: Iterable[ProbeResult] | None = None) -> Mapping[str, Any]:
+        """The document entry with its records unpacked once (``results``: those of ``records()``)."""
+        records = self.results if results is None else results
+        return {**self.summary_dict_without_count(), "results": [result.to_dict() for result in records]}
 
     def summary_dict_without_count(self) -> dict[str, Any]:
         return {name: self[name] for name in self if name != "results"}

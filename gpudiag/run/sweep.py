@@ -402,11 +402,11 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
         store.begin_sweep(sweep_id, iso_time(started_at), _options(request))
 
     def done(outcome: HostOutcome) -> None:
-        entry = outcome.unpacked()  # its records unpacked once, for both
+        records = outcome.records()  # unpacked once, for both
         if outcome.ok:
-            outcome.reading = reader.read(entry)
+            outcome.reading = reader.read(records)
         if store is not None:
-            store.record_host(sweep_id, entry)
+            store.record_host(sweep_id, outcome.unpacked(records.results))
 
     return done
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.identity import HostGpus
-from ..analysis.keys import result_key
+from ..analysis.keys import COMPARED_PROBES, result_key
 from ..errors import StoreError
-from ..records import device_index
+from ..records import ProbeResult, device_index
 from ..schema.jsonout import dumps as strict_dumps
 
 # zlib level 6: records are written once per sweep and read rarely; a smaller file wins.
@@ -216,9 +216,9 @@ def insert_figures(db: sqlite3.Connection, keys: KeyIds, sweep_id: str, host: Ma
     gpus = HostGpus(facts)
     rows = []
     for ordinal, result in enumerate(results):
-        if result.get("status") != "ok" or result.get("value") is None:
+        if result.get("status") != "ok" or result.get("value") is None or result.get("probe") not in COMPARED_PROBES:
             continue
-        key = result_key(facts, result)
+        key = result_key(facts, ProbeResult.from_dict(result))
         if key is not None:
             gpu = gpus.of(result.get("device"), result.get("gpu_uuid")).nvml_index
             rows.append((sweep_id, host["host"], ordinal, keys.id_of(db, key), gpu, result["value"]))
@@ -273,6 +273,29 @@ class StoredHost(Mapping[str, Any]):
         if name == "results":
             return self._read(self._entry["sweep_id"], self._entry["host"])
         return self._entry[name]
+
+    # -- as typed records (gpudiag.records.HostRecords), what the analysis reads ---------------
+
+    @property
+    def host(self) -> str:
+        return str(self._entry["host"])
+
+    @property
+    def status(self) -> str:
+        return str(self._entry["status"])
+
+    @property
+    def error(self) -> str | None:
+        return None
+
+    @property
+    def facts(self) -> Mapping[str, Any]:
+        return self._entry["facts"]
+
+    @property
+    def results(self) -> tuple[ProbeResult, ...]:
+        """Its records, read from the store on each access."""
+        return tuple(ProbeResult.from_dict(record) for record in self["results"])
 
     def __iter__(self) -> Iterator[str]:
         yield from self._entry

@@ -28,6 +28,7 @@ from ..analysis import measurements
 from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import Action, Basis, Finding, Kind, Severity
+from ..records import ProbeResult
 from ..schema.times import iso_time
 from .run import TriageRun
 
@@ -103,7 +104,7 @@ class Triage:
 def explain(run: TriageRun, catalog: XidCatalog | None = None) -> Triage:
     """The explanation of ``run``: its findings explained, most severe first, what was checked and what not."""
     catalog = catalog or load_catalog()
-    records = list(run.outcome["results"])
+    records = run.outcome.results
     report = decode(records, catalog)
     findings = [f for f in run.analysis.findings if not (f.metric or "").startswith(f"{XID_PROBE}.")]
     explained = [*_xid_findings(report), *(_explained(f) for f in findings if f.kind != Kind.UNCHECKED),
@@ -305,12 +306,12 @@ def _not_applicable(report: XidReport) -> list[str]:
     return [gap.describe() for gap in report.recovery_gaps if gap.not_applicable]
 
 
-def _checked(run: TriageRun, report: XidReport, records: Sequence[Mapping[str, Any]]) -> list[str]:
+def _checked(run: TriageRun, report: XidReport, records: Sequence[ProbeResult]) -> list[str]:
     checked = []
     counts: dict[str, int] = defaultdict(int)
     for record in records:
-        if record.get("status") == "ok" and record.get("probe") != XID_PROBE:
-            counts[str(record.get("probe"))] += 1
+        if record.status == "ok" and record.probe != XID_PROBE:
+            counts[record.probe] += 1
     facts = run.outcome.facts
     if facts.get("gpu_model"):
         checked.append(f"{facts.get('gpu_count')} x {facts.get('gpu_model')}, driver {facts.get('driver')}")

@@ -8,6 +8,7 @@ from gpudiag.analysis import analyse
 from gpudiag.analysis.keys import result_key
 from gpudiag.analysis.sku import load_skus
 from gpudiag.analysis.thresholds import default_thresholds
+from gpudiag.records import ProbeResult
 
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
         "cuda_version": "12.4", "torch_version": "2.4.0", "gpu_count": 8, "cpu_count": 224,
@@ -226,7 +227,7 @@ def test_a_two_node_job_with_one_slow_node_is_judged_by_the_baseline_then_the_sk
     (finding,) = analyse(hosts, thresholds, retest_hosts=_retest_of(hosts)).findings
     assert (finding.kind, finding.host, finding.severity, finding.reference_source) == \
         ("slow_node", "node002", "fail", "sku")
-    key = result_key(hosts[0]["facts"], hosts[0]["results"][0])
+    key = result_key(hosts[0]["facts"], ProbeResult.from_dict(hosts[0]["results"][0]))
     baseline = {key: SimpleNamespace(median=745.0, mad=3.0, count=500)}
     (finding,) = analyse(hosts, thresholds, baseline=baseline, retest_hosts=_retest_of(hosts)).findings
     assert (finding.host, finding.reference_source, finding.reference) == ("node002", "baseline", 745.0)
@@ -405,7 +406,7 @@ def test_a_thresholds_file_overrides_a_subset_and_keeps_the_other_defaults(tmp_p
 
 def test_a_shift_the_whole_fleet_shares_is_one_finding_against_the_baseline_but_a_small_offset_is_none():
     hosts = _fleet(32, seed=8, nominal=740 * 0.92)  # 8 % below the baseline on every GPU
-    key = result_key(hosts[0]["facts"], hosts[0]["results"][0])
+    key = result_key(hosts[0]["facts"], ProbeResult.from_dict(hosts[0]["results"][0]))
     baseline = {key: SimpleNamespace(median=740.0, mad=3.0, count=500)}
     analysis = analyse(hosts, default_thresholds(), baseline=baseline, retest_hosts=_retest_of(hosts), **NO_SKU)
     (shift,) = analysis.findings  # not 32 slow nodes: their own level judges them, and none falls below it

@@ -250,15 +250,15 @@ def test_counter_thresholds_are_data_with_units(tmp_path):
 
 def test_the_collector_keeps_every_nvlink_as_nvml_listed_it_whatever_the_mix_of_states() -> None:
     from gpudiag.analysis.rules import TelemetryCollector
+    from gpudiag.records import ProbeResult
 
     links = [{"link": index, "state": "up", "nvml_version_code": 4, "speed_mbyte_per_s": 26562, "crc_errors": 0,
               "replay_errors": 0, "recovery_errors": None} for index in range(18)]
     links[5] = {**links[5], "state": "down", "speed_mbyte_per_s": 0, "crc_errors": 30000}
     links[11] = {"link": 11, "state": "inactive"}  # another shape: kept as it was
     collector = TelemetryCollector("node001", "NVIDIA H100 80GB HBM3", "550.54.15")
-    collector.add({"probe": "telemetry", "device": "gpu:0", "gpu_uuid": "GPU-a", "metric": "nvlink_links_up",
-                   "value": 16, "unit": "count", "status": "ok", "reason": None, "params": {},
-                   "details": {"links": links, "source": "nvml"}})
+    collector.add(ProbeResult(probe="telemetry", device="gpu:0", gpu_uuid="GPU-a", metric="nvlink_links_up",
+                              value=16, unit="count", status="ok", details={"links": links, "source": "nvml"}))
     (gpu,) = collector.gpus().values()
     assert sorted(gpu.nvlinks(), key=lambda link: link["link"]) == links
     assert gpu.value("nvlink_links_up") == 16

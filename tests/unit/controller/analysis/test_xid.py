@@ -12,6 +12,7 @@ import pytest
 
 from gpudiag.analysis.xid import bus_key, decode, gpus_by_bus, load_catalog
 from gpudiag.findings import Action, Severity
+from gpudiag.records import ProbeResult
 from probes.kernellog import KernelLog, find_xids, parse_xid_line
 from probes.xid import log_records
 
@@ -28,6 +29,15 @@ def _records(name: str, source: str = "dmesg") -> list[dict[str, Any]]:
     """The xid probe's records for a captured log, as the controller reads them (dicts)."""
     log = KernelLog(source, source, "test capture", tuple(_lines(name)))
     return [record.to_dict() for record in log_records(log)]
+
+
+def _typed(records: list[dict[str, Any]]) -> list[ProbeResult]:
+    """Record dicts (a document's, as JSON gives them back) as the analysis reads them."""
+    return [ProbeResult.from_dict(record) for record in records]
+
+
+def _decode(records: list[dict[str, Any]], catalog=CATALOG):
+    return decode(_typed(records), catalog)
 
 
 def _identity(index: int, bus: str, uuid: str) -> dict[str, Any]:
@@ -91,7 +101,7 @@ def test_a_line_naming_an_xid_in_an_unknown_shape_is_kept_not_dropped():
     assert scan.xids == () and scan.unparsed == (odd,)
     records = [r.to_dict() for r in log_records(KernelLog("dmesg", "dmesg", "test", ("normal line", odd)))]
     assert records[0]["metric"] == "kernel_log" and records[0]["value"] == 1  # counted as an Xid line
-    report = decode(records, CATALOG)
+    report = _decode(records, CATALOG)
     assert report.unparsed == (odd,) and report.events == ()
 
 
@@ -112,7 +122,7 @@ def test_the_gsp_timeouts_are_one_record_counted_five_times():
 def test_gsp_timeout_decoded_on_the_gpu_with_that_bus_id():
     records = [_identity(3, "00000000:4E:00.0", "GPU-aaaa"), _identity(4, "00000000:9B:00.0", "GPU-509665ad"),
                *_records("dmesg-ctime-xid119-gsp-timeout-h100.log")]
-    report = decode(records, CATALOG)
+    report = _decode(records, CATALOG)
     (event,) = report.events
     assert (event.code, event.count, event.known) == (119, 5, True)
     assert (event.gpu.index, event.gpu.gpu_uuid) == (4, "GPU-509665ad")
@@ -123,7 +133,7 @@ def test_gsp_timeout_decoded_on_the_gpu_with_that_bus_id():
 def test_four_gpus_by_bus_id_each_mapped_to_its_index():
     buses = {"97": 4, "ba": 5, "dc": 6, "ed": 7}
     identities = [_identity(index, f"00000000:{bus.upper()}:00.0", f"GPU-{index}") for bus, index in buses.items()]
-    report = decode([*identities, *_records("journal-xid45-after-nvlink-4-gpus.log", "journalctl")], CATALOG)
+    report = _decode([*identities, *_records("journal-xid45-after-nvlink-4-gpus.log", "journalctl")], CATALOG)
     counts = {event.gpu.index: event.count for event in report.events}
     assert counts == {6: 2, 7: 2, 5: 2, 4: 1}
     assert all(event.code == 45 and event.advice.action == "watch" for event in report.events)
@@ -131,7 +141,7 @@ def test_four_gpus_by_bus_id_each_mapped_to_its_index():
 
 
 def test_a_bus_id_no_gpu_answered_for_is_named_by_the_bus_alone():
-    report = decode(_records("journal-xid79-fallen-off-the-bus.log"), CATALOG)
+    report = _decode(_records("journal-xid79-fallen-off-the-bus.log"), CATALOG)
     (event,) = report.events
     assert event.gpu.index is None and event.gpu.pci_bus_id == "0000:2b:00"
     assert "0000:2b:00" in event.gpu.describe()
@@ -141,7 +151,7 @@ def test_a_bus_id_no_gpu_answered_for_is_named_by_the_bus_alone():
 def test_several_gpus_and_codes_most_severe_first():
     identities = [_identity(0, "00000000:00:05.0", "GPU-efbd"), _identity(1, "00000000:00:07.0", "GPU-3b6e"),
                   _identity(2, "00000000:00:08.0", "GPU-c248")]
-    report = decode([*identities, *_records("dmesg-T-xid43-31-94-three-gpus.log")], CATALOG)
+    report = _decode([*identities, *_records("dmesg-T-xid43-31-94-three-gpus.log")], CATALOG)
     # the contained ECC error (a reset to plan) first; then the application faults, by GPU
     assert [(e.code, e.gpu.index, e.count) for e in report.events] == [(94, 2, 1), (43, 0, 2), (31, 1, 1)]
     contained = report.events[0]
@@ -149,14 +159,14 @@ def test_several_gpus_and_codes_most_severe_first():
 
 
 def test_double_bit_ecc_then_page_retirement():
-    report = decode(_records("dmesg-T-xid48-xid63-dbe.log"), CATALOG)
+    report = _decode(_records("dmesg-T-xid48-xid63-dbe.log"), CATALOG)
     assert [(e.code, e.advice.severity, e.advice.action) for e in report.events] == [
         (48, FAIL, "reset_gpu"), (63, WARN, "reset_gpu")]
     assert "RMA" in report.events[0].advice.plain
 
 
 def test_an_unknown_code_is_said_as_unknown_with_its_count_and_message():
-    report = decode(_records("journal-old-driver-xid-without-pci.log"), CATALOG)
+    report = _decode(_records("journal-old-driver-xid-without-pci.log"), CATALOG)
     (event,) = report.events
     assert event.code == 3 and not event.known and event.count == 1
     assert event.advice.name == "unknown Xid 3" and "not in gpudiag's catalog" in event.advice.meaning
@@ -171,7 +181,7 @@ def test_an_unknown_code_is_said_as_unknown_with_its_count_and_message():
 ])
 def test_xid_154_takes_the_action_its_message_names(message, action, name):
     line = f"NVRM: Xid (PCI:0000:01:00): 154, {message}"
-    report = decode([r.to_dict() for r in log_records(KernelLog("dmesg", "dmesg", "t", (line,)))], CATALOG)
+    report = _decode([r.to_dict() for r in log_records(KernelLog("dmesg", "dmesg", "t", (line,)))], CATALOG)
     (event,) = report.events
     assert event.advice.action == action and event.advice.severity == FAIL and name in event.advice.name
 
@@ -200,7 +210,7 @@ def test_bus_ids_in_every_spelling(text, key):
 
 def test_gpus_by_bus_reads_only_ok_identity_records():
     lost = {**_identity(1, "00000000:2A:00.0", "GPU-b"), "status": "error", "reason": "NVML_ERROR_GPU_IS_LOST"}
-    found = gpus_by_bus([_identity(0, "00000000:18:00.0", "GPU-a"), lost])
+    found = gpus_by_bus(_typed([_identity(0, "00000000:18:00.0", "GPU-a"), lost]))
     assert list(found) == [(0, 0x18, 0)] and found[(0, 0x18, 0)].index == 0
 
 
@@ -212,7 +222,7 @@ def test_recovery_actions_pending_and_unreadable():
 
     records = [action(0, 0), action(1, 1), action(2, None, "skipped", "n/a: NVML_ERROR_NOT_SUPPORTED (old)"),
                action(3, None, "error", "NVML_ERROR_GPU_IS_LOST: GPU is lost")]
-    report = decode(records, CATALOG)
+    report = _decode(records, CATALOG)
     assert report.recovery_checked == 2
     (pending,) = report.pending
     assert (pending.gpu.index, pending.code, pending.advice.action) == (1, 1, "reset_gpu")

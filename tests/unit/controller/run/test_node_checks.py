@@ -241,8 +241,8 @@ def test_a_node_printing_a_hundred_gpus_with_a_link_down_cannot_make_that_link_u
 
     def gpu(host: str, uuid: str, down: set[int]) -> GpuTelemetry:
         links = [{"link": link, "state": "down" if link in down else "up"} for link in range(4)]
-        reading = Reading({"status": "ok", "value": 4 - len(down), "metric": "nvlink_links_up",
-                           "details": {"links": links}})
+        reading = Reading(ProbeResult(probe="telemetry", device="gpu:0", metric="nvlink_links_up", status="ok",
+                                      value=4 - len(down), unit="count", details={"links": links}))
         return GpuTelemetry(host, uuid, 0, {"nvlink_links_up": reading}, {}, gpu_model="NVIDIA Future GPU")
 
     telemetry = {f"node{n}": {f"GPU-{n}-{i}": gpu(f"node{n}", f"GPU-{n}-{i}", {2} if (n, i) == (1, 0) else set())

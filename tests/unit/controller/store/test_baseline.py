@@ -13,6 +13,7 @@ import pytest
 
 from gpudiag.analysis.keys import result_key
 from gpudiag.errors import InputError, StoreError
+from gpudiag.records import ProbeResult
 from gpudiag.store.baselines import (
     BASELINE_SCHEMA,
     Baseline,
@@ -60,7 +61,7 @@ def _store_sweep(store: Store, sweep_id: str, hosts: list[dict[str, Any]], findi
 
 
 def _key(facts: dict[str, Any] = H100, params: dict[str, Any] = BF16) -> str:
-    key = result_key(facts, _gemm(0, 1.0, params))
+    key = result_key(facts, ProbeResult.from_dict(_gemm(0, 1.0, params)))
     assert key is not None
     return key
 

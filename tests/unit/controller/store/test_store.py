@@ -438,7 +438,7 @@ def _legacy_rows(path: Path, document: dict[str, Any]) -> None:
                                                              host["error"], host["duration_s"],
                                                              json.dumps(host["facts"])))
         for index, r in enumerate(host["results"]):
-            key = result_key(host["facts"], r)
+            key = result_key(host["facts"], ProbeResult.from_dict(r))
             connection.execute(
                 "INSERT INTO results (sweep_id, host, ordinal, probe, device, gpu_uuid, metric, value, unit,"
                 " samples, cv, status, reason, params_json, details_json, baseline_key) VALUES"
