@@ -77,12 +77,11 @@ def _passed_probes(host: HostOutcome) -> set[str]:
         return set()
     answered: set[str] = {"facts"} if host.facts else set()
     errored: set[str] = set()
-    for record in host.result_dicts():
-        probe = str(record.get("probe"))
-        if record.get("status") == "ok":
-            answered.add(probe)
-        elif record.get("status") == "error":
-            errored.add(probe)
+    for record in host.results:
+        if record.status == "ok":
+            answered.add(record.probe)
+        elif record.status == "error":
+            errored.add(record.probe)
     return answered - errored
 
 
