@@ -87,6 +87,9 @@ class Kind(_Words):
 
 
 # What to do about a host that could not be checked, by its status.
+# The status of a host the sweep was interrupted before it finished: unfinished, neither passed nor
+# excluded (gpudiag.analysis.fleet).
+INTERRUPTED = "interrupted"
 UNCHECKED_ACTIONS = {
     "unreachable": "check that the node is up and reachable over SSH",
     "auth_failed": "fix SSH access for the sweep's user (authorized_keys, -i/--identity)",
@@ -94,7 +97,7 @@ UNCHECKED_ACTIONS = {
     "host_key_changed": "verify the node's identity; if it was reinstalled, remove the stale known_hosts entry",
     "timeout": "the node did not finish in time: look for a hung GPU, driver or an overloaded host",
     "probe_error": "check the node's Python, torch and driver (see the error)",
-    "interrupted": "run the sweep again",
+    INTERRUPTED: "run the sweep again",
 }
 
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import Basis, Finding, Kind, Severity
-from ..hosts import fold_hosts
+from ..findings import INTERRUPTED, Basis, Finding, Kind, Severity
+from ..hosts import fold_hosts, plural
 from ..records import HostRecords
 from . import rules
 from .identity import HostGpus
@@ -30,11 +30,14 @@ class Impact:
     recovered_pct: float | None
     exclude: tuple[str, ...]
     hosts_total: int
+    # The hosts an interrupt stopped before they finished: not checked, so never a pass, but no
+    # finding of theirs says to keep them out (a hook must not exclude a fleet for a Ctrl-C).
+    unfinished: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"slowdown_pct": _round(self.slowdown_pct), "slowest": dict(self.slowest) if self.slowest else None,
                 "recovered_pct": _round(self.recovered_pct), "exclude": list(self.exclude),
-                "hosts_total": self.hosts_total}
+                "hosts_total": self.hosts_total, **({"unfinished": list(self.unfinished)} if self.unfinished else {})}
 
 
 def _round(value: float | None) -> float | None:
@@ -74,8 +77,9 @@ def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Seque
     value = statistics.median(s.measurement.value for s in group) if one_key else None
     unit = group[0].measurement.unit if one_key else None
     verb, detail = rules.action(Kind.FLEET_SHIFT, severity)
-    evidence = (f"{probe}.{metric} low on {len(hosts)} of {total} hosts ({share:.0f} %), median deficit "
-                f"{deficit:.1f} % against the {source} reference; {len(confirmed_hosts)} hosts confirmed by re-test")
+    evidence = (f"{probe}.{metric} low on {len(hosts)} of {plural(total, 'host')} ({share:.0f} %), median deficit "
+                f"{deficit:.1f} % against the {source} reference; "
+                f"{plural(len(confirmed_hosts), 'host')} confirmed by re-test")
     return Finding(kind=Kind.FLEET_SHIFT, severity=severity, host=fold_hosts(hosts), metric=f"{probe}.{metric}",
                    value=round(value, 3) if value is not None else None,
                    reference=round(group[0].reference.value, 3) if one_key else None, unit=unit,
@@ -95,6 +99,11 @@ def _not_checked(finding: Finding) -> bool:
     return finding.kind == Kind.LINK_ERROR and finding.peer is None
 
 
+def _unfinished(finding: Finding, unfinished: Sequence[str]) -> bool:
+    """The finding that says a host was interrupted before it finished (its status), nothing more."""
+    return finding.kind == Kind.UNCHECKED and finding.basis == Basis.HOST_STATUS and finding.host in unfinished
+
+
 def _excluded_ends(finding: Finding) -> tuple[str, ...]:
     """The hosts a finding keeps out of the job: its host, and for a pair that fails while it
     cannot say which end is at fault (a slow link), the peer too: the job must not get the pair,
@@ -111,13 +120,14 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], 
     the slowdown on all hosts, and what keeping out the hosts with fail findings (both ends of a
     failing pair) or no check recovers."""
     names = {h.host for h in hosts}
+    unfinished = tuple(sorted(h.host for h in hosts if h.status == INTERRUPTED))
     exclude = tuple(sorted({host for f in findings if f.kind not in NOT_EXCLUDING
-                            and (f.severity == Severity.FAIL or _not_checked(f))
+                            and (f.severity == Severity.FAIL or _not_checked(f)) and not _unfinished(f, unfinished)
                             for host in _excluded_ends(f) if host in names}))
     expected = {key: key_refs.expected() for key, key_refs in refs.items()}
     ratios = [(m.value / expected[m.key].value, m) for m in found if m.probe == "gemm" and m.key in expected]
     if not ratios:
-        return Impact(None, None, None, exclude, len(hosts))
+        return Impact(None, None, None, exclude, len(hosts), unfinished)
     slowest_ratio, slowest = min(ratios, key=lambda item: (item[0], item[1].host, item[1].device))
     excluded = set(exclude)
     kept = [ratio for ratio, m in ratios if m.host not in excluded]
@@ -128,5 +138,5 @@ def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], 
     return Impact(slowdown, {"host": slowest.host, "gpu": gpu, "metric": "gemm.tflops",
                              "value": round(slowest.value, 3), "reference": round(expected[slowest.key].value, 3),
                              "unit": slowest.unit, "reference_source": expected[slowest.key].source},
-                  max(0.0, slowdown - remaining), exclude, len(hosts))
+                  max(0.0, slowdown - remaining), exclude, len(hosts), unfinished)
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..findings import Basis, Finding, Kind, Severity
-from ..hosts import fold_hosts
+from ..hosts import fold_hosts, plural
 from . import rules
 from .keys import hardware_key, software_change
 from .measurements import Measurement
@@ -241,8 +241,9 @@ def _finding(kind: Kind, change: str, model: str, shifts: Sequence[GroupShift],
 
 def _group_words(kind: Kind, change: str, model: str, hosts: int, total: int) -> str:
     if kind == Kind.SOFTWARE_REGRESSION:
-        return f"{hosts} of {total} hosts ({model}) run slower on other software than the same hardware: {change}"
-    return f"{hosts} of {total} hosts ({model}) shifted together"
+        return (f"{hosts} of {plural(total, 'host')} ({model}) run slower on other software than the same "
+                f"hardware: {change}")
+    return f"{hosts} of {plural(total, 'host')} ({model}) shifted together"
 
 
 def _metric_words(shift: GroupShift) -> str:
@@ -250,7 +251,7 @@ def _metric_words(shift: GroupShift) -> str:
     unit = f" {m.unit}" if m.unit else ""
     params = " ".join(str(value) for name, value in sorted(m.params.items()) if name in ("dtype", "direction"))
     name = f"{m.probe}.{m.metric}" + (f" {params}" if params else "")
-    return (f"{name} level {shift.level.value:.4g}{unit} over {len(shift.group.by_host)} hosts, "
+    return (f"{name} level {shift.level.value:.4g}{unit} over {plural(len(shift.group.by_host), 'host')}, "
             f"{shift.deficit_pct:.1f} % below the {against.source} reference {against.value:.4g}{unit}")
 
 

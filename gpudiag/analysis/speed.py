@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Basis, Finding, Kind, Severity, cost_order
+from ..hosts import plural
 from . import clocks, coverage, rules
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, Measurement
@@ -172,7 +173,7 @@ def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide
         mine = [s for s in group if (s.measurement.probe, s.measurement.metric) == (probe, metric)]
         devices = sorted({s.measurement.device for s in mine})
         scope = "host-side measurement" if set(devices) <= set(HOST_DEVICES) else \
-            f"{len(devices)} of {context.gpu_count(host)} GPUs"
+            f"{len(devices)} of {plural(context.gpu_count(host), 'GPU')}"
         parts.append(f"{probe}.{metric} low on {scope} (median deficit "
                      f"{statistics.median(s.deficit_pct for s in mine):.1f} %)")
     if starved:

@@ -35,6 +35,7 @@ from ..transport.sshconfig import SshOptions
 from .connect import connect
 from .options import check_outputs, job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
+from .textout import echo_text
 
 
 @click.command()
@@ -173,14 +174,10 @@ def _written(write: Callable[[], None], option: str) -> list[str]:
 def _print_report(run: PreflightRun, to_stderr: bool, output_errors: list[str]) -> None:
     """The report, then the drains, the outputs that could not be written, and the summary line:
     plain lines unless on a terminal."""
-    text = render_report(run.result.to_dict(records=False), "text")
+    echo_text(render_report(run.result.to_dict(records=False), "text"), err=to_stderr)
     stream = sys.stderr if to_stderr else sys.stdout
     if stream.isatty():
-        console = make_console(stderr=to_stderr)
-        console.print(text, markup=False, highlight=False)
-        render_sweep_table(run.result, console)
-    else:
-        click.echo(text.rstrip("\n"), err=to_stderr)
+        render_sweep_table(run.result, make_console(stderr=to_stderr))
     for warning in run.result.warnings:
         click.echo(f"gpudiag: warning: {warning}", err=True)
     for line in action_lines(run):

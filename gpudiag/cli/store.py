@@ -16,6 +16,7 @@ from ..analysis.keys import LINK_PROBE, describe_key
 from ..errors import InputError, read_json_file
 from ..exitcodes import ExitCode
 from ..findings import SWEEP_SCHEMA
+from ..hosts import plural
 from ..report import render_report, write_report
 from ..report.tables import Column, TableSpec, fit_table, make_console, print_tables
 from ..schema.jsonout import dumps as strict_dumps
@@ -33,6 +34,7 @@ from ..store.prune import PruneResult, check_rules, open_for_prune, prune
 from ..store.store import Store
 from .history import history  # noqa: F401 - gpudiag.cli.main registers it from here
 from .options import WIDER_HINT, store_location, store_option
+from .textout import echo_text
 
 FORMATS = ("text", "md", "json", "html")
 
@@ -46,7 +48,9 @@ def report(source: str | None, fmt: str, output: str | None, store_path: str | N
     """A sweep's report: a stored sweep (the latest by default) or a sweep document file."""
     document = _document(source, store_path)
     text = render_report(document, fmt)
-    if output is None:
+    if output is None and fmt == "text":
+        echo_text(text)
+    elif output is None:
         click.echo(text, nl=not text.endswith("\n"))
     else:
         write_report(text, output)
@@ -91,8 +95,8 @@ def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, repl
             raise InputError(f"{store_location(store_path)}: no sweep is stored yet; run gpudiag sweep first")
         built = build_baseline(name, baseline_samples(store, chosen))
         save_baseline(store, built, replace=replace)
-    click.echo(f"baseline {name}: {len(built.entries)} keys from {len(chosen)} sweeps"
-               + (f"; {len(built.skipped_keys)} keys had too few results" if built.skipped_keys else ""))
+    click.echo(f"baseline {name}: {plural(len(built.entries), 'key')} from {plural(len(chosen), 'sweep')}"
+               + (f"; {plural(len(built.skipped_keys), 'key')} had too few results" if built.skipped_keys else ""))
     return ExitCode.OK
 
 
@@ -149,7 +153,7 @@ def baseline_export(name: str, path: str, store_path: str | None) -> ExitCode:
     with Store.open(store_location(store_path), readonly=True) as store:
         data = export_baseline(load_baseline(store, name))
     write_report(strict_dumps(data, indent=1) + "\n", path)
-    click.echo(f"wrote baseline {name} ({len(data['entries'])} keys) to {path}")
+    click.echo(f"wrote baseline {name} ({plural(len(data['entries']), 'key')}) to {path}")
     return ExitCode.OK
 
 
@@ -162,7 +166,7 @@ def baseline_import(path: str, replace: bool, store_path: str | None) -> ExitCod
     imported = import_baseline(read_json_file(path, "the baseline file"), path)
     with Store.open(store_location(store_path)) as store:
         save_baseline(store, imported, replace=replace)
-    click.echo(f"imported baseline {imported.name} ({len(imported.entries)} keys)")
+    click.echo(f"imported baseline {imported.name} ({plural(len(imported.entries), 'key')})")
     return ExitCode.OK
 
 

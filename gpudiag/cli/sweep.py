@@ -57,6 +57,7 @@ from .options import (
 )
 from .probe import probe_names, probe_options
 from .progress import make_progress
+from .textout import echo_text
 
 
 def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -225,14 +226,13 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     with InterruptGate().installed() as gate:
         result = run_sweep(request, Runtime(stdin, make_progress(quiet), gate, connect=connect))
         if result.interrupted:
-            gate.say("writing " + " and ".join(f"{name} {path}" for name, path in (
-                ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report")
+            gate.say("writing " + (" and ".join(f"{name} {path}" for name, path in (
+                ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report"))
         _write_outputs(result, json_path, exclude_file, json_detail)
         if prom_file is not None:  # its hosts read one at a time, from the sweep's packed outcomes
             write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file)
-        console = make_console(stderr=json_path == "-")
-        console.print(render_report(result.to_dict(records=False), "text"), markup=False, highlight=False)
-        render_sweep_table(result, console)
+        echo_text(render_report(result.to_dict(records=False), "text"), err=json_path == "-")
+        render_sweep_table(result, make_console(stderr=json_path == "-"))
         for warning in result.warnings:
             click.echo(f"gpudiag: warning: {warning}", err=True)
     # An interrupt that came after the last remote phase left the outputs whole, and still asked to stop.
@@ -262,7 +262,7 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     write_sweep_json(result, str(folder / "sweep.json"))
     write_report(render_report(document, "html"), folder / "report.html")
     _write_outputs(result, None, str(folder / "exclude.txt"))
-    click.echo(render_report(document, "text"))
+    echo_text(render_report(document, "text"))
     click.echo(f"a real sweep with these findings would exit {int(result.exit_code)}")
     click.echo(f"store: {folder / 'gpudiag.db'}")
     click.echo(f"HTML report: {folder / 'report.html'}")

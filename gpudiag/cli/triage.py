@@ -23,6 +23,7 @@ from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
 from .options import check_outputs, job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
+from .textout import echo_text
 
 
 @click.command()
@@ -88,7 +89,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
                 click.echo(text, nl=False)
             else:
                 write_report(text, json_path)
-        click.echo(render_text(result), nl=False, err=json_path == "-")
+        echo_text(render_text(result), err=json_path == "-")
     return ExitCode.INTERRUPTED if gate.received else result.exit_code
 
 

@@ -54,6 +54,7 @@ from statistics import NormalDist
 from typing import ClassVar, cast
 
 from ..findings import Kind
+from ..hosts import plural
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
     BACKENDS,
     BASELINE,
@@ -395,8 +396,8 @@ def _nic_suspect(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     deficit = reference.deficit_pct(gbps, source)
     figures = listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in ordered)
     slow = sum(1 for f in ordered if f.slow)
-    partners = (f"slow with all {len(ordered)} partners" if slow == len(ordered) else
-                f"slow with {slow} of its {len(ordered)} partners and below the level with the rest "
+    partners = (f"slow with all {plural(len(ordered), 'partner')}" if slow == len(ordered) else
+                f"slow with {slow} of its {plural(len(ordered), 'partner')} and below the level with the rest "
                 "(median of its pairs)")
     evidence = (f"{host} {partners} on {group.describe()}: {figures} {UNIT} "
                 f"vs {reference.describe(source)}; {pct_text(deficit)} below")
@@ -488,17 +489,17 @@ def _shift(reference: GroupReference, figures: Sequence[PairFigure], doubting: s
     if base is not None:
         evidence = (f"links on {group.describe()} run below baseline {base.name}: fleet {rate_text(fleet)} {UNIT} vs "
                     f"baseline {base.name} {rate_text(base.median_gbps)} {UNIT} (median of {base.count} pair figures), "
-                    f"{pct_text(base.deficit_pct(fleet))} below; {below} of {len(figures)} pairs below "
+                    f"{pct_text(base.deficit_pct(fleet))} below; {below} of {plural(len(figures), 'pair')} below "
                     f"{rate_text(base.cutoff_gbps)} {UNIT}")
         if reference.shifted:
             evidence += f"; below its line rate too ({line_text})"
     else:
         evidence = (f"links on {group.describe()} run below their line rate: fleet {rate_text(fleet)} {UNIT} vs "
-                    f"{line_text}; {below} of {len(figures)} pairs below")
+                    f"{line_text}; {below} of {plural(len(figures), 'pair')} below")
     evidence += " — a cause the fabric shares (switch ports, cabling, firmware, congestion control), not one NIC"
     if not confirmed:
         what = "the baseline's cutoff" if base is not None else "the floor"
-        evidence += (f" (not yet confirmed: {len(doubting)} hosts below {what} lack a partner that reaches "
+        evidence += (f" (not yet confirmed: {plural(len(doubting), 'host')} below {what} lack a partner that reaches "
                      f"it, or enough partners)")
     return LinkShift(group.backend, group.rail, line, fleet, floor, below, len(figures), confirmed, evidence,
                      None if base is None else base.median_gbps, None if base is None else base.name)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..findings import Kind
+from ..hosts import plural
 from .schedule import Pair
 
 # An address:port in an error reason (IPv4, or a bracketed IPv6 address): the port is ephemeral.
@@ -69,7 +70,7 @@ def host_errors(errors: Sequence[LinkError],
             continue
         reason = "; ".join(sorted(reasons[host]))
         found.append(HostLinkError(host, others, reason, (
-            f"{host} could not be tested with any of its {len(others)} partners ({listed(others)}), each of "
+            f"{host} could not be tested with any of its {plural(len(others), 'partner')} ({listed(others)}), each of "
             f"which was measured with other hosts: its data port, address or firewall is the likely cause; "
             f"{reason}")))
     return tuple(found)

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..analysis.rules import action
 from ..findings import Basis, Finding, Kind, Severity
-from ..hosts import fold_hosts
+from ..hosts import fold_hosts, plural
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkSuspect, NicSuspect
 from .groups import GroupReference, pct_text, rate_text
 from .schedule import Pair, pair_key
@@ -90,7 +90,7 @@ def _folded(kind: Kind, host: str, peer: str | None, group: list[Finding]) -> Fi
     basis = confirmed or group
     worst = max(basis, key=lambda f: (f.deficit_pct or 0.0, f.metric or ""))
     rails = ", ".join(_rail(f) for f in group)
-    evidence = f"on {len(group)} rails ({rails}); worst: {worst.evidence}"
+    evidence = f"on {plural(len(group), 'rail')} ({rails}); worst: {worst.evidence}"
     if not confirmed:
         return dataclasses.replace(worst, host=host, peer=peer, confirmed=False,
                                    metric=(worst.metric or "").rsplit(".rail", 1)[0], evidence=evidence)
@@ -176,7 +176,7 @@ def _not_compared(reference: GroupReference) -> Finding:
     line = ("no line rate known" if group.line_rate_gbps is None
             else f"a line rate of {group.line_rate_gbps:g} {UNIT} that {group.backend} does not reach")
     evidence = (f"{group.describe()}: {reference.pairs} pair{'s' if reference.pairs != 1 else ''} between "
-                f"{reference.hosts} hosts measured, too few hosts to compare with the fleet, with no stored "
+                f"{plural(reference.hosts, 'host')} measured, too few hosts to compare with the fleet, with no stored "
                 f"baseline and {line}: not compared, not passed")
     if reference.job_level:
         evidence += (f" (compared among themselves, at {rate_text(reference.level_gbps)} {UNIT}: a part slower than "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InstallationError
+from .folding import fold_findings
 from .heatmap import html_heatmap
 from .linkmap import html_links
 from .markup import _e, _html_table
@@ -38,7 +39,7 @@ def render_html(document: Document) -> str:
     return string.Template(template).substitute(
         title=_e(title), css=css, summary=html_summary(document),
         impact=html_impact(document.get("impact")), hosts=html_hosts(document),
-        findings=html_findings(sort_findings(_findings(document))), heatmap=html_heatmap(document),
+        findings=html_findings(fold_findings(sort_findings(_findings(document)))), heatmap=html_heatmap(document),
         links=html_links(document), footer=_e(_footer(document)))
 
 

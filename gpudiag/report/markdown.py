@@ -8,6 +8,7 @@ from tabulate import tabulate
 
 from ..hosts import fold_hosts
 from ..schema.text import clean_text
+from .folding import fold_findings
 from .linkfigures import (
     BACKEND_COLUMNS,
     ERROR_PAIR_COLUMNS,
@@ -39,7 +40,8 @@ def render_markdown(document: Document) -> str:
         sections += ["## Impact on a synchronous job", _md_table(["estimate", "value"], impact_rows)]
     findings = sort_findings(_findings(document))
     sections.append("## Findings, most costly first")
-    sections.append(_md_table(FINDING_COLUMNS, [finding_row(f) for f in findings]) if findings else "None.")
+    sections.append(_md_table(FINDING_COLUMNS, [finding_row(f) for f in fold_findings(findings)]) if findings
+                    else "None.")
     sections += link_sections(document)
     sections += ["## Hosts by status", _md_table(HOST_COLUMNS, host_group_rows(document))]
     return "\n\n".join(sections) + "\n"

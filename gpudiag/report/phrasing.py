@@ -14,6 +14,7 @@ from typing import Any
 
 from ..findings import Action, Basis, Kind, cost_order
 from ..hosts import fold_hosts
+from .folding import host_count_words
 
 Document = Mapping[str, Any]
 
@@ -57,7 +58,7 @@ def finding_where(finding: Mapping[str, Any], link_arrow: str = "↔", *, full_u
     """Where a finding is: ``node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0)`` for a GPU (the UUID whole
     with ``full_uuid``), ``node017:3↔5`` for a GPU pair in one host, ``node001 ↔ node004`` for a
     link, ``node050`` for a host, ``node[001-032] (share 72 % of hosts)`` for a fleet-wide shift."""
-    where = finding_location(finding, link_arrow)
+    where = finding_location(finding, link_arrow) + host_count_words(finding)
     ids = gpu_ids(finding, full_uuid=full_uuid)
     if ids:
         where += f" ({ids})"

@@ -26,7 +26,7 @@ LINK_REFERENCE_WORDS = {"fleet": "fleet ", "baseline": "baseline ", "line_rate":
 
 
 def summary_line(document: Document) -> str:
-    """``sweep ID · 64 hosts · 61 ok · node050 unreachable · 6 findings (4 fail, 1 unchecked) ·
+    """``sweep ID · 64 hosts · 61 ok · node050 unreachable · 6 findings (4 fail, 1 warn, 1 unchecked) ·
     12 results could not be compared (...) · job slowdown ...``."""
     return " · ".join(text for text, _ in summary_parts(document))
 
@@ -40,10 +40,14 @@ def summary_parts(document: Document) -> list[tuple[str, bool]]:
     parts += [f"{fold_hosts(labels)} {status}" for status, labels in groups.items()]
     findings = _findings(document)
     counts = [f"{sum(1 for finding in findings if finding.get('severity') == Severity.FAIL)} fail"]
+    warnings = sum(1 for finding in findings
+                   if finding.get("severity") == Severity.WARN and finding.get("kind") != Kind.UNCHECKED)
+    if warnings:
+        counts.append(f"{warnings} warn")
     unchecked = unchecked_count(document)
     if unchecked:
         counts.append(f"{unchecked} {Kind.UNCHECKED}")
-    parts.append(f"{len(findings)} findings ({', '.join(counts)})")
+    parts.append(f"{plural(len(findings), 'finding')} ({', '.join(counts)})")
     marked = [(part, False) for part in parts] + [(phrase, True) for phrase in comparison_phrases(document)]
     impact = impact_phrase(document.get("impact"))
     if impact:
@@ -86,14 +90,23 @@ def impact_phrase(impact: Mapping[str, Any] | None) -> str:
 
 def _impact_detail(impact: Mapping[str, Any] | None) -> str:
     rows = dict(_impact_rows(impact))
-    shown = ("slowest", "slowest link", "exclude")
+    shown = ("slowest", "slowest link", "exclude", "unfinished")
     return " · ".join(f"{label} {rows[label]}" for label in shown if label in rows)
 
 
-def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """(label, text) pairs of the impact estimate; empty without one."""
-    if not impact or impact.get("slowdown_pct") is None:
+def unfinished_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The hosts an interrupt stopped before they finished, apart from those excluded."""
+    unfinished = [str(host) for host in (impact or {}).get("unfinished") or []]
+    if not unfinished:
         return []
+    return [("unfinished", f"{fold_hosts(unfinished)} ({plural(len(unfinished), 'host')} interrupted before they "
+                           "finished: not checked, not excluded; run the sweep again)")]
+
+
+def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """(label, text) pairs of the impact estimate (the unfinished hosts alone without one)."""
+    if not impact or impact.get("slowdown_pct") is None:
+        return unfinished_rows(impact)
     rows = [("job slowdown", _pct(impact["slowdown_pct"]))]
     slowest = impact.get("slowest")
     if slowest:
@@ -101,10 +114,11 @@ def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     exclude = list(impact.get("exclude") or [])
     if exclude:
         total = impact.get("hosts_total")
-        rows.append(("exclude", f"{fold_hosts(exclude)} ({len(exclude)} of {total} hosts)" if total
+        rows.append(("exclude", f"{fold_hosts(exclude)} ({len(exclude)} of {plural(total, 'host')})" if total
                      else fold_hosts(exclude)))
     if impact.get("recovered_pct") is not None:
         rows.append(("recovered by excluding", _pct(impact["recovered_pct"])))
+    rows += unfinished_rows(impact)
     link = impact.get("slowest_link")
     if link and impact.get("link_slowdown_pct") is not None:
         rail = "" if link.get("rail") is None else f" rail {link['rail']}"

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..hosts import fold_hosts, plural
 from ..schema.text import clean_text
+from .folding import fold_findings
 from .linkfigures import (
     counts_text,
     error_pair_rows,
@@ -47,8 +48,10 @@ def render_text(document: Document) -> str:
     if focus:
         lines.append(focus)
     findings = sort_findings(_findings(document))
-    lines += ["", f"findings ({len(findings)}, most costly first):" if findings else "findings: none"]
-    lines += [f"  {finding_text(finding)}" for finding in findings]
+    folded = fold_findings(findings)
+    alike = ", those alike but for their host on one line" if len(folded) < len(findings) else ""
+    lines += ["", f"findings ({len(findings)}, most costly first{alike}):" if findings else "findings: none"]
+    lines += [f"  {finding_text(finding)}" for finding in folded]
     links = link_lines(document)
     if links:
         lines += ["", *links]
@@ -93,7 +96,7 @@ def link_lines(document: Mapping[str, Any]) -> list[str]:
     lines = textwrap.wrap(f"links: {counts_text(view)}", TEXT_WIDTH, subsequent_indent="  ")
     for counts in view.backends():
         rails = [rail for rail in counts.rails if rail is not None]
-        on = f" on {len(rails)} rails" if rails else ""
+        on = f" on {plural(len(rails), 'rail')}" if rails else ""
         untested = (f"{plural(counts.error_pairs, 'pair')} ({plural(counts.error_rails, 'rail')}) not tested"
                     if counts.error_pairs else "every pair tested")
         lines.append(f"  {counts.backend}: {plural(counts.pairs, 'pair')}{on}, {plural(counts.figures, 'figure')}, "
@@ -108,7 +111,7 @@ def link_lines(document: Mapping[str, Any]) -> list[str]:
             lines.append(text + (f", {line} of line" if line else ""))
     errors = error_pair_rows(view)
     if errors:
-        lines.append(f"  could not be tested ({len(view.error_pairs)} pairs, first {len(errors)}):"
+        lines.append(f"  could not be tested ({plural(len(view.error_pairs), 'pair')}, first {len(errors)}):"
                      if len(view.error_pairs) > len(errors) else "  could not be tested:")
         lines += [_cut(f"    {pair}  {rails}: {reason}") for pair, rails, reason in errors]
     groups = not_tested_groups(view)

@@ -22,8 +22,8 @@ from typing import Any
 from ..bundle import Bundle
 from ..errors import ProbeOutputError, StoreError
 from ..exitcodes import ExitCode, decide_exit_code
-from ..findings import SWEEP_SCHEMA, Finding, Kind, Severity, unchecked
-from ..hosts import HostSpec
+from ..findings import INTERRUPTED, SWEEP_SCHEMA, Finding, Kind, Severity, unchecked
+from ..hosts import HostSpec, plural
 from ..records import ProbeResult
 from ..schema.times import iso_time
 from ..transport import CommandResult, Connector, Session, TransportError
@@ -35,7 +35,6 @@ from .progress import SweepProgress
 OK = "ok"
 TIMEOUT = "timeout"
 PROBE_ERROR = "probe_error"
-INTERRUPTED = "interrupted"
 UNCHECKED = Kind.UNCHECKED
 # Findings that say something could not be checked: a host, GPU or measurement, or a node pair.
 NOT_CHECKED = (UNCHECKED, Kind.LINK_ERROR)
@@ -336,7 +335,7 @@ class _SweepRunner:
                   f"(at most {CANCEL_WAIT_S:g} s), then writing what finished")
         ended = cancel_all(sessions, max(0.0, deadline - time.monotonic()))
         if ended < len(sessions):
-            self._say(f"{len(sessions) - ended} hosts did not answer in time: their probes end by their own "
+            self._say(f"{plural(len(sessions) - ended, 'host')} did not answer in time: their probes end by their own "
                       f"deadline on the node")
 
     def _probe_host(self, run: _HostRun) -> None:

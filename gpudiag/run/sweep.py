@@ -145,10 +145,12 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     if budget is not None:
         _blame_budget(first, budget)
     interrupted = first.interrupted or gate.received
+    finished = sum(h.ok for h in first.hosts)
     if interrupted:
-        gate.say(f"analysing the {sum(h.ok for h in first.hosts)} hosts that finished")
-    else:
-        progress.phase(f"analysing {plural(sum(h.ok for h in first.hosts), 'host')}")
+        gate.say(f"analysing the {plural(finished, 'host')} that finished" if finished
+                 else "no host finished its probes: each is reported unchecked")
+    elif finished:
+        progress.phase(f"analysing {plural(finished, 'host')}")
     hosts = first.hosts  # each a mapping whose records are unpacked one host at a time
     # Error counters count since the driver loaded: their growth since each host's last stored sweep decides.
     previous = prior_counts(setup.store.previous_hosts([h.host for h in hosts if h.ok], sweep_id)
@@ -273,7 +275,8 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
     ok_hosts = [h.host for h in first.hosts if h.ok]
     if budget is not None and len(ok_hosts) >= 2 and not budget.fits():
         return None, [out_of_budget(host, "pair tests", budget) for host in ok_hosts]
-    progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts")
+    if len(ok_hosts) >= 2:
+        progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts")
     return gate.run_phase(lambda: _link_phase(request, setup, first, mode, budget), lambda: (None, []))
 
 

@@ -32,7 +32,7 @@ class SimulatedConnector:
         if host.host not in self.fleet:
             raise Unreachable(f"{host.label}: not a node of the simulated fleet {self.fleet.spec.source}")
         if self.fleet.is_unreachable(host.host):
-            raise Unreachable(f"{host.label}:22: no answer within 10 s (simulated)")
+            raise Unreachable("port 22: no answer within 10 s (simulated)")
         return SimulatedSession(self, host.host)
 
     def pair_runner(self, options: PairTestOptions) -> PairRunner:

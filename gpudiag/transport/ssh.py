@@ -134,7 +134,7 @@ class SshConnector:
             if isinstance(sock, ProxyCommandSocket):  # the command's own words say more than paramiko's
                 why = sock.failure() + ("" if sock.closed else f" ({why})")
             close_transport(transport)
-            raise Unreachable(f"{host.hostname}:{host.port}: {why}") from error
+            raise Unreachable(f"{_address(host)}: {why}") from error
         transport.set_keepalive(settings.keepalive_s)
         return transport
 
@@ -456,15 +456,22 @@ def _read_key(path: str) -> paramiko.PKey | None:
         return None  # not a private key we can read: ssh would skip it too
 
 
+def _address(host: ResolvedHost) -> str:
+    """Where a connection went, for an error the host's own label heads: ``port 22``, or
+    ``10.0.0.7:22`` where its address is not its label (the host's name is not said twice)."""
+    return f"port {host.port}" if host.hostname == host.label else f"{host.hostname}:{host.port}"
+
+
 def _tcp_connect(host: ResolvedHost) -> socket.socket:
     try:
         return socket.create_connection((host.hostname, host.port), timeout=host.connect_timeout_s)
     except socket.gaierror as error:
-        raise Unreachable(f"{host.hostname}: name does not resolve ({error.strerror})") from error
+        name = "" if host.hostname == host.label else f"{host.hostname}: "
+        raise Unreachable(f"{name}name does not resolve ({error.strerror})") from error
     except TimeoutError as error:
-        raise Unreachable(f"{host.hostname}:{host.port}: no answer within {host.connect_timeout_s:g} s") from error
+        raise Unreachable(f"{_address(host)}: no answer within {host.connect_timeout_s:g} s") from error
     except OSError as error:
-        raise Unreachable(f"{host.hostname}:{host.port}: {error.strerror or error}") from error
+        raise Unreachable(f"{_address(host)}: {error.strerror or error}") from error
 
 
 def _ship_bundle(sftp: paramiko.SFTPClient, bundle: Bundle) -> str:

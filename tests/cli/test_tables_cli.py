@@ -72,7 +72,7 @@ def test_history_at_80_columns_shows_the_slow_gpus_figure_and_each_sweeps_status
     assert "TFLOP/s" in figures[0] and "left out" not in result.output
     unreachable = _run("history", "node012", "--store", str(stores["short-names"]), columns=80).output
     assert " ".join(BOX.sub(" ", unreachable).split()).count(
-        ": unreachable: node012:22: no answer within 10 s (simulated)") == 2
+        ": unreachable: port 22: no answer within 10 s (simulated)") == 2
 
 
 def test_history_through_a_pipe_without_columns_takes_80(stores):

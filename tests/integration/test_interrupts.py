@@ -99,6 +99,11 @@ def test_interrupts_during_the_node_probes_and_again_while_it_writes_still_write
     _check_whole(document, sweep)
     statuses = {host["status"] for host in document["hosts"]}
     assert "interrupted" in statuses and document["summary"]["exit_code"] == 130
+    # the hosts an interrupt stopped are listed as unfinished, apart: none of them is excluded for it
+    unfinished = sorted(host["host"] for host in document["hosts"] if host["status"] == "interrupted")
+    assert document["impact"]["unfinished"] == unfinished
+    assert not set(document["impact"]["exclude"]) & set(unfinished)
+    assert set(document["impact"]["exclude"]) <= {f["host"] for f in document["findings"] if f["severity"] == "fail"}
     # the hosts that never started are in the store too, each once
     stored = _stored_hosts(store)
     assert len(stored) == NODES == len({host for host, _ in stored})

@@ -140,7 +140,7 @@ def test_text_summary_line_folds_hosts_counts_findings_and_states_the_impact():
     text = render_report(make_document(), "text")
     # An old document has no summary.unchecked: the unchecked findings are counted instead.
     assert text.splitlines()[0] == (
-        "sweep 20261121T101500Z-3f2a · 6 hosts · 5 ok · node006 unreachable · 6 findings (3 fail, 1 unchecked)"
+        "sweep 20261121T101500Z-3f2a · 6 hosts · 5 ok · node006 unreachable · 6 findings (3 fail, 2 warn, 1 unchecked)"
         " · job slowdown 15.0 %, excluding node[003,005] recovers 14.8 %")
 
 
@@ -163,7 +163,7 @@ def test_without_an_impact_estimate_the_summary_says_nothing_of_it():
     document = make_document()
     del document["impact"]
     text = render_report(document, "text")
-    assert text.splitlines()[0].endswith("6 findings (3 fail, 1 unchecked)")
+    assert text.splitlines()[0].endswith("6 findings (3 fail, 2 warn, 1 unchecked)")
     assert "job slowdown" not in text and "impact:" not in text
     assert "impact" not in render_report(document, "md").lower()
     assert "No job-impact estimate in this sweep." in render_report(document, "html")
@@ -420,7 +420,7 @@ def test_text_shows_units_gpu_ids_action_verb_and_basis_of_a_new_finding():
 def test_text_headline_counts_unchecked_and_results_not_compared():
     first = render_report(make_new_document(), "text").splitlines()[0]
     assert first == ("sweep 20261122T080000Z-0a1b · 5 hosts · 4 ok · node024 unreachable · 8 findings (2 fail, "
-                     "3 unchecked) · 12 results could not be compared (no peers, baseline or SKU figure)")
+                     "3 warn, 3 unchecked) · 12 results could not be compared (no peers, baseline or SKU figure)")
     assert "not a pass" not in first
     assert "could not be compared" not in render_report(make_new_document(results_not_compared=0), "text")
     single = render_report(make_new_document(results_not_compared=1), "text").splitlines()[0]
@@ -455,7 +455,7 @@ def test_markdown_row_of_a_new_finding_has_units_ids_verb_basis_and_detail():
     assert [row[9] for row in rows if row[2] == "unchecked"] == [
         "probe error", "nothing to compare with", "could not be probed"]
     headline = render_report(make_new_document(), "md").split("\n\n")[1]
-    assert "8 findings (2 fail, 3 unchecked)" in headline and "12 results could not be compared" in headline
+    assert "8 findings (2 fail, 3 warn, 3 unchecked)" in headline and "12 results could not be compared" in headline
 
 
 def test_html_findings_show_the_full_uuid_the_verb_as_a_badge_and_the_basis():
@@ -474,7 +474,7 @@ def test_html_findings_show_the_full_uuid_the_verb_as_a_badge_and_the_basis():
                                           "probe error", "nothing to compare with", "could not be probed",
                                           "NVML telemetry"}
     summary = re.search(r'<p class="summary" id="summary">(.*?)</p>', text)
-    assert summary is not None and "8 findings (2 fail, 3 unchecked)" in summary.group(1)
+    assert summary is not None and "8 findings (2 fail, 3 warn, 3 unchecked)" in summary.group(1)
 
 
 def test_html_shows_an_old_free_text_action_as_text_without_a_verb_badge():
