@@ -3,11 +3,12 @@
 node_exporter's textfile collector, run on the controller with
 ``--collector.textfile.directory``, exposes every ``*.prom`` file there. The file holds the
 last sweep's per-GPU figures (GEMM TFLOP/s, memory and PCIe bandwidth), per-link figures, its
-findings and each host's status (each a series of value 1), and when the sweep finished and
-its exit code. prometheus_client formats it (a fresh CollectorRegistry per chunk of samples, so
-a 10,000-node sweep's half a million samples are never all text at once); it is written into a
-temporary file beside the target, then renamed over it, so the collector never reads half a
-file.
+findings and each host's status (each a series of value 1), the figure and reference of each
+finding that has them (``gpudiag_finding_value``, ``gpudiag_finding_reference``: what the sweep
+measured and what it judged it against), and when the sweep finished and its exit code.
+prometheus_client formats it (a fresh CollectorRegistry per chunk of samples, so a 10,000-node
+sweep's half a million samples are never all text at once); it is written into a temporary
+file beside the target, then renamed over it, so the collector never reads half a file.
 
 Labels are dcgm-exporter's, so gpudiag's series join with DCGM's on the same GPU:
 ``Hostname`` (the node's own hostname as its facts probe read it, which is what dcgm-exporter
@@ -37,6 +38,9 @@ from . import check_writable, write_report
 
 PROM_SUFFIX = ".prom"
 GPU_LABELS = ("host", "Hostname", "gpu", "UUID", "pci_bus_id", "modelName")
+FINDING_LABELS = ("host", "Hostname", "gpu", "UUID", "pci_bus_id", "peer", "kind", "severity", "action", "metric")
+# A finding's figure and reference carry its labels and these two, so value / reference divides series by series.
+FIGURE_LABELS = (*FINDING_LABELS, "unit", "reference_source")
 # Samples formatted at a time: a 10,000-node sweep has some 500,000, and the text of all of
 # them at once (prometheus_client formats a whole registry in memory) would take ~250 MB.
 CHUNK_SAMPLES = 10_000
@@ -133,7 +137,7 @@ def sweep_families(document: Mapping[str, Any]) -> list[_Family]:
         nvml_index.update((uuid, identity.gpu) for uuid, identity in identities.items())
         _gpu_figures(gpu_families, (host, hostname, model), records, identities, HostGpus(facts))
     return [*gpu_families.values(), status, _links(document.get("links") or (), hostnames),
-            _findings(document.get("findings") or (), hostnames, nvml_index), *_last_run(document)]
+            *_findings(document.get("findings") or (), hostnames, nvml_index), *_last_run(document)]
 
 
 def _identities(records: Iterable[Mapping[str, Any]], telemetry: Mapping[str, Any],
@@ -202,24 +206,39 @@ def _links(links: Iterable[Mapping[str, Any]], hostnames: Mapping[str, str]) -> 
 
 
 def _findings(findings: Iterable[Mapping[str, Any]], hostnames: Mapping[str, str],
-              nvml_index: Mapping[str, int | None]) -> _Family:
-    """A series per finding, its GPU named by NVML's index where its UUID is known."""
+              nvml_index: Mapping[str, int | None]) -> list[_Family]:
+    """A series per finding, its GPU named by NVML's index where its UUID is known; and, for a
+    finding with both, its measured figure and the reference it was judged against (in its unit)."""
     family = _Family("gpudiag_finding", "1 for each finding of the last sweep: kind, severity (fail, warn) and action "
                      "(drain, reset_gpu, reboot, inspect, watch); gpu and peer empty where they do not apply.",
-                     ("host", "Hostname", "gpu", "UUID", "pci_bus_id", "peer", "kind", "severity", "action",
-                      "metric"))
+                     FINDING_LABELS)
+    value = _Family("gpudiag_finding_value", "The figure a finding of the last sweep measured, in its unit (a finding "
+                    "with a figure and a reference only).", FIGURE_LABELS)
+    reference = _Family("gpudiag_finding_reference", "The reference a finding's figure was judged against, in its "
+                        "unit; reference_source: fleet, baseline, sku or siblings.", FIGURE_LABELS)
     for finding in findings:
-        host, peer = str(finding.get("host") or ""), finding.get("peer")
-        uuid = str(finding.get("gpu_uuid") or "")
-        gpu = nvml_index.get(uuid)
-        if gpu is None:
-            gpu = finding.get("gpu")
-        family.samples.append(((host, hostnames.get(host, host), "" if gpu is None else str(gpu), uuid,
-                                str(finding.get("pci_bus_id") or ""),
-                                "" if peer is None else hostnames.get(str(peer), str(peer)), str(finding.get("kind")),
-                                str(finding.get("severity")), str(finding.get("action")),
-                                str(finding.get("metric") or "")), 1.0))
-    return family
+        labels = _finding_labels(finding, hostnames, nvml_index)
+        family.samples.append((labels, 1.0))
+        measured, expected = finding.get("value"), finding.get("reference")
+        if isinstance(measured, (int, float)) and isinstance(expected, (int, float)):
+            figure = (*labels, str(finding.get("unit") or ""), str(finding.get("reference_source") or ""))
+            value.samples.append((figure, float(measured)))
+            reference.samples.append((figure, float(expected)))
+    return [family, value, reference]
+
+
+def _finding_labels(finding: Mapping[str, Any], hostnames: Mapping[str, str],
+                    nvml_index: Mapping[str, int | None]) -> tuple[str, ...]:
+    """A finding's FINDING_LABELS values."""
+    host, peer = str(finding.get("host") or ""), finding.get("peer")
+    uuid = str(finding.get("gpu_uuid") or "")
+    gpu = nvml_index.get(uuid)
+    if gpu is None:
+        gpu = finding.get("gpu")
+    return (host, hostnames.get(host, host), "" if gpu is None else str(gpu), uuid,
+            str(finding.get("pci_bus_id") or ""), "" if peer is None else hostnames.get(str(peer), str(peer)),
+            str(finding.get("kind")), str(finding.get("severity")), str(finding.get("action")),
+            str(finding.get("metric") or ""))
 
 
 def _last_run(document: Mapping[str, Any]) -> list[_Family]:

@@ -129,6 +129,28 @@ def test_findings_host_status_and_the_last_run_are_series(swept):
     assert samples["gpudiag_last_run_info"] == [({"sweep_id": document["sweep_id"]}, 1.0)]
 
 
+def test_a_finding_with_a_figure_carries_its_value_and_reference_with_the_findings_labels(swept):
+    samples, document = swept["samples"], swept["document"]
+    figured = [finding for finding in document["findings"]
+               if finding["value"] is not None and finding["reference"] is not None]
+    assert {finding["kind"] for finding in figured} == {"slow_gpu", "slow_nic", "slow_link"}
+    findings = [labels for labels, _ in samples["gpudiag_finding"]]
+    for name, field in (("gpudiag_finding_value", "value"), ("gpudiag_finding_reference", "reference")):
+        got = {(labels["kind"], labels["Hostname"], labels["gpu"], labels["peer"]): (labels, value)
+               for labels, value in samples[name]}
+        assert len(got) == len(samples[name]) == len(figured)
+        for finding in figured:
+            gpu = "" if finding["gpu"] is None else str(finding["gpu"])
+            labels, value = got[(finding["kind"], finding["host"], gpu, finding["peer"] or "")]
+            assert value == pytest.approx(finding[field], rel=1e-12)
+            assert (labels["unit"], labels["reference_source"]) == (finding["unit"], finding["reference_source"])
+            # the finding's own labels, so the two join with gpudiag_finding
+            assert {key: labels[key] for key in findings[0]} in findings
+    value = {labels["kind"]: v for labels, v in samples["gpudiag_finding_value"]}
+    reference = {labels["kind"]: v for labels, v in samples["gpudiag_finding_reference"]}
+    assert value["slow_gpu"] < 0.85 * reference["slow_gpu"] and value["slow_nic"] < 0.6 * reference["slow_nic"]
+
+
 def test_each_pair_is_one_series_per_rail_with_the_mean_of_its_runs(swept):
     runs = defaultdict(list)
     for link in swept["document"]["links"]:
