@@ -4,6 +4,8 @@ prolog, CI), nothing with -q (gpudiag.run.progress has the protocol and the plai
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from typing import TextIO
 
 from rich.console import Console
@@ -22,6 +24,7 @@ class BarProgress:
                              TimeElapsedColumn(), TimeRemainingColumn(), console=console,
                              refresh_per_second=4, transient=False)
         self._task = self._bar.add_task("sweep", total=0)
+        self._ticking = threading.Event()
 
     def start(self, total: int) -> None:
         self._counts.total = total
@@ -42,10 +45,26 @@ class BarProgress:
         self._bar.advance(self._task)
 
     def close(self) -> None:
+        self._ticking.set()
         self._bar.stop()
 
     def phase(self, text: str) -> None:
         self._bar.console.print(f"gpudiag: {text}", markup=False, highlight=False)
+
+    def expect(self, seconds: float, what: str) -> None:
+        """A second bar that fills with the time spent against ``seconds`` (the probes' limit),
+        its time left shown, until the hosts are done."""
+        self.phase(f"{what}: at most {seconds:.0f} s")
+        task = self._bar.add_task("seconds of the probes' limit", total=seconds)
+        started = time.monotonic()
+        self._ticking.clear()
+
+        def tick() -> None:
+            while not self._ticking.wait(0.5):
+                self._bar.update(task, completed=min(seconds, time.monotonic() - started))
+            self._bar.update(task, completed=seconds)
+
+        threading.Thread(target=tick, name="gpudiag-time-left", daemon=True).start()
 
     def _describe(self) -> None:
         counts = self._counts

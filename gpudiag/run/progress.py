@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from typing import Protocol, TextIO
 
 
@@ -21,6 +22,10 @@ class SweepProgress(Protocol):
     def phase(self, text: str) -> None:
         """Say what the sweep does next (after the node probes: the analysis, a re-test, link
         rounds, writing), so a 1,000-node sweep is never silent for long."""
+
+    def expect(self, seconds: float, what: str) -> None:
+        """Say that ``what`` (the next node probes: a triage's minutes of load on one host) ends
+        within ``seconds``, its limit: a display shows the time left until the probes end."""
 
 
 class HostCounts:
@@ -38,6 +43,9 @@ class HostCounts:
 
 class QuietProgress:
     def start(self, total: int) -> None:
+        return None
+
+    def expect(self, seconds: float, what: str) -> None:
         return None
 
     def host_started(self) -> None:
@@ -88,6 +96,10 @@ class PlainProgress:
 
     def phase(self, text: str) -> None:
         print(f"gpudiag: {text}", file=self._stream, flush=True)
+
+    def expect(self, seconds: float, what: str) -> None:
+        ends = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+        self.phase(f"{what}: at most {seconds:.0f} s, until {ends:%H:%M:%S} UTC")
 
     def _print(self) -> None:
         self._printed_done = self._counts.done

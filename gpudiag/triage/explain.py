@@ -28,6 +28,7 @@ from ..analysis import measurements
 from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import Action, Basis, Finding, Kind, Severity
+from ..hosts import plural
 from ..records import ProbeResult
 from ..schema.times import iso_time
 from .run import TriageRun
@@ -181,7 +182,9 @@ def _explained(finding: Finding) -> ExplainedFinding:
         confirmed = "confirmed by a re-test" if finding.confirmed else f"basis: {finding.basis}"
         evidence.append(f"{finding.metric}: {finding.value:g}{unit} against {finding.reference:g}{unit} "
                         f"({finding.reference_source or 'reference'}{deficit}; {confirmed})")
-    where = f"GPU {finding.gpu}" if finding.gpu is not None else finding.host
+    ids = ", ".join(part for part in (f"PCI {finding.pci_bus_id}" if finding.pci_bus_id else None,
+                                      finding.gpu_uuid) if part)
+    where = finding.host if finding.gpu is None else f"GPU {finding.gpu}" + (f" ({ids})" if ids else "")
     peer = f" and {finding.peer}" if finding.peer else (
         f" with GPU {finding.peer_gpu}" if finding.peer_gpu is not None else "")
     return ExplainedFinding(severity=finding.severity, action=finding.action, next_step=_plain_action(finding),
@@ -327,9 +330,9 @@ def _checked(run: TriageRun, report: XidReport, records: Sequence[ProbeResult]) 
         checked.append(f"kernel log: {report.lines_scanned} lines from {report.log_source} ({report.log_scope}), "
                        f"{sum(event.count for event in report.events)} Xid lines")
     if report.recovery_checked:
-        checked.append(f"NVML recovery action of {report.recovery_checked} GPU(s)")
+        checked.append(f"NVML recovery action of {plural(report.recovery_checked, 'GPU')}")
     if run.history:
-        checked.append(f"the host's history: {len(run.history)} stored sweep(s)")
+        checked.append(f"the host's history: {plural(len(run.history), 'stored sweep')}")
     return checked
 
 

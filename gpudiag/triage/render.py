@@ -4,7 +4,7 @@ host's stored history."""
 
 from __future__ import annotations
 
-import textwrap
+import re
 from collections.abc import Iterable
 
 from ..exitcodes import ExitCode
@@ -12,8 +12,8 @@ from ..findings import Severity
 from ..schema.text import clean_text
 from .explain import ExplainedFinding, Triage
 
-WIDTH = 100
-# A line of the explanation is cut to this many characters (they are wrapped at WIDTH).
+# A line of the explanation is cut to this many characters. Lines are not wrapped here: on a
+# terminal gpudiag.cli.textout wraps them to its width, and in a log each item stays one line.
 LINE_CHARS = 20_000
 INDENT = "     "
 
@@ -48,23 +48,26 @@ def _headline(triage: Triage) -> str:
 
 def _explained(number: int, finding: ExplainedFinding) -> list[str]:
     lines = [f"{number}. {finding.severity.upper():4}  {finding.title}",
-             *_wrapped(f"next: {finding.action} — {finding.next_step}", INDENT),
-             *_wrapped(f"how: {finding.detail}", INDENT), f"{INDENT}evidence ({finding.source}):"]
-    for item in finding.evidence:
-        lines += _wrapped(f"- {item}", INDENT + "  ", INDENT + "    ")
+             f"{INDENT}next: {finding.action} — {finding.next_step}"]
+    how = _how(finding.detail, str(finding.action))
+    if how:
+        lines.append(f"{INDENT}how: {how}")
+    lines.append(f"{INDENT}evidence ({finding.source}):")
+    lines += [f"{INDENT}  - {item}" for item in finding.evidence]
     return [*lines, ""]
+
+
+def _how(detail: str, action: str) -> str:
+    """The action's detail without the clauses that only say the action again (``drain if it
+    persists`` under ``next: drain``): the verb is said once, on the line above."""
+    verb = action.replace("_", " ")
+    clauses = [clause for clause in re.split(r";\s*", detail)
+               if clause and not re.match(rf"(then )?{re.escape(verb)}\b", clause.strip(), re.IGNORECASE)]
+    return "; ".join(clauses)
 
 
 def _section(title: str, items: Iterable[str]) -> list[str]:
     items = list(items)
     if not items:
         return []
-    lines = [f"{title}:"]
-    for item in items:
-        lines += _wrapped(f"- {item}", "  ", "    ")
-    return [*lines, ""]
-
-
-def _wrapped(text: str, first: str, rest: str | None = None) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest or first,
-                         break_long_words=False, break_on_hyphens=False) or [first]
+    return [f"{title}:", *(f"  - {item}" for item in items), ""]

@@ -29,7 +29,7 @@ from ..analysis.speed import not_retested
 from ..analysis.thresholds import Thresholds, load_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
-from ..hosts import HostSpec, load_hosts
+from ..hosts import HostSpec, load_hosts, plural
 from ..records import DEFAULT_PROBE_NAMES
 from ..run.fanout import SweepOptions, SweepResult, probe_hosts
 from ..run.hostprobe import ProbeOptions
@@ -177,6 +177,9 @@ def _run(request: TriageRequest, setup: _Setup, runtime: Runtime) -> TriageRun:
         return gate.run_phase(lambda: probe_hosts([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say),
                               lambda: None)
 
+    limit = request.host_timeout_s or request.probe.deadline_s
+    if limit is not None:
+        progress.expect(limit, f"probing {setup.spec.label} ({request.probe.duration_s:g} s of load per load probe)")
     first = probe(request.probe.names, progress)
     interrupted = first is None or first.interrupted
     outcome = first.hosts[0] if first is not None else HostOutcome(setup.spec.label, "interrupted",
@@ -186,7 +189,7 @@ def _run(request: TriageRequest, setup: _Setup, runtime: Runtime) -> TriageRun:
                        interrupted=interrupted)
     retested = False
     if request.judging.retest and analysis.suspects and not interrupted:
-        progress.phase(f"re-testing {len(analysis.suspects)} suspect result(s)")
+        progress.phase(f"re-testing {plural(len(analysis.suspects), 'suspect result')}")
         again = probe(sorted({s.measurement.probe for s in analysis.suspects}), QuietProgress())
         interrupted = again is None or again.interrupted
         retested = True

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,35 @@ def test_on_a_terminal_findings_wrap_to_its_width_without_splitting_a_figure(tmp
     joined = " ".join(line.strip() for line in finding)
     assert "612.0 TFLOP/s" in joined and "742.0 TFLOP/s" in joined and " ".join(EVIDENCE.split()) in joined
     assert all("612.0" not in line or "612.0 TFLOP/s" in line for line in finding)
+
+
+def _on_terminal(argv: list[str], columns: int) -> tuple[int, str, str]:
+    """``argv`` as a process whose stderr is a pseudo-terminal: (exit status, stdout, the terminal's text)."""
+    primary, secondary = pty.openpty()
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=secondary, env=_env(columns), text=True)
+        os.close(secondary)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        stdout, _ = process.communicate(timeout=60)
+    finally:
+        os.close(primary)
+    return process.returncode, stdout, b"".join(chunks).decode(errors="replace")
+
+
+def test_a_triage_on_a_terminal_shows_its_probes_time_left(tmp_path: Path):
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 2}))
+    code, stdout, terminal = _on_terminal([sys.executable, "-m", "gpudiag", "triage", "node001", "--simulate",
+                                           str(fleet), "--no-store", "--duration", "30"], 120)
+    assert code == 0 and "gpudiag triage node001: nothing found" in stdout
+    assert "probing node001 (30 s of load per load probe): at most" in terminal
+    assert "seconds of the probes' limit" in terminal
+    assert re.search(r"\d:\d\d:\d\d", terminal)  # the bar's time columns

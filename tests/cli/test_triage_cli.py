@@ -5,6 +5,7 @@ never the fleet file's faults."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,12 @@ def test_a_throttled_gpu_says_check_cooling(fleet, tmp_path):
     assert "HW thermal slowdown" in problem["evidence"][0]
     assert "confirmed by a re-test" in problem["evidence"][1]
     assert document["retested"] is True
+    # the GPU named so that it can be found on the node (NVML's index, PCI bus id, UUID)
+    assert re.search(r"throttled on GPU 5 \(PCI [0-9A-F]{8}:[0-9A-F]{2}:00\.0, GPU-[0-9a-f-]{36}\)", problem["title"])
+    # the verb said once: "next: drain — check cooling", and how without "drain if it persists"
+    entry = result.output[result.output.index("throttled on GPU 5"):]
+    entry = entry[:entry.index("evidence")]
+    assert entry.count("drain") == 1 and "next: drain — check cooling" in entry and "how: check the cooling" in entry
 
 
 def test_with_no_retest_a_slow_gpu_is_unconfirmed_and_unchecked_never_a_pass(tmp_path):
@@ -90,7 +97,7 @@ def test_a_healthy_node_says_nothing_found_and_what_was_checked(fleet, tmp_path)
     assert "Nothing found in the measurements, the telemetry, the kernel log or the recovery actions" in result.output
     checked = " | ".join(document["checked"])
     for item in ("8 x NVIDIA H100 80GB HBM3", "gemm", "p2p", "telemetry", "kernel log", "0 Xid lines",
-                 "NVML recovery action of 8 GPU(s)", "compared with the SKU figures"):
+                 "NVML recovery action of 8 GPUs", "compared with the SKU figures"):
         assert item in checked
     assert document["probes"] == ["facts", "telemetry", "gemm", "membw", "p2p", "pcie", "smclock", "xid"]
     assert document["duration_s"] == 30
@@ -155,7 +162,7 @@ def test_judged_against_the_stored_baseline_and_the_hosts_own_history(tmp_path):
     # the worst first: the starved host's pinned copies run at half their speed of before
     assert history["evidence"][0].startswith(("pcie.bandwidth", "GPU 0 pcie.bandwidth"))
     assert "50.0 % below" in history["evidence"][0] and int(history["title"].split()[0]) >= 3
-    assert len(document["history"]) == 2 and "the host's history: 2 stored sweep(s)" in document["checked"]
+    assert len(document["history"]) == 2 and "the host's history: 2 stored sweeps" in document["checked"]
 
 
 @pytest.mark.parametrize(("args", "says"), [
