@@ -42,6 +42,15 @@ def _absolute_path(context: click.Context, parameter: click.Parameter, value: st
     return os.path.abspath(value)
 
 
+def check_deadline(duration_s: float, deadline_s: float) -> None:
+    """Raise InputError when ``--deadline`` leaves no room for one probe's timed load of
+    ``--duration`` seconds: every load probe would end unchecked (exit 3) without measuring."""
+    if deadline_s <= duration_s:
+        raise InputError(f"--deadline {deadline_s:g} is not longer than --duration {duration_s:g}: no probe could "
+                         f"finish its timed load and every one would end unchecked; raise --deadline above "
+                         f"{duration_s:g} s or lower --duration")
+
+
 def with_options(function: Callable[..., Any], decorators: list[Callable[..., Any]]) -> Callable[..., Any]:
     """``function`` under ``decorators``, the first listed outermost (as if written above it in order)."""
     for decorator in reversed(decorators):

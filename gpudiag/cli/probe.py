@@ -20,7 +20,7 @@ from ..run.hostprobe import HostProbe, ProbeOptions, probe_host
 from ..schema.jsonout import dumps as strict_dumps
 from ..transport.bounded import OutputLimits
 from ..transport.local import LocalSession
-from .options import node_python_option, output_options, with_options
+from .options import check_deadline, node_python_option, output_options, with_options
 
 
 def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -33,7 +33,8 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type."),
         click.option("--sequential", is_flag=True, help="Load one GPU at a time instead of all at once."),
         click.option("--deadline", type=click.FloatRange(min=1), default=600.0, show_default=True, metavar="S",
-                     help="Overall deadline of the probes on a node, in seconds."),
+                     help="Overall deadline of the probes on a node, in seconds (longer than --duration); a probe it "
+                          "cuts short is an error record (exit 3)."),
     ]
     return with_options(function, decorators)
 
@@ -55,6 +56,7 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
     Exit status 0 when every measurement ran or was skipped for a stated reason, 3 when one
     could not be made (an error record), 2 for bad options.
     """
+    check_deadline(duration, deadline)
     if python is not None and shutil.which(python) is None:
         raise InputError(f"--python {python}: no such executable; give the path of a Python 3 interpreter")
     options = ProbeOptions(names=probe_names(names), duration_s=duration, max_gpu_mem_mib=max_gpu_mem,

@@ -46,6 +46,7 @@ from ..transport.sshconfig import SshOptions
 from .connect import connect
 from .options import (
     baseline_option,
+    check_deadline,
     check_outputs,
     no_retest_option,
     node_python_option,
@@ -206,6 +207,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     check_pause_backend(pause, links.pair.backend)
     given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
     deadline = pause_deadline_s(pause, deadline, given)
+    check_deadline(duration, deadline)
     focus = FocusRequest(suspects, reference_peers) if suspects is not None else None
     if focus is not None and links.screen_stride is None:
         links = dataclasses.replace(links, screen_stride=1)  # the hosts come suspect, its references, …: neighbours

@@ -21,7 +21,7 @@ from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
-from .options import check_outputs, job_store, judging_options, node_python_option, ssh_options
+from .options import check_deadline, check_outputs, job_store, judging_options, node_python_option, ssh_options
 from .progress import make_progress
 
 
@@ -70,6 +70,8 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
     """
     host = _one_host(host_argument, host_option)
     check_outputs(json_path)
+    if deadline is not None:
+        check_deadline(duration, deadline)
     probe = ProbeOptions(names=TRIAGE_PROBES, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                          sequential=sequential, deadline_s=deadline or default_deadline_s(duration), python=python)
     request = TriageRequest(
