@@ -28,18 +28,41 @@ def store_option(function: click.decorators.FC) -> click.decorators.FC:
                         help="SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db).")(function)
 
 
-def node_python_option(default: str | None, help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+def node_python_option(default: str | None, help_text: str, *,
+                       here: bool = False) -> Callable[[click.decorators.FC], click.decorators.FC]:
     """The ``--python PATH`` option (into ``python``): the interpreter that runs the probe bundle.
-    A command name is looked up on the node's PATH; a relative path is taken from the current
-    folder here (the bundle runs from its own folder, where ``./python`` would name nothing)."""
+    A command name is looked up on the node's PATH. With ``here`` (the probes run on this
+    machine) a relative path is taken from the current folder; for the nodes one is refused
+    (InputError): the bundle runs from its own folder there, where ``./venv/bin/python`` names
+    nothing, and this machine's current folder means nothing on a node."""
     return click.option("--python", "python", default=default, show_default=default is not None, metavar="PATH",
-                        callback=_absolute_path, help=help_text)
+                        callback=_absolute_path if here else _node_path, help=help_text)
 
 
 def _absolute_path(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
     if value is None or "/" not in value or os.path.isabs(value):
         return value
     return os.path.abspath(value)
+
+
+def _node_path(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
+    if value is None or "/" not in value or os.path.isabs(value):
+        return value
+    raise InputError(f"--python {value}: a relative path names nothing on the nodes (the probes run from the "
+                     f"bundle's folder there); give an absolute path such as /opt/venv/bin/python, or a command "
+                     f"name looked up on the node's PATH such as python3")
+
+
+def check_identity_files(identities: tuple[str, ...]) -> None:
+    """Raise InputError naming the first ``-i`` file that does not exist or cannot be read,
+    before any node is touched (SSH would otherwise report it as an authentication failure)."""
+    for path in identities:
+        expanded = os.path.expanduser(path)
+        if not os.path.isfile(expanded):
+            raise InputError(f"-i {path}: no such file; give the path of an SSH private key "
+                             f"(such as ~/.ssh/id_ed25519)")
+        if not os.access(expanded, os.R_OK):
+            raise InputError(f"-i {path}: not readable by this user; fix its permissions or give another key")
 
 
 def check_deadline(duration_s: float, deadline_s: float) -> None:
@@ -67,6 +90,7 @@ def ssh_options(function: Callable[..., Any]) -> Callable[..., Any]:
     def with_ssh(*args: Any, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
                  known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, output: OutputLimits,
                  **kwargs: Any) -> Any:
+        check_identity_files(identities)
         ssh = SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                          connect_timeout_s=connect_timeout)
         settings = SshSettings(accept_new_host_keys=accept_new_host_keys, output=output)

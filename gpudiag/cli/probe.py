@@ -43,7 +43,7 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("names", nargs=-1, metavar="[PROBE]...")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON lines instead of tables.")
 @probe_options
-@node_python_option(None, "Python interpreter that runs the probes (default: this one).")
+@node_python_option(None, "Python interpreter that runs the probes (default: this one).", here=True)
 @click.option("--pause", is_flag=True,
               help="A job paused for mitigation holds the GPUs: each GPU's probes sized to the memory it left, "
                    "in a process that sees that GPU alone; a GPU without room is skipped with the figures.")

@@ -79,6 +79,7 @@ def test_a_python_without_torch_reports_the_torch_probes_as_skipped(tmp_path: Pa
     for probe in ("gemm", "membw"):
         assert records[probe]["status"] == "skipped"
         assert "torch is not importable" in records[probe]["reason"]
+        assert str(bare_python) in records[probe]["reason"] and "gpudiag --python" in records[probe]["reason"]
     assert records["facts"]["status"] == "ok" and records["facts"]["details"]["torch_version"] is None
 
 
