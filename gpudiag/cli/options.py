@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from ..report import check_writable
+from ..report import check_writable, write_report
 from ..report.prometheus import check_prom_file
 from ..store.store import default_store_path
 from ..transport.bounded import KIB, MIB, OutputLimits
@@ -140,6 +140,30 @@ def output_limits(max_output_mib: int, max_line_kib: int) -> OutputLimits:
                          f"({max_output_mib * MIB // KIB} KiB): a line cannot be longer than the whole output; "
                          f"lower --max-line-kib or raise --max-output-mib")
     return OutputLimits(max_bytes=max_output_mib * MIB, max_line_bytes=max_line_kib * KIB)
+
+
+def json_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--json PATH|-`` (into ``json_path``), the same in every command: PATH writes the file,
+    ``-`` writes to stdout. A value that starts with ``-`` (``--json --duration 2``: a flag's
+    old habit) is refused with the fix (InputError)."""
+    return click.option("--json", "json_path", default=None, metavar="PATH|-", callback=_json_target,
+                        help=f"{help_text} PATH writes the file, - writes to stdout.")
+
+
+def _json_target(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
+    if value is None or value == "-" or not value.startswith("-"):
+        return value
+    raise InputError(f"--json {value}: --json takes a PATH or - (stdout), not another option; write --json - "
+                     f"to print the JSON, or --json FILE.json")
+
+
+def emit_json(text: str, json_path: str) -> None:
+    """``text`` to stdout for ``--json -``, else written to the file (whole, atomically); raises
+    OutputError when it cannot be written."""
+    if json_path == "-":
+        click.echo(text, nl=False)
+    else:
+        write_report(text, json_path)
 
 
 def thresholds_option(function: click.decorators.FC) -> click.decorators.FC:

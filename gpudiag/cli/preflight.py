@@ -33,7 +33,7 @@ from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
-from .options import check_outputs, job_store, judging_options, node_python_option, ssh_options
+from .options import check_outputs, job_store, json_option, judging_options, node_python_option, ssh_options
 from .progress import make_progress
 
 
@@ -71,8 +71,7 @@ from .progress import make_progress
 @click.option("--no-store", is_flag=True, help="No store: judged against the SKU figures and the nodes alone.")
 @judging_options
 @click.option("--exclude-file", default=None, metavar="PATH", help="Write the nodes a job should not get here.")
-@click.option("--json", "json_path", default=None, metavar="PATH|-",
-              help="Write the sweep document (with a 'preflight' part: plan, drains) here.")
+@json_option("Write the sweep document with a 'preflight' part (plan, drains).")
 @click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
               help="How much of each node's records the document keeps.")
 @click.option("--prom-file", default=None, metavar="PATH.prom", help="Write a node_exporter textfile here.")

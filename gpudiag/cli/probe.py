@@ -20,7 +20,15 @@ from ..run.hostprobe import HostProbe, ProbeOptions, probe_host
 from ..schema.jsonout import dumps as strict_dumps
 from ..transport.bounded import OutputLimits
 from ..transport.local import LocalSession
-from .options import check_deadline, node_python_option, output_options, with_options
+from .options import (
+    check_deadline,
+    check_outputs,
+    emit_json,
+    json_option,
+    node_python_option,
+    output_options,
+    with_options,
+)
 
 
 def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -41,14 +49,14 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command()
 @click.argument("names", nargs=-1, metavar="[PROBE]...")
-@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON lines instead of tables.")
+@json_option("The records as JSON lines: with - instead of the tables, with PATH beside them.")
 @probe_options
 @node_python_option(None, "Python interpreter that runs the probes (default: this one).", here=True)
 @click.option("--pause", is_flag=True,
               help="A job paused for mitigation holds the GPUs: each GPU's probes sized to the memory it left, "
                    "in a process that sees that GPU alone; a GPU without room is skipped with the figures.")
 @output_options
-def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: int | None, dtype: str,
+def probe(names: tuple[str, ...], json_path: str | None, duration: float, max_gpu_mem: int | None, dtype: str,
           sequential: bool, deadline: float, python: str | None, pause: bool, output: OutputLimits) -> ExitCode:
     """Measure this machine: GEMM, memory bandwidth, NVLink/P2P, PCIe, NVML telemetry, SM clocks.
 
@@ -57,16 +65,19 @@ def probe(names: tuple[str, ...], as_json: bool, duration: float, max_gpu_mem: i
     could not be made (an error record), 2 for bad options.
     """
     check_deadline(duration, deadline)
+    if json_path in PROBE_NAMES:
+        raise InputError(f"--json {json_path}: --json takes a PATH or - (stdout), and {json_path} is a probe; "
+                         f"write --json - {json_path} to print its records as JSON lines")
+    check_outputs(json_path)
     if python is not None and shutil.which(python) is None:
         raise InputError(f"--python {python}: no such executable; give the path of a Python 3 interpreter")
     options = ProbeOptions(names=probe_names(names), duration_s=duration, max_gpu_mem_mib=max_gpu_mem,
                            dtype=dtype, sequential=sequential, deadline_s=deadline,
                            python=python or sys.executable, pause=pause)
     node = run_local_probe(options, output)
-    if as_json:
-        for result in node.results:
-            click.echo(strict_dumps(result.to_dict()))
-    else:
+    if json_path is not None:
+        emit_json("".join(strict_dumps(result.to_dict()) + "\n" for result in node.results), json_path)
+    if json_path != "-":
         render_probe_results(node.results, make_console())
     if node.stray is not None:
         click.echo(f"gpudiag: the probes printed {node.stray.describe()} (skipped)", err=True)

@@ -48,6 +48,7 @@ from .options import (
     baseline_option,
     check_deadline,
     check_outputs,
+    json_option,
     no_retest_option,
     node_python_option,
     run_store,
@@ -162,7 +163,7 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @link_options
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on each host (default: --deadline plus start-up).")
-@click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the sweep document here.")
+@json_option("Write the sweep document (schema gpudiag.sweep/1).")
 @click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
               help="compact: every figure, P2P as matrices, telemetry as a table per GPU, per-SM arrays only for "
                    "GPUs a finding names (under 50 KB a node); full: every record as the node printed it.")

@@ -9,7 +9,6 @@ import click
 from ..errors import InputError
 from ..exitcodes import ExitCode
 from ..records import DTYPES
-from ..report import write_report
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
 from ..run.request import Judging, Reach
@@ -21,7 +20,16 @@ from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
-from .options import check_deadline, check_outputs, job_store, judging_options, node_python_option, ssh_options
+from .options import (
+    check_deadline,
+    check_outputs,
+    emit_json,
+    job_store,
+    json_option,
+    judging_options,
+    node_python_option,
+    ssh_options,
+)
 from .progress import make_progress
 
 
@@ -51,7 +59,7 @@ from .progress import make_progress
 @judging_options
 @click.option("--history", "history_sweeps", type=click.IntRange(min=0), default=HISTORY_SWEEPS, show_default=True,
               metavar="N", help="How many of the host's stored sweeps to compare with.")
-@click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the triage document here.")
+@json_option("Write the triage document (schema gpudiag.triage/1).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @ssh_options
 def triage(host_argument: str | None, host_option: str | None, simulate_path: str | None, duration: float,
@@ -85,11 +93,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
         run = run_triage(request, Runtime(sys.stdin, make_progress(quiet), gate, connect=connect))
         result = explain(run)
         if json_path is not None:
-            text = strict_dumps(result.to_dict(), indent=1) + "\n"
-            if json_path == "-":
-                click.echo(text, nl=False)
-            else:
-                write_report(text, json_path)
+            emit_json(strict_dumps(result.to_dict(), indent=1) + "\n", json_path)
         click.echo(render_text(result), nl=False, err=json_path == "-")
     return ExitCode.INTERRUPTED if gate.received else result.exit_code
 
