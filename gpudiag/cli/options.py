@@ -11,8 +11,11 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from ..links.remote import NET_BACKENDS
+from ..records import DTYPES
 from ..report import check_writable, write_report
 from ..report.prometheus import check_prom_file
+from ..run.request import LINK_MODES
 from ..store.store import default_store_path
 from ..transport.bounded import KIB, MIB, OutputLimits
 from ..transport.ssh import SshSettings
@@ -164,6 +167,64 @@ def emit_json(text: str, json_path: str) -> None:
         click.echo(text, nl=False)
     else:
         write_report(text, json_path)
+
+
+def probes_option(default_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--probes NAMES`` (into ``probe_list``): comma-separated probes for every host, as
+    ``probe_list_names`` reads them; ``default_text`` says which run when none is named."""
+    return click.option("--probes", "probe_list", default="", metavar="NAMES",
+                        help=f"Comma-separated probes to run on every host ({default_text}; name xid to read the "
+                             f"kernel log's Xids and NVML's pending recovery actions: it needs read access to the "
+                             f"journal).")
+
+
+def deadline_option(default: float | None, default_text: str = "") -> Callable[[click.decorators.FC],
+                                                                               click.decorators.FC]:
+    """``--deadline S`` (into ``deadline``): the probes' overall deadline on a node."""
+    return click.option("--deadline", type=click.FloatRange(min=1), default=default, show_default=default is not None,
+                        metavar="S", help=f"Overall deadline of the probes on a node, in seconds{default_text}; "
+                                          "longer than the load of one probe; a probe it cuts short is an error "
+                                          "record (exit 3).")
+
+
+def dtype_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--dtype`` (into ``dtype``): the GEMM data type."""
+    return click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True,
+                        help="GEMM data type.")(function)
+
+
+def max_gpu_mem_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--max-gpu-mem MIB`` (into ``max_gpu_mem``)."""
+    return click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
+                        help="Most GPU memory one probe may take on one GPU, in MiB.")(function)
+
+
+def links_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--links`` (into ``links``): which pairs of nodes are tested (LINK_MODES)."""
+    return click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True, help=help_text)
+
+
+def net_backend_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--net-backend`` (into ``net_backend``)."""
+    return click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
+                        help="Pair-test backend: perftest (ib_write_bw per HCA), nccl (send/recv per rail), tcp; "
+                             "auto: perftest where ib_write_bw and RDMA devices exist, else nccl with CUDA, else "
+                             "tcp.")(function)
+
+
+def net_address_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--net-address`` (into ``net_address``)."""
+    return click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
+                        help="Each host's data-plane address for pair tests: the hosts file's net= field, the "
+                             "address SSH reaches, or the address of interface NAME on the node; auto: the field "
+                             "where given, else ssh.")(function)
+
+
+def net_line_rate_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--net-line-rate GBPS`` (into ``net_line_rate``)."""
+    return click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
+                        help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
+                             "(virtual NICs, rate-limited overlays); links are judged against it.")(function)
 
 
 def thresholds_option(function: click.decorators.FC) -> click.decorators.FC:

@@ -13,7 +13,7 @@ import click
 from ..bundle import BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
 from ..exitcodes import ExitCode, decide_exit_code
-from ..records import DTYPES, PROBE_NAMES
+from ..records import PROBE_NAMES
 from ..report.console import render_probe_results
 from ..report.tables import make_console
 from ..run.hostprobe import HostProbe, ProbeOptions, probe_host
@@ -23,8 +23,11 @@ from ..transport.local import LocalSession
 from .options import (
     check_deadline,
     check_outputs,
+    deadline_option,
+    dtype_option,
     emit_json,
     json_option,
+    max_gpu_mem_option,
     node_python_option,
     output_options,
     with_options,
@@ -36,13 +39,10 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
     decorators = [
         click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
                      metavar="S", help="Seconds of timed load per probe and GPU (longer lets throttling show)."),
-        click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
-                     help="Most GPU memory one probe may take on one GPU, in MiB."),
-        click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type."),
+        max_gpu_mem_option,
+        dtype_option,
         click.option("--sequential", is_flag=True, help="Load one GPU at a time instead of all at once."),
-        click.option("--deadline", type=click.FloatRange(min=1), default=600.0, show_default=True, metavar="S",
-                     help="Overall deadline of the probes on a node, in seconds (longer than --duration); a probe it "
-                          "cuts short is an error record (exit 3)."),
+        deadline_option(600.0),
     ]
     return with_options(function, decorators)
 
@@ -85,6 +85,11 @@ def probe(names: tuple[str, ...], json_path: str | None, duration: float, max_gp
         click.echo(f"gpudiag: the probe run ended early (exit status {node.exit_status}, "
                    f"timed out: {node.timed_out})", err=True)
     return decide_exit_code(has_fail=False, has_unchecked=not node.complete)
+
+
+def listed_probe_names(probe_list: str) -> tuple[str, ...]:
+    """The probes of ``--probes a,b`` (blank parts left out); raises InputError as probe_names."""
+    return probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
 
 
 def probe_names(names: tuple[str, ...]) -> tuple[str, ...]:

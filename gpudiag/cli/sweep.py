@@ -16,7 +16,7 @@ import click
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..links.remote import NET_BACKENDS, PairTestOptions
+from ..links.remote import PairTestOptions
 from ..pause import (
     DEFAULT_REFERENCE_PEERS,
     PAUSE_BUDGET_S,
@@ -35,7 +35,7 @@ from ..report.tables import make_console
 from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
-from ..run.request import LINK_MODES, Judging, LinkOptions, Reach, SweepRequest
+from ..run.request import Judging, LinkOptions, Reach, SweepRequest
 from ..run.runtime import Runtime
 from ..run.sweep import run_sweep
 from ..sim import FleetFile, demo_fleet_path
@@ -49,16 +49,24 @@ from .options import (
     check_deadline,
     check_outputs,
     json_option,
+    links_option,
+    net_address_option,
+    net_backend_option,
+    net_line_rate_option,
     no_retest_option,
     node_python_option,
+    probes_option,
     run_store,
     ssh_options,
     store_option,
     thresholds_option,
     with_options,
 )
-from .probe import probe_names, probe_options
+from .probe import listed_probe_names, probe_options
 from .progress import make_progress
+
+LINKS_HELP = ("Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full (every "
+              "pair), none; auto: screen.")
 
 
 def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,23 +107,14 @@ def link_options(function: Callable[..., Any]) -> Callable[..., Any]:
         return function(*args, links=chosen, **kwargs)
 
     decorators = [
-        click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True,
-                     help="Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full "
-                          "(every pair), none; auto: screen."),
-        click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
-                     help="Pair-test backend: perftest (ib_write_bw per HCA), nccl (send/recv per rail), tcp; auto: "
-                          "perftest where ib_write_bw and RDMA devices exist, else nccl with CUDA, else tcp."),
-        click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
-                     help="Each host's data-plane address for pair tests: the hosts file's net= field, the address "
-                          "SSH reaches, or the address of interface NAME on the node; auto: the field where given, "
-                          "else ssh."),
+        links_option(LINKS_HELP),
+        net_backend_option,
+        net_address_option,
         click.option("--net-duration", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="S",
                      help="Timed seconds per direction of each pair test."),
         click.option("--net-streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
                      help="Parallel TCP streams (tcp) or queue pairs (perftest) per pair test."),
-        click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
-                     help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
-                          "(virtual NICs, rate-limited overlays); links are judged against it."),
+        net_line_rate_option,
         click.option("--screen-stride", type=click.IntRange(min=1), default=None, metavar="K",
                      help="Screen each node with the nodes K places before and after it in the host list (default: one "
                           "more than the last stored sweep's, so successive sweeps reach every pair)."),
@@ -153,9 +152,7 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="A hosts file (one host per line), a host set such as 'gpu[01-64]', or - for stdin.")
 @click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
               help="Sweep a simulated fleet instead of real hosts (demos, tests, benchmarks).")
-@click.option("--probes", "probe_list", default="", metavar="NAMES",
-              help="Comma-separated probes to run on every host (default: every probe but xid; name xid to read the "
-                   "kernel log's Xids and NVML's pending recovery actions: it needs read access to the journal).")
+@probes_option("default: every probe but xid")
 @probe_options
 @node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--fanout", type=click.IntRange(min=1, max=4096), default=64, show_default=True,
@@ -204,7 +201,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)  # inside a job: its nodes
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
-    names = probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
+    names = listed_probe_names(probe_list)
     check_pause_backend(pause, links.pair.backend)
     given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
     deadline = pause_deadline_s(pause, deadline, given)

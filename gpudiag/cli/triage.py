@@ -8,7 +8,6 @@ import click
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..records import DTYPES
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
 from ..run.request import Judging, Reach
@@ -23,10 +22,13 @@ from .connect import connect
 from .options import (
     check_deadline,
     check_outputs,
+    deadline_option,
+    dtype_option,
     emit_json,
     job_store,
     json_option,
     judging_options,
+    max_gpu_mem_option,
     node_python_option,
     ssh_options,
 )
@@ -43,12 +45,10 @@ from .progress import make_progress
               show_default=True, metavar="S",
               help="Seconds of timed load per load probe (GEMM, memory): long enough for heat and power limits "
                    "to show.")
-@click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
-              help="Most GPU memory one probe may take on one GPU, in MiB.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type.")
+@max_gpu_mem_option
+@dtype_option
 @click.option("--sequential", is_flag=True, help="Load one GPU at a time instead of all at once.")
-@click.option("--deadline", type=click.FloatRange(min=1), default=None, metavar="S",
-              help="Overall deadline of the probes on the node (default: 600 s plus 4 x --duration).")
+@deadline_option(None, " (default: 600 s plus 4 x --duration)")
 @node_python_option("python3", "The node's Python interpreter (it needs torch for the GPU probes).")
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on the host (default: --deadline plus start-up).")
