@@ -32,10 +32,15 @@ from ..store.trend import (
     host_trends,
     unfitted_words,
 )
+from .helptext import USAGE_ROW, epilog
 from .options import WIDER_HINT, check_outputs, emit_json, json_option, store_location, store_option
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag history                       # the stored sweeps",
+     "gpudiag history node017 --json -      # its figures and trend, as JSON",
+     "gpudiag history node017 --repaired 'replaced GPU 3 (RMA 12345)' --gpu 3"],
+    [(ExitCode.OK, "shown or recorded (a slow degradation is information, not a verdict)"), USAGE_ROW]))
 @click.argument("host", required=False)
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sweeps to show.")
 @click.option("--repaired", "repair_text", default=None, metavar="TEXT",
@@ -53,8 +58,7 @@ def history(host: str | None, limit: int, repair_text: str | None, gpu: int | No
     """A host's figures across stored sweeps, their trend since its last repair, and any slow
     degradation (without HOST: the stored sweeps).
 
-    A slow degradation is information, not a verdict on a run: the exit status is 0 unless the
-    input is bad (2). With --repaired, records a repair instead.
+    With --repaired, records a repair instead.
     """
     if repair_text is not None or gpu is not None:
         return _record(host, repair_text, gpu, store_location(store_path))

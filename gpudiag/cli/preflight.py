@@ -32,6 +32,7 @@ from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
+from .helptext import epilog
 from .options import (
     check_outputs,
     deadline_option,
@@ -52,7 +53,16 @@ from .probe import listed_probe_names
 from .progress import make_progress
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag preflight --budget 90 --drain   # in a job: its nodes",
+     "gpudiag preflight --here --hosts \"$SLURMD_NODENAME\" --budget 60 --drain",
+     "gpudiag preflight --simulate fleet.json --hosts 'node[016-019]' --no-store"],
+    [(ExitCode.OK, "healthy"),
+     (ExitCode.FAIL, "a fail finding: the only outcome --drain drains (also an output not written after a drain)"),
+     (ExitCode.USAGE, "bad input, or an output that could not be written (one line on stderr names it)"),
+     (ExitCode.UNCHECKED, "inconclusive: something could not be checked, within the budget or at all; never drains"),
+     (ExitCode.INTERNAL, "gpudiag itself failed: inconclusive, never drains"),
+     (ExitCode.INTERRUPTED, "interrupted: drains nothing")]))
 @click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
               help="The nodes: a hosts file, a host set such as 'gpu[01-04]', or - for stdin (default: "
                    "$SLURM_JOB_NODELIST, in a job or a prolog).")
@@ -112,11 +122,6 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
     where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
     figures and the live peers. Prints the plan first and one summary line last.
-
-    Exit status: 0 healthy; 1 a fail finding (the only outcome --drain drains; also when an output
-    could not be written after a drain); 2 bad input, or an output that could not be written;
-    3 inconclusive (something could not be checked, within the budget or at all: never drains);
-    4 gpudiag itself failed (inconclusive, never drains); 130 interrupted (drains nothing).
     """
     started = time.monotonic()
     stdin: TextIO = sys.stdin

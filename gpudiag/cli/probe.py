@@ -20,6 +20,7 @@ from ..run.hostprobe import HostProbe, ProbeOptions, probe_host
 from ..schema.jsonout import dumps as strict_dumps
 from ..transport.bounded import OutputLimits
 from ..transport.local import LocalSession
+from .helptext import USAGE_ROW, epilog
 from .options import (
     check_deadline,
     check_outputs,
@@ -47,7 +48,13 @@ def probe_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return with_options(function, decorators)
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag probe                           # every probe but xid, as tables",
+     "gpudiag probe gemm membw --duration 30  # 30 s of load: throttling shows",
+     "gpudiag probe --json - --max-gpu-mem 4096  # JSON lines, 4 GiB a GPU at most"],
+    [(ExitCode.OK, "every measurement ran or was skipped for a stated reason"), USAGE_ROW,
+     (ExitCode.UNCHECKED, "a measurement could not be made (an error record, a probe the deadline cut short, "
+                          "a bundle that died)")]))
 @click.argument("names", nargs=-1, metavar="[PROBE]...")
 @json_option("The records as JSON lines: with - instead of the tables, with PATH beside them.")
 @probe_options
@@ -60,9 +67,8 @@ def probe(names: tuple[str, ...], json_path: str | None, duration: float, max_gp
           sequential: bool, deadline: float, python: str | None, pause: bool, output: OutputLimits) -> ExitCode:
     """Measure this machine: GEMM, memory bandwidth, NVLink/P2P, PCIe, NVML telemetry, SM clocks.
 
-    PROBE names any of: facts, telemetry, gemm, membw, p2p, pcie, smclock (default: all).
-    Exit status 0 when every measurement ran or was skipped for a stated reason, 3 when one
-    could not be made (an error record), 2 for bad options.
+    PROBE names any of: facts, telemetry, gemm, membw, p2p, pcie, smclock, xid (default: all
+    but xid).
     """
     check_deadline(duration, deadline)
     if json_path in PROBE_NAMES:

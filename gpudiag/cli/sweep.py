@@ -44,6 +44,7 @@ from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
+from .helptext import FLEET_CODES, USAGE_ROW, epilog
 from .options import (
     baseline_option,
     check_deadline,
@@ -147,7 +148,11 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
     ]))
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag sweep --hosts 'gpu[01-64]' --json sweep.json --exclude-file ex.txt",
+     "gpudiag sweep --hosts hosts.txt -i ~/.ssh/fleet --links full -q",
+     "gpudiag sweep --simulate fleet.json --no-store --links none"],
+    FLEET_CODES))
 @click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
               help="A hosts file (one host per line), a host set such as 'gpu[01-64]', or - for stdin.")
 @click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
@@ -190,12 +195,7 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           links: LinkOptions, host_timeout: float | None, json_path: str | None, json_detail: str,
           prom_file: str | None, quiet: bool, judging: Judging, exclude_file: str | None, reach: Reach, pause: bool,
           budget_s: float | None, suspects: str | None, reference_peers: int) -> ExitCode:
-    """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
-
-    Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
-    3 some hosts, GPUs or measurements could not be checked or compared; 4 gpudiag itself failed;
-    130 interrupted (what finished is still written).
-    """
+    """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts."""
     stdin: TextIO = sys.stdin
     if hosts_argument is None and simulate_path is None and reach.launcher == "slurm":
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)  # inside a job: its nodes
@@ -239,7 +239,10 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     return ExitCode.INTERRUPTED if gate.received else result.exit_code
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag demo --output demo   # demo/report.html, gpudiag.db, sweep.json",
+     "gpudiag demo -q                 # in a temporary folder, no progress display"],
+    [(ExitCode.OK, "the demo ran (it says what a real sweep with its findings would exit)"), USAGE_ROW]))
 @click.option("--output", "output_dir", default=None, metavar="DIR",
               help="Folder for the report, sweep document and exclude list (default: a new temporary one).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")

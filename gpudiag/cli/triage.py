@@ -19,6 +19,7 @@ from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
+from .helptext import USAGE_ROW, epilog
 from .options import (
     check_deadline,
     check_outputs,
@@ -35,7 +36,12 @@ from .options import (
 from .progress import make_progress
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag triage node017                  # every probe, with longer loads",
+     "gpudiag triage node017 --duration 300 --json t.json",
+     "gpudiag triage --simulate fleet.json --host node012 --no-store"],
+    [(ExitCode.OK, "nothing found and everything checked"), (ExitCode.FAIL, "a problem to act on"), USAGE_ROW,
+     (ExitCode.UNCHECKED, "nothing to act on, but something could not be checked")]))
 @click.argument("host_argument", required=False, metavar="HOST")
 @click.option("--host", "host_option", default=None, metavar="HOST",
               help="The host (the same as the HOST argument; with --simulate, a node of the fleet).")
@@ -72,9 +78,6 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
     each GPU's pending recovery action; judged against the stored baseline, the SKU figures and the
     host's own history. Prints each problem with its evidence and the next action, most severe
     first, and what could not be checked.
-
-    Exit status: 0 nothing found and everything checked; 1 a problem to act on; 2 bad input;
-    3 nothing to act on, but something could not be checked; 4 gpudiag itself failed; 130 interrupted.
     """
     host = _one_host(host_argument, host_option)
     check_outputs(json_path)
