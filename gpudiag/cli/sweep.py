@@ -41,6 +41,7 @@ from ..run.sweep import run_sweep
 from ..sim import FleetFile, demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
+from ..transport.bounded import MIB
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
@@ -241,10 +242,11 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
 
 @click.command(epilog=epilog(
     ["gpudiag demo --output demo   # demo/report.html, gpudiag.db, sweep.json",
-     "gpudiag demo -q                 # in a temporary folder, no progress display"],
+     "gpudiag demo -q              # in a new temporary folder it names"],
     [(ExitCode.OK, "the demo ran (it says what a real sweep with its findings would exit)"), USAGE_ROW]))
 @click.option("--output", "output_dir", default=None, metavar="DIR",
-              help="Folder for the report, sweep document and exclude list (default: a new temporary one).")
+              help="Folder for the report, store, sweep document and exclude list (default: a new temporary "
+                   "one, kept, its path and size said last).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     """Sweep a built-in simulated 64-node H100 fleet with a few faults, every node pair too, and
@@ -252,8 +254,7 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
 
     Needs no GPU and no cluster; the analysis sees only the measurements, never the faults.
     """
-    folder = Path(output_dir) if output_dir else Path(tempfile.mkdtemp(prefix="gpudiag-demo-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _demo_folder(output_dir)
     # Every pair of the 64 nodes (the full round robin), so a slow link between two nodes the
     # screen would not pair is named too.
     request = SweepRequest(hosts_argument=None, sweep=SweepOptions(probe=ProbeOptions()),
@@ -269,7 +270,29 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     click.echo(f"a real sweep with these findings would exit {int(result.exit_code)}")
     click.echo(f"store: {folder / 'gpudiag.db'}")
     click.echo(f"HTML report: {folder / 'report.html'}")
+    if output_dir is None:  # a temporary folder is not removed: the report and store are for reading
+        click.echo(f"the demo's files ({_folder_mib(folder):.0f} MiB) are kept in {folder}; remove them with "
+                   f"rm -r {folder}, or give --output DIR")
     return ExitCode.OK if not result.interrupted else ExitCode.INTERRUPTED
+
+
+def _demo_folder(output_dir: str | None) -> Path:
+    """``--output DIR``, created if need be, else a new temporary folder; InputError when DIR
+    cannot be created."""
+    if output_dir is None:
+        return Path(tempfile.mkdtemp(prefix="gpudiag-demo-"))
+    folder = Path(output_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"--output {output_dir}: cannot create the folder ({error.strerror}); "
+                         f"give another DIR") from None
+    return folder
+
+
+def _folder_mib(folder: Path) -> float:
+    """The size of the files under ``folder``, in MiB."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) / MIB
 
 
 def _write_outputs(result: SweepResult, json_path: str | None, exclude_file: str | None,
