@@ -139,7 +139,7 @@ def run_steps(smoke: bool) -> list[Step]:
             Step("report-latest", ("report", "--store", STORE)),
             Step("history", ("history", "--store", STORE)),
             Step("history-node003", ("history", "node003", "--store", STORE)),
-            Step("history-node003-json", ("history", "node003", "--json", "--store", STORE)),
+            Step("history-node003-json", ("history", "node003", "--json", "-", "--store", STORE)),
             Step("store-prune-dry-run", ("store", "prune", "--keep", "1", "--dry-run", "--store", STORE))]
 
 

@@ -143,7 +143,8 @@ def load_hosts(argument: str, stdin: TextIO) -> list[HostSpec]:
     """The hosts named by ``--hosts ARGUMENT``, in the order given, duplicates folded.
 
     ``argument`` is ``-`` (read ``stdin``), the path of an existing file, or an inline entry such as
-    ``gpu[01-64]``, ``node[1-64/2]`` or ``alice@node[1-4]:2222``. An argument that names no existing
+    ``gpu[01-64]``, ``node[1-64/2]``, ``alice@node[1-4]:2222`` or ``alice@node1,bob@node2`` (each
+    comma-separated part with its own user and port). An argument that names no existing
     path is a file only where it looks like one (a ``/`` outside brackets, or a suffix such as
     ``.txt``); anything else is read as a host set. Files and stdin hold one entry per line (UTF-8,
     with or without a byte-order mark), with blank lines and ``#`` comments (whole-line or trailing).
@@ -254,12 +255,24 @@ def _dedupe(specs: Iterable[HostSpec]) -> list[HostSpec]:
 
 
 def _parse_entry(entry: str) -> list[HostSpec]:
-    """The hosts of one ``[user@]pattern[:port]`` entry; raises _BadEntry."""
+    """The hosts of one entry: ``[user@]pattern[:port]`` entries joined by commas outside
+    brackets, each with its own user and port (``alice@node1,bob@node2:2222``); a pattern with
+    set operators (``node[1-8]!node3``) is one entry. Raises _BadEntry."""
     if not entry:
         raise _BadEntry("no host name", "fix: write a host name or host set, e.g. node[001-004]")
     if any(character.isspace() for character in entry):
         raise _BadEntry(f"whitespace inside {entry!r}",
                         "fix: one entry per line; join several hosts with ',' (node1,node2)")
+    parts = [entry] if _SET_OPERATORS & set(entry) else _split_top_level(entry)
+    if len(parts) > 1:
+        return [spec for part in parts for spec in _parse_one(part)]
+    return _parse_one(entry)
+
+
+def _parse_one(entry: str) -> list[HostSpec]:
+    """The hosts of one ``[user@]pattern[:port]`` entry; raises _BadEntry."""
+    if not entry:
+        raise _BadEntry("empty host name between commas", "fix: remove the extra ','")
     user, rest = _split_user(entry)
     ipv6 = _split_ipv6(rest)
     if ipv6 is not None:

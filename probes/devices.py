@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -38,7 +39,8 @@ def import_torch() -> ModuleType:
     try:
         return importlib.import_module("torch")
     except ImportError as error:
-        raise DeviceUnavailable(f"torch is not importable by this Python ({error})") from error
+        raise DeviceUnavailable(f"torch is not importable by this Python ({sys.executable}: {error}); give "
+                                f"gpudiag --python the path of an interpreter that has torch") from error
 
 
 def cuda_devices(torch: ModuleType) -> list[CudaDevice]:

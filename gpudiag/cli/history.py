@@ -32,10 +32,15 @@ from ..store.trend import (
     host_trends,
     unfitted_words,
 )
-from .options import WIDER_HINT, store_location, store_option
+from .helptext import USAGE_ROW, epilog
+from .options import WIDER_HINT, check_outputs, emit_json, json_option, store_location, store_option
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag history                       # the stored sweeps",
+     "gpudiag history node017 --json -      # its figures and trend, as JSON",
+     "gpudiag history node017 --repaired 'replaced GPU 3 (RMA 12345)' --gpu 3"],
+    [(ExitCode.OK, "shown or recorded (a slow degradation is information, not a verdict)"), USAGE_ROW]))
 @click.argument("host", required=False)
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sweeps to show.")
 @click.option("--repaired", "repair_text", default=None, metavar="TEXT",
@@ -43,25 +48,25 @@ from .options import WIDER_HINT, store_location, store_option
                    "again after it.")
 @click.option("--gpu", type=click.IntRange(min=0), default=None, metavar="N",
               help="With --repaired: the repair was of GPU N alone (its index as gpudiag shows it, cuda:N).")
-@click.option("--json", "as_json", is_flag=True, help="Print the history, repairs and trend as JSON (for scripts).")
+@json_option("The history, repairs and trend as JSON (for scripts), instead of the tables.")
 @click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
               help="Thresholds overriding the shipped defaults (history_degradation, history_min_sweeps, "
                    "history_slope_z).")
 @store_option
-def history(host: str | None, limit: int, repair_text: str | None, gpu: int | None, as_json: bool,
+def history(host: str | None, limit: int, repair_text: str | None, gpu: int | None, json_path: str | None,
             thresholds_path: str | None, store_path: str | None) -> ExitCode:
     """A host's figures across stored sweeps, their trend since its last repair, and any slow
     degradation (without HOST: the stored sweeps).
 
-    A slow degradation is information, not a verdict on a run: the exit status is 0 unless the
-    input is bad (2). With --repaired, records a repair instead.
+    With --repaired, records a repair instead.
     """
     if repair_text is not None or gpu is not None:
         return _record(host, repair_text, gpu, store_location(store_path))
     thresholds = load_thresholds(thresholds_path)  # a bad file is named before the store is read
+    check_outputs(json_path)
     with Store.open(store_location(store_path), readonly=True) as store:
         if host is None:
-            _show_sweeps(store.list_sweeps(limit), as_json)
+            _show_sweeps(store.list_sweeps(limit), json_path)
             return ExitCode.OK
         rows = store.host_history(host, limit)
         if not rows:
@@ -69,9 +74,9 @@ def history(host: str | None, limit: int, repair_text: str | None, gpu: int | No
         repairs = host_repairs(store, host)
     trends = host_trends(host, rows, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps,
                          thresholds.history_slope_z)
-    if as_json:
-        click.echo(strict_dumps({"host": host, "sweeps": rows, "repairs": [r.to_dict() for r in repairs],
-                                 "trend": trends.to_dict()}, indent=1))
+    if json_path is not None:
+        emit_json(strict_dumps({"host": host, "sweeps": rows, "repairs": [r.to_dict() for r in repairs],
+                                "trend": trends.to_dict()}, indent=1) + "\n", json_path)
         return ExitCode.OK
     console = make_console()
     links = _link_history_table(host, rows, console.width)
@@ -97,10 +102,10 @@ def _record(host: str | None, text: str | None, gpu: int | None, path: str) -> E
     return ExitCode.OK
 
 
-def _show_sweeps(sweeps: list[dict], as_json: bool) -> None:
-    """The stored sweeps (Store.list_sweeps) as a table, or as JSON."""
-    if as_json:
-        click.echo(strict_dumps({"sweeps": sweeps}, indent=1))
+def _show_sweeps(sweeps: list[dict], json_path: str | None) -> None:
+    """The stored sweeps (Store.list_sweeps) as a table, or as JSON to ``json_path`` (``-``: stdout)."""
+    if json_path is not None:
+        emit_json(strict_dumps({"sweeps": sweeps}, indent=1) + "\n", json_path)
     else:
         console = make_console()
         print_tables(console, [_sweeps_table(sweeps, console.width)])

@@ -16,6 +16,7 @@ from .. import __version__
 from ..errors import GpudiagError
 from ..exitcodes import ExitCode
 from . import preflight, probe, store, sweep, triage
+from .helptext import FLEET_CODES, epilog
 
 
 class GpudiagGroup(click.Group):
@@ -47,7 +48,12 @@ class GpudiagGroup(click.Group):
         ctx.exit(int(code) if code is not None else int(ExitCode.OK))
 
 
-@click.group(cls=GpudiagGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GpudiagGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=epilog(
+    ["gpudiag demo --output demo              # a simulated fleet swept",
+     "gpudiag probe gemm membw --duration 2   # this machine",
+     "gpudiag sweep --hosts 'gpu[01-64]' --json sweep.json"],
+    [*FLEET_CODES, (ExitCode.INTERNAL, "gpudiag itself failed: inconclusive, never 'this node failed'"),
+     (ExitCode.INTERRUPTED, "interrupted (partial results are still saved)")]))
 @click.version_option(__version__, prog_name="gpudiag")
 def main() -> None:
     """Find the slow GPUs, NICs and links of a GPU fleet."""

@@ -11,8 +11,11 @@ from typing import Any
 import click
 
 from ..errors import InputError
-from ..report import check_writable
+from ..links.remote import NET_BACKENDS
+from ..records import DTYPES
+from ..report import check_writable, write_report
 from ..report.prometheus import check_prom_file
+from ..run.request import LINK_MODES
 from ..store.store import default_store_path
 from ..transport.bounded import KIB, MIB, OutputLimits
 from ..transport.ssh import SshSettings
@@ -28,18 +31,50 @@ def store_option(function: click.decorators.FC) -> click.decorators.FC:
                         help="SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db).")(function)
 
 
-def node_python_option(default: str | None, help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+def node_python_option(default: str | None, help_text: str, *,
+                       here: bool = False) -> Callable[[click.decorators.FC], click.decorators.FC]:
     """The ``--python PATH`` option (into ``python``): the interpreter that runs the probe bundle.
-    A command name is looked up on the node's PATH; a relative path is taken from the current
-    folder here (the bundle runs from its own folder, where ``./python`` would name nothing)."""
+    A command name is looked up on the node's PATH. With ``here`` (the probes run on this
+    machine) a relative path is taken from the current folder; for the nodes one is refused
+    (InputError): the bundle runs from its own folder there, where ``./venv/bin/python`` names
+    nothing, and this machine's current folder means nothing on a node."""
     return click.option("--python", "python", default=default, show_default=default is not None, metavar="PATH",
-                        callback=_absolute_path, help=help_text)
+                        callback=_absolute_path if here else _node_path, help=help_text)
 
 
 def _absolute_path(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
     if value is None or "/" not in value or os.path.isabs(value):
         return value
     return os.path.abspath(value)
+
+
+def _node_path(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
+    if value is None or "/" not in value or os.path.isabs(value):
+        return value
+    raise InputError(f"--python {value}: a relative path names nothing on the nodes (the probes run from the "
+                     f"bundle's folder there); give an absolute path such as /opt/venv/bin/python, or a command "
+                     f"name looked up on the node's PATH such as python3")
+
+
+def check_identity_files(identities: tuple[str, ...]) -> None:
+    """Raise InputError naming the first ``-i`` file that does not exist or cannot be read,
+    before any node is touched (SSH would otherwise report it as an authentication failure)."""
+    for path in identities:
+        expanded = os.path.expanduser(path)
+        if not os.path.isfile(expanded):
+            raise InputError(f"-i {path}: no such file; give the path of an SSH private key "
+                             f"(such as ~/.ssh/id_ed25519)")
+        if not os.access(expanded, os.R_OK):
+            raise InputError(f"-i {path}: not readable by this user; fix its permissions or give another key")
+
+
+def check_deadline(duration_s: float, deadline_s: float) -> None:
+    """Raise InputError when ``--deadline`` leaves no room for one probe's timed load of
+    ``--duration`` seconds: every load probe would end unchecked (exit 3) without measuring."""
+    if deadline_s <= duration_s:
+        raise InputError(f"--deadline {deadline_s:g} is not longer than --duration {duration_s:g}: no probe could "
+                         f"finish its timed load and every one would end unchecked; raise --deadline above "
+                         f"{duration_s:g} s or lower --duration")
 
 
 def with_options(function: Callable[..., Any], decorators: list[Callable[..., Any]]) -> Callable[..., Any]:
@@ -58,6 +93,7 @@ def ssh_options(function: Callable[..., Any]) -> Callable[..., Any]:
     def with_ssh(*args: Any, ssh_config: str | None, identities: tuple[str, ...], user: str | None,
                  known_hosts: str | None, accept_new_host_keys: bool, connect_timeout: float, output: OutputLimits,
                  **kwargs: Any) -> Any:
+        check_identity_files(identities)
         ssh = SshOptions(config_file=ssh_config, identity_files=identities, user=user, known_hosts=known_hosts,
                          connect_timeout_s=connect_timeout)
         settings = SshSettings(accept_new_host_keys=accept_new_host_keys, output=output)
@@ -107,6 +143,88 @@ def output_limits(max_output_mib: int, max_line_kib: int) -> OutputLimits:
                          f"({max_output_mib * MIB // KIB} KiB): a line cannot be longer than the whole output; "
                          f"lower --max-line-kib or raise --max-output-mib")
     return OutputLimits(max_bytes=max_output_mib * MIB, max_line_bytes=max_line_kib * KIB)
+
+
+def json_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--json PATH|-`` (into ``json_path``), the same in every command: PATH writes the file,
+    ``-`` writes to stdout. A value that starts with ``-`` (``--json --duration 2``: a flag's
+    old habit) is refused with the fix (InputError)."""
+    return click.option("--json", "json_path", default=None, metavar="PATH|-", callback=_json_target,
+                        help=f"{help_text} PATH writes the file, - writes to stdout.")
+
+
+def _json_target(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
+    if value is None or value == "-" or not value.startswith("-"):
+        return value
+    raise InputError(f"--json {value}: --json takes a PATH or - (stdout), not another option; write --json - "
+                     f"to print the JSON, or --json FILE.json")
+
+
+def emit_json(text: str, json_path: str) -> None:
+    """``text`` to stdout for ``--json -``, else written to the file (whole, atomically); raises
+    OutputError when it cannot be written."""
+    if json_path == "-":
+        click.echo(text, nl=False)
+    else:
+        write_report(text, json_path)
+
+
+def probes_option(default_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--probes NAMES`` (into ``probe_list``): comma-separated probes for every host, as
+    ``probe_list_names`` reads them; ``default_text`` says which run when none is named."""
+    return click.option("--probes", "probe_list", default="", metavar="NAMES",
+                        help=f"Comma-separated probes to run on every host ({default_text}; name xid to read the "
+                             f"kernel log's Xids and NVML's pending recovery actions: it needs read access to the "
+                             f"journal).")
+
+
+def deadline_option(default: float | None, default_text: str = "") -> Callable[[click.decorators.FC],
+                                                                               click.decorators.FC]:
+    """``--deadline S`` (into ``deadline``): the probes' overall deadline on a node."""
+    return click.option("--deadline", type=click.FloatRange(min=1), default=default, show_default=default is not None,
+                        metavar="S", help=f"Overall deadline of the probes on a node, in seconds{default_text}; "
+                                          "longer than the load of one probe; a probe it cuts short is an error "
+                                          "record (exit 3).")
+
+
+def dtype_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--dtype`` (into ``dtype``): the GEMM data type."""
+    return click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True,
+                        help="GEMM data type.")(function)
+
+
+def max_gpu_mem_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--max-gpu-mem MIB`` (into ``max_gpu_mem``)."""
+    return click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
+                        help="Most GPU memory one probe may take on one GPU, in MiB.")(function)
+
+
+def links_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--links`` (into ``links``): which pairs of nodes are tested (LINK_MODES)."""
+    return click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True, help=help_text)
+
+
+def net_backend_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--net-backend`` (into ``net_backend``)."""
+    return click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
+                        help="Pair-test backend: perftest (ib_write_bw per HCA), nccl (send/recv per rail), tcp; "
+                             "auto: perftest where ib_write_bw and RDMA devices exist, else nccl with CUDA, else "
+                             "tcp.")(function)
+
+
+def net_address_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--net-address`` (into ``net_address``)."""
+    return click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
+                        help="Each host's data-plane address for pair tests: the hosts file's net= field, the "
+                             "address SSH reaches, or the address of interface NAME on the node; auto: the field "
+                             "where given, else ssh.")(function)
+
+
+def net_line_rate_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--net-line-rate GBPS`` (into ``net_line_rate``)."""
+    return click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
+                        help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
+                             "(virtual NICs, rate-limited overlays); links are judged against it.")(function)
 
 
 def thresholds_option(function: click.decorators.FC) -> click.decorators.FC:

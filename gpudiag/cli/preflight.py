@@ -13,11 +13,10 @@ import click
 
 from ..errors import InputError, OutputError
 from ..exitcodes import ExitCode
-from ..links.remote import NET_BACKENDS
 from ..preflight import DEFAULT_BUDGET_S, PreflightRequest, run_preflight
+from ..preflight.planner import DEFAULT_PROBES
 from ..preflight.render import action_lines, summary_line
 from ..preflight.run import PreflightRun, check_request, host_text, make_plan
-from ..records import DTYPES
 from ..report import render_report
 from ..report.console import render_sweep_table
 from ..report.detail import COMPACT, DETAILS
@@ -33,12 +32,38 @@ from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
-from .options import check_outputs, job_store, judging_options, node_python_option, ssh_options
+from .helptext import epilog
+from .options import (
+    check_outputs,
+    deadline_option,
+    dtype_option,
+    job_store,
+    json_option,
+    judging_options,
+    links_option,
+    max_gpu_mem_option,
+    net_address_option,
+    net_backend_option,
+    net_line_rate_option,
+    node_python_option,
+    probes_option,
+    ssh_options,
+)
+from .probe import listed_probe_names
 from .progress import make_progress
 from .textout import echo_text
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag preflight --budget 90 --drain   # in a job: its nodes",
+     "gpudiag preflight --here --hosts \"$SLURMD_NODENAME\" --budget 60 --drain",
+     "gpudiag preflight --simulate fleet.json --hosts 'node[016-019]' --no-store"],
+    [(ExitCode.OK, "healthy"),
+     (ExitCode.FAIL, "a fail finding: the only outcome --drain drains (also an output not written after a drain)"),
+     (ExitCode.USAGE, "bad input, or an output that could not be written (one line on stderr names it)"),
+     (ExitCode.UNCHECKED, "inconclusive: something could not be checked, within the budget or at all; never drains"),
+     (ExitCode.INTERNAL, "gpudiag itself failed: inconclusive, never drains"),
+     (ExitCode.INTERRUPTED, "interrupted: drains nothing")]))
 @click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
               help="The nodes: a hosts file, a host set such as 'gpu[01-04]', or - for stdin (default: "
                    "$SLURM_JOB_NODELIST, in a job or a prolog).")
@@ -61,19 +86,21 @@ from .textout import echo_text
 @click.option("--scontrol", "scontrol", default="scontrol", show_default=True, metavar="PATH",
               help="The scontrol command that drains, reads and resumes nodes; each call ends within what is left "
                    "of the budget (5 s at least for them all).")
-@click.option("--no-links", is_flag=True, help="No link screen between the nodes.")
+@probes_option(f"default: {','.join(DEFAULT_PROBES)}; the budget plans their load")
+@links_option("Link tests between the nodes (two or more), from the same budget: screen (two rounds forming a "
+              "cycle, then confirm rounds), full (every pair: more rounds), none; auto: screen.")
+@click.option("--no-links", is_flag=True, help="The same as --links none.")
+@deadline_option(None, " (default: planned within --budget; given, the planned one is capped at it)")
 @node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
-@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type.")
-@click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
-              help="Most GPU memory one probe may take on one GPU, in MiB.")
+@dtype_option
+@max_gpu_mem_option
 @click.option("--store", "store_path", default=None, metavar="PATH",
               help="SQLite store with the baseline; the check is kept there (default: "
                    "$XDG_DATA_HOME/gpudiag/gpudiag.db).")
 @click.option("--no-store", is_flag=True, help="No store: judged against the SKU figures and the nodes alone.")
 @judging_options
 @click.option("--exclude-file", default=None, metavar="PATH", help="Write the nodes a job should not get here.")
-@click.option("--json", "json_path", default=None, metavar="PATH|-",
-              help="Write the sweep document (with a 'preflight' part: plan, drains) here.")
+@json_option("Write the sweep document with a 'preflight' part (plan, drains).")
 @click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
               help="How much of each node's records the document keeps.")
 @click.option("--prom-file", default=None, metavar="PATH.prom", help="Write a node_exporter textfile here.")
@@ -82,17 +109,13 @@ from .textout import echo_text
               help="How the probes reach the nodes: ssh, or slurm (srun inside the job).")
 @click.option("--slurm-bundle-dir", default=None, metavar="DIR",
               help="slurm: a folder the nodes share where the probe bundle is staged.")
-@click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
-              help="Link screen backend (as gpudiag sweep).")
-@click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
-              help="Each node's data-plane address for the link screen (as gpudiag sweep).")
-@click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
-              help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
-                   "(virtual NICs, rate-limited overlays); links are judged against it (as gpudiag sweep).")
+@net_backend_option
+@net_address_option
+@net_line_rate_option
 @ssh_options
 def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
-              undrain: bool, scontrol: str, no_links: bool, no_retest: bool, python: str, dtype: str,
-              max_gpu_mem: int | None,
+              undrain: bool, scontrol: str, probe_list: str, links: str, no_links: bool, deadline: float | None,
+              no_retest: bool, python: str, dtype: str, max_gpu_mem: int | None,
               store_path: str | None, no_store: bool, baseline_name: str | None, thresholds_path: str | None,
               exclude_file: str | None, json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool,
               launcher: str, slurm_bundle_dir: str | None, net_backend: str, net_address: str,
@@ -100,11 +123,6 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
     where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
     figures and the live peers. Prints the plan first and one summary line last.
-
-    Exit status: 0 healthy; 1 a fail finding (the only outcome --drain drains; also when an output
-    could not be written after a drain); 2 bad input, or an output that could not be written;
-    3 inconclusive (something could not be checked, within the budget or at all: never drains);
-    4 gpudiag itself failed (inconclusive, never drains); 130 interrupted (drains nothing).
     """
     started = time.monotonic()
     stdin: TextIO = sys.stdin
@@ -117,7 +135,9 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
         judging=Judging(store_path=job_store(store_path, no_store, baseline_name), thresholds_path=thresholds_path,
                         baseline_name=baseline_name, retest=not no_retest),
         python=python, dtype=dtype, max_gpu_mem_mib=max_gpu_mem, net_backend=net_backend, net_address=net_address,
-        net_line_rate_gbps=net_line_rate, links=not no_links, drain=drain, undrain=undrain, scontrol=scontrol)
+        net_line_rate_gbps=net_line_rate, links=_link_mode(links, no_links),
+        probes=listed_probe_names(probe_list) if probe_list else DEFAULT_PROBES, deadline_s=deadline,
+        drain=drain, undrain=undrain, scontrol=scontrol)
     check_request(request)
     count, hosts_stdin = host_text(request, stdin)
     if here and count != 1:
@@ -134,6 +154,13 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     if gate.received:
         return ExitCode.INTERRUPTED
     return outputs_exit_code(run, output_errors)
+
+
+def _link_mode(links: str, no_links: bool) -> str:
+    """--links, with --no-links its synonym of --links none; InputError where they disagree."""
+    if no_links and links not in ("auto", "none"):
+        raise InputError(f"--no-links and --links {links} disagree: give one of them")
+    return "none" if no_links else links
 
 
 def outputs_exit_code(run: PreflightRun, output_errors: list[str]) -> ExitCode:

@@ -32,6 +32,7 @@ from ..store.baselines import (
 )
 from ..store.prune import PruneResult, check_rules, open_for_prune, prune
 from ..store.store import Store
+from .helptext import DONE_CODES, USAGE_ROW, epilog
 from .history import history  # noqa: F401 - gpudiag.cli.main registers it from here
 from .options import WIDER_HINT, store_location, store_option
 from .textout import echo_text
@@ -39,7 +40,11 @@ from .textout import echo_text
 FORMATS = ("text", "md", "json", "html")
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag report                              # the latest stored sweep",
+     "gpudiag report --format html -o report.html # text|md|json|html",
+     "gpudiag report sweep.json --format md       # a document from --json"],
+    [(ExitCode.OK, "written"), USAGE_ROW]))
 @click.argument("source", required=False, metavar="[SWEEP_ID | FILE.json]")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
 @click.option("-o", "--output", default=None, metavar="PATH", help="Write here instead of stdout.")
@@ -73,12 +78,18 @@ def _document(source: str | None, store_path: str | None) -> dict:
         return store.load_document(sweep_id)
 
 
-@click.group()
+@click.group(epilog=epilog(
+    ["gpudiag baseline build --last 3 --name default",
+     "gpudiag baseline show default",
+     "gpudiag baseline export default baseline.json"], DONE_CODES))
 def baseline() -> None:
     """Fleet baselines: robust references (median, MAD) per baseline key, from stored sweeps."""
 
 
-@baseline.command("build")
+@baseline.command("build", epilog=epilog(
+    ["gpudiag baseline build --last 3        # named 'default'",
+     "gpudiag baseline build --sweep ID --sweep ID --name h100 --replace"],
+    [(ExitCode.OK, "built and stored"), USAGE_ROW]))
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Use the last N stored sweeps.")
 @click.option("--sweep", "sweep_ids", multiple=True, metavar="ID", help="Use this sweep (repeatable).")
 @click.option("--name", default="default", show_default=True)
@@ -100,7 +111,9 @@ def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, repl
     return ExitCode.OK
 
 
-@baseline.command("show")
+@baseline.command("show", epilog=epilog(
+    ["gpudiag baseline show                  # every stored baseline",
+     "gpudiag baseline show default          # one baseline's entries"], DONE_CODES))
 @click.argument("name", required=False)
 @store_option
 def baseline_show(name: str | None, store_path: str | None) -> ExitCode:
@@ -144,7 +157,10 @@ def _baseline_table(shown: Baseline, width: int) -> Table:
     return fit_table(spec, width, WIDER_HINT)
 
 
-@baseline.command("export")
+@baseline.command("export", epilog=epilog(
+    ["gpudiag baseline export default baseline.json",
+     "gpudiag baseline export h100 /shared/h100.json --store /srv/gpudiag.db"],
+    [(ExitCode.OK, "written"), USAGE_ROW]))
 @click.argument("name")
 @click.argument("path", metavar="FILE.json")
 @store_option
@@ -157,12 +173,15 @@ def baseline_export(name: str, path: str, store_path: str | None) -> ExitCode:
     return ExitCode.OK
 
 
-@baseline.command("import")
+@baseline.command("import", epilog=epilog(
+    ["gpudiag baseline import baseline.json",
+     "gpudiag baseline import /shared/h100.json --replace"],
+    [(ExitCode.OK, "stored"), USAGE_ROW]))
 @click.argument("path", metavar="FILE.json")
 @click.option("--replace", is_flag=True, help="Replace a stored baseline of the same name.")
 @store_option
 def baseline_import(path: str, replace: bool, store_path: str | None) -> ExitCode:
-    """Store a baseline exported by ``gpudiag baseline export``."""
+    """Store a baseline exported by 'gpudiag baseline export'."""
     imported = import_baseline(read_json_file(path, "the baseline file"), path)
     with Store.open(store_location(store_path)) as store:
         save_baseline(store, imported, replace=replace)
@@ -170,12 +189,18 @@ def baseline_import(path: str, replace: bool, store_path: str | None) -> ExitCod
     return ExitCode.OK
 
 
-@click.group("store")
+@click.group("store", epilog=epilog(
+    ["gpudiag store prune --keep 20 --dry-run",
+     "gpudiag store prune --keep-days 90"], DONE_CODES))
 def store_group() -> None:
     """Look after the store file."""
 
 
-@store_group.command("prune")
+@store_group.command("prune", epilog=epilog(
+    ["gpudiag store prune --keep 20 --dry-run       # say what would go",
+     "gpudiag store prune --keep-days 90 --keep 20  # keep the union",
+     "gpudiag store prune --keep 5 --store demo/gpudiag.db"],
+    [(ExitCode.OK, "pruned (or, with --dry-run, said what would go)"), USAGE_ROW]))
 @click.option("--keep-days", type=click.IntRange(min=1), default=None, metavar="N",
               help="Keep the sweeps started within the last N days.")
 @click.option("--keep", type=click.IntRange(min=1), default=None, metavar="N", help="Keep the newest N sweeps.")

@@ -16,7 +16,7 @@ import click
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..links.remote import NET_BACKENDS, PairTestOptions
+from ..links.remote import PairTestOptions
 from ..pause import (
     DEFAULT_REFERENCE_PEERS,
     PAUSE_BUDGET_S,
@@ -35,29 +35,41 @@ from ..report.tables import make_console
 from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
-from ..run.request import LINK_MODES, Judging, LinkOptions, Reach, SweepRequest
+from ..run.request import Judging, LinkOptions, Reach, SweepRequest
 from ..run.runtime import Runtime
 from ..run.sweep import run_sweep
 from ..sim import FleetFile, demo_fleet_path
 from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
+from ..transport.bounded import MIB
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
+from .helptext import FLEET_CODES, USAGE_ROW, epilog
 from .options import (
     baseline_option,
+    check_deadline,
     check_outputs,
+    json_option,
+    links_option,
+    net_address_option,
+    net_backend_option,
+    net_line_rate_option,
     no_retest_option,
     node_python_option,
+    probes_option,
     run_store,
     ssh_options,
     store_option,
     thresholds_option,
     with_options,
 )
-from .probe import probe_names, probe_options
+from .probe import listed_probe_names, probe_options
 from .progress import make_progress
 from .textout import echo_text
+
+LINKS_HELP = ("Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full (every "
+              "pair), none; auto: screen.")
 
 
 def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -98,23 +110,14 @@ def link_options(function: Callable[..., Any]) -> Callable[..., Any]:
         return function(*args, links=chosen, **kwargs)
 
     decorators = [
-        click.option("--links", type=click.Choice(LINK_MODES), default="auto", show_default=True,
-                     help="Pairwise node-to-node tests: screen (two rounds forming a cycle, then confirm rounds), full "
-                          "(every pair), none; auto: screen."),
-        click.option("--net-backend", type=click.Choice(NET_BACKENDS), default="auto", show_default=True,
-                     help="Pair-test backend: perftest (ib_write_bw per HCA), nccl (send/recv per rail), tcp; auto: "
-                          "perftest where ib_write_bw and RDMA devices exist, else nccl with CUDA, else tcp."),
-        click.option("--net-address", default="auto", show_default=True, metavar="auto|field|ssh|iface:NAME",
-                     help="Each host's data-plane address for pair tests: the hosts file's net= field, the address "
-                          "SSH reaches, or the address of interface NAME on the node; auto: the field where given, "
-                          "else ssh."),
+        links_option(LINKS_HELP),
+        net_backend_option,
+        net_address_option,
         click.option("--net-duration", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="S",
                      help="Timed seconds per direction of each pair test."),
         click.option("--net-streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
                      help="Parallel TCP streams (tcp) or queue pairs (perftest) per pair test."),
-        click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
-                     help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
-                          "(virtual NICs, rate-limited overlays); links are judged against it."),
+        net_line_rate_option,
         click.option("--screen-stride", type=click.IntRange(min=1), default=None, metavar="K",
                      help="Screen each node with the nodes K places before and after it in the host list (default: one "
                           "more than the last stored sweep's, so successive sweeps reach every pair)."),
@@ -147,14 +150,16 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
     ]))
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag sweep --hosts 'gpu[01-64]' --json sweep.json --exclude-file ex.txt",
+     "gpudiag sweep --hosts hosts.txt -i ~/.ssh/fleet --links full -q",
+     "gpudiag sweep --simulate fleet.json --no-store --links none"],
+    FLEET_CODES))
 @click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
               help="A hosts file (one host per line), a host set such as 'gpu[01-64]', or - for stdin.")
 @click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
               help="Sweep a simulated fleet instead of real hosts (demos, tests, benchmarks).")
-@click.option("--probes", "probe_list", default="", metavar="NAMES",
-              help="Comma-separated probes to run on every host (default: every probe but xid; name xid to read the "
-                   "kernel log's Xids and NVML's pending recovery actions: it needs read access to the journal).")
+@probes_option("default: every probe but xid")
 @probe_options
 @node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--fanout", type=click.IntRange(min=1, max=4096), default=64, show_default=True,
@@ -162,7 +167,7 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @link_options
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on each host (default: --deadline plus start-up).")
-@click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the sweep document here.")
+@json_option("Write the sweep document (schema gpudiag.sweep/1).")
 @click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
               help="compact: every figure, P2P as matrices, telemetry as a table per GPU, per-SM arrays only for "
                    "GPUs a finding names (under 50 KB a node); full: every record as the node printed it.")
@@ -192,21 +197,17 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
           links: LinkOptions, host_timeout: float | None, json_path: str | None, json_detail: str,
           prom_file: str | None, quiet: bool, judging: Judging, exclude_file: str | None, reach: Reach, pause: bool,
           budget_s: float | None, suspects: str | None, reference_peers: int) -> ExitCode:
-    """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts.
-
-    Exit status: 0 every host checked and nothing failed; 1 a fail finding; 2 bad input;
-    3 some hosts, GPUs or measurements could not be checked or compared; 4 gpudiag itself failed;
-    130 interrupted (what finished is still written).
-    """
+    """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts."""
     stdin: TextIO = sys.stdin
     if hosts_argument is None and simulate_path is None and reach.launcher == "slurm":
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)  # inside a job: its nodes
     if (hosts_argument is None) == (simulate_path is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
-    names = probe_names(tuple(name.strip() for name in probe_list.split(",") if name.strip()))
+    names = listed_probe_names(probe_list)
     check_pause_backend(pause, links.pair.backend)
     given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
     deadline = pause_deadline_s(pause, deadline, given)
+    check_deadline(duration, deadline)
     focus = FocusRequest(suspects, reference_peers) if suspects is not None else None
     if focus is not None and links.screen_stride is None:
         links = dataclasses.replace(links, screen_stride=1)  # the hosts come suspect, its references, …: neighbours
@@ -239,9 +240,13 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
     return ExitCode.INTERRUPTED if gate.received else result.exit_code
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag demo --output demo   # demo/report.html, gpudiag.db, sweep.json",
+     "gpudiag demo -q              # in a new temporary folder it names"],
+    [(ExitCode.OK, "the demo ran (it says what a real sweep with its findings would exit)"), USAGE_ROW]))
 @click.option("--output", "output_dir", default=None, metavar="DIR",
-              help="Folder for the report, sweep document and exclude list (default: a new temporary one).")
+              help="Folder for the report, store, sweep document and exclude list (default: a new temporary "
+                   "one, kept, its path and size said last).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     """Sweep a built-in simulated 64-node H100 fleet with a few faults, every node pair too, and
@@ -249,8 +254,7 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
 
     Needs no GPU and no cluster; the analysis sees only the measurements, never the faults.
     """
-    folder = Path(output_dir) if output_dir else Path(tempfile.mkdtemp(prefix="gpudiag-demo-"))
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _demo_folder(output_dir)
     # Every pair of the 64 nodes (the full round robin), so a slow link between two nodes the
     # screen would not pair is named too.
     request = SweepRequest(hosts_argument=None, sweep=SweepOptions(probe=ProbeOptions()),
@@ -266,7 +270,29 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     click.echo(f"a real sweep with these findings would exit {int(result.exit_code)}")
     click.echo(f"store: {folder / 'gpudiag.db'}")
     click.echo(f"HTML report: {folder / 'report.html'}")
+    if output_dir is None:  # a temporary folder is not removed: the report and store are for reading
+        click.echo(f"the demo's files ({_folder_mib(folder):.0f} MiB) are kept in {folder}; remove them with "
+                   f"rm -r {folder}, or give --output DIR")
     return ExitCode.OK if not result.interrupted else ExitCode.INTERRUPTED
+
+
+def _demo_folder(output_dir: str | None) -> Path:
+    """``--output DIR``, created if need be, else a new temporary folder; InputError when DIR
+    cannot be created."""
+    if output_dir is None:
+        return Path(tempfile.mkdtemp(prefix="gpudiag-demo-"))
+    folder = Path(output_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"--output {output_dir}: cannot create the folder ({error.strerror}); "
+                         f"give another DIR") from None
+    return folder
+
+
+def _folder_mib(folder: Path) -> float:
+    """The size of the files under ``folder``, in MiB."""
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) / MIB
 
 
 def _write_outputs(result: SweepResult, json_path: str | None, exclude_file: str | None,

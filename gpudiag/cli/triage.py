@@ -8,8 +8,6 @@ import click
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..records import DTYPES
-from ..report import write_report
 from ..run.hostprobe import ProbeOptions
 from ..run.interrupts import InterruptGate
 from ..run.request import Judging, Reach
@@ -21,12 +19,30 @@ from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
-from .options import check_outputs, job_store, judging_options, node_python_option, ssh_options
+from .helptext import USAGE_ROW, epilog
+from .options import (
+    check_deadline,
+    check_outputs,
+    deadline_option,
+    dtype_option,
+    emit_json,
+    job_store,
+    json_option,
+    judging_options,
+    max_gpu_mem_option,
+    node_python_option,
+    ssh_options,
+)
 from .progress import make_progress
 from .textout import echo_text
 
 
-@click.command()
+@click.command(epilog=epilog(
+    ["gpudiag triage node017                  # every probe, with longer loads",
+     "gpudiag triage node017 --duration 300 --json t.json",
+     "gpudiag triage --simulate fleet.json --host node012 --no-store"],
+    [(ExitCode.OK, "nothing found and everything checked"), (ExitCode.FAIL, "a problem to act on"), USAGE_ROW,
+     (ExitCode.UNCHECKED, "nothing to act on, but something could not be checked")]))
 @click.argument("host_argument", required=False, metavar="HOST")
 @click.option("--host", "host_option", default=None, metavar="HOST",
               help="The host (the same as the HOST argument; with --simulate, a node of the fleet).")
@@ -36,12 +52,10 @@ from .textout import echo_text
               show_default=True, metavar="S",
               help="Seconds of timed load per load probe (GEMM, memory): long enough for heat and power limits "
                    "to show.")
-@click.option("--max-gpu-mem", type=click.IntRange(min=1), default=None, metavar="MIB",
-              help="Most GPU memory one probe may take on one GPU, in MiB.")
-@click.option("--dtype", type=click.Choice(DTYPES), default="bf16", show_default=True, help="GEMM data type.")
+@max_gpu_mem_option
+@dtype_option
 @click.option("--sequential", is_flag=True, help="Load one GPU at a time instead of all at once.")
-@click.option("--deadline", type=click.FloatRange(min=1), default=None, metavar="S",
-              help="Overall deadline of the probes on the node (default: 600 s plus 4 x --duration).")
+@deadline_option(None, " (default: 600 s plus 4 x --duration)")
 @node_python_option("python3", "The node's Python interpreter (it needs torch for the GPU probes).")
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on the host (default: --deadline plus start-up).")
@@ -52,7 +66,7 @@ from .textout import echo_text
 @judging_options
 @click.option("--history", "history_sweeps", type=click.IntRange(min=0), default=HISTORY_SWEEPS, show_default=True,
               metavar="N", help="How many of the host's stored sweeps to compare with.")
-@click.option("--json", "json_path", default=None, metavar="PATH|-", help="Write the triage document here.")
+@json_option("Write the triage document (schema gpudiag.triage/1).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @ssh_options
 def triage(host_argument: str | None, host_option: str | None, simulate_path: str | None, duration: float,
@@ -65,12 +79,11 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
     each GPU's pending recovery action; judged against the stored baseline, the SKU figures and the
     host's own history. Prints each problem with its evidence and the next action, most severe
     first, and what could not be checked.
-
-    Exit status: 0 nothing found and everything checked; 1 a problem to act on; 2 bad input;
-    3 nothing to act on, but something could not be checked; 4 gpudiag itself failed; 130 interrupted.
     """
     host = _one_host(host_argument, host_option)
     check_outputs(json_path)
+    if deadline is not None:
+        check_deadline(duration, deadline)
     probe = ProbeOptions(names=TRIAGE_PROBES, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                          sequential=sequential, deadline_s=deadline or default_deadline_s(duration), python=python)
     request = TriageRequest(
@@ -84,11 +97,7 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
         run = run_triage(request, Runtime(sys.stdin, make_progress(quiet), gate, connect=connect))
         result = explain(run)
         if json_path is not None:
-            text = strict_dumps(result.to_dict(), indent=1) + "\n"
-            if json_path == "-":
-                click.echo(text, nl=False)
-            else:
-                write_report(text, json_path)
+            emit_json(strict_dumps(result.to_dict(), indent=1) + "\n", json_path)
         echo_text(render_text(result), err=json_path == "-")
     return ExitCode.INTERRUPTED if gate.received else result.exit_code
 

@@ -1,5 +1,6 @@
-"""The pre-flight budget planner: from ``--budget S`` and the number of nodes, which probes run,
-for how long, and whether the link screen and the re-test fit.
+"""The pre-flight budget planner: from ``--budget S``, the number of nodes and the probes asked
+for (``--probes``; facts, telemetry, gemm and membw by default), which probes run, for how long,
+and whether the link screen and the re-test fit.
 
 The plan is a time table of windows that add up to no more than the budget:
 
@@ -18,10 +19,10 @@ coverage (``unchecked``), never the deadline.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import InputError
-from ..links.schedule import screen_rounds
+from ..links.schedule import full_rounds, screen_rounds
 
 # Seconds of the controller's own work: set-up (host resolution, store), analysis, outputs.
 CONTROLLER_S = 5.0
@@ -49,6 +50,8 @@ SAFETY = 1.25
 # The node-probe window is at most this many times its estimate.
 WINDOW_MAX = 3.0
 NO_LOAD_PROBES = ("facts", "telemetry")
+# The node probes of a pre-flight where --probes names none.
+DEFAULT_PROBES = (*NO_LOAD_PROBES, *LOAD_PROBES)
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,9 @@ class PreflightPlan:
     ``host_timeout_s``: the node-probe window (s), the limit of each host's probes;
     ``deadline_s``: the probe bundle's own deadline on the node (s); ``retest`` and
     ``retest_s``: whether suspects are re-tested, in a window of that many seconds; ``links``:
-    whether the link screen runs, ``link_rounds`` of pairs with ``net_duration_s`` timed seconds
-    per direction, in a window of ``links_s`` seconds; ``dropped``: what the budget left out, and why."""
+    whether the link screen runs (``full_links``: a test of every pair), ``link_rounds`` of pairs
+    with ``net_duration_s`` timed seconds per direction, in a window of ``links_s`` seconds;
+    ``dropped``: what the budget left out, and why."""
 
     budget_s: float
     hosts: int
@@ -75,6 +79,7 @@ class PreflightPlan:
     net_duration_s: float
     links_s: float
     dropped: tuple[str, ...] = ()
+    full_links: bool = False
 
     @property
     def planned_s(self) -> float:
@@ -87,14 +92,15 @@ class PreflightPlan:
         nodes = f"{self.hosts} node{'s' if self.hosts != 1 else ''}"
         lines = [f"pre-flight plan: {nodes} within a budget of {self.budget_s:g} s "
                  f"({self.planned_s:.0f} s planned)"]
-        loads = [name for name in self.probes if name in LOAD_PROBES]
+        loads = [name for name in self.probes if name not in NO_LOAD_PROBES]
         load_text = f", {self.duration_s:.1f} s of load per probe and GPU" if loads else ""
         lines.append(f"  node probes: {', '.join(self.probes)}{load_text}; at most {self.host_timeout_s:.0f} s "
                      f"a node")
         if self.retest:
             lines.append(f"  re-test of suspects: at most {self.retest_s:.0f} s")
         if self.links:
-            lines.append(f"  link screen: {self.link_rounds} round{'s' if self.link_rounds != 1 else ''} of pair "
+            what = "link tests of every pair" if self.full_links else "link screen"
+            lines.append(f"  {what}: {self.link_rounds} round{'s' if self.link_rounds != 1 else ''} of pair "
                          f"tests, {self.net_duration_s:.1f} s each way; at most {self.links_s:.0f} s")
         lines += [f"  not planned: {reason}" for reason in self.dropped]
         lines.append("  what does not finish within the budget is unchecked (exit 3), never passed")
@@ -126,15 +132,22 @@ def links_s(rounds: int, net_duration_s: float) -> float:
     return rounds * (PAIR_OVERHEAD_S + 2 * net_duration_s)
 
 
-def link_rounds(hosts: int) -> int:
-    """Rounds of the link screen of ``hosts`` nodes, with the planned confirm rounds."""
-    return len(screen_rounds([f"n{index}" for index in range(hosts)])) + CONFIRM_ROUNDS
+def link_rounds(hosts: int, full: bool = False) -> int:
+    """Rounds of the link screen of ``hosts`` nodes (``full``: of every pair), with the planned
+    confirm rounds."""
+    names = [f"n{index}" for index in range(hosts)]
+    return len(full_rounds(names) if full else screen_rounds(names)) + CONFIRM_ROUNDS
 
 
-def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: bool = True) -> PreflightPlan:
-    """The pre-flight of ``hosts`` nodes within ``budget_s`` seconds; the link screen where
-    ``links`` and there are two nodes or more, the re-test where ``retest``. Raises InputError
-    when the budget is too short for even the telemetry of a node (it names the least that is)."""
+def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: bool = True,
+                   probes: tuple[str, ...] = DEFAULT_PROBES, full_links: bool = False,
+                   deadline_s: float | None = None) -> PreflightPlan:
+    """The pre-flight of ``hosts`` nodes within ``budget_s`` seconds: the node ``probes`` (each
+    but facts and telemetry a load probe), the link screen where ``links`` and there are two
+    nodes or more (every pair where ``full_links``), the re-test where ``retest``; the bundle's
+    deadline on a node at most ``deadline_s`` seconds where given. Raises InputError when the
+    budget is too short for even the telemetry of a node (it names the least that is), or the
+    deadline for the planned load."""
     if hosts < 1:
         raise InputError("a pre-flight needs at least one node")
     room = budget_s - CONTROLLER_S
@@ -142,17 +155,38 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
     if room < least:
         raise InputError(f"--budget {budget_s:g}: too short for a node to start its probes and read its "
                          f"telemetry; give at least {CONTROLLER_S + least:.0f} s")
+    plan = _plan(budget_s, hosts, room, links, retest, probes, full_links)
+    return plan if deadline_s is None else _capped(plan, deadline_s)
+
+
+def _capped(plan: PreflightPlan, deadline_s: float) -> PreflightPlan:
+    """``plan`` with the bundle's deadline at most ``deadline_s``; raises InputError when that
+    leaves no room for the planned load of one probe."""
+    if any(name not in NO_LOAD_PROBES for name in plan.probes) and deadline_s <= plan.duration_s:
+        raise InputError(f"--deadline {deadline_s:g} is not longer than the planned {plan.duration_s:g} s of load "
+                         f"per probe: no load probe could finish; raise --deadline or leave it out (the plan "
+                         f"sets one within --budget)")
+    return replace(plan, deadline_s=min(plan.deadline_s, deadline_s))
+
+
+def _plan(budget_s: float, hosts: int, room: float, links: bool, retest: bool, probes: tuple[str, ...],
+          full_links: bool) -> PreflightPlan:
+    """plan_preflight's plan once the budget is known to hold a node's telemetry (``room``:
+    seconds left besides the controller's)."""
+    loads = sum(1 for name in probes if name not in NO_LOAD_PROBES)
     dropped: list[str] = []
-    if room < SAFETY * host_pass_s(MIN_DURATION_S):
-        dropped.append(f"{', '.join(LOAD_PROBES)} (the budget leaves no time for load)")
+    if room < SAFETY * host_pass_s(MIN_DURATION_S, loads):
+        dropped.append(f"{', '.join(name for name in probes if name not in NO_LOAD_PROBES)} (the budget leaves no "
+                       f"time for load)")
         if hosts >= 2 and links:
             dropped.append("link screen (the budget leaves no time for it)")
         window = min(room, WINDOW_MAX * host_pass_s(0.0, loads=0))
-        return PreflightPlan(budget_s, hosts, NO_LOAD_PROBES, MIN_DURATION_S, window, _deadline(window), False, 0.0,
+        kept = tuple(name for name in probes if name in NO_LOAD_PROBES) or NO_LOAD_PROBES
+        return PreflightPlan(budget_s, hosts, kept, MIN_DURATION_S, window, _deadline(window), False, 0.0,
                              False, 0, MIN_NET_DURATION_S, 0.0, tuple(dropped))
     wanted = hosts >= 2 and links
-    rounds = link_rounds(hosts) if wanted else 0
-    node_min = SAFETY * host_pass_s(MIN_DURATION_S)
+    rounds = link_rounds(hosts, full_links) if wanted else 0
+    node_min = SAFETY * host_pass_s(MIN_DURATION_S, loads)
     links = wanted and room >= node_min + SAFETY * links_s(rounds, MIN_NET_DURATION_S)
     if wanted and not links:
         dropped.append("link screen (the budget leaves no time for it)")
@@ -162,17 +196,17 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
         dropped.append("re-test of suspects (the budget leaves no time for it): it runs only if "
                        "the first pass leaves as much time as it took, else each suspect is unchecked (exit 3)")
     retest = retest and fits
-    duration, net_duration = _lengthen(room, retest, rounds if links else 0)
+    duration, net_duration = _lengthen(room, retest, rounds if links else 0, loads)
     link_window = SAFETY * links_s(rounds, net_duration) if links else 0.0
     retest_window = SAFETY * retest_s(duration) if retest else 0.0
     # What is left goes to the first pass (a slow node still finishes), up to WINDOW_MAX times
     # its estimate: a hung node should not hold the job's start for the whole budget.
-    window = min(room - retest_window - link_window, WINDOW_MAX * host_pass_s(duration))
-    return PreflightPlan(budget_s, hosts, ("facts", "telemetry", *LOAD_PROBES), duration, window, _deadline(window),
-                         retest, retest_window, links, rounds, net_duration, link_window, tuple(dropped))
+    window = min(room - retest_window - link_window, WINDOW_MAX * host_pass_s(duration, loads))
+    return PreflightPlan(budget_s, hosts, probes, duration, window, _deadline(window),
+                         retest, retest_window, links, rounds, net_duration, link_window, tuple(dropped), full_links)
 
 
-def _lengthen(room: float, retest: bool, rounds: int) -> tuple[float, float]:
+def _lengthen(room: float, retest: bool, rounds: int, loads: int) -> tuple[float, float]:
     """The load and net durations (s) that fill ``room``: both grow together from their least
     towards their targets, as far as the time allows."""
     def durations(share: float) -> tuple[float, float]:
@@ -181,7 +215,7 @@ def _lengthen(room: float, retest: bool, rounds: int) -> tuple[float, float]:
 
     def need(share: float) -> float:
         duration, net = durations(share)
-        return SAFETY * (host_pass_s(duration) + (retest_s(duration) if retest else 0.0) + links_s(rounds, net))
+        return SAFETY * (host_pass_s(duration, loads) + (retest_s(duration) if retest else 0.0) + links_s(rounds, net))
 
     low, high = 0.0, 1.0
     if need(high) <= room:

@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..exitcodes import ExitCode
 from ..hosts import load_hosts
 from ..links.remote import PairTestOptions
+from ..links.schedule import FULL
 from ..run.fanout import SweepOptions, SweepResult
 from ..run.hostprobe import ProbeOptions
 from ..run.request import Judging, LinkOptions, Reach, SweepRequest
@@ -27,7 +28,7 @@ from ..run.runtime import Runtime
 from ..run.sweep import run_sweep
 from ..slurm.drain import CommandOutcome, UndrainResult, drain, drain_commands, undrain
 from .checked import host_checks
-from .planner import PreflightPlan, plan_preflight
+from .planner import DEFAULT_PROBES, PreflightPlan, plan_preflight
 
 DEFAULT_BUDGET_S = 120.0
 # Seconds the scontrol calls after the run (drain, node query, resume) get together even when the
@@ -42,9 +43,10 @@ MIN_FANOUT = 64
 class PreflightRequest:
     """One ``gpudiag preflight``: the hosts (``hosts_argument``, or the nodes of the reach's
     stand-in fleet), the ``budget_s`` in seconds, how the nodes are reached and the results kept
-    and judged (the sweep's own ``Reach`` and ``Judging``), what the probes and pair tests may
-    use, and whether to ``drain`` and ``undrain`` through ``scontrol``. The budget plans the
-    rest (gpudiag.preflight.planner)."""
+    and judged (the sweep's own ``Reach`` and ``Judging``), which probes and link tests to
+    plan (as a sweep's ``--probes`` and ``--links``), what the probes and pair tests may use,
+    and whether to ``drain`` and ``undrain`` through ``scontrol``. The budget plans the rest
+    (gpudiag.preflight.planner)."""
 
     hosts_argument: str | None
     budget_s: float = DEFAULT_BUDGET_S
@@ -56,7 +58,9 @@ class PreflightRequest:
     net_backend: str = "auto"
     net_address: str = "auto"
     net_line_rate_gbps: float | None = None  # --net-line-rate: links judged against it (tcp too)
-    links: bool = True
+    links: str = "auto"  # LINK_MODES, as a sweep's --links: auto and screen screen, full tests every pair
+    probes: tuple[str, ...] = DEFAULT_PROBES  # --probes: the node probes the budget plans
+    deadline_s: float | None = None  # --deadline: the bundle's deadline on a node at most this (else planned)
     drain: bool = False
     undrain: bool = False
     scontrol: str = "scontrol"
@@ -112,6 +116,8 @@ def host_text(request: PreflightRequest, stdin: TextIO) -> tuple[int, TextIO]:
 
 def check_request(request: PreflightRequest) -> None:
     """Raises InputError for options that do not go together."""
+    if not request.probes:
+        raise InputError("--probes names no probe; name at least one, e.g. --probes facts,telemetry,gemm")
     if request.reach.here and request.reach.stand_in is not None:
         raise InputError("--here probes this machine; --simulate a simulated fleet: give one of them")
     if request.reach.here and request.reach.launcher != "ssh":
@@ -129,7 +135,7 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
         # The re-test runs whenever asked and the first pass leaves the time it took (gpudiag.run.sweep):
         # the plan only says whether a window is kept for it.
         reach=request.reach, judging=request.judging,
-        links=LinkOptions(mode="screen" if plan.links else "none", net_address=request.net_address,
+        links=LinkOptions(mode=request.links if plan.links else "none", net_address=request.net_address,
                           pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s,
                                                python=request.python, line_rate_gbps=request.net_line_rate_gbps)),
         budget_s=request.budget_s)
@@ -138,7 +144,8 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
 def make_plan(request: PreflightRequest, hosts: int) -> PreflightPlan:
     """The plan for ``hosts`` nodes within the request's budget (the link screen and the re-test
     only where asked). Raises InputError for a budget too short for anything."""
-    return plan_preflight(request.budget_s, hosts, links=request.links, retest=request.judging.retest)
+    return plan_preflight(request.budget_s, hosts, links=request.links != "none", retest=request.judging.retest,
+                          probes=request.probes, full_links=request.links == FULL, deadline_s=request.deadline_s)
 
 
 def run_preflight(request: PreflightRequest, plan: PreflightPlan, runtime: Runtime, started: float) -> PreflightRun:

@@ -1,6 +1,7 @@
 """The simulated fleet through the CLI: sweep, demo, report, history, baseline; input errors."""
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,29 @@ def test_the_demo_writes_its_html_report_and_says_where(tmp_path: Path):
     assert result.output.strip().splitlines()[-1] == f"HTML report: {tmp_path / 'demo' / 'report.html'}"
     assert (tmp_path / "demo" / "report.html").stat().st_size > 10_000
     assert "a real sweep with these findings would exit 1" in result.output
+
+
+def test_the_demo_without_output_names_its_kept_folder_and_the_readme_says_what_it_plants(tmp_path: Path,
+                                                                                          monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes the demo's folder
+    result = _run("demo", "-q")
+    assert result.exit_code == 0, result.output
+    [folder] = list(tmp_path.glob("gpudiag-demo-*"))
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("the demo's files (") and f"MiB) are kept in {folder}; remove them with rm -r {folder}" \
+        in last
+    assert (folder / "report.html").is_file() and (folder / "gpudiag.db").is_file()
+    # README describes the demo's unreachable node and its hung one as the demo reports them
+    hosts = [line.split() for line in result.output.splitlines() if line.startswith("  unreachable ")
+             or line.startswith("  timeout ")]
+    assert sorted((words[0], words[1]) for words in hosts) == [("timeout", "1"), ("unreachable", "1")]
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert "an unreachable node and one whose probes hang until they time out" in readme
+
+
+def test_a_demo_output_that_cannot_be_made_is_bad_input(tmp_path: Path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = CliRunner().invoke(main, ["demo", "-q", "--output", str(blocker / "demo")])
+    assert result.exit_code == 2
+    assert result.output.startswith(f"gpudiag: error: --output {blocker / 'demo'}: cannot create the folder")

@@ -112,7 +112,7 @@ def test_the_stored_history_follows_a_gpu_by_its_nvml_index_after_a_lost_one(tmp
     result = runner.invoke(main, ["sweep", "--simulate", fleet, "--store", str(store), "--links", "none", "-q", *FAST],
                            catch_exceptions=False)
     assert result.exit_code == 1, result.output
-    history = runner.invoke(main, ["history", "node003", "--store", str(store), "--json"], catch_exceptions=False)
+    history = runner.invoke(main, ["history", "node003", "--store", str(store), "--json", "-"], catch_exceptions=False)
     document = json.loads(history.output)
     [gemm] = [f for f in document["sweeps"][0]["figures"] if f["metric"] == "gemm.tflops"]
     per_gpu = dict(gemm["per_gpu"])

@@ -55,7 +55,7 @@ def declining(tmp_path_factory) -> tuple[Path, list[dict[str, Any]]]:
 
 
 def _history_json(store: Path, host: str = "node002", *extra: str) -> dict[str, Any]:
-    result = _run("history", host, "--store", str(store), "--json", *extra)
+    result = _run("history", host, "--store", str(store), "--json", "-", *extra)
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 

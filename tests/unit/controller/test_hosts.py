@@ -305,3 +305,34 @@ def test_a_per_host_data_address_field_is_read_and_checked(tmp_path: Path) -> No
         with pytest.raises(InputError) as error:
             load_hosts(str(path), io.StringIO())
         assert str(error.value).startswith(f"{path}:2: ") and message in str(error.value)
+
+
+@pytest.mark.parametrize(("argument", "expected"), [
+    ("alice@node1,bob@node2", [HostSpec("node1", user="alice"), HostSpec("node2", user="bob")]),
+    ("alice@node1,node2:2222", [HostSpec("node1", user="alice"), HostSpec("node2", port=2222)]),
+    ("alice@node[1-3],bob@gpu[1-2]:22",
+     [HostSpec(f"node{n}", user="alice") for n in (1, 2, 3)] + [HostSpec(f"gpu{n}", user="bob", port=22)
+                                                                 for n in (1, 2)]),
+    ("node[1-3]", [HostSpec(f"node{n}") for n in (1, 2, 3)]),
+    ("alice@node[1-3]", [HostSpec(f"node{n}", user="alice") for n in (1, 2, 3)]),
+    ("alice@node[1,3]:2222", [HostSpec(f"node{n}", user="alice", port=2222) for n in (1, 3)]),
+    ("[::1]:2201,bob@[::2]:2202", [HostSpec("::1", port=2201), HostSpec("::2", user="bob", port=2202)]),
+])
+def test_each_comma_separated_entry_has_its_own_user_and_port(argument: str, expected: list[HostSpec]) -> None:
+    assert load_hosts(argument, NO_STDIN) == expected
+
+
+def test_the_same_entries_in_a_hosts_file_line_read_alike(tmp_path: Path) -> None:
+    specs = load_hosts(write_hosts(tmp_path, "alice@node1,bob@node[2-3]\n"), NO_STDIN)
+    assert [(spec.user, spec.host) for spec in specs] == [("alice", "node1"), ("bob", "node2"), ("bob", "node3")]
+
+
+@pytest.mark.parametrize(("argument", "problem"), [
+    ("alice@node1,,bob@node2", "empty host name between commas"),
+    ("alice@node1,bob@", "no host name"),
+    ("alice@node1,-bob@node2", "'-bob' is not a valid user name"),
+])
+def test_a_bad_entry_among_commas_is_named_alone(argument: str, problem: str) -> None:
+    with pytest.raises(InputError, match="neither a hosts file nor a valid host set") as caught:
+        load_hosts(argument, NO_STDIN)
+    assert problem in str(caught.value)
