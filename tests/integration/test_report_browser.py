@@ -175,7 +175,13 @@ def test_every_planted_fault_shows_in_the_fault_colour_and_every_finding_is_list
 
 
 def test_on_a_wide_screen_findings_are_compact_the_grid_is_on_the_first_screen_evidence_one_click_away(
-        browser: Any, report: Path):
+        browser: Any, report: Path, sweep: dict[str, Any], tmp_path: Path):
+    # With eight times the findings, the findings scroll in their box and the grid still shows.
+    many = tmp_path / "many-findings.html"
+    write_report(render_report({**sweep, "findings": sweep["findings"] * 8}, "html"), many)
+    view(browser, many, WIDE)
+    top = browser.execute_script("return document.getElementById('gpu-heatmap').getBoundingClientRect().top;")
+    assert top < 0.85 * WIDE[1], top
     view(browser, report, WIDE)
     layout = browser.execute_script("""
         const rows = [...document.querySelectorAll('#findings-table tbody tr')];
