@@ -87,40 +87,75 @@ class DeviceCell:
 
 
 @dataclass(frozen=True)
+class GridKey:
+    """One key of the grid (probe, metric, unit, parameters and device model): how a cell names
+    it, and its reference, the fleet median of the devices' figures of that key."""
+
+    label: str
+    unit: str
+    model: str
+    reference: float
+
+
+@dataclass(frozen=True)
 class DeviceGrid:
-    """Cells by host label and column (GPU index, or HOST_COLUMN), the columns in order, and the
-    reference of each (model, metric label, unit) for the legend."""
+    """The median figure of each host's devices by (column, key index into ``keys``), and the
+    columns in order (GPU index, then HOST_COLUMN). Cells are made for the rows shown only: a
+    10,000-node fleet has half a million figures, and objects for each of them cost more than the
+    figures themselves."""
 
-    cells: Mapping[str, Mapping[int, DeviceCell]]
+    figures: Mapping[str, Mapping[tuple[int, int], float]]
+    keys: tuple[GridKey, ...]
     columns: tuple[int, ...]
-    references: Mapping[tuple[str, str, str], float]
 
+    def cells(self, host: str) -> dict[int, DeviceCell]:
+        """The cells of ``host`` by column (empty for a host without any figure)."""
+        found: dict[int, list[DeviceFigure]] = defaultdict(list)
+        for (column, key_index), value in self.figures.get(host, {}).items():
+            key = self.keys[key_index]
+            found[column].append(DeviceFigure(key.label, value, key.unit, key.reference, key.model))
+        return {column: DeviceCell(tuple(sorted(figures, key=_figure_order))) for column, figures in found.items()}
 
-# (host, column, key, label, unit, model) → values of that device and key
-_Raw = tuple[str, int, Any, str, str, str]
+    def worst_ratio(self, host: str) -> float | None:
+        """The lowest share of its reference of any figure of ``host``; None without a figure."""
+        ratios = [value / reference if (reference := self.keys[key_index].reference) else 1.0
+                  for (_, key_index), value in self.figures.get(host, {}).items()]
+        return min(ratios) if ratios else None
+
+    @property
+    def references(self) -> dict[tuple[str, str, str], float]:
+        """The reference of each (model, metric label, unit), for the legend (one per label and
+        unit where a metric has several parameter sets)."""
+        legend: dict[tuple[str, str, str], float] = {}
+        for key in self.keys:
+            legend.setdefault((key.model, key.label, key.unit), key.reference)
+        return dict(sorted(legend.items()))
 
 
 def device_grid(document: Document) -> DeviceGrid:
     """The grid of ``document``: every ok figure of GRID_METRICS of each host's GPUs and host
-    devices, each against the fleet median of its key."""
-    gathered: dict[_Raw, list[float]] = defaultdict(list)
+    devices (several of one device and key: their median), each key's reference the fleet median."""
+    key_indexes: dict[Any, int] = {}
+    described: list[tuple[str, str, str]] = []
+    gathered: dict[str, dict[tuple[int, int], list[float]]] = defaultdict(dict)
     for host in _hosts(document):
-        for raw, value in _host_figures(host):
-            gathered[raw].append(value)
-    medians = {raw: statistics.median(values) for raw, values in gathered.items()}
-    pooled: dict[Any, list[float]] = defaultdict(list)
-    for (_, _, key, _, _, _), value in medians.items():
-        pooled[key].append(value)
-    references = {key: statistics.median(values) for key, values in pooled.items()}
-    figures: dict[str, dict[int, list[DeviceFigure]]] = defaultdict(lambda: defaultdict(list))
-    legend: dict[tuple[str, str, str], float] = {}
-    for (host, column, key, label, unit, model), value in medians.items():
-        figures[host][column].append(DeviceFigure(label, value, unit, references[key], model))
-        legend.setdefault((model, label, unit), references[key])
-    cells = {host: {column: DeviceCell(tuple(sorted(found, key=_figure_order)))
-                    for column, found in by_column.items()} for host, by_column in figures.items()}
-    columns = sorted({column for row in cells.values() for column in row}, key=_column_order)
-    return DeviceGrid(cells, tuple(columns), dict(sorted(legend.items())))
+        mine = gathered[str(host.get("host"))]
+        for column, key, label, unit, model, value in _host_figures(host):
+            key_index = key_indexes.get(key)
+            if key_index is None:
+                key_index = key_indexes[key] = len(described)
+                described.append((label, unit, model))
+            mine.setdefault((column, key_index), []).append(value)
+    figures = {host: {slot: statistics.median(values) for slot, values in mine.items()}
+               for host, mine in gathered.items() if mine}
+    pooled: list[list[float]] = [[] for _ in described]
+    for mine in figures.values():
+        for (_, key_index), value in mine.items():
+            pooled[key_index].append(value)
+    keys = tuple(GridKey(label, unit, model, statistics.median(values))
+                 for (label, unit, model), values in zip(described, pooled, strict=True))
+    columns = sorted({column for mine in figures.values() for column, _ in mine}, key=_column_order)
+    return DeviceGrid(figures, keys, tuple(columns))
 
 
 def column_label(column: int) -> str:
@@ -128,10 +163,10 @@ def column_label(column: int) -> str:
     return "host" if column == HOST_COLUMN else f"GPU {column}"
 
 
-def _host_figures(host: Mapping[str, Any]) -> Iterator[tuple[_Raw, float]]:
-    """(raw key, value) of each ok figure of one host entry: its records, and its P2P matrices."""
+def _host_figures(host: Mapping[str, Any]) -> Iterator[tuple[int, Any, str, str, str, float]]:
+    """(column, key, metric label, unit, model, value) of each ok figure of one host entry: its
+    records, and its P2P matrices."""
     facts = host.get("facts") or {}
-    label = str(host.get("host"))
     columns = _Columns(facts)
     p2p: list[Mapping[str, Any]] = []
     for result in host.get("results") or ():
@@ -149,10 +184,10 @@ def _host_figures(host: Mapping[str, Any]) -> Iterator[tuple[_Raw, float]]:
         model = _model(facts, column)
         unit = str(result.get("unit") or "")
         key = (model, result.get("probe"), result.get("metric"), unit, _frozen(result.get("params") or {}))
-        yield (label, column, key, metric.label, unit, model), float(result["value"])
+        yield column, key, metric.label, unit, model, float(result["value"])
     for column, key, unit, value in _p2p_figures(columns, host.get("p2p") or (), p2p):
         model = _model(facts, column)
-        yield (label, column, (model, key), "P2P", unit, model), value
+        yield column, (model, key), "P2P", unit, model, value
 
 
 def _p2p_figures(columns: _Columns, matrices: Iterable[Any], records: Iterable[Mapping[str, Any]]

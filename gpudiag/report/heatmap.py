@@ -66,12 +66,12 @@ def html_heatmap(document: Document) -> str:
     named = named_devices(document)
     columns = sorted({*grid.columns, *(gpu for gpus in named.values() for gpu in gpus if gpu is not None)})
     columns = [*(c for c in columns if c >= 0), *(c for c in columns if c < 0)]
-    if not grid.cells:
+    if not grid.figures:
         return '<p class="muted" id="no-device-figures">No GPU or host device figures in this sweep.</p>'
     headers = "".join(f"<th>{_e(header)}</th>" for header in ("host", *map(column_label, columns), "worst",
                                                                   "findings"))
     shown, folded = _split_rows(document, grid, named)
-    rows = [_row(host, grid.cells.get(str(host.get("host")), {}), columns, named.get(str(host.get("host")), {}))
+    rows = [_row(host, grid.cells(str(host.get("host"))), columns, named.get(str(host.get("host")), {}))
             for host in shown]
     return (_legend(grid) + f'<table id="gpu-heatmap" class="heatmap"><thead><tr>{headers}</tr></thead>\n<tbody>\n'
             + "\n".join(rows) + "\n</tbody></table>" + _folded_line(grid, folded))
@@ -88,20 +88,15 @@ def _split_rows(document: Document, grid: DeviceGrid, named: Mapping[str, Any]
     others = [host for host in hosts if str(host.get("host")) not in rank]
     if len(hosts) <= FOLD_ABOVE_HOSTS:
         return flagged + others, []
-    others.sort(key=lambda host: _worst_ratio(grid, host) or 0.0)
+    others.sort(key=lambda host: grid.worst_ratio(str(host.get("host"))) or 0.0)
     return flagged + others[:OTHER_ROWS_SHOWN], others[OTHER_ROWS_SHOWN:]
-
-
-def _worst_ratio(grid: DeviceGrid, host: Mapping[str, Any]) -> float | None:
-    ratios = [cell.worst.ratio for cell in grid.cells.get(str(host.get("host")), {}).values() if cell.worst]
-    return min(ratios) if ratios else None
 
 
 def _folded_line(grid: DeviceGrid, folded: Sequence[Mapping[str, Any]]) -> str:
     """How many hosts were folded, the range of their worst devices and their names."""
     if not folded:
         return ""
-    ratios = [ratio for host in folded if (ratio := _worst_ratio(grid, host)) is not None]
+    ratios = [ratio for host in folded if (ratio := grid.worst_ratio(str(host.get("host")))) is not None]
     text = f"{plural(len(folded), 'more host')} folded, none named by a finding"
     if ratios:
         text += f"; their worst devices {100 * min(ratios):.1f}–{100 * max(ratios):.1f} % of the fleet median"
