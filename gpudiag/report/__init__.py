@@ -18,7 +18,8 @@ The parts: ``phrasing`` (the words of a finding, its figures and host groups, sh
 format), ``summary`` (the summary line and the impact estimate), ``linkfigures`` (the pair figures
 per rail against the reference of their group, hosts ordered suspects first; shared by every
 format), one module per format (``text``, ``markdown``, ``html``; JSON is here), and the HTML
-report's colour grids (``heatmap``: the colour scale and the GEMM heat map; ``linkmap``: the link
+report's colour grids (``heatmap``: the colour scale and the device grid, each GPU's worst figure
+across every measured metric, read by ``gpufigures``; ``linkmap``: the link
 section, one row per host with its partners, and the host × host matrix for a small fleet) and
 table markup (``markup``).
 """

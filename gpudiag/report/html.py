@@ -1,6 +1,7 @@
 """The HTML report: one self-contained file from the template and style sheet of ``gpudiag.reports``,
-with the summary, the impact estimate, hosts by status, the findings table and the colour grids
-(``heatmap``) and the link section (``linkmap``). It needs no network and no JavaScript."""
+with the summary, the impact estimate, the findings table, the colour grid of devices (``heatmap``),
+hosts by status and the link section (``linkmap``). It needs no network and no JavaScript; on a
+narrow screen (a phone) the findings table turns into one card per finding."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from .heatmap import html_heatmap
 from .linkmap import html_links
 from .markup import _e, _html_table
 from .phrasing import (
-    FINDING_COLUMNS,
     HOST_COLUMNS,
     Document,
     _findings,
     action_verb,
+    finding_location,
     finding_row,
     gpu_ids,
     host_group_rows,
@@ -32,8 +33,9 @@ TEMPLATE_FILES = ("report.html", "report.css")
 
 
 def render_html(document: Document) -> str:
-    """One self-contained HTML file: summary and impact, hosts by status, findings, the GEMM heat
-    map (host × GPU) and the node-to-node link matrix. Raises InstallationError without templates."""
+    """One self-contained HTML file: summary and impact, the findings, the device grid (host × GPU,
+    each device's worst figure), hosts by status and the node-to-node links. Raises
+    InstallationError without templates."""
     template, css = (_read_template(name) for name in TEMPLATE_FILES)
     title = f"gpudiag sweep {document.get('sweep_id', '?')}"
     return string.Template(template).substitute(
@@ -68,23 +70,45 @@ def html_hosts(document: Document) -> str:
     return _html_table("host-status", HOST_COLUMNS, rows)
 
 
+# The findings table's columns; a finding's figures, basis, evidence and action detail are one click
+# away in the last (a <details>), so a row stays one line on a wide screen.
+FINDING_TABLE_COLUMNS = ["severity", "action", "kind", "where", "metric", "deficit", "evidence"]
+
+
 def html_findings(findings: Sequence[Mapping[str, Any]]) -> str:
-    """The findings table (already sorted), one row per finding: the action verb as a badge, the GPU's
-    full UUID and PCI bus id, figures with units, what it rests on, the evidence and the detail."""
+    """The findings table (already sorted), one compact row per finding: severity, the action verb
+    as a badge, kind, where (with the GPU's full UUID and PCI bus id), metric and deficit; its value,
+    reference, robust z, basis, evidence and action detail in a ``<details>`` of the last column.
+    Each cell carries its column's name (``data-label``) for the narrow layout. On a wide screen the
+    table scrolls within 40 % of the window's height, so the device grid stays on the first screen."""
     if not findings:
         return '<p class="muted">No findings.</p>'
-    rows = []
-    for finding in findings:
-        cells = finding_row(finding, full_uuid=True)
-        attributes = [""] * len(cells)
-        verb = action_verb(finding)
-        attributes[1] = f' class="action act-{verb}"' if verb else ' class="action"'
-        ids = gpu_ids(finding, full_uuid=True)
-        if ids:
-            attributes[3] = f' title="{_e(f"GPU {ids}")}"'
-        row = "".join(f"<td{attribute}>{_e(cell)}</td>" for attribute, cell in zip(attributes, cells, strict=True))
-        rows.append(f'<tr class="{_e(finding.get("severity", ""))}">{row}</tr>')
-    return _html_table("findings-table", FINDING_COLUMNS, rows)
+    rows = [_finding_row(finding) for finding in findings]
+    return f'<div class="findings-scroll">{_html_table("findings-table", FINDING_TABLE_COLUMNS, rows)}</div>'
+
+
+
+def _finding_row(finding: Mapping[str, Any]) -> str:
+    severity, action, kind, where, metric, value, reference, deficit, robust_z, basis, evidence, detail = (
+        finding_row(finding, full_uuid=True))
+    verb = action_verb(finding)
+    location = finding_location(finding)
+    ids = where.removeprefix(location)  # the GPU's UUID and bus id, the share of a fleet shift
+    gpu = gpu_ids(finding, full_uuid=True)
+    facts = [("value", value), ("reference", reference), ("robust z", robust_z), ("basis", basis),
+             ("evidence", evidence), ("action detail", detail)]
+    body = "".join(f"<dt>{_e(name)}</dt><dd>{_e(text)}</dd>" for name, text in facts if text)
+    summary = " vs ".join(part for part in (value, reference) if part) or basis or "details"
+    # (attributes, inner HTML) of each cell, in FINDING_TABLE_COLUMNS order
+    cells = [("", _e(severity)), (f' class="action act-{verb}"' if verb else ' class="action"', _e(action)),
+             ("", _e(kind)),
+             (f' title="{_e(f"GPU {gpu}")}"' if gpu else "",
+              _e(location) + (f'<small class="ids">{_e(ids)}</small>' if ids else "")),
+             ("", _e(metric)), ("", _e(deficit)),
+             (' class="evidence"', f"<details><summary>{_e(summary)}</summary><dl>{body}</dl></details>")]
+    row = "".join(f'<td data-label="{label}"{attributes}>{inner}</td>'
+                  for label, (attributes, inner) in zip(FINDING_TABLE_COLUMNS, cells, strict=True))
+    return f'<tr class="{_e(finding.get("severity", ""))}">{row}</tr>'
 
 
 def _footer(document: Document) -> str:

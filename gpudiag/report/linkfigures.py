@@ -6,8 +6,10 @@ pooled — which is the median of the group's pair figures. Per host: its measur
 first, and the link findings (``slow_nic``, ``slow_link``, ``link_error``) that name it. Hosts are
 ordered for someone on call: hosts named by a link finding first (``slow_nic``, then the ends of
 a ``slow_link``, then those of a ``link_error``; ``fail`` before ``warn``, the largest deficit
-first), then hosts with an error pair, then every other host by its worst pair. Hosts of the
-sweep that no pair test reached are ``not tested``, with the reason the document gives.
+first), then hosts with an error pair, then every other host by its worst pair. A host's worst
+pair leaves out partners whose own finding explains the pair (a ``slow_nic`` or ``nic_port`` of
+the partner): one slow NIC would otherwise make every host it was paired with look slow. Hosts of
+the sweep that no pair test reached are ``not tested``, with the reason the document gives.
 
 Pure and tolerant of stored documents: a missing key counts as null, an entry with no number is
 a pair that could not be tested, entries of another metric are counted, not shown.
@@ -30,6 +32,8 @@ LINK_METRIC = "gbps"
 LINK_UNITS = {"gbps": "Gbit/s"}
 # Rows named by a link finding come first, in this order of kinds.
 ROW_KINDS = (Kind.SLOW_NIC, Kind.SLOW_LINK, Kind.LINK_ERROR)
+# A finding of these kinds about a host explains every pair of it: its partners' worst pair leaves it out.
+EXPLAINING_KINDS = (Kind.SLOW_NIC, Kind.NIC_PORT)
 SEVERITY_RANK = {Severity.FAIL: 0, Severity.WARN: 1}
 # The status word of the ``unchecked`` finding for a host left out of the link rounds (plan.py).
 NOT_PAIR_TESTED = "not pair-tested"
@@ -97,15 +101,18 @@ class PairFigures:
 @dataclass(frozen=True)
 class HostRow:
     """One host: its partners (errors first, then the worst pair first), the link findings that
-    name it (cost order), whether it is a suspect (named by a finding, or with an error pair)
-    and its worst pair."""
+    name it (cost order), whether it is a suspect (named by a finding, or with an error pair),
+    its worst pair and the partners left out of choosing it (``explained``)."""
 
     host: str
     partners: tuple[PairFigures, ...]
     findings: tuple[Mapping[str, Any], ...]
     suspect: bool
-    # The partner pair with the lowest ratio to its reference; None when none gave a figure.
+    # The partner pair with the lowest ratio to its reference, among partners whose own finding
+    # does not explain the pair (all partners when every one is explained); None without a figure.
     worst: PairFigures | None
+    # Partners with a figure whose own finding (EXPLAINING_KINDS) explains their pair with this host.
+    explained: tuple[str, ...] = ()
 
     @property
     def worst_ratio(self) -> float | None:
@@ -213,7 +220,7 @@ def link_view(document: Document) -> LinkView:
     references = _references(runs)
     pairs = _pair_figures(runs, references)
     findings = _link_findings(document)
-    rows = _rows(pairs, findings)
+    rows = _rows(pairs, findings, _explaining_hosts(document))
     tested = {host for pair in pairs for host in pair}
     return LinkView(metric=metric, unit=_unit(kept, metric), groups=_groups(pairs, references), pairs=pairs,
                     rows=rows, not_tested=_not_tested(document, tested) if entries else (),
@@ -330,7 +337,14 @@ def _link_findings(document: Document) -> dict[str, list[Mapping[str, Any]]]:
     return named
 
 
-def _rows(pairs: Mapping[Pair, PairFigures], findings: Mapping[str, list[Mapping[str, Any]]]) -> tuple[HostRow, ...]:
+def _explaining_hosts(document: Document) -> set[str]:
+    """Hosts whose own finding (EXPLAINING_KINDS) explains every pair they are an end of."""
+    return {str(finding["host"]) for finding in _findings(document)
+            if finding.get("kind") in EXPLAINING_KINDS and finding.get("host")}
+
+
+def _rows(pairs: Mapping[Pair, PairFigures], findings: Mapping[str, list[Mapping[str, Any]]],
+          explaining: set[str]) -> tuple[HostRow, ...]:
     partners: dict[str, list[PairFigures]] = defaultdict(list)
     for pair in pairs.values():
         partners[pair.a].append(pair)
@@ -340,8 +354,10 @@ def _rows(pairs: Mapping[Pair, PairFigures], findings: Mapping[str, list[Mapping
         mine = sorted(partners.get(host, []), key=lambda pair: (not pair.errors, *_pair_order(pair)))
         named = sorted(findings.get(host, []), key=_finding_order)
         measured = [pair for pair in mine if pair.worst is not None]
+        unexplained = [pair for pair in measured if pair.partner(host) not in explaining] or measured
+        explained = tuple(pair.partner(host) for pair in measured if pair not in unexplained)
         rows.append(HostRow(host, tuple(mine), tuple(named), suspect=bool(named) or any(pair.errors for pair in mine),
-                            worst=min(measured, key=_pair_order) if measured else None))
+                            worst=min(unexplained, key=_pair_order) if unexplained else None, explained=explained))
     return tuple(sorted(rows, key=_row_order))
 
 

@@ -43,6 +43,8 @@ ERROR_STYLE = "background:#4a5163;color:#fff;text-align:center"
 # Words in a grid of figures (the heat-map cells are right-aligned and monospaced).
 TEXT_CELL_STYLE = "text-align:left;font-family:inherit;white-space:nowrap"
 HOST_COLUMNS = ["host", "link finding", "rails", "partners", "worst", "of reference", "of line rate"]
+# The header of the worst column says what it leaves out (linkfigures: a partner's own finding).
+WORST_HEADER_TITLE = "the worst pair, leaving out partners whose own finding (a slow NIC) explains it"
 
 
 def html_links(document: Document) -> str:
@@ -137,7 +139,8 @@ def _matrix(view: LinkView, hosts: Sequence[str]) -> str:
 
 def _hosts_table(view: LinkView, rows: Sequence[HostRow]) -> str:
     widest = max((min(len(row.partners), PARTNER_CELLS_SHOWN + 1) for row in rows), default=1)
-    head = "".join(f"<th>{_e(header)}</th>" for header in HOST_COLUMNS)
+    head = "".join(f'<th title="{_e(WORST_HEADER_TITLE)}">{_e(header)}</th>' if header == "worst"
+                   else f"<th>{_e(header)}</th>" for header in HOST_COLUMNS)
     head += f'<th colspan="{max(1, widest)}">partners, worst first</th>'
     body = "\n".join(_host_row(row, view.unit) for row in rows)
     return (f'<table id="link-hosts" class="heatmap links"><thead><tr>{head}</tr></thead>\n<tbody>\n'
@@ -154,8 +157,10 @@ def _host_row(row: HostRow, unit: str) -> str:
     else:
         ratio = rail.ratio
         colour = f' style="background:{heat_colour(ratio)}"' if ratio is not None else ""
-        cells.append(f'<td class="worst"{colour} title="{_e(_pair_title(worst, unit))}">'
-                     f"{_e(_fixed(rail.gbps or 0.0))}</td>")
+        title = _pair_title(worst, unit)
+        if row.explained:
+            title += f" · leaving out {', '.join(row.explained)}: explained by their own finding"
+        cells.append(f'<td class="worst"{colour} title="{_e(title)}">{_e(_fixed(rail.gbps or 0.0))}</td>')
         cells.append(f"<td>{'' if ratio is None else f'{100 * ratio:.1f} %'}</td>")
         cells.append(f"<td>{'' if rail.line_rate_pct is None else f'{rail.line_rate_pct:.1f} %'}</td>")
     partners = row.partners

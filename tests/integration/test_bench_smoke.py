@@ -1,9 +1,11 @@
 """Benchmarks at their --smoke size, so none can rot: each must start, run and print its figures."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from netns_hosts import requires_netns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +51,20 @@ def test_the_analysis_scale_and_gemm_probe_benchmarks_run_at_their_smoke_size():
                               text=True, timeout=300, check=False)
         assert done.returncode == 0, (script, done.stderr[-2000:])
         assert expected in done.stdout, (script, done.stdout[-1000:])
+
+
+def test_the_html_report_benchmark_sizes_and_loads_the_report_of_a_simulated_sweep():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "html_report.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    size = re.search(r"html report of 50 nodes \((\d+) findings\): ([\d.]+) MB", done.stdout)
+    assert size is not None, done.stdout[-1000:]
+    assert int(size.group(1)) >= 5 and 0.05 < float(size.group(2)) < 1.0
+    load = re.search(r"load in headless Chromium: (?:([\d.]+) s|skipped \((.+)\))", done.stdout)
+    assert load is not None, done.stdout[-1000:]
+    if load.group(2):
+        pytest.skip(f"the report was not loaded: {load.group(2)}")
+    assert 0 < float(load.group(1)) < 10
 
 
 @requires_netns

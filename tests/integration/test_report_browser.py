@@ -1,144 +1,224 @@
-"""The HTML report in a real headless browser (Debian's chromium): it loads from a file with no
-network, renders to a non-blank screenshot of the requested size, and its DOM holds the heat map and
-the findings."""
+"""The HTML report of a simulated sweep with planted faults, in a real headless browser (Debian's
+chromium, driven by selenium through Debian's chromedriver; nothing is downloaded).
+
+The sweep is ``gpudiag sweep --simulate`` of 12 nodes: a slow GPU, a throttled GPU, a GPU whose
+PCIe trained at x8, a GPU with an NVLink down, a slow NIC and an unreachable node. The rendered DOM
+must show every planted fault's cell in the fault colour, every finding, the device grid within
+the first screen, evidence one click away, healthy hosts' link rows not red, and at 390 px (a phone)
+no horizontal overflow of the page and no finding cell cut off. Screenshots at 1,400 and 390 px and
+the report are saved into $GPUDIAG_TEST_ARTIFACTS when set, else the test's tmp_path; the test
+prints where.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
-import struct
 import subprocess
-import zlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from html_tables import HtmlTables
 
 from gpudiag.report import render_report, write_report
+from gpudiag.report.heatmap import FAULT_COLOUR
 
-CHROMIUM_TIMEOUT_S = 60
-WINDOW = (1400, 1000)
-HOSTS = [f"gpu{n:02d}" for n in range(1, 13)]
-SLOW_HOST, SLOW_GPU, SLOW_TFLOPS = "gpu04", 6, 629.9
-DOWN_HOST = "gpu11"
-SLOW_UUID, SLOW_BUS_ID = "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "00000000:9A:00.0"
+pytestmark = pytest.mark.integration
 
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+SWEEP_TIMEOUT_S = 120
+WIDE, PHONE = (1400, 1000), (390, 844)
+MODEL = "NVIDIA H100 80GB HBM3"
+# (kind, host, GPU) of every planted fault that names a GPU: its grid cell takes the fault colour.
+GPU_FAULTS = [("slow_gpu", "node03", 3), ("throttled", "node05", 0), ("degraded_pcie", "node07", 5),
+              ("nvlink_down", "node09", 2)]
+SLOW_NIC_HOST, UNREACHABLE_HOST = "node11", "node12"
+FLEET = {"nodes": 12, "name_format": "node{:02d}", "gpus_per_node": 8, "gpu_model": MODEL, "seed": 7,
+         "noise": {"gemm_cv": 0.01, "membw_cv": 0.01, "link_cv": 0.02},
+         "faults": [{"kind": "slow_gpu", "host": "node03", "gpu": 3, "factor": 0.85},
+                    {"kind": "throttled", "host": "node05", "gpu": 0, "reason": "hw_thermal", "factor": 0.7},
+                    {"kind": "degraded_pcie", "host": "node07", "gpu": 5, "width": 8},
+                    {"kind": "nvlink_down", "host": "node09", "gpu": 2, "link": 4},
+                    {"kind": "slow_nic", "host": SLOW_NIC_HOST, "factor": 0.6},
+                    {"kind": "unreachable", "host": UNREACHABLE_HOST}]}
 
-def gemm(gpu: int, value: float) -> dict[str, Any]:
-    return {"probe": "gemm", "device": f"cuda:{gpu}", "metric": "tflops", "value": value, "unit": "TFLOP/s",
-            "samples": 20, "cv": 0.004, "status": "ok"}
-
-
-def make_document() -> dict[str, Any]:
-    """Twelve hosts of 8 GPUs, one GPU at 85 %, one host unreachable, a slow link, an impact estimate."""
-    hosts = []
-    for name in HOSTS:
-        if name == DOWN_HOST:
-            hosts.append({"host": name, "status": "unreachable", "error": "No route to host", "duration_s": 3.0,
-                          "facts": {}, "results": []})
-            continue
-        values = [741.0 + (gpu * 3 + len(hosts)) % 5 * 0.4 for gpu in range(8)]
-        if name == SLOW_HOST:
-            values[SLOW_GPU] = SLOW_TFLOPS
-        hosts.append({"host": name, "status": "ok", "error": None, "duration_s": 12.0,
-                      "facts": {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8},
-                      "results": [gemm(gpu, value) for gpu, value in enumerate(values)]})
-    links = [{"a": a, "b": b, "rail": 0, "backend": "tcp", "metric": "gbps", "phase": "screen",
-              "value": 5.3 if (a, b) == ("gpu01", "gpu02") else 9.4}
-             for a, b in zip(HOSTS[:6], HOSTS[1:6] + HOSTS[:1], strict=True)]
-    # One finding of the current shape; the others as documents stored before it still hold them.
-    findings = [
-        {"kind": "slow_gpu", "severity": "fail", "host": SLOW_HOST, "peer": None, "gpu": SLOW_GPU, "peer_gpu": None,
-         "gpu_uuid": SLOW_UUID, "pci_bus_id": SLOW_BUS_ID, "metric": "gemm.tflops", "value": SLOW_TFLOPS,
-         "reference": 741.4, "unit": "TFLOP/s", "reference_source": "fleet", "deficit_pct": 15.0, "robust_z": -9.8,
-         "share_pct": None, "confirmed": True, "basis": "retest",
-         "evidence": "HW thermal slowdown active; SM clock 1410 of 1980 MHz", "action": "drain",
-         "action_detail": "drain the node and run dcgmi diag -r 3; replace the GPU if it repeats"},
-        {"kind": "slow_link", "severity": "fail", "host": "gpu01", "peer": "gpu02", "gpu": None,
-         "metric": "net.gbps", "value": 5.3, "reference": 9.4, "deficit_pct": 43.6, "robust_z": -12.0,
-         "confirmed": True, "evidence": "both ends fine with other partners", "action": "check the cable"},
-        {"kind": "unchecked", "severity": "warn", "host": DOWN_HOST, "peer": None, "gpu": None, "metric": None,
-         "value": None, "reference": None, "deficit_pct": None, "robust_z": None, "confirmed": True,
-         "evidence": "unreachable: No route to host", "action": "check that the node is up"},
-    ]
-    return {"schema": "gpudiag.sweep/1", "sweep_id": "20261121T101500Z-beef", "started_at": "2026-11-21T10:15:00Z",
-            "finished_at": "2026-11-21T10:15:41Z", "hosts": hosts, "links": links, "findings": findings,
-            "summary": {"hosts_total": 12, "hosts_ok": 11, "findings": 3, "exit_code": 1, "unchecked": 1,
-                        "results_compared": 80, "results_not_compared": 8},
-            "impact": {"slowdown_pct": 15.0, "recovered_pct": 14.9, "exclude": [SLOW_HOST], "hosts_total": 12,
-                       "slowest": {"host": SLOW_HOST, "gpu": SLOW_GPU, "metric": "gemm.tflops",
-                                   "value": SLOW_TFLOPS, "reference": 741.4}}}
+# The grid as the browser lays it out: each row's host, the host cell's colour, and per column
+# header its cell's text and computed background colour.
+GRID_SCRIPT = """
+const table = document.getElementById('gpu-heatmap');
+const headers = [...table.tHead.rows[0].cells].map(c => c.textContent.trim());
+return [...table.tBodies[0].rows].map(row => ({
+  host: row.cells[0].textContent.trim(), host_colour: getComputedStyle(row.cells[0]).backgroundColor,
+  cells: Object.fromEntries([...row.cells].slice(1).map((c, i) => [headers[i + 1],
+         {text: c.textContent.trim(), colour: getComputedStyle(c).backgroundColor}]))}));
+"""
+# Every findings cell outside the viewport's width, or laid out with no width (a dropped column).
+CUT_OFF_SCRIPT = """
+const width = document.documentElement.clientWidth;
+return [...document.querySelectorAll('#findings-table td')].filter(td => {
+  const box = td.getBoundingClientRect();
+  return box.width === 0 || box.left < 0 || box.right > width + 0.5;
+}).map(td => td.dataset.label + ': ' + td.textContent.slice(0, 40));
+"""
 
 
-def chromium() -> str:
-    # A missing browser fails rather than skips: a skipped test checks nothing.
-    path = shutil.which("chromium")
-    if path is None:
-        pytest.fail("chromium is not installed; run scripts/install-test-deps as root first")
-    return path
-
-
-def run_chromium(report: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    """Chromium headless on the report file, cut off from the network, with a throwaway profile."""
-    command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--disable-dev-shm-usage", f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
-               *extra, report.as_uri()]
-    return subprocess.run(command, capture_output=True, text=True, timeout=CHROMIUM_TIMEOUT_S, check=False,
-                          cwd=profile)
-
-
-def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
-    """(type, payload) of every chunk of a PNG; asserts the signature."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG file"
-    chunks, offset = [], 8
-    while offset < len(data):
-        (length,) = struct.unpack(">I", data[offset:offset + 4])
-        chunks.append((data[offset + 4:offset + 8], data[offset + 8:offset + 8 + length]))
-        offset += 12 + length
-    return chunks
+def _missing_browser() -> str | None:
+    """Why the browser test cannot run here, or None."""
+    if shutil.which("chromium") is None:
+        return "chromium is not installed (scripts/install-test-deps installs it)"
+    if not CHROMEDRIVER.is_file():
+        return f"{CHROMEDRIVER} is missing: install Debian's chromium-driver (scripts/install-test-deps)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e '.[test]')"
+    return None
 
 
 @pytest.fixture(scope="module")
-def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("report") / "report.html"
-    write_report(render_report(make_document(), "html"), path)
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """$GPUDIAG_TEST_ARTIFACTS (created) or a fresh temporary folder."""
+    folder = os.environ.get("GPUDIAG_TEST_ARTIFACTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("report-artifacts")
+    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def test_the_report_renders_to_a_screenshot_of_the_window_size_that_is_not_blank(report_file: Path,
-                                                                                  tmp_path: Path):
-    screenshot = tmp_path / "report.png"
-    done = run_chromium(report_file, tmp_path, f"--screenshot={screenshot}")
-    assert screenshot.is_file(), f"chromium wrote no screenshot (exit {done.returncode}): {done.stderr[-2000:]}"
-    data = screenshot.read_bytes()
-    chunks = png_chunks(data)
-    assert chunks[0][0] == b"IHDR"
-    width, height = struct.unpack(">II", chunks[0][1][:8])
-    assert (width, height) == WINDOW
-    # A flat page compresses to almost nothing; tables, text and colours do not.
-    assert len(data) > 20_000
-    pixels = zlib.decompress(b"".join(payload for kind, payload in chunks if kind == b"IDAT"))
-    assert len(set(pixels)) > 64
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The sweep document of the simulated fleet, as ``gpudiag sweep --simulate`` writes it."""
+    folder = tmp_path_factory.mktemp("sweep")
+    (folder / "fleet.json").write_text(json.dumps(FLEET))
+    command = [sys.executable, "-m", "gpudiag", "sweep", "--simulate", str(folder / "fleet.json"), "-q",
+               "--store", str(folder / "gpudiag.db"), "--json", str(folder / "sweep.json"), "--links", "full"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S, check=False)
+    assert done.returncode == 1, done.stderr[-2000:]  # fail findings
+    return json.loads((folder / "sweep.json").read_text())
 
 
-def test_the_rendered_dom_holds_the_heatmap_rows_and_the_findings(report_file: Path, tmp_path: Path):
-    done = run_chromium(report_file, tmp_path, "--dump-dom")
-    assert done.returncode == 0, done.stderr[-2000:]
-    parser = HtmlTables()
-    parser.feed(done.stdout)
-    heatmap = parser.tables["gemm-heatmap"]
-    assert len(heatmap) == 1 + len(HOSTS)
-    rows = {row[0]: row[1:] for row in heatmap[1:]}
-    assert rows[SLOW_HOST][SLOW_GPU] == f"{SLOW_TFLOPS:.1f}"
-    assert rows[DOWN_HOST] == ["unreachable: No route to host"]
-    findings = parser.tables["findings-table"][1:]
-    assert [(row[2], row[3]) for row in findings] == [
-        ("slow_link", "gpu01 ↔ gpu02"), ("slow_gpu", f"{SLOW_HOST}:{SLOW_GPU} ({SLOW_UUID}, {SLOW_BUS_ID})"),
-        ("unchecked", DOWN_HOST)]
-    assert findings[1][1] == "drain" and findings[1][5:7] == [f"{SLOW_TFLOPS:.1f} TFLOP/s", "fleet 741.4 TFLOP/s"]
-    assert findings[1][9] == "confirmed by re-test" and findings[0][1] == "check the cable"
-    assert len(parser.tables["link-matrix"]) == 1 + 6
-    assert "job slowdown 15.0 %, excluding gpu04 recovers 14.9 %" in done.stdout
-    assert "3 findings (2 fail, 1 unchecked)" in done.stdout
-    assert "8 results could not be compared (no peers, baseline or SKU figure)</strong>" in done.stdout
+@pytest.fixture(scope="module")
+def report(sweep: dict[str, Any], artifacts: Path) -> Path:
+    path = artifacts / "report.html"
+    write_report(render_report(sweep, "html"), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    reason = _missing_browser()
+    if reason:
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(shutil.which("chromium"))
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--disable-background-networking", "--disable-component-update", "--no-first-run",
+                     f"--window-size={WIDE[0]},{WIDE[1]}"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def view(driver: Any, report: Path, size: tuple[int, int], *, phone: bool = False) -> None:
+    """Load ``report`` with a viewport of ``size`` CSS pixels (a phone's: mobile, honouring the
+    viewport meta tag)."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": phone})
+    driver.get(report.as_uri())
+
+
+def rgb(colour: str) -> str:
+    """``rgb(142, 27, 16)`` for ``#8e1b10``: how the browser reports a computed colour."""
+    red, green, blue = (int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def test_every_planted_fault_shows_in_the_fault_colour_and_every_finding_is_listed(browser: Any, report: Path,
+                                                                                    sweep: dict[str, Any],
+                                                                                    artifacts: Path):
+    view(browser, report, WIDE)
+    browser.save_screenshot(str(artifacts / "report-1400.png"))
+    print(f"report and screenshots in {artifacts}")
+    grid = {row["host"]: row for row in browser.execute_script(GRID_SCRIPT)}
+    fault = rgb(FAULT_COLOUR)
+    for kind, host, gpu in GPU_FAULTS:
+        cell = grid[host]["cells"][f"GPU {gpu}"]
+        assert cell["colour"] == fault, (kind, host, gpu, cell)
+        assert kind in grid[host]["cells"]["findings"]["text"]
+        assert grid[host]["host_colour"] == fault
+    # The figures that reveal each fault are named in its cell: a PCIe link at x8 halves H2D.
+    assert grid["node07"]["cells"]["GPU 5"]["text"].endswith("H2D")
+    assert grid["node09"]["cells"]["GPU 2"]["text"].endswith("P2P")
+    assert grid[SLOW_NIC_HOST]["host_colour"] == grid[UNREACHABLE_HOST]["host_colour"] == fault
+    assert grid[UNREACHABLE_HOST]["cells"]["GPU 0"]["text"].startswith("unreachable")
+    healthy = [row for host, row in grid.items() if host not in {h for _, h, _ in GPU_FAULTS}
+               and host not in (SLOW_NIC_HOST, UNREACHABLE_HOST)]
+    assert len(healthy) == 6
+    for row in healthy:
+        assert row["host_colour"] != fault and all(cell["colour"] != fault for cell in row["cells"].values()), row
+    # Every finding of the document has its row: kind and where.
+    rows = browser.execute_script("""return [...document.querySelectorAll('#findings-table tbody tr')].map(
+        r => [r.cells[2].textContent.trim(), r.cells[3].firstChild.textContent.trim()]);""")
+    expected = sorted((f["kind"], f["host"] if f.get("gpu") is None else f"{f['host']}:{f['gpu']}")
+                      for f in sweep["findings"])
+    assert sorted(map(tuple, rows)) == expected
+    assert {kind for kind, _ in rows} >= {"slow_gpu", "throttled", "degraded_pcie", "nvlink_down", "slow_nic",
+                                          "unchecked"}
+
+
+def test_on_a_wide_screen_findings_are_compact_the_grid_is_on_the_first_screen_evidence_one_click_away(
+        browser: Any, report: Path, sweep: dict[str, Any], tmp_path: Path):
+    # With eight times the findings, the findings scroll in their box and the grid still shows.
+    many = tmp_path / "many-findings.html"
+    write_report(render_report({**sweep, "findings": sweep["findings"] * 8}, "html"), many)
+    view(browser, many, WIDE)
+    top = browser.execute_script("return document.getElementById('gpu-heatmap').getBoundingClientRect().top;")
+    assert top < 0.85 * WIDE[1], top
+    view(browser, report, WIDE)
+    layout = browser.execute_script("""
+        const rows = [...document.querySelectorAll('#findings-table tbody tr')];
+        return {grid_top: document.getElementById('gpu-heatmap').getBoundingClientRect().top + scrollY,
+                height: innerHeight, tallest_row: Math.max(...rows.map(r => r.getBoundingClientRect().height)),
+                evidence_width: document.querySelector('#findings-table td.evidence').getBoundingClientRect().width};
+    """)
+    assert layout["grid_top"] < layout["height"], layout
+    assert layout["tallest_row"] < 80 and layout["evidence_width"] >= 250, layout
+    details = browser.find_element("css selector", "#findings-table td.evidence details")
+    assert not details.get_attribute("open")
+    evidence = details.find_element("css selector", "dl")
+    assert not evidence.is_displayed()
+    details.find_element("css selector", "summary").click()
+    assert details.get_attribute("open") is not None and evidence.is_displayed()
+    assert "evidence" in evidence.text and "action detail" in evidence.text
+
+
+def test_a_healthy_host_does_not_read_slow_in_the_link_map_because_of_the_slow_nic(browser: Any, report: Path):
+    view(browser, report, WIDE)
+    rows = browser.execute_script("""return [...document.querySelectorAll('#link-hosts tbody tr')].map(
+        r => [r.cells[0].textContent.trim(), r.cells[1].textContent.trim(), r.cells[5].textContent.trim()]);""")
+    assert rows[0][:2] == [SLOW_NIC_HOST, "slow_nic fail"]
+    others = [(host, float(share.rstrip(" %"))) for host, finding, share in rows if not finding]
+    assert len(others) == 10 and min(share for _, share in others) > 90.0, others
+
+
+def test_on_a_phone_the_page_does_not_overflow_and_no_finding_cell_is_cut_off(browser: Any, report: Path,
+                                                                               artifacts: Path):
+    view(browser, report, PHONE, phone=True)
+    browser.save_screenshot(str(artifacts / "report-390.png"))
+    widths = browser.execute_script(
+        "return [document.documentElement.scrollWidth, window.innerWidth, document.documentElement.clientWidth];")
+    assert widths[1] == PHONE[0]
+    assert widths[0] <= widths[1], f"the page is {widths[0]} px wide in a {widths[1]} px window"
+    assert browser.execute_script(CUT_OFF_SCRIPT) == []
+    impact = browser.execute_script("""const box = document.getElementById('impact');
+        return [box.scrollWidth, box.clientWidth, box.getBoundingClientRect().right];""")
+    assert impact[0] <= impact[1] and impact[2] <= PHONE[0], impact
+    assert (artifacts / "report-390.png").stat().st_size > 10_000

@@ -17,6 +17,7 @@ from html_tables import HtmlTables
 from gpudiag.errors import OutputError
 from gpudiag.records import read_probe_output
 from gpudiag.report import heat_colour, render_report, sort_findings, write_report
+from gpudiag.report.heatmap import FAULT_STYLE
 
 REFERENCE_TFLOPS = 741.2
 SLOW_TFLOPS = round(0.85 * REFERENCE_TFLOPS, 2)  # 630.02, shown as 630.0
@@ -31,7 +32,7 @@ def gemm(gpu: int, value: float) -> dict[str, Any]:
 
 def host(name: str, values: list[float] | None, status: str = "ok", error: str | None = None) -> dict[str, Any]:
     results = [] if values is None else [gemm(gpu, value) for gpu, value in enumerate(values)]
-    # A membw result on every GPU: only gemm.tflops may reach the heat map.
+    # A membw result on every GPU: the device grid reads it beside GEMM.
     results += [{"probe": "membw", "device": f"cuda:{gpu}", "metric": "bandwidth", "value": 3000.0,
                  "unit": "GB/s", "status": "ok"} for gpu in range(len(values or []))]
     facts = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 8, "driver": "550.54.15"} if values else {}
@@ -233,24 +234,33 @@ def test_html_is_self_contained():
         assert forbidden not in text
 
 
-def test_html_heatmap_has_a_row_per_host_and_shows_the_slow_gpu():
+def test_html_heatmap_has_a_row_per_host_named_hosts_first_and_shows_the_slow_gpu():
     tables = html_tables(render_report(make_document(), "html"))
-    heatmap = tables["gemm-heatmap"]
-    assert heatmap[0] == ["host", *(f"GPU {gpu}" for gpu in range(8)), "worst"]
+    heatmap = tables["gpu-heatmap"]
+    assert heatmap[0] == ["host", *(f"GPU {gpu}" for gpu in range(8)), "worst", "findings"]
     rows = {row[0]: row[1:] for row in heatmap[1:]}
-    assert list(rows) == [f"node00{n}" for n in range(1, 7)]
-    assert rows["node003"][5] == "630.0" and rows["node003"][8] == "85.0 %"
-    assert rows["node001"][0] == "741.2"
-    assert rows["node006"] == ["unreachable: ssh: connect to host node006: No route to host"]
+    # Every host is named by a finding here: in cost order of its first (node004 is the slow link's peer).
+    assert list(rows) == ["node001", "node004", "node003", "node005", "node002", "node006"]
+    assert rows["node003"][5] == "85 % GEMM" and rows["node003"][8] == "85 % GEMM"
+    assert rows["node003"][9] == "slow_gpu GPU 5, throttled GPU 5"
+    assert rows["node001"][0] == "100 % GEMM" and rows["node001"][9] == "slow_link"
+    assert rows["node006"] == ["unreachable: ssh: connect to host node006: No route to host", "unchecked"]
 
 
-def test_html_heat_cells_carry_colour_and_a_title():
-    text = render_report(make_document(), "html")
-    slow = re.search(r'<td style="background:(hsl\([^)]*\))" title="node003 GPU 5: 630.0 TFLOP/s \(85.0 % of median\)">'
-                     r"630.0</td>", text)
-    assert slow is not None
-    gemm_values = [r["value"] for h in make_document()["hosts"] for r in h["results"] if r["probe"] == "gemm"]
-    assert slow.group(1) == heat_colour(SLOW_TFLOPS / statistics.median(gemm_values))
+def test_html_heat_cells_carry_colour_and_a_title_and_a_named_gpu_the_fault_colour():
+    document = make_document()
+    document["hosts"][1]["results"][1]["value"] = 0.9 * REFERENCE_TFLOPS  # node002 GPU 1: low, no finding
+    text = render_report(document, "html")
+    gemm_values = [r["value"] for h in document["hosts"] for r in h["results"] if r["probe"] == "gemm"]
+    ratio = 0.9 * REFERENCE_TFLOPS / statistics.median(gemm_values)
+    low = re.search(r'<td style="background:(hsl\([^)]*\))" title="node002 GPU 1: GEMM 667.1 TFLOP/s '
+                    r'\(([\d.]+) %\), mem 3000.0 GB/s \(100.0 %\)">', text)
+    assert low is not None and low.group(1) == heat_colour(ratio) and low.group(2) == f"{100 * ratio:.1f}"
+    slow = re.search(r'<td class="fault" style="([^"]*)" title="node003 GPU 5: GEMM 630.0 TFLOP/s \(85.0 %\), '
+                     r'mem 3000.0 GB/s \(100.0 %\); finding: slow_gpu, throttled">', text)
+    assert slow is not None and slow.group(1) == FAULT_STYLE
+    # node005's GPU 2 measured fine, but an ECC finding names it.
+    assert re.search(r'<td class="fault" style="[^"]*" title="node005 GPU 2: [^"]*; finding: ecc">100 %', text)
     assert heat_colour(1.0).startswith("hsl(120,") and heat_colour(0.5).startswith("hsl(0,")
     assert 'class="nodata"' in text
 
@@ -278,9 +288,15 @@ def test_html_link_matrix_only_when_links_were_measured():
 
 
 def test_html_findings_table_carries_evidence_and_action_in_cost_order():
-    rows = html_tables(render_report(make_document(), "html"))["findings-table"][1:]
+    text = render_report(make_document(), "html")
+    rows = html_tables(text)["findings-table"][1:]
     assert [row[2] for row in rows] == ["slow_link", "slow_gpu", "ecc", "slow_nic", "throttled", "unchecked"]
-    assert rows[1][10] == "HW thermal slowdown active; SM clock 1410 of 1980 MHz" and rows[1][1] == "drain"
+    assert rows[1][:6] == ["fail", "drain", "slow_gpu", "node003:5", "gemm.tflops", "15.0 %"]
+    # The figures sum up the evidence cell; the evidence itself is one click away, in a <details>.
+    assert rows[1][6].startswith("630.0 vs 741.2")
+    assert ("<details><summary>630.0 vs 741.2</summary><dl><dt>value</dt><dd>630.0</dd><dt>reference</dt>"
+            "<dd>741.2</dd><dt>robust z</dt><dd>-7.5</dd><dt>basis</dt><dd>confirmed</dd><dt>evidence</dt>"
+            "<dd>HW thermal slowdown active; SM clock 1410 of 1980 MHz</dd></dl></details>") in text
     assert rows[0][1] == "check the cable/switch port"
 
 
@@ -294,7 +310,7 @@ def test_html_escapes_a_malicious_host_name_everywhere():
     text = render_report(document, "html")
     assert EVIL_HOST not in text and "<script" not in text and "<img" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
-    assert html_tables(text)["gemm-heatmap"][1][0] == EVIL_HOST
+    assert EVIL_HOST in [row[0] for row in html_tables(text)["gpu-heatmap"][1:]]
 
 
 def test_html_report_for_1000_hosts_of_8_gpus_is_small_and_quick():
@@ -313,7 +329,12 @@ def test_html_report_for_1000_hosts_of_8_gpus_is_small_and_quick():
     assert len(text.encode()) < 5_000_000
     assert elapsed_s < 5.0
     tables = html_tables(text)
-    assert len(tables["gemm-heatmap"]) == 1 + 1000
+    # The 59 hosts named by a finding, then the 50 worst others; the other 891 are folded.
+    heatmap = tables["gpu-heatmap"]
+    assert len(heatmap) == 1 + 59 + 50 and [row[0] for row in heatmap[1:60]] == [
+        f"node{n:04d}" for n in sorted(range(1, 60), key=lambda n: (-(5.0 + n % 11), n))]
+    assert re.search(r"891 more hosts folded, none named by a finding; their worst devices [\d.]+–[\d.]+ % of",
+                     text)
     # No link finding: the 50 hosts with the worst pairs are rows, the other 950 are folded.
     assert "link-matrix" not in tables and len(tables["link-hosts"]) == 1 + 50
     assert "950 more hosts folded" in text
@@ -461,26 +482,28 @@ def test_markdown_row_of_a_new_finding_has_units_ids_verb_basis_and_detail():
 def test_html_findings_show_the_full_uuid_the_verb_as_a_badge_and_the_basis():
     text = render_report(make_new_document(), "html")
     rows = html_tables(text)["findings-table"]
-    assert rows[0] == ["severity", "action", "kind", "where", "metric", "value", "reference", "deficit", "robust z",
-                       "basis", "evidence", "action detail"]
+    assert rows[0] == ["severity", "action", "kind", "where", "metric", "deficit", "evidence"]
     slow = next(row for row in rows[1:] if row[2] == "slow_gpu")
-    assert slow == ["fail", "drain", "slow_gpu", f"node017:3 ({UUID}, {BUS_ID})", "gemm.tflops", "612.0 TFLOP/s",
-                    "fleet 742.0 TFLOP/s", "17.5 %", "-9.8", "confirmed by re-test",
-                    "HW thermal slowdown active; SM clock 1410 of 1980 MHz", DRAIN_DETAIL]
-    assert f'<td title="GPU {UUID}, {BUS_ID}">node017:3 ({UUID}, {BUS_ID})</td>' in text
-    assert '<td class="action act-drain">drain</td>' in text and '<td class="action act-reset_gpu">' in text
+    assert slow == ["fail", "drain", "slow_gpu", f"node017:3 ({UUID}, {BUS_ID})", "gemm.tflops", "17.5 %",
+                    "612.0 TFLOP/s vs fleet 742.0 TFLOP/svalue612.0 TFLOP/sreferencefleet 742.0 TFLOP/s"
+                    "robust z-9.8basisconfirmed by re-testevidenceHW thermal slowdown active; SM clock 1410 of 1980 "
+                    f"MHzaction detail{DRAIN_DETAIL}"]
+    assert (f'<td data-label="where" title="GPU {UUID}, {BUS_ID}">node017:3<small class="ids"> ({UUID}, {BUS_ID})'
+            "</small></td>") in text
+    assert '<td data-label="action" class="action act-drain">drain</td>' in text
+    assert '<td data-label="action" class="action act-reset_gpu">' in text
     assert "node[001-032] (share 72 % of hosts)" in [row[3] for row in rows[1:]]
-    assert {row[9] for row in rows[1:]} == {"confirmed by re-test", "single run, not re-tested", "host facts",
-                                          "probe error", "nothing to compare with", "could not be probed",
-                                          "NVML telemetry"}
+    for basis in ("confirmed by re-test", "single run, not re-tested", "host facts", "probe error",
+                  "nothing to compare with", "could not be probed", "NVML telemetry"):
+        assert any(f"basis{basis}" in row[6] for row in rows[1:]), basis
     summary = re.search(r'<p class="summary" id="summary">(.*?)</p>', text)
     assert summary is not None and "8 findings (2 fail, 3 warn, 3 unchecked)" in summary.group(1)
 
 
 def test_html_shows_an_old_free_text_action_as_text_without_a_verb_badge():
     text = render_report(make_document(), "html")
-    assert '<td class="action">check the cable/switch port</td>' in text
-    assert '<td class="action act-drain">drain</td>' in text
+    assert '<td data-label="action" class="action">check the cable/switch port</td>' in text
+    assert '<td data-label="action" class="action act-drain">drain</td>' in text
 
 
 def test_json_keeps_the_new_keys_in_their_order():
@@ -540,7 +563,7 @@ def test_a_document_without_optional_parts_still_renders():
     minimal = {"sweep_id": "x", "hosts": [{"host": "node1", "status": "ok", "results": []}]}
     for fmt in ("text", "md", "json", "html"):
         assert render_report(copy.deepcopy(minimal), fmt)
-    assert "No GEMM results in this sweep." in render_report(minimal, "html")
+    assert "No GPU or host device figures in this sweep." in render_report(minimal, "html")
 
 
 def test_a_nic_port_or_xid_finding_says_what_it_rests_on_not_nvml_alone():
