@@ -164,14 +164,14 @@ def assert_listening_first(listening: dict, backend: str) -> None:
 
 
 def assert_both_directions_measured(records: list[dict], backend: str, device: str) -> None:
-    assert {record["params"]["direction"] for record in records} == DIRECTIONS
-    for record in records:
+    assert {record["params"]["direction"] for record in records} == DIRECTIONS, records
+    for record in records:  # each assertion says the record: a failure on busy cores must say why
+        assert record["status"] == "ok", record
         assert (record["probe"], record["metric"], record["unit"], record["device"]) == (
-            "net", "bandwidth", "Gbit/s", device)
-        assert record["status"] == "ok", record["reason"]
-        assert record["value"] > 0 and record["samples"] >= 1
-        assert record["params"]["backend"] == backend
-        assert "line_rate_gbps" in record["details"] and record["details"]["peer"].startswith("127.0.0.1:")
+            "net", "bandwidth", "Gbit/s", device), record
+        assert record["value"] > 0 and record["samples"] >= 1, record
+        assert record["params"]["backend"] == backend, record
+        assert "line_rate_gbps" in record["details"] and record["details"]["peer"].startswith("127.0.0.1:"), record
 
 
 def assert_server_ended_by_itself(server: Probe) -> None:
