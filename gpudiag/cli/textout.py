@@ -8,6 +8,7 @@ collector) nothing is wrapped, so one finding is one line and ``grep node017`` f
 from __future__ import annotations
 
 import shutil
+import sys
 
 import click
 
@@ -16,7 +17,7 @@ from ..report.wrap import wrap_text
 
 def echo_text(text: str, *, err: bool = False) -> None:
     """Print ``text`` (lines, ending in a newline or not) to stdout, or stderr with ``err``."""
-    stream = click.get_text_stream("stderr" if err else "stdout")
+    stream = sys.stderr if err else sys.stdout
     if stream.isatty():
         text = wrap_text(text, shutil.get_terminal_size().columns)
     click.echo(text, nl=not text.endswith("\n"), err=err)

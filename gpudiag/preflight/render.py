@@ -15,6 +15,7 @@ from typing import Any
 from ..exitcodes import ExitCode
 from ..findings import Severity
 from ..hosts import fold_hosts
+from ..report.folding import fold_findings
 from ..run.fanout import NOT_CHECKED
 from ..slurm.drain import fail_findings_by_host, finding_words
 from ..slurm.reason import safe_line, safe_text
@@ -79,8 +80,8 @@ def summary_line(run: PreflightRun, output_errors: Sequence[str] = ()) -> str:
         parts = [f"{PREFIX}: FAIL {_hosts(failed) or 'no single node (a cause they share)'}, exit 1, {timing}: "
                  f"{_reasons(reasons)}", _drain_state(run)]
     else:
-        unchecked = [f for f in document["findings"] if f["kind"] in NOT_CHECKED]
-        reasons = [f"{f['host']} {f['kind']}: {f['evidence']}" for f in unchecked]
+        unchecked = fold_findings(f for f in document["findings"] if f["kind"] in NOT_CHECKED)
+        reasons = [f"{f['host']} {f['kind']}: {f['evidence']}" for f in unchecked]  # alike hosts folded
         parts = [f"{PREFIX}: inconclusive, exit {int(code)}, {timing}: {_reasons(reasons)}", "Nothing drained"]
     parts += _undrain_state(run)
     parts += [f"Not written: {error}" for error in output_errors]

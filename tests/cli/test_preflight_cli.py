@@ -398,3 +398,13 @@ def test_a_confirmed_slow_node_is_drained_and_a_slow_link_drains_neither_end(tmp
                                                    "'Reason=gpudiag: gemm: slow_node"), would
     assert exclude.read_text().split() == ["n1", "n2", "n3"]
     assert _lines(result)[-1].startswith("gpudiag preflight: FAIL n[1-3], exit 1, ")  # the pair's both ends
+
+
+def test_hosts_unchecked_alike_are_one_reason_in_the_summary_line(tmp_path):
+    hung = [{"kind": "hang", "host": f"n{number}"} for number in (2, 3, 4, 5)]
+    result = _preflight("--simulate", str(_fleet(tmp_path, *hung, nodes=6)))
+    assert result.exit_code == 3, result.output
+    summary = _lines(result)[-1]
+    assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ")
+    # one reason for the four (a Slurm-safe line: the folded set's brackets become spaces)
+    assert "n 2-5 unchecked: timeout" in summary and "more" not in summary and "n3 unchecked" not in summary

@@ -46,12 +46,12 @@ while i < len(args):
     else:
         host, i = args[i], i + 1
 port = int(values["-p"])
-if host is None:
+if host is None:  # listening before it says so, as ib_write_bw does: the client may connect at once
+    listener = socket.create_server(("", port))
+    listener.settimeout(20)
     print("************************************")
     print("* Waiting for client to connect... *")
     print("************************************", flush=True)
-    listener = socket.create_server(("", port))
-    listener.settimeout(20)
     conn, _ = listener.accept()
 else:
     conn = socket.create_connection((host, port), timeout=10)
