@@ -3,8 +3,8 @@
 - ``siblings``: a 1-node and a 2-node job (``siblings 1n``, ``siblings 2n``), no baseline, one
   GPU slower by the slowdown: too few hosts for a fleet level, and the SKU figure's 3 % spread
   hides less than 9 %; the GPU's seven siblings find it. Expected: its ``slow_gpu``; exit 1 at
-  slowdowns of 10 % or more (a confirmed deficit of ``deficit_fail``, 7 %: at 8 % the mean of
-  two runs falls either side of it, and the finding is a warn or a fail).
+  slowdowns of 8 % or more (a confirmed deficit of ``deficit_fail``, 6 %: at 8 % the mean of two
+  runs stays above it; at 7 % it fell either side, and the finding was a warn or a fail).
 - ``starved``: a 16-node fleet, one host starved (a ``slow_node`` fault of factor 0.7: PCIe
   copies 30 % slow, GEMM 8.5 % on every GPU) with one of its GPUs slower still by the slowdown.
   Expected: the host's ``slow_node`` AND the GPU's ``slow_gpu`` (judged against its siblings,
@@ -57,7 +57,7 @@ def siblings_case(nodes: int, cv: float, slowdown_pct: float, seed: int) -> Case
     rng = random.Random(f"siblings:{nodes}:{cv}:{slowdown_pct}:{seed}")
     host, gpu = f"node{rng.randint(1, nodes):04d}", rng.randrange(GPUS)
     return {"fleet": _fleet(nodes, cv, seed, [_slow_gpu(host, gpu, slowdown_pct)]),
-            "expected": frozenset({("slow_gpu", host, gpu)}), "exit_expected": 1 if slowdown_pct >= 10 else None}
+            "expected": frozenset({("slow_gpu", host, gpu)}), "exit_expected": 1 if slowdown_pct >= 8 else None}
 
 
 def starved_case(cv: float, slowdown_pct: float, seed: int) -> CaseFields:

@@ -37,7 +37,7 @@ def _places(findings: list[dict]) -> set[tuple]:
 def test_one_gpu_slower_than_its_seven_siblings_in_a_1_node_job_is_found_without_a_baseline(
         tmp_path: Path, slowdown_pct: int, severity: str, exit_code: int):
     # No fleet (one host) and no baseline: the SKU figure's 3 % spread hides less than 9 %, and
-    # before the siblings judged it this job passed. deficit_fail is 7 %: 8 % fails, 5 % warns.
+    # before the siblings judged it this job passed. deficit_fail is 6 %: 8 % fails, 5 % warns.
     fault = {"kind": "slow_gpu", "host": "node001", "gpu": 6, "factor": 1 - slowdown_pct / 100}
     code, findings = _sweep(_fleet(tmp_path, 1, [fault]), "--links", "none")
     (found,) = findings
