@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -28,9 +27,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from headless import missing_browser, start_browser  # noqa: E402
+
 from gpudiag.report import render_report, write_report  # noqa: E402
 
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 LOADS = 3
 SMOKE_NODES = 50
 TARGET_BYTES, TARGET_LOAD_S, TARGET_NODES = 5_000_000, 2.0, 1000
@@ -43,7 +43,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help=f"one {SMOKE_NODES}-node fleet: seconds")
     arguments = parser.parse_args()
     sizes = [SMOKE_NODES] if arguments.smoke else arguments.nodes
-    browser, reason = start_browser()
+    reason = missing_browser()
+    browser = start_browser(WINDOW) if reason is None else None
     try:
         for nodes in sizes:
             measure(nodes, browser, reason)
@@ -53,7 +54,7 @@ def main() -> None:
     print(f"targets at {TARGET_NODES:,} nodes: <= {TARGET_BYTES / 1e6:.0f} MB and <= {TARGET_LOAD_S:.0f} s to load")
 
 
-def measure(nodes: int, browser: Any, reason: str) -> None:
+def measure(nodes: int, browser: Any, reason: str | None) -> None:
     """Sweep ``nodes`` simulated nodes, render the report and load it: print the figures."""
     with tempfile.TemporaryDirectory(prefix="gpudiag-html-") as folder:
         path = Path(folder)
@@ -95,26 +96,6 @@ def simulated_sweep(path: Path, nodes: int) -> float:
     if done.returncode not in (0, 1, 3):
         raise SystemExit(f"the {nodes}-node sweep exited {done.returncode}: {done.stderr[-2000:]}")
     return time.perf_counter() - started
-
-
-def start_browser() -> tuple[Any, str]:
-    """(a headless Chromium driven by selenium, "") or (None, why not)."""
-    if shutil.which("chromium") is None:
-        return None, "chromium is not installed"
-    if not CHROMEDRIVER.is_file():
-        return None, f"{CHROMEDRIVER} is missing (Debian's chromium-driver)"
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        return None, "selenium is not installed"
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(shutil.which("chromium"))
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                     "--disable-background-networking", "--disable-component-update",
-                     f"--window-size={WINDOW[0]},{WINDOW[1]}"):
-        options.add_argument(argument)
-    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options), ""
 
 
 def load_s(browser: Any, report: Path) -> tuple[float, float]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,9 +25,14 @@ import pytest
 from gpudiag.report import render_report, write_report
 from gpudiag.report.heatmap import FAULT_COLOUR
 
-pytestmark = pytest.mark.integration
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from headless import missing_browser, start_browser  # noqa: E402
 
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
+# Where no headless Chromium can start (chromium, Debian's chromium-driver or selenium missing), why.
+MISSING_BROWSER = missing_browser()
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(MISSING_BROWSER is not None, reason=f"no headless Chromium: {MISSING_BROWSER}")]
+
 SWEEP_TIMEOUT_S = 120
 WIDE, PHONE = (1400, 1000), (390, 844)
 MODEL = "NVIDIA H100 80GB HBM3"
@@ -65,19 +69,6 @@ return [...document.querySelectorAll('#findings-table td')].filter(td => {
 """
 
 
-def _missing_browser() -> str | None:
-    """Why the browser test cannot run here, or None."""
-    if shutil.which("chromium") is None:
-        return "chromium is not installed (scripts/install-test-deps installs it)"
-    if not CHROMEDRIVER.is_file():
-        return f"{CHROMEDRIVER} is missing: install Debian's chromium-driver (scripts/install-test-deps)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (pip install -e '.[test]')"
-    return None
-
-
 @pytest.fixture(scope="module")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """$GPUDIAG_TEST_ARTIFACTS (created) or a fresh temporary folder."""
@@ -108,19 +99,7 @@ def report(sweep: dict[str, Any], artifacts: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    reason = _missing_browser()
-    if reason:
-        pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(shutil.which("chromium"))
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--disable-background-networking", "--disable-component-update", "--no-first-run",
-                     f"--window-size={WIDE[0]},{WIDE[1]}"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver = start_browser(WIDE)
     try:
         yield driver
     finally:
