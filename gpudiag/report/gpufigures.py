@@ -23,6 +23,7 @@ from typing import Any
 from ..analysis.identity import HostGpus
 from ..analysis.measurements import HOST_DEVICES
 from ..records import device_index
+from ..schema.fields import is_finite_number
 from .phrasing import OK, Document, _hosts
 
 # The column of a host device (``cpu``, ``host``) in the grid; GPUs are their NVML index.
@@ -154,7 +155,7 @@ def device_grid(document: Document) -> DeviceGrid:
             pooled[key_index].append(value)
     keys = tuple(GridKey(label, unit, model, statistics.median(values))
                  for (label, unit, model), values in zip(described, pooled, strict=True))
-    columns = sorted({column for mine in figures.values() for column, _ in mine}, key=_column_order)
+    columns = sorted({column for mine in figures.values() for column, _ in mine}, key=column_order)
     return DeviceGrid(figures, keys, tuple(columns))
 
 
@@ -170,7 +171,8 @@ def _host_figures(host: Mapping[str, Any]) -> Iterator[tuple[int, Any, str, str,
     columns = _Columns(facts)
     p2p: list[Mapping[str, Any]] = []
     for result in host.get("results") or ():
-        if not isinstance(result, Mapping) or result.get("status", OK) != OK or not _is_number(result.get("value")):
+        if not isinstance(result, Mapping) or result.get("status", OK) != OK \
+                or not is_finite_number(result.get("value")):
             continue
         if result.get("probe") == P2P_PROBE:
             p2p.append(result)
@@ -202,7 +204,7 @@ def _p2p_figures(columns: _Columns, matrices: Iterable[Any], records: Iterable[M
         unit = str(matrix.get("unit") or "")
         for source, row in zip(devices, matrix["values"], strict=False):
             for target, value in zip(devices, row if isinstance(row, list) else (), strict=False):
-                if _is_number(value):
+                if is_finite_number(value):
                     ends[(source, key, unit)].append(float(value))
                     ends[(target, key, unit)].append(float(value))
     for record in records:
@@ -261,9 +263,7 @@ def _figure_order(figure: DeviceFigure) -> tuple[float, int]:
     return (figure.ratio, METRIC_ORDER[figure.label])
 
 
-def _column_order(column: int) -> tuple[bool, int]:
+def column_order(column: int) -> tuple[bool, int]:
+    """GPUs by index, then the host column."""
     return (column == HOST_COLUMN, column)
 
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value

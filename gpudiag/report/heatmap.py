@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..hosts import fold_hosts, plural
-from .gpufigures import DeviceCell, DeviceFigure, DeviceGrid, column_label, device_grid
+from .gpufigures import DeviceCell, DeviceFigure, DeviceGrid, column_label, column_order, device_grid
 from .markup import _e
 from .phrasing import Document, _findings, _fixed, _hosts, sort_findings
 
@@ -64,8 +64,8 @@ def html_heatmap(document: Document) -> str:
     greyed row with its status. A muted line when the sweep measured no device at all."""
     grid = device_grid(document)
     named = named_devices(document)
-    columns = sorted({*grid.columns, *(gpu for gpus in named.values() for gpu in gpus if gpu is not None)})
-    columns = [*(c for c in columns if c >= 0), *(c for c in columns if c < 0)]
+    columns = sorted({*grid.columns, *(gpu for gpus in named.values() for gpu in gpus if gpu is not None)},
+                     key=column_order)
     if not grid.figures:
         return '<p class="muted" id="no-device-figures">No GPU or host device figures in this sweep.</p>'
     headers = "".join(f"<th>{_e(header)}</th>" for header in ("host", *map(column_label, columns), "worst",

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..findings import Kind, Severity
 from ..hosts import plural
+from ..schema.fields import is_finite_number
 from .phrasing import OK, Document, _findings, _fixed, _hosts
 
 LINK_METRIC = "gbps"
@@ -280,7 +281,7 @@ def _runs(entries: Iterable[Mapping[str, Any]]) -> dict[_RunKey, _Runs]:
                _positive(link.get("line_rate_gbps")))
         found = runs.setdefault(key, _Runs([], []))
         value = link.get("value")
-        if _is_number(value):
+        if is_finite_number(value):
             found.values.append(float(value))
         else:
             found.errors.append(str(link.get("error") or NO_FIGURE))
@@ -375,7 +376,7 @@ def _row_order(row: HostRow) -> tuple[Any, ...]:
 def _finding_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:
     deficit = finding.get("deficit_pct")
     return (ROW_KINDS.index(str(finding.get("kind"))), SEVERITY_RANK.get(str(finding.get("severity")), 2),
-            -float(deficit) if _is_number(deficit) else 0.0, str(finding.get("host")), str(finding.get("peer")))
+            -float(deficit) if is_finite_number(deficit) else 0.0, str(finding.get("host")), str(finding.get("peer")))
 
 
 def _not_tested(document: Document, tested: set[str]) -> tuple[NotTested, ...]:
@@ -449,13 +450,11 @@ def _rail(value: object) -> int | None:
 
 
 def _positive(value: object) -> float | None:
-    if not isinstance(value, int | float) or not _is_number(value):
+    if not isinstance(value, int | float) or not is_finite_number(value):
         return None
     return float(value) if value > 0 else None
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 

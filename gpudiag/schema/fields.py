@@ -88,6 +88,11 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_finite_number(value: Any) -> bool:
+    """A JSON number that is neither NaN nor infinite (a figure a report can draw)."""
+    return is_number(value) and math.isfinite(value)
+
+
 def join(path: str, key: Any) -> str:
     """The path of ``key`` (a mapping's key, or a list's index) under ``path``."""
     if isinstance(key, int):
