@@ -264,9 +264,11 @@ def _parse_entry(entry: str) -> list[HostSpec]:
         raise _BadEntry(f"whitespace inside {entry!r}",
                         "fix: one entry per line; join several hosts with ',' (node1,node2)")
     parts = [entry] if _SET_OPERATORS & set(entry) else _split_top_level(entry)
-    if len(parts) > 1:
-        return [spec for part in parts for spec in _parse_one(part)]
-    return _parse_one(entry)
+    specs = [spec for part in parts for spec in _parse_one(part)]
+    if len(specs) > MAX_HOSTS:
+        raise _BadEntry(f"{entry[:80]!r} names {len(specs)} hosts, more than {MAX_HOSTS}",
+                        "fix: check the range bounds, or split the fleet into several sweeps")
+    return specs
 
 
 def _parse_one(entry: str) -> list[HostSpec]:
@@ -395,12 +397,9 @@ def _expand(pattern: str) -> list[str]:
     if not pattern:
         raise _BadEntry("no host name", "fix: write a host name or host set, e.g. node[001-004]")
     _check_range_sizes(pattern)
-    # Expanding comma-separated parts one by one keeps their order (a NodeSet sorts); with set
-    # operators the parts depend on each other, so the whole pattern goes to NodeSet at once.
-    parts = [pattern] if _SET_OPERATORS & set(pattern) else _split_top_level(pattern)
-    names: list[str] = []
-    for part in parts:
-        names.extend(_expand_part(part))
+    # Comma-separated parts were split into entries of their own (_parse_entry), so their order
+    # holds (a NodeSet sorts); with set operators the whole pattern goes to NodeSet at once.
+    names = list(_expand_part(pattern))
     if len(names) > MAX_HOSTS:
         raise _BadEntry(f"{pattern!r} expands to {len(names)} hosts, more than {MAX_HOSTS}",
                         "fix: check the range bounds")
@@ -408,8 +407,6 @@ def _expand(pattern: str) -> list[str]:
 
 
 def _expand_part(part: str) -> Iterator[str]:
-    if not part:
-        raise _BadEntry("empty host name between commas", "fix: remove the extra ','")
     try:
         nodes = NodeSet(part, resolver=RESOLVER_NOGROUP)
     except NodeSetParseError as exc:

@@ -336,3 +336,11 @@ def test_a_bad_entry_among_commas_is_named_alone(argument: str, problem: str) ->
     with pytest.raises(InputError, match="neither a hosts file nor a valid host set") as caught:
         load_hosts(argument, NO_STDIN)
     assert problem in str(caught.value)
+
+
+def test_comma_joined_sets_are_capped_together_not_each_alone() -> None:
+    # each part stays under the cap; together they pass it: refused before anything expands further
+    half = 60_000
+    with pytest.raises(InputError, match=r"names 120000 hosts, more than 100000"):
+        load_hosts(f"a[1-{half}],b[1-{half}]", NO_STDIN)
+    assert len(load_hosts(f"a[1-{half}]", NO_STDIN)) == half
