@@ -33,6 +33,7 @@ from prometheus_client.core import GaugeMetricFamily
 from ..analysis.identity import HostGpus
 from ..errors import InputError
 from ..records import device_index
+from ..schema.fields import is_finite_number
 from ..schema.times import parse_time
 from . import check_writable, write_report
 
@@ -220,7 +221,7 @@ def _findings(findings: Iterable[Mapping[str, Any]], hostnames: Mapping[str, str
         labels = _finding_labels(finding, hostnames, nvml_index)
         family.samples.append((labels, 1.0))
         measured, expected = finding.get("value"), finding.get("reference")
-        if isinstance(measured, (int, float)) and isinstance(expected, (int, float)):
+        if is_finite_number(measured) and is_finite_number(expected):
             figure = (*labels, str(finding.get("unit") or ""), str(finding.get("reference_source") or ""))
             value.samples.append((figure, float(measured)))
             reference.samples.append((figure, float(expected)))
