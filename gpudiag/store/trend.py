@@ -12,14 +12,22 @@ sweep decided that, and a GPU losing 2 % a sweep over 4 sweeps was flagged in 1 
 a robust straight line through them (``TrendFit``), x the sweep's place in the window. Its
 slope is Theil–Sen's, the median of the slopes between every two sweeps, so one odd sweep moves
 it little. Its **fitted change** is the slope × the sweeps it spans, in percent of the fitted
-first figure. The per-sweep noise is the scatter of the residual steps — each sweep-to-sweep
-change less the fitted slope — as a standard deviation (their MAD × 1.4826 / √2), the larger of
-the trend's own and that of the host's GPUs on the same figure (three or four steps alone often
-look tight by luck), and at least ``NOISE_FLOOR_PCT`` of the level.
+first figure. The per-sweep noise is a standard deviation around a least-squares line, from the
+residuals' squares over their degrees of freedom (sweeps − 2: unbiased, where a MAD of three or
+four residual steps came out a tenth too tight on average). Three or four sweeps alone are a
+poor estimate either way: by luck they look tight (and a flat GPU's noise seems a slope) or
+loose (a GPU losing 2 % a sweep at 1 % noise seemed 2.4 % noisy, its slope not real, in 2 of 10
+series). So the noise is that of the host's GPUs on the same figure, pooled (each GPU's degrees
+of freedom summed), unless the trend's own is more than ``OWN_NOISE_TOLERANCE`` times it (a GPU
+that truly scatters more than its siblings is judged by its own scatter and its own degrees of
+freedom); and at least ``NOISE_FLOOR_PCT`` of the level.
 
 A trend is a **slow degradation** when it rests on at least ``min_sweeps`` sweeps, its fitted
 change is a fall of ``threshold_pct`` or more, and its slope is real: at least ``slope_z``
-times its uncertainty (the noise / √Σ(x − x̄)², as a least-squares slope's) below 0. A flat
+times its uncertainty (the noise / √Σ(x − x̄)², as a least-squares slope's) below 0 — where
+the noise is itself an estimate from few degrees of freedom, the bar is raised to the Student t
+quantile of the same tail (``slope_bar``: 3 sigma becomes 4.3 with 8 degrees of freedom, 3.5
+with 16), so a healthy GPU's flat series crosses it as rarely as a known noise would allow. A flat
 series with noisy sweeps, or one dip in its latest sweep, has a small slope against a large
 scatter and is no degradation; a steady decline is. A trend of fewer than ``MIN_FIT_SWEEPS``
 sweeps has no line (two points fit any line exactly): it is said to be too short, never passed.
@@ -34,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..hosts import plural
 from .repairs import Repair
 
 # Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).
@@ -43,7 +52,9 @@ MIN_FIT_SWEEPS = 3
 # The least per-sweep noise a trend is judged with (percent of its level): a series that repeats
 # itself exactly (a figure the hardware pins) still has a slope that is finitely sure.
 NOISE_FLOOR_PCT = 0.1
-MAD_TO_SIGMA = 1.4826
+# How far a trend's own scatter may exceed its host's pooled one and still be the luck of a few
+# steps (the estimate from three steps exceeds 2.5 times the truth about once in 40 series).
+OWN_NOISE_TOLERANCE = 2.5
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,8 @@ class TrendFit:
     latest: float
     noise: float
     sweeps: int
+    # The degrees of freedom the noise was estimated with (0: none, a floor).
+    dof: int = 0
 
     @property
     def change_pct(self) -> float | None:
@@ -94,7 +107,7 @@ class TrendFit:
     def to_dict(self) -> dict[str, Any]:
         return {"sweeps": self.sweeps, "slope_per_sweep": self.slope, "slope_pct_per_sweep": self.slope_pct,
                 "fitted_first": self.first, "fitted_latest": self.latest, "fitted_change_pct": self.change_pct,
-                "noise": self.noise, "noise_pct": self.noise_pct, "slope_z": self.slope_z}
+                "noise": self.noise, "noise_pct": self.noise_pct, "noise_dof": self.dof, "slope_z": self.slope_z}
 
 
 def theil_sen(values: Sequence[float]) -> tuple[float, float]:
@@ -107,32 +120,64 @@ def theil_sen(values: Sequence[float]) -> tuple[float, float]:
     return slope, statistics.median(value - slope * x for x, value in enumerate(values))
 
 
-def scatter(values: Sequence[float], slope: float) -> list[float]:
-    """How far each sweep-to-sweep step departs from the line's slope, / √2 (a step holds the
-    noise of two sweeps): a measure of one sweep's noise. Not the distances from the line
-    itself: a Theil–Sen line through three points passes through two of them, and the median
-    distance of so few points from their own line is a fraction of their noise (0 for three)."""
-    return [abs(values[x + 1] - values[x] - slope) / math.sqrt(2) for x in range(len(values) - 1)]
+def residual_squares(values: Sequence[float]) -> float:
+    """The sum of squared distances of ``values`` (x = 0, 1, ...) from their least-squares line."""
+    count = len(values)
+    middle, mean = (count - 1) / 2, math.fsum(values) / count
+    spread = math.fsum((x - middle) ** 2 for x in range(count))
+    slope = math.fsum((x - middle) * (value - mean) for x, value in enumerate(values)) / spread if spread else 0.0
+    return math.fsum((value - mean - slope * (x - middle)) ** 2 for x, value in enumerate(values))
 
 
-def pooled_noise(series: Iterable[Sequence[float]]) -> float:
-    """The per-sweep noise (a standard deviation, from the MAD) of every series of at least
-    MIN_FIT_SWEEPS values around its own line, pooled; 0 without any."""
-    found = [distance for values in series if len(values) >= MIN_FIT_SWEEPS
-             for distance in scatter(values, theil_sen(values)[0])]
-    return MAD_TO_SIGMA * statistics.median(found) if found else 0.0
+@dataclass(frozen=True)
+class Noise:
+    """A per-sweep noise (a standard deviation, the unit) and the degrees of freedom it rests on."""
+
+    sigma: float
+    dof: int
 
 
-def fit_trend(values: Sequence[float], pooled: float = 0.0) -> TrendFit | None:
-    """The TrendFit of ``values`` (oldest first), its noise at least ``pooled`` (the unit); None
-    with fewer than MIN_FIT_SWEEPS values."""
+def pooled_noise(series: Iterable[Sequence[float]]) -> Noise:
+    """The per-sweep noise of every series of at least MIN_FIT_SWEEPS values around its own
+    least-squares line, pooled (squares over degrees of freedom); 0 with none."""
+    squares, dof = 0.0, 0
+    for values in series:
+        if len(values) >= MIN_FIT_SWEEPS:
+            squares += residual_squares(values)
+            dof += len(values) - 2
+    return Noise(math.sqrt(squares / dof) if dof else 0.0, dof)
+
+
+def fit_trend(values: Sequence[float], pooled: Noise | None = None) -> TrendFit | None:
+    """The TrendFit of ``values`` (oldest first); None with fewer than MIN_FIT_SWEEPS values. Its
+    noise is ``pooled`` (the host's GPUs': see the module), or its own where there is no pool
+    or its own is more than OWN_NOISE_TOLERANCE times the pool's."""
     if len(values) < MIN_FIT_SWEEPS:
         return None
     slope, intercept = theil_sen(values)
-    own = MAD_TO_SIGMA * statistics.median(scatter(values, slope))
+    own = Noise(math.sqrt(residual_squares(values) / (len(values) - 2)), len(values) - 2)
+    noise = own if pooled is None or pooled.dof == 0 or own.sigma > OWN_NOISE_TOLERANCE * pooled.sigma else pooled
     floor = abs(intercept) * NOISE_FLOOR_PCT / 100
-    return TrendFit(slope, intercept, intercept + slope * (len(values) - 1), max(own, pooled, floor, 1e-12),
-                    len(values))
+    return TrendFit(slope, intercept, intercept + slope * (len(values) - 1), max(noise.sigma, floor, 1e-12),
+                    len(values), noise.dof if noise.sigma >= floor else 0)
+
+
+def slope_bar(slope_z: float, dof: int) -> float:
+    """The sigmas a slope must fall below flat when its noise is estimated with ``dof`` degrees of
+    freedom: the Student t quantile of the normal tail beyond ``slope_z`` (a Cornish–Fisher
+    expansion; exact for 1 and 2 degrees of freedom). ``slope_z`` itself for a noise known (0: a
+    floor) or estimated from 100 degrees of freedom or more."""
+    if dof <= 0 or dof >= 100:
+        return slope_z
+    tail = 0.5 * math.erfc(slope_z / math.sqrt(2))
+    if dof == 1:
+        return math.tan(math.pi * (0.5 - tail))
+    if dof == 2:
+        p = 1 - tail
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    z = slope_z
+    return (z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * dof ** 3))
 
 
 @dataclass(frozen=True)
@@ -299,15 +344,15 @@ class _Judge:
         return _Window(gpu, tuple(p for p in points if latest is None or latest.precedes(p.sweep_id, p.started_at)),
                        latest)
 
-    def trend(self, window: _Window, pooled: float) -> Trend:
-        """The trend of ``window``, its noise at least ``pooled`` (the unit)."""
+    def trend(self, window: _Window, pooled: Noise) -> Trend:
+        """The trend of ``window``, its noise ``pooled`` unless its own is far larger (fit_trend)."""
         fit = fit_trend([point.value for point in window.points], pooled)
         return Trend(self.figure, self.unit, window.gpu, window.points, window.repair, fit, self._degraded(fit))
 
     def _degraded(self, fit: TrendFit | None) -> bool:
         if fit is None or fit.sweeps < self.min_sweeps or fit.change_pct is None:
             return False
-        return -fit.change_pct >= self.threshold_pct and fit.slope_z <= -self.slope_z
+        return -fit.change_pct >= self.threshold_pct and fit.slope_z <= -slope_bar(self.slope_z, fit.dof)
 
 
 def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: float) -> str:
@@ -323,7 +368,15 @@ def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: fl
             f"(threshold {threshold_pct:g} %), from {fit.first:.4g}{unit} (sweep {first.sweep_id}) to "
             f"{fit.latest:.4g}{unit} (sweep {latest.sweep_id}) on the fitted line; per-sweep noise "
             f"{fit.noise_pct or 0.0:.1f} %, so the slope is {-fit.slope_z:.1f} times its uncertainty "
-            f"(real from {slope_z:g}){since}")
+            f"(real from {_bar_words(slope_z, fit.dof)}){since}")
+
+
+def _bar_words(slope_z: float, dof: int) -> str:
+    """``3`` for a noise known (its floor), else the raised bar and why."""
+    if dof <= 0 or slope_bar(slope_z, dof) == slope_z:
+        return f"{slope_z:g}"
+    return (f"{slope_bar(slope_z, dof):.2f}: {slope_z:g} sigma, raised for a noise estimated from "
+            f"{plural(dof, 'degree')} of freedom")
 
 
 def unfitted_words(host: str, trends: HostTrends) -> list[str]:

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from gpudiag.store.trend import fit_trend, host_trends, pooled_noise, theil_sen
+from gpudiag.store.trend import Noise, fit_trend, host_trends, pooled_noise, slope_bar, theil_sen
 
 LEVEL = 740.0  # TFLOP/s
 
@@ -95,4 +95,42 @@ def test_a_gpu_losing_2_percent_a_sweep_for_4_sweeps_is_flagged_alone(seed: int)
     rng = random.Random(seed)
     series = {gpu: _noisy(rng, [1.0] * 5, 0.01) for gpu in range(7)}
     series[7] = _noisy(rng, [1.0, 0.98, 0.96, 0.94, 0.92], 0.01)
+    assert _flagged(series) == {7}
+
+
+def test_the_slope_bar_is_the_student_t_quantile_of_the_same_tail():
+    assert slope_bar(3.0, 0) == 3.0 and slope_bar(3.0, 500) == 3.0  # a known noise: the sigmas themselves
+    # Exact for 1 and 2 degrees of freedom (Cauchy; t with 2: (2p - 1) / sqrt(2p(1 - p))), tail 0.00135.
+    assert slope_bar(3.0, 1) == pytest.approx(235.8, rel=0.01)
+    assert slope_bar(3.0, 2) == pytest.approx(19.2, rel=0.01)
+    # Student t's 0.99865 quantile: 4.3 with 8 degrees of freedom, 3.55 with 16, nearer 3 with more.
+    assert slope_bar(3.0, 8) == pytest.approx(4.3, abs=0.1)
+    assert slope_bar(3.0, 16) == pytest.approx(3.55, abs=0.05)
+    assert 3.0 < slope_bar(3.0, 60) < slope_bar(3.0, 16) < slope_bar(3.0, 8)
+
+
+def test_the_pooled_noise_is_unbiased_and_counts_its_degrees_of_freedom():
+    rng = random.Random(5)
+    estimates = [pooled_noise([[rng.gauss(0.0, 1.0) for _ in range(4)] for _ in range(8)]) for _ in range(2000)]
+    assert {noise.dof for noise in estimates} == {16}  # 8 series of 4 sweeps, 2 for each line
+    assert sum(noise.sigma ** 2 for noise in estimates) / len(estimates) == pytest.approx(1.0, abs=0.05)
+    assert pooled_noise([[1.0, 2.0]]) == Noise(0.0, 0)  # too short to fit: no noise, never a guess
+
+
+def test_a_flat_host_swept_four_times_at_two_percent_noise_is_rarely_flagged():
+    # 8 GPUs of one host, 4 sweeps of 2 % noise: the fall threshold is 1.8 sigma of the fitted
+    # change, so the slope's bar decides; estimated from 16 degrees of freedom, it must be raised.
+    rng = random.Random(11)
+    flagged = sum(len(_flagged({gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(8)})) for _ in range(400))
+    assert flagged <= 4  # of 3,600 trends (400 hosts × 8 GPUs and their median)
+
+
+def test_a_steady_fall_whose_own_steps_look_loose_by_luck_is_judged_by_its_hosts_noise():
+    # GPU 7 loses 2 % a sweep at 1 % noise, its own residuals 2.4 times its siblings' by luck:
+    # judged by its own, the slope was not real; judged by its host's pool, it is.
+    rng = random.Random(3)
+    series = {gpu: _noisy(rng, [1.0] * 5, 0.01) for gpu in range(7)}
+    series[7] = [LEVEL * f for f in (1.0, 0.965, 0.975, 0.925, 0.928)]
+    own = fit_trend(series[7])
+    assert own is not None and own.slope_z > -slope_bar(3.0, own.dof)
     assert _flagged(series) == {7}
