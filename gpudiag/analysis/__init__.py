@@ -51,6 +51,7 @@ from .counters import PriorCounts, counter_findings
 from .fleet import Impact, fleet_shifts, job_impact
 from .groups import group_shifts, judging_references, shift_findings
 from .identity import HostGpus
+from .nodes import no_figures, node_medians
 from .nvlinks import WiredLookup, with_wiring
 from .ports import add_prior, port_findings
 from .sku import wired_nvlinks
@@ -173,6 +174,9 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     shifts = group_shifts(found, refs, thresholds, baseline)  # a group's level judges its parts
     judging = judging_references(refs, shifts)
     suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging, thresholds)]
+    # Each node as one: its GPUs' median against the fleet's node medians (gpudiag.analysis.nodes).
+    medians = node_medians(found, thresholds)
+    suspects += find_suspects(medians, references(medians, thresholds, None, no_figures), thresholds)
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, None if retest_hosts is None else [host_records(h) for h in retest_hosts],
                            thresholds)

@@ -9,8 +9,11 @@ from typing import Any, NamedTuple
 
 from ..records import device_index
 
-# The devices of a host-wide record (no GPU of its own).
-HOST_DEVICES = ("cpu", "host")
+# The device of a node median (gpudiag.analysis.nodes): no GPU of its own, and no device a node
+# can print (a record's device has no space).
+NODE_MEDIAN = "node median"
+# The devices of a host-wide measurement (no GPU of its own).
+HOST_DEVICES = ("cpu", "host", NODE_MEDIAN)
 
 
 class KeyInfo(NamedTuple):

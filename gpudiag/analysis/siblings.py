@@ -17,7 +17,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
-from .measurements import Measurement
+from .measurements import HOST_DEVICES, Measurement
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SIBLINGS, KeyReferences, Reference
 from .thresholds import Thresholds
 
@@ -25,7 +25,6 @@ from .thresholds import Thresholds
 MEDIAN_VARIANCE = math.pi / 2
 # Probes with one figure per GPU and key (a P2P key names its pair: one figure per node).
 SIBLING_PROBES = frozenset({"gemm", "membw", "pcie", "smclock"})
-HOST_DEVICES = ("cpu", "host")
 
 
 class _Siblings:

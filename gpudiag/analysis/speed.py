@@ -15,7 +15,7 @@ from ..findings import Basis, Finding, Kind, Severity, cost_order
 from ..hosts import plural
 from . import clocks, coverage, rules
 from .identity import NO_GPU, GpuIdentity, HostGpus
-from .measurements import HOST_DEVICES, Measurement
+from .measurements import HOST_DEVICES, NODE_MEDIAN, Measurement
 from .pairs import Pair, attribute_pairs
 from .reference import SKU, KeyReferences
 from .suspects import COMPUTE_PROBES, Suspect, sibling_judged
@@ -82,8 +82,12 @@ def speed_findings(suspects: Sequence[Suspect], context: Context) -> list[Findin
         else:
             explained.append(_explained(suspect, cause, context))
     findings = explained + [_pair_finding(pair, context) for pair in pairs]
+    # A node median low where its GPUs' telemetry explains them (a throttle, a PCIe link) is theirs.
+    causes = {(f.host, f.metric) for f in explained}
     for host in sorted(unexplained):
-        findings += _unexplained(host, unexplained[host], context)
+        group = [s for s in unexplained[host] if s.measurement.device != NODE_MEDIAN
+                 or (host, f"{s.measurement.probe}.{s.measurement.metric}") not in causes]
+        findings += _unexplained(host, group, context) if group else []
     return findings
 
 
@@ -172,8 +176,11 @@ def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide
     for probe, metric in metrics:
         mine = [s for s in group if (s.measurement.probe, s.measurement.metric) == (probe, metric)]
         devices = sorted({s.measurement.device for s in mine})
-        scope = "host-side measurement" if set(devices) <= set(HOST_DEVICES) else \
-            f"{len(devices)} of {plural(context.gpu_count(host), 'GPU')}"
+        gpus = [device for device in devices if device not in HOST_DEVICES]
+        scopes = [f"{len(gpus)} of {plural(context.gpu_count(host), 'GPU')}"] if gpus else []
+        if NODE_MEDIAN in devices:
+            scopes.append("the median of its GPUs, against the fleet's node medians")
+        scope = " and ".join(scopes) or "host-side measurement"
         parts.append(f"{probe}.{metric} low on {scope} (median deficit "
                      f"{statistics.median(s.deficit_pct for s in mine):.1f} %)")
     if starved:

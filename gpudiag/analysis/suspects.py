@@ -16,6 +16,7 @@ from . import coverage, rules
 from .identity import GpuIdentity, HostGpus
 from .keys import COMPARED_PROBES, host_keys
 from .measurements import HOST_DEVICES, KeyInfo, Measurement
+from .nodes import node_medians
 from .ports import Port, read_ports
 from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references, pool_spreads
 from .siblings import HostGroups, siblings_alone
@@ -293,6 +294,7 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
     if retest_hosts is None:
         return [dataclasses.replace(s, note="not re-tested") for s in suspects]
     again_found = measurements([h for h in retest_hosts if h.status == "ok"])
+    again_found += node_medians(again_found, thresholds)  # a node median's re-test is the re-test's
     repeats = {m.repeat_key: m for m in again_found}
     again_groups = HostGroups(again_found)
     by_host = {h.host: h for h in retest_hosts}

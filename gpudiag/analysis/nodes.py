@@ -1,0 +1,74 @@
+"""A node judged as one: the median of its GPUs on each key, against the fleet's node medians.
+
+A node slow on every GPU alike (a starved host, a slow PCIe root, a node-wide power cap) is
+``slow_node``. Where each GPU's figure is noisy (CV 3 %), a node 8 % slow has only a third of its
+GPUs past a GPU's threshold, and was named GPU by GPU (or not at all). The median of its eight
+GPUs is four times steadier than one of them, and the fleet's node medians scatter that much
+less too: judged against them, the node stands out whole.
+
+Each host with ``sibling_min_gpus`` GPUs or more of a key gives one **node median** measurement
+of that key: device ``NODE_MEDIAN`` (no GPU of its own; no device a node can print, whose names
+have no space), its own key (the GPU key with a field no record can give), the median of its
+GPUs' figures, the median of their sample CVs. Node medians are compared only with the fleet's
+node medians of the same key (its densest level and MAD, as any fleet reference: at least
+``min_peers`` hosts): not with the SKU figure or a baseline, whose spreads are a single GPU's.
+Their suspects go through the same re-test as any suspect (the re-test's node medians, made the
+same way, confirm them), and a host with one is node-wide on that metric (``slow_node``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from .measurements import HOST_DEVICES, NODE_MEDIAN, KeyInfo, Measurement
+from .siblings import SIBLING_PROBES
+from .sku import FloorKey
+from .thresholds import Thresholds
+
+# The field a node median's key adds to its GPUs' key (a JSON object of sorted fields: a node's
+# records cannot add a top-level field to a key, so no record's key is a node median's).
+_MEDIAN_FIELD = ',"within":"the median of a node\'s GPUs"}'
+
+
+def node_medians(found: Iterable[Measurement], thresholds: Thresholds) -> list[Measurement]:
+    """One node-median measurement per host and key of its GPUs (``SIBLING_PROBES``), where the
+    host has ``sibling_min_gpus`` GPUs of the key or more (the median of a device that printed
+    several figures first)."""
+    values: dict[tuple[str, str, str | None], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    cvs: dict[tuple[str, str, str | None], list[float]] = defaultdict(list)
+    infos: dict[tuple[str, str | None], KeyInfo] = {}
+    for m in found:
+        info = m.info
+        if m.device in HOST_DEVICES or info.probe not in SIBLING_PROBES:
+            continue
+        place = (m.host, info.key, info.gpu_model)
+        values[place][m.device].append(m.value)
+        if m.cv is not None:
+            cvs[place].append(m.cv)
+        if (info.key, info.gpu_model) not in infos:
+            infos[(info.key, info.gpu_model)] = info._replace(key=median_key(info.key))
+    medians = []
+    for (host, key, model), by_device in values.items():
+        if len(by_device) < thresholds.sibling_min_gpus:
+            continue
+        spread = cvs.get((host, key, model))
+        medians.append(Measurement(host, NODE_MEDIAN, None, infos[(key, model)],
+                                   statistics.median(statistics.median(v) for v in by_device.values()),
+                                   statistics.median(spread) if spread else None))
+    return medians
+
+
+def median_key(key: str) -> str:
+    """The key of the node medians of the GPU key ``key``."""
+    return key[:-1] + _MEDIAN_FIELD
+
+
+def is_median_key(key: str) -> bool:
+    return key.endswith(_MEDIAN_FIELD)
+
+
+def no_figures(model: str | None) -> Mapping[FloorKey, float]:
+    """Node medians have no SKU figure (``references``' ``skus``): a figure's spread is one GPU's."""
+    return {}
