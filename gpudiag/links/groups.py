@@ -456,6 +456,12 @@ def group_baseline(group: LinkGroup, baseline: LinkBaseline | None,
                          median * (1 - thresholds.deficit_pct / 100))
 
 
+# A line-rate floor within this many sigmas of the healthy level cuts into healthy noise; told
+# only from this many pairs above it (a spread from a handful of pairs is too rough to tell).
+FLOOR_CUT_SIGMAS = 3.0
+FLOOR_CUT_PAIRS = 24
+
+
 def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
                     baseline: GroupBaseline | None = None, job: float | None = None) -> GroupReference:
     """The group's references (see GroupReference). ``job``: the small groups' level of its
@@ -479,6 +485,14 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     shifted = floor is not None and best_level < floor
     basis = means if floor is None or shifted else [value for value in means if value >= floor] or means
     fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct)
+    if basis is not means and len(basis) >= FLOOR_CUT_PAIRS and fleet.value - FLOOR_CUT_SIGMAS * fleet.spread <= floor:
+        # The floor cuts into the healthy pairs' own noise (at 12 % run-to-run noise a fifth of
+        # them fall under it): leaving out the pairs under it lifted the level and shrank the
+        # spread, and healthy pairs became slow links. Then every pair is the basis (the level
+        # is found from the top, slow pairs set aside by their distance from it). Where the
+        # floor lies far below the healthy cluster, it only sets aside slow pairs: in a small
+        # fabric most pairs may touch a slow NIC, and the cut keeps them out of the level.
+        fleet = fleet_reference(means, len(best), thresholds.mad_floor_pct)
     # The fleet level itself materially below the baseline: a regression the fabric shares.
     below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
     return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,

@@ -439,3 +439,35 @@ def test_in_a_small_job_a_host_slow_with_one_partner_only_against_the_jobs_level
                for round_ in full_rounds(names(4)) for a, b in round_.pairs]
     verdicts = {v.host: v.confirmed for v in attribute_links(results).nics}
     assert verdicts.get("node03") is True and verdicts.get("node02") is not True
+
+
+def _noisy_sweep(hosts: list[str], seed: int, noise: float, **faults) -> object:
+    """The screen and up to three confirm phases, every run with ``noise`` (a CV) of its own."""
+    results = measure(screen_rounds(hosts), seed=seed * 10, noise=noise, **faults)
+    attribution = attribute_links(results)
+    for phase in range(3):
+        if not attribution.suspects:
+            break
+        rounds = confirm_rounds(attribution.suspects, attribution.passed, [r.pair for r in results])
+        results += measure(rounds, seed=seed * 10 + phase + 1, noise=noise, **faults)
+        attribution = attribute_links(results)
+    return attribution
+
+
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_a_noisy_fabric_is_judged_by_its_whole_spread_and_blames_no_healthy_pair(seed: int):
+    # 12 % run-to-run noise: a fifth of the healthy pairs fall under the line rate's 90 % floor.
+    # Judged against the pairs above the floor alone, the level rose and the spread shrank, and
+    # healthy pairs 25-30 % below it (2.5 sigma of this fabric) became slow links and slow NICs.
+    attribution = _noisy_sweep(names(128), seed, 0.12)
+    assert [(v.a, v.b) for v in attribution.links] == [] and [v.host for v in attribution.nics] == []
+    (reference,) = attribution.references
+    # The level is found from the top (the highest of the densest windows): at this noise it sits
+    # up to 3 % above the healthy median, where the floor's cut put it 4-5 % above.
+    assert reference.fleet_gbps == pytest.approx(HEALTHY_GBPS, rel=0.035)
+    assert reference.spread_gbps == pytest.approx(0.12 * HEALTHY_GBPS, rel=0.25)
+
+
+def test_a_half_rate_nic_on_a_noisy_fabric_is_still_that_host():
+    attribution = _noisy_sweep(names(128), 1, 0.12, nics={"node40": 0.5})
+    assert [v.host for v in attribution.nics] == ["node40"] and attribution.links == ()
