@@ -15,7 +15,7 @@ from ..records import HostRecords, ProbeResult
 from . import coverage, rules
 from .identity import GpuIdentity, HostGpus
 from .keys import COMPARED_PROBES, host_keys
-from .measurements import HOST_DEVICES, KeyInfo, Measurement
+from .measurements import HOST_DEVICES, NODE_MEDIAN, KeyInfo, Measurement
 from .nodes import node_medians
 from .ports import Port, read_ports
 from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references, pool_spreads
@@ -342,8 +342,14 @@ def _repeated_below_siblings(suspect: Suspect, again: Measurement, again_groups:
 
 
 def _repeated(suspect: Suspect, again: Measurement, thresholds: Thresholds) -> Suspect | None:
-    """``suspect`` confirmed by its re-test's figure ``again``, or None when it did not repeat."""
+    """``suspect`` confirmed by its re-test's figure ``again``, or None when it did not repeat.
+    A node median's re-test must itself be flagged too: judged against the tight spread of node
+    medians, one run far below and a re-test half-way there averaged past the bar (a healthy
+    node's PCIe median at CV 3 %, one sweep in five of 256 nodes), and a node slow as a whole is
+    far below in every run."""
     ref = suspect.reference
+    if suspect.measurement.device == NODE_MEDIAN and not ref.flags(again.value, thresholds):
+        return None
     mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
     mean_z = (suspect.robust_z + ref.robust_z(again.value)) / 2
     repeated = again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct
