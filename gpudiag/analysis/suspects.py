@@ -343,10 +343,9 @@ def _repeated_below_siblings(suspect: Suspect, again: Measurement, again_groups:
 
 def _repeated(suspect: Suspect, again: Measurement, thresholds: Thresholds) -> Suspect | None:
     """``suspect`` confirmed by its re-test's figure ``again``, or None when it did not repeat.
-    A node median's re-test must itself be flagged too: judged against the tight spread of node
-    medians, one run far below and a re-test half-way there averaged past the bar (a healthy
-    node's PCIe median at CV 3 %, one sweep in five of 256 nodes), and a node slow as a whole is
-    far below in every run."""
+    A node median's re-test must itself be flagged too: against the tight spread of node medians,
+    one run far below and a re-test half-way there would average past the bar, and a node slow as
+    a whole is far below in every run."""
     ref = suspect.reference
     if suspect.measurement.device == NODE_MEDIAN and not ref.flags(again.value, thresholds):
         return None

@@ -53,7 +53,8 @@ MIN_FIT_SWEEPS = 3
 # itself exactly (a figure the hardware pins) still has a slope that is finitely sure.
 NOISE_FLOOR_PCT = 0.1
 # How far a trend's own scatter may exceed its host's pooled one and still be the luck of a few
-# steps (the estimate from three steps exceeds 2.5 times the truth about once in 40 series).
+# sweeps (an estimate from 1 or 2 degrees of freedom, 3 or 4 sweeps, exceeds 2.5 times the truth
+# about once in 80 or 500 series).
 OWN_NOISE_TOLERANCE = 2.5
 
 
