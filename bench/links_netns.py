@@ -32,9 +32,15 @@ from quick_node import quick_facts_python  # noqa: E402
 LINE_RATE_MBIT = 200
 SLOW_MBIT = 50
 LINK_KINDS = ("slow_nic", "slow_link", "link_error", "fleet_shift")
-# The node probes are not measured here: every "host" shares this machine's CPUs.
+# The node probes are not measured here: every "host" shares this machine's CPUs. Nor are the
+# links judged at a real fabric's 5 %: tcp through veth on two shared, busy cores (the test suite's
+# other workers) varies by more: twice in a row a healthy pair read low under load named a healthy
+# NIC beside the planted faults (75 % below the line rate). A pair here must fall 25 % below its
+# level (or under 60 % of the line rate) to be slow.
 NODE_THRESHOLDS = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
-                   '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
+                   '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}, '
+                   '"link_deficit": {"value": 25.0, "unit": "percent"}, '
+                   '"link_line_rate_efficiency": {"value": 60.0, "unit": "percent"}}')
 
 
 def sweep(fleet: NetnsFleet, folder: Path, links: str, duration_s: float, python: str) -> tuple[float, dict]:
