@@ -52,8 +52,7 @@ class GpudiagGroup(click.Group):
     ["gpudiag demo --output demo              # a simulated fleet swept",
      "gpudiag probe gemm membw --duration 2   # this machine",
      "gpudiag sweep --hosts 'gpu[01-64]' --json sweep.json"],
-    [*FLEET_CODES, (ExitCode.INTERNAL, "gpudiag itself failed: inconclusive, never 'this node failed'"),
-     (ExitCode.INTERRUPTED, "interrupted (partial results are still saved)")]))
+    FLEET_CODES))
 @click.version_option(__version__, prog_name="gpudiag")
 def main() -> None:
     """Find the slow GPUs, NICs and links of a GPU fleet."""

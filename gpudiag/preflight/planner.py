@@ -54,6 +54,11 @@ NO_LOAD_PROBES = ("facts", "telemetry")
 DEFAULT_PROBES = (*NO_LOAD_PROBES, *LOAD_PROBES)
 
 
+def load_probes(probes: tuple[str, ...]) -> tuple[str, ...]:
+    """The probes of ``probes`` that put a timed load on the GPUs (all but facts and telemetry)."""
+    return tuple(name for name in probes if name not in NO_LOAD_PROBES)
+
+
 @dataclass(frozen=True)
 class PreflightPlan:
     """What a pre-flight of ``hosts`` nodes runs within ``budget_s`` seconds.
@@ -92,8 +97,7 @@ class PreflightPlan:
         nodes = f"{self.hosts} node{'s' if self.hosts != 1 else ''}"
         lines = [f"pre-flight plan: {nodes} within a budget of {self.budget_s:g} s "
                  f"({self.planned_s:.0f} s planned)"]
-        loads = [name for name in self.probes if name not in NO_LOAD_PROBES]
-        load_text = f", {self.duration_s:.1f} s of load per probe and GPU" if loads else ""
+        load_text = f", {self.duration_s:.1f} s of load per probe and GPU" if load_probes(self.probes) else ""
         lines.append(f"  node probes: {', '.join(self.probes)}{load_text}; at most {self.host_timeout_s:.0f} s "
                      f"a node")
         if self.retest:
@@ -162,7 +166,7 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
 def _capped(plan: PreflightPlan, deadline_s: float) -> PreflightPlan:
     """``plan`` with the bundle's deadline at most ``deadline_s``; raises InputError when that
     leaves no room for the planned load of one probe."""
-    if any(name not in NO_LOAD_PROBES for name in plan.probes) and deadline_s <= plan.duration_s:
+    if load_probes(plan.probes) and deadline_s <= plan.duration_s:
         raise InputError(f"--deadline {deadline_s:g} is not longer than the planned {plan.duration_s:g} s of load "
                          f"per probe: no load probe could finish; raise --deadline or leave it out (the plan "
                          f"sets one within --budget)")
@@ -173,11 +177,11 @@ def _plan(budget_s: float, hosts: int, room: float, links: bool, retest: bool, p
           full_links: bool) -> PreflightPlan:
     """plan_preflight's plan once the budget is known to hold a node's telemetry (``room``:
     seconds left besides the controller's)."""
-    loads = sum(1 for name in probes if name not in NO_LOAD_PROBES)
+    loaded = load_probes(probes)
+    loads = len(loaded)
     dropped: list[str] = []
     if room < SAFETY * host_pass_s(MIN_DURATION_S, loads):
-        dropped.append(f"{', '.join(name for name in probes if name not in NO_LOAD_PROBES)} (the budget leaves no "
-                       f"time for load)")
+        dropped.append(f"{', '.join(loaded)} (the budget leaves no time for load)")
         if hosts >= 2 and links:
             dropped.append("link screen (the budget leaves no time for it)")
         window = min(room, WINDOW_MAX * host_pass_s(0.0, loads=0))

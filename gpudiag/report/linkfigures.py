@@ -450,12 +450,10 @@ def _rail(value: object) -> int | None:
 
 
 def _positive(value: object) -> float | None:
+    # (isinstance first: it tells a type checker what value is)
     if not isinstance(value, int | float) or not is_finite_number(value):
         return None
     return float(value) if value > 0 else None
-
-
-
 
 
 # ------------------------------------------------------------------------- words for the reports

@@ -33,19 +33,16 @@ def wrap_line(line: str, width: int) -> list[str]:
     indent = line[:len(line) - len(line.lstrip(" "))]
     hang = indent + " " * HANG
     lines: list[str] = []
-    current = indent
+    current = ""
     for word in _words(line.strip(" ")):
-        lead = indent if not lines else hang
-        if current.strip() and len(current) + 1 + len(word) > width:
+        if not current:
+            current = indent + word
+        elif len(current) + 1 + len(word) > width:
             lines.append(current)
             current = hang + word
-        elif current.strip():
-            current += " " + word
         else:
-            current = lead + word
-    if current.strip():
-        lines.append(current)
-    return lines
+            current += " " + word
+    return [*lines, current] if current else lines
 
 
 def _words(text: str) -> list[str]:
