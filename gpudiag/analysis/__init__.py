@@ -8,7 +8,9 @@
 3. A suspect needs robust z <= ``robust_z`` AND a deficit >= ``deficit_warn`` against one
    reference. It is re-tested on its host in the first pass's mode; only a repeat is
    ``confirmed``, and only a confirmed ``deficit_fail`` is a ``fail``. A suspect whose re-test
-   could not measure it stays, unconfirmed, with the reason.
+   could not measure it stays, unconfirmed, with the reason. On a key too noisy for one run to
+   show a ``deficit_fail`` deficit the screen is wider and the re-test takes several runs
+   (gpudiag.analysis.noisy).
 4. Suspects become findings by what else is known: NVML reasons seen in enough loaded samples
    make ``throttled`` (a software power cap: a warning unless it costs ``deficit_fail`` against
    the SKU), a narrow or slow-generation PCIe link ``degraded_pcie``, a link down
@@ -179,21 +181,24 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     suspects += find_suspects(medians, references(medians, thresholds, None, no_figures), thresholds)
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, None if retest_hosts is None else [host_records(h) for h in retest_hosts],
-                           thresholds)
+                           thresholds, judging)
+        suspects = [_identified(s, readings.identities) if s.identity is None else s for s in suspects]
     not_retested = 0
     if interrupted:
         kept = [s for s in suspects if s.confirmed or s.retest_failed]
         suspects, not_retested = kept, len(suspects) - len(kept)
+    # A noisy key's wide screen alone says nothing until the re-test confirms (gpudiag.analysis.noisy).
+    judged = [s for s in suspects if s.confirmed or not s.screened]
     facts = {h.host: h.facts for h in hosts if h.status == "ok"}
     by_host: dict[str, list[Measurement]] = defaultdict(list)
     for m in found:
         by_host[m.host].append(m)
     context = Context(thresholds, telemetry, facts, refs, found, by_host, readings.identities,
                       clock_costs=typical_clock_costs(found, telemetry))
-    findings = (speed_findings(suspects, context) + rule_findings(telemetry, thresholds)
-                + counter_findings(telemetry, thresholds, previous) + starved_hosts(suspects, context))
+    findings = (speed_findings(judged, context) + rule_findings(telemetry, thresholds)
+                + counter_findings(telemetry, thresholds, previous) + starved_hosts(judged, context))
     findings = merge(findings) + shift_findings(shifts, found, telemetry, context.clock_costs, thresholds)
-    findings += fleet_shifts(suspects, found, thresholds) + port_findings(readings.ports, thresholds, previous)
+    findings += fleet_shifts(judged, found, thresholds) + port_findings(readings.ports, thresholds, previous)
     findings += xid_findings(hosts)
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]

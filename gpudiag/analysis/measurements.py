@@ -16,6 +16,11 @@ NODE_MEDIAN = "node median"
 HOST_DEVICES = ("cpu", "host", NODE_MEDIAN)
 
 
+# Each key's parameters but ``mode``, as text (Measurement.repeat_key): a key fixes its parameters.
+_PARAMS_TEXT: dict[str, str] = {}
+_PARAMS_TEXT_MAX = 100_000
+
+
 class KeyInfo(NamedTuple):
     """What every measurement of one baseline key (and GPU model) shares: one object per key."""
 
@@ -73,5 +78,11 @@ class Measurement(NamedTuple):
     def repeat_key(self) -> tuple[str, str, str, str, str]:
         """What a re-test must match: the same host, device, probe, metric and parameters except
         ``mode``."""
-        params = {k: v for k, v in sorted(self.params.items()) if k != "mode"}
-        return self.host, self.device, self.probe, self.metric, repr(params)
+        info = self.info
+        text = _PARAMS_TEXT.get(info.key)
+        if text is None:  # a key names its parameters: one text per key, however many measurements
+            if len(_PARAMS_TEXT) >= _PARAMS_TEXT_MAX:
+                _PARAMS_TEXT.clear()
+            text = repr({k: v for k, v in sorted(info.params.items()) if k != "mode"})
+            _PARAMS_TEXT[info.key] = text
+        return self.host, self.device, info.probe, info.metric, text

@@ -254,6 +254,8 @@ def _speed_evidence(suspect: Suspect, context: Context) -> str:
             parts.append(explained)
     if not suspect.confirmed:
         parts.append(suspect.note or "not re-tested")
+    elif suspect.note:  # how several re-test runs confirmed it (gpudiag.analysis.noisy)
+        parts.append(suspect.note)
     return "; ".join(parts)
 
 

@@ -5,6 +5,7 @@ one of them is a suspect; a re-test confirms, clears, or leaves it unconfirmed w
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,17 @@ from .identity import GpuIdentity, HostGpus
 from .keys import COMPARED_PROBES, host_keys
 from .measurements import HOST_DEVICES, NODE_MEDIAN, KeyInfo, Measurement
 from .nodes import node_medians
+from .noisy import (
+    RunNoise,
+    Screen,
+    confirmation_bar,
+    family_size,
+    is_noisy,
+    judge_runs,
+    key_screen,
+    planned_runs,
+    run_noise,
+)
 from .ports import Port, read_ports
 from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references, pool_spreads
 from .siblings import HostGroups, siblings_alone
@@ -52,6 +64,11 @@ class Suspect:
     sibling: Suspect | None = None
     # The GPU it was measured on, by NVML's index (gpudiag.analysis.identity); None: not looked up.
     identity: GpuIdentity | None = None
+    # The re-test runs it asks for: more than one on a noisy key, whose runs' mean alone confirms
+    # it (gpudiag.analysis.noisy); ``screened``: only the noisy key's wide screen took it, and
+    # unconfirmed it is no finding.
+    runs: int = 1
+    screened: bool = False
 
 
 
@@ -248,12 +265,22 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
     baseline, SKU), or, where their key has no fleet or baseline, below their siblings (the other
     GPUs of their node: gpudiag.analysis.siblings); a suspect their siblings flag too carries that
     judgement (``sibling``). Every spread is at least the
-    host's samples' CV of that probe and metric (capped at ``sample_cv_cap``)."""
+    host's samples' CV of that probe and metric (capped at ``sample_cv_cap``). On a noisy key
+    (gpudiag.analysis.noisy) a GPU ``deficit_warn`` below is a suspect too (``screened``), and
+    every suspect of such a key asks for several re-test runs."""
     groups = HostGroups(found)
     cap = thresholds.sample_cv_cap_pct / 100
+    wide: dict[str, Screen | None] = {}  # each key's screen (None: not noisy), found at its first GPU result
+    family: list[tuple[str, str]] = []  # the GPU results of noisy keys: those a re-test in several runs may judge
     suspects = []
     for m in found:
         key_refs = refs.get(m.key)
+        screen = None
+        if key_refs is not None and m.device not in HOST_DEVICES:
+            screen = wide[m.key] if m.key in wide else \
+                wide.setdefault(m.key, key_screen(key_refs, m.probe, m.device, thresholds))
+            if screen is not None:
+                family.append((m.host, m.key))
         noise = min(cap, groups.noise(m.host, m.probe, m.metric))
         ref = key_refs.flagging(m.value, thresholds, noise) if key_refs is not None else None
         sibling = _against_siblings(m, groups, key_refs, noise, thresholds)
@@ -261,7 +288,27 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
             suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value), sibling=sibling))
         elif sibling is not None and siblings_alone(key_refs):
             suspects.append(sibling)
-    return suspects
+        elif screen is not None and m.value <= screen.cutoff:
+            judged = screen.reference.widened(noise)
+            suspects.append(Suspect(m, judged, judged.robust_z(m.value), judged.deficit_pct(m.value),
+                                    sibling=sibling, screened=True))
+    return with_runs(suspects, thresholds, family_size(family))
+
+
+def with_runs(suspects: Sequence[Suspect], thresholds: Thresholds, family: int = 0) -> list[Suspect]:
+    """``suspects`` each with the re-test runs it asks for: one, or on a noisy key as many as its
+    spread needs at the bar ``family`` results judged on their runs face
+    (gpudiag.analysis.noisy.planned_runs)."""
+    noisy = [is_noisy(s.reference, s.measurement.probe, s.measurement.device, thresholds) for s in suspects]
+    bar = confirmation_bar(max(family, sum(noisy)), thresholds)
+    return [dataclasses.replace(s, runs=planned_runs(s.reference, bar, thresholds)) if is_noisy_one else s
+            for s, is_noisy_one in zip(suspects, noisy, strict=True)]
+
+
+def single_runs(suspects: Sequence[Suspect]) -> list[Suspect]:
+    """``suspects`` for a re-test of one run: those one run flagged (never a noisy key's screen
+    alone, which one more run cannot confirm), each asking for one run."""
+    return [dataclasses.replace(s, runs=1) for s in suspects if not s.screened]
 
 
 def sibling_judged(suspect: Suspect) -> Suspect | None:
@@ -282,7 +329,7 @@ def _against_siblings(m: Measurement, groups: HostGroups, key_refs: KeyReference
 
 
 def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | None,
-            thresholds: Thresholds) -> list[Suspect]:
+            thresholds: Thresholds, refs: Mapping[str, KeyReferences] | None = None) -> list[Suspect]:
     """Suspects whose re-test repeats the deficit are confirmed; those whose re-test does not are
     dropped (a one-off dip). A suspect the re-test could not measure (its host unreachable or
     timed out, an error record, no figure) stays, unconfirmed, with the reason as its note.
@@ -290,31 +337,102 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
     Both measurements are evidence: their mean must fall ``retest_deficit`` below the reference
     that flagged it and be as far below it (robust z) as one suspect must be, and the re-test
     must itself fall below it. Averaging halves the noise's variance, so a real 5 % deficit is
-    rarely lost to one unlucky draw, and a noise dip rarely repeats."""
+    rarely lost to one unlucky draw, and a noise dip rarely repeats.
+
+    ``retest_hosts`` holds every re-test run (a host once per run it took part in). A suspect of
+    a noisy key with two or more runs is judged on its runs' mean alone (gpudiag.analysis.noisy);
+    every other on the first pass and the mean of its re-test runs, as above. With ``refs`` (the
+    first pass's), every other GPU result of a noisy key that the re-test measured in several runs
+    is judged on its runs' mean too: a host re-tested for one GPU measured all of them again, and
+    a slow GPU's first run may have been lifted above the screen by its noise."""
     if retest_hosts is None:
         return [dataclasses.replace(s, note="not re-tested") for s in suspects]
-    again_found = measurements([h for h in retest_hosts if h.status == "ok"])
+    runs: dict[tuple[str, ...], list[Measurement]] = defaultdict(list)
+    for m in measurements([h for h in retest_hosts if h.status == "ok"]):
+        runs[m.repeat_key].append(m)
+    again_found = [_mean_of(values) for values in runs.values()]
     again_found += node_medians(again_found, thresholds)  # a node median's re-test is the re-test's
     repeats = {m.repeat_key: m for m in again_found}
     again_groups = HostGroups(again_found)
+    noise = run_noise(runs)
+    in_runs = _noisy_in_runs(runs, suspects, refs, thresholds) if refs is not None else {}
+    judged = [(key[0], runs[key][0].key) for key in in_runs]
+    judged += [(s.measurement.host, s.measurement.key) for s in suspects if s.runs > 1]
+    bar = confirmation_bar(family_size(judged), thresholds)
     by_host = {h.host: h for h in retest_hosts}
     kept = []
     for suspect in suspects:
-        again = repeats.get(suspect.measurement.repeat_key)
+        key = suspect.measurement.repeat_key
+        again = repeats.get(key)
+        host = by_host.get(suspect.measurement.host)
+        if suspect.screened and (again is None or len(runs[key]) < 2):
+            # A screen alone was never a finding: gone unless its host's re-test failed outright.
+            if again is None and host is not None and host.status != "ok":
+                kept.append(dataclasses.replace(suspect, note=_retest_gap(suspect.measurement, host),
+                                                retest_failed=True))
+            continue
         if again is None:
-            host = by_host.get(suspect.measurement.host)
             kept.append(dataclasses.replace(suspect, note=_retest_gap(suspect.measurement, host),
                                             retest_failed=host is not None))
             continue
         sibling = sibling_judged(suspect)
         if sibling is not None:
             sibling = _repeated_below_siblings(sibling, again, again_groups, thresholds)
-        repeated = sibling if suspect.reference.source == SIBLINGS else _repeated(suspect, again, thresholds)
+        if suspect.runs > 1 and len(runs[key]) > 1:
+            repeated = _repeated_runs(suspect, runs[key], noise.get(suspect.measurement.key), bar, thresholds)
+        elif suspect.reference.source == SIBLINGS:
+            repeated = sibling
+        else:
+            repeated = _repeated(suspect, again, thresholds)
         if repeated is not None:
             kept.append(repeated if repeated is sibling else dataclasses.replace(repeated, sibling=sibling))
         elif sibling is not None and suspect.reference.source not in (FLEET, BASELINE):
             kept.append(sibling)  # below its siblings again, no longer below the SKU figure (siblings_alone)
+    for key, screen in in_runs.items():
+        values = runs[key]
+        cap = thresholds.sample_cv_cap_pct / 100
+        first = values[0]
+        ref = screen.reference.widened(min(cap, again_groups.noise(first.host, first.probe, first.metric)))
+        found_here = Suspect(first, ref, ref.robust_z(first.value), ref.deficit_pct(first.value), screened=True)
+        repeated = _repeated_runs(found_here, values, noise.get(first.key), bar, thresholds)
+        if repeated is not None:
+            kept.append(repeated)
     return kept
+
+
+def _noisy_in_runs(runs: Mapping[tuple[str, ...], Sequence[Measurement]], suspects: Sequence[Suspect],
+                   refs: Mapping[str, KeyReferences], thresholds: Thresholds) -> dict[tuple[str, ...], Screen]:
+    """The GPU results of noisy keys measured in two runs or more that are no suspect, with their
+    key's screen."""
+    taken = {s.measurement.repeat_key for s in suspects}
+    found: dict[tuple[str, ...], Screen] = {}
+    for key, values in runs.items():
+        first = values[0]
+        if len(values) < 2 or key in taken or first.device in HOST_DEVICES or first.key not in refs:
+            continue
+        screen = key_screen(refs[first.key], first.probe, first.device, thresholds)
+        if screen is not None:
+            found[key] = screen
+    return found
+
+
+def _mean_of(values: Sequence[Measurement]) -> Measurement:
+    """One result's re-test runs as one measurement: the first, with the runs' mean."""
+    if len(values) == 1:
+        return values[0]
+    return values[0]._replace(value=statistics.fmean(m.value for m in values))
+
+
+def _repeated_runs(suspect: Suspect, values: Sequence[Measurement], noise: RunNoise | None, bar: float,
+                   thresholds: Thresholds) -> Suspect | None:
+    """A noisy key's ``suspect`` confirmed by the mean of its re-test runs ``values``, or None."""
+    verdict = judge_runs(suspect.reference, (m.value for m in values), noise, bar, thresholds)
+    if not verdict.confirmed:
+        return None
+    # The finding shows what confirmed it: the runs' mean, its deficit and z.
+    return dataclasses.replace(suspect, measurement=suspect.measurement._replace(value=verdict.mean),
+                               deficit_pct=verdict.deficit_pct, robust_z=verdict.robust_z, confirmed=True,
+                               note=verdict.note)
 
 
 def _repeated_below_siblings(suspect: Suspect, again: Measurement, again_groups: HostGroups,

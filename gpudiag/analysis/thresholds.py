@@ -23,6 +23,7 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "deficit_warn": ("deficit_warn_pct", "percent", False),
     "deficit_fail": ("deficit_fail_pct", "percent", False),
     "retest_deficit": ("retest_deficit_pct", "percent", False),
+    "retest_max_runs": ("retest_max_runs", "count", True),
     "min_peers": ("min_peers", "count", True),
     "mad_floor": ("mad_floor_pct", "percent", False),
     "slow_node_share": ("slow_node_share_pct", "percent", False),
@@ -59,7 +60,9 @@ class Thresholds:
     """A result is a suspect when, against any of its references, its robust z is at or below
     ``robust_z`` (sigma, negative) AND it falls ``deficit_warn_pct`` or more below; a confirmed
     ``deficit_fail_pct`` makes it a fail. A re-test confirms it when the mean of both runs still
-    falls ``retest_deficit_pct`` below. References: the fleet's healthy level when ``min_peers``
+    falls ``retest_deficit_pct`` below. On a key too noisy for one run to show a
+    ``deficit_fail_pct`` deficit, up to ``retest_max_runs`` re-test runs judge a GPU, and their
+    mean alone confirms it (gpudiag.analysis.noisy). References: the fleet's healthy level when ``min_peers``
     hosts or more have the key, a stored baseline, and the SKU figure, whose spread is
     ``sku_spread_pct`` of it (healthy GPUs scatter around a published figure more than around
     their own fleet). The spread is the MAD, at least ``mad_floor_pct`` of the reference. A node
@@ -87,6 +90,7 @@ class Thresholds:
     deficit_warn_pct: float
     deficit_fail_pct: float
     retest_deficit_pct: float
+    retest_max_runs: int
     min_peers: int
     mad_floor_pct: float
     slow_node_share_pct: float

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..analysis import Analysis, SweepReader, analyse, prior_counts
 from ..analysis.speed import not_retested
+from ..analysis.suspects import Suspect, single_runs
 from ..analysis.thresholds import Thresholds, load_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError, StoreError
@@ -158,19 +159,27 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     analysis = analyse(hosts, setup.thresholds, baseline=setup.baseline, interrupted=interrupted,
                        previous_hosts=previous)
     retest: list[HostOutcome] | None = None
-    wanted = request.judging.retest and bool(analysis.suspects) and not interrupted
+    suspects = analysis.suspects
+    wanted = request.judging.retest and bool(suspects) and not interrupted
     unretested: list[Finding] = []
-    if wanted and budget is not None and not budget.fits(_retest_need_s(first, analysis)):
+    if wanted and budget is not None and not budget.fits(_retest_need_s(first, suspects)):
+        # Several runs no longer fit: one run of what one run flagged (a screen alone is no finding).
+        suspects = single_runs(suspects)
+        wanted = bool(suspects)
+        budget_notes.append(f"the re-test of noisy results in several runs was skipped: {budget.reason()}")
+    if wanted and budget is not None and not budget.fits(_retest_need_s(first, suspects)):
         wanted = False  # unconfirmed, and each suspect a gap: neither confirmed nor cleared, never healthy
-        budget_notes.append(f"the re-test of {len(analysis.suspects)} suspects was skipped: {budget.reason()}")
-        unretested = not_retested(analysis.suspects, budget.reason())
+        budget_notes.append(f"the re-test of {len(suspects)} suspects was skipped: {budget.reason()}")
+        unretested = not_retested(suspects, budget.reason())
     elif not request.judging.retest and not interrupted:
         # Each suspect is also an unchecked finding, never a pass: "measured slow once" is no verdict.
-        unretested = not_retested(analysis.suspects)
+        unretested = not_retested(single_runs(suspects))
     if wanted:
-        count = len({s.measurement.host for s in analysis.suspects})
-        progress.phase(f"re-testing {plural(len(analysis.suspects), 'suspect')} on {plural(count, 'host')}")
-        retest, interrupted = _retest(_within(request, budget), setup, analysis, first, gate)
+        count = len({s.measurement.host for s in suspects})
+        runs = max(s.runs for s in suspects)
+        progress.phase(f"re-testing {plural(len(suspects), 'suspect')} on {plural(count, 'host')}"
+                       + (f", up to {runs} runs" if runs > 1 else ""))
+        retest, interrupted = _retest(_within(request, budget), setup, suspects, first, gate)
     link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate, progress, budget)
     extra = [*unretested, *extra]
     interrupted = interrupted or gate.received or (link_run is not None and link_run.interrupted)
@@ -249,11 +258,13 @@ def _within(request: SweepRequest, budget: RunBudget | None) -> SweepRequest:
                                                                   deadline=budget.deadline))
 
 
-def _retest_need_s(first: SweepResult, analysis: Analysis) -> float:
+def _retest_need_s(first: SweepResult, suspects: Sequence[Suspect]) -> float:
     """Seconds a re-test needs: as long as the first pass took on the slowest suspect's host
-    (the same probes, or fewer, on the same host)."""
-    hosts = {s.measurement.host for s in analysis.suspects}
-    return max([MIN_PHASE_S, *(h.duration_s for h in first.hosts if h.host in hosts)])
+    (the same probes, or fewer, on the same host), once for each of its runs."""
+    runs: dict[str, int] = {}
+    for s in suspects:
+        runs[s.measurement.host] = max(runs.get(s.measurement.host, 1), s.runs)
+    return max([MIN_PHASE_S, *(h.duration_s * runs[h.host] for h in first.hosts if h.host in runs)])
 
 
 def _blame_budget(first: SweepResult, budget: RunBudget) -> None:
@@ -414,22 +425,28 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
     return done
 
 
-def _retest(request: SweepRequest, setup: _Setup, analysis: Analysis, first: SweepResult,
+def _retest(request: SweepRequest, setup: _Setup, suspects: Sequence[Suspect], first: SweepResult,
             gate: InterruptGate) -> tuple[list[HostOutcome] | None, bool]:
-    """The suspects' probes again, in the first pass's mode, on the suspects' hosts only; returns
-    every re-tested host (any status, with its first-pass facts) and whether the re-test was
-    interrupted."""
-    suspect_hosts = sorted({s.measurement.host for s in analysis.suspects})
-    probes = tuple(sorted({s.measurement.probe for s in analysis.suspects}))
-    options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes))
-    wanted = set(suspect_hosts)
-    specs = [host for host in setup.hosts if host.label in wanted]
-    again = gate.run_phase(lambda: probe_hosts(specs, options, setup.connector, setup.bundle, QuietProgress(),
-                                               say=gate.say), lambda: None)
-    if again is None:
-        return None, True
+    """The suspects' probes again, in the first pass's mode, on the suspects' hosts only; run k
+    (from 1) re-tests the suspects that ask for k runs or more (gpudiag.analysis.noisy), with
+    their probes, on their hosts. Returns every re-tested host of every run (any status, with its
+    first-pass facts) and whether the re-test was interrupted."""
     facts = {host.host: host.facts for host in first.hosts}
-    return [host.with_facts(facts[host.host]) for host in again.hosts], again.interrupted
+    outcomes: list[HostOutcome] = []
+    for run in range(1, max((s.runs for s in suspects), default=0) + 1):
+        wanted = [s for s in suspects if s.runs >= run]
+        hosts = {s.measurement.host for s in wanted}
+        probes = tuple(sorted({s.measurement.probe for s in wanted}))
+        options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes))
+        specs = [host for host in setup.hosts if host.label in hosts]
+        again = gate.run_phase(lambda specs=specs, options=options: probe_hosts(
+            specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say), lambda: None)
+        if again is None:
+            return None, True
+        outcomes += [host.with_facts(facts[host.host]) for host in again.hosts]
+        if again.interrupted:
+            return outcomes, True
+    return outcomes, False
 
 
 def _options(request: SweepRequest) -> dict[str, Any]:

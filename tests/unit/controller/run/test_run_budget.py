@@ -201,3 +201,42 @@ def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
     assert "not finished by the run's deadline" in (result.hosts[1].error or "")
     assert result.hosts[1].duration_s == pytest.approx(20.0)  # on the run's clock
     assert not result.interrupted and int(result.exit_code) == 3
+
+
+def test_a_budget_too_short_for_a_noisy_keys_runs_re_tests_once_what_one_run_flagged(tmp_path, monkeypatch):
+    import json
+
+    from gpudiag.run import sweep as plan
+    from gpudiag.run.fanout import SweepOptions
+    from gpudiag.run.hostprobe import ProbeOptions
+    from gpudiag.run.request import Reach, SweepRequest
+    from gpudiag.run.runtime import Runtime
+    from gpudiag.sim import FleetFile
+    from gpudiag.sim.connector import SimulatedSession
+
+    # GEMM at CV 3 %: a noisy key, whose suspects ask for 6 re-test runs of n2's 3 s each (18 s)
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 16, "name_format": "n{}", "seed": 2,
+                                 "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.01},
+                                 "faults": [{"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.75}]}))
+    clock, calls = _Clock(), []
+    real_run = SimulatedSession.run
+
+    def slow_run(self, argv, timeout_s):
+        calls.append(self._host)
+        if self._host == "n2" and calls.count("n2") == 1:
+            clock.now += 3.0  # the first pass on n2 takes 3 s on the run's clock; nothing else takes any
+        return real_run(self, argv, timeout_s)
+
+    monkeypatch.setattr(SimulatedSession, "run", slow_run)
+    request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))), budget_s=16.0,
+                           sweep=SweepOptions(ProbeOptions(names=("facts", "gemm"), duration_s=0.1)))
+    result = plan.run_sweep(request, Runtime(clock=clock))
+    # 10 s left after the first pass: not 18 s of runs, but n2's one run (3 s) fits
+    assert any("re-test of noisy results in several runs was skipped: not finished within the --budget 16 s" in w
+               for w in result.warnings)
+    assert calls.count("n2") == 2  # the first pass and one re-test run
+    slow = [f for f in result.findings if f.kind == "slow_gpu"]
+    assert [(f.host, f.gpu, f.severity, f.confirmed) for f in slow] == [("n2", 3, "fail", True)]
+    # the screen alone was never re-tested: no finding, not even unchecked, for it
+    assert not [f for f in result.findings if f.kind == "unchecked"]

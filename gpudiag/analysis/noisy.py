@@ -1,0 +1,179 @@
+"""Noisy keys: where one run's noise can hide a fail-size deficit, a wider screen and a re-test
+of several runs, judged on the re-test runs alone.
+
+A key is noisy where its measured spread (fleet, baseline) times ``robust_z`` exceeds
+``deficit_fail``: at 3 % noise a GPU 8 % slow is 2.7 sigma below its fleet, and one run flags it
+about one time in three. On such a key:
+
+- the screen widens: a GPU's result ``deficit_warn`` or more below the reference is a suspect
+  (``screened``) even where its z does not reach ``robust_z``. A screened suspect is never a
+  finding by itself: unconfirmed, it is dropped (and counted), since one run said nothing;
+- every suspect of the key asks for several re-test runs (``runs``), as many as make a
+  ``deficit_fail`` deficit stand out at the confirmation bar, up to ``retest_max_runs``;
+- it is confirmed on the mean of its re-test runs alone (the first run chose it, so it is
+  biased low and is left out), against the spread of a mean of that many runs: the fleet's
+  spread less the run-to-run noise, plus the run-to-run noise over the runs. The run-to-run
+  noise is measured, pooled over every re-tested result of the key; where the runs vary as much
+  as the fleet does (GPUs that differ by themselves, not by chance), the mean is judged as
+  coarsely as one run, and no GPU is blamed for its fleet's normal scatter;
+- the bar is ``robust_z`` raised, like a Bonferroni correction, so that the many screened
+  results of a large fleet together confirm a healthy one about one sweep in a hundred
+  (``FAMILY_ALPHA``).
+
+What one node prints changes only its own verdict: the run-to-run noise is a median over the
+re-tested results, and the bar's family counts at most 16 results of a key per host.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .measurements import HOST_DEVICES, Measurement
+from .reference import BASELINE, FLEET, KeyReferences, Reference
+from .thresholds import Thresholds
+
+# Per-GPU probes, one figure per GPU and key, whose noise averages out over runs.
+NOISY_PROBES = frozenset({"gemm", "membw", "pcie", "smclock"})
+# The chance that the results of one sweep judged on their runs together confirm a healthy one.
+FAMILY_ALPHA = 0.01
+# The power the planned runs give a fault of exactly ``deficit_fail`` (one-sided normal quantile of 95 %).
+POWER_Z = 1.645
+# The most results of one key that one host counts in the bar's family (a node has at most 16 GPUs).
+FAMILY_PER_HOST_KEY = 16
+# Degrees of freedom the pooled run-to-run noise needs before it narrows a mean's spread.
+MIN_RUN_DOF = 10
+_NORMAL = statistics.NormalDist()
+
+
+def is_noisy(ref: Reference, probe: str, device: str, thresholds: Thresholds) -> bool:
+    """Whether ``ref`` (judging one GPU's ``probe`` result) is too noisy for one run to show a
+    ``deficit_fail`` deficit at ``robust_z``."""
+    return (ref.source in (FLEET, BASELINE) and probe in NOISY_PROBES and device not in HOST_DEVICES
+            and abs(thresholds.robust_z) * ref.spread > thresholds.deficit_fail_pct / 100 * abs(ref.value))
+
+
+@dataclass(frozen=True)
+class Screen:
+    """A noisy key's wide screen: its measured reference and the value at or below which a
+    result is ``deficit_warn`` below it."""
+
+    reference: Reference
+    cutoff: float
+
+
+def key_screen(key_refs: KeyReferences, probe: str, device: str, thresholds: Thresholds) -> Screen | None:
+    """The screen of a key whose results ``probe`` measures on GPUs like ``device``; None where
+    none of its measured references is noisy."""
+    ref = next((r for r in key_refs.references if is_noisy(r, probe, device, thresholds)), None)
+    return None if ref is None else Screen(ref, ref.value * (1 - thresholds.deficit_warn_pct / 100))
+
+
+def confirmation_bar(count: int, thresholds: Thresholds) -> float:
+    """The z (a positive number of sigmas) a mean of re-test runs must fall below its reference,
+    when ``count`` noisy suspects are judged in one sweep."""
+    return max(abs(thresholds.robust_z), _NORMAL.inv_cdf(1 - FAMILY_ALPHA / max(count, 1)))
+
+
+def planned_runs(ref: Reference, bar: float, thresholds: Thresholds) -> int:
+    """The re-test runs whose mean shows a ``deficit_fail`` deficit past ``bar`` nineteen times in
+    twenty, were all of ``ref``'s spread run-to-run noise: at least 2, at most ``retest_max_runs``."""
+    relative = 100 * ref.spread / abs(ref.value)
+    runs = math.ceil(((bar + POWER_Z) * relative / thresholds.deficit_fail_pct) ** 2)
+    return min(max(runs, 2), thresholds.retest_max_runs)
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """The run-to-run noise of one key (a fraction of its values), pooled over its re-tested
+    results, and the degrees of freedom it rests on."""
+
+    relative_sd: float
+    dof: int
+
+
+def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]]) -> dict[str, RunNoise]:
+    """Each key's run-to-run noise, from the re-test runs of every result re-tested twice or more
+    (``runs``: each result's re-test measurements). The median of the results' variances, each
+    scaled by the median of its chi-square: a node that prints wild figures run after run moves
+    the median by one value, and the key's noise (which judges every other GPU's mean) hardly."""
+    scaled: dict[str, list[float]] = defaultdict(list)
+    dofs: dict[str, int] = defaultdict(int)
+    for values in runs.values():
+        if len(values) < 2:
+            continue
+        figures = [m.value for m in values]
+        mean = statistics.fmean(figures)
+        if mean <= 0:
+            continue
+        dof = len(figures) - 1
+        variance = sum((figure / mean - 1) ** 2 for figure in figures) / dof
+        key = values[0].key
+        scaled[key].append(variance / _chi_square_median(dof))
+        dofs[key] += dof
+    return {key: RunNoise(math.sqrt(statistics.median(scaled[key])), dofs[key]) for key in scaled}
+
+
+def _chi_square_median(dof: int) -> float:
+    """The median of a chi-square over its degrees of freedom: exact for 1 and 2, else Wilson and
+    Hilferty's (within 0.6 % at 3, closer beyond)."""
+    if dof <= 2:
+        return 0.45494 if dof == 1 else math.log(2)
+    return (1 - 2 / (9 * dof)) ** 3
+
+
+def family_size(results: Iterable[tuple[str, str]]) -> int:
+    """How many results judged on their runs one sweep holds (``results``: each one's host and
+    key), each host counting at most ``FAMILY_PER_HOST_KEY`` of a key: a node printing a thousand
+    GPUs does not raise the bar every other node is judged at."""
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for place in results:
+        counts[place] += 1
+    return sum(min(count, FAMILY_PER_HOST_KEY) for count in counts.values())
+
+
+def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: float) -> float:
+    """The spread of a mean of ``runs`` re-test runs about ``ref``: what of ``ref``'s spread is not
+    run-to-run noise (GPUs that differ by themselves), plus the run-to-run noise over ``runs``.
+    Without enough runs to measure the noise, as coarse as one run; never below ``floor_pct`` of
+    the reference."""
+    floor = abs(ref.value) * floor_pct / 100
+    if noise is None or noise.dof < MIN_RUN_DOF:
+        return max(ref.spread, floor)
+    per_run = noise.relative_sd * abs(ref.value)
+    lasting = max(ref.spread ** 2 - per_run ** 2, 0.0)
+    return max(math.sqrt(lasting + per_run ** 2 / runs), floor)
+
+
+@dataclass(frozen=True)
+class RunsVerdict:
+    """A noisy suspect's re-test runs judged: their mean, its deficit and z against the
+    reference, and whether that confirms it."""
+
+    mean: float
+    deficit_pct: float
+    robust_z: float
+    confirmed: bool
+    note: str
+
+
+def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, bar: float,
+               thresholds: Thresholds) -> RunsVerdict:
+    """The mean of ``values`` (a result's re-test runs) against ``ref``: confirmed when it falls
+    ``retest_deficit`` below and ``bar`` spreads of such a mean below (or the fleet's own level
+    is below ``ref``)."""
+    figures = list(values)
+    mean = statistics.fmean(figures)
+    spread = mean_spread(ref, len(figures), noise, thresholds.mad_floor_pct)
+    deficit = ref.deficit_pct(mean)
+    z = (mean - ref.value) / spread
+    confirmed = deficit >= thresholds.retest_deficit_pct and (ref.fleet_below or z <= -bar)
+    measured = "run-to-run noise not measured: one run's spread"
+    if noise is not None and noise.dof >= MIN_RUN_DOF:
+        measured = f"run-to-run noise {100 * noise.relative_sd:.1f} % over {noise.dof} degrees of freedom"
+    note = (f"the mean of {len(figures)} re-test runs {deficit:.1f} % below, {-z:.1f} sigma of such a mean "
+            f"(bar {bar:.1f}; {measured})")
+    return RunsVerdict(mean, deficit, z, confirmed, note)
