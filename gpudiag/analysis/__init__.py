@@ -174,7 +174,7 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     previous = previous_hosts if isinstance(previous_hosts, PriorCounts) else prior_counts(previous_hosts or ())
     refs = references(found, thresholds, baseline, skus)
     shifts = group_shifts(found, refs, thresholds, baseline)  # a group's level judges its parts
-    judging = judging_references(refs, shifts)
+    judging = judging_references(refs, shifts, thresholds)
     suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging, thresholds)]
     # Each node as one: its GPUs' median against the fleet's node medians (gpudiag.analysis.nodes).
     medians = node_medians(found, thresholds)

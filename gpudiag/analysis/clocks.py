@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..findings import Kind
@@ -26,18 +26,52 @@ SLOWING_REASONS = rules.HARDWARE_REASONS + rules.SOFTWARE_REASONS
 
 
 def typical_clock_costs(found: Iterable[Measurement],
-                        telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]) -> dict[str, float]:
+                        telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]) -> Mapping[str, float]:
     """Per baseline key of a compute probe: the median clock cost (percent of the maximum clock)
-    of its GPUs under load, over the GPUs whose sampler gave clocks."""
-    costs: dict[str, list[float]] = defaultdict(list)
-    for m in found:
-        if m.probe not in COMPUTE_PROBES:
-            continue
-        gpu = telemetry.get(m.host, {}).get(m.gpu_uuid or "")
-        cost = rules.clock_cost_pct(gpu.under_load) if gpu is not None else None
-        if cost is not None:
-            costs[m.key].append(cost)
-    return {key: statistics.median(values) for key, values in costs.items()}
+    of its GPUs under load, over the GPUs whose sampler gave clocks. Worked out per key when
+    first asked for: only the keys of suspects and shifted groups ever are, and a 10,000-node
+    sweep's other keys would cost a quarter of a million readings."""
+    return _ClockCosts(found, telemetry)
+
+
+class _ClockCosts(Mapping[str, float]):
+    def __init__(self, found: Iterable[Measurement],
+                 telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]) -> None:
+        self._found = found
+        self._telemetry = telemetry
+        self._places: dict[str, list[tuple[str, str]]] | None = None
+        self._costs: dict[str, float | None] = {}
+        self._by_gpu: dict[tuple[str, str], float | None] = {}
+
+    def _index(self) -> dict[str, list[tuple[str, str]]]:
+        if self._places is None:
+            places: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            for m in self._found:
+                if m.probe in COMPUTE_PROBES:
+                    places[m.key].append((m.host, m.gpu_uuid or ""))
+            self._places = places
+        return self._places
+
+    def _gpu_cost(self, place: tuple[str, str]) -> float | None:
+        if place not in self._by_gpu:
+            gpu = self._telemetry.get(place[0], {}).get(place[1])
+            self._by_gpu[place] = rules.clock_cost_pct(gpu.under_load) if gpu is not None else None
+        return self._by_gpu[place]
+
+    def __getitem__(self, key: str) -> float:
+        if key not in self._costs:
+            values = [cost for cost in map(self._gpu_cost, self._index().get(key, ())) if cost is not None]
+            self._costs[key] = statistics.median(values) if values else None
+        cost = self._costs[key]
+        if cost is None:
+            raise KeyError(key)
+        return cost
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key in self._index() if key in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def explained_pct(suspect: Suspect, gpu: rules.GpuTelemetry, typical: Mapping[str, float]) -> float | None:

@@ -35,7 +35,7 @@ from ..hosts import fold_hosts, plural
 from . import rules
 from .keys import hardware_key, software_change
 from .measurements import Measurement
-from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SKU, KeyReferences, Reference, spread
+from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SKU, KeyReferences, Reference, spread, with_cutoff
 from .suspects import COMPUTE_PROBES, BaselineLookup
 from .thresholds import Thresholds
 
@@ -95,8 +95,8 @@ def group_shifts(found: Iterable[Measurement], refs: Mapping[str, KeyReferences]
     return shifts
 
 
-def judging_references(refs: Mapping[str, KeyReferences], shifts: Mapping[str, GroupShift]
-                       ) -> dict[str, KeyReferences]:
+def judging_references(refs: Mapping[str, KeyReferences], shifts: Mapping[str, GroupShift],
+                       thresholds: Thresholds) -> dict[str, KeyReferences]:
     """The references a key's parts are judged by: where the key has a live level (or its
     small group is shifted), that level and none of the baseline or SKU figure, which judge the
     level instead (gpudiag.analysis.groups)."""
@@ -107,7 +107,7 @@ def judging_references(refs: Mapping[str, KeyReferences], shifts: Mapping[str, G
         if shift is not None and not any(ref.source == FLEET for ref in kept):
             kept = (shift.level, *kept)
         has_level = any(ref.source == FLEET for ref in kept)
-        judging[key] = KeyReferences(tuple(dataclasses.replace(ref, fleet_below=False) for ref in kept)) \
+        judging[key] = with_cutoff(tuple(dataclasses.replace(ref, fleet_below=False) for ref in kept), thresholds) \
             if has_level else key_refs
     return judging
 

@@ -148,7 +148,7 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
         found = [dataclasses.replace(ref, fleet_below=True) if ref is not fleet and ref.flags(fleet.value, thresholds)
                  else ref for ref in found]
         found = [ref.widened(fleet.spread / fleet.value) for ref in found]
-    return KeyReferences(tuple(found), max(_cutoff(ref, thresholds) for ref in found)) if found else None
+    return with_cutoff(tuple(found), thresholds) if found else None
 
 
 def pool_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hashable],
@@ -164,9 +164,14 @@ def pool_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hash
     pooled = {}
     for key, key_refs in refs.items():
         widened = tuple(ref.widened(typical.get(metric_of[key], 0.0)) for ref in key_refs.references)
-        pooled[key] = key_refs if widened == key_refs.references else \
-            KeyReferences(widened, max(_cutoff(ref, thresholds) for ref in widened))
+        pooled[key] = key_refs if widened == key_refs.references else with_cutoff(widened, thresholds)
     return pooled
+
+
+def with_cutoff(references: tuple[Reference, ...], thresholds: Thresholds) -> KeyReferences:
+    """``references`` as one key's, with the highest value any of them flags (``cutoff``): a value
+    above it costs one comparison, and most values of a sweep are above it."""
+    return KeyReferences(references, max(_cutoff(ref, thresholds) for ref in references))
 
 
 def _cutoff(ref: Reference, thresholds: Thresholds) -> float:

@@ -42,7 +42,8 @@ class _Siblings:
         return self._by_device
 
     def highest(self) -> float:
-        self.by_device()
+        if self._by_device is None:
+            self.by_device()
         return self._highest
 
 
@@ -80,8 +81,8 @@ class HostGroups:
         judged left out); the spread their MAD, at least the key's measured spread (fleet,
         baseline: what healthy GPUs scatter by, estimated on far more values than a node has)
         and ``mad_floor`` of the level."""
-        group = self._siblings.get((host, key))
-        if group is None or not self.has_siblings(host, key, thresholds):
+        group = self._siblings.get((host, key))  # the hot path of every GPU result: two lookups at most
+        if group is None or len(group.values) < thresholds.sibling_min_gpus:
             return None
         if value > group.highest() * (1 - thresholds.deficit_warn_pct / 100):
             return None
