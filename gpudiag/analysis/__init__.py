@@ -199,7 +199,7 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(judged, context))
     findings = merge(findings) + shift_findings(shifts, found, telemetry, context.clock_costs, thresholds)
     findings += fleet_shifts(judged, found, thresholds) + port_findings(readings.ports, thresholds, previous)
-    findings += xid_findings(hosts)
+    findings += xid_findings([h for h in hosts if h.host in readings.xid_hosts])  # read again: only these
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for m in found if m.key not in refs]

@@ -171,7 +171,10 @@ class GpuTelemetry:
     nvlink_wiring: NvlinkWiring | None = None
 
     def value(self, metric: str) -> float | None:
-        reading = self.readings.get(metric)
+        readings = self.readings
+        if isinstance(readings, ReadingTable):  # the common case, and a hot one: no Reading made
+            return readings.ok_value(metric)
+        reading = readings.get(metric)
         return None if reading is None or reading.get("status") != "ok" else reading.get("value")
 
     def nvlinks(self) -> list[Mapping[str, Any]]:
@@ -266,6 +269,23 @@ class ReadingTable(Mapping[str, Any]):
     def __getitem__(self, metric: str) -> Reading:
         value = self._values[self._where[metric]]
         return value if isinstance(value, Reading) else _PlainReading(value)
+
+    def get(self, metric: str, default: Any = None) -> Any:  # Mapping's, without its KeyError round trip
+        index = self._where.get(metric)
+        if index is None:
+            return default
+        value = self._values[index]
+        return value if isinstance(value, Reading) else _PlainReading(value)
+
+    def ok_value(self, metric: str) -> Any:
+        """The value of ``metric``'s reading when it is ok, else None (a plain one without a Reading)."""
+        index = self._where.get(metric)
+        if index is None:
+            return None
+        value = self._values[index]
+        if not isinstance(value, Reading):
+            return value
+        return value.value if value.status == "ok" else None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)

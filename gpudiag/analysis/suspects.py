@@ -34,6 +34,7 @@ from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_
 from .siblings import HostGroups, siblings_alone
 from .sku import FloorKey, floor_key, floors_for
 from .thresholds import Thresholds
+from .xid import PROBE as XID_PROBE
 
 COMPUTE_PROBES = ("gemm", "smclock", "membw")
 
@@ -86,6 +87,8 @@ class Readings:
     identities: dict[str, HostGpus] = dataclasses.field(default_factory=dict)
     # Each host's NIC ports (gpudiag.analysis.ports).
     ports: dict[str, tuple[Port, ...]] = dataclasses.field(default_factory=dict)
+    # The hosts that printed the xid probe's records.
+    xid_hosts: set[str] = dataclasses.field(default_factory=set)
 
 
 # Measurement from one tuple, without the generated __new__'s keyword handling (a million calls).
@@ -112,6 +115,7 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
     failed: dict[str, list[ProbeResult]] = {}
     identities: dict[str, HostGpus] = {}
     ports: dict[str, tuple[Port, ...]] = {}
+    xid_hosts: set[str] = set()
     for host in hosts:
         if host.status != "ok":
             continue
@@ -128,7 +132,9 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
         failed[name] = reading.not_ok
         identities[name] = reading.identities if reading.identities is not None else HostGpus(host.facts)
         ports[name] = reading.ports
-    return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports)
+        if reading.xid:
+            xid_hosts.add(name)
+    return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports, xid_hosts)
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,8 @@ class HostReading:
     not_ok: list[ProbeResult]
     identities: HostGpus | None = None
     ports: tuple[Port, ...] = ()
+    # Whether the host printed the xid probe's records (gpudiag.analysis.xid reads only those hosts').
+    xid: bool = False
 
 
 class SweepReader:
@@ -167,7 +175,8 @@ class SweepReader:
         ports = read_ports(name, results, facts) if with_telemetry else ()
         gpus = collector.gpus() if collector is not None else {}
         gaps = coverage.record_gaps(name, not_ok, facts, identities) if collector is not None else []
-        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, identities, ports)
+        xid = any(result.probe == XID_PROBE for result in results)
+        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, identities, ports, xid)
 
 
 # The probes whose records the telemetry collector reads (telemetry, and the load evidence).
@@ -405,12 +414,15 @@ def _noisy_in_runs(runs: Mapping[tuple[str, ...], Sequence[Measurement]], suspec
     """The GPU results of noisy keys measured in two runs or more that are no suspect, with their
     key's screen."""
     taken = {s.measurement.repeat_key for s in suspects}
+    screens: dict[str, Screen | None] = {}
     found: dict[tuple[str, ...], Screen] = {}
     for key, values in runs.items():
         first = values[0]
         if len(values) < 2 or key in taken or first.device in HOST_DEVICES or first.key not in refs:
             continue
-        screen = key_screen(refs[first.key], first.probe, first.device, thresholds)
+        if first.key not in screens:
+            screens[first.key] = key_screen(refs[first.key], first.probe, first.device, thresholds)
+        screen = screens[first.key]
         if screen is not None:
             found[key] = screen
     return found
