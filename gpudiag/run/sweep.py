@@ -433,11 +433,14 @@ def _retest(request: SweepRequest, setup: _Setup, suspects: Sequence[Suspect], f
     first-pass facts) and whether the re-test was interrupted."""
     facts = {host.host: host.facts for host in first.hosts}
     outcomes: list[HostOutcome] = []
+    sweep = request.sweep
     for run in range(1, max((s.runs for s in suspects), default=0) + 1):
+        if run > 1 and sweep.deadline is not None and sweep.clock() + MIN_PHASE_S > sweep.deadline:
+            break  # the budget is spent: the runs that finished judge (gpudiag.analysis.noisy)
         wanted = [s for s in suspects if s.runs >= run]
         hosts = {s.measurement.host for s in wanted}
         probes = tuple(sorted({s.measurement.probe for s in wanted}))
-        options = dataclasses.replace(request.sweep, probe=dataclasses.replace(request.sweep.probe, names=probes))
+        options = dataclasses.replace(sweep, probe=dataclasses.replace(sweep.probe, names=probes))
         specs = [host for host in setup.hosts if host.label in hosts]
         again = gate.run_phase(lambda specs=specs, options=options: probe_hosts(
             specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say), lambda: None)

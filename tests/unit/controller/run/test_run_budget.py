@@ -240,3 +240,38 @@ def test_a_budget_too_short_for_a_noisy_keys_runs_re_tests_once_what_one_run_fla
     assert [(f.host, f.gpu, f.severity, f.confirmed) for f in slow] == [("n2", 3, "fail", True)]
     # the screen alone was never re-tested: no finding, not even unchecked, for it
     assert not [f for f in result.findings if f.kind == "unchecked"]
+
+
+def test_re_test_runs_that_overrun_the_budget_stop_and_those_that_finished_judge(tmp_path, monkeypatch):
+    import json
+
+    from gpudiag.run import sweep as plan
+    from gpudiag.run.fanout import SweepOptions
+    from gpudiag.run.hostprobe import ProbeOptions
+    from gpudiag.run.request import Reach, SweepRequest
+    from gpudiag.run.runtime import Runtime
+    from gpudiag.sim import FleetFile
+    from gpudiag.sim.connector import SimulatedSession
+
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 16, "name_format": "n{}", "seed": 2,
+                                 "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.01},
+                                 "faults": [{"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.75}]}))
+    clock, calls = _Clock(), []
+    real_run = SimulatedSession.run
+
+    def slow_run(self, argv, timeout_s):
+        calls.append(self._host)
+        if self._host == "n2":  # 3 s for the first pass, then 3.5 s each re-test run: slower than planned
+            clock.now += 3.0 if calls.count("n2") == 1 else 3.5
+        return real_run(self, argv, timeout_s)
+
+    monkeypatch.setattr(SimulatedSession, "run", slow_run)
+    request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))), budget_s=25.0,
+                           sweep=SweepOptions(ProbeOptions(names=("facts", "gemm"), duration_s=0.1)))
+    result = plan.run_sweep(request, Runtime(clock=clock))
+    # 19 s left after the first pass fit 6 runs of 3 s; at 3.5 s the sixth would start 2 s before the deadline
+    assert not [w for w in result.warnings if "skipped" in w]
+    assert calls.count("n2") == 1 + 5
+    (slow,) = [f for f in result.findings if f.kind == "slow_gpu"]
+    assert (slow.host, slow.gpu, slow.severity) == ("n2", 3, "fail") and "the mean of 5 re-test runs" in slow.evidence
