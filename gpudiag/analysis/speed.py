@@ -151,7 +151,10 @@ def _slow_gpu(suspect: Suspect, context: Context) -> Finding:
 def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
     """Host-side results are slow, or most of the host's GPUs are slow on one metric, or half of
     them are and the host's median on that metric is itself below the reference (a whole node
-    slowed by about the threshold has some GPUs that noise lifts just above it)."""
+    slowed by about the threshold has some GPUs that noise lifts just above it), or its GPUs are
+    not below their siblings and the host's median is itself ``deficit_warn`` below the
+    reference (a node 8 % below the SKU figure on every GPU, one of which noise pushed past the
+    bar: the deficit is the node's, not that GPU's)."""
     devices = {s.measurement.device for s in group}
     if devices & set(HOST_DEVICES):
         return True
@@ -163,7 +166,12 @@ def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
         return True
     first = group[0]
     values = context.host_values(host, first.measurement.key)
-    return 2 * len(devices) >= gpu_count and first.reference.flags(statistics.median(values), context.thresholds)
+    median = statistics.median(values)
+    if 2 * len(devices) >= gpu_count and first.reference.flags(median, context.thresholds):
+        return True
+    with_siblings = len(values) >= context.thresholds.sibling_min_gpus
+    return with_siblings and all(sibling_judged(s) is None for s in group) and \
+        first.reference.deficit_pct(median) >= context.thresholds.deficit_warn_pct
 
 
 def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide: set[tuple[str, str]],
