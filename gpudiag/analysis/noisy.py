@@ -44,6 +44,8 @@ FAMILY_ALPHA = 0.01
 POWER_Z = 1.645
 # The most results of one key that one host counts in the bar's family (a node has at most 16 GPUs).
 FAMILY_PER_HOST_KEY = 16
+# How far a fleet's spread may exceed its run-to-run noise and still be that noise alone.
+LASTING_TOLERANCE = 1.15
 # Degrees of freedom the pooled run-to-run noise needs before it narrows a mean's spread.
 MIN_RUN_DOF = 10
 _NORMAL = statistics.NormalDist()
@@ -51,9 +53,10 @@ _NORMAL = statistics.NormalDist()
 
 def is_noisy(ref: Reference, probe: str, device: str, thresholds: Thresholds) -> bool:
     """Whether ``ref`` (judging one GPU's ``probe`` result) is too noisy for one run to show a
-    ``deficit_fail`` deficit at ``robust_z``."""
+    ``deficit_fail`` deficit past ``robust_z`` nineteen times in twenty (the power the planned
+    runs give too: ``planned_runs``)."""
     return (ref.source in (FLEET, BASELINE) and probe in NOISY_PROBES and device not in HOST_DEVICES
-            and abs(thresholds.robust_z) * ref.spread > thresholds.deficit_fail_pct / 100 * abs(ref.value))
+            and (abs(thresholds.robust_z) + POWER_Z) * ref.spread > thresholds.deficit_fail_pct / 100 * abs(ref.value))
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,23 @@ def key_screen(key_refs: KeyReferences, probe: str, device: str, thresholds: Thr
     none of its measured references is noisy."""
     ref = next((r for r in key_refs.references if is_noisy(r, probe, device, thresholds)), None)
     return None if ref is None else Screen(ref, ref.value * (1 - thresholds.deficit_warn_pct / 100))
+
+
+def student_bar(z: float, dof: int) -> float:
+    """The sigmas a figure must fall below its reference when its noise is estimated with ``dof``
+    degrees of freedom: the Student t quantile of the normal tail beyond ``z`` (a Cornish–Fisher
+    expansion; exact for 1 and 2 degrees of freedom; within 1 % of ``z`` from a few hundred on).
+    ``z`` itself for a noise known (``dof`` 0: a floor). (Also gpudiag.store.trend's slope bar.)"""
+    if dof <= 0:
+        return z
+    tail = 0.5 * math.erfc(z / math.sqrt(2))
+    if dof == 1:
+        return math.tan(math.pi * (0.5 - tail))
+    if dof == 2:
+        p = 1 - tail
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
+    return (z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * dof ** 3))
 
 
 def confirmation_bar(count: int, thresholds: Thresholds) -> float:
@@ -97,11 +117,11 @@ class RunNoise:
 
 def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]]) -> dict[str, RunNoise]:
     """Each key's run-to-run noise, from the re-test runs of every result re-tested twice or more
-    (``runs``: each result's re-test measurements). The median of the results' variances, each
-    scaled by the median of its chi-square: a node that prints wild figures run after run moves
-    the median by one value, and the key's noise (which judges every other GPU's mean) hardly."""
-    scaled: dict[str, list[float]] = defaultdict(list)
-    dofs: dict[str, int] = defaultdict(int)
+    (``runs``: each result's re-test measurements): their squares over their degrees of freedom,
+    pooled, leaving out a result that scatters beyond what one in a thousand would at the noise
+    the median result shows. A node that prints wild figures run after run is left out, and the
+    key's noise (which judges every other GPU's mean) is the others'."""
+    found: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for values in runs.values():
         if len(values) < 2:
             continue
@@ -110,11 +130,16 @@ def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]]) -> dict[str
         if mean <= 0:
             continue
         dof = len(figures) - 1
-        variance = sum((figure / mean - 1) ** 2 for figure in figures) / dof
-        key = values[0].key
-        scaled[key].append(variance / _chi_square_median(dof))
-        dofs[key] += dof
-    return {key: RunNoise(math.sqrt(statistics.median(scaled[key])), dofs[key]) for key in scaled}
+        found[values[0].key].append((sum((figure / mean - 1) ** 2 for figure in figures) / dof, dof))
+    return {key: _pooled(results) for key, results in found.items()}
+
+
+def _pooled(results: Sequence[tuple[float, int]]) -> RunNoise:
+    """The pooled noise of results given as (variance, degrees of freedom), without the wild ones."""
+    typical = statistics.median(variance / _chi_square_median(dof) for variance, dof in results)
+    kept = [(variance, dof) for variance, dof in results if variance <= typical * _chi_square_far(dof)]
+    dof = sum(d for _, d in kept)
+    return RunNoise(math.sqrt(sum(variance * d for variance, d in kept) / dof), dof)
 
 
 def _chi_square_median(dof: int) -> float:
@@ -123,6 +148,13 @@ def _chi_square_median(dof: int) -> float:
     if dof <= 2:
         return 0.45494 if dof == 1 else math.log(2)
     return (1 - 2 / (9 * dof)) ** 3
+
+
+def _chi_square_far(dof: int) -> float:
+    """The 99.9 % quantile of a chi-square over its degrees of freedom (Wilson and Hilferty: 11.1
+    for 1, exactly 10.8; 7.1 for 2, exactly 6.9)."""
+    spread = math.sqrt(2 / (9 * dof))
+    return (1 - 2 / (9 * dof) + 3.09 * spread) ** 3
 
 
 def family_size(results: Iterable[tuple[str, str]]) -> int:
@@ -138,13 +170,16 @@ def family_size(results: Iterable[tuple[str, str]]) -> int:
 def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: float) -> float:
     """The spread of a mean of ``runs`` re-test runs about ``ref``: what of ``ref``'s spread is not
     run-to-run noise (GPUs that differ by themselves), plus the run-to-run noise over ``runs``.
+    A fleet's spread within ``LASTING_TOLERANCE`` of its run-to-run noise is all that noise: the
+    two estimates differ by that much by chance (a few hundred values each), and the difference of
+    their squares would otherwise keep half the fleets' means as coarse as two runs.
     Without enough runs to measure the noise, as coarse as one run; never below ``floor_pct`` of
     the reference."""
     floor = abs(ref.value) * floor_pct / 100
     if noise is None or noise.dof < MIN_RUN_DOF:
         return max(ref.spread, floor)
     per_run = noise.relative_sd * abs(ref.value)
-    lasting = max(ref.spread ** 2 - per_run ** 2, 0.0)
+    lasting = max(ref.spread ** 2 - (LASTING_TOLERANCE * per_run) ** 2, 0.0)
     return max(math.sqrt(lasting + per_run ** 2 / runs), floor)
 
 
@@ -170,10 +205,11 @@ def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, 
     spread = mean_spread(ref, len(figures), noise, thresholds.mad_floor_pct)
     deficit = ref.deficit_pct(mean)
     z = (mean - ref.value) / spread
-    confirmed = deficit >= thresholds.retest_deficit_pct and (ref.fleet_below or z <= -bar)
     measured = "run-to-run noise not measured: one run's spread"
     if noise is not None and noise.dof >= MIN_RUN_DOF:
         measured = f"run-to-run noise {100 * noise.relative_sd:.1f} % over {noise.dof} degrees of freedom"
+        bar = student_bar(bar, noise.dof)  # an estimated noise: the t quantile of the same tail
+    confirmed = deficit >= thresholds.retest_deficit_pct and (ref.fleet_below or z <= -bar)
     note = (f"the mean of {len(figures)} re-test runs {deficit:.1f} % below, {-z:.1f} sigma of such a mean "
             f"(bar {bar:.1f}; {measured})")
     return RunsVerdict(mean, deficit, z, confirmed, note)

@@ -151,10 +151,10 @@ def _slow_gpu(suspect: Suspect, context: Context) -> Finding:
 def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
     """Host-side results are slow, or most of the host's GPUs are slow on one metric, or half of
     them are and the host's median on that metric is itself below the reference (a whole node
-    slowed by about the threshold has some GPUs that noise lifts just above it), or its GPUs are
-    not below their siblings and the host's median is itself ``deficit_warn`` below the
-    reference (a node 8 % below the SKU figure on every GPU, one of which noise pushed past the
-    bar: the deficit is the node's, not that GPU's)."""
+    slowed by about the threshold has some GPUs that noise lifts just above it), or the host's
+    median is itself ``deficit_warn`` below the reference and its slow GPUs are within
+    ``deficit_warn`` of it and not below their siblings (a node 8 % below the SKU figure on every
+    GPU, one of which noise pushed past the bar: the deficit is the node's, not that GPU's)."""
     devices = {s.measurement.device for s in group}
     if devices & set(HOST_DEVICES):
         return True
@@ -169,9 +169,10 @@ def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
     median = statistics.median(values)
     if 2 * len(devices) >= gpu_count and first.reference.flags(median, context.thresholds):
         return True
-    with_siblings = len(values) >= context.thresholds.sibling_min_gpus
-    return with_siblings and all(sibling_judged(s) is None for s in group) and \
-        first.reference.deficit_pct(median) >= context.thresholds.deficit_warn_pct
+    warn = context.thresholds.deficit_warn_pct
+    node_deficit = first.reference.deficit_pct(median)
+    like_its_node = all(sibling_judged(s) is None and s.deficit_pct - node_deficit < warn for s in group)
+    return len(values) >= context.thresholds.sibling_min_gpus and like_its_node and node_deficit >= warn
 
 
 def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide: set[tuple[str, str]],

@@ -26,7 +26,7 @@ A trend is a **slow degradation** when it rests on at least ``min_sweeps`` sweep
 change is a fall of ``threshold_pct`` or more, and its slope is real: at least ``slope_z``
 times its uncertainty (the noise / √Σ(x − x̄)², as a least-squares slope's) below 0 — where
 the noise is itself an estimate from few degrees of freedom, the bar is raised to the Student t
-quantile of the same tail (``slope_bar``: 3 sigma becomes 4.3 with 8 degrees of freedom, 3.5
+quantile of the same tail (``student_bar``, gpudiag.analysis.noisy: 3 sigma becomes 4.3 with 8 degrees of freedom, 3.5
 with 16), so a healthy GPU's flat series crosses it as rarely as a known noise would allow. A flat
 series with noisy sweeps, or one dip in its latest sweep, has a small slope against a large
 scatter and is no degradation; a steady decline is. A trend of fewer than ``MIN_FIT_SWEEPS``
@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.noisy import student_bar
 from ..hosts import plural
 from .repairs import Repair
 
@@ -161,24 +162,6 @@ def fit_trend(values: Sequence[float], pooled: Noise | None = None) -> TrendFit 
     floor = abs(intercept) * NOISE_FLOOR_PCT / 100
     return TrendFit(slope, intercept, intercept + slope * (len(values) - 1), max(noise.sigma, floor, 1e-12),
                     len(values), noise.dof if noise.sigma >= floor else 0)
-
-
-def slope_bar(slope_z: float, dof: int) -> float:
-    """The sigmas a slope must fall below flat when its noise is estimated with ``dof`` degrees of
-    freedom: the Student t quantile of the normal tail beyond ``slope_z`` (a Cornish–Fisher
-    expansion; exact for 1 and 2 degrees of freedom). ``slope_z`` itself for a noise known (0: a
-    floor) or estimated from 100 degrees of freedom or more."""
-    if dof <= 0 or dof >= 100:
-        return slope_z
-    tail = 0.5 * math.erfc(slope_z / math.sqrt(2))
-    if dof == 1:
-        return math.tan(math.pi * (0.5 - tail))
-    if dof == 2:
-        p = 1 - tail
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    z = slope_z
-    return (z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
-            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * dof ** 3))
 
 
 @dataclass(frozen=True)
@@ -353,7 +336,7 @@ class _Judge:
     def _degraded(self, fit: TrendFit | None) -> bool:
         if fit is None or fit.sweeps < self.min_sweeps or fit.change_pct is None:
             return False
-        return -fit.change_pct >= self.threshold_pct and fit.slope_z <= -slope_bar(self.slope_z, fit.dof)
+        return -fit.change_pct >= self.threshold_pct and fit.slope_z <= -student_bar(self.slope_z, fit.dof)
 
 
 def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: float) -> str:
@@ -374,9 +357,9 @@ def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: fl
 
 def _bar_words(slope_z: float, dof: int) -> str:
     """``3`` for a noise known (its floor), else the raised bar and why."""
-    if dof <= 0 or slope_bar(slope_z, dof) == slope_z:
+    if dof <= 0 or student_bar(slope_z, dof) == slope_z:
         return f"{slope_z:g}"
-    return (f"{slope_bar(slope_z, dof):.2f}: {slope_z:g} sigma, raised for a noise estimated from "
+    return (f"{student_bar(slope_z, dof):.2f}: {slope_z:g} sigma, raised for a noise estimated from "
             f"{plural(dof, 'degree')} of freedom")
 
 

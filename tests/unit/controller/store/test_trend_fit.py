@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from gpudiag.store.trend import Noise, fit_trend, host_trends, pooled_noise, slope_bar, theil_sen
+from gpudiag.analysis.noisy import student_bar as slope_bar
+from gpudiag.store.trend import Noise, fit_trend, host_trends, pooled_noise, theil_sen
 
 LEVEL = 740.0  # TFLOP/s
 
@@ -99,7 +100,8 @@ def test_a_gpu_losing_2_percent_a_sweep_for_4_sweeps_is_flagged_alone(seed: int)
 
 
 def test_the_slope_bar_is_the_student_t_quantile_of_the_same_tail():
-    assert slope_bar(3.0, 0) == 3.0 and slope_bar(3.0, 500) == 3.0  # a known noise: the sigmas themselves
+    assert slope_bar(3.0, 0) == 3.0  # a known noise: the sigmas themselves
+    assert slope_bar(3.0, 500) == pytest.approx(3.0, abs=0.02) and slope_bar(3.0, 500) > slope_bar(3.0, 5000) > 3.0
     # Exact for 1 and 2 degrees of freedom (Cauchy; t with 2: (2p - 1) / sqrt(2p(1 - p))), tail 0.00135.
     assert slope_bar(3.0, 1) == pytest.approx(235.8, rel=0.01)
     assert slope_bar(3.0, 2) == pytest.approx(19.2, rel=0.01)
