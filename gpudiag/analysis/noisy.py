@@ -1,27 +1,32 @@
 """Noisy keys: where one run's noise can hide a fail-size deficit, a wider screen and a re-test
 of several runs, judged on the re-test runs alone.
 
-A key is noisy where its measured spread (fleet, baseline) times ``robust_z`` exceeds
-``deficit_fail``: at 3 % noise a GPU 8 % slow is 2.7 sigma below its fleet, and one run flags it
-about one time in three. On such a key:
+A key is noisy where one run shows a ``deficit_fail`` deficit past ``robust_z`` less than nineteen
+times in twenty: its measured spread (fleet, baseline) times ``robust_z`` plus ``POWER_Z``
+exceeds ``deficit_fail`` (1.29 % with the defaults). At 3 % noise a GPU 8 % slow is 2.7 sigma
+below its fleet, and one run and one re-test found it one sweep in five. On such a key:
 
 - the screen widens: a GPU's result ``deficit_warn`` or more below the reference is a suspect
   (``screened``) even where its z does not reach ``robust_z``. A screened suspect is never a
-  finding by itself: unconfirmed, it is dropped (and counted), since one run said nothing;
+  finding by itself: unconfirmed, it is dropped, since one run said nothing. Its host is
+  re-tested, and every GPU result of the key the runs measured there is judged on them
+  (gpudiag.analysis.suspects.confirm), so a slow GPU that noise lifted above the screen in the
+  first run is still judged when any result of its host was screened;
 - every suspect of the key asks for several re-test runs (``runs``), as many as make a
   ``deficit_fail`` deficit stand out at the confirmation bar, up to ``retest_max_runs``;
 - it is confirmed on the mean of its re-test runs alone (the first run chose it, so it is
   biased low and is left out), against the spread of a mean of that many runs: the fleet's
   spread less the run-to-run noise, plus the run-to-run noise over the runs. The run-to-run
-  noise is measured, pooled over every re-tested result of the key; where the runs vary as much
-  as the fleet does (GPUs that differ by themselves, not by chance), the mean is judged as
-  coarsely as one run, and no GPU is blamed for its fleet's normal scatter;
+  noise is measured, pooled over every re-tested result of the key; where the runs vary less
+  than the fleet does (GPUs that differ by themselves, not by chance), that part of the fleet's
+  spread stays whole, and no GPU is blamed for its fleet's normal scatter;
 - the bar is ``robust_z`` raised, like a Bonferroni correction, so that the many screened
   results of a large fleet together confirm a healthy one about one sweep in a hundred
-  (``FAMILY_ALPHA``).
+  (``FAMILY_ALPHA``), then to the Student t quantile for the noise's degrees of freedom.
 
-What one node prints changes only its own verdict: the run-to-run noise is a median over the
-re-tested results, and the bar's family counts at most 16 results of a key per host.
+What one node prints changes only its own verdict: a result whose runs scatter beyond a
+chi-square's 99.9 % at the noise the median result shows is left out of the pooled noise, and
+the bar's family counts at most 16 results of a key per host.
 """
 
 from __future__ import annotations
