@@ -88,10 +88,11 @@ def _gpus_at_fail(findings: list[dict]) -> set[tuple]:
 NOISY = ("--probes", "facts,telemetry,gemm,membw,pcie,p2p", "--links", "none")
 
 
-@pytest.mark.parametrize("seed", [1, 2])
 def test_a_healthy_256_node_fleet_at_cv_3_pct_names_at_most_0_1_pct_of_its_gpus_at_fail_and_no_p2p_pair(
-        tmp_path: Path, seed: int):
-    code, findings = _sweep(_fleet(tmp_path, 256, cv=0.03, seed=seed), *NOISY)
+        tmp_path: Path):
+    # One seed: a noisy fleet's sweep re-tests nearly every host in six runs (30 s here); the
+    # benchmark (bench/detection.py --scenarios cv3) counts more seeds.
+    code, findings = _sweep(_fleet(tmp_path, 256, cv=0.03, seed=1), *NOISY)
     assert len(_gpus_at_fail(findings)) <= 0.001 * 256 * GPUS
     # a noise dip in one P2P figure may survive its re-test (84 figures a node), but as a warning only
     assert not [f for f in findings if f["kind"] == "slow_link" and f["metric"].startswith("p2p.")
