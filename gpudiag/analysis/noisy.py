@@ -99,7 +99,7 @@ def student_bar(z: float, dof: int) -> float:
 
 def confirmation_bar(count: int, thresholds: Thresholds) -> float:
     """The z (a positive number of sigmas) a mean of re-test runs must fall below its reference,
-    when ``count`` noisy suspects are judged in one sweep."""
+    when ``count`` results are judged on their runs in one sweep (``family_size``)."""
     return max(abs(thresholds.robust_z), _NORMAL.inv_cdf(1 - FAMILY_ALPHA / max(count, 1)))
 
 
