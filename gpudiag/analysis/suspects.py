@@ -397,9 +397,9 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
             kept.append(repeated if repeated is sibling else dataclasses.replace(repeated, sibling=sibling))
         elif sibling is not None and suspect.reference.source not in (FLEET, BASELINE):
             kept.append(sibling)  # below its siblings again, no longer below the SKU figure (siblings_alone)
+    cap = thresholds.sample_cv_cap_pct / 100
     for key, screen in in_runs.items():
         values = runs[key]
-        cap = thresholds.sample_cv_cap_pct / 100
         first = values[0]
         ref = screen.reference.widened(min(cap, again_groups.noise(first.host, first.probe, first.metric)))
         found_here = Suspect(first, ref, ref.robust_z(first.value), ref.deficit_pct(first.value), screened=True)

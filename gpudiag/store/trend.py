@@ -26,11 +26,11 @@ A trend is a **slow degradation** when it rests on at least ``min_sweeps`` sweep
 change is a fall of ``threshold_pct`` or more, and its slope is real: at least ``slope_z``
 times its uncertainty (the noise / √Σ(x − x̄)², as a least-squares slope's) below 0 — where
 the noise is itself an estimate from few degrees of freedom, the bar is raised to the Student t
-quantile of the same tail (``student_bar``, gpudiag.analysis.noisy: 3 sigma becomes 4.3 with 8 degrees of freedom, 3.5
-with 16), so a healthy GPU's flat series crosses it as rarely as a known noise would allow. A flat
-series with noisy sweeps, or one dip in its latest sweep, has a small slope against a large
-scatter and is no degradation; a steady decline is. A trend of fewer than ``MIN_FIT_SWEEPS``
-sweeps has no line (two points fit any line exactly): it is said to be too short, never passed.
+quantile of the same tail (``student_bar``, gpudiag.analysis.noisy: 3 sigma becomes 4.3 with 8
+degrees of freedom, 3.5 with 16), so a healthy GPU's flat series crosses it as rarely as a known
+noise would allow. A flat series with noisy sweeps, or one dip in its latest sweep, has a small
+slope against a large scatter and is no degradation; a steady decline is. A trend of fewer than
+``MIN_FIT_SWEEPS`` sweeps has no line (two points fit any line exactly): it is said to be too short, never passed.
 Every compared figure is better higher (TFLOP/s, GB/s, MHz, ratios), so a fall is a loss.
 """
 
@@ -357,7 +357,7 @@ def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: fl
 
 def _bar_words(slope_z: float, dof: int) -> str:
     """``3`` for a noise known (its floor), else the raised bar and why."""
-    if dof <= 0 or student_bar(slope_z, dof) == slope_z:
+    if dof <= 0:  # any estimated noise raises the bar (student_bar)
         return f"{slope_z:g}"
     return (f"{student_bar(slope_z, dof):.2f}: {slope_z:g} sigma, raised for a noise estimated from "
             f"{plural(dof, 'degree')} of freedom")

@@ -203,7 +203,10 @@ def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
     assert not result.interrupted and int(result.exit_code) == 3
 
 
-def test_a_budget_too_short_for_a_noisy_keys_runs_re_tests_once_what_one_run_flagged(tmp_path, monkeypatch):
+def _noisy_sweep(tmp_path, monkeypatch, budget_s: float, retest_run_s: float):
+    """A 16-node sweep at GEMM CV 3 % (a noisy key, whose suspects ask for 6 re-test runs) with a
+    25 % slow GPU on n2, under ``budget_s``, on a clock only n2 moves: 3 s for its first pass and
+    ``retest_run_s`` for each re-test run. Returns the result and every host's calls in order."""
     import json
 
     from gpudiag.run import sweep as plan
@@ -214,7 +217,6 @@ def test_a_budget_too_short_for_a_noisy_keys_runs_re_tests_once_what_one_run_fla
     from gpudiag.sim import FleetFile
     from gpudiag.sim.connector import SimulatedSession
 
-    # GEMM at CV 3 %: a noisy key, whose suspects ask for 6 re-test runs of n2's 3 s each (18 s)
     fleet = tmp_path / "fleet.json"
     fleet.write_text(json.dumps({"nodes": 16, "name_format": "n{}", "seed": 2,
                                  "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.01},
@@ -224,14 +226,19 @@ def test_a_budget_too_short_for_a_noisy_keys_runs_re_tests_once_what_one_run_fla
 
     def slow_run(self, argv, timeout_s):
         calls.append(self._host)
-        if self._host == "n2" and calls.count("n2") == 1:
-            clock.now += 3.0  # the first pass on n2 takes 3 s on the run's clock; nothing else takes any
+        if self._host == "n2":
+            clock.now += 3.0 if calls.count("n2") == 1 else retest_run_s
         return real_run(self, argv, timeout_s)
 
     monkeypatch.setattr(SimulatedSession, "run", slow_run)
-    request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))), budget_s=16.0,
+    request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))), budget_s=budget_s,
                            sweep=SweepOptions(ProbeOptions(names=("facts", "gemm"), duration_s=0.1)))
-    result = plan.run_sweep(request, Runtime(clock=clock))
+    return plan.run_sweep(request, Runtime(clock=clock)), calls
+
+
+def test_a_budget_too_short_for_a_noisy_keys_runs_re_tests_once_what_one_run_flagged(tmp_path, monkeypatch):
+    # the first pass on n2 takes 3 s on the run's clock; its 6 planned re-test runs would take 18 s
+    result, calls = _noisy_sweep(tmp_path, monkeypatch, budget_s=16.0, retest_run_s=0.0)
     # 10 s left after the first pass: not 18 s of runs, but n2's one run (3 s) fits
     assert any("re-test of noisy results in several runs was skipped: not finished within the --budget 16 s" in w
                for w in result.warnings)
@@ -243,33 +250,8 @@ def test_a_budget_too_short_for_a_noisy_keys_runs_re_tests_once_what_one_run_fla
 
 
 def test_re_test_runs_that_overrun_the_budget_stop_and_those_that_finished_judge(tmp_path, monkeypatch):
-    import json
-
-    from gpudiag.run import sweep as plan
-    from gpudiag.run.fanout import SweepOptions
-    from gpudiag.run.hostprobe import ProbeOptions
-    from gpudiag.run.request import Reach, SweepRequest
-    from gpudiag.run.runtime import Runtime
-    from gpudiag.sim import FleetFile
-    from gpudiag.sim.connector import SimulatedSession
-
-    fleet = tmp_path / "fleet.json"
-    fleet.write_text(json.dumps({"nodes": 16, "name_format": "n{}", "seed": 2,
-                                 "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.01},
-                                 "faults": [{"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.75}]}))
-    clock, calls = _Clock(), []
-    real_run = SimulatedSession.run
-
-    def slow_run(self, argv, timeout_s):
-        calls.append(self._host)
-        if self._host == "n2":  # 3 s for the first pass, then 3.5 s each re-test run: slower than planned
-            clock.now += 3.0 if calls.count("n2") == 1 else 3.5
-        return real_run(self, argv, timeout_s)
-
-    monkeypatch.setattr(SimulatedSession, "run", slow_run)
-    request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))), budget_s=25.0,
-                           sweep=SweepOptions(ProbeOptions(names=("facts", "gemm"), duration_s=0.1)))
-    result = plan.run_sweep(request, Runtime(clock=clock))
+    # 3 s for the first pass, then 3.5 s each re-test run: slower than planned
+    result, calls = _noisy_sweep(tmp_path, monkeypatch, budget_s=25.0, retest_run_s=3.5)
     # 19 s left after the first pass fit 6 runs of 3 s; at 3.5 s the sixth would start 2 s before the deadline
     assert not [w for w in result.warnings if "skipped" in w]
     assert calls.count("n2") == 1 + 5
