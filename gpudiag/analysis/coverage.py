@@ -25,6 +25,7 @@ from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..records import HostRecords, ProbeResult, device_index
 from .identity import HostGpus
+from .reference import SMALL_FLEET_HOSTS, SMALL_FLEET_MIN_VALUES
 from .rules import action
 from .thresholds import Thresholds
 
@@ -201,9 +202,11 @@ def not_compared(metrics: Mapping[tuple[str, str], Iterable[str]], thresholds: T
     findings = []
     for (probe, metric), hosts in sorted(metrics.items()):
         names = sorted(set(hosts))
+        needed = (f"{thresholds.min_peers} needed to compare with the fleet" if len(names) < thresholds.min_peers
+                  else f"from fewer than {SMALL_FLEET_HOSTS} hosts a key needs {SMALL_FLEET_MIN_VALUES} values "
+                       "to compare with the fleet")
         evidence = (f"{probe}.{metric} measured on {len(names)} host{'s' if len(names) != 1 else ''} "
-                    f"({thresholds.min_peers} needed to compare with the fleet), with no stored baseline and "
-                    f"no SKU figure: not compared, not passed")
+                    f"({needed}), with no stored baseline and no SKU figure: not compared, not passed")
         findings.append(unchecked_finding(fold_hosts(names), evidence, Basis.COMPARISON, metric=f"{probe}.{metric}"))
     return findings
 

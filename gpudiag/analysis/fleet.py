@@ -46,7 +46,7 @@ def _round(value: float | None) -> float | None:
 
 def fleet_shifts(suspects: Sequence[Suspect], found: Sequence[Measurement], thresholds: Thresholds) -> list[Finding]:
     """One ``fleet_shift`` per probe and metric that is slow on ``fleet_shift_share`` of the hosts
-    measuring it (at least ``min_peers`` of them): a regression most of the fleet shares."""
+    measuring it (at least ``min_peers`` of them, and two slow): a regression most of the fleet shares."""
     measured: dict[tuple[str, str], set[str]] = defaultdict(set)
     for m in found:
         measured[(m.probe, m.metric)].add(m.host)
@@ -58,7 +58,8 @@ def fleet_shifts(suspects: Sequence[Suspect], found: Sequence[Measurement], thre
         hosts = sorted({s.measurement.host for s in group})
         total = len(measured[(probe, metric)])
         share = 100 * len(hosts) / total
-        if total < thresholds.min_peers or share < thresholds.fleet_shift_share_pct:
+        # One slow host is that host's finding, never a shift (in a small fleet it is a quarter).
+        if len(hosts) < 2 or total < thresholds.min_peers or share < thresholds.fleet_shift_share_pct:
             continue
         findings.append(_fleet_shift(probe, metric, group, hosts, total, share, thresholds))
     return findings

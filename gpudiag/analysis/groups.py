@@ -136,7 +136,8 @@ def _level(group: Group, key_refs: KeyReferences | None, thresholds: Thresholds)
     medians = [statistics.median(values) for values in group.by_host.values()]
     level = statistics.median(medians)
     mad = statistics.median([abs(value - level) for values in group.by_host.values() for value in values])
-    return Reference(level, spread(MAD_TO_SIGMA * mad, level, thresholds), FLEET, len(medians))
+    return Reference(level, spread(MAD_TO_SIGMA * mad, level, thresholds), FLEET, len(medians),
+                     level_values=len(medians))
 
 
 def _absolute_shift(group: Group, level: Reference, key_refs: KeyReferences | None,
@@ -175,7 +176,7 @@ def _previous_software(key: str, baseline: BaselineLookup | None,
         return None
     median = float(entry.median)
     return entry.key, Reference(median, spread(MAD_TO_SIGMA * float(entry.mad), median, thresholds), BASELINE,
-                                int(entry.count))
+                                int(entry.count), level_values=int(entry.count))
 
 
 def _below(group: Group, level: Reference, against: Reference, thresholds: Thresholds) -> bool:

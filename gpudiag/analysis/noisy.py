@@ -53,6 +53,10 @@ FAMILY_PER_HOST_KEY = 16
 LASTING_TOLERANCE = 1.15
 # Degrees of freedom the pooled run-to-run noise needs before it narrows a mean's spread.
 MIN_RUN_DOF = 10
+# A fleet level's own error, in its spreads × 1 / √(values it rests on): the densest-window level
+# (gpudiag.analysis.reference) of 2,000 normal samples of 16 to 512 values each scattered 1.6 to
+# 1.8 of that, and sat 0.03 to 0.13 spreads high (a plain median: 1.25).
+LEVEL_ERROR = 1.8
 _NORMAL = statistics.NormalDist()
 
 
@@ -178,14 +182,17 @@ def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: fl
     A fleet's spread within ``LASTING_TOLERANCE`` of its run-to-run noise is all that noise: the
     two estimates differ by that much by chance (a few hundred values each), and the difference of
     their squares would otherwise keep half the fleets' means as coarse as two runs.
-    Without enough runs to measure the noise, as coarse as one run; never below ``floor_pct`` of
-    the reference."""
+    Without enough runs to measure the noise, as coarse as one run. Plus the reference level's own
+    error (``LEVEL_ERROR``): nothing in a fleet of thousands of values, but a 4-node job's level
+    from 32 values is off by a third of a spread, as much as a mean of six runs scatters. Never
+    below ``floor_pct`` of the reference."""
     floor = abs(ref.value) * floor_pct / 100
+    level = (LEVEL_ERROR * ref.spread) ** 2 / ref.level_values if ref.level_values > 0 else 0.0
     if noise is None or noise.dof < MIN_RUN_DOF:
-        return max(ref.spread, floor)
+        return max(math.sqrt(ref.spread ** 2 + level), floor)
     per_run = noise.relative_sd * abs(ref.value)
     lasting = max(ref.spread ** 2 - (LASTING_TOLERANCE * per_run) ** 2, 0.0)
-    return max(math.sqrt(lasting + per_run ** 2 / runs), floor)
+    return max(math.sqrt(lasting + per_run ** 2 / runs + level), floor)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@
   fleet running slow neither drags the level down nor inflates the spread. Each *host* weighs
   once, whatever it prints: a value weighs 1 / (its host's values of the key), and the window,
   medians and MAD are weighted (where every host has as many values, the weights are equal and
-  these are the plain ones) — a node printing a hundred values cannot outvote the fleet.
+  these are the plain ones) — a node printing a hundred values cannot outvote the fleet. A key
+  of fewer than ``SMALL_FLEET_HOSTS`` hosts (a small job, which is its own fleet:
+  gpudiag.analysis.thresholds.small_fleet_thresholds) has too few values for a window to find a
+  cluster by: its level is the median of its hosts' medians (``small_fleet_reference``).
 - ``baseline``: a stored baseline's median and MAD for the key (same model, driver, parameters).
 - ``sku``: the per-SKU figure for the probe, metric and shape, with a spread of ``sku_spread``.
 - ``siblings``: the other GPUs of the same node and key (gpudiag.analysis.siblings), which share
@@ -49,6 +52,12 @@ DENSE_SHARE = 0.4
 DENSE_WIDTH_TOLERANCE = 1.5
 # Values this many sigmas below the healthy cluster are set aside before the final median/MAD.
 TRIM_SIGMAS = 4.0
+# A key fewer hosts measure has its level from their medians (small_fleet_reference): too few
+# values for a densest window to find a cluster by.
+SMALL_FLEET_HOSTS = 8
+# The fewest values such a key's level rests on: a level from a handful (a GPU pair's key, one
+# value a host: a 4-node job's P2P keys) is off by half a spread, and named healthy pairs.
+SMALL_FLEET_MIN_VALUES = 12
 FLEET, BASELINE, SKU, SIBLINGS = "fleet", "baseline", "sku", "siblings"
 SOURCE_ORDER = (FLEET, BASELINE, SKU, SIBLINGS)
 
@@ -66,6 +75,9 @@ class Reference:
     source: str
     peers: int
     fleet_below: bool = False
+    # How many values the level was found from (fleet: each host's weighing as one; baseline: its
+    # measurements), for the level's own uncertainty (noisy.mean_spread); 0: a fixed figure (SKU).
+    level_values: float = 0.0
 
     def deficit_pct(self, value: float) -> float:
         """How far ``value`` falls below this reference, in percent (negative: above it)."""
@@ -126,19 +138,22 @@ class KeyReferences:
 
 
 def key_references(values: Sequence[float], hosts: int, stored: object | None, figure: float | None,
-                   thresholds: Thresholds, weights: Sequence[float] | None = None) -> KeyReferences | None:
+                   thresholds: Thresholds, weights: Sequence[float] | None = None,
+                   by_host: Sequence[Sequence[float]] | None = None) -> KeyReferences | None:
     """The references of one key: ``values`` are its measurements from ``hosts`` distinct hosts
     (``weights``: each value's, 1 / its host's count of values; None: all equal); ``stored`` a
     baseline entry (``median``, ``mad``, ``count``) or None; ``figure`` the SKU figure or None.
     None when the key has no reference at all."""
     found: list[Reference] = []
-    if hosts >= thresholds.min_peers:
-        found.append(fleet_reference(values, hosts, thresholds.mad_floor_pct, weights))
+    fleet_level = _fleet_level(values, hosts, thresholds, weights, by_host)
+    if fleet_level is not None:
+        found.append(fleet_level)
     if stored is not None:
         median = float(stored.median)  # type: ignore[attr-defined]
         mad = float(stored.mad)  # type: ignore[attr-defined]
-        found.append(Reference(median, spread(MAD_TO_SIGMA * mad, median, thresholds), BASELINE,
-                               int(stored.count)))  # type: ignore[attr-defined]
+        count = int(stored.count)  # type: ignore[attr-defined]
+        found.append(Reference(median, spread(MAD_TO_SIGMA * mad, median, thresholds), BASELINE, count,
+                               level_values=count))
     if figure is not None and figure > 0:
         found.append(Reference(figure, max(abs(figure) * thresholds.sku_spread_pct / 100,
                                            spread(0.0, figure, thresholds)), SKU, 0))
@@ -149,6 +164,23 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
                  else ref for ref in found]
         found = [ref.widened(fleet.spread / fleet.value) for ref in found]
     return with_cutoff(tuple(found), thresholds) if found else None
+
+
+def _fleet_level(values: Sequence[float], hosts: int, thresholds: Thresholds, weights: Sequence[float] | None,
+                 by_host: Sequence[Sequence[float]] | None) -> Reference | None:
+    """The key's live level (None: too few hosts or values). ``by_host`` (each host's values) is
+    given for a key of fewer than ``SMALL_FLEET_HOSTS`` hosts: there, fewer than
+    ``SMALL_FLEET_MIN_VALUES`` values (a GPU pair's key, one value a host) have no level, three
+    hosts or more the small fleet's, and two (a paused suspect and its one reference peer) the
+    densest window's, the faster host (a median of two is neither)."""
+    if hosts < thresholds.min_peers:
+        return None
+    if by_host is not None and hosts < SMALL_FLEET_HOSTS:
+        if len(values) < SMALL_FLEET_MIN_VALUES:
+            return None
+        if hosts >= 3:
+            return small_fleet_reference(by_host, thresholds.mad_floor_pct)
+    return fleet_reference(values, hosts, thresholds.mad_floor_pct, weights)
 
 
 def pool_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hashable],
@@ -182,6 +214,24 @@ def _cutoff(ref: Reference, thresholds: Thresholds) -> float:
     return min(by_deficit, by_z) + 1e-9 * abs(ref.value)
 
 
+def small_fleet_reference(by_host: Sequence[Sequence[float]], mad_floor_pct: float) -> Reference:
+    """The level and spread of a key that fewer than ``SMALL_FLEET_HOSTS`` hosts measure (each
+    of ``by_host``: one host's values): the median of the hosts' medians, and the MAD of every
+    value about it, each host weighing once. A densest window among a few dozen values finds
+    whatever values happen to crowd at the top: three healthy nodes at 3 % noise once gave a
+    level 2.7 % high with a spread of 0.7 %, and flagged a GPU on every node. The median of
+    host medians holds while fewer than half the hosts are slow; slow values widen the MAD,
+    which can only hide a fault, never invent one. Raises ValueError when there is no value."""
+    medians = [statistics.median(values) for values in by_host if values]
+    if not medians:
+        raise ValueError("no values to find a fleet level in")
+    level = statistics.median(medians)
+    mad = weighted_median([(abs(value - level), 1 / len(values)) for values in by_host for value in values])
+    count = math.fsum(len(values) for values in by_host) if len({len(v) for v in by_host}) == 1 else len(medians)
+    return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, len(medians),
+                     level_values=count)
+
+
 def fleet_reference(values: Sequence[float], hosts: int, mad_floor_pct: float,
                     weights: Sequence[float] | None = None) -> Reference:
     """The fleet's healthy level and spread (see the module docstring), the spread at least
@@ -196,7 +246,8 @@ def fleet_reference(values: Sequence[float], hosts: int, mad_floor_pct: float,
     kept = [value for value in ordered if value >= centre - TRIM_SIGMAS * sigma]
     level = statistics.median(kept)
     mad = statistics.median([abs(value - level) for value in kept])
-    return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, hosts)
+    return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, hosts,
+                     level_values=len(kept))
 
 
 def _densest_centre(ordered: Sequence[float]) -> float:
@@ -222,7 +273,10 @@ def _weighted_fleet_reference(values: Sequence[float], weights: Sequence[float],
     kept = [(value, weight) for value, weight in pairs if value >= centre - TRIM_SIGMAS * sigma]
     level = weighted_median(kept)
     mad = weighted_median([(abs(value - level), weight) for value, weight in kept])
-    return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, hosts)
+    # Kish's effective count: as many equal weights as would make the weighted median as sure.
+    effective = math.fsum(w for _, w in kept) ** 2 / math.fsum(w * w for _, w in kept)
+    return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, hosts,
+                     level_values=effective)
 
 
 def _weighted_densest_centre(pairs: Sequence[tuple[float, float]]) -> float:

@@ -30,7 +30,16 @@ from .noisy import (
     run_noise,
 )
 from .ports import Port, read_ports
-from .reference import BASELINE, FLEET, SIBLINGS, KeyReferences, Reference, key_references, pool_spreads
+from .reference import (
+    BASELINE,
+    FLEET,
+    SIBLINGS,
+    SMALL_FLEET_HOSTS,
+    KeyReferences,
+    Reference,
+    key_references,
+    pool_spreads,
+)
 from .siblings import HostGroups, siblings_alone
 from .sku import FloorKey, floor_key, floors_for
 from .thresholds import Thresholds
@@ -260,8 +269,12 @@ def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: B
         figure = figures[m.gpu_model].get(floor_key(m.probe, m.metric, m.params))
         per_host = Counter(hosts[key])
         weights = None if len(set(per_host.values())) == 1 else [1 / per_host[host] for host in hosts[key]]
+        by_host: dict[str, list[float]] = defaultdict(list)
+        if len(per_host) < SMALL_FLEET_HOSTS:
+            for host, value in zip(hosts[key], key_values, strict=True):
+                by_host[host].append(value)
         found_refs = key_references(key_values, len(per_host), baseline.get(key) if baseline else None,
-                                    figure, thresholds, weights)
+                                    figure, thresholds, weights, list(by_host.values()) or None)
         if found_refs is not None:
             refs[key] = found_refs
     return pool_spreads(refs, {key: (first[key].gpu_model, first[key].probe, first[key].metric) for key in refs},

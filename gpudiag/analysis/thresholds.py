@@ -8,6 +8,7 @@ shipped in ``gpudiag/data/thresholds.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, fields
@@ -25,6 +26,7 @@ ENTRIES: dict[str, tuple[str, str, bool]] = {
     "retest_deficit": ("retest_deficit_pct", "percent", False),
     "retest_max_runs": ("retest_max_runs", "count", True),
     "min_peers": ("min_peers", "count", True),
+    "small_fleet_min_hosts": ("small_fleet_min_hosts", "count", True),
     "mad_floor": ("mad_floor_pct", "percent", False),
     "slow_node_share": ("slow_node_share_pct", "percent", False),
     "sku_spread": ("sku_spread_pct", "percent", False),
@@ -63,7 +65,8 @@ class Thresholds:
     falls ``retest_deficit_pct`` below. On a key too noisy for one run to show a
     ``deficit_fail_pct`` deficit, up to ``retest_max_runs`` re-test runs judge a GPU, and their
     mean alone confirms it (gpudiag.analysis.noisy). References: the fleet's healthy level when ``min_peers``
-    hosts or more have the key, a stored baseline, and the SKU figure, whose spread is
+    hosts or more have the key (a sweep of ``small_fleet_min_hosts`` hosts or more but fewer than
+    ``min_peers`` is its own fleet: small_fleet_thresholds), a stored baseline, and the SKU figure, whose spread is
     ``sku_spread_pct`` of it (healthy GPUs scatter around a published figure more than around
     their own fleet). The spread is the MAD, at least ``mad_floor_pct`` of the reference. A node
     with ``sibling_min_gpus`` GPUs or more of a key judges each against its siblings too (their
@@ -92,6 +95,7 @@ class Thresholds:
     retest_deficit_pct: float
     retest_max_runs: int
     min_peers: int
+    small_fleet_min_hosts: int
     mad_floor_pct: float
     slow_node_share_pct: float
     sku_spread_pct: float
@@ -119,6 +123,20 @@ class Thresholds:
     history_degradation_pct: float
     history_min_sweeps: int
     history_slope_z: float
+
+
+def small_fleet_thresholds(thresholds: Thresholds, hosts: int) -> Thresholds:
+    """``thresholds`` for a sweep of ``hosts`` hosts: from ``small_fleet_min_hosts`` to fewer
+    than ``min_peers`` (a small job's pre-flight, a sweep of a few nodes), its hosts are all the
+    peers there are, so their live level judges them (``min_peers`` becomes their count). Without
+    it a node 8 % slow on every GPU in a 4-node job was judged by the SKU figure alone, whose 3 %
+    spread hides a deficit under 9 %, and the job passed. Such a key's level is the median of its
+    hosts' medians (gpudiag.analysis.reference.small_fleet_reference), and the re-test confirms
+    as anywhere. Unchanged for fewer hosts (of two, neither can say which is slow) and for a
+    fleet of ``min_peers`` or more."""
+    if thresholds.small_fleet_min_hosts <= hosts < thresholds.min_peers:
+        return dataclasses.replace(thresholds, min_peers=hosts)
+    return thresholds
 
 
 def default_thresholds() -> Thresholds:
@@ -162,6 +180,9 @@ def _from_mapping(data: dict[str, Any], source: str) -> Thresholds:
         raise InputError(f"{source}: robust_z and link_robust_z must be negative (sigma below the reference)")
     if thresholds.link_min_hosts < 2 or thresholds.link_confirm_partners < 2:
         raise InputError(f"{source}: link_min_hosts and link_confirm_partners must be at least 2")
+    if thresholds.small_fleet_min_hosts < 3:
+        raise InputError(f"{source}: small_fleet_min_hosts must be at least 3 (of two hosts, neither can say which "
+                         "is slow)")
     if thresholds.sibling_min_gpus < 3:
         raise InputError(f"{source}: sibling_min_gpus must be at least 3 (of two GPUs, neither can say which "
                          "is slow)")

@@ -22,7 +22,7 @@ from typing import Any
 from ..analysis import Analysis, SweepReader, analyse, prior_counts
 from ..analysis.speed import not_retested
 from ..analysis.suspects import Suspect, single_runs
-from ..analysis.thresholds import Thresholds, load_thresholds
+from ..analysis.thresholds import Thresholds, load_thresholds, small_fleet_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError, StoreError
 from ..findings import Finding, unchecked
@@ -116,7 +116,8 @@ def _set_up(request: SweepRequest, runtime: Runtime) -> _Setup:
     hosts = (list(stand_in.host_specs()) if stand_in is not None and not request.hosts_argument
              else load_hosts(request.hosts_argument or "", runtime.stdin))
     hosts, focus = focus_hosts(hosts, request.focus)
-    thresholds = focused_thresholds(thresholds, focus)  # the reference peers are the suspects' fleet
+    # The reference peers are the suspects' fleet; a small job's hosts are its own.
+    thresholds = focused_thresholds(thresholds, focus) if focus else small_fleet_thresholds(thresholds, len(hosts))
     connection = runtime.connect(request.reach, hosts, request.sweep.fanout)
     store = Store.open(request.judging.store_path) if request.judging.store_path else None
     baseline = chosen_baseline(store, request.judging.baseline_name)

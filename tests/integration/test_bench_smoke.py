@@ -18,9 +18,9 @@ def test_the_detection_benchmark_runs_every_scenario_and_finds_every_planted_fau
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     rows = [line.split() for line in lines[1:] if "healthy" not in line and not line.startswith("targets")]
-    scenarios = {" ".join(row[:2]) if row[1] in ("sku", "baseline") else row[0] for row in rows}
+    scenarios = {" ".join(row[:2]) if row[1] in ("sku", "peers", "baseline") else row[0] for row in rows}
     assert {"mix", "share25", "share40", "share50", "shift sku", "shift baseline", "job1 sku", "job2 baseline",
-            "job4 sku"} <= scenarios
+            "job3 peers", "job4 peers"} <= scenarios
     for row in rows:  # ... kind precision recall faults shift exit hdrain seconds
         kind, precision, recall, faults, shift, exit_ok, drains = row[-8:-1]
         # a 20 % slowdown is always found, and only it (at CV 3 % a P2P dip may stay a warning)

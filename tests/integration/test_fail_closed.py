@@ -14,6 +14,7 @@ from gpudiag.cli.main import main
 
 # These tests are about what a host printed, not about judging its figures (see test_sweep_ssh.py).
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 
 

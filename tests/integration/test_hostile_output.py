@@ -30,6 +30,7 @@ RECORD = ('{"probe": "gemm", "device": "cuda:0", "metric": "tflops", "value": 70
           '"status": "ok"}')
 # These tests are about what a host printed, not about judging its figures (see test_sweep_ssh.py).
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 # A controller reading bounded output stays far below this; one keeping an endless line would not.
 PEAK_RSS_LIMIT_KIB = 600 * 1024

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Three CPU hosts are too few for a fleet level, and this machine's load is no host's fault: these
 # tests are about what a node prints, not about judging its figures.
 THRESHOLDS = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
               '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 HOSTILE_TEXT = ("\x1b]0;owned\x07\x1b[2J[bold red]red[/] [link=https://evil.example]x[/link] "
                 "<script>alert(1)</script> [click](javascript:alert(1))")

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOST_TIMEOUT_S = 10.0  # the other hosts answer the facts probe at once (quick_node.py)
 # These tests are about a host's time, not judging its figures (see test_sweep_ssh.py).
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 
 

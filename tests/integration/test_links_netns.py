@@ -29,6 +29,7 @@ LINK_KINDS = ("slow_nic", "slow_link", "link_error", "fleet_shift")
 # The node probes are not under test: six "hosts" on one machine's CPUs are not a fleet to compare, and the
 # load of the test run must not make them starved nodes. The link thresholds stay as shipped.
 NODE_THRESHOLDS = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                    '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 
 

@@ -32,6 +32,7 @@ from probes.net.common import PROTOCOL, Channel
 
 # The hosts share this machine's CPUs: no node figure is compared, and the load is no starved node.
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 LINK_KINDS = ("slow_nic", "slow_link", "link_error", "fleet_shift")
 

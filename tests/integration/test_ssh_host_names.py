@@ -23,6 +23,7 @@ from sshd_hosts import SshdFleet
 from gpudiag.cli.main import main
 
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 PWNED = "pwned"
 RESOLVERS = pytest.mark.parametrize("resolver", [

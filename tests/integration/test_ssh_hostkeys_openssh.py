@@ -24,6 +24,7 @@ from gpudiag.cli.main import main
 
 SSH = shutil.which("ssh")
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 # What the real ssh says when it refuses (stderr), by gpudiag's status for the host.
 SSH_SAYS = {"host_key_changed": "REMOTE HOST IDENTIFICATION HAS CHANGED", "revoked": "REVOKED HOST KEY"}

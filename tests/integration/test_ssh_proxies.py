@@ -44,6 +44,7 @@ from gpudiag.transport.sshconfig import ResolvedFleet, SshOptions, resolve_host
 # Hosts on one machine's two cores are no fleet to compare: no key gets enough peers, and the
 # test run's own load must not make a host a starved node.
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 
 

@@ -29,6 +29,7 @@ def _setup(fleet: SshdFleet, tmp_path: Path, known=None, extra=None, names=None)
 # machine's two cores are not a fleet, so no key gets enough peers to be compared, and the load
 # of the test run itself (every "host" is this machine) must not make each one a starved node.
 NO_COMPARISON = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000, "unit": "count"}, '
+                 '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
                  '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from gpudiag.analysis import analyse
 from gpudiag.analysis.keys import result_key
 from gpudiag.analysis.sku import floor_key, floors_for, load_skus
-from gpudiag.analysis.thresholds import default_thresholds
+from gpudiag.analysis.thresholds import default_thresholds, small_fleet_thresholds
 from gpudiag.records import ProbeResult
 
 H100 = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
@@ -257,6 +257,21 @@ def test_a_small_job_of_an_unknown_model_without_a_baseline_is_not_a_pass():
     assert "not compared, not passed" in finding.evidence
     assert analysis.results_compared == 0 and analysis.results_not_compared == 16
     assert analysis.impact.exclude == ()  # nothing to compare with is no reason to exclude a node
+
+
+def test_a_small_fleets_key_with_too_few_values_says_what_its_level_needs():
+    # Three hosts of an unknown model, two GPUs each: a small fleet (min_peers 3), but six values
+    # are too few for a level; nothing else judges them.
+    thresholds = small_fleet_thresholds(default_thresholds(), 3)
+    hosts = [_host(f"node00{i}", [740.0, 741.0], facts=UNKNOWN_MODEL) for i in (1, 2, 3)]
+    (finding,) = analyse(hosts, thresholds).findings
+    assert (finding.kind, finding.host) == ("unchecked", "node[001-003]")
+    assert "from fewer than 8 hosts a key needs 12 values" in finding.evidence
+    # twelve values are enough: one GPU 10 % slow is named against the other hosts' level
+    hosts = [_host(f"node00{i}", [740.0, 741.0, 739.0, 666.0 if i == 2 else 740.5], facts=UNKNOWN_MODEL)
+             for i in (1, 2, 3)]
+    (finding,) = analyse(hosts, thresholds, retest_hosts=_retest_of(hosts)).findings
+    assert (finding.kind, finding.host, finding.gpu, finding.reference_source) == ("slow_gpu", "node002", 3, "fleet")
 
 
 def test_results_without_facts_are_never_pooled_or_compared():

@@ -78,9 +78,10 @@ def test_a_slow_p2p_pair_fails_only_when_its_other_direction_agrees(slow: dict, 
     assert ("one figure alone" in link.evidence) == (severity == "warn")
 
 
-def test_sibling_min_gpus_below_3_is_refused_naming_the_file(tmp_path: Path):
+@pytest.mark.parametrize("name", ["sibling_min_gpus", "small_fleet_min_hosts"])
+def test_a_count_of_peers_below_3_is_refused_naming_the_file(tmp_path: Path, name: str):
     path = tmp_path / "thresholds.json"
-    path.write_text(json.dumps({"schema": "gpudiag.thresholds/1", "sibling_min_gpus": {"value": 2, "unit": "count"}}))
-    with pytest.raises(InputError, match="thresholds.json: sibling_min_gpus must be at least 3"):
+    path.write_text(json.dumps({"schema": "gpudiag.thresholds/1", name: {"value": 2, "unit": "count"}}))
+    with pytest.raises(InputError, match=f"thresholds.json: {name} must be at least 3"):
         load_thresholds(str(path))
     assert default_thresholds().sibling_min_gpus == 4 and default_thresholds().sample_cv_cap_pct == 5.0

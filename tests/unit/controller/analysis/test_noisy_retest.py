@@ -2,6 +2,7 @@
 screen, several re-test runs and a verdict on their mean alone, built here on measurement
 documents whose noise is known: per-run noise averages out, noise that stays with a GPU does not."""
 
+import dataclasses
 import json
 import random
 
@@ -11,6 +12,7 @@ from gpudiag.analysis import analyse
 from gpudiag.analysis.measurements import KeyInfo, Measurement
 from gpudiag.analysis.noisy import (
     FAMILY_PER_HOST_KEY,
+    LEVEL_ERROR,
     MIN_RUN_DOF,
     RunNoise,
     confirmation_bar,
@@ -113,6 +115,19 @@ def test_a_means_spread_keeps_what_gpus_differ_by_and_divides_only_the_run_to_ru
     assert mean_spread(ref, 6, RunNoise(0.03, MIN_RUN_DOF - 1), 0.5) == ref.spread
     assert mean_spread(ref, 6, None, 0.5) == ref.spread
     assert mean_spread(_reference(0.1), 6, RunNoise(0.001, 200), 0.5) == pytest.approx(NOMINAL * 0.005)  # MAD floor
+
+
+def test_a_means_spread_adds_the_level_error_of_a_small_fleet_and_not_of_a_large_one():
+    # A 4-node job's level rests on 32 values and is off by a third of a spread: as much as a mean
+    # of six runs scatters. A 256-node fleet's 2,048 values add nearly nothing.
+    measured = RunNoise(0.03, 200)
+    small = dataclasses.replace(_reference(3.0), level_values=32)
+    large = dataclasses.replace(_reference(3.0), level_values=2048)
+    alone = mean_spread(_reference(3.0), 6, measured, 0.5)
+    assert mean_spread(small, 6, measured, 0.5) == pytest.approx(
+        (alone ** 2 + (LEVEL_ERROR * small.spread) ** 2 / 32) ** 0.5)
+    assert mean_spread(small, 6, measured, 0.5) > 1.25 * alone
+    assert mean_spread(large, 6, measured, 0.5) < 1.01 * alone
 
 
 def test_the_runs_mean_confirms_a_real_deficit_and_clears_a_dip():
