@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +47,10 @@ def _round(value: float | None) -> float | None:
 def fleet_shifts(suspects: Sequence[Suspect], found: Sequence[Measurement], thresholds: Thresholds) -> list[Finding]:
     """One ``fleet_shift`` per probe and metric that is slow on ``fleet_shift_share`` of the hosts
     measuring it (at least ``min_peers`` of them, and two slow): a regression most of the fleet shares."""
-    measured: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for m in found:
-        measured[(m.probe, m.metric)].add(m.host)
     slow: dict[tuple[str, str], list[Suspect]] = defaultdict(list)
     for s in suspects:
         slow[(s.measurement.probe, s.measurement.metric)].append(s)
+    measured = hosts_measuring(found, set(slow)) if slow else {}
     findings = []
     for (probe, metric), group in sorted(slow.items()):
         hosts = sorted({s.measurement.host for s in group})
@@ -63,6 +61,17 @@ def fleet_shifts(suspects: Sequence[Suspect], found: Sequence[Measurement], thre
             continue
         findings.append(_fleet_shift(probe, metric, group, hosts, total, share, thresholds))
     return findings
+
+
+def hosts_measuring(found: Iterable[Measurement], wanted: Set[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
+    """The hosts that measured each ``wanted`` (probe, metric), in one pass over ``found``."""
+    measured: dict[tuple[str, str], set[str]] = {place: set() for place in wanted}
+    for m in found:
+        info = m.info
+        hosts = measured.get((info.probe, info.metric))
+        if hosts is not None:
+            hosts.add(m.host)
+    return measured
 
 
 def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Sequence[str], total: int,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts, plural
 from . import rules
+from .fleet import hosts_measuring
 from .keys import hardware_key, software_change
 from .measurements import Measurement
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SKU, KeyReferences, Reference, spread, with_cutoff
@@ -202,9 +203,9 @@ def shift_findings(shifts: Mapping[str, GroupShift], found: Sequence[Measurement
                    thresholds: Thresholds) -> list[Finding]:
     """One finding per kind, software change and GPU model of the shifted groups, naming each
     metric; the headline is the largest deficit."""
-    measured: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for m in found:
-        measured[(m.probe, m.metric)].add(m.host)
+    if not shifts:
+        return []
+    measured = hosts_measuring(found, {(s.group.sample.probe, s.group.sample.metric) for s in shifts.values()})
     folded: dict[tuple[Kind, str, str], list[GroupShift]] = defaultdict(list)
     for key in sorted(shifts):
         shift = shifts[key]

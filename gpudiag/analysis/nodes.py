@@ -18,9 +18,8 @@ same way, confirm them), and a host with one is node-wide on that metric (``slow
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from .measurements import HOST_DEVICES, NODE_MEDIAN, KeyInfo, Measurement
 from .siblings import SIBLING_PROBES
@@ -55,9 +54,20 @@ def node_medians(found: Iterable[Measurement], thresholds: Thresholds) -> list[M
             continue
         spread = cvs.get((host, key, model))
         medians.append(Measurement(host, NODE_MEDIAN, None, infos[(key, model)],
-                                   statistics.median(statistics.median(v) for v in by_device.values()),
-                                   statistics.median(spread) if spread else None))
+                                   small_median([small_median(v) for v in by_device.values()]),
+                                   small_median(spread) if spread else None))
     return medians
+
+
+def small_median(values: Sequence[float]) -> float:
+    """statistics.median of a short list, without its generality (a node's few figures, fifty
+    thousand times a sweep). Raises IndexError for an empty one."""
+    count = len(values)
+    if count == 1:
+        return values[0]
+    ordered = sorted(values)
+    half = count // 2
+    return ordered[half] if count % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
 def median_key(key: str) -> str:

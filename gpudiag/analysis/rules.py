@@ -478,6 +478,8 @@ def clock_cost_pct(details: Mapping[str, Any]) -> float | None:
     most, median = details.get("sm_clock_max_mhz"), details.get("sm_clock_mhz_median")
     if not isinstance(most, (int, float)) or not isinstance(median, (int, float)) or most <= 0:
         return None
+    if not details.get("clocks_event_reasons"):  # nothing slowed it (most GPUs): the median clock
+        return max(0.0, 100 * (1 - median / most))
     share = max((_share(details, reason) for reason in seen_reasons(details)), default=0.0)
     low, high = details.get("sm_clock_mhz_min"), details.get("sm_clock_mhz_max_seen")
     low = low if isinstance(low, (int, float)) else median
@@ -548,16 +550,21 @@ def pcie_problems(gpu: GpuTelemetry) -> list[str]:
     """The ways the GPU's PCIe link trained below what it can run: narrower, or (under load) a
     lower generation. Empty when the link is at full width and generation."""
     load = gpu.under_load
-    width = load.get("pcie_width_min_loaded", gpu.value("pcie_width"))
-    width_max = load.get("pcie_width_max", gpu.value("pcie_width_max"))
+    width = _loaded_or_idle(gpu, "pcie_width_min_loaded", "pcie_width")
+    width_max = _loaded_or_idle(gpu, "pcie_width_max", "pcie_width_max")
     generation = load.get("pcie_generation_min_loaded")  # idle links train down: only under load
-    generation_max = load.get("pcie_generation_max", gpu.value("pcie_generation_max"))
+    generation_max = _loaded_or_idle(gpu, "pcie_generation_max", "pcie_generation_max")
     problems = []
     if width is not None and width_max is not None and width < width_max:
         problems.append(f"PCIe link x{width:.0f} of x{width_max:.0f}")
     if generation is not None and generation_max is not None and generation < generation_max:
         problems.append(f"PCIe Gen{generation:.0f} of Gen{generation_max:.0f} under load")
     return problems
+
+
+def _loaded_or_idle(gpu: GpuTelemetry, loaded: str, idle: str) -> Any:
+    """The figure the sampler kept under load, else the idle reading's (read only when needed)."""
+    return gpu.under_load[loaded] if loaded in gpu.under_load else gpu.value(idle)
 
 
 def nvlink_down(gpu: GpuTelemetry) -> Outcome | None:
@@ -581,15 +588,13 @@ def nvlink_down(gpu: GpuTelemetry) -> Outcome | None:
 
 def _ecc(gpu: GpuTelemetry) -> Outcome | None:
     volatile = gpu.value("ecc_uncorrected_volatile") or 0
-    failure = gpu.value("remapped_rows_failure") or 0
-    pending = gpu.value("remapped_rows_pending") or 0
-    uncorrectable_rows = gpu.value("remapped_rows_uncorrectable") or 0
-    if failure:
+    if gpu.value("remapped_rows_failure"):
         return Kind.ECC, Severity.FAIL, \
             f"a row remap failed; {volatile:.0f} uncorrectable ECC errors since the last reset", "ecc_remap_failed"
     if volatile:
         return Kind.ECC, Severity.FAIL, f"{volatile:.0f} uncorrectable ECC errors since the last reset", Kind.ECC
-    if pending:
+    if gpu.value("remapped_rows_pending"):
+        uncorrectable_rows = gpu.value("remapped_rows_uncorrectable") or 0
         return Kind.ECC, Severity.WARN, \
             f"row remap pending ({uncorrectable_rows:.0f} rows remapped for uncorrectable errors)", Kind.ECC
     return None

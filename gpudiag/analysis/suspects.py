@@ -5,6 +5,7 @@ one of them is a suspect; a re-test confirms, clears, or leaves it unconfirmed w
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -253,13 +254,17 @@ def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: B
                skus: SkuFigures = floors_for) -> dict[str, KeyReferences]:
     """The references of every key seen that has any (see gpudiag.reference). Each host weighs
     once in a key's fleet level: a value weighs 1 / (its host's values of the key)."""
-    values: dict[str, list[float]] = defaultdict(list)
-    hosts: dict[str, list[str]] = defaultdict(list)
+    values: dict[str, list[float]] = {}
+    hosts: dict[str, list[str]] = {}
     first: dict[str, Measurement] = {}
     for m in found:
-        values[m.key].append(m.value)
-        hosts[m.key].append(m.host)
-        first.setdefault(m.key, m)
+        key = m.info.key
+        key_values = values.get(key)
+        if key_values is None:
+            key_values = values[key] = []
+            hosts[key], first[key] = [], m
+        key_values.append(m.value)
+        hosts[key].append(m.host)
     figures: dict[str | None, Mapping[FloorKey, float]] = {}
     refs = {}
     for key, key_values in values.items():
@@ -290,30 +295,49 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
     host's samples' CV of that probe and metric (capped at ``sample_cv_cap``). On a noisy key
     (gpudiag.analysis.noisy) a GPU ``deficit_warn`` below is a suspect too (``screened``), and
     every suspect of such a key asks for several re-test runs."""
-    groups = HostGroups(found)
-    cap = thresholds.sample_cv_cap_pct / 100
-    wide: dict[str, Screen | None] = {}  # each key's screen (None: not noisy), found at its first GPU result
+    # Each key's references, screen (None: not noisy, found at its first GPU result) and whether
+    # its siblings judge alone; a result above every cutoff its key has is fine (most are), and
+    # the siblings and each host's noise are gathered only for the hosts of the rest.
+    # (Keyed by key and whether the device is a GPU: a host's own figure has no screen.)
+    per_key: dict[tuple[str, bool], tuple[KeyReferences | None, Screen | None, bool, float]] = {}
     family: list[tuple[str, str]] = []  # the GPU results of noisy keys: those a re-test in several runs may judge
-    suspects = []
+    candidates: list[Measurement] = []
     for m in found:
-        key_refs = refs.get(m.key)
-        screen = None
-        if key_refs is not None and m.device not in HOST_DEVICES:
-            screen = wide[m.key] if m.key in wide else \
-                wide.setdefault(m.key, key_screen(key_refs, m.probe, m.device, thresholds))
-            if screen is not None:
-                family.append((m.host, m.key))
+        info = m.info
+        place = (info.key, m.device not in HOST_DEVICES)
+        judging = per_key.get(place)
+        if judging is None:
+            key_refs = refs.get(info.key)
+            screen = key_screen(key_refs, info.probe, m.device, thresholds) if key_refs and place[1] else None
+            alone = siblings_alone(key_refs)
+            top = math.inf if alone or key_refs is None else max(
+                key_refs.cutoff, screen.cutoff if screen is not None else -math.inf)
+            judging = per_key[place] = (key_refs, screen, alone, top)
+        if judging[1] is not None:
+            family.append((m.host, info.key))
+        if m.value <= judging[3]:
+            candidates.append(m)
+    hosts = {m.host for m in candidates}
+    groups = HostGroups(m for m in found if m.host in hosts)
+    cap = thresholds.sample_cv_cap_pct / 100
+    suspects = []
+    for m in candidates:
+        key_refs, screen, alone, _ = per_key[(m.key, m.device not in HOST_DEVICES)]
         noise = min(cap, groups.noise(m.host, m.probe, m.metric))
         ref = key_refs.flagging(m.value, thresholds, noise) if key_refs is not None else None
-        sibling = _against_siblings(m, groups, key_refs, noise, thresholds)
+        # The siblings are asked only where they may judge.
         if ref is not None:
-            suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value), sibling=sibling))
-        elif sibling is not None and siblings_alone(key_refs):
-            suspects.append(sibling)
+            suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value),
+                                    sibling=_against_siblings(m, groups, key_refs, noise, thresholds)))
+        elif alone:
+            sibling = _against_siblings(m, groups, key_refs, noise, thresholds)
+            if sibling is not None:
+                suspects.append(sibling)
         elif screen is not None and m.value <= screen.cutoff:
             judged = screen.reference.widened(noise)
             suspects.append(Suspect(m, judged, judged.robust_z(m.value), judged.deficit_pct(m.value),
-                                    sibling=sibling, screened=True))
+                                    sibling=_against_siblings(m, groups, key_refs, noise, thresholds),
+                                    screened=True))
     return with_runs(suspects, thresholds, family_size(family))
 
 

@@ -7,7 +7,10 @@ import statistics
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from gpudiag.analysis.nodes import small_median
 from gpudiag.analysis.reference import fleet_reference, key_references, small_fleet_reference
 from gpudiag.analysis.thresholds import default_thresholds, small_fleet_thresholds
 
@@ -110,3 +113,8 @@ def test_a_sweep_of_three_to_seven_hosts_is_its_own_fleet_and_of_one_two_or_eigh
 def test_a_user_who_sets_small_fleet_min_hosts_above_the_sweep_keeps_min_peers():
     thresholds = dataclasses.replace(default_thresholds(), small_fleet_min_hosts=6)
     assert [small_fleet_thresholds(thresholds, hosts).min_peers for hosts in (5, 6, 7)] == [8, 6, 7]
+
+
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=20))
+def test_a_nodes_short_median_is_the_standard_librarys(values):
+    assert small_median(values) == statistics.median(values)
