@@ -197,7 +197,10 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
                       clock_costs=typical_clock_costs(found, telemetry))
     findings = (speed_findings(judged, context) + rule_findings(telemetry, thresholds)
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(judged, context))
-    findings = merge(findings) + shift_findings(shifts, found, telemetry, context.clock_costs, thresholds)
+    findings = merge(findings)
+    findings += coverage.below_the_sku_alone(medians, refs, {host for shift in shifts.values()
+                                                             for host in shift.group.by_host}, findings, thresholds)
+    findings += shift_findings(shifts, found, telemetry, context.clock_costs, thresholds)
     findings += fleet_shifts(judged, found, thresholds) + port_findings(readings.ports, thresholds, previous)
     findings += xid_findings([h for h in hosts if h.host in readings.xid_hosts])  # read again: only these
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)

@@ -25,7 +25,9 @@ from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..records import HostRecords, ProbeResult, device_index
 from .identity import HostGpus
-from .reference import SMALL_FLEET_HOSTS, SMALL_FLEET_MIN_VALUES
+from .measurements import Measurement
+from .nodes import gpu_key
+from .reference import BASELINE, FLEET, SKU, SMALL_FLEET_HOSTS, SMALL_FLEET_MIN_VALUES, KeyReferences
 from .rules import action
 from .thresholds import Thresholds
 
@@ -209,6 +211,36 @@ def not_compared(metrics: Mapping[tuple[str, str], Iterable[str]], thresholds: T
                     f"({needed}), with no stored baseline and no SKU figure: not compared, not passed")
         findings.append(unchecked_finding(fold_hosts(names), evidence, Basis.COMPARISON, metric=f"{probe}.{metric}"))
     return findings
+
+
+def below_the_sku_alone(medians: Iterable[Measurement], refs: Mapping[str, KeyReferences],
+                        shifted: Iterable[str], findings: Iterable[Finding], thresholds: Thresholds) -> list[Finding]:
+    """An ``unchecked`` finding for each node whose GPUs' median (``medians``: gpudiag.analysis.nodes)
+    falls ``deficit_fail`` or more below the SKU figure of a key that nothing else judges (no
+    fleet level, no stored baseline: a 1- or 2-node job) and that no finding of its own, nor a
+    group shift of that key (``shifted``: the hosts of shifted groups), already names. A node 8 %
+    slow on every GPU in a 2-node job is 2.7 of the SKU figure's 3 % spreads below it: too
+    coarse to fail it, and too far to pass it. Measured, unlike a figure with no reference at
+    all, so the job is kept off it (gpudiag.analysis.fleet.job_impact), and no node is drained."""
+    named = {(f.host, f.metric) for f in findings} | {(f.host, None) for f in findings if f.severity == Severity.FAIL}
+    skipped = set(shifted)
+    gaps = []
+    for m in medians:
+        key_refs = refs.get(gpu_key(m.key))
+        if key_refs is None or any(ref.source in (FLEET, BASELINE) for ref in key_refs.references):
+            continue
+        sku = key_refs.get(SKU)
+        metric = f"{m.probe}.{m.metric}"
+        if sku is None or sku.deficit_pct(m.value) < thresholds.deficit_fail_pct or m.host in skipped \
+                or {(m.host, metric), (m.host, None)} & named:
+            continue
+        unit = f" {m.unit}" if m.unit else ""
+        evidence = (f"{metric}: the median of its GPUs {m.value:.4g}{unit} is {sku.deficit_pct(m.value):.1f} % below "
+                    f"the SKU figure {sku.value:.4g}{unit}; with no fleet to compare with and no stored baseline, the "
+                    f"SKU figure's {100 * sku.spread / sku.value:.0f} % spread cannot tell it from a healthy node: "
+                    "not passed (store a baseline, or sweep it with its peers)")
+        gaps.append(unchecked_finding(m.host, evidence, Basis.SINGLE_RUN, metric=metric))
+    return gaps
 
 
 def unchecked_finding(host: str, evidence: str, basis: Basis, **fields: Any) -> Finding:

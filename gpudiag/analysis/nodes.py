@@ -79,6 +79,11 @@ def is_median_key(key: str) -> bool:
     return key.endswith(_MEDIAN_FIELD)
 
 
+def gpu_key(key: str) -> str:
+    """The GPU key whose node medians ``key`` (a median key) names."""
+    return key[:-len(_MEDIAN_FIELD)] + "}"
+
+
 def no_figures(model: str | None) -> Mapping[FloorKey, float]:
     """Node medians have no SKU figure (``references``' ``skus``): a figure's spread is one GPU's."""
     return {}

@@ -69,3 +69,22 @@ def test_a_healthy_small_job_at_3_pct_noise_names_nothing(tmp_path: Path, nodes:
     # the siblings alone named healthy GPUs (6 nodes, seed 8).
     code, document = _run("sweep", _fleet(tmp_path, nodes, cv=0.03, seed=seed), "--links", "none")
     assert document["findings"] == [] and code == 0
+
+
+@pytest.mark.parametrize(("nodes", "seed"), [(1, 3), (2, 2)])
+def test_a_node_8_pct_slow_on_every_gpu_with_only_the_sku_figure_to_judge_it_is_not_passed(
+        tmp_path: Path, nodes: int, seed: int):
+    # One or two nodes, no baseline: 8 % is 2.7 of the SKU figure's 3 % spreads, too coarse to
+    # fail the node and too far to pass it. It exited 0 with nothing said.
+    slow = f"node{nodes:03d}"
+    code, document = _run("sweep", _fleet(tmp_path, nodes, _slow_node(slow, 0.92), seed=seed), "--links", "none")
+    (found,) = document["findings"]
+    assert (found["kind"], found["host"], found["metric"], found["action"]) == ("unchecked", slow, "gemm.tflops",
+                                                                                 "inspect")
+    assert "% below the SKU figure" in found["evidence"] and "store a baseline" in found["evidence"] and code == 3
+    assert document["impact"]["exclude"] == [slow]  # kept out of the job, never drained
+
+
+def test_a_healthy_2_node_job_with_only_the_sku_figure_names_nothing(tmp_path: Path):
+    code, document = _run("sweep", _fleet(tmp_path, 2, seed=2), "--links", "none")
+    assert document["findings"] == [] and code == 0
