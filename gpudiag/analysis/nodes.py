@@ -35,19 +35,26 @@ def node_medians(found: Iterable[Measurement], thresholds: Thresholds) -> list[M
     """One node-median measurement per host and key of its GPUs (``SIBLING_PROBES``), where the
     host has ``sibling_min_gpus`` GPUs of the key or more (the median of a device that printed
     several figures first)."""
-    values: dict[tuple[str, str, str | None], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    values: dict[tuple[str, str, str | None], dict[str, list[float]]] = {}
     cvs: dict[tuple[str, str, str | None], list[float]] = defaultdict(list)
     infos: dict[tuple[str, str | None], KeyInfo] = {}
     for m in found:
         info = m.info
-        if m.device in HOST_DEVICES or info.probe not in SIBLING_PROBES:
+        if info.probe not in SIBLING_PROBES or m.device in HOST_DEVICES:
             continue
         place = (m.host, info.key, info.gpu_model)
-        values[place][m.device].append(m.value)
+        by_device = values.get(place)
+        if by_device is None:
+            by_device = values[place] = {}
+            if (info.key, info.gpu_model) not in infos:
+                infos[(info.key, info.gpu_model)] = info._replace(key=median_key(info.key))
+        device_values = by_device.get(m.device)
+        if device_values is None:
+            by_device[m.device] = [m.value]
+        else:
+            device_values.append(m.value)
         if m.cv is not None:
             cvs[place].append(m.cv)
-        if (info.key, info.gpu_model) not in infos:
-            infos[(info.key, info.gpu_model)] = info._replace(key=median_key(info.key))
     medians = []
     for (host, key, model), by_device in values.items():
         if len(by_device) < thresholds.sibling_min_gpus:
