@@ -53,6 +53,7 @@ from .counters import PriorCounts, counter_findings
 from .fleet import Impact, fleet_shifts, job_impact
 from .groups import group_shifts, judging_references, shift_findings
 from .identity import HostGpus
+from .measurements import by_key
 from .nodes import no_figures, node_medians
 from .nvlinks import WiredLookup, with_wiring
 from .ports import add_prior, port_findings
@@ -172,13 +173,14 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     found = readings.found
     telemetry = with_wiring(readings.telemetry, wired)
     previous = previous_hosts if isinstance(previous_hosts, PriorCounts) else prior_counts(previous_hosts or ())
-    refs = references(found, thresholds, baseline, skus)
-    shifts = group_shifts(found, refs, thresholds, baseline)  # a group's level judges its parts
+    grouped = by_key(found)
+    refs = references(grouped, thresholds, baseline, skus)
+    shifts = group_shifts(grouped, refs, thresholds, baseline)  # a group's level judges its parts
     judging = judging_references(refs, shifts, thresholds)
     suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging, thresholds)]
     # Each node as one: its GPUs' median against the fleet's node medians (gpudiag.analysis.nodes).
     medians = node_medians(found, thresholds)
-    suspects += find_suspects(medians, references(medians, thresholds, None, no_figures), thresholds)
+    suspects += find_suspects(medians, references(by_key(medians), thresholds, None, no_figures), thresholds)
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, None if retest_hosts is None else [host_records(h) for h in retest_hosts],
                            thresholds, judging)
@@ -194,7 +196,7 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     for m in found:
         by_host[m.host].append(m)
     context = Context(thresholds, telemetry, facts, refs, found, by_host, readings.identities,
-                      clock_costs=typical_clock_costs(found, telemetry))
+                      clock_costs=typical_clock_costs(grouped, telemetry))
     findings = (speed_findings(judged, context) + rule_findings(telemetry, thresholds)
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(judged, context))
     findings = merge(findings)

@@ -11,8 +11,7 @@ deficit is the GPU's.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..findings import Kind
@@ -25,32 +24,29 @@ from .thresholds import Thresholds
 SLOWING_REASONS = rules.HARDWARE_REASONS + rules.SOFTWARE_REASONS
 
 
-def typical_clock_costs(found: Iterable[Measurement],
+def typical_clock_costs(grouped: Mapping[str, Sequence[Measurement]],
                         telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]) -> Mapping[str, float]:
-    """Per baseline key of a compute probe: the median clock cost (percent of the maximum clock)
-    of its GPUs under load, over the GPUs whose sampler gave clocks. Worked out per key when
-    first asked for: only the keys of suspects and shifted groups ever are, and a 10,000-node
-    sweep's other keys would cost a quarter of a million readings."""
-    return _ClockCosts(found, telemetry)
+    """Per baseline key of a compute probe (``grouped``: the measurements by key,
+    measurements.by_key): the median clock cost (percent of the maximum clock) of its GPUs under
+    load, over the GPUs whose sampler gave clocks. Worked out per key when first asked for: only
+    the keys of suspects and shifted groups ever are, and a 10,000-node sweep's other keys would
+    cost a quarter of a million readings."""
+    return _ClockCosts(grouped, telemetry)
 
 
 class _ClockCosts(Mapping[str, float]):
-    def __init__(self, found: Iterable[Measurement],
+    def __init__(self, grouped: Mapping[str, Sequence[Measurement]],
                  telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]) -> None:
-        self._found = found
+        self._grouped = grouped
         self._telemetry = telemetry
-        self._places: dict[str, list[tuple[str, str]]] | None = None
         self._costs: dict[str, float | None] = {}
         self._by_gpu: dict[tuple[str, str], float | None] = {}
 
-    def _index(self) -> dict[str, list[tuple[str, str]]]:
-        if self._places is None:
-            places: dict[str, list[tuple[str, str]]] = defaultdict(list)
-            for m in self._found:
-                if m.probe in COMPUTE_PROBES:
-                    places[m.key].append((m.host, m.gpu_uuid or ""))
-            self._places = places
-        return self._places
+    def _places(self, key: str) -> list[tuple[str, str]]:
+        same = self._grouped.get(key) or ()
+        if not same or same[0].probe not in COMPUTE_PROBES:
+            return []
+        return [(m.host, m.gpu_uuid or "") for m in same]
 
     def _gpu_cost(self, place: tuple[str, str]) -> float | None:
         if place not in self._by_gpu:
@@ -60,7 +56,7 @@ class _ClockCosts(Mapping[str, float]):
 
     def __getitem__(self, key: str) -> float:
         if key not in self._costs:
-            values = [cost for cost in map(self._gpu_cost, self._index().get(key, ())) if cost is not None]
+            values = [cost for cost in map(self._gpu_cost, self._places(key)) if cost is not None]
             self._costs[key] = statistics.median(values) if values else None
         cost = self._costs[key]
         if cost is None:
@@ -68,7 +64,7 @@ class _ClockCosts(Mapping[str, float]):
         return cost
 
     def __iter__(self) -> Iterator[str]:
-        return (key for key in self._index() if key in self)
+        return (key for key in self._grouped if key in self)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..findings import Basis, Finding, Kind, Severity
@@ -75,10 +75,11 @@ class GroupShift:
         return self.against.deficit_pct(self.level.value)
 
 
-def group_shifts(found: Iterable[Measurement], refs: Mapping[str, KeyReferences], thresholds: Thresholds,
-                 baseline: BaselineLookup | None = None) -> dict[str, GroupShift]:
-    """Every shifted group by key (see the module docstring)."""
-    groups = _groups(found)
+def group_shifts(grouped: Mapping[str, Sequence[Measurement]], refs: Mapping[str, KeyReferences],
+                 thresholds: Thresholds, baseline: BaselineLookup | None = None) -> dict[str, GroupShift]:
+    """Every shifted group by key (see the module docstring; ``grouped``: the measurements by
+    key, measurements.by_key)."""
+    groups = _groups(grouped)
     levels = {key: level for key, group in groups.items()
               if (level := _level(group, refs.get(key), thresholds)) is not None}
     absolute = {key: _absolute_shift(groups[key], level, refs.get(key), baseline, thresholds)
@@ -113,14 +114,13 @@ def judging_references(refs: Mapping[str, KeyReferences], shifts: Mapping[str, G
     return judging
 
 
-def _groups(found: Iterable[Measurement]) -> dict[str, Group]:
+def _groups(grouped: Mapping[str, Sequence[Measurement]]) -> dict[str, Group]:
     groups: dict[str, Group] = {}
-    for m in found:
-        group = groups.get(m.key)
-        if group is None:
-            group = groups[m.key] = Group(m.key, m, [], defaultdict(list))
-        group.values.append(m.value)
-        group.by_host[m.host].append(m.value)
+    for key, same in grouped.items():
+        by_host: dict[str, list[float]] = defaultdict(list)
+        for m in same:
+            by_host[m.host].append(m.value)
+        groups[key] = Group(key, same[0], [m.value for m in same], by_host)
     return groups
 
 

@@ -4,7 +4,7 @@ compared by every reference)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from ..records import device_index
@@ -86,3 +86,17 @@ class Measurement(NamedTuple):
             text = repr({k: v for k, v in sorted(info.params.items()) if k != "mode"})
             _PARAMS_TEXT[info.key] = text
         return self.host, self.device, info.probe, info.metric, text
+
+
+def by_key(found: Iterable[Measurement]) -> dict[str, list[Measurement]]:
+    """``found`` by baseline key, each key's in order: one pass over a sweep's results that
+    every later pass needing a key's results reads (references, groups, typical clock costs)."""
+    grouped: dict[str, list[Measurement]] = {}
+    for m in found:
+        key = m.info.key
+        same = grouped.get(key)
+        if same is None:
+            grouped[key] = [m]
+        else:
+            same.append(m)
+    return grouped

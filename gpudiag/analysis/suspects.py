@@ -250,40 +250,30 @@ class _Shared:
         return self._params.setdefault(signature, params)
 
 
-def references(found: Iterable[Measurement], thresholds: Thresholds, baseline: BaselineLookup | None = None,
-               skus: SkuFigures = floors_for) -> dict[str, KeyReferences]:
-    """The references of every key seen that has any (see gpudiag.reference). Each host weighs
-    once in a key's fleet level: a value weighs 1 / (its host's values of the key)."""
-    values: dict[str, list[float]] = {}
-    hosts: dict[str, list[str]] = {}
-    first: dict[str, Measurement] = {}
-    for m in found:
-        key = m.info.key
-        key_values = values.get(key)
-        if key_values is None:
-            key_values = values[key] = []
-            hosts[key], first[key] = [], m
-        key_values.append(m.value)
-        hosts[key].append(m.host)
+def references(grouped: Mapping[str, Sequence[Measurement]], thresholds: Thresholds,
+               baseline: BaselineLookup | None = None, skus: SkuFigures = floors_for) -> dict[str, KeyReferences]:
+    """The references of every key of ``grouped`` (measurements by key: measurements.by_key)
+    that has any (see gpudiag.reference). Each host weighs once in a key's fleet level: a value
+    weighs 1 / (its host's values of the key)."""
     figures: dict[str | None, Mapping[FloorKey, float]] = {}
     refs = {}
-    for key, key_values in values.items():
-        m = first[key]
+    for key, same in grouped.items():
+        m, key_values, hosts = same[0], [one.value for one in same], [one.host for one in same]
         if m.gpu_model not in figures:
             figures[m.gpu_model] = skus(m.gpu_model) if m.device not in HOST_DEVICES else {}
         figure = figures[m.gpu_model].get(floor_key(m.probe, m.metric, m.params))
-        per_host = Counter(hosts[key])
-        weights = None if len(set(per_host.values())) == 1 else [1 / per_host[host] for host in hosts[key]]
+        per_host = Counter(hosts)
+        weights = None if len(set(per_host.values())) == 1 else [1 / per_host[host] for host in hosts]
         by_host: dict[str, list[float]] = defaultdict(list)
         if len(per_host) < SMALL_FLEET_HOSTS:
-            for host, value in zip(hosts[key], key_values, strict=True):
+            for host, value in zip(hosts, key_values, strict=True):
                 by_host[host].append(value)
         found_refs = key_references(key_values, len(per_host), baseline.get(key) if baseline else None,
                                     figure, thresholds, weights, list(by_host.values()) or None)
         if found_refs is not None:
             refs[key] = found_refs
-    return pool_spreads(refs, {key: (first[key].gpu_model, first[key].probe, first[key].metric) for key in refs},
-                        thresholds)
+    return pool_spreads(refs, {key: (grouped[key][0].gpu_model, grouped[key][0].probe, grouped[key][0].metric)
+                               for key in refs}, thresholds)
 
 
 def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences],
