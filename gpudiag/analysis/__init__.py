@@ -202,8 +202,8 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     findings = merge(findings)
     findings += coverage.below_the_sku_alone(medians, refs, {host for shift in shifts.values()
                                                              for host in shift.group.by_host}, findings, thresholds)
-    findings += shift_findings(shifts, found, telemetry, context.clock_costs, thresholds)
-    findings += fleet_shifts(judged, found, thresholds) + port_findings(readings.ports, thresholds, previous)
+    findings += shift_findings(shifts, grouped, telemetry, context.clock_costs, thresholds)
+    findings += fleet_shifts(judged, grouped, thresholds) + port_findings(readings.ports, thresholds, previous)
     findings += xid_findings([h for h in hosts if h.host in readings.xid_hosts])  # read again: only these
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +44,14 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def fleet_shifts(suspects: Sequence[Suspect], found: Sequence[Measurement], thresholds: Thresholds) -> list[Finding]:
+def fleet_shifts(suspects: Sequence[Suspect], grouped: Mapping[str, Sequence[Measurement]],
+                 thresholds: Thresholds) -> list[Finding]:
     """One ``fleet_shift`` per probe and metric that is slow on ``fleet_shift_share`` of the hosts
     measuring it (at least ``min_peers`` of them, and two slow): a regression most of the fleet shares."""
     slow: dict[tuple[str, str], list[Suspect]] = defaultdict(list)
     for s in suspects:
         slow[(s.measurement.probe, s.measurement.metric)].append(s)
-    measured = hosts_measuring(found, set(slow)) if slow else {}
+    measured = hosts_measuring(grouped, set(slow)) if slow else {}
     findings = []
     for (probe, metric), group in sorted(slow.items()):
         hosts = sorted({s.measurement.host for s in group})
@@ -63,14 +64,15 @@ def fleet_shifts(suspects: Sequence[Suspect], found: Sequence[Measurement], thre
     return findings
 
 
-def hosts_measuring(found: Iterable[Measurement], wanted: Set[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
-    """The hosts that measured each ``wanted`` (probe, metric), in one pass over ``found``."""
+def hosts_measuring(grouped: Mapping[str, Sequence[Measurement]],
+                    wanted: Set[tuple[str, str]]) -> dict[tuple[str, str], set[str]]:
+    """The hosts that measured each ``wanted`` (probe, metric), from the measurements by key
+    (measurements.by_key: only the keys of those metrics are read)."""
     measured: dict[tuple[str, str], set[str]] = {place: set() for place in wanted}
-    for m in found:
-        info = m.info
-        hosts = measured.get((info.probe, info.metric))
+    for same in grouped.values():
+        hosts = measured.get((same[0].probe, same[0].metric))
         if hosts is not None:
-            hosts.add(m.host)
+            hosts.update(m.host for m in same)
     return measured
 
 

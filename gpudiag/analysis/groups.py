@@ -198,14 +198,14 @@ def _below(group: Group, level: Reference, against: Reference, thresholds: Thres
 # ------------------------------------------------------------------------------------ findings
 
 
-def shift_findings(shifts: Mapping[str, GroupShift], found: Sequence[Measurement],
+def shift_findings(shifts: Mapping[str, GroupShift], grouped: Mapping[str, Sequence[Measurement]],
                    telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]], clock_costs: Mapping[str, float],
                    thresholds: Thresholds) -> list[Finding]:
     """One finding per kind, software change and GPU model of the shifted groups, naming each
-    metric; the headline is the largest deficit."""
+    metric (``grouped``: the measurements by key); the headline is the largest deficit."""
     if not shifts:
         return []
-    measured = hosts_measuring(found, {(s.group.sample.probe, s.group.sample.metric) for s in shifts.values()})
+    measured = hosts_measuring(grouped, {(s.group.sample.probe, s.group.sample.metric) for s in shifts.values()})
     folded: dict[tuple[Kind, str, str], list[GroupShift]] = defaultdict(list)
     for key in sorted(shifts):
         shift = shifts[key]

@@ -255,7 +255,9 @@ def _densest_centre(ordered: Sequence[float]) -> float:
     about as narrow as the narrowest (slow values are the suspects, never the fast ones)."""
     window = max(1, math.ceil(len(ordered) * DENSE_SHARE))
     # Relative widths: a slow cluster's values are smaller, so in absolute terms it would look denser.
-    widths = [_relative_width(low, high) for low, high in zip(ordered, ordered[window - 1:], strict=False)]
+    # (_relative_width, inline: a sweep's key has tens of thousands of windows.)
+    widths = [(high - low) / abs(high) if high else 0.0
+              for low, high in zip(ordered, ordered[window - 1:], strict=False)]
     limit = min(widths) * DENSE_WIDTH_TOLERANCE
     best = max(start for start, width in enumerate(widths) if width <= limit)
     return statistics.median(ordered[best:best + window])
