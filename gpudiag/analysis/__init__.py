@@ -54,7 +54,7 @@ from .fleet import Impact, fleet_shifts, job_impact
 from .groups import group_shifts, judging_references, shift_findings
 from .identity import HostGpus
 from .measurements import by_key
-from .nodes import no_figures, node_medians
+from .nodes import no_figures
 from .nvlinks import WiredLookup, with_wiring
 from .ports import add_prior, port_findings
 from .sku import wired_nvlinks
@@ -179,7 +179,7 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     judging = judging_references(refs, shifts, thresholds)
     suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging, thresholds)]
     # Each node as one: its GPUs' median against the fleet's node medians (gpudiag.analysis.nodes).
-    medians = node_medians(found, thresholds)
+    medians = [m for m, gpus in readings.medians if gpus >= thresholds.sibling_min_gpus]  # read host by host
     suspects += find_suspects(medians, references(by_key(medians), thresholds, None, no_figures), thresholds)
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, None if retest_hosts is None else [host_records(h) for h in retest_hosts],
@@ -197,7 +197,7 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
         by_host[m.host].append(m)
     context = Context(thresholds, telemetry, facts, refs, found, by_host, readings.identities,
                       clock_costs=typical_clock_costs(grouped, telemetry))
-    findings = (speed_findings(judged, context) + rule_findings(telemetry, thresholds)
+    findings = (speed_findings(judged, context) + rule_findings(telemetry, thresholds, readings.quiet)
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(judged, context))
     findings = merge(findings)
     findings += coverage.below_the_sku_alone(medians, refs, {host for shift in shifts.values()

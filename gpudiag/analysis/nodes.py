@@ -35,9 +35,17 @@ def node_medians(found: Iterable[Measurement], thresholds: Thresholds) -> list[M
     """One node-median measurement per host and key of its GPUs (``SIBLING_PROBES``), where the
     host has ``sibling_min_gpus`` GPUs of the key or more (the median of a device that printed
     several figures first)."""
+    return [m for m, gpus in counted_medians(found) if gpus >= thresholds.sibling_min_gpus]
+
+
+def counted_medians(found: Iterable[Measurement],
+                    infos: dict[tuple[str, str | None], KeyInfo] | None = None) -> list[tuple[Measurement, int]]:
+    """``node_medians`` before the threshold: every host's and key's median, with how many GPUs
+    it rests on. Per host, so each host's are made as it is read (gpudiag.analysis.suspects.
+    SweepReader), beside the probing; ``infos`` shares each median key's KeyInfo across hosts."""
     values: dict[tuple[str, str, str | None], dict[str, list[float]]] = {}
     cvs: dict[tuple[str, str, str | None], list[float]] = defaultdict(list)
-    infos: dict[tuple[str, str | None], KeyInfo] = {}
+    infos = {} if infos is None else infos
     for m in found:
         info = m.info
         if info.probe not in SIBLING_PROBES or m.device in HOST_DEVICES:
@@ -57,12 +65,10 @@ def node_medians(found: Iterable[Measurement], thresholds: Thresholds) -> list[M
             cvs[place].append(m.cv)
     medians = []
     for (host, key, model), by_device in values.items():
-        if len(by_device) < thresholds.sibling_min_gpus:
-            continue
         spread = cvs.get((host, key, model))
-        medians.append(Measurement(host, NODE_MEDIAN, None, infos[(key, model)],
-                                   small_median([small_median(v) for v in by_device.values()]),
-                                   small_median(spread) if spread else None))
+        medians.append((Measurement(host, NODE_MEDIAN, None, infos[(key, model)],
+                                    small_median([small_median(v) for v in by_device.values()]),
+                                    small_median(spread) if spread else None), len(by_device)))
     return medians
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,10 +272,17 @@ def _speed_evidence(suspect: Suspect, context: Context) -> str:
 
 
 
-def rule_findings(telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]], thresholds: Thresholds) -> list[Finding]:
+def rule_findings(telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]], thresholds: Thresholds,
+                  quiet: Mapping[str, Set[str]] | None = None) -> list[Finding]:
+    """The telemetry rules' findings of every GPU but those ``quiet`` names (host -> GPU UUIDs
+    whose readings can make none: gpudiag.analysis.quiet, decided as each host was read)."""
     findings = []
+    quiet = quiet or {}
     for host in sorted(telemetry):
+        settled = quiet.get(host, frozenset())
         for gpu in telemetry[host].values():
+            if gpu.gpu_uuid in settled:
+                continue
             for rule in rules.telemetry_findings(gpu, thresholds.throttle_share_pct):
                 verb, detail = rules.action(rule.cause, rule.severity, rule.nvml_index)
                 findings.append(Finding(kind=rule.kind, severity=rule.severity, host=host, gpu=rule.nvml_index,

@@ -18,7 +18,7 @@ from . import coverage, rules
 from .identity import GpuIdentity, HostGpus
 from .keys import COMPARED_PROBES, host_keys
 from .measurements import HOST_DEVICES, NODE_MEDIAN, KeyInfo, Measurement
-from .nodes import node_medians
+from .nodes import counted_medians, node_medians
 from .noisy import (
     RunNoise,
     Screen,
@@ -31,6 +31,7 @@ from .noisy import (
     run_noise,
 )
 from .ports import Port, read_ports
+from .quiet import is_quiet
 from .reference import (
     BASELINE,
     FLEET,
@@ -99,6 +100,10 @@ class Readings:
     ports: dict[str, tuple[Port, ...]] = dataclasses.field(default_factory=dict)
     # The hosts that printed the xid probe's records.
     xid_hosts: set[str] = dataclasses.field(default_factory=set)
+    # Each host's node medians with the GPUs each rests on (gpudiag.analysis.nodes.counted_medians).
+    medians: list[tuple[Measurement, int]] = dataclasses.field(default_factory=list)
+    # Each host's GPUs (UUIDs) whose readings can make no telemetry finding (gpudiag.analysis.quiet).
+    quiet: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
 
 # Measurement from one tuple, without the generated __new__'s keyword handling (a million calls).
@@ -126,6 +131,8 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
     identities: dict[str, HostGpus] = {}
     ports: dict[str, tuple[Port, ...]] = {}
     xid_hosts: set[str] = set()
+    medians: list[tuple[Measurement, int]] = []
+    quiet: dict[str, frozenset[str]] = {}
     for host in hosts:
         if host.status != "ok":
             continue
@@ -144,7 +151,9 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
         ports[name] = reading.ports
         if reading.xid:
             xid_hosts.add(name)
-    return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports, xid_hosts)
+        medians += reading.medians
+        quiet[name] = reading.quiet
+    return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports, xid_hosts, medians, quiet)
 
 
 @dataclass(frozen=True)
@@ -162,6 +171,10 @@ class HostReading:
     ports: tuple[Port, ...] = ()
     # Whether the host printed the xid probe's records (gpudiag.analysis.xid reads only those hosts').
     xid: bool = False
+    # Its node medians, each with the GPUs it rests on (gpudiag.analysis.nodes.counted_medians).
+    medians: tuple[tuple[Measurement, int], ...] = ()
+    # Its GPUs whose readings can make no telemetry finding (gpudiag.analysis.quiet).
+    quiet: frozenset[str] = frozenset()
 
 
 class SweepReader:
@@ -171,6 +184,7 @@ class SweepReader:
 
     def __init__(self) -> None:
         self._shared = _Shared()
+        self._median_infos: dict[tuple[str, str | None], KeyInfo] = {}
 
     def read(self, host: HostRecords, with_telemetry: bool = True) -> HostReading:
         facts = host.facts
@@ -186,7 +200,9 @@ class SweepReader:
         gpus = collector.gpus() if collector is not None else {}
         gaps = coverage.record_gaps(name, not_ok, facts, identities) if collector is not None else []
         xid = any(result.probe == XID_PROBE for result in results)
-        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, identities, ports, xid)
+        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, identities, ports, xid,
+                           tuple(counted_medians(found, self._median_infos)),
+                           frozenset(uuid for uuid, gpu in gpus.items() if is_quiet(gpu)))
 
 
 # The probes whose records the telemetry collector reads (telemetry, and the load evidence).
