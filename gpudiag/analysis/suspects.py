@@ -307,7 +307,7 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
     # (Keyed by key and whether the device is a GPU: a host's own figure has no screen.)
     per_key: dict[tuple[str, bool], tuple[KeyReferences | None, Screen | None, bool, float]] = {}
     family: list[tuple[str, str]] = []  # the GPU results of noisy keys: those a re-test in several runs may judge
-    candidates: list[Measurement] = []
+    candidates: list[tuple[Measurement, tuple[KeyReferences | None, Screen | None, bool, float]]] = []
     for m in found:
         info = m.info
         place = (info.key, m.device not in HOST_DEVICES)
@@ -322,13 +322,12 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
         if judging[1] is not None:
             family.append((m.host, info.key))
         if m.value <= judging[3]:
-            candidates.append(m)
-    hosts = {m.host for m in candidates}
+            candidates.append((m, judging))
+    hosts = {m.host for m, _ in candidates}
     groups = HostGroups(m for m in found if m.host in hosts)
     cap = thresholds.sample_cv_cap_pct / 100
     suspects = []
-    for m in candidates:
-        key_refs, screen, alone, _ = per_key[(m.key, m.device not in HOST_DEVICES)]
+    for m, (key_refs, screen, alone, _) in candidates:
         noise = min(cap, groups.noise(m.host, m.probe, m.metric))
         ref = key_refs.flagging(m.value, thresholds, noise) if key_refs is not None else None
         # The siblings are asked only where they may judge.
