@@ -24,6 +24,10 @@ below its fleet, and one run and one re-test found it one sweep in five. On such
   results of a large fleet together confirm a healthy one about one sweep in a hundred
   (``FAMILY_ALPHA``), then to the Student t quantile for the noise's degrees of freedom.
 
+A GPU pair's P2P key is judged on its runs too, but has no wide screen (``SCREENED_PROBES``): a
+pair one run flagged past ``robust_z`` asks for several runs, and is confirmed on their mean
+alone, against its metric's run-to-run noise (one host's runs measure all of its pairs).
+
 What one node prints changes only its own verdict: a result whose runs scatter beyond a
 chi-square's 99.9 % at the noise the median result shows is left out of the pooled noise, and
 the bar's family counts at most 16 results of a key per host.
@@ -41,8 +45,14 @@ from .measurements import HOST_DEVICES, Measurement
 from .reference import BASELINE, FLEET, KeyReferences, Reference
 from .thresholds import Thresholds
 
-# Per-GPU probes, one figure per GPU and key, whose noise averages out over runs.
-NOISY_PROBES = frozenset({"gemm", "membw", "pcie", "smclock"})
+# Per-GPU probes, one figure per GPU and key, whose noise averages out over runs: a noisy key of
+# these has the wide screen.
+SCREENED_PROBES = frozenset({"gemm", "membw", "pcie", "smclock"})
+# Probes whose noisy keys are judged on several re-test runs alone. P2P too, without the wide
+# screen: a GPU pair's key has one value a host, a node 84 of them, and at 3 % noise a screen at
+# ``deficit_warn`` would re-test every node; but a pair one run flagged, confirmed by the mean of
+# that biased run and one more, named a healthy pair in one sweep of three (64 nodes).
+NOISY_PROBES = SCREENED_PROBES | {"p2p"}
 # The chance that the results of one sweep judged on their runs together confirm a healthy one.
 FAMILY_ALPHA = 0.01
 # The power the planned runs give a fault of exactly ``deficit_fail`` (one-sided normal quantile of 95 %).
@@ -79,7 +89,9 @@ class Screen:
 
 def key_screen(key_refs: KeyReferences, probe: str, device: str, thresholds: Thresholds) -> Screen | None:
     """The screen of a key whose results ``probe`` measures on GPUs like ``device``; None where
-    none of its measured references is noisy."""
+    none of its measured references is noisy, or ``probe`` has no screen (SCREENED_PROBES)."""
+    if probe not in SCREENED_PROBES:
+        return None
     ref = next((r for r in key_refs.references if is_noisy(r, probe, device, thresholds)), None)
     return None if ref is None else Screen(ref, ref.value * (1 - thresholds.deficit_warn_pct / 100))
 
@@ -129,8 +141,12 @@ def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]]) -> dict[str
     (``runs``: each result's re-test measurements): their squares over their degrees of freedom,
     pooled, leaving out a result that scatters beyond what one in a thousand would at the noise
     the median result shows. A node that prints wild figures run after run is left out, and the
-    key's noise (which judges every other GPU's mean) is the others'."""
+    key's noise (which judges every other GPU's mean) is the others'. A key of fewer than
+    ``MIN_RUN_DOF`` degrees of freedom has its metric's (GPU model, probe, metric: every key of
+    it pooled): a GPU pair's key has one result a host, and one host's six runs measure its 84
+    pairs, 420 degrees of freedom of one noise."""
     found: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    metric_of: dict[str, tuple[str | None, str, str]] = {}
     for values in runs.values():
         if len(values) < 2:
             continue
@@ -139,8 +155,16 @@ def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]]) -> dict[str
         if mean <= 0:
             continue
         dof = len(figures) - 1
-        found[values[0].key].append((sum((figure / mean - 1) ** 2 for figure in figures) / dof, dof))
-    return {key: _pooled(results) for key, results in found.items()}
+        first = values[0]
+        found[first.key].append((sum((figure / mean - 1) ** 2 for figure in figures) / dof, dof))
+        metric_of[first.key] = (first.gpu_model, first.probe, first.metric)
+    noise = {key: _pooled(results) for key, results in found.items()}
+    thin = [key for key, own in noise.items() if own.dof < MIN_RUN_DOF]
+    by_metric: dict[tuple[str | None, str, str], list[tuple[float, int]]] = defaultdict(list)
+    for key, results in found.items() if thin else ():
+        by_metric[metric_of[key]] += results
+    pooled = {metric: _pooled(results) for metric, results in by_metric.items()}
+    return {**noise, **{key: pooled[metric_of[key]] for key in thin}}
 
 
 def _pooled(results: Sequence[tuple[float, int]]) -> RunNoise:

@@ -5,7 +5,14 @@
   level is found from the top: the densest 40 % of the values (the shortest window holding
   them) locates the healthy cluster, the values above it give the spread, values far below it
   are set aside, and the median and MAD of the rest are the level and spread. A third of the
-  fleet running slow neither drags the level down nor inflates the spread. Each *host* weighs
+  fleet running slow neither drags the level down nor inflates the spread. The spread that sets
+  values aside is at least the typical one of the key's metric (``typical_spreads``, for a key
+  of fewer than a thousand values: gpudiag.analysis.suspects.references): a few
+  dozen values (a GPU pair's key, one value a host) can crowd at the top by chance, with a
+  tight spread above them, and then the healthy values below were set aside too and the level
+  came out a spread high (of 2,000 healthy 64-value keys at 3 % noise, 3.7 % sat more than half
+  a spread high, up to 1.1; set aside by the typical spread, 0.1 %, up to 0.5, as a median).
+  Each *host* weighs
   once, whatever it prints: a value weighs 1 / (its host's values of the key), and the window,
   medians and MAD are weighted (where every host has as many values, the weights are equal and
   these are the plain ones) — a node printing a hundred values cannot outvote the fleet. A key
@@ -139,13 +146,14 @@ class KeyReferences:
 
 def key_references(values: Sequence[float], hosts: int, stored: object | None, figure: float | None,
                    thresholds: Thresholds, weights: Sequence[float] | None = None,
-                   by_host: Sequence[Sequence[float]] | None = None) -> KeyReferences | None:
+                   by_host: Sequence[Sequence[float]] | None = None, trim_spread: float = 0.0) -> KeyReferences | None:
     """The references of one key: ``values`` are its measurements from ``hosts`` distinct hosts
     (``weights``: each value's, 1 / its host's count of values; None: all equal); ``stored`` a
-    baseline entry (``median``, ``mad``, ``count``) or None; ``figure`` the SKU figure or None.
-    None when the key has no reference at all."""
+    baseline entry (``median``, ``mad``, ``count``) or None; ``figure`` the SKU figure or None;
+    ``trim_spread``: the least spread (a fraction of the level) its fleet level sets values aside
+    by (fleet_reference). None when the key has no reference at all."""
     found: list[Reference] = []
-    fleet_level = _fleet_level(values, hosts, thresholds, weights, by_host)
+    fleet_level = _fleet_level(values, hosts, thresholds, weights, by_host, trim_spread)
     if fleet_level is not None:
         found.append(fleet_level)
     if stored is not None:
@@ -167,7 +175,7 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
 
 
 def _fleet_level(values: Sequence[float], hosts: int, thresholds: Thresholds, weights: Sequence[float] | None,
-                 by_host: Sequence[Sequence[float]] | None) -> Reference | None:
+                 by_host: Sequence[Sequence[float]] | None, trim_spread: float = 0.0) -> Reference | None:
     """The key's live level (None: too few hosts or values). ``by_host`` (each host's values) is
     given for a key of fewer than ``SMALL_FLEET_HOSTS`` hosts: there, fewer than
     ``SMALL_FLEET_MIN_VALUES`` values (a GPU pair's key, one value a host) have no level, three
@@ -180,19 +188,25 @@ def _fleet_level(values: Sequence[float], hosts: int, thresholds: Thresholds, we
             return None
         if hosts >= 3:
             return small_fleet_reference(by_host, thresholds.mad_floor_pct)
-    return fleet_reference(values, hosts, thresholds.mad_floor_pct, weights)
+    return fleet_reference(values, hosts, thresholds.mad_floor_pct, weights, trim_spread)
 
 
-def pool_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hashable],
-                 thresholds: Thresholds) -> dict[str, KeyReferences]:
-    """``refs`` with every key's spreads at least the median relative fleet spread (spread over
-    level) of the keys of its metric (``metric_of``: key -> GPU model, probe and metric)."""
+def typical_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hashable]) -> dict[Hashable, float]:
+    """The median relative fleet spread (spread over level) of each metric's keys (``metric_of``:
+    key -> GPU model, probe and metric): a node's 56 P2P pairs are 56 keys of one noise."""
     relative: dict[Hashable, list[float]] = defaultdict(list)
     for key, key_refs in refs.items():
         fleet = key_refs.get(FLEET)
         if fleet is not None:
             relative[metric_of[key]].append(fleet.spread / fleet.value)
-    typical = {metric: statistics.median(spreads) for metric, spreads in relative.items()}
+    return {metric: statistics.median(spreads) for metric, spreads in relative.items()}
+
+
+def pool_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hashable],
+                 thresholds: Thresholds, typical: Mapping[Hashable, float] | None = None) -> dict[str, KeyReferences]:
+    """``refs`` with every key's spreads at least the median relative fleet spread of the keys of
+    its metric (``typical``: typical_spreads, found here when None)."""
+    typical = typical_spreads(refs, metric_of) if typical is None else typical
     pooled = {}
     for key, key_refs in refs.items():
         widened = tuple(ref.widened(typical.get(metric_of[key], 0.0)) for ref in key_refs.references)
@@ -233,16 +247,19 @@ def small_fleet_reference(by_host: Sequence[Sequence[float]], mad_floor_pct: flo
 
 
 def fleet_reference(values: Sequence[float], hosts: int, mad_floor_pct: float,
-                    weights: Sequence[float] | None = None) -> Reference:
+                    weights: Sequence[float] | None = None, trim_spread: float = 0.0) -> Reference:
     """The fleet's healthy level and spread (see the module docstring), the spread at least
     ``mad_floor_pct`` percent of the level; ``weights`` (one per value, None: all equal) make
-    each host weigh once. Raises ValueError when ``values`` is empty."""
+    each host weigh once. Values are set aside below the healthy cluster by a spread of at least
+    ``trim_spread`` (a fraction of its centre; see ``TRIM_SIGMAS``). Raises ValueError when
+    ``values`` is empty."""
     if weights is not None and len(set(weights)) > 1:
-        return _weighted_fleet_reference(values, weights, hosts, mad_floor_pct)
+        return _weighted_fleet_reference(values, weights, hosts, mad_floor_pct, trim_spread)
     ordered = sorted(values)
     centre = _densest_centre(ordered)
     above = [value - centre for value in ordered if value > centre]
-    sigma = _floored(statistics.median(above) / UPPER_HALF_MEDIAN_SIGMAS if above else 0.0, centre, mad_floor_pct)
+    sigma = _floored(statistics.median(above) / UPPER_HALF_MEDIAN_SIGMAS if above else 0.0, centre,
+                     max(mad_floor_pct, 100 * trim_spread))
     kept = [value for value in ordered if value >= centre - TRIM_SIGMAS * sigma]
     level = statistics.median(kept)
     mad = statistics.median([abs(value - level) for value in kept])
@@ -264,14 +281,15 @@ def _densest_centre(ordered: Sequence[float]) -> float:
 
 
 def _weighted_fleet_reference(values: Sequence[float], weights: Sequence[float], hosts: int,
-                              mad_floor_pct: float) -> Reference:
+                              mad_floor_pct: float, trim_spread: float = 0.0) -> Reference:
     """``fleet_reference`` with each value weighing its weight (the module docstring)."""
     if not values:
         raise ValueError("no values to find a fleet level in")
     pairs = sorted(zip(values, weights, strict=True))
     centre = _weighted_densest_centre(pairs)
     above = [(value - centre, weight) for value, weight in pairs if value > centre]
-    sigma = _floored(weighted_median(above) / UPPER_HALF_MEDIAN_SIGMAS if above else 0.0, centre, mad_floor_pct)
+    sigma = _floored(weighted_median(above) / UPPER_HALF_MEDIAN_SIGMAS if above else 0.0, centre,
+                     max(mad_floor_pct, 100 * trim_spread))
     kept = [(value, weight) for value, weight in pairs if value >= centre - TRIM_SIGMAS * sigma]
     level = weighted_median(kept)
     mad = weighted_median([(abs(value - level), weight) for value, weight in kept])

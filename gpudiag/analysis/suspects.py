@@ -5,6 +5,7 @@ one of them is a suspect; a re-test confirms, clears, or leaves it unconfirmed w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from collections import Counter, defaultdict
@@ -41,6 +42,7 @@ from .reference import (
     Reference,
     key_references,
     pool_spreads,
+    typical_spreads,
 )
 from .siblings import HostGroups, siblings_alone
 from .sku import FloorKey, floor_key, floors_for
@@ -48,6 +50,11 @@ from .thresholds import Thresholds
 from .xid import PROBE as XID_PROBE
 
 COMPUTE_PROBES = ("gemm", "smclock", "membw")
+# A key of fewer values than this whose fleet spread came out tighter than its metric's typical one
+# has its level found again, setting values aside by the typical spread (``references``). From a
+# thousand values on, the spread above the healthy cluster rests on hundreds of them: of 2,000
+# healthy keys of 1,024 values none had its level more than 0.2 of a spread high.
+TRIM_POOLED_BELOW = 1000
 
 
 class BaselineLookup(Protocol):
@@ -270,8 +277,12 @@ def references(grouped: Mapping[str, Sequence[Measurement]], thresholds: Thresho
                baseline: BaselineLookup | None = None, skus: SkuFigures = floors_for) -> dict[str, KeyReferences]:
     """The references of every key of ``grouped`` (measurements by key: measurements.by_key)
     that has any (see gpudiag.reference). Each host weighs once in a key's fleet level: a value
-    weighs 1 / (its host's values of the key)."""
+    weighs 1 / (its host's values of the key). A key of fewer than ``TRIM_POOLED_BELOW`` values
+    whose fleet spread came out tighter than its metric's typical one, and which set values
+    aside, has its level found again, setting values aside by the typical spread
+    (gpudiag.analysis.reference's module)."""
     figures: dict[str | None, Mapping[FloorKey, float]] = {}
+    inputs: dict[str, Callable[[float], KeyReferences | None]] = {}
     refs = {}
     for key, same in grouped.items():
         m, key_values, hosts = same[0], [one.value for one in same], [one.host for one in same]
@@ -284,12 +295,21 @@ def references(grouped: Mapping[str, Sequence[Measurement]], thresholds: Thresho
         if len(per_host) < SMALL_FLEET_HOSTS:
             for host, value in zip(hosts, key_values, strict=True):
                 by_host[host].append(value)
-        found_refs = key_references(key_values, len(per_host), baseline.get(key) if baseline else None,
-                                    figure, thresholds, weights, list(by_host.values()) or None)
+        inputs[key] = functools.partial(key_references, key_values, len(per_host),
+                                        baseline.get(key) if baseline else None, figure, thresholds, weights,
+                                        list(by_host.values()) or None)
+        found_refs = inputs[key](0.0)
         if found_refs is not None:
             refs[key] = found_refs
-    return pool_spreads(refs, {key: (grouped[key][0].gpu_model, grouped[key][0].probe, grouped[key][0].metric)
-                               for key in refs}, thresholds)
+    metric_of = {key: (grouped[key][0].gpu_model, grouped[key][0].probe, grouped[key][0].metric) for key in refs}
+    typical = typical_spreads(refs, metric_of)
+    for key, key_refs in refs.items():
+        fleet, trim = key_refs.get(FLEET), typical.get(metric_of[key], 0.0)
+        count = len(grouped[key])
+        # (Where nothing was set aside, a wider spread sets nothing aside either.)
+        if fleet is not None and fleet.spread < trim * fleet.value and fleet.level_values < count < TRIM_POOLED_BELOW:
+            refs[key] = inputs[key](trim) or key_refs
+    return pool_spreads(refs, metric_of, thresholds, typical)
 
 
 def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences],

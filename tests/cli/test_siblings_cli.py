@@ -94,10 +94,27 @@ def test_a_healthy_256_node_fleet_at_cv_3_pct_names_at_most_0_1_pct_of_its_gpus_
     # benchmark (bench/detection.py --scenarios cv3) counts more seeds.
     code, findings = _sweep(_fleet(tmp_path, 256, cv=0.03, seed=1), *NOISY)
     assert len(_gpus_at_fail(findings)) <= 0.001 * 256 * GPUS
-    # a noise dip in one P2P figure may survive its re-test (84 figures a node), but as a warning only
-    assert not [f for f in findings if f["kind"] == "slow_link" and f["metric"].startswith("p2p.")
-                and f["severity"] == "fail"]
+    # a noise dip in one P2P figure is judged on the mean of its several re-test runs alone
+    assert not [f for f in findings if f["kind"] == "slow_link"]
     assert code in (0, 1)
+
+
+@pytest.mark.parametrize("seed", [3, 7])
+def test_no_p2p_pair_of_a_healthy_64_node_fleet_at_cv_3_pct_is_named(tmp_path: Path, seed: int):
+    # These seeds each named one healthy pair (a warning): seed 7's key had its level a spread high,
+    # set by a crowd at its top (gpudiag.analysis.reference); seed 3's pair dipped 4.9 sigma in
+    # its first run and was confirmed by the mean of that run and one more.
+    code, findings = _sweep(_fleet(tmp_path, 64, cv=0.03, seed=seed), *NOISY)
+    assert not [f for f in findings if f["kind"] == "slow_link"] and code == 0
+
+
+def test_a_gpu_with_nvlinks_down_at_cv_3_pct_is_found_by_its_pairs_re_test_runs_without_telemetry(tmp_path: Path):
+    faults = [{"kind": "nvlink_down", "host": "node007", "gpu": 3, "link": link} for link in range(4)]
+    code, findings = _sweep(_fleet(tmp_path, 64, faults, cv=0.03, seed=1), "--probes", "facts,gemm,membw,p2p",
+                            "--links", "none")
+    assert _places(findings) == {("slow_gpu", "node007", 3)} and code == 1
+    (found,) = findings
+    assert "slow with 7 of 7 NVLink partners" in found["evidence"] and "the mean of 6 re-test runs" in found["evidence"]
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -118,3 +118,41 @@ def test_a_user_who_sets_small_fleet_min_hosts_above_the_sweep_keeps_min_peers()
 @given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=20))
 def test_a_nodes_short_median_is_the_standard_librarys(values):
     assert small_median(values) == statistics.median(values)
+
+
+# One GPU pair's bidirectional P2P figure on 64 healthy nodes at 3 % noise (720 GB/s true): seed 2
+# of bench/detection.py's cv3 rows. Sixteen values happen to crowd near 741, with little above them.
+PAIR_CROWDED_TOP = [
+    624.3, 643.4, 670.2, 677.3, 683.8, 686.7, 689.4, 689.8, 692.1, 694.0, 694.6, 695.6, 698.1, 698.5, 701.4, 702.1,
+    702.8, 704.9, 707.3, 709.1, 709.4, 710.9, 712.3, 712.5, 712.6, 714.4, 714.7, 714.9, 716.6, 717.3, 717.5, 717.8,
+    720.4, 721.3, 721.4, 723.7, 725.6, 729.2, 729.4, 729.4, 730.7, 730.9, 731.2, 732.0, 737.9, 738.0, 739.7, 740.6,
+    740.8, 741.3, 741.4, 741.5, 742.0, 742.2, 742.7, 742.8, 743.7, 745.5, 745.5, 745.6, 761.8, 762.6, 777.3, 778.8]
+
+
+def test_a_crowd_at_the_top_of_a_few_dozen_values_sets_nothing_aside_by_the_typical_spread():
+    # By its own spread above the crowd (0.5 %), 37 healthy values were set aside: the level a
+    # spread high, and the two lowest pairs named slow.
+    alone = fleet_reference(PAIR_CROWDED_TOP, 64, 0.5)
+    assert alone.value > 738 and alone.level_values < 30
+    typical = fleet_reference(PAIR_CROWDED_TOP, 64, 0.5, trim_spread=0.03)
+    # only the two lowest, 4 typical spreads below the crowd, are set aside
+    assert typical.value == pytest.approx(statistics.median(PAIR_CROWDED_TOP[2:]), rel=1e-9)
+    assert typical.level_values == 62 and 715 < typical.value < 725
+    weighted = fleet_reference(PAIR_CROWDED_TOP + [700.0], 64, 0.5, [1.0] * 62 + [0.5] * 3, trim_spread=0.03)
+    assert weighted.value == pytest.approx(typical.value, rel=0.005)
+
+
+def test_set_aside_by_the_typical_spread_healthy_keys_of_a_few_dozen_values_sit_at_their_median():
+    rng = random.Random(11)
+    high = 0
+    for _ in range(300):
+        values = [720 * rng.gauss(1, 0.03) for _ in range(64)]
+        level = fleet_reference(values, 64, 0.5, trim_spread=0.03).value
+        high += (level - statistics.median(values)) > 0.1 * 720 * 0.03
+    assert high <= 3  # about 4 % of such keys sat over half a spread high by their own spread
+
+
+@pytest.mark.parametrize(("slow_share", "deficit"), [(0.4, 0.08), (0.5, 0.12)])
+def test_the_typical_spread_still_sets_a_slow_share_aside(slow_share, deficit):
+    reference = fleet_reference(_fleet(slow_share, deficit), 64, 0.5, trim_spread=0.01)
+    assert reference.value == pytest.approx(740, rel=0.004)
