@@ -8,6 +8,7 @@ still returns what finished; hosts not finished are ``interrupted``.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import sys
 import threading
@@ -67,13 +68,21 @@ class SweepOptions:
     ``deadline``: a time on ``clock`` by which every host has finished (a run-wide budget): a
     host still connecting, preparing or probing then is ended and ``timeout``; None: no such
     limit. ``clock`` is the run's (gpudiag.run.runtime.Runtime), time.monotonic unless a test
-    hands in another."""
+    hands in another. ``host_probes``: the probes of each host named there, where hosts probe
+    different ones (a re-test: each host its own suspects' probes); every other host, and every
+    host without it, runs ``probe.names``."""
 
     probe: ProbeOptions
     fanout: int = 64
     host_timeout_s: float | None = None
     deadline: float | None = None
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
+    host_probes: Mapping[str, tuple[str, ...]] | None = field(default=None, compare=False)
+
+    def probe_of(self, label: str) -> ProbeOptions:
+        """The probe options of the host ``label``."""
+        names = (self.host_probes or {}).get(label)
+        return self.probe if names is None else dataclasses.replace(self.probe, names=names)
 
     @property
     def command_timeout_s(self) -> float:
@@ -395,7 +404,7 @@ class _SweepRunner:
             session.prepare(self._bundle)
             if not run.enter(PROBING, PROBE_BACKSTOP_S):
                 return run.timed_out()[0]
-            node = probe_host(_TimedSession(session, run), self._options.probe, source=host.label)
+            node = probe_host(_TimedSession(session, run), self._options.probe_of(host.label), source=host.label)
         except (TransportError, ProbeOutputError) as error:
             if self._stop.is_set():  # the failure is the interruption's doing (probes ended, links closed)
                 return interrupted_host(host, run.clock() - started)

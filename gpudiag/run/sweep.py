@@ -13,6 +13,7 @@ before anything runs on a node.
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -439,10 +440,13 @@ def _retest(request: SweepRequest, setup: _Setup, suspects: Sequence[Suspect], f
         if run > 1 and sweep.deadline is not None and sweep.clock() + MIN_PHASE_S > sweep.deadline:
             break  # the budget is spent: the runs that finished judge (gpudiag.analysis.noisy)
         wanted = [s for s in suspects if s.runs >= run]
-        hosts = {s.measurement.host for s in wanted}
-        probes = tuple(sorted({s.measurement.probe for s in wanted}))
-        options = dataclasses.replace(sweep, probe=dataclasses.replace(sweep.probe, names=probes))
-        specs = [host for host in setup.hosts if host.label in hosts]
+        by_host: dict[str, set[str]] = defaultdict(set)
+        for s in wanted:  # each host its own suspects' probes (a P2P run costs a GEMM host nothing)
+            by_host[s.measurement.host].add(s.measurement.probe)
+        probes = tuple(sorted({probe for names in by_host.values() for probe in names}))
+        options = dataclasses.replace(sweep, probe=dataclasses.replace(sweep.probe, names=probes),
+                                      host_probes={host: tuple(sorted(names)) for host, names in by_host.items()})
+        specs = [host for host in setup.hosts if host.label in by_host]
         again = gate.run_phase(lambda specs=specs, options=options: probe_hosts(
             specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say), lambda: None)
         if again is None:

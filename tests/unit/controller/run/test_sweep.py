@@ -104,3 +104,23 @@ def test_a_host_that_overruns_its_time_limit_is_a_timeout(tmp_path: Path):
                        PlainProgress(io.StringIO()))
     (host,) = result.hosts
     assert host.status == "timeout" and host.duration_s < 10
+
+
+def test_each_host_runs_the_probes_the_options_name_for_it_and_the_rest_every_probe(tmp_path: Path):
+    # A re-test runs each host's own suspects' probes: six P2P runs for one host's pair are no
+    # reason for every GEMM suspect's host to run P2P six times too.
+    from gpudiag.run.progress import QuietProgress
+    from gpudiag.sim import FleetFile
+
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"nodes": 3, "name_format": "n{}", "seed": 1}))
+    stand_in = FleetFile(str(fleet))
+    connector = stand_in.connector()
+    options = SweepOptions(ProbeOptions(names=("gemm", "p2p")), host_probes={"n1": ("gemm",), "n2": ("p2p",)})
+    try:
+        result = probe_hosts(stand_in.host_specs(), options, connector, locate_bundle(), QuietProgress())
+    finally:
+        connector.close()
+    probed = {host.host: {record["probe"] for record in host["results"]} for host in result.hosts}
+    assert probed == {"n1": {"gemm"}, "n2": {"p2p"}, "n3": {"gemm", "p2p"}}
+    assert options.probe_of("n3") is options.probe and options.probe_of("n1").names == ("gemm",)
