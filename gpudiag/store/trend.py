@@ -23,7 +23,9 @@ that truly scatters more than its siblings is judged by its own scatter and its 
 freedom); and at least ``NOISE_FLOOR_PCT`` of the level.
 
 A trend is a **slow degradation** when it rests on at least ``min_sweeps`` sweeps, its fitted
-change is a fall of ``threshold_pct`` or more, and its slope is real: at least ``slope_z``
+change is a fall of ``threshold_pct`` or more, its latest sweep is itself at least half that
+(``LATEST_SHARE``) below the fitted first figure (one back at its level is no degradation now),
+and its slope is real: at least ``slope_z``
 times its uncertainty (the noise / √Σ(x − x̄)², as a least-squares slope's) below 0 — where
 the noise is itself an estimate from few degrees of freedom, the bar is raised to the Student t
 quantile of the same tail (``student_bar``, gpudiag.analysis.noisy: 3 sigma becomes 4.3 with 8
@@ -57,6 +59,10 @@ NOISE_FLOOR_PCT = 0.1
 # sweeps (an estimate from 1 or 2 degrees of freedom, 3 or 4 sweeps, exceeds 2.5 times the truth
 # about once in 80 or 500 series).
 OWN_NOISE_TOLERANCE = 2.5
+# The share of the threshold the latest sweep's own figure must fall below the fitted first: a
+# figure back at its level is no degradation, however its earlier sweeps fell (a healthy GPU's
+# memory bandwidth 1.5, 3.6 and 4.7 % low over three sweeps, then 1.3 %, fitted a 5.2 % fall).
+LATEST_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -331,12 +337,16 @@ class _Judge:
     def trend(self, window: _Window, pooled: Noise) -> Trend:
         """The trend of ``window``, its noise ``pooled`` unless its own is far larger (fit_trend)."""
         fit = fit_trend([point.value for point in window.points], pooled)
-        return Trend(self.figure, self.unit, window.gpu, window.points, window.repair, fit, self._degraded(fit))
+        latest = window.points[-1].value if window.points else None
+        return Trend(self.figure, self.unit, window.gpu, window.points, window.repair, fit,
+                     self._degraded(fit, latest))
 
-    def _degraded(self, fit: TrendFit | None) -> bool:
-        if fit is None or fit.sweeps < self.min_sweeps or fit.change_pct is None:
+    def _degraded(self, fit: TrendFit | None, latest: float | None) -> bool:
+        if fit is None or latest is None or fit.sweeps < self.min_sweeps or fit.change_pct is None:
             return False
-        return -fit.change_pct >= self.threshold_pct and fit.slope_z <= -student_bar(self.slope_z, fit.dof)
+        back = latest > fit.first * (1 - LATEST_SHARE * self.threshold_pct / 100)
+        return not back and -fit.change_pct >= self.threshold_pct and \
+            fit.slope_z <= -student_bar(self.slope_z, fit.dof)
 
 
 def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: float) -> str:

@@ -85,6 +85,19 @@ def test_the_noise_decides_whether_a_fall_past_the_threshold_is_real():
     assert _flagged({**quiet, 7: scattered}) == set()
 
 
+def test_a_figure_back_at_its_level_in_the_latest_sweep_is_no_slow_degradation():
+    # A healthy GPU's memory bandwidth in 5 sweeps at 1 % noise (bench/detection.py's history row,
+    # seed 11): 1.5, 3.6 and 4.7 % low, then 1.3 %. Its line fell 5.2 %, 4 sigma of its slope.
+    rng = random.Random(11)
+    back = [LEVEL * value / 2961.9 for value in (2961.9, 2916.6, 2855.3, 2823.5, 2923.0)]
+    series = {gpu: _noisy(rng, [1.0] * 5, 0.01) for gpu in range(7)}
+    fit = fit_trend(back, pooled_noise(series.values()))
+    assert fit is not None and fit.change_pct is not None and fit.change_pct < -5.0 and fit.slope_z < -3.5
+    assert _flagged({**series, 7: back}) == set()
+    # the same fall with its latest sweep still 5 % low is one
+    assert _flagged({**series, 7: [*back[:4], back[0] * 0.95]}) == {7}
+
+
 @pytest.mark.parametrize("seed", range(1, 11))
 def test_flat_gpus_with_sweep_noise_are_never_flagged(seed: int):
     rng = random.Random(seed)
