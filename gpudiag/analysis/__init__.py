@@ -196,7 +196,7 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     for m in found:
         by_host[m.host].append(m)
     context = Context(thresholds, telemetry, facts, refs, found, by_host, readings.identities,
-                      clock_costs=typical_clock_costs(grouped, telemetry))
+                      clock_costs=typical_clock_costs(grouped, readings.clock_costs))
     findings = (speed_findings(judged, context) + rule_findings(telemetry, thresholds, readings.quiet)
                 + counter_findings(telemetry, thresholds, previous) + starved_hosts(judged, context))
     findings = merge(findings)
@@ -207,11 +207,11 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     findings += xid_findings([h for h in hosts if h.host in readings.xid_hosts])  # read again: only these
     findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
-    not_compared = [m for m in found if m.key not in refs]
+    not_compared = [m for key, same in grouped.items() if key not in refs for m in same]  # (order: any)
     findings += coverage.not_compared(hosts_by_metric(not_compared), thresholds)
     findings += [unchecked(h.host, h.status, h.error) for h in hosts if h.status != "ok"]
     findings += extra
     ordered = tuple(sorted(findings, key=finding_order))
-    impact = job_impact(found, refs, ordered, hosts, readings.identities)
+    impact = job_impact(grouped, refs, ordered, hosts, readings.identities)
     return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),
                     len(not_compared) + sum(readings.unkeyed.values()), not_retested)

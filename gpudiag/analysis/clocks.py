@@ -25,38 +25,33 @@ SLOWING_REASONS = rules.HARDWARE_REASONS + rules.SOFTWARE_REASONS
 
 
 def typical_clock_costs(grouped: Mapping[str, Sequence[Measurement]],
-                        telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]) -> Mapping[str, float]:
+                        costs: Mapping[str, Mapping[str, float | None]]) -> Mapping[str, float]:
     """Per baseline key of a compute probe (``grouped``: the measurements by key,
     measurements.by_key): the median clock cost (percent of the maximum clock) of its GPUs under
-    load, over the GPUs whose sampler gave clocks. Worked out per key when first asked for: only
-    the keys of suspects and shifted groups ever are, and a 10,000-node sweep's other keys would
-    cost a quarter of a million readings."""
-    return _ClockCosts(grouped, telemetry)
+    load, over the GPUs whose sampler gave clocks (``costs``: host -> GPU UUID -> its cost,
+    rules.clock_cost_pct, worked out as each host was read). Worked out per key when first asked
+    for: only the keys of suspects and shifted groups ever are."""
+    return _ClockCosts(grouped, costs)
 
 
 class _ClockCosts(Mapping[str, float]):
     def __init__(self, grouped: Mapping[str, Sequence[Measurement]],
-                 telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]]) -> None:
+                 costs: Mapping[str, Mapping[str, float | None]]) -> None:
         self._grouped = grouped
-        self._telemetry = telemetry
+        self._by_host = costs
         self._costs: dict[str, float | None] = {}
-        self._by_gpu: dict[tuple[str, str], float | None] = {}
 
-    def _places(self, key: str) -> list[tuple[str, str]]:
+    def _values(self, key: str) -> list[float]:
         same = self._grouped.get(key) or ()
         if not same or same[0].probe not in COMPUTE_PROBES:
             return []
-        return [(m.host, m.gpu_uuid or "") for m in same]
-
-    def _gpu_cost(self, place: tuple[str, str]) -> float | None:
-        if place not in self._by_gpu:
-            gpu = self._telemetry.get(place[0], {}).get(place[1])
-            self._by_gpu[place] = rules.clock_cost_pct(gpu.under_load) if gpu is not None else None
-        return self._by_gpu[place]
+        by_host, none = self._by_host, {}
+        costs = (by_host.get(m.host, none).get(m.gpu_uuid or "") for m in same)
+        return [cost for cost in costs if cost is not None]
 
     def __getitem__(self, key: str) -> float:
         if key not in self._costs:
-            values = [cost for cost in map(self._gpu_cost, self._places(key)) if cost is not None]
+            values = self._values(key)
             self._costs[key] = statistics.median(values) if values else None
         cost = self._costs[key]
         if cost is None:

@@ -125,19 +125,21 @@ def _excluded_ends(finding: Finding) -> tuple[str, ...]:
     return (finding.host,)
 
 
-def job_impact(found: Sequence[Measurement], refs: Mapping[str, KeyReferences], findings: Sequence[Finding],
-               hosts: Sequence[HostRecords], identities: Mapping[str, HostGpus] | None = None) -> Impact:
+def job_impact(grouped: Mapping[str, Sequence[Measurement]], refs: Mapping[str, KeyReferences],
+               findings: Sequence[Finding], hosts: Sequence[HostRecords],
+               identities: Mapping[str, HostGpus] | None = None) -> Impact:
     """A synchronous job runs at its slowest GPU's GEMM pace, against the reference that judges
     it (the fleet's level, or the baseline or SKU figure where the whole fleet fell below it):
     the slowdown on all hosts, and what keeping out the hosts with fail findings (both ends of a
-    failing pair) or no check recovers."""
+    failing pair) or no check recovers. ``grouped``: the measurements by key (measurements.by_key)."""
     names = {h.host for h in hosts}
     unfinished = tuple(sorted(h.host for h in hosts if h.status == INTERRUPTED))
     exclude = tuple(sorted({host for f in findings if f.kind not in NOT_EXCLUDING
                             and (f.severity == Severity.FAIL or _not_checked(f)) and not _unfinished(f, unfinished)
                             for host in _excluded_ends(f) if host in names}))
     expected = {key: key_refs.expected() for key, key_refs in refs.items()}
-    ratios = [(m.value / expected[m.key].value, m) for m in found if m.probe == "gemm" and m.key in expected]
+    ratios = [(m.value / expected[key].value, m) for key, same in grouped.items()
+              if key in expected and same[0].probe == "gemm" for m in same]
     if not ratios:
         return Impact(None, None, None, exclude, len(hosts), unfinished)
     slowest_ratio, slowest = min(ratios, key=lambda item: (item[0], item[1].host, item[1].device))

@@ -187,7 +187,7 @@ def _fleet_level(values: Sequence[float], hosts: int, thresholds: Thresholds, we
         if len(values) < SMALL_FLEET_MIN_VALUES:
             return None
         if hosts >= 3:
-            return small_fleet_reference(by_host, thresholds.mad_floor_pct)
+            return small_fleet_reference(by_host, thresholds.mad_floor_pct, thresholds.deficit_warn_pct)
     return fleet_reference(values, hosts, thresholds.mad_floor_pct, weights, trim_spread)
 
 
@@ -228,20 +228,32 @@ def _cutoff(ref: Reference, thresholds: Thresholds) -> float:
     return min(by_deficit, by_z) + 1e-9 * abs(ref.value)
 
 
-def small_fleet_reference(by_host: Sequence[Sequence[float]], mad_floor_pct: float) -> Reference:
+def small_fleet_reference(by_host: Sequence[Sequence[float]], mad_floor_pct: float,
+                          set_aside_pct: float = 0.0) -> Reference:
     """The level and spread of a key that fewer than ``SMALL_FLEET_HOSTS`` hosts measure (each
-    of ``by_host``: one host's values): the median of the hosts' medians, and the MAD of every
-    value about it, each host weighing once. A densest window among a few dozen values finds
+    of ``by_host``: one host's values): the median of the hosts' medians, and the MAD of the
+    values about it, each host weighing once. A densest window among a few dozen values finds
     whatever values happen to crowd at the top: three healthy nodes at 3 % noise once gave a
     level 2.7 % high with a spread of 0.7 %, and flagged a GPU on every node. The median of
-    host medians holds while fewer than half the hosts are slow; slow values widen the MAD,
-    which can only hide a fault, never invent one. Raises ValueError when there is no value."""
-    medians = [statistics.median(values) for values in by_host if values]
-    if not medians:
+    host medians holds while fewer than half the hosts are slow. A host slow as a whole is set
+    aside from the spread, as the fleet's far-below values are: its median ``set_aside_pct`` or
+    more below the level and ``TRIM_SIGMAS`` of its median's own error (the GPUs' scatter about
+    their hosts' medians, over √its values) below it. Kept, its values made the spread of a
+    paused suspect and its two reference peers at 2 % noise 3.4 %, and the suspect, 10 % slow on
+    every GPU, passed. Raises ValueError when there is no value."""
+    hosts = [values for values in by_host if values]
+    if not hosts:
         raise ValueError("no values to find a fleet level in")
+    medians = [statistics.median(values) for values in hosts]
     level = statistics.median(medians)
-    mad = weighted_median([(abs(value - level), 1 / len(values)) for values in by_host for value in values])
-    count = math.fsum(len(values) for values in by_host) if len({len(v) for v in by_host}) == 1 else len(medians)
+    within = MAD_TO_SIGMA * weighted_median([(abs(value - median), 1 / len(values))
+                                             for values, median in zip(hosts, medians, strict=True)
+                                             for value in values])
+    kept = [values for values, median in zip(hosts, medians, strict=True)
+            if not (level - median >= level * set_aside_pct / 100 > 0
+                    and level - median > TRIM_SIGMAS * within / math.sqrt(len(values)))]
+    mad = weighted_median([(abs(value - level), 1 / len(values)) for values in kept for value in values])
+    count = math.fsum(len(values) for values in hosts) if len({len(v) for v in hosts}) == 1 else len(medians)
     return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, len(medians),
                      level_values=count)
 

@@ -12,13 +12,16 @@ its own verdicts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 
 from .measurements import HOST_DEVICES, Measurement
+from .noisy import too_wide
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SIBLINGS, KeyReferences, Reference
+from .suspect import Suspect, repeated_once, sibling_judged
 from .thresholds import Thresholds
 
 # The variance of a median of n normal values is about this / n times theirs (pi / 2).
@@ -104,3 +107,84 @@ def siblings_alone(key_refs: KeyReferences | None) -> bool:
     the dips flagged, and a GPU slower than fast siblings but not below its fleet costs a job
     nothing. There the siblings only tell a broken GPU from its slow host (``Suspect.sibling``)."""
     return key_refs is None or all(ref.source not in (FLEET, BASELINE) for ref in key_refs.references)
+
+
+def against_siblings(m: Measurement, groups: HostGroups, key_refs: KeyReferences | None, noise: float,
+                      thresholds: Thresholds) -> Suspect | None:
+    """``m`` judged against its siblings, when they flag it."""
+    sibling = groups.sibling_reference(m.host, m.key, m.device, m.value, thresholds, key_refs)
+    sibling = sibling.widened(noise) if sibling is not None else None
+    if sibling is None or not sibling.flags(m.value, thresholds):
+        return None
+    return Suspect(m, sibling, sibling.robust_z(m.value), sibling.deficit_pct(m.value))
+
+
+def sibling_screen(m: Measurement, groups: HostGroups, key_refs: KeyReferences | None, noise: float,
+                   thresholds: Thresholds) -> Suspect | None:
+    """``m`` ``deficit_warn`` below its siblings where their spread is too wide for one run to
+    show a ``deficit_fail`` deficit (noisy.too_wide): a screened suspect, re-tested in several
+    runs and judged on them alone (``below_siblings_again``), never a finding by itself. At 2 %
+    noise a GPU 10 % slow was 7.3 % below seven siblings scattering 2.6 %: 2.5 of their spreads."""
+    sibling = groups.sibling_reference(m.host, m.key, m.device, m.value, thresholds, key_refs)
+    sibling = sibling.widened(noise) if sibling is not None else None
+    if sibling is None or sibling.deficit_pct(m.value) < thresholds.deficit_warn_pct \
+            or not too_wide(sibling, thresholds):
+        return None
+    return Suspect(m, sibling, sibling.robust_z(m.value), sibling.deficit_pct(m.value), screened=True)
+
+
+def siblings_judge(suspect: Suspect) -> Reference | None:
+    """The sibling reference judging ``suspect`` where no fleet or baseline does (alone, or beside the SKU's)."""
+    sibling = sibling_judged(suspect)
+    return None if sibling is None or suspect.reference.source in (FLEET, BASELINE) else sibling.reference
+
+
+def below_siblings_again(suspect: Suspect, again: Measurement, again_groups: HostGroups, thresholds: Thresholds,
+                         runs: int = 1, run_sd: float = 0.0) -> Suspect | None:
+    """``suspect`` (judged against its siblings) confirmed by its re-test, or None. The re-test ran
+    every GPU of the host again, so its figure ``again`` (the mean of its ``runs`` runs) is judged
+    against the re-test's siblings (``again_groups``: their means); a re-test that lost GPUs,
+    against its first siblings."""
+    m = suspect.measurement
+    if not again_groups.has_siblings(m.host, m.key, thresholds):
+        return repeated_once(suspect, again, thresholds)
+    second = again_groups.sibling_reference(m.host, m.key, m.device, again.value, thresholds, None)
+    if second is None:  # not even deficit_warn below the fastest sibling now
+        return None
+    if runs > 1:
+        return _in_runs(suspect, again.value, second, runs, run_sd, thresholds)
+    return _with_first(suspect, again.value, second, thresholds)
+
+
+def _in_runs(suspect: Suspect, mean: float, second: Reference, runs: int, run_sd: float,
+             thresholds: Thresholds) -> Suspect | None:
+    """Judged on the mean of the re-test runs alone (the first run chose it: biased low), at the
+    widest of the re-test's sibling spread, the first run's over √runs and the run-to-run noise
+    (``run_sd``, a fraction measured over the host's re-tested GPUs; 0: not measured) over √runs:
+    each an estimate that seven siblings make rough. The first run and one more, at one run's
+    spread, lost a GPU 5 % slow at 1 % noise one time in four, and one 10 % slow at 2 % in five."""
+    by_runs = run_sd * abs(second.value) * math.sqrt((1 + MEDIAN_VARIANCE / max(second.peers, 1)) / runs)
+    judged = dataclasses.replace(second, spread=max(second.spread, suspect.reference.spread / math.sqrt(runs),
+                                                    by_runs))
+    deficit, z = judged.deficit_pct(mean), judged.robust_z(mean)
+    if deficit < thresholds.retest_deficit_pct or not judged.far_below(z, thresholds):
+        return None
+    note = (f"the mean of {runs} re-test runs {deficit:.1f} % below its siblings' means, {-z:.1f} sigma of such "
+            f"a mean (bar {abs(thresholds.robust_z):g})")
+    return dataclasses.replace(suspect, measurement=suspect.measurement._replace(value=mean), reference=judged,
+                               robust_z=z, deficit_pct=deficit, confirmed=True, note=note)
+
+
+def _with_first(suspect: Suspect, value: float, second: Reference, thresholds: Thresholds) -> Suspect | None:
+    """Judged on both runs, with the wider of the two runs' spreads: seven siblings' MAD is a
+    rough estimate, and one run's that came out too tight must not confirm a dip."""
+    m = suspect.measurement
+    spread = max(suspect.reference.spread, second.spread)
+    first = dataclasses.replace(suspect.reference, spread=spread)
+    second = dataclasses.replace(second, spread=spread)
+    mean_deficit = (first.deficit_pct(m.value) + second.deficit_pct(value)) / 2
+    mean_z = (first.robust_z(m.value) + second.robust_z(value)) / 2
+    if value < second.value and mean_deficit >= thresholds.retest_deficit_pct and first.far_below(mean_z, thresholds):
+        return dataclasses.replace(suspect, reference=first, robust_z=first.robust_z(m.value),
+                                   deficit_pct=mean_deficit, confirmed=True)
+    return None

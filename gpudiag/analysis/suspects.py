@@ -16,11 +16,12 @@ from typing import Any, Protocol
 from ..findings import Finding
 from ..records import HostRecords, ProbeResult
 from . import coverage, rules
-from .identity import GpuIdentity, HostGpus
+from .identity import HostGpus
 from .keys import COMPARED_PROBES, host_keys
-from .measurements import HOST_DEVICES, NODE_MEDIAN, KeyInfo, Measurement
+from .measurements import HOST_DEVICES, KeyInfo, Measurement
 from .nodes import counted_medians, node_medians
 from .noisy import (
+    MIN_RUN_DOF,
     RunNoise,
     Screen,
     confirmation_bar,
@@ -39,13 +40,20 @@ from .reference import (
     SIBLINGS,
     SMALL_FLEET_HOSTS,
     KeyReferences,
-    Reference,
     key_references,
     pool_spreads,
     typical_spreads,
 )
-from .siblings import HostGroups, siblings_alone
+from .siblings import (
+    HostGroups,
+    against_siblings,
+    below_siblings_again,
+    sibling_screen,
+    siblings_alone,
+    siblings_judge,
+)
 from .sku import FloorKey, floor_key, floors_for
+from .suspect import Suspect, repeated_once, sibling_judged
 from .thresholds import Thresholds
 from .xid import PROBE as XID_PROBE
 
@@ -62,34 +70,6 @@ class BaselineLookup(Protocol):
 
 
 SkuFigures = Callable[[str | None], Mapping[FloorKey, float]]
-
-
-@dataclass(frozen=True)
-class Suspect:
-    """A measurement below one of its references (the first that flags it: fleet, baseline,
-    SKU); ``note`` says why it is unconfirmed when a re-test could not measure it; ``why`` why
-    it was pinned on this GPU (a P2P culprit)."""
-
-    measurement: Measurement
-    reference: Reference
-    robust_z: float
-    deficit_pct: float
-    confirmed: bool = False
-    note: str | None = None
-    why: str | None = None
-    retest_failed: bool = False
-    # The same measurement judged against its siblings (the other GPUs of its node), when they
-    # flag it too: a GPU far below its siblings is named even beside a slow_node.
-    sibling: Suspect | None = None
-    # The GPU it was measured on, by NVML's index (gpudiag.analysis.identity); None: not looked up.
-    identity: GpuIdentity | None = None
-    # The re-test runs it asks for: more than one on a noisy key, whose runs' mean alone confirms
-    # it (gpudiag.analysis.noisy); ``screened``: only the noisy key's wide screen took it, and
-    # unconfirmed it is no finding.
-    runs: int = 1
-    screened: bool = False
-
-
 
 
 @dataclass
@@ -111,6 +91,8 @@ class Readings:
     medians: list[tuple[Measurement, int]] = dataclasses.field(default_factory=list)
     # Each host's GPUs (UUIDs) whose readings can make no telemetry finding (gpudiag.analysis.quiet).
     quiet: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    # Each host's GPUs' clock costs under load (HostReading.clock_costs).
+    clock_costs: dict[str, Mapping[str, float | None]] = dataclasses.field(default_factory=dict)
 
 
 # Measurement from one tuple, without the generated __new__'s keyword handling (a million calls).
@@ -140,6 +122,7 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
     xid_hosts: set[str] = set()
     medians: list[tuple[Measurement, int]] = []
     quiet: dict[str, frozenset[str]] = {}
+    clock_costs: dict[str, Mapping[str, float | None]] = {}
     for host in hosts:
         if host.status != "ok":
             continue
@@ -160,7 +143,9 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
             xid_hosts.add(name)
         medians += reading.medians
         quiet[name] = reading.quiet
-    return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports, xid_hosts, medians, quiet)
+        clock_costs[name] = reading.clock_costs
+    return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports, xid_hosts, medians, quiet,
+                    clock_costs)
 
 
 @dataclass(frozen=True)
@@ -182,6 +167,8 @@ class HostReading:
     medians: tuple[tuple[Measurement, int], ...] = ()
     # Its GPUs whose readings can make no telemetry finding (gpudiag.analysis.quiet).
     quiet: frozenset[str] = frozenset()
+    # Each GPU's clock cost under load (UUID -> percent, None: no clocks: rules.clock_cost_pct).
+    clock_costs: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
 
 
 class SweepReader:
@@ -209,7 +196,8 @@ class SweepReader:
         xid = any(result.probe == XID_PROBE for result in results)
         return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, identities, ports, xid,
                            tuple(counted_medians(found, self._median_infos)),
-                           frozenset(uuid for uuid, gpu in gpus.items() if is_quiet(gpu)))
+                           frozenset(uuid for uuid, gpu in gpus.items() if is_quiet(gpu)),
+                           {uuid: rules.clock_cost_pct(gpu.under_load) for uuid, gpu in gpus.items()})
 
 
 # The probes whose records the telemetry collector reads (telemetry, and the load evidence).
@@ -353,15 +341,16 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
         # The siblings are asked only where they may judge.
         if ref is not None:
             suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value),
-                                    sibling=_against_siblings(m, groups, key_refs, noise, thresholds)))
+                                    sibling=against_siblings(m, groups, key_refs, noise, thresholds)))
         elif alone:
-            sibling = _against_siblings(m, groups, key_refs, noise, thresholds)
+            sibling = against_siblings(m, groups, key_refs, noise, thresholds) or \
+                sibling_screen(m, groups, key_refs, noise, thresholds)
             if sibling is not None:
                 suspects.append(sibling)
         elif screen is not None and m.value <= screen.cutoff:
             judged = screen.reference.widened(noise)
             suspects.append(Suspect(m, judged, judged.robust_z(m.value), judged.deficit_pct(m.value),
-                                    sibling=_against_siblings(m, groups, key_refs, noise, thresholds),
+                                    sibling=against_siblings(m, groups, key_refs, noise, thresholds),
                                     screened=True))
     return with_runs(suspects, thresholds, family_size(family))
 
@@ -369,10 +358,13 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
 def with_runs(suspects: Sequence[Suspect], thresholds: Thresholds, family: int = 0) -> list[Suspect]:
     """``suspects`` each with the re-test runs it asks for: one, or on a noisy key as many as its
     spread needs at the bar ``family`` results judged on their runs face
-    (gpudiag.analysis.noisy.planned_runs)."""
+    (gpudiag.analysis.noisy.planned_runs). A GPU its siblings judge (gpudiag.analysis.siblings.siblings_judge) asks
+    for two or more: it is judged on the re-test alone (siblings.below_siblings_again)."""
     noisy = [is_noisy(s.reference, s.measurement.probe, s.measurement.device, thresholds) for s in suspects]
     bar = confirmation_bar(max(family, sum(noisy)), thresholds)
-    return [dataclasses.replace(s, runs=planned_runs(s.reference, bar, thresholds)) if is_noisy_one else s
+    return [dataclasses.replace(s, runs=planned_runs(s.reference, bar, thresholds)) if is_noisy_one
+            else dataclasses.replace(s, runs=planned_runs(sibling, abs(thresholds.robust_z), thresholds))
+            if (sibling := siblings_judge(s)) is not None else s
             for s, is_noisy_one in zip(suspects, noisy, strict=True)]
 
 
@@ -380,23 +372,6 @@ def single_runs(suspects: Sequence[Suspect]) -> list[Suspect]:
     """``suspects`` for a re-test of one run: those one run flagged (never a noisy key's screen
     alone, which one more run cannot confirm), each asking for one run."""
     return [dataclasses.replace(s, runs=1) for s in suspects if not s.screened]
-
-
-def sibling_judged(suspect: Suspect) -> Suspect | None:
-    """``suspect`` as judged against its siblings (the other GPUs of its node), when they flag it."""
-    return suspect if suspect.reference.source == SIBLINGS else suspect.sibling
-
-
-def _against_siblings(m: Measurement, groups: HostGroups, key_refs: KeyReferences | None, noise: float,
-                      thresholds: Thresholds) -> Suspect | None:
-    """``m`` judged against its siblings, when they flag it."""
-    sibling = groups.sibling_reference(m.host, m.key, m.device, m.value, thresholds, key_refs)
-    if sibling is None:
-        return None
-    sibling = sibling.widened(noise)
-    if not sibling.flags(m.value, thresholds):
-        return None
-    return Suspect(m, sibling, sibling.robust_z(m.value), sibling.deficit_pct(m.value))
 
 
 def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | None,
@@ -447,14 +422,17 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
                                             retest_failed=host is not None))
             continue
         sibling = sibling_judged(suspect)
-        if sibling is not None:
-            sibling = _repeated_below_siblings(sibling, again, again_groups, thresholds)
-        if suspect.runs > 1 and len(runs[key]) > 1:
+        if sibling is not None:  # on the re-test runs alone where it asked for several (siblings_judge)
+            count = len(runs[key]) if suspect.reference.source not in (FLEET, BASELINE) else 1
+            measured = noise.get(suspect.measurement.key)
+            sibling = below_siblings_again(sibling, again, again_groups, thresholds, count,
+                                           measured.relative_sd if measured and measured.dof >= MIN_RUN_DOF else 0.0)
+        if suspect.runs > 1 and len(runs[key]) > 1 and suspect.reference.source in (FLEET, BASELINE):
             repeated = _repeated_runs(suspect, runs[key], noise.get(suspect.measurement.key), bar, thresholds)
         elif suspect.reference.source == SIBLINGS:
             repeated = sibling
         else:
-            repeated = _repeated(suspect, again, thresholds)
+            repeated = repeated_once(suspect, again, thresholds)
         if repeated is not None:
             kept.append(repeated if repeated is sibling else dataclasses.replace(repeated, sibling=sibling))
         elif sibling is not None and suspect.reference.source not in (FLEET, BASELINE):
@@ -507,46 +485,6 @@ def _repeated_runs(suspect: Suspect, values: Sequence[Measurement], noise: RunNo
     return dataclasses.replace(suspect, measurement=suspect.measurement._replace(value=verdict.mean),
                                deficit_pct=verdict.deficit_pct, robust_z=verdict.robust_z, confirmed=True,
                                note=verdict.note)
-
-
-def _repeated_below_siblings(suspect: Suspect, again: Measurement, again_groups: HostGroups,
-                             thresholds: Thresholds) -> Suspect | None:
-    """``suspect`` (judged against its siblings) confirmed by its re-test, or None. The re-test
-    ran every GPU of the host again, so the re-test's figure is judged against the re-test's
-    siblings, and both runs with the wider of the two runs' spreads: seven siblings' MAD is a
-    rough estimate, and one run's that came out too tight must not confirm a dip."""
-    m = suspect.measurement
-    if not again_groups.has_siblings(m.host, m.key, thresholds):  # the re-test lost GPUs: its first siblings
-        return _repeated(suspect, again, thresholds)
-    second = again_groups.sibling_reference(m.host, m.key, m.device, again.value, thresholds, None)
-    if second is None:  # not even deficit_warn below the fastest sibling now
-        return None
-    spread = max(suspect.reference.spread, second.spread)
-    first = dataclasses.replace(suspect.reference, spread=spread)
-    second = dataclasses.replace(second, spread=spread)
-    mean_deficit = (first.deficit_pct(m.value) + second.deficit_pct(again.value)) / 2
-    mean_z = (first.robust_z(m.value) + second.robust_z(again.value)) / 2
-    if again.value < second.value and mean_deficit >= thresholds.retest_deficit_pct and \
-            first.far_below(mean_z, thresholds):
-        return dataclasses.replace(suspect, reference=first, robust_z=first.robust_z(m.value),
-                                   deficit_pct=mean_deficit, confirmed=True)
-    return None
-
-
-def _repeated(suspect: Suspect, again: Measurement, thresholds: Thresholds) -> Suspect | None:
-    """``suspect`` confirmed by its re-test's figure ``again``, or None when it did not repeat.
-    A node median's re-test must itself be flagged too: against the tight spread of node medians,
-    one run far below and a re-test half-way there would average past the bar, and a node slow as
-    a whole is far below in every run."""
-    ref = suspect.reference
-    if suspect.measurement.device == NODE_MEDIAN and not ref.flags(again.value, thresholds):
-        return None
-    mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
-    mean_z = (suspect.robust_z + ref.robust_z(again.value)) / 2
-    repeated = again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct
-    if repeated and ref.far_below(mean_z, thresholds):
-        return dataclasses.replace(suspect, deficit_pct=mean_deficit, confirmed=True)
-    return None
 
 
 def _retest_gap(m: Measurement, host: HostRecords | None) -> str:

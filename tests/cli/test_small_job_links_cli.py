@@ -108,6 +108,22 @@ def test_a_suspect_slow_on_every_gpu_against_its_reference_peers_is_one_slow_nod
     assert fails == {("slow_node", "n5", None, "drain")}  # no per-GPU drains, no shift of a 3-host "fleet"
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_at_2_pct_noise_a_suspect_10_pct_slow_on_every_gpu_is_its_slow_node_not_a_pass(tmp_path, seed):
+    # Kept in the spread, the suspect's own values widened it to 3.8 %: its GPUs were only screened
+    # (a noisy key), their runs' means judged at that spread, and seeds 1 and 2 exited 0, silent.
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"nodes": 8, "name_format": "node{:04d}", "seed": seed,
+                                "noise": {"gemm_cv": 0.02, "membw_cv": 0.02, "link_cv": 0.04},
+                                "faults": [{"kind": "slow_gpu", "host": "node0005", "gpu": gpu, "factor": 0.9}
+                                           for gpu in range(8)]}))
+    code, document, output = _sweep(tmp_path, str(path), "--pause", "--suspects", "node0005", "--links", "none",
+                                    "--probes", "facts,telemetry,gemm,membw,pcie")
+    assert code == ExitCode.FAIL, output
+    fails = {(f["kind"], f["host"], f["gpu"], f["action"]) for f in document["findings"] if f["severity"] == "fail"}
+    assert fails == {("slow_node", "node0005", None, "drain")}
+
+
 def test_a_healthy_suspect_beside_a_slow_reference_peer_is_not_blamed(tmp_path):
     # --suspects n5 picks n2 and n7 as reference peers; n7's NIC is slow
     code, document, output = _sweep(tmp_path, _fleet(tmp_path, 8, _slow_nic("n7")), "--pause", "--suspects", "n5")

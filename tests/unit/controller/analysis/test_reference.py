@@ -156,3 +156,19 @@ def test_set_aside_by_the_typical_spread_healthy_keys_of_a_few_dozen_values_sit_
 def test_the_typical_spread_still_sets_a_slow_share_aside(slow_share, deficit):
     reference = fleet_reference(_fleet(slow_share, deficit), 64, 0.5, trim_spread=0.01)
     assert reference.value == pytest.approx(740, rel=0.004)
+
+
+def test_a_host_slow_as_a_whole_is_set_aside_from_a_small_fleets_spread_and_its_gpus_are_flagged():
+    # A paused suspect and its two reference peers at 2 % noise, the suspect 10 % slow on every
+    # GPU: kept, its values widen the spread, and none of its GPUs is 3 spreads below.
+    rng = random.Random(5)
+    healthy = [[700 * rng.gauss(1, 0.02) for _ in range(8)] for _ in range(2)]
+    slow = [630 * rng.gauss(1, 0.02) for _ in range(8)]
+    kept = small_fleet_reference([*healthy, slow], 0.5)
+    assert kept.spread > 700 * 0.04 and not any(kept.flags(value, default_thresholds()) for value in slow)
+    aside = small_fleet_reference([*healthy, slow], 0.5, set_aside_pct=3.0)
+    assert aside.value == kept.value and 700 * 0.01 < aside.spread < 700 * 0.03
+    assert sum(aside.flags(value, default_thresholds()) for value in slow) == 7  # all but one 6 % low
+    # a host 2 % low is no slow host: nothing is set aside, and the spread is the plain one
+    mild = [700 * 0.98 * rng.gauss(1, 0.02) for _ in range(8)]
+    assert small_fleet_reference([*healthy, mild], 0.5, 3.0) == small_fleet_reference([*healthy, mild], 0.5)

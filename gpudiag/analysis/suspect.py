@@ -1,0 +1,60 @@
+"""One suspect: a measurement below one of its references, and the re-test of one run that
+confirms it (``repeated_once``). Its own module so that the siblings' judging
+(gpudiag.analysis.siblings) and the suspects' pass (gpudiag.analysis.suspects) share it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .identity import GpuIdentity
+from .measurements import NODE_MEDIAN, Measurement
+from .reference import SIBLINGS, Reference
+from .thresholds import Thresholds
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A measurement below one of its references (the first that flags it: fleet, baseline,
+    SKU); ``note`` says why it is unconfirmed when a re-test could not measure it; ``why`` why
+    it was pinned on this GPU (a P2P culprit)."""
+
+    measurement: Measurement
+    reference: Reference
+    robust_z: float
+    deficit_pct: float
+    confirmed: bool = False
+    note: str | None = None
+    why: str | None = None
+    retest_failed: bool = False
+    # The same measurement judged against its siblings (the other GPUs of its node), when they
+    # flag it too: a GPU far below its siblings is named even beside a slow_node.
+    sibling: Suspect | None = None
+    # The GPU it was measured on, by NVML's index (gpudiag.analysis.identity); None: not looked up.
+    identity: GpuIdentity | None = None
+    # The re-test runs it asks for: more than one on a noisy key, whose runs' mean alone confirms
+    # it (gpudiag.analysis.noisy); ``screened``: only the noisy key's wide screen took it, and
+    # unconfirmed it is no finding.
+    runs: int = 1
+    screened: bool = False
+
+
+def sibling_judged(suspect: Suspect) -> Suspect | None:
+    """``suspect`` as judged against its siblings (the other GPUs of its node), when they flag it."""
+    return suspect if suspect.reference.source == SIBLINGS else suspect.sibling
+
+
+def repeated_once(suspect: Suspect, again: Measurement, thresholds: Thresholds) -> Suspect | None:
+    """``suspect`` confirmed by its re-test's figure ``again``, or None when it did not repeat.
+    A node median's re-test must itself be flagged too: against the tight spread of node medians,
+    one run far below and a re-test half-way there would average past the bar, and a node slow as
+    a whole is far below in every run."""
+    ref = suspect.reference
+    if suspect.measurement.device == NODE_MEDIAN and not ref.flags(again.value, thresholds):
+        return None
+    mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
+    mean_z = (suspect.robust_z + ref.robust_z(again.value)) / 2
+    repeated = again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct
+    if repeated and ref.far_below(mean_z, thresholds):
+        return dataclasses.replace(suspect, deficit_pct=mean_deficit, confirmed=True)
+    return None
