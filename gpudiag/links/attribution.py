@@ -269,6 +269,15 @@ def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thr
     noise = run_noise(figures)
     floors = {key: statistics.median(sorted(spreads[key])) if spreads[key] else noise.get(key, 0.0)
               for key in {family(group) for group in figures}}
+    # A rail's few dozen pairs can crowd at its top by chance, with a tight spread above them: its
+    # level, found again setting pairs aside by the family's spread (as a GPU pair's key is:
+    # gpudiag.analysis.suspects.references), is not a spread high.
+    for group, reference in references.items():
+        floor, level = floors[family(group)], reference.fleet_gbps
+        if level and not reference.job_level and reference.spread_gbps is not None and reference.spread_gbps < floor:
+            references[group] = group_reference(group, figures[group], thresholds,
+                                                group_baseline(group, baseline, thresholds), jobs.get(family(group)),
+                                                floor / level)
     return {group: reference.widened(floors[family(group)]) for group, reference in references.items()}
 
 

@@ -463,12 +463,14 @@ FLOOR_CUT_PAIRS = 24
 
 
 def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
-                    baseline: GroupBaseline | None = None, job: float | None = None) -> GroupReference:
+                    baseline: GroupBaseline | None = None, job: float | None = None,
+                    trim_spread: float = 0.0) -> GroupReference:
     """The group's references (see GroupReference). ``job``: the small groups' level of its
     family (``job_levels``), used where the group has too few hosts for a fleet level, unless
     that level is itself below the line-rate floor or the baseline's cutoff (every host is then
     slow with every partner: which of them cannot be told, and the floor and the baseline judge
-    alone)."""
+    alone). ``trim_spread``: the least spread (a fraction of the level) the fleet level sets
+    pairs aside by (gpudiag.analysis.reference.fleet_reference)."""
     means = sorted(mean_gbps(values) for values in runs.values())
     best = host_bests(runs)
     floor = line_rate_floor(group, thresholds)
@@ -484,7 +486,7 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     best_level = fleet_reference(sorted(best.values()), len(best), thresholds.mad_floor_pct).value
     shifted = floor is not None and best_level < floor
     basis = means if floor is None or shifted else [value for value in means if value >= floor] or means
-    fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct)
+    fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
     if basis is not means and len(basis) >= FLOOR_CUT_PAIRS and fleet.value - FLOOR_CUT_SIGMAS * fleet.spread <= floor:
         # The floor cuts into the healthy pairs' own noise (at 12 % run-to-run noise a fifth of
         # them fall under it): leaving out the pairs under it lifted the level and shrank the
@@ -492,7 +494,7 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
         # is found from the top, slow pairs set aside by their distance from it). Where the
         # floor lies far below the healthy cluster, it only sets aside slow pairs: in a small
         # fabric most pairs may touch a slow NIC, and the cut keeps them out of the level.
-        fleet = fleet_reference(means, len(best), thresholds.mad_floor_pct)
+        fleet = fleet_reference(means, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
     # The fleet level itself materially below the baseline: a regression the fabric shares.
     below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
     return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,
