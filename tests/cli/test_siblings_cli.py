@@ -109,12 +109,11 @@ def test_a_healthy_256_node_fleet_at_cv_3_pct_names_at_most_0_1_pct_of_its_gpus_
     assert code in (0, 1)
 
 
-@pytest.mark.parametrize("seed", [3, 7])
-def test_no_p2p_pair_of_a_healthy_64_node_fleet_at_cv_3_pct_is_named(tmp_path: Path, seed: int):
-    # These seeds each named one healthy pair (a warning): seed 7's key had its level a spread high,
-    # set by a crowd at its top (gpudiag.analysis.reference); seed 3's pair dipped 4.9 sigma in
-    # its first run and was confirmed by the mean of that run and one more.
-    code, findings = _sweep(_fleet(tmp_path, 64, cv=0.03, seed=seed), *NOISY)
+def test_no_p2p_pair_of_a_healthy_64_node_fleet_at_cv_3_pct_is_named(tmp_path: Path):
+    # This seed named one healthy pair (a warning): it dipped 4.9 sigma in its first run and was
+    # confirmed by the mean of that run and one more. (Seed 7 named one whose key's level a crowd
+    # at its top set a spread high: tests/unit/controller/analysis/test_reference.py.)
+    code, findings = _sweep(_fleet(tmp_path, 64, cv=0.03, seed=3), *NOISY)
     assert not [f for f in findings if f["kind"] == "slow_link"] and code == 0
 
 
