@@ -169,8 +169,11 @@ def test_a_process_a_session_left_behind_is_still_found_as_the_fleets(make_sshd_
     fleet, other = make_sshd_fleet(1), make_sshd_fleet(1, first_address="127.0.2.1")
     with _connect(fleet, fleet.hosts[0], fleet.write_known_hosts(tmp_path / "known_hosts")) as client:
         assert _run(client, "nohup sleep 3172 >/dev/null 2>&1 & echo started") == "started"
+    # The session's processes end after the client has gone, when sshd gets to it: the sleep is
+    # an orphan once its parent (the session's shell or sshd's session process) has exited.
     deadline = time.monotonic() + 10
-    while not fleet.processes_matching("^sleep 3172$") and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (not (found := fleet.processes_matching("^sleep 3172$"))
+                                           or set(found) & fleet.process_ids()):
         time.sleep(0.02)
     (orphan,) = fleet.processes_matching("^sleep 3172$")
     assert orphan not in fleet.process_ids()  # out of the fleet's process tree
