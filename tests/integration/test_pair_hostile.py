@@ -259,7 +259,9 @@ def test_a_pair_server_printing_a_malformed_listening_line_is_its_own_link_error
     code, document, output = _sweep(files, python, "--net-address", "iface:lo")
     assert code == 3, output  # not 4: no exception, and the document was written
     assert _link_findings(document) == [("link_error", "node02", None)]
-    errors = [link["error"] for link in document["links"] if link["value"] is None]
+    # (node02's runs: a healthy pair's run may fail once under load, and is run again: measured below)
+    errors = [link["error"] for link in document["links"]
+              if link["value"] is None and "node02" in (link["a"], link["b"])]
     assert errors and all("node02: the pair server did not start: its first line is no listening event" in error
                           for error in errors)
     assert frozenset(("node01", "node03")) in _measured(document)
@@ -277,7 +279,8 @@ def test_a_pair_client_printing_malformed_records_is_its_own_link_error(make_ssh
     code, document, output = _sweep(files, python, "--net-address", "iface:lo")
     assert code == 3, output
     assert _link_findings(document) == [("link_error", "node02", None)]
-    errors = [link for link in document["links"] if link["value"] is None]
+    # (node02's runs: a healthy pair's run may fail once under load, and is run again: measured below)
+    errors = [link for link in document["links"] if link["value"] is None and "node02" in (link["a"], link["b"])]
     assert errors and all(link["a"] == "node02" and link["fault"] == "node02" for link in errors)
     assert all("two records for client_to_server" in link["error"] for link in errors)
     assert frozenset(("node01", "node03")) in _measured(document)
