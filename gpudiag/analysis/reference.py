@@ -202,11 +202,10 @@ def typical_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, H
     return {metric: statistics.median(spreads) for metric, spreads in relative.items()}
 
 
-def pool_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hashable],
-                 thresholds: Thresholds, typical: Mapping[Hashable, float] | None = None) -> dict[str, KeyReferences]:
+def pool_spreads(refs: Mapping[str, KeyReferences], metric_of: Mapping[str, Hashable], thresholds: Thresholds,
+                 typical: Mapping[Hashable, float]) -> dict[str, KeyReferences]:
     """``refs`` with every key's spreads at least the median relative fleet spread of the keys of
-    its metric (``typical``: typical_spreads, found here when None)."""
-    typical = typical_spreads(refs, metric_of) if typical is None else typical
+    its metric (``metric_of``: key -> GPU model, probe and metric; ``typical``: typical_spreads)."""
     pooled = {}
     for key, key_refs in refs.items():
         widened = tuple(ref.widened(typical.get(metric_of[key], 0.0)) for ref in key_refs.references)
