@@ -256,6 +256,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--smoke", action="store_true", help="small fleets, few trials: seconds")
     arguments = parser.parse_args()
+    least = {"trials": 1, "full_trials": 0, "rotation_trials": 1, "rotation_sweeps": 1, "confirm_phases": 0}
+    for name, smallest in least.items():  # a share of no trials is no figure
+        if getattr(arguments, name) < smallest:
+            parser.error(f"--{name.replace('_', '-')} must be at least {smallest}")
     if arguments.smoke:
         arguments.sizes, arguments.trials, arguments.full_trials = [8, 64, 256], 20, 5
         arguments.rotation_trials, arguments.rotation_sweeps = 10, 4
