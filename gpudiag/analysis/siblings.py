@@ -134,9 +134,13 @@ def sibling_screen(m: Measurement, groups: HostGroups, key_refs: KeyReferences |
 
 
 def siblings_judge(suspect: Suspect) -> Reference | None:
-    """The sibling reference judging ``suspect`` where no fleet or baseline does (alone, or beside the SKU's)."""
+    """The sibling reference judging ``suspect`` on its re-test runs: where no fleet or baseline
+    does (alone, or beside the SKU's), or where only their screen took it beside a fleet or
+    baseline suspect (a GPU of a starved host, slower than its siblings by less than one run shows)."""
     sibling = sibling_judged(suspect)
-    return None if sibling is None or suspect.reference.source in (FLEET, BASELINE) else sibling.reference
+    if sibling is None or suspect.reference.source in (FLEET, BASELINE) and not sibling.screened:
+        return None
+    return sibling.reference
 
 
 def below_siblings_again(suspect: Suspect, again: Measurement, again_groups: HostGroups, thresholds: Thresholds,

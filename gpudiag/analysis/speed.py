@@ -17,8 +17,9 @@ from . import clocks, coverage, rules
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, NODE_MEDIAN, Measurement
 from .pairs import Pair, attribute_pairs
-from .reference import SKU, KeyReferences
-from .suspects import COMPUTE_PROBES, Suspect, sibling_judged
+from .reference import MAD_TO_SIGMA, SKU, KeyReferences
+from .suspect import below_its_siblings
+from .suspects import COMPUTE_PROBES, Suspect
 from .thresholds import Thresholds
 
 
@@ -132,7 +133,7 @@ def _unexplained(host: str, group: Sequence[Suspect], context: Context) -> list[
     if starved or wide:
         # A GPU far below its own siblings in its own arithmetic or memory is broken besides, and
         # named too; host-bound copies (PCIe) may differ by NUMA node on a starved host.
-        beside = [judged for judged in map(sibling_judged, group)
+        beside = [judged for judged in map(below_its_siblings, group)
                   if judged is not None and judged.measurement.probe in COMPUTE_PROBES]
         return [_slow_node(host, group, starved, wide, context)] + [_slow_gpu(s, context) for s in beside]
     return [_slow_gpu(suspect, context) for suspect in group]
@@ -152,9 +153,9 @@ def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
     """Host-side results are slow, or most of the host's GPUs are slow on one metric, or half of
     them are and the host's median on that metric is itself below the reference (a whole node
     slowed by about the threshold has some GPUs that noise lifts just above it), or the host's
-    median is itself ``deficit_warn`` below the reference and its slow GPUs are within
-    ``deficit_warn`` of it and not below their siblings (a node 8 % below the SKU figure on every
-    GPU, one of which noise pushed past the bar: the deficit is the node's, not that GPU's)."""
+    median is itself ``deficit_warn`` below the reference and its slow GPUs that are not below
+    their siblings are within noise of it (a node 8 % below the SKU figure on every GPU, one of
+    which noise pushed past the bar: the deficit is the node's, not that GPU's)."""
     devices = {s.measurement.device for s in group}
     if devices & set(HOST_DEVICES):
         return True
@@ -171,7 +172,13 @@ def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
         return True
     warn = context.thresholds.deficit_warn_pct
     node_deficit = first.reference.deficit_pct(median)
-    like_its_node = all(sibling_judged(s) is None and s.deficit_pct - node_deficit < warn for s in group)
+    # Within noise of its node: less than deficit_warn below the node's median, or (a noisy node)
+    # less than the bar's sigmas of the node's own scatter. A GPU its siblings found below them is
+    # broken besides (``_unexplained`` names it beside the node), and does not speak for the node.
+    scatter = 100 * MAD_TO_SIGMA * statistics.median(abs(v - median) for v in values) / median if median > 0 else 0.0
+    tolerance = max(warn, abs(context.thresholds.robust_z) * scatter)
+    alike = [s for s in group if below_its_siblings(s) is None]
+    like_its_node = bool(alike) and all(s.deficit_pct - node_deficit < tolerance for s in alike)
     return len(values) >= context.thresholds.sibling_min_gpus and like_its_node and node_deficit >= warn
 
 

@@ -40,8 +40,16 @@ class Suspect:
 
 
 def sibling_judged(suspect: Suspect) -> Suspect | None:
-    """``suspect`` as judged against its siblings (the other GPUs of its node), when they flag it."""
+    """``suspect`` as judged against its siblings (the other GPUs of its node), when they flag or
+    screen it."""
     return suspect if suspect.reference.source == SIBLINGS else suspect.sibling
+
+
+def below_its_siblings(suspect: Suspect) -> Suspect | None:
+    """``suspect`` as its siblings judge it, where that is a verdict: not a screen the re-test
+    did not confirm (gpudiag.analysis.siblings.sibling_screen)."""
+    sibling = sibling_judged(suspect)
+    return None if sibling is None or sibling.screened and not sibling.confirmed else sibling
 
 
 def repeated_once(suspect: Suspect, again: Measurement, thresholds: Thresholds) -> Suspect | None:

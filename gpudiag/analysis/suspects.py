@@ -339,9 +339,10 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
         noise = min(cap, groups.noise(m.host, m.probe, m.metric))
         ref = key_refs.flagging(m.value, thresholds, noise) if key_refs is not None else None
         # The siblings are asked only where they may judge.
-        if ref is not None:
-            suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value),
-                                    sibling=against_siblings(m, groups, key_refs, noise, thresholds)))
+        if ref is not None:  # its siblings' screen too: a GPU of a host slow as a whole is slower still
+            sibling = against_siblings(m, groups, key_refs, noise, thresholds) or \
+                sibling_screen(m, groups, key_refs, noise, thresholds)
+            suspects.append(Suspect(m, ref, ref.robust_z(m.value), ref.deficit_pct(m.value), sibling=sibling))
         elif alone:
             sibling = against_siblings(m, groups, key_refs, noise, thresholds) or \
                 sibling_screen(m, groups, key_refs, noise, thresholds)
@@ -362,10 +363,14 @@ def with_runs(suspects: Sequence[Suspect], thresholds: Thresholds, family: int =
     for two or more: it is judged on the re-test alone (siblings.below_siblings_again)."""
     noisy = [is_noisy(s.reference, s.measurement.probe, s.measurement.device, thresholds) for s in suspects]
     bar = confirmation_bar(max(family, sum(noisy)), thresholds)
-    return [dataclasses.replace(s, runs=planned_runs(s.reference, bar, thresholds)) if is_noisy_one
-            else dataclasses.replace(s, runs=planned_runs(sibling, abs(thresholds.robust_z), thresholds))
-            if (sibling := siblings_judge(s)) is not None else s
-            for s, is_noisy_one in zip(suspects, noisy, strict=True)]
+    planned = []
+    for suspect, is_noisy_one in zip(suspects, noisy, strict=True):
+        runs = planned_runs(suspect.reference, bar, thresholds) if is_noisy_one else 1
+        sibling = siblings_judge(suspect)
+        if sibling is not None:
+            runs = max(runs, planned_runs(sibling, abs(thresholds.robust_z), thresholds))
+        planned.append(dataclasses.replace(suspect, runs=runs) if runs > 1 else suspect)
+    return planned
 
 
 def single_runs(suspects: Sequence[Suspect]) -> list[Suspect]:
@@ -423,7 +428,7 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
             continue
         sibling = sibling_judged(suspect)
         if sibling is not None:  # on the re-test runs alone where it asked for several (siblings_judge)
-            count = len(runs[key]) if suspect.reference.source not in (FLEET, BASELINE) else 1
+            count = len(runs[key]) if siblings_judge(suspect) is not None else 1
             measured = noise.get(suspect.measurement.key)
             sibling = below_siblings_again(sibling, again, again_groups, thresholds, count,
                                            measured.relative_sd if measured and measured.dof >= MIN_RUN_DOF else 0.0)
