@@ -24,19 +24,20 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    both below the baseline (its MAD scaled by 1.4826, floored at ``mad_floor_pct`` of its
    median), or below the line-rate floor.
 4. Attribution, per group. A host is *known good* when some pair of it is not slow (a slow NIC
-   slows every pair it is in). A host slow with every partner (two or more) is a ``NicSuspect``;
-   it is confirmed once ``confirm_partners`` of those partners are known good (two slow links
-   on one node look like its NIC until a third known-good partner is slow with it too), or, in a
-   group with fewer known-good hosts than that (a small job), once it is slow with every one of
-   them, two at least. Hosts slow only with each other (no known-good host among them) stay
-   unconfirmed: which of them is slow cannot be told. A slow
-   pair whose ends are not such hosts is a ``LinkSuspect`` (``slow_link``: both ends fine with
-   other partners), confirmed when two runs or more fell below and so does their mean. An end
-   tested with that one partner only is *undecided*: its NIC could equally be the cause, and the
-   suspect says so. A pair with no figure at all is a ``LinkError`` naming both ends and why,
-   unless the error is one end's own (``LinkResult.fault``: its pair server did not start, or
-   its client printed no valid record): that is a ``HostLinkError`` of that end alone, and its
-   partner is neither blamed nor named.
+   slows every pair it is in) nor, where the floor alone judges, just over it (``near_floor``).
+   A host slow with every partner (two or more) is a ``NicSuspect``; it is confirmed once
+   ``confirm_partners`` of those partners are known good (two slow links on one node look like
+   its NIC until a third known-good partner is slow with it too), or, in a group with fewer
+   known-good hosts than that (a small job), once it is slow with every one of them, two at
+   least. Hosts slow only with each other (no known-good host among them) stay unconfirmed:
+   which of them is slow cannot be told. A slow pair whose ends are not such hosts is a
+   ``LinkSuspect`` (``slow_link``: both ends fine with other partners), confirmed when two runs
+   or more fell below and so does their mean. An end tested with that one partner only, or with
+   no other pair clearly good (``near_floor``), is *undecided*: its NIC could equally be the
+   cause, and the suspect says so. A pair with no figure at all is a ``LinkError`` naming both
+   ends and why, unless the error is one end's own (``LinkResult.fault``: its pair server did
+   not start, or its client printed no valid record): that is a ``HostLinkError`` of that end
+   alone, and its partner is neither blamed nor named.
 5. What is not settled — unconfirmed NICs, undecided ends, unconfirmed links — comes back as
    ``Suspects`` for ``confirm_rounds``, with the hosts that ``passed`` (known good everywhere
    they were compared and, in a shifted group, at the floor; most trusted first) as partners.
@@ -301,12 +302,13 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], referen
         mine[figure.a].append(figure)
         mine[figure.b].append(figure)
     culprits = _culprits(mine, reference, thresholds, good_elsewhere)
-    known_good = frozenset(host for host, pairs in mine.items() if host not in culprits
-                           and (host in good_elsewhere or any(not f.slow for f in pairs)))
+    known_good = frozenset(host for host, pairs in mine.items() if host not in culprits and (
+        host in good_elsewhere or any(not f.slow and not reference.near_floor(f.gbps, thresholds) for f in pairs)))
     alone = {host for host, pairs in mine.items() if host not in known_good and len(pairs) == 1}
+    unproven = set(mine) - known_good - culprits - alone - good_elsewhere
     nics = tuple(_nic_suspect(host, mine[host], known_good, reference, thresholds,
                               _partners_wanted(host, known_good, thresholds)) for host in sorted(culprits))
-    links = _link_suspects(figures, culprits, alone, mine, reference, thresholds)
+    links = _link_suspects(figures, culprits, alone, unproven, mine, reference, thresholds)
     trusted, doubting = known_good, set()
     floor = reference.shift_floor_gbps
     if floor is not None:
@@ -314,7 +316,8 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], referen
         trusted = known_good & at_floor
         doubting = _doubting_shift(mine, at_floor, trusted, thresholds)
     # ``alone``: slow with the one partner it had, so its NIC is not known either way yet
-    suspect_hosts = {v.host for v in nics if not v.confirmed} | alone | doubting
+    suspect_hosts = {v.host for v in nics if not v.confirmed} | alone | doubting | \
+        {host for v in links for host in v.undecided if host in unproven}
     suspect_pairs = {(v.a, v.b) for v in links if not v.confirmed}
     clean = frozenset(host for host, pairs in mine.items() if not any(f.slow for f in pairs))
     good = frozenset(host for host, pairs in mine.items()
@@ -358,17 +361,18 @@ def _culprits(mine: Mapping[str, Sequence[PairFigure]], reference: GroupReferenc
     return found
 
 
-def _link_suspects(figures: Sequence[PairFigure], culprits: set[str], alone: set[str],
+def _link_suspects(figures: Sequence[PairFigure], culprits: set[str], alone: set[str], unproven: set[str],
                    mine: Mapping[str, Sequence[PairFigure]], reference: GroupReference,
                    thresholds: LinkThresholds) -> tuple[LinkSuspect, ...]:
     """A suspect for every slow pair that no slow NIC explains; its ends in ``alone`` (tested
-    with this partner only) are undecided."""
+    with this partner only) are undecided, and so are those in ``unproven`` (no other pair of
+    theirs shows their NIC good: each is slow or only just over the floor): never confirmed."""
     links = []
     for figure in figures:
         ends = (figure.a, figure.b)
         if figure.slow and not culprits & set(ends):
-            undecided = tuple(host for host in ends if host in alone)
-            links.append(_link_suspect(figure, undecided, mine, reference, thresholds))
+            undecided = tuple(host for host in ends if host in alone or host in unproven)
+            links.append(_link_suspect(figure, undecided, unproven, mine, reference, thresholds))
     return tuple(links)
 
 
@@ -420,8 +424,9 @@ def _nic_suspect(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
                       _source_label(source))
 
 
-def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[str, Sequence[PairFigure]],
-                  reference: GroupReference, thresholds: LinkThresholds) -> LinkSuspect:
+def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[str],
+                  mine: Mapping[str, Sequence[PairFigure]], reference: GroupReference,
+                  thresholds: LinkThresholds) -> LinkSuspect:
     group = reference.group
     runs = figure.runs_gbps
     source = reference.judged_by(figure.gbps, thresholds)
@@ -431,17 +436,24 @@ def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], mine: Mapping[
     # million pairs.
     z = reference.robust_z(figure.gbps) if source == FLEET and not reference.job_level else None
     confirmed = (sum(1 for value in runs if reference.is_slow(value, thresholds)) >= 2 and figure.slow
-                 and (z is None or z <= -_pairs_sigma(reference.pairs, thresholds)))
+                 and (z is None or z <= -_pairs_sigma(reference.pairs, thresholds))
+                 and not unproven & set(undecided))
     deficit = reference.deficit_pct(figure.gbps, source)
     measured = f"{rate_text(figure.gbps)} {UNIT}"
     if len(runs) > 1:
         measured += f" (mean of {len(runs)} runs: {', '.join(f'{rate_text(value)}' for value in runs)})"
     evidence = (f"{figure.a} ↔ {figure.b} slow on {group.describe()}: {measured} vs {reference.describe(source)}; "
                 f"{pct_text(deficit)} below")
-    if undecided:
-        who = " and ".join(undecided)
-        evidence += (f"; {who} {'was' if len(undecided) == 1 else 'were'} tested with this partner only, "
-                     f"so {'its NIC' if len(undecided) == 1 else 'either NIC'} may be the cause as well as the link")
+    lone = [host for host in undecided if host not in unproven]
+    if lone:
+        who = " and ".join(lone)
+        evidence += (f"; {who} {'was' if len(lone) == 1 else 'were'} tested with this partner only, "
+                     f"so {'its NIC' if len(lone) == 1 else 'either NIC'} may be the cause as well as the link")
+    if len(lone) < len(undecided):
+        doubted = [host for host in undecided if host in unproven]
+        evidence += (f"; no other pair of {' or '.join(doubted)} is clearly good (each slow or just over the "
+                     f"line-rate floor), so {'its NIC' if len(doubted) == 1 else 'either NIC'} may be the cause "
+                     "as well as the link")
     else:
         fine = [_fine_elsewhere(host, figure, mine[host]) for host in (figure.a, figure.b)]
         evidence += f"; both ends fine with other partners: {', '.join(fine)} {UNIT}"

@@ -339,10 +339,20 @@ class GroupReference:
         """Slow, or half-way to slow against the fleet (or job) level or the baseline: half the
         deficit and half the sigmas. Such a pair shows neither of its NICs good: a NIC 8 % slow
         measured with noise is 4 % slow with one partner now and then."""
-        if self.is_slow(gbps, thresholds):
+        if self.is_slow(gbps, thresholds) or self.near_floor(gbps, thresholds):
             return True
         half = dataclasses.replace(thresholds, deficit_pct=thresholds.deficit_pct / 2, robust_z=thresholds.robust_z / 2)
         return self._fleet_flags(gbps, half) or self._baseline_flags(gbps, half)
+
+    def near_floor(self, gbps: float, thresholds: LinkThresholds) -> bool:
+        """At or above the line-rate floor by less than half ``deficit_pct``, in a group with no
+        fleet level (a small job): its pairs judged by the floor, such a pair shows neither NIC
+        good. In a 3-node job with two NICs 10 % slow every pair is at about 87 % of the line
+        rate; one that noise lifted over the 90 % floor made its ends good partners, and the
+        healthy third node, slow with both, was drained."""
+        if self.floor_gbps is None or self.shifted or (self.fleet_gbps is not None and not self.job_level):
+            return False
+        return gbps < self.floor_gbps * (1 + thresholds.deficit_pct / 200)
 
     def _fleet_flags(self, gbps: float, thresholds: LinkThresholds) -> bool:
         if self.fleet_gbps is None:
