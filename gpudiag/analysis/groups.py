@@ -74,6 +74,13 @@ class GroupShift:
     def deficit_pct(self) -> float:
         return self.against.deficit_pct(self.level.value)
 
+    def shifted_hosts(self, thresholds: Thresholds) -> list[str]:
+        """The group's hosts whose own median is ``deficit_warn`` below ``against``: all of a
+        uniformly shifted group; where most of a key's hosts fell and the rest still measure at
+        the reference, the fallen ones only (the level is theirs)."""
+        return [host for host, values in sorted(self.group.by_host.items())
+                if self.against.deficit_pct(statistics.median(values)) >= thresholds.deficit_warn_pct]
+
 
 def group_shifts(grouped: Mapping[str, Sequence[Measurement]], refs: Mapping[str, KeyReferences],
                  thresholds: Thresholds, baseline: BaselineLookup | None = None) -> dict[str, GroupShift]:
@@ -222,7 +229,9 @@ def _finding(kind: Kind, change: str, model: str, shifts: Sequence[GroupShift],
              clock_costs: Mapping[str, float], thresholds: Thresholds) -> Finding:
     head = shifts[0]
     m = head.group.sample
-    hosts = sorted({host for shift in shifts for host in shift.group.by_host})
+    members = {host for shift in shifts for host in shift.group.by_host}
+    hosts = sorted({host for shift in shifts for host in shift.shifted_hosts(thresholds)} or members)
+    at_reference = sorted(members - set(hosts))
     total = len(measured[(m.probe, m.metric)])
     deficit = head.deficit_pct
     severity = Severity.FAIL if deficit >= thresholds.deficit_fail_pct else Severity.WARN
@@ -230,6 +239,9 @@ def _finding(kind: Kind, change: str, model: str, shifts: Sequence[GroupShift],
     verb, detail = rules.action(cause, severity)
     parts = [_group_words(kind, change, model, len(hosts), total)]
     parts += [_metric_words(shift) for shift in shifts]
+    if at_reference:  # a fleet split in two: the rest of the group is no part of the shift
+        parts.append(f"{plural(len(at_reference), 'host')} of the group measure at the {head.against.source} "
+                     f"reference and are not part of it: {fold_hosts(at_reference)}")
     if cause_words:
         parts.append(cause_words)
     parts.append("one finding for the group: its parts are judged against its own level, and a node is drained "

@@ -54,6 +54,18 @@ def test_a_whole_fleet_eight_percent_slow_is_one_fleet_shift_and_drains_no_node(
     assert "no throttle reason" in shift["evidence"] and document["impact"]["exclude"] == []
 
 
+def test_a_fleet_most_of_whose_nodes_fell_names_those_in_its_shift_and_not_the_rest(tmp_path: Path):
+    # 20 of 32 nodes 10 % slow: the fleet's level is theirs, and the shift once said "32 of 32
+    # hosts shifted together", sending an operator to the 12 that still measure at the SKU figure.
+    slow = _names(1, 20)
+    code, document = _sweep(_fleet(tmp_path, 32, _slow(slow, 0.9)))
+    (shift,) = document["findings"]
+    assert (shift["kind"], shift["host"], shift["action"]) == ("fleet_shift", "node[001-020]", "inspect")
+    assert code == 1 and shift["share_pct"] == 62.5 and shift["evidence"].startswith("20 of 32 hosts")
+    assert "12 hosts of the group measure at the sku reference and are not part of it: node[021-032]" \
+        in shift["evidence"]
+
+
 def test_a_driver_group_slow_is_one_software_regression_and_its_slow_gpu_is_found_against_its_level(tmp_path: Path):
     group = _names(49, 64)
     faults = _slow(group, 0.92)
