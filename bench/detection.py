@@ -21,9 +21,10 @@ Scenarios (``--scenarios``):
   found from NVML's readings (bench/detection_memory.py).
 - ``history``: one GPU losing 2 % a sweep over 4 and 5 successive sweeps of an 8-node fleet, found
   by ``gpudiag history``'s trend (bench/detection_history.py; ``hdrain``: parts flagged elsewhere).
-- ``lostslow``, ``mixedboards``: a lost GPU and a slow one after it on one node (the slow one must
-  be named by NVML's index), and healthy 4-GPU boards among 8-GPU boards with a GPU gone from one
-  board of each: bench/detection_identity.py.
+- ``lostslow``, ``mixedboards``, ``gone1n``: a lost GPU and a slow one after it on one node (the
+  slow one must be named by NVML's index), healthy 4-GPU boards among 8-GPU boards with a GPU gone
+  from one board of each, and a GPU gone from the bus of a 1-node job since its stored previous
+  sweep: bench/detection_identity.py.
 - ``siblings``, ``starved``, ``cv3``: one GPU slow in a 1- or 2-node job (found by its siblings),
   a starved host with a broken GPU (both named), and CV 3 % noise with P2P probed (a 10 %-slow
   GPU, and the share of a healthy fleet's GPUs at ``fail``): bench/detection_siblings.py.

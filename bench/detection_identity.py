@@ -9,6 +9,9 @@ GPU counts compared within a platform (gpudiag.analysis.identity, gpudiag.analys
   One 8-GPU node has a GPU gone from the bus (``gpu_missing``: PCI and NVML count 7), one 4-GPU
   node too (3), and one GPU of another 4-GPU node is slowed by the slowdown. Expected: the two
   ``missing_gpu``, the ``slow_gpu``, and nothing on the healthy 4-GPU boards; exit 1.
+- ``gone1n``: a 1-node job swept healthy first (stored), then with a GPU gone from the bus and a
+  slow GPU after it: no peer, and its PCI bus and NVML count 7 too; its own previous sweep on the
+  same board counted 8. Expected: ``missing_gpu`` and the ``slow_gpu`` at NVML's index now; exit 1.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 GPUS = 8
 SMALL_BOARD_GPUS = 4
 SMALL_BOARDS = 6
-IDENTITY_SCENARIOS = ("lostslow", "mixedboards")
+IDENTITY_SCENARIOS = ("lostslow", "mixedboards", "gone1n")
 
 CaseFields = dict[str, Any]
 
@@ -64,6 +67,21 @@ def mixed_boards_case(cv: float, slowdown_pct: float, seed: int, size: int = 16)
     return {"fleet": fleet, "expected": frozenset(expected), "exit_expected": 1}
 
 
+def gone_in_one_node_case(cv: float, slowdown_pct: float, seed: int) -> CaseFields:
+    """A 1-node job swept once healthy (into the store), then with a GPU gone from the bus and a
+    slow GPU after it: NVML, PCI and torch all count 7, no peer says 8, its own previous sweep does."""
+    rng = random.Random(f"gone1n:{cv}:{slowdown_pct}:{seed}")
+    gone = rng.randrange(GPUS - 1)
+    slow = rng.randrange(gone + 1, GPUS)
+    faults = [{"kind": "gpu_missing", "host": "node0001", "gpu": gone},
+              {"kind": "slow_gpu", "host": "node0001", "gpu": slow, "factor": 1 - slowdown_pct / 100}]
+    # NVML numbers the GPUs left: the slow one is NVML's slow - 1 now (what nvidia-smi -i takes)
+    expected = {("missing_gpu", "node0001", None), ("slow_gpu", "node0001", slow - 1)}
+    return {"fleet": _fleet(1, cv, seed, faults), "expected": frozenset(expected), "baseline": True,
+            "baseline_fleet": _fleet(1, cv, seed + 1000, []), "exit_expected": 1}
+
+
 def identity_builders(scenario: str) -> list[tuple[str, Callable[[float, float, int], CaseFields]]]:
     """(label, build(cv, slowdown_pct, seed)) for ``scenario`` (one of IDENTITY_SCENARIOS)."""
-    return [(scenario, {"lostslow": lost_slow_case, "mixedboards": mixed_boards_case}[scenario])]
+    builds = {"lostslow": lost_slow_case, "mixedboards": mixed_boards_case, "gone1n": gone_in_one_node_case}
+    return [(scenario, builds[scenario])]

@@ -115,9 +115,11 @@ def prior_counts(previous_hosts: Iterable[HostRecords | dict[str, Any]]) -> Prio
     time), for counters judged on their growth (gpudiag.analysis.counters)."""
     prior = PriorCounts()
     for host in previous_hosts:
-        readings = read_sweep([host_records(host)], True)
+        records = host_records(host)
+        readings = read_sweep([records], True)
         prior.add(readings.telemetry)
         add_prior(prior, readings.ports)
+        coverage.add_gpu_count(prior.gpu_counts, records)
     return prior
 
 
@@ -164,10 +166,11 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     (``retested`` with None: a re-test was wanted but none ran). ``extra``: findings made
     elsewhere (the link phase), ordered and excluded with the rest. ``wired``: how many NVLinks a
     GPU model wires (None: unknown, peers decide). ``previous_hosts``: the hosts of the previous
-    sweep of these hosts (the store's), so that error counters are judged
-    on their growth since then (gpudiag.analysis.counters). ``interrupted``: the sweep was cut
-    short before its re-test could run, so a dip seen once is no finding (a sweep that finished
-    would have dropped it unless it repeated); those suspects are only counted."""
+    sweep of these hosts (the store's), so that error counters are judged on their growth since
+    then (gpudiag.analysis.counters), and a GPU gone since is missing (gpudiag.analysis.coverage).
+    ``interrupted``: the sweep was cut short before its re-test could run, so a dip seen once is
+    no finding (a sweep that finished would have dropped it unless it repeated); those suspects
+    are only counted."""
     hosts = [host_records(host) for host in hosts]
     readings = read_sweep(hosts, True)
     found = readings.found
@@ -205,7 +208,8 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     findings += shift_findings(shifts, grouped, telemetry, context.clock_costs, thresholds)
     findings += fleet_shifts(judged, grouped, thresholds) + port_findings(readings.ports, thresholds, previous)
     findings += xid_findings([h for h in hosts if h.host in readings.xid_hosts])  # read again: only these
-    findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok) + unkeyed(readings.unkeyed)
+    findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok, previous.gpu_counts)
+    findings += unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for key, same in grouped.items() if key not in refs for m in same]  # (order: any)
     findings += coverage.not_compared(hosts_by_metric(not_compared), thresholds)

@@ -242,6 +242,9 @@ class PriorCounts:
     counts: dict[tuple[Any, ...], float] = field(default_factory=dict)
     # NIC ports read then ((host, device) -> the rate of an up port, None for one not up)
     ports: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    # The GPUs each host could use then, and its board (host -> (count, DMI product name or None)):
+    # a GPU gone from the bus since is missing, in a job of one node too (gpudiag.analysis.coverage).
+    gpu_counts: dict[str, tuple[int, str | None]] = field(default_factory=dict)
 
     def before(self, host: str, uuid: str, counter: str, link: int | None) -> float | None:
         """The counter's previous count (0 where it read 0), None where its GPU was not read."""

@@ -6,11 +6,13 @@ A diagnostic's worst failure is a green result on broken hardware, so every gap 
   measurement ``skipped`` on a host that has GPUs, is ``unchecked`` (naming host, GPU, reason);
 - a result with no reference at all (too few peer hosts, no stored baseline, no SKU figure) is
   ``unchecked`` too: nothing compared it, so nothing passed it;
-- a GPU that NVML reports lost, or a host that sees fewer GPUs than its PCI bus, NVML or its
+- a GPU that NVML reports lost, or a host that sees fewer GPUs than its PCI bus, NVML, its
   peers of the same GPU model on the same platform (the board's DMI product name: a 4-GPU board
-  is no 8-GPU board short of four), is ``missing_gpu``; where the platform is unknown and only
-  peers expect more than the host's PCI bus, NVML and torch all count, it is ``unchecked``
-  (a smaller board, or GPUs gone from the bus: not told apart, not passed);
+  is no 8-GPU board short of four) or its own previous sweep on the same board (a GPU gone from
+  the bus since, which its PCI bus and NVML no longer count: found in a 1-node job too), is
+  ``missing_gpu``; where the platform is unknown and only peers expect more than the host's PCI
+  bus, NVML and torch all count, it is ``unchecked`` (a smaller board, or GPUs gone from the
+  bus: not told apart, not passed);
 - a host whose load, usable CPUs or available memory say it is starved is the evidence (and
   the cause) of a ``slow_node``.
 """
@@ -84,13 +86,24 @@ def _is_lost(record: ProbeResult) -> bool:
     return record.status == "error" and any(marker.lower() in reason.lower() for marker in LOST_MARKERS)
 
 
-def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[ProbeResult]]) -> list[Finding]:
+def add_gpu_count(counts: dict[str, tuple[int, str | None]], host: HostRecords) -> None:
+    """``host``'s usable GPU count and board into ``counts`` (a previous sweep's: missing_gpus),
+    where it was ok and counted its GPUs."""
+    count = _gpu_count(host.facts)
+    if host.status == "ok" and count > 0 and not host.facts.get("torch_unavailable"):
+        counts[host.host] = (count, _platform(host.facts))
+
+
+def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[ProbeResult]],
+                 previous: Mapping[str, tuple[int, str | None]] | None = None) -> list[Finding]:
     """``missing_gpu`` findings: each GPU NVML reports lost, and each host that sees fewer GPUs
-    than its PCI bus, NVML, or most of its peers of the same GPU model and platform. ``not_ok``
-    holds each host's records that are not ok (where a lost GPU's telemetry is). A host of no
-    known platform that only its peers find short is ``unchecked`` (see the module docstring)."""
+    than its PCI bus, NVML, most of its peers of the same GPU model and platform, or its own
+    previous sweep on the same board (``previous``: add_gpu_count's). ``not_ok`` holds each
+    host's records that are not ok (where a lost GPU's telemetry is). A host of no known platform
+    that only its peers find short is ``unchecked`` (see the module docstring)."""
     ok = [h for h in hosts if h.status == "ok" and h.facts]
     peer_counts = _peer_counts(ok)
+    previous = previous or {}
     findings: list[Finding] = []
     for host in ok:
         lost = _lost_gpus(host.host, not_ok.get(host.host, ()))
@@ -100,6 +113,9 @@ def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[Pro
             continue  # torch could not count the GPUs: the skipped probes say so (record_gaps)
         seen = _gpu_count(facts)
         expected = _expected_counts(facts, peer_counts)
+        before = previous.get(host.host)
+        if before is not None and before[1] == _platform(facts):
+            expected[PREVIOUS] = before[0]
         most = max(expected.values(), default=0)
         if seen < most and len(lost) < most - seen:
             sources = "; ".join(f"{what} {count}" for what, count in expected.items())
@@ -115,7 +131,7 @@ def _only_peers_expect_more(facts: Mapping[str, Any], expected: Mapping[str, int
     seen = _gpu_count(facts)
     own = [facts.get("pci_gpu_count"), facts.get("nvml_gpu_count")]
     return not _platform(facts) and all(isinstance(count, int) and count == seen for count in own) and \
-        expected.get(PEERS, 0) > seen
+        expected.get(PEERS, 0) > seen >= expected.get(PREVIOUS, 0)
 
 
 def _short_of_peers(host: str, evidence: str) -> Finding:
@@ -138,6 +154,7 @@ def _lost_gpus(host: str, records: Iterable[ProbeResult]) -> list[Finding]:
 # of that platform, a platform of None the hosts whose board is unknown.
 PeerGroup = tuple[str | None, str | None]
 PEERS = "peers of the same model and platform have"
+PREVIOUS = "its previous sweep on this board counted"
 
 
 def _platform(facts: Mapping[str, Any]) -> str | None:

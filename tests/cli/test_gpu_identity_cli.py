@@ -118,3 +118,43 @@ def test_the_stored_history_follows_a_gpu_by_its_nvml_index_after_a_lost_one(tmp
     per_gpu = dict(gemm["per_gpu"])
     assert sorted(per_gpu) == [0, 1, 3, 4, 5, 6, 7]  # NVML's indices: 2 is the lost one
     assert per_gpu[5] == min(per_gpu.values())  # the slow one is NVML's GPU 5, not CUDA's 5 (GPU 6)
+
+
+def _stored_sweep(fleet: str, store: Path) -> tuple[int, dict, str]:
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "out.json"
+        result = CliRunner().invoke(main, ["sweep", "--simulate", fleet, "--json", str(out), "--store", str(store),
+                                           "--links", "none", "-q", *FAST], catch_exceptions=False)
+        return result.exit_code, json.loads(out.read_text()), result.output
+
+
+def test_a_gpu_gone_from_the_bus_since_the_nodes_previous_sweep_is_missing_in_a_1_node_job(tmp_path: Path):
+    # One node, no peers: its PCI bus, NVML and torch all count 7, and nothing else said 8. The
+    # job passed on a node one GPU short. Its own previous sweep on the same board counted 8.
+    store = tmp_path / "gpudiag.db"
+    code, _, output = _stored_sweep(_fleet(tmp_path, nodes=1), store)
+    assert code == 0, output
+    code, document, output = _stored_sweep(_fleet(tmp_path, [{"kind": "gpu_missing", "host": "node001", "gpu": 3}],
+                                                   nodes=1), store)
+    [missing] = [f for f in document["findings"] if f["kind"] == "missing_gpu"]
+    assert code == 1 and missing["host"] == "node001" and missing["severity"] == "fail", output
+    assert "expected 8" in missing["evidence"] and "its previous sweep on this board counted 8" in missing["evidence"]
+
+
+def test_a_node_whose_board_changed_since_its_previous_sweep_is_not_missing_gpus(tmp_path: Path):
+    # The 8-GPU board was replaced by a 4-GPU one (another DMI product): nothing is gone.
+    store = tmp_path / "gpudiag.db"
+    assert _stored_sweep(_fleet(tmp_path, nodes=1), store)[0] == 0
+    code, document, output = _stored_sweep(_fleet(tmp_path, nodes=1, gpus_per_node=4), store)
+    assert code == 0 and not [f for f in document["findings"] if f["kind"] == "missing_gpu"], output
+
+
+def test_without_a_platform_a_gpu_gone_since_the_previous_sweep_is_missing_not_unchecked(tmp_path: Path):
+    # No DMI product name: peers alone expecting 8 could mean a smaller board (unchecked); the
+    # node's own previous sweep counting 8 on the same (unknown) board says a GPU is gone.
+    store = tmp_path / "gpudiag.db"
+    unknown = [{"hosts": "node[001-008]", "platform": None}]
+    assert _stored_sweep(_fleet(tmp_path, nodes=8, overrides=unknown), store)[0] == 0
+    fleet = _fleet(tmp_path, [{"kind": "gpu_missing", "host": "node004", "gpu": 6}], nodes=8, overrides=unknown)
+    code, document, output = _stored_sweep(fleet, store)
+    assert [(f["kind"], f["host"]) for f in document["findings"]] == [("missing_gpu", "node004")] and code == 1, output
