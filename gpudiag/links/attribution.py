@@ -56,6 +56,7 @@ from typing import ClassVar, cast
 
 from ..findings import Kind
 from ..hosts import plural
+from .acrossrails import SlowAcrossRails, across_rails
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
     BACKENDS,
     BASELINE,
@@ -225,8 +226,11 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
                    if (backend, rail, pair) not in measured)
     suspect_hosts = sorted({host for outcome in outcomes for host in outcome.suspect_hosts})
     suspect_pairs = sorted({pair for outcome in outcomes for pair in outcome.suspect_pairs})
-    nics = tuple(sorted((v for outcome in outcomes for v in outcome.nics),
-                        key=lambda v: (v.host, v.backend, rail_key(v.rail))))
+    nics = [v for outcome in outcomes for v in outcome.nics]
+    confirmed = {(v.host, v.backend) for v in nics if v.confirmed}
+    nics += [_across(slow) for slow in across_rails(figures, references, thresholds)
+             if (slow.host, slow.backend) not in confirmed]  # a small job's NIC slow on every rail
+    nics = tuple(sorted(nics, key=lambda v: (v.host, v.backend, rail_key(v.rail))))
     links = tuple(sorted((v for outcome in outcomes for v in outcome.links),
                          key=lambda v: (v.a, v.b, v.backend, rail_key(v.rail))))
     host_errors = merged(own_errors(own), host_errors_of(errors, measured))
@@ -280,6 +284,12 @@ def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thr
                                                 group_baseline(group, baseline, thresholds), jobs.get(family(group)),
                                                 floor / level)
     return {group: reference.widened(floors[family(group)]) for group, reference in references.items()}
+
+
+def _across(slow: SlowAcrossRails) -> NicSuspect:
+    """A NIC slow across a small job's rails (gpudiag.links.acrossrails) as a confirmed suspect."""
+    return NicSuspect(slow.host, slow.backend, None, slow.line_rate_gbps, slow.gbps, slow.level_gbps,
+                      slow.deficit_pct, slow.robust_z, slow.pairs, slow.good, True, slow.evidence)
 
 
 def _good_above(group: LinkGroup, outcomes: Sequence[_GroupOutcome]) -> frozenset[str]:

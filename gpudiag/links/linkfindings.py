@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,19 +85,29 @@ def _rail(finding: Finding) -> str:
     return "-" if rail is None else str(rail)
 
 
+def _rails_words(group: Sequence[Finding]) -> str:
+    """``3 rails (0, 4, 6)``; a finding of no rail in a railed backend is its rails together
+    (gpudiag.links.acrossrails): ``all its rails together and rail 6``."""
+    railed = [_rail(f) for f in group if _where(f.metric)[1] is not None]
+    words = f"{plural(len(railed), 'rail')} ({', '.join(railed)})" if len(railed) > 1 else \
+        f"rail {railed[0]}" if railed else ""
+    if len(railed) == len(group):
+        return words
+    return "all its rails together" + (f" and {words}" if words else "")
+
+
 def _folded(kind: Kind, host: str, peer: str | None, group: list[Finding]) -> Finding:
     confirmed = [f for f in group if f.kind == kind and f.confirmed]
     basis = confirmed or group
     worst = max(basis, key=lambda f: (f.deficit_pct or 0.0, f.metric or ""))
-    rails = ", ".join(_rail(f) for f in group)
-    evidence = f"on {plural(len(group), 'rail')} ({rails}); worst: {worst.evidence}"
+    evidence = f"on {_rails_words(group)}; worst: {worst.evidence}"
     if not confirmed:
         return dataclasses.replace(worst, host=host, peer=peer, confirmed=False,
                                    metric=(worst.metric or "").rsplit(".rail", 1)[0], evidence=evidence)
     others = [f for f in group if f not in confirmed]
     if others:
         evidence += "; also: " + "; ".join(
-            f"rail {_rail(f)} {f.host}{' ↔ ' + f.peer if f.peer else ''} {pct_text(f.deficit_pct or 0.0)} below"
+            f"{_rails_words([f])} {f.host}{' ↔ ' + f.peer if f.peer else ''} {pct_text(f.deficit_pct or 0.0)} below"
             f"{'' if f.confirmed else ' (not yet confirmed)'}" for f in others)
     severity = Severity.FAIL if any(f.severity == Severity.FAIL for f in confirmed) else Severity.WARN
     return dataclasses.replace(worst, kind=kind, severity=severity, host=host, peer=peer, confirmed=True,
