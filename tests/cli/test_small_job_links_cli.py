@@ -165,14 +165,16 @@ def test_a_nic_8_percent_slow_in_a_small_job_is_found_and_drained_alone(tmp_path
     assert nic["severity"] == "fail" and nic["action"] == "drain" and nic["evidence"].startswith("on 8 rails")
 
 
-@pytest.mark.parametrize("nodes", [3, 4])
-def test_a_healthy_small_job_on_a_noisy_fabric_blames_nothing(tmp_path, nodes):
+@pytest.mark.parametrize(("nodes", "link_cv"), [(3, 0.03), (4, 0.03), (3, 0.06), (5, 0.06)])
+def test_a_healthy_small_job_on_a_noisy_fabric_blames_nothing(tmp_path, nodes, link_cv):
+    # at 6 % a pair's figure is often under the floor: a suspect is unchecked, never blamed
     for seed in range(1, 6):
         path = tmp_path / "fleet.json"
         path.write_text(json.dumps({"nodes": nodes, "name_format": "n{}", "seed": seed,
-                                    "noise": {"gemm_cv": 0.01, "membw_cv": 0.01, "link_cv": 0.03}, "faults": []}))
+                                    "noise": {"gemm_cv": 0.01, "membw_cv": 0.01, "link_cv": link_cv}, "faults": []}))
         code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
-        assert code == ExitCode.OK, output
+        assert not [f for f in document["findings"] if f["kind"] in LINK_BLAME], output
+        assert code in ((ExitCode.OK,) if link_cv < 0.05 else (ExitCode.OK, ExitCode.UNCHECKED)), output
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -205,14 +207,3 @@ def test_at_4_pct_link_noise_a_slow_nic_is_found_across_the_jobs_rails(tmp_path,
     nics = [f for f in document["findings"] if f["kind"] == "slow_nic"]
     assert [f["host"] for f in nics] == ["n1"] and nics[0]["confirmed"], output
     assert not [f for f in document["findings"] if f["action"] == "drain" and f["host"] != "n1"]
-
-
-@pytest.mark.parametrize("nodes", [3, 5])
-def test_a_healthy_small_job_at_6_pct_link_noise_drains_nothing(tmp_path, nodes):
-    for seed in range(1, 6):
-        path = tmp_path / "fleet.json"
-        path.write_text(json.dumps({"nodes": nodes, "name_format": "n{}", "seed": seed,
-                                    "noise": {"gemm_cv": 0.01, "membw_cv": 0.01, "link_cv": 0.06}, "faults": []}))
-        code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
-        assert not [f for f in document["findings"] if f["kind"] in LINK_BLAME], output
-        assert code in (ExitCode.OK, ExitCode.UNCHECKED), output
