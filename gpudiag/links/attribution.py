@@ -491,6 +491,8 @@ def _source_label(source: str) -> str:
 
 def _fine_elsewhere(host: str, slow: PairFigure, pairs: Sequence[PairFigure]) -> str:
     fine = sorted((f for f in pairs if (f.a, f.b) != (slow.a, slow.b) and not f.slow), key=lambda f: f.peer(host))
+    if not fine:  # its NIC shown good at a higher line rate on this rail (``good_elsewhere``)
+        return f"{host} at a higher line rate"
     return f"{host} with " + listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in fine)
 
 

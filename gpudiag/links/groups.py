@@ -534,26 +534,29 @@ def job_levels(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     paused job's suspects and reference peers) are judged against each other too, so a NIC 8 %
     slow is seen where the line rate's floor would miss it.
 
-    In each rail's group the level is the median of the pairs within half ``deficit_pct`` of the
-    second-best of the hosts' best pair figures: a pair runs at its slower end, so a host's best
-    pair is its NIC's rate whenever one partner is healthy, and two hosts reach a healthy pair's
-    figure together (2 hosts have only their one pair: no level); the best figures alone would
-    set the bar by the luckiest runs (the upper median: of a healthy pair and a slow one lifted by
-    noise, the healthy one). The rails of one family are the same hardware, so their levels are
-    pooled (the median): one rail's noise does not move the bar. Only backends whose figures are
+    The rails of one family are the same hardware, so each pair's figures on all of them are
+    pooled first (the mean of its rails' figures, each the mean of its runs there): a third of one
+    rail's noise at eight rails. The level is the median of the pairs' means within ``deficit_pct``
+    of the second-best of the hosts' best pair means: a pair runs at its slower end, so a host's
+    best pair is its NIC's rate whenever one partner is healthy, and two hosts reach a healthy
+    pair's figure together (2 hosts have only their one pair: no level). Taken rail by rail, the
+    pairs near the luckiest runs set the level 1.6 % high at 2 % noise (4 % at 4 %), and healthy
+    pairs of a 5-node job fell 5 % under it one sweep in twenty. Only backends whose figures are
     the link's (``floor_backends``: RDMA, NCCL, or tcp where the operator gave its line rate): a few
     tcp streams through the kernel measure the hosts' CPUs and scheduling as much as the link,
     and among a handful of hosts that is no reference."""
-    levels: dict[Family, list[float]] = defaultdict(list)
+    pooled: dict[Family, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
     for group, runs in figures.items():
-        best = host_bests(runs)
-        if 3 <= len(best) < thresholds.min_hosts and group.backend in thresholds.floor_backends:
-            top = sorted(best.values(), reverse=True)[1]
-            healthy = sorted(gbps for values in runs.values()
-                             if (gbps := mean_gbps(values)) >= top * (1 - thresholds.deficit_pct / 200))
-            levels[family(group)].append(statistics.median_high(healthy))
-    return {key: statistics.median(sorted(values)) for key, values in levels.items()}
-
+        if 3 <= len(host_bests(runs)) < thresholds.min_hosts and group.backend in thresholds.floor_backends:
+            for pair, values in runs.items():
+                pooled[family(group)][pair].append(mean_gbps(values))
+    levels = {}
+    for key, pairs in pooled.items():
+        means = {pair: [mean_gbps(values)] for pair, values in pairs.items()}
+        top = sorted(host_bests(means).values(), reverse=True)[1]
+        healthy = sorted(mean for (mean,) in means.values() if mean >= top * (1 - thresholds.deficit_pct / 100))
+        levels[key] = statistics.median(healthy)
+    return levels
 
 # Degrees of freedom a run-to-run noise needs (pairs run twice give one each).
 MIN_NOISE_DEGREES = 4

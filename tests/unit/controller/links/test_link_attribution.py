@@ -471,3 +471,13 @@ def test_a_noisy_fabric_is_judged_by_its_whole_spread_and_blames_no_healthy_pair
 def test_a_half_rate_nic_on_a_noisy_fabric_is_still_that_host():
     attribution = _noisy_sweep(names(128), 1, 0.12, nics={"node40": 0.5})
     assert [v.host for v in attribution.nics] == ["node40"] and attribution.links == ()
+
+
+def test_a_slow_pair_whose_end_is_good_only_at_a_higher_line_rate_says_so():
+    # n1 (400 Gb/s) is good with its 400 Gb/s peers; its one pair in the 200 Gb/s group is slow.
+    fast = [LinkResult("n1", peer, "perftest", 0, 388.0 + n, 400.0) for n, peer in enumerate(("n5", "n6", "n7"))]
+    fast += [LinkResult(a, b, "perftest", 0, 389.0, 400.0) for a, b in (("n5", "n6"), ("n5", "n7"), ("n6", "n7"))]
+    slow = [LinkResult("n1", "n2", "perftest", 0, gbps, 200.0) for gbps in (150.0, 151.0)]
+    slow += [LinkResult(a, b, "perftest", 0, 194.0, 200.0) for a, b in (("n2", "n3"), ("n2", "n4"), ("n3", "n4"))]
+    [link] = attribute_links(fast + slow).links
+    assert (link.a, link.b) == ("n1", "n2") and "n1 at a higher line rate, n2 with n3 194" in link.evidence
