@@ -136,6 +136,8 @@ def _slow_hosts(rails: Sequence[Mapping[Pair, Sequence[float]]], thresholds: Lin
         figure = best[host]
         others = [best[other] for other in mine if other != host]
         level = statistics.median(f.gbps for f in others)
+        if level <= 0:  # the others measured nothing: no level to fall below
+            continue
         rails = statistics.median(len(f.runs_gbps) for f in others)
         # each mean's noise over its rails, at least mad_floor of the level: rails of one pair share its hosts
         spread = math.hypot(max(sigma / math.sqrt(len(figure.runs_gbps)), floor * level),

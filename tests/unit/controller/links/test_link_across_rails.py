@@ -109,3 +109,10 @@ def test_a_small_jobs_level_pools_its_rails_and_sits_at_its_healthy_pairs_not_ab
         [level] = job_levels(figures, DEFAULT_THRESHOLDS).values()
         levels.append(level / HEALTHY)
     assert 0.99 < sum(levels) / len(levels) < 1.01 and max(levels) < 1.03
+
+
+def test_pairs_that_measured_nothing_give_no_level_and_no_error():
+    results = [LinkResult(a, b, "perftest", rail, 0.0, 400.0)
+               for a, b in (("n1", "n2"), ("n1", "n3"), ("n2", "n3")) for rail in range(RAILS)]
+    assert _slow_across(results) == []
+    assert not [v for v in attribute_links(results).nics if v.rail is None]
