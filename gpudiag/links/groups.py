@@ -534,17 +534,14 @@ def job_levels(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     paused job's suspects and reference peers) are judged against each other too, so a NIC 8 %
     slow is seen where the line rate's floor would miss it.
 
-    The rails of one family are the same hardware, so each pair's figures on all of them are
-    pooled first (the mean of its rails' figures, each the mean of its runs there): a third of one
-    rail's noise at eight rails. The level is the median of the pairs' means within ``deficit_pct``
-    of the second-best of the hosts' best pair means: a pair runs at its slower end, so a host's
-    best pair is its NIC's rate whenever one partner is healthy, and two hosts reach a healthy
-    pair's figure together (2 hosts have only their one pair: no level). Taken rail by rail, the
-    pairs near the luckiest runs set the level 1.6 % high at 2 % noise (4 % at 4 %), and healthy
-    pairs of a 5-node job fell 5 % under it one sweep in twenty. Only backends whose figures are
-    the link's (``floor_backends``: RDMA, NCCL, or tcp where the operator gave its line rate): a few
-    tcp streams through the kernel measure the hosts' CPUs and scheduling as much as the link,
-    and among a handful of hosts that is no reference."""
+    Each pair's figures on all the family's rails (the same hardware) are pooled first: a third
+    of one rail's noise at eight. The level is the median of the pair means within
+    ``deficit_pct`` of the second-best of the hosts' best pair means: a pair runs at its slower
+    end, so a host's best pair is its NIC's rate whenever one partner is healthy, and two hosts
+    reach a healthy pair's figure together (2 hosts: no level). Rail by rail, the luckiest runs
+    set it 4-6 % high at 4 % noise. Only backends whose figures are the link's (``floor_backends``:
+    RDMA, NCCL, or tcp with the operator's line rate): a few tcp streams measure the hosts' CPUs
+    as much as the link, and among a handful of hosts that is no reference."""
     pooled: dict[Family, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
     for group, runs in figures.items():
         if 3 <= len(host_bests(runs)) < thresholds.min_hosts and group.backend in thresholds.floor_backends:
