@@ -345,11 +345,9 @@ class GroupReference:
         return self._fleet_flags(gbps, half) or self._baseline_flags(gbps, half)
 
     def near_floor(self, gbps: float, thresholds: LinkThresholds) -> bool:
-        """At or above the line-rate floor by less than half ``deficit_pct``, in a group with no
-        fleet level (a small job): its pairs judged by the floor, such a pair shows neither NIC
-        good. In a 3-node job with two NICs 10 % slow every pair is at about 87 % of the line
-        rate; one that noise lifted over the 90 % floor made its ends good partners, and the
-        healthy third node, slow with both, was drained."""
+        """Over the line-rate floor by less than half ``deficit_pct`` in a group with no fleet level
+        (a small job): shows neither NIC good. Two NICs 10 % slow of three put every pair near the
+        floor; one lifted over it made both good, and the healthy third was drained."""
         if self.floor_gbps is None or self.shifted or (self.fleet_gbps is not None and not self.job_level):
             return False
         return gbps < self.floor_gbps * (1 + thresholds.deficit_pct / 200)
