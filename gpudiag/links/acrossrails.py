@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 from ..hosts import plural
 from .groups import (
-    MIN_NOISE_DEGREES,
     UNIT,
     Family,
     GroupReference,
@@ -49,6 +48,7 @@ from .groups import (
     pct_text,
     rate_text,
 )
+from .levels import MIN_NOISE_DEGREES, pooled_sd, rail_figures
 from .linkerrors import listed
 from .schedule import Pair
 
@@ -100,28 +100,18 @@ def across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     found = []
     for (backend, line_rate), rails in sorted(families.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
         if len(rails) >= MIN_RAILS:
-            found += [SlowAcrossRails(host, backend, line_rate, *figures_of, rails=len(rails))
-                      for host, *figures_of in _slow_hosts(rails, thresholds)]
+            found += _slow_hosts(backend, line_rate, rails, thresholds)
     return found
 
 
-def _slow_hosts(rails: Sequence[Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds) -> list[tuple]:
-    """(host, best, level, deficit %, z, its pairs, its good partners) of each slow host of one family."""
-    per_rail: dict[Pair, list[float]] = defaultdict(list)
-    for runs in rails:
-        for pair, values in runs.items():
-            if values:
-                per_rail[pair].append(mean_gbps(values))
-    squares, degrees = 0.0, 0
-    for values in per_rail.values():
-        if len(values) >= 2:
-            centre = math.fsum(values) / len(values)
-            squares += math.fsum((value - centre) ** 2 for value in values)
-            degrees += len(values) - 1
+def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[Pair, Sequence[float]]],
+                thresholds: LinkThresholds) -> list[SlowAcrossRails]:
+    """The slow hosts of one family (see the module docstring)."""
+    per_rail = rail_figures(rails)
+    sigma, degrees = pooled_sd(per_rail.values())
     if degrees < MIN_NOISE_DEGREES:
         return []
-    sigma = math.sqrt(squares / degrees)
-    figures = {pair: PairFigure(pair[0], pair[1], math.fsum(values) / len(values), tuple(sorted(values)), True, True)
+    figures = {pair: PairFigure(pair[0], pair[1], mean_gbps(values), tuple(sorted(values)), True, True)
                for pair, values in sorted(per_rail.items())}
     mine: dict[str, list[PairFigure]] = defaultdict(list)
     for figure in figures.values():
@@ -138,21 +128,21 @@ def _slow_hosts(rails: Sequence[Mapping[Pair, Sequence[float]]], thresholds: Lin
         level = statistics.median(f.gbps for f in others)
         if level <= 0:  # the others measured nothing: no level to fall below
             continue
-        rails = statistics.median(len(f.runs_gbps) for f in others)
+        rails_of_others = statistics.median(len(f.runs_gbps) for f in others)
         # each mean's noise over its rails, at least mad_floor of the level: rails of one pair share its hosts
         spread = math.hypot(max(sigma / math.sqrt(len(figure.runs_gbps)), floor * level),
-                            max(sigma / math.sqrt(rails), floor * level))
+                            max(sigma / math.sqrt(rails_of_others), floor * level))
         deficit, z = 100 * (level - figure.gbps) / level, (figure.gbps - level) / spread
         if deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
             slow.append((host, figure.gbps, level, deficit, z))
-    good = sorted(set(mine) - {host for host, *_ in slow})
+    good = tuple(sorted(set(mine) - {host for host, *_ in slow}))
     if len(good) < MIN_GOOD:
         return []
     found = []
     for host, gbps, level, deficit, z in slow:
         # its rate: the mean of its pairs with the healthy hosts (its best gated it, biased high by the max)
         with_good = [f.gbps for f in mine[host] if f.peer(host) in good]
-        rate = math.fsum(with_good) / len(with_good) if with_good else gbps
-        found.append((host, rate, level, max(deficit, 100 * (level - rate) / level), z,
-                      tuple(sorted(mine[host], key=lambda f: f.peer(host))), tuple(good)))
+        rate = mean_gbps(with_good) if with_good else gbps
+        found.append(SlowAcrossRails(host, backend, line_rate, rate, level, max(deficit, 100 * (level - rate) / level),
+                                     z, tuple(sorted(mine[host], key=lambda f: f.peer(host))), good, len(rails)))
     return found

@@ -78,15 +78,14 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     group_baseline,
     group_reference,
     host_link_figures,
-    job_levels,
     link_thresholds,
     mean_gbps,
     pair_means,
     pct_text,
     rail_key,
     rate_text,
-    run_noise,
 )
+from .levels import job_levels, run_noise
 from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, own_errors
 from .linkerrors import host_errors as host_errors_of
 from .schedule import Pair, Suspects

@@ -526,52 +526,6 @@ def family(group: LinkGroup) -> Family:
     return (group.backend, group.line_rate_gbps)
 
 
-def job_levels(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
-               thresholds: LinkThresholds) -> dict[Family, float]:
-    """Small groups' own level (Gb/s), per family: 3 to ``min_hosts`` - 1 hosts (a small job, a
-    paused job's suspects and reference peers) are judged against each other too, so a NIC 8 %
-    slow is seen where the line rate's floor would miss it.
-
-    Each pair's figures on all the family's rails (the same hardware) are pooled first: a third
-    of one rail's noise at eight. The level is the median of the pair means within
-    ``deficit_pct`` of the second-best of the hosts' best pair means: a pair runs at its slower
-    end, so a host's best pair is its NIC's rate whenever one partner is healthy, and two hosts
-    reach a healthy pair's figure together (2 hosts: no level). Rail by rail, the luckiest runs
-    set it 4-6 % high at 4 % noise. Only backends whose figures are the link's (``floor_backends``:
-    RDMA, NCCL, or tcp with the operator's line rate): a few tcp streams measure the hosts' CPUs
-    as much as the link, and among a handful of hosts that is no reference."""
-    pooled: dict[Family, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for group, runs in figures.items():
-        if 3 <= len(host_bests(runs)) < thresholds.min_hosts and group.backend in thresholds.floor_backends:
-            for pair, values in runs.items():
-                pooled[family(group)][pair].append(mean_gbps(values))
-    levels = {}
-    for key, pairs in pooled.items():
-        means = {pair: [mean_gbps(values)] for pair, values in pairs.items()}
-        top = sorted(host_bests(means).values(), reverse=True)[1]
-        healthy = sorted(mean for (mean,) in means.values() if mean >= top * (1 - thresholds.deficit_pct / 100))
-        levels[key] = statistics.median(healthy)
-    return levels
-
-# Degrees of freedom a run-to-run noise needs (pairs run twice give one each).
-MIN_NOISE_DEGREES = 4
-
-
-def run_noise(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]) -> dict[Family, float]:
-    """The measurement's own run-to-run noise per family (Gb/s, a standard deviation): pooled over
-    every pair run twice or more on any rail of it; families with fewer than MIN_NOISE_DEGREES
-    degrees of freedom are left out."""
-    sums: dict[Family, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for group, runs in figures.items():
-        for values in runs.values():
-            if len(values) >= 2:
-                centre = mean_gbps(values)
-                sums[family(group)][0] += math.fsum((value - centre) ** 2 for value in sorted(values))
-                sums[family(group)][1] += len(values) - 1
-    return {key: math.sqrt(total / degrees) for key, (total, degrees) in sums.items()
-            if degrees >= MIN_NOISE_DEGREES}
-
-
 def line_rate_floor(group: LinkGroup, thresholds: LinkThresholds) -> float | None:
     """The lowest figure a healthy link of ``group`` reaches (Gb/s): ``line_rate_efficiency_pct`` of
     its line rate, for a backend of ``floor_backends``; None where the line rate is unknown or the

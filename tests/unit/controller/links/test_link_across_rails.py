@@ -7,7 +7,7 @@ import random
 from gpudiag.links import LinkResult, attribute_links
 from gpudiag.links.acrossrails import across_rails
 from gpudiag.links.attribution import DEFAULT_THRESHOLDS
-from gpudiag.links.groups import job_levels
+from gpudiag.links.levels import job_levels
 from gpudiag.links.linkfindings import link_findings
 
 RAILS = 8
