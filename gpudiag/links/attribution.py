@@ -454,16 +454,16 @@ def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[
     evidence = (f"{figure.a} ↔ {figure.b} slow on {group.describe()}: {measured} vs {reference.describe(source)}; "
                 f"{pct_text(deficit)} below")
     lone = [host for host in undecided if host not in unproven]
+    doubted = [host for host in undecided if host in unproven]
     if lone:
         who = " and ".join(lone)
         evidence += (f"; {who} {'was' if len(lone) == 1 else 'were'} tested with this partner only, "
                      f"so {'its NIC' if len(lone) == 1 else 'either NIC'} may be the cause as well as the link")
-    if len(lone) < len(undecided):
-        doubted = [host for host in undecided if host in unproven]
+    if doubted:
         evidence += (f"; no other pair of {' or '.join(doubted)} is clearly good (each slow or just over the "
                      f"line-rate floor), so {'its NIC' if len(doubted) == 1 else 'either NIC'} may be the cause "
                      "as well as the link")
-    else:
+    if not undecided:
         fine = [_fine_elsewhere(host, figure, mine[host]) for host in (figure.a, figure.b)]
         evidence += f"; both ends fine with other partners: {', '.join(fine)} {UNIT}"
     if not confirmed:

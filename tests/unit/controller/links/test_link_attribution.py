@@ -481,3 +481,9 @@ def test_a_slow_pair_whose_end_is_good_only_at_a_higher_line_rate_says_so():
     slow += [LinkResult(a, b, "perftest", 0, 194.0, 200.0) for a, b in (("n2", "n3"), ("n2", "n4"), ("n3", "n4"))]
     [link] = attribute_links(fast + slow).links
     assert (link.a, link.b) == ("n1", "n2") and "n1 at a higher line rate, n2 with n3 194" in link.evidence
+
+
+def test_a_slow_pair_with_an_end_tested_with_it_alone_does_not_also_say_both_ends_are_fine():
+    results = [LinkResult("n1", "n2", "perftest", 0, 150.0, 400.0), LinkResult("n1", "n2", "perftest", 0, 151.0, 400.0)]
+    [link] = attribute_links(results).links
+    assert "tested with this partner only" in link.evidence and "both ends fine" not in link.evidence
