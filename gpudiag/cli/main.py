@@ -16,6 +16,7 @@ from .. import __version__
 from ..errors import GpudiagError
 from ..exitcodes import ExitCode
 from . import preflight, probe, store, sweep, triage
+from . import topology as topology_command
 from .helptext import FLEET_CODES, epilog
 
 
@@ -61,3 +62,4 @@ def main() -> None:
 for command in (probe.probe, sweep.sweep, sweep.demo, store.report, store.history, store.baseline, store.store_group,
                 triage.triage, preflight.preflight):
     main.add_command(command)
+main.add_command(topology_command.topology)
