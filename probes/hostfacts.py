@@ -9,6 +9,8 @@ sysfs), ``nvml_gpu_count`` (what NVML counts, lost GPUs included) and ``gpu_coun
 numbers only the GPUs it can use, so after a GPU is lost the rest move down one: the controller
 names GPUs by NVML's index (what ``nvidia-smi -i`` takes), never by CUDA's. ``platform`` is the
 board's DMI product name (readable without root): GPU counts are compared only within one.
+``lldp`` (only where lldpd runs, probes/lldp.py) names the switch port at the other end of each
+link the node heard LLDP on, and the rail whose RDMA device owns the link.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from .context import ProbeContext
 from .devices import CudaDevice, DeviceUnavailable, cuda_devices, import_torch
+from .lldp import read_lldp
 from .nvml import NvmlUnavailable, open_nvml
 from .records import Record
 
@@ -153,17 +156,22 @@ def read_platform(sysfs_root: str | Path = SYSFS_ROOT) -> str | None:
     return None if text.lower() in DMI_PLACEHOLDERS else text
 
 
-def run(ctx: ProbeContext, *, sysfs_root: str | Path = SYSFS_ROOT,
-        nvml_module: ModuleType | None = None) -> Iterator[Record]:
+def run(ctx: ProbeContext, *, sysfs_root: str | Path = SYSFS_ROOT, nvml_module: ModuleType | None = None,
+        lldpctl: str = "lldpctl") -> Iterator[Record]:
     """Yield one record: the GPU count (torch's) as value, every fact in ``details``.
 
-    ``sysfs_root`` and ``nvml_module`` replace /sys and pynvml (test doubles).
+    ``sysfs_root``, ``nvml_module`` and ``lldpctl`` replace /sys, pynvml and lldpd's lldpctl
+    (test doubles).
     """
     inventory = nvml_inventory(nvml_module)
     torch_facts, devices = _torch_facts()
     facts = {**_system_facts(), "platform": read_platform(sysfs_root), "pci_gpu_count": count_pci_gpus(sysfs_root),
              "nvml_gpu_count": None if inventory is None else len(inventory), **torch_facts,
              "gpus": map_gpus(devices, inventory)}
+    lldp = read_lldp({device.index: device.pci_bus_id for device in devices if device.pci_bus_id}, len(devices),
+                     str(sysfs_root), lldpctl, topology_timeout_s=min(15.0, max(1.0, ctx.deadline.left_s())))
+    if lldp is not None:
+        facts["lldp"] = lldp
     yield Record(probe=PROBE, device="host", metric=METRIC, value=facts["gpu_count"], unit="count",
                  details=facts)
 

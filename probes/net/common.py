@@ -4,7 +4,7 @@
                                 [--deadline S] [--accept-window S] [--stdin-lifeline]
     python -m probes net-client --backend tcp|nccl|perftest --token HEX|- --connect HOST:PORT
                                 [--duration S] [--streams N] [--stdin-lifeline]
-                                [--direction both|client_to_server|server_to_client]
+                                [--direction both|client_to_server|server_to_client] [--trace-hops K]
     python -m probes net-info [--interface NAME]
 
 The server binds an ephemeral port, prints ``{"event": "listening", "port": ...}`` as its first
@@ -65,6 +65,8 @@ MAX_MESSAGE_LINE = 1 << 20
 # What a peer may ask for: streams (or QPs) and timed seconds per direction.
 MAX_STREAMS = 256
 MAX_DURATION_S = 3600.0
+# Hops a tcp client may trace per stream (--trace-hops): TTL 2 .. 17.
+MAX_TRACE_HOPS = 16
 # Exit status when the controller is gone (stdin at end of file): as a shell's at a hangup.
 EXIT_ORPHANED = 129
 # Seconds a server waits for its client by default (the controller starts the client at once).
@@ -82,7 +84,8 @@ class NetOptions:
     to test (None: all); ``hcas`` the RDMA devices rails may use (None: all); ``message_bytes``
     the size of one transfer (None: the backend's default); ``sysfs_root`` replaces /sys.
     ``token``: the pair secret's hex digits (never shown); ``accept_window_s``: seconds a server
-    waits for its client; ``stdin_lifeline``: exit when stdin reaches end of file.
+    waits for its client; ``stdin_lifeline``: exit when stdin reaches end of file;
+    ``trace_hops``: routers to find on each tcp stream's path before it sends (0: none).
     """
 
     role: str
@@ -96,6 +99,7 @@ class NetOptions:
     port: int | None = None
     duration_s: float = 2.0
     streams: int = 4
+    trace_hops: int = 0
     directions: tuple[str, ...] = DIRECTIONS
     rails: tuple[int, ...] | None = None
     hcas: tuple[str, ...] | None = None

@@ -19,6 +19,7 @@ from .common import (
     DIRECTIONS,
     MAX_DURATION_S,
     MAX_STREAMS,
+    MAX_TRACE_HOPS,
     NCCL_MIN_BYTES,
     NetOptions,
     Output,
@@ -26,6 +27,7 @@ from .common import (
     detect_capabilities,
     split_host_port,
 )
+from .perftest_messages import MAX_RUNS_PER_RAIL
 
 # --- command line ------------------------------------------------------------------------------
 
@@ -45,8 +47,12 @@ def parse_arguments(argv: Sequence[str]) -> tuple[str, NetOptions]:
                         help="the backend the server's listening line names")
     client.add_argument("--connect", required=True, metavar="HOST:PORT")
     client.add_argument("--duration", type=float, default=2.0, metavar="S", help="timed seconds per direction")
-    client.add_argument("--streams", type=int, default=4, metavar="N", help="parallel TCP streams or perftest QPs")
+    client.add_argument("--streams", type=int, default=4, metavar="N",
+                        help="parallel TCP streams, or perftest QPs (one ib_write_bw each, per rail)")
     client.add_argument("--direction", choices=("both", *DIRECTIONS), default="both")
+    client.add_argument("--trace-hops", type=int, default=0, metavar="K",
+                        help=f"tcp: find the routers at TTL 2..K+1 on each stream's own path before it sends, "
+                             f"for the client_to_server record (0 to {MAX_TRACE_HOPS}; default: no tracing)")
     client.add_argument("--message-bytes", type=int, default=None, metavar="B",
                         help="bytes per transfer (nccl: at least 64 MiB, default 64 MiB; perftest: default 1 MiB)")
     for sub in (server, client):
@@ -103,13 +109,21 @@ def _options(arguments: argparse.Namespace) -> NetOptions:
         raise ValueError(f"--duration must be positive and at most {MAX_DURATION_S:g} s")
     if not 1 <= arguments.streams <= MAX_STREAMS:
         raise ValueError(f"--streams must be from 1 to {MAX_STREAMS}")
+    if arguments.backend == "perftest" and arguments.streams > MAX_RUNS_PER_RAIL:
+        raise ValueError(f"--streams must be at most {MAX_RUNS_PER_RAIL} for perftest (one ib_write_bw per QP "
+                         "and rail)")
+    if not 0 <= arguments.trace_hops <= MAX_TRACE_HOPS:
+        raise ValueError(f"--trace-hops must be from 0 to {MAX_TRACE_HOPS}")
+    if arguments.trace_hops and arguments.backend != "tcp":
+        raise ValueError("--trace-hops: only the tcp backend traces its streams' paths")
     if arguments.message_bytes is not None and arguments.message_bytes < 1:
         raise ValueError("--message-bytes must be positive")
     if arguments.backend == "nccl" and arguments.message_bytes is not None and arguments.message_bytes < NCCL_MIN_BYTES:
         raise ValueError(f"--message-bytes must be at least {NCCL_MIN_BYTES} (64 MiB) for nccl")
     directions = DIRECTIONS if arguments.direction == "both" else (arguments.direction,)
     return NetOptions(role="client", host=host, port=port, duration_s=arguments.duration, streams=arguments.streams,
-                      directions=directions, message_bytes=arguments.message_bytes, **common)
+                      trace_hops=arguments.trace_hops, directions=directions, message_bytes=arguments.message_bytes,
+                      **common)
 
 
 def _rails(text: str) -> tuple[int, ...] | None:

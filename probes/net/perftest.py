@@ -1,27 +1,34 @@
 """The ``perftest`` pair backend: ``ib_write_bw`` server and client per HCA, every rail at once,
 each direction in turn; and the parser of ``ib_write_bw``'s report.
 
-The control connection (common.Channel) sequences the phases. Client to server: the server starts
-one ``ib_write_bw`` server per rail on a free TCP port, says which once each listens, and the
-client runs its ``ib_write_bw`` clients against them; the writer's report is the figure. Server
-to client: the same with the roles swapped, the server's clients aiming at the client's address
-on the control connection, their parsed reports sent back. Every run has ``--report_gbits``,
-``-F`` (no abort on CPU frequency scaling), ``-D`` whole seconds, ``-s`` the message size and
-``-q`` the QPs (``--streams``); ``--use_cuda=<gpu>`` where the rail has a GPU, this perftest was
-built with CUDA and GPUDirect RDMA is loaded (nvidia_peermem). The figure of a run is the
-average of its largest message size; the peak goes in the details with the link information.
+The control connection (common.Channel) sequences the phases. Each rail runs ``--streams`` N
+ib_write_bw pairs at once, each with one QP (``-q 1``) on its own TCP port: ib_write_bw reports
+only the total of its QPs, and N runs give each QP's figure. Client to server: the server starts
+N ``ib_write_bw`` servers per rail on free TCP ports, says which (a list per rail) once each
+listens, and the client runs its ``ib_write_bw`` clients against them; the writers' reports are
+the figures. Server to client: the same with the roles swapped, the server's clients aiming at
+the client's address on the control connection, their parsed reports sent back (a list per
+rail, in the order of the ports). Every run has ``--report_gbits``, ``-F`` (no abort on CPU
+frequency scaling), ``-D`` whole seconds and ``-s`` the message size; ``--use_cuda=<gpu>`` where
+the rail has a GPU, this perftest was built with CUDA and GPUDirect RDMA is loaded
+(nvidia_peermem). The figure of a run is the average of its largest message size; a rail's
+figure is the sum of its runs' (``stream_gbps`` in the details: each run's, in port order), the
+peaks' sum goes in the details with the link information. A run that fails fails its rail.
 
-ib_write_bw picks no ephemeral port itself: a free one is found by binding port 0 and closing it,
-so another program could take it in between; that run then fails with a clear error.
+ib_write_bw picks no ephemeral port itself: free ones are found by binding port 0 (all of a phase's
+at once, so they differ) and closing them, so another program could take one in between; that
+run then fails with a clear error.
 
 The control connection opens with the handshake of probes/net/auth.py (both ends prove the pair
 secret; its params are {"streams", "duration_s", "message_bytes"}), and every later message is
-checked field by field on both ends. ib_write_bw's own connections are its own program's and
-carry no secret: a run against a stranger ends in an error (no report), never in our figure.
+checked field by field on both ends (probes/net/perftest_messages.py). ib_write_bw's own
+connections are its own program's and carry no secret: a run against a stranger ends in an error
+(no report), never in our figure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -40,8 +47,6 @@ from ..topology import Rail, discover_rails
 from .auth import PairSecret, accept_client, client_handshake
 from .common import (
     DIRECTIONS,
-    MAX_DURATION_S,
-    MAX_STREAMS,
     PROTOCOL,
     STALL_S,
     Channel,
@@ -58,8 +63,16 @@ from .common import (
     start_lifeline,
     start_watchdog,
 )
-from .messages import ProtocolError, expect_choice, expect_int, expect_mapping, expect_number, expect_str
-from .perftest_output import RULE, PerftestOutputError, parse_perftest
+from .messages import ProtocolError, expect_choice
+from .perftest_messages import (
+    phase_rails,
+    rail_ports,
+    rail_results,
+    rail_texts,
+    server_info,
+    session_params,
+)
+from .perftest_output import RULE, PerftestOutputError, combine_runs, parse_perftest
 
 BACKEND = "perftest"
 DEFAULT_MESSAGE_BYTES = 1 << 20
@@ -67,14 +80,6 @@ PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 # Seconds an ib_write_bw run may take beyond its -D duration (connection setup, warm-up, teardown).
 RUN_OVERHEAD_S = 15.0
 _WAITING = "Waiting for client to connect"
-# What a peer may ask for or report: bytes per message, rails, Gbit/s of one run.
-MAX_MESSAGE_BYTES = 1 << 31
-MAX_RAILS = 64
-MAX_GBPS = 1e6
-# The fields of a run's summary (PerftestReport.summary, plus exit_status) and their checks.
-_SUMMARY_NUMBERS = ("average_gbps", "peak_gbps")
-_SUMMARY_INTEGERS = ("message_bytes", "iterations", "qps", "mtu_bytes", "cuda_device", "sizes", "exit_status")
-_SUMMARY_TEXTS = ("link_type", "device", "transport", "connection", "gpu_name")
 
 
 # --- running ib_write_bw -----------------------------------------------------------------------
@@ -118,11 +123,13 @@ def ib_write_bw_command(tool: str, rail: Rail, *, tcp_port: int, qps: int, durat
     return command
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now (bound to 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports nothing listens on now (all bound to 0 at once, then released)."""
+    with contextlib.ExitStack() as held:
+        probes = [held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def listening_ports(proc_net: str | Path = "/proc/net") -> set[int]:
@@ -231,44 +238,54 @@ class Node:
         return next((rail for rail in self.rails if rail.index == index), None)
 
     def command(self, rail: Rail, session: Mapping[str, Any], tcp_port: int, server: str | None) -> list[str]:
+        """One QP's ib_write_bw run of ``rail`` on ``tcp_port``: a server, or a client of ``server``."""
         assert self.tool is not None
-        return ib_write_bw_command(self.tool.path, rail, tcp_port=tcp_port, qps=int(session["streams"]),
+        return ib_write_bw_command(self.tool.path, rail, tcp_port=tcp_port, qps=1,
                                    duration_s=float(session["duration_s"]),
                                    message_bytes=int(session["message_bytes"]), gid_index=self.options.gid_index,
                                    cuda_gpu=rail.gpu if self.gpu_direct else None, server=server)
 
-    def start_servers(self, rails: Sequence[int], session: Mapping[str, Any],
-                      deadline: Deadline) -> tuple[dict[int, PerftestRun], dict[str, int], dict[int, str]]:
-        """One listening ib_write_bw server per rail: (runs, ports by rail, errors by rail)."""
-        runs, ports, errors = {}, {}, {}
-        for index in rails:
-            rail = self.rail(index)
-            if rail is None:
-                errors[index] = f"rail {index} has no RDMA device here"
-                continue
-            port = free_port()
-            runs[index] = PerftestRun(self.command(rail, session, port, None))
-            ports[str(index)] = port
-        for index, run in runs.items():
-            if not run.wait_listening(ports[str(index)], deadline.sooner(STALL_S)):
-                errors[index] = f"the ib_write_bw server did not start listening: {run.tail()}"
-                run.stop()
-        return runs, {rail: port for rail, port in ports.items() if int(rail) not in errors}, errors
+    def start_servers(self, rails: Sequence[int], session: Mapping[str, Any], deadline: Deadline
+                      ) -> tuple[dict[int, list[PerftestRun]], dict[str, list[int]], dict[int, str]]:
+        """``streams`` listening ib_write_bw servers per rail: (runs by rail, their ports by rail
+        (as text), errors by rail). A rail one of whose servers does not listen is an error."""
+        count = int(session["streams"])
+        usable = [index for index in rails if self.rail(index) is not None]
+        errors = {index: f"rail {index} has no RDMA device here" for index in rails if index not in usable}
+        free = free_ports(count * len(usable))
+        ports = {str(index): free[at * count:(at + 1) * count] for at, index in enumerate(usable)}
+        runs = {index: [PerftestRun(self.command(self._rail(index), session, port, None))
+                        for port in ports[str(index)]] for index in usable}
+        for index, started in runs.items():
+            for run, port in zip(started, ports[str(index)], strict=True):
+                if index not in errors and not run.wait_listening(port, deadline.sooner(STALL_S)):
+                    errors[index] = f"the ib_write_bw server did not start listening: {run.tail()}"
+            if index in errors:
+                for run in started:
+                    run.stop()
+        return runs, {rail: listed for rail, listed in ports.items() if int(rail) not in errors}, errors
 
-    def run_clients(self, ports: Mapping[str, int], session: Mapping[str, Any], server: str,
-                    deadline: Deadline) -> dict[int, dict[str, Any]]:
-        """Run one ib_write_bw client per rail against ``server`` at once; each run's summary."""
+    def run_clients(self, ports: Mapping[str, Sequence[int]], session: Mapping[str, Any], server: str,
+                    deadline: Deadline) -> dict[int, list[dict[str, Any]]]:
+        """Run an ib_write_bw client against each of ``server``'s ports of each rail, all at once;
+        each run's summary (or error), per rail in port order."""
         limit_s = float(session["duration_s"]) + RUN_OVERHEAD_S
-        runs: dict[int, PerftestRun] = {}
-        results: dict[int, dict[str, Any]] = {}
-        for key, port in ports.items():
+        runs: dict[int, list[PerftestRun]] = {}
+        results: dict[int, list[dict[str, Any]]] = {}
+        for key, listed in ports.items():
             rail = self.rail(int(key))
             if rail is None:
-                results[int(key)] = {"error": f"rail {key} has no RDMA device here"}
+                results[int(key)] = [{"error": f"rail {key} has no RDMA device here"} for _ in listed]
             else:
-                runs[rail.index] = PerftestRun(self.command(rail, session, int(port), server))
-        results.update({index: run.finish(min(limit_s, deadline.left_s())) for index, run in runs.items()})
+                runs[rail.index] = [PerftestRun(self.command(rail, session, int(port), server)) for port in listed]
+        for index, started in runs.items():
+            results[index] = [run.finish(min(limit_s, deadline.left_s())) for run in started]
         return results
+
+    def _rail(self, index: int) -> Rail:
+        rail = self.rail(index)
+        assert rail is not None
+        return rail
 
 
 # --- server and client -------------------------------------------------------------------------
@@ -317,13 +334,6 @@ def serve(options: NetOptions, secret: PairSecret, out: Output) -> int:
     return EXIT_OK
 
 
-def session_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The client's test parameters of its hello, each checked. Raises ProtocolError."""
-    return {"streams": expect_int(params, "streams", 1, MAX_STREAMS),
-            "duration_s": expect_number(params, "duration_s", 0.0, MAX_DURATION_S, above=True),
-            "message_bytes": expect_int(params, "message_bytes", 1, MAX_MESSAGE_BYTES)}
-
-
 def _serve_session(channel: Channel, session: Mapping[str, Any], client: str, node: Node, runs: list[PerftestRun],
                    deadline: Deadline) -> None:
     channel.send({"host": socket.gethostname(), "rails": [rail.to_dict() for rail in node.rails],
@@ -335,83 +345,17 @@ def _serve_session(channel: Channel, session: Mapping[str, Any], client: str, no
             return
         phase = expect_choice(message, "phase", DIRECTIONS)
         if phase == "client_to_server":
-            servers, ports, errors = node.start_servers(_rails(message), session, deadline)
-            runs.extend(servers.values())
+            servers, ports, errors = node.start_servers(phase_rails(message), session, deadline)
+            runs.extend(run for started in servers.values() for run in started)
             channel.send({"ports": ports, "errors": {str(rail): error for rail, error in errors.items()}})
             channel.receive(timeout_s=wait_s)  # the client's runs ended
-            for run in servers.values():
-                run.finish(min(STALL_S, deadline.left_s()))
+            for started in servers.values():
+                for run in started:
+                    run.finish(min(STALL_S, deadline.left_s()))
             channel.send({"ok": True})
         else:
-            results = node.run_clients(_ports(message), session, client, deadline)
-            channel.send({"results": {str(rail): result for rail, result in results.items()}})
-
-
-def _rails(message: Mapping[str, Any]) -> list[int]:
-    rails = message.get("rails")
-    if not isinstance(rails, list) or len(rails) > MAX_RAILS or not all(
-            isinstance(rail, int) and not isinstance(rail, bool) and 0 <= rail < MAX_RAILS for rail in rails):
-        raise ProtocolError(f"'rails' must be a list of at most {MAX_RAILS} rail numbers")
-    return sorted(set(rails))
-
-
-def _ports(message: Mapping[str, Any]) -> dict[str, int]:
-    """A ``ports`` mapping: rail number (as text) -> TCP port. Raises ProtocolError."""
-    ports = expect_mapping(message, "ports", limit=MAX_RAILS)
-    for rail in ports:
-        if not rail.isdigit() or int(rail) >= MAX_RAILS:
-            raise ProtocolError(f"'ports' names rail {rail[:20]!r}")
-        expect_int(ports, rail, 1, 65535)
-    return dict(ports)
-
-
-def _rail_texts(message: Mapping[str, Any], key: str) -> dict[int, str]:
-    """An ``errors`` mapping: rail number (as text) -> reason."""
-    texts = expect_mapping(message, key, limit=MAX_RAILS)
-    for rail in texts:
-        if not rail.isdigit() or int(rail) >= MAX_RAILS:
-            raise ProtocolError(f"{key!r} names rail {rail[:20]!r}")
-        expect_str(texts, rail)
-    return {int(rail): text for rail, text in texts.items()}
-
-
-def checked_result(result: object) -> dict[str, Any]:
-    """One run's result as a peer sent it — ``{"error": reason}`` or a summary — with only the
-    summary's own fields, each checked (a peer cannot add or replace details). Raises ProtocolError."""
-    if not isinstance(result, dict):
-        raise ProtocolError("a run's result must be an object")
-    if "error" in result:
-        return {"error": expect_str(result, "error")}
-    checked: dict[str, Any] = {"average_gbps": expect_number(result, "average_gbps", 0.0, MAX_GBPS)}
-    checked["peak_gbps"] = expect_number(result, "peak_gbps", 0.0, MAX_GBPS, optional=True)
-    for key in _SUMMARY_INTEGERS:
-        if key in result:
-            checked[key] = expect_int(result, key, -(1 << 31), 1 << 40, optional=True)
-    for key in _SUMMARY_TEXTS:
-        if key in result:
-            checked[key] = expect_str(result, key, limit=200, optional=True)
-    if "dmabuf" in result:
-        if not isinstance(result["dmabuf"], bool):
-            raise ProtocolError("'dmabuf' must be true or false")
-        checked["dmabuf"] = result["dmabuf"]
-    return checked
-
-
-def _server_info(reply: Mapping[str, Any]) -> dict[str, Any]:
-    """The server's first reply, every field this client reads checked. Raises ProtocolError."""
-    rails = reply.get("rails")
-    if not isinstance(rails, list) or len(rails) > MAX_RAILS or not all(isinstance(rail, dict) for rail in rails):
-        raise ProtocolError(f"'rails' must be a list of at most {MAX_RAILS} objects")
-    checked = []
-    for rail in rails:
-        checked.append({"rail": expect_int(rail, "rail", 0, MAX_RAILS - 1),
-                        "hca": expect_str(rail, "hca", limit=64, optional=True),
-                        "line_rate_gbps": expect_number(rail, "line_rate_gbps", 0.0, MAX_GBPS, optional=True)})
-    gpu_direct = reply.get("gpu_direct")
-    if not isinstance(gpu_direct, bool):
-        raise ProtocolError("'gpu_direct' must be true or false")
-    return {"host": expect_str(reply, "host", limit=255, optional=True), "rails": checked,
-            "unavailable": expect_str(reply, "unavailable", optional=True), "gpu_direct": gpu_direct}
+            results = node.run_clients(rail_ports(message, int(session["streams"])), session, client, deadline)
+            channel.send({"results": {str(rail): listed for rail, listed in results.items()}})
 
 
 def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
@@ -436,7 +380,7 @@ def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
         session = {"streams": options.streams, "duration_s": options.duration_s,
                    "message_bytes": options.message_bytes or DEFAULT_MESSAGE_BYTES}
         client_handshake(channel, BACKEND, secret, session, options.peer)
-        reply = _server_info(channel.receive())
+        reply = server_info(channel.receive())
         report.server = reply
         unavailable = node.unavailable
         if unavailable is None and reply["unavailable"]:
@@ -465,29 +409,29 @@ def _client_phase(channel: Channel, direction: str, node: Node, report: _Report,
                   runs: list[PerftestRun], deadline: Deadline) -> None:
     rails = report.rails or []
     wait_s = float(session["duration_s"]) + RUN_OVERHEAD_S + STALL_S
+    count = int(session["streams"])
     if direction == "client_to_server":
         channel.send({"phase": direction, "rails": rails})
         reply = channel.receive(timeout_s=wait_s)
-        ports = {rail: port for rail, port in _ports(reply).items() if int(rail) in rails}
-        for rail, error in _rail_texts(reply, "errors").items():
+        ports = {rail: listed for rail, listed in rail_ports(reply, count).items() if int(rail) in rails}
+        for rail, error in rail_texts(reply, "errors").items():
             report.add(rail, direction, {"error": f"server: {error}"})
         results = node.run_clients(ports, session, node.options.host or "", deadline)
         channel.send({"finished": True})
         channel.receive(timeout_s=wait_s)
     else:
         servers, ports, errors = node.start_servers(rails, session, deadline)
-        runs.extend(servers.values())
+        runs.extend(run for started in servers.values() for run in started)
         for rail, error in errors.items():
             report.add(rail, direction, {"error": error})
         channel.send({"phase": direction, "ports": ports})
-        reply = channel.receive(timeout_s=wait_s)
-        sent = expect_mapping(reply, "results", limit=MAX_RAILS)
         # Only the rails this client asked for: a result for another is no figure of this test.
-        results = {int(rail): checked_result(result) for rail, result in sent.items() if rail in ports}
-        for run in servers.values():
-            run.finish(min(STALL_S, deadline.left_s()))
-    for rail, result in results.items():
-        report.add(rail, direction, result)
+        results = rail_results(channel.receive(timeout_s=wait_s), ports, count)
+        for started in servers.values():
+            for run in started:
+                run.finish(min(STALL_S, deadline.left_s()))
+    for rail, listed in results.items():
+        report.add(rail, direction, combine_runs(listed))
 
 
 class _Report:

@@ -1,11 +1,11 @@
 """The report an ``ib_*_bw`` run of perftest prints, parsed: its settings block and result
 table, in Gb/s (``--report_gbits``), and the CUDA device it used (tests/data/perftest holds real
-captures)."""
+captures); and one rail's figure from the summaries of the runs it made at once, one per QP."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,3 +130,29 @@ def _settings(line: str) -> dict[str, str]:
         if key.strip():
             pairs[key.strip()] = value.strip()
     return pairs
+
+
+def combine_runs(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One rail's result from the results of its ib_write_bw runs made at once (one QP each), in
+    run order: the sum of their averages (Gbit/s) as ``average_gbps``, the sum of their peaks
+    (None where one has none), their QPs and iterations summed, each run's average in
+    ``stream_gbps``, the rest (link information) of the first run, the first exit status that is
+    not 0. A run that failed makes the rail's result its error (``{"error": ...}``), naming the
+    run when there were several. ``results`` is not empty."""
+    for index, result in enumerate(results):
+        if "error" in result:
+            return {"error": result["error"] if len(results) == 1 else
+                    f"QP run {index + 1} of {len(results)}: {result['error']}"}
+    averages = [float(result["average_gbps"]) for result in results]
+    peaks = [result.get("peak_gbps") for result in results]
+    combined = {key: value for key, value in results[0].items() if key != "exit_status"}
+    combined.update({
+        "average_gbps": round(sum(averages), 4),
+        "peak_gbps": round(sum(float(peak) for peak in peaks if peak is not None), 4) if None not in peaks else None,
+        "qps": sum(int(result.get("qps") or 1) for result in results),
+        "iterations": sum(int(result.get("iterations") or 0) for result in results),
+        "stream_gbps": [round(average, 4) for average in averages]})
+    failed = next((result["exit_status"] for result in results if result.get("exit_status")), None)
+    if failed is not None:
+        combined["exit_status"] = failed
+    return combined

@@ -5,9 +5,14 @@ the bytes. A phase is one direction: the sender writes on every stream for ``dur
 then half-closes; the receiver counts bytes until every stream ends. The figure is the
 receiver's: bytes received over the wall time from the first byte to the last, in Gbit/s (what
 the sender's kernel accepted would count socket buffers that never crossed the wire). The
-samples are the rates of equal intervals inside that window; per-stream rates go in details.
+samples are the rates of equal intervals inside that window; per-stream rates go in details, in
+the order of the streams' indexes. With ``--trace-hops K`` the client first finds the routers on
+each stream's own path (probes/net/trace.py); the client_to_server record then carries them as
+``stream_hops``, one list of K addresses (or nulls) per stream, in the same order.
 
-Protocol (after the handshake of probes/net/auth.py, whose params are {"streams", "duration_s"}):
+Protocol (after the handshake of probes/net/auth.py, whose params are {"streams", "duration_s"}, and
+"trace_hops" where the client traces its streams' paths first: the server waits that much longer
+for the data connections):
   server -> {"host", "interface", "line_rate_gbps"}
   data connection i sends "<i> <proof of the pair secret for stream i>\\n" first
   {"phase": "client_to_server"} -> {"ready": true}; the client sends; -> {"received": summary}
@@ -36,6 +41,7 @@ from .common import (
     DIRECTIONS,
     MAX_DURATION_S,
     MAX_STREAMS,
+    MAX_TRACE_HOPS,
     PROTOCOL,
     STALL_S,
     Channel,
@@ -56,6 +62,7 @@ from .common import (
     start_watchdog,
 )
 from .messages import ProtocolError, expect_choice, expect_int, expect_number, expect_numbers, expect_str
+from .trace import TRACE_WAIT_S, SockAddr, connect_from, reserve_source, trace_streams
 
 BACKEND = "tcp"
 CHUNK_BYTES = 1 << 20
@@ -197,7 +204,8 @@ def serve(options: NetOptions, secret: PairSecret, out: Output) -> int:
         channel, handshake = accept_client(listener, BACKEND, secret, deadline.sooner(options.accept_window_s))
         client = handshake.client
         duration_s = _session_duration(handshake)
-        streams = _open_session(listener, channel, handshake, secret, options, deadline)
+        streams = _open_session(listener, channel, handshake, secret, options, deadline,
+                                STALL_S + trace_time_s(_session_trace_hops(handshake)))
         _serve_phases(channel, streams, duration_s, deadline)
     except TimeoutError as error:
         if client is None:
@@ -231,14 +239,27 @@ def _session_duration(handshake: Handshake) -> float:
     return float(expect_number(handshake.params, "duration_s", 0.0, MAX_DURATION_S, above=True))
 
 
+def _session_trace_hops(handshake: Handshake) -> int:
+    """The hops the client traces on each stream before its data connections (0: none)."""
+    return int(expect_int(handshake.params, "trace_hops", 0, MAX_TRACE_HOPS, optional=True) or 0)
+
+
+def trace_time_s(hops: int) -> float:
+    """Seconds tracing ``hops`` hops of every stream may take at most (every stream at once, each
+    stream's TTLs in turn, each waiting TRACE_WAIT_S for its answer)."""
+    return hops * TRACE_WAIT_S + (1.0 if hops else 0.0)
+
+
 def _open_session(listener: socket.socket, channel: Channel, handshake: Handshake, secret: PairSecret,
-                  options: NetOptions, deadline: Deadline) -> list[socket.socket]:
+                  options: NetOptions, deadline: Deadline, accept_wait_s: float) -> list[socket.socket]:
+    """The client's data connections in index order, each proving the secret; ``accept_wait_s``:
+    seconds to wait for each (longer while the client traces its streams' paths first)."""
     count = int(handshake.params["streams"])
     interface, rate = local_line_rate(channel.sock, options.sysfs_root)
     channel.send({"host": socket.gethostname(), "interface": interface, "line_rate_gbps": rate})
     streams: dict[int, socket.socket] = {}
     while len(streams) < count:
-        listener.settimeout(bounded(STALL_S, deadline))
+        listener.settimeout(bounded(accept_wait_s, deadline))
         conn, address = listener.accept()
         conn.settimeout(bounded(HANDSHAKE_S, deadline))
         try:
@@ -289,12 +310,17 @@ def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
     deadline = Deadline.after(options.deadline_s)
     pending = list(options.directions)
     details: dict[str, Any] = {"peer": options.peer, "line_rate_gbps": None}
+    paths: dict[str, Any] = {}  # stream_hops, once traced: the client_to_server record's alone
+    tracing = options.trace_hops > 0 and "client_to_server" in options.directions
     lock = threading.Lock()
+
+    def details_of(direction: str) -> dict[str, Any]:
+        return {**details, **(paths if direction == "client_to_server" else {})}
 
     def fail_pending(reason: str) -> None:
         with lock:
             for direction in list(pending):
-                out.record(link_failure(_params(options, direction), reason, details))
+                out.record(link_failure(_params(options, direction), reason, details_of(direction)))
                 pending.remove(direction)
 
     start_watchdog(deadline, lambda: fail_pending(f"the client's deadline of {options.deadline_s:g} s passed"))
@@ -304,12 +330,16 @@ def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
     streams: list[socket.socket] = []
     try:
         channel = Channel(connect(options.host or "", options.port or 0, deadline), deadline)
-        handshake = client_handshake(channel, BACKEND, secret,
-                                     {"streams": options.streams, "duration_s": options.duration_s}, options.peer)
+        hello = {"streams": options.streams, "duration_s": options.duration_s,
+                 **({"trace_hops": options.trace_hops} if tracing else {})}
+        handshake = client_handshake(channel, BACKEND, secret, hello, options.peer)
         details.update(_link_details(channel.sock, channel.receive(), options))
-        streams = [_open_stream(options, handshake, secret, index, deadline) for index in range(options.streams)]
+        if tracing:
+            streams, paths["stream_hops"] = _open_traced_streams(channel, options, handshake, secret, deadline)
+        else:
+            streams = [_open_stream(options, handshake, secret, index, deadline) for index in range(options.streams)]
         for direction in options.directions:
-            record = _measure(channel, streams, direction, options, details, deadline)
+            record = _measure(channel, streams, direction, options, details_of(direction), deadline)
             with lock:
                 if direction in pending:
                     out.record(record)
@@ -329,6 +359,33 @@ def _open_stream(options: NetOptions, handshake: Handshake, secret: PairSecret, 
     sock = connect(options.host or "", options.port or 0, deadline)
     sock.sendall(handshake.stream_greeting(secret, index))
     return sock
+
+
+def _open_traced_streams(channel: Channel, options: NetOptions, handshake: Handshake, secret: PairSecret,
+                         deadline: Deadline) -> tuple[list[socket.socket], list[list[str | None]]]:
+    """The data connections in index order, each from the source port whose path was traced
+    first (probes/net/trace.py) to the server's address of the control connection, and each
+    stream's hops; a stream whose source port could not be kept has none (all None).
+    Raises OSError when a data connection cannot be made."""
+    family, local, peer = channel.sock.family, channel.sock.getsockname(), channel.sock.getpeername()
+    reservations = [reserve_source(local, family) for _ in range(options.streams)]
+    streams: list[socket.socket] = []
+    try:
+        sources: list[SockAddr | None] = [None if held is None else held.getsockname() for held in reservations]
+        hops = trace_streams(sources, peer, family, options.trace_hops,
+                             deadline.sooner(trace_time_s(options.trace_hops)))
+        for index, source in enumerate(sources):
+            sock, kept = connect_from(source, peer, family, deadline)
+            streams.append(sock)
+            if not kept:
+                hops[index] = [None] * options.trace_hops
+            sock.sendall(handshake.stream_greeting(secret, index))
+    except OSError:
+        _close(streams)
+        raise
+    finally:
+        _close([held for held in reservations if held is not None])
+    return streams, hops
 
 
 def _measure(channel: Channel, streams: Sequence[socket.socket], direction: str, options: NetOptions,

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from sshd_hosts import marked_environment, marked_pids, process_ids_matching
@@ -29,9 +30,10 @@ BUNDLE_ROOT = Path(__file__).resolve().parents[2]
 DIRECTIONS = {"client_to_server", "server_to_client"}
 
 # A stand-in for perftest's ib_write_bw: the same command line, a TCP handshake between server and
-# client on -p, then a report in ib_write_bw's layout (this machine has neither perftest nor an HCA).
+# client on -p, then a report in ib_write_bw's layout (this machine has neither perftest nor an HCA) whose
+# average is $FAKE_IB_WRITE_BW_GBPS (default 391.50) Gb/s.
 FAKE_IB_WRITE_BW = '''#!{python}
-import socket, sys
+import os, socket, sys
 args = sys.argv[1:]
 if "--help" in args:
     print("Usage: ib_write_bw [options] <server>")
@@ -67,7 +69,8 @@ print(" Mtu             : 4096[B]")
 print(" Link type       : IB")
 print(rule)
 print(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]")
-print(" " + values["-s"] + "      20000            0.00              391.50  \\t\\t   0.046675")
+gbps = os.environ.get("FAKE_IB_WRITE_BW_GBPS", "391.50")
+print(" " + values["-s"] + "      20000            0.00              " + gbps + "  \\t\\t   0.046675")
 print(rule)
 '''
 
@@ -84,10 +87,12 @@ def own_processes(text: str) -> list[int]:
 
 class Probe:
     """One ``python -m probes`` process; its stdout lines gathered on a thread. ``stdin``: a pipe
-    the test holds (a controller's lifeline), or None for /dev/null."""
+    the test holds (a controller's lifeline), or None for /dev/null; ``prefix``: what runs the
+    interpreter (``ip netns exec NAME``, ``setpriv ...``); ``python``: the interpreter."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, stdin: int | None = None) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "probes", *args], cwd=BUNDLE_ROOT, text=True,
+    def __init__(self, *args: str, env: dict[str, str] | None = None, stdin: int | None = None,
+                 prefix: Sequence[str] = (), python: str = sys.executable) -> None:
+        self.process = subprocess.Popen([*prefix, python, "-m", "probes", *args], cwd=BUNDLE_ROOT, text=True,
                                         stdin=subprocess.DEVNULL if stdin is None else stdin,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         env={**marked_environment(MARKER), **(env or {})})
@@ -136,8 +141,9 @@ SECRET = PairSecret.from_hex(TOKEN)
 
 
 def start_probe(probes: list[Probe], *args: str, env: dict[str, str] | None = None, token: str | None = TOKEN,
-                stdin: int | None = None) -> Probe:
-    probe = Probe(*args, *(() if token is None else ("--token", token)), env=env, stdin=stdin)
+                stdin: int | None = None, prefix: Sequence[str] = (), python: str = sys.executable) -> Probe:
+    probe = Probe(*args, *(() if token is None else ("--token", token)), env=env, stdin=stdin, prefix=prefix,
+                  python=python)
     probes.append(probe)
     return probe
 

@@ -92,7 +92,8 @@ def test_nccl_without_ib_is_an_error_not_a_fall_back_to_sockets(probes: list[Pro
     server.finish(timeout_s=60)
 
 
-def test_perftest_pair_runs_ib_write_bw_per_rail(probes: list[Probe], tmp_path: Path):
+def _perftest_node(tmp_path: Path) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The stand-in ib_write_bw and a sysfs of two 400G HCAs: (the options of both ends, their environment)."""
     tool = tmp_path / "bin" / "ib_write_bw"
     tool.parent.mkdir()
     tool.write_text(FAKE_IB_WRITE_BW.format(python=sys.executable))
@@ -104,9 +105,13 @@ def test_perftest_pair_runs_ib_write_bw_per_rail(probes: list[Probe], tmp_path: 
         (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
         (port / "state").write_text("4: ACTIVE\n")
         (port / "link_layer").write_text("InfiniBand\n")
-    common = ("--sysfs-root", str(sysfs), "--ib-write-bw", str(tool))
     env = {"PATH": f"{tool.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    listening, records, server = run_pair(probes, "perftest", *common, server_args=common, env=env)
+    return ("--sysfs-root", str(sysfs), "--ib-write-bw", str(tool)), env
+
+
+def test_perftest_pair_runs_ib_write_bw_per_rail(probes: list[Probe], tmp_path: Path):
+    common, env = _perftest_node(tmp_path)
+    listening, records, server = run_pair(probes, "perftest", "--streams", "1", *common, server_args=common, env=env)
     assert_listening_first(listening, "perftest")
     assert [rail["hca"] for rail in listening["rails"]] == ["mlx5_0", "mlx5_1"]
     assert len(records) == 4
@@ -114,7 +119,21 @@ def test_perftest_pair_runs_ib_write_bw_per_rail(probes: list[Probe], tmp_path: 
         assert_both_directions_measured([r for r in records if r["device"] == device], "perftest", device)
     assert {(r["params"]["hca"], r["value"], r["details"]["line_rate_gbps"]) for r in records} == {
         ("mlx5_0", 391.5, 400.0), ("mlx5_1", 391.5, 400.0)}
+    assert all(r["details"]["stream_gbps"] == [391.5] and r["details"]["qps"] == 1 for r in records)
     assert_server_ended_by_itself(server)
+
+
+def test_perftest_runs_one_ib_write_bw_per_qp_and_reports_each(probes: list[Probe], tmp_path: Path):
+    common, env = _perftest_node(tmp_path)
+    env["FAKE_IB_WRITE_BW_GBPS"] = "120.25"
+    _, records, server = run_pair(probes, "perftest", "--streams", "3", *common, server_args=common, env=env)
+    assert len(records) == 4 and {r["status"] for r in records} == {"ok"}, records
+    for record in records:  # three runs of one QP each per rail and direction: the figure is their sum
+        assert record["params"]["streams"] == 3
+        assert record["details"]["stream_gbps"] == [120.25] * 3, record
+        assert record["value"] == 360.75 and record["details"]["qps"] == 3, record
+    assert_server_ended_by_itself(server)
+    assert own_processes("ib_write_bw") == []
 
 
 def test_perftest_without_ib_write_bw_is_skipped(probes: list[Probe], tmp_path: Path):

@@ -31,6 +31,7 @@ HELLO = {"streams": 1, "duration_s": 0.3}
     ({"streams": "abc", "duration_s": 0.3}, None, "'streams' must be an integer from 1 to 256"),
     ({"streams": 10 ** 30, "duration_s": 0.3}, None, "'streams' must be an integer from 1 to 256"),
     ({"streams": 1, "duration_s": [1]}, None, "'duration_s' must be a number"),
+    ({"streams": 1, "duration_s": 0.3, "trace_hops": 17}, None, "'trace_hops' must be an integer from 0 to 16"),
     (HELLO, b'{"phase": 7}\n', "'phase' must be one of client_to_server, server_to_client"),
     (HELLO, b'{"phase": "client_to_server", "x": NaN}\n', "not a JSON message"),
     (HELLO, b'["phase"]\n', "not a JSON object"),
@@ -71,18 +72,37 @@ def test_a_malformed_hello_is_dropped_and_the_server_waits_on(probes: list[Probe
     assert "Traceback" not in server.stderr()
 
 
-def test_a_proved_perftest_client_sending_wrong_types_ends_the_test_with_an_error(probes: list[Probe]):
+@pytest.mark.parametrize(("phase", "said"), [
+    ({"phase": "client_to_server", "rails": "all of them"}, "'rails' must be a list of at most 64 rail numbers"),
+    ({"phase": "server_to_client", "ports": {"0": 40000}}, "'ports' of rail 0 must be a list of 2 distinct TCP ports"),
+    ({"phase": "server_to_client", "ports": {"0": [40000]}}, "'ports' of rail 0 must be a list of 2 distinct"),
+    ({"phase": "server_to_client", "ports": {"0": [40000, 40000]}}, "'ports' of rail 0 must be a list of 2"),
+    ({"phase": "server_to_client", "ports": {"0": [40000, 70000]}}, "'ports' of rail 0 must be a list of 2"),
+    ({"phase": "server_to_client", "ports": {"x": [40000, 40001]}}, "'ports' names rail 'x'"),
+])
+def test_a_proved_perftest_client_sending_wrong_types_ends_the_test_with_an_error(probes: list[Probe], phase: dict,
+                                                                                 said: str):
     server = start_probe(probes, "net-server", "--backend", "perftest", "--bind", "127.0.0.1", "--deadline", "60",
                          env={"PATH": "/nonexistent"})
     channel = connect(server.next_json()["port"])
-    reply, _ = prove_hello(channel, {"streams": 1, "duration_s": 1.0, "message_bytes": 1 << 20}, backend="perftest")
+    reply, _ = prove_hello(channel, {"streams": 2, "duration_s": 1.0, "message_bytes": 1 << 20}, backend="perftest")
     assert reply["accepted"] is True
     channel.receive()  # the session reply
-    channel.send({"phase": "client_to_server", "rails": "all of them"})
+    channel.send(phase)
     status, rest, _ = server.finish(timeout_s=30)
     channel.close()
-    assert status == 0 and "'rails' must be a list of at most 64 rail numbers" in rest[-1]["reason"]
+    assert status == 0 and said in rest[-1]["reason"], rest
     assert "Traceback" not in server.stderr()
+
+
+def test_a_perftest_client_may_ask_for_one_ib_write_bw_per_qp_up_to_a_bound(probes: list[Probe]):
+    server = start_probe(probes, "net-server", "--backend", "perftest", "--bind", "127.0.0.1", "--deadline", "60",
+                         env={"PATH": "/nonexistent"})
+    channel = connect(server.next_json()["port"])
+    prove_hello(channel, {"streams": 33, "duration_s": 1.0, "message_bytes": 1 << 20}, backend="perftest")
+    status, rest, _ = server.finish(timeout_s=30)
+    channel.close()
+    assert status == 0 and "'streams' must be an integer from 1 to 32" in rest[-1]["reason"], rest
 
 
 class FakeTcpServer:

@@ -70,6 +70,7 @@ def test_server_and_client_command_lines():
     ["net-client", "--backend", "tcp", "--connect", "node002"],  # no port
     ["net-client", "--backend", "auto", "--connect", "node002:1"],  # the client names the server's backend
     ["net-client", "--backend", "tcp", "--connect", "node002:1", "--streams", "0"],
+    ["net-client", "--backend", "perftest", "--connect", "node002:1", "--streams", "33"],  # one ib_write_bw per QP
     ["net-client", "--backend", "tcp", "--connect", "node002:1", "--rails", "one"],
     ["net-server", "--deadline", "0"],
     ["net-client", "--backend", "nccl", "--connect", "node002:1", "--message-bytes", "1048576"],  # under 64 MiB

@@ -1,5 +1,6 @@
 """ib_write_bw's report parsed from the real captures in tests/data/perftest/ (see the fixtures
-README), and the ib_write_bw command lines the perftest backend runs."""
+README), the ib_write_bw command lines the perftest backend runs, and a rail's figure from its
+runs of one QP each, with the messages that carry their ports and results."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.net import perftest
+from probes.net import perftest, perftest_messages
 from probes.topology import Rail
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "perftest"
@@ -118,3 +119,55 @@ def test_gpudirect_module_and_listening_ports(tmp_path: Path):
 
 def test_a_missing_ib_write_bw_is_no_tool(tmp_path: Path):
     assert perftest.find_tool(str(tmp_path / "no-such-ib_write_bw")) is None
+
+
+# --- one ib_write_bw per QP: the rail's figure from its runs, and the messages that carry them ---------
+
+def _run(average: float, peak: float | None = None, **extra: object) -> dict:
+    return {"average_gbps": average, "peak_gbps": peak, "message_bytes": 1 << 20, "iterations": 1000, "qps": 1,
+            "link_type": "Ethernet", "device": "mlx5_0", **extra}
+
+
+def test_a_rails_figure_is_the_sum_of_its_runs_each_kept_in_run_order():
+    combined = perftest.combine_runs([_run(97.5, 98.0), _run(88.25, 90.0), _run(99.0, 99.5)])
+    assert combined["average_gbps"] == 284.75 and combined["peak_gbps"] == 287.5
+    assert combined["stream_gbps"] == [97.5, 88.25, 99.0]
+    assert (combined["qps"], combined["iterations"], combined["device"]) == (3, 3000, "mlx5_0")
+    assert "exit_status" not in combined
+    one = perftest.combine_runs([_run(391.5)])
+    assert (one["average_gbps"], one["peak_gbps"], one["stream_gbps"], one["qps"]) == (391.5, None, [391.5], 1)
+
+
+def test_a_failed_run_fails_its_rail_and_a_nonzero_exit_is_kept():
+    failed = perftest.combine_runs([_run(97.5), {"error": "ib_write_bw exited 1 without a report"}])
+    assert failed == {"error": "QP run 2 of 2: ib_write_bw exited 1 without a report"}
+    assert perftest.combine_runs([{"error": "no report"}]) == {"error": "no report"}
+    assert perftest.combine_runs([_run(1.0), _run(2.0, exit_status=3)])["exit_status"] == 3
+
+
+def test_the_ports_of_a_rail_are_a_list_of_distinct_ports_one_per_run():
+    assert perftest_messages.rail_ports({"ports": {"0": [40001, 40002], "3": [40003, 40004]}}, 2) == {
+        "0": [40001, 40002], "3": [40003, 40004]}
+    for bad in ({"0": 40001}, {"0": [40001]}, {"0": [40001, 40001]}, {"0": [40001, True]}, {"0": [40001, 0]},
+                {"0": [40001, "40002"]}, {"64": [40001, 40002]}, {"-1": [40001, 40002]}, [40001, 40002]):
+        with pytest.raises(perftest.ProtocolError):
+            perftest_messages.rail_ports({"ports": bad}, 2)
+
+
+def test_the_results_of_a_rail_are_one_checked_result_per_run():
+    ports = {"0": [40001, 40002]}
+    results = perftest_messages.rail_results({"results": {"0": [_run(1.0), {"error": "x"}], "5": "ignored"}},
+                                             ports, 2)
+    assert list(results) == [0] and results[0][1] == {"error": "x"}
+    assert results[0][0]["average_gbps"] == 1.0 and "stream_gbps" not in results[0][0]
+    for bad in ({"0": _run(1.0)}, {"0": [_run(1.0)]}, {"0": [_run(1.0), _run(float("nan"))]},
+                {"0": [_run(1.0), {"average_gbps": "fast"}]}):
+        with pytest.raises(perftest.ProtocolError):
+            perftest_messages.rail_results({"results": bad}, ports, 2)
+    # a peer cannot slip its own per-run figures in beside a run's summary
+    assert "stream_gbps" not in perftest_messages.checked_result({**_run(1.0), "stream_gbps": [500.0]})
+
+
+def test_free_ports_are_distinct():
+    ports = perftest.free_ports(64)
+    assert len(set(ports)) == 64 and all(0 < port < 65536 for port in ports)
