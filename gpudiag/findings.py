@@ -83,7 +83,34 @@ class Kind(_Words):
     LINK_ERROR = "link_error"
     FLEET_SHIFT = "fleet_shift"
     SOFTWARE_REGRESSION = "software_regression"
+    SLOW_FABRIC_LINK = "slow_fabric_link"
+    SLOW_SWITCH = "slow_switch"
+    SLOW_NETWORK = "slow_network"
     UNCHECKED = "unchecked"
+
+
+# Findings about the network between switches: they name no host (``host`` is None), drain none
+# and keep none out of a job; whoever runs the network acts on them.
+FABRIC_KINDS = frozenset({Kind.SLOW_FABRIC_LINK, Kind.SLOW_SWITCH})
+
+
+@dataclass(frozen=True)
+class FabricPart:
+    """A part of the switched fabric a finding names, in the plane of ``rail`` (None: the plane
+    every rail shares): a link between two switches (``switches``: its two ends, exactly as the
+    topology names them; ``ports``: the port on each, where the link is one cable and both are
+    known) or a switch (``switch``)."""
+
+    rail: int | None
+    switches: tuple[str, ...] = ()
+    ports: tuple[str, str] | None = None
+    switch: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.switch is not None:
+            return {"rail": self.rail, "switch": self.switch}
+        return {"rail": self.rail, "switches": list(self.switches),
+                "ports": None if self.ports is None else list(self.ports)}
 
 
 # What to do about a host that could not be checked, by its status.
@@ -103,7 +130,8 @@ UNCHECKED_ACTIONS = {
 
 @dataclass(frozen=True)
 class Finding:
-    """One conclusion about a host, a GPU, a GPU pair, a link between two hosts, or the fleet.
+    """One conclusion about a host, a GPU, a GPU pair, a link between two hosts, a part of the
+    fabric between switches (``host`` None, ``fabric`` naming it), or the fleet.
 
     ``value`` and ``reference`` are in ``unit``; ``deficit_pct`` is how far ``value`` falls below
     ``reference`` (percent); ``robust_z`` its distance from the reference in robust standard
@@ -113,7 +141,7 @@ class Finding:
 
     kind: Kind
     severity: Severity
-    host: str
+    host: str | None
     evidence: str
     action: Action
     action_detail: str = ""
@@ -132,6 +160,7 @@ class Finding:
     robust_z: float | None = None
     share_pct: float | None = None
     confirmed: bool = False
+    fabric: tuple[FabricPart, ...] = ()  # the fabric part a finding of FABRIC_KINDS names, or the set it narrowed to
 
     def __post_init__(self) -> None:
         # A word read back from a document is a plain string: made its member here, so a finding
@@ -146,7 +175,19 @@ class Finding:
                 "reference": self.reference, "unit": self.unit, "reference_source": self.reference_source,
                 "deficit_pct": self.deficit_pct, "robust_z": self.robust_z, "share_pct": self.share_pct,
                 "confirmed": self.confirmed, "basis": self.basis, "evidence": self.evidence,
-                "action": self.action, "action_detail": self.action_detail}
+                "action": self.action, "action_detail": self.action_detail, **self._fabric_dict()}
+
+    def _fabric_dict(self) -> dict[str, Any]:
+        """``fabric_link`` (a located link), ``switch`` (a located switch), or, for a set the
+        tests could not split, both null and ``fabric_candidates`` listing it."""
+        if not self.fabric:
+            return {}
+        if len(self.fabric) > 1:
+            return {"fabric_link": None, "switch": None, "fabric_candidates": [p.to_dict() for p in self.fabric]}
+        part = self.fabric[0]
+        if part.switch is not None:
+            return {"fabric_link": None, "switch": part.switch, "rail": part.rail}
+        return {"fabric_link": part.to_dict(), "switch": None}
 
 
 def cost_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:

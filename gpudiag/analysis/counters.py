@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..findings import Basis, Finding, Kind, Severity
-from . import rules
+from . import actions, rules
 from .reference import weighted_median
 from .thresholds import Thresholds
 
@@ -282,7 +282,7 @@ def _finding(gpu: rules.GpuTelemetry, suspects: list[CounterSuspect], thresholds
     figures, the evidence names each."""
     worst = max(suspects, key=lambda e: e.value / max(1, getattr(thresholds, e.reading.spec.floor)))
     spec = worst.reading.spec
-    verb, detail = rules.action(spec.cause, Severity.WARN, gpu.nvml_index)
+    verb, detail = actions.action(spec.cause, Severity.WARN, gpu.nvml_index)
     metric = f"telemetry.{spec.metric}" + ("_growth" if worst.figure == GROWTH else "")
     return Finding(kind=spec.kind, severity=Severity.WARN, host=gpu.host, gpu=gpu.nvml_index, gpu_uuid=gpu.gpu_uuid,
                    pci_bus_id=gpu.pci_bus_id, metric=metric, value=_number(worst.value),

@@ -26,11 +26,11 @@ from typing import Any
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..records import HostRecords, ProbeResult, device_index
+from .actions import action
 from .identity import HostGpus
 from .measurements import Measurement
 from .nodes import gpu_key
 from .reference import BASELINE, FLEET, SKU, SMALL_FLEET_HOSTS, SMALL_FLEET_MIN_VALUES, KeyReferences
-from .rules import action
 from .thresholds import Thresholds
 
 # Probes that need a GPU; on a host without one their skips are expected, not gaps.

@@ -12,7 +12,7 @@ from typing import Any
 from ..findings import INTERRUPTED, Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts, plural
 from ..records import HostRecords
-from . import rules
+from . import actions
 from .identity import HostGpus
 from .measurements import Measurement
 from .reference import KeyReferences
@@ -88,7 +88,7 @@ def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Seque
     one_key = len(keys) == 1
     value = statistics.median(s.measurement.value for s in group) if one_key else None
     unit = group[0].measurement.unit if one_key else None
-    verb, detail = rules.action(Kind.FLEET_SHIFT, severity)
+    verb, detail = actions.action(Kind.FLEET_SHIFT, severity)
     evidence = (f"{probe}.{metric} low on {len(hosts)} of {plural(total, 'host')} ({share:.0f} %), median deficit "
                 f"{deficit:.1f} % against the {source} reference; "
                 f"{plural(len(confirmed_hosts), 'host')} confirmed by re-test")
@@ -101,7 +101,9 @@ def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Seque
 
 
 
-NOT_EXCLUDING = (Kind.FLEET_SHIFT, Kind.SOFTWARE_REGRESSION)  # a group's finding keeps no host out
+# A group's finding, or the network's, keeps no host out.
+NOT_EXCLUDING = (Kind.FLEET_SHIFT, Kind.SOFTWARE_REGRESSION, Kind.SLOW_NETWORK, Kind.SLOW_FABRIC_LINK,
+                 Kind.SLOW_SWITCH)
 
 
 def _not_checked(finding: Finding) -> bool:

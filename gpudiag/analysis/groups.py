@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts, plural
-from . import rules
+from . import actions, rules
 from .fleet import hosts_measuring
 from .keys import hardware_key, software_change
 from .measurements import Measurement
@@ -236,7 +236,7 @@ def _finding(kind: Kind, change: str, model: str, shifts: Sequence[GroupShift],
     deficit = head.deficit_pct
     severity = Severity.FAIL if deficit >= thresholds.deficit_fail_pct else Severity.WARN
     cause, cause_words = _cause(head, telemetry, clock_costs, thresholds)
-    verb, detail = rules.action(cause, severity)
+    verb, detail = actions.action(cause, severity)
     parts = [_group_words(kind, change, model, len(hosts), total)]
     parts += [_metric_words(shift) for shift in shifts]
     if at_reference:  # a fleet split in two: the rest of the group is no part of the shift

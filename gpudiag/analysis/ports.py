@@ -39,7 +39,7 @@ from typing import Any
 
 from ..findings import Basis, Finding, Kind, Severity
 from ..records import ProbeResult
-from . import rules
+from . import actions
 from .counters import COUNT, GROWTH, PeerCounts, PriorCounts, counter_evidence
 from .thresholds import Thresholds
 
@@ -332,7 +332,7 @@ def _counter_evidence(suspect: _CounterSuspect) -> str:
 
 def _finding(port: Port, severity: Severity, cause: str, evidence: str, metric: str, value: float | None,
              reference: float | None, unit: str = "Gbit/s") -> Finding:
-    verb, detail = rules.action(cause, severity)
+    verb, detail = actions.action(cause, severity)
     return Finding(kind=Kind.NIC_PORT, severity=severity, host=port.host, metric=metric,
                    value=None if value is None else _number(value),
                    reference=None if reference is None else _number(reference),

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..findings import Basis, Finding, Kind, Severity, cost_order
 from ..hosts import plural
-from . import clocks, coverage, rules
+from . import actions, clocks, coverage, rules
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, NODE_MEDIAN, Measurement
 from .pairs import Pair, attribute_pairs
@@ -216,7 +216,7 @@ def starved_hosts(suspects: Sequence[Suspect], context: Context) -> list[Finding
     for host in sorted(context.facts):
         starved = coverage.starvation(context.facts[host], context.thresholds)
         if starved and host not in slow:
-            verb, detail = rules.action("starved_node", Severity.WARN)
+            verb, detail = actions.action("starved_node", Severity.WARN)
             findings.append(Finding(kind=Kind.SLOW_NODE, severity=Severity.WARN, host=host, basis=Basis.FACTS,
                                     action=verb, action_detail=detail, evidence="host starved: " + ", ".join(starved)
                                     + "; no measurement slow yet"))
@@ -232,7 +232,7 @@ def _speed_finding(kind: Kind, cause: str, severity: Severity, suspect: Suspect,
     m, ref = suspect.measurement, suspect.reference
     gpu = context.gpu(m)
     who = context.identity(m.host, m.device, m.gpu_uuid)
-    verb, detail = rules.action(cause, severity, who.nvml_index)
+    verb, detail = actions.action(cause, severity, who.nvml_index)
     note = who.renumbered_note()
     if note is not None and m.probe != "p2p":  # a pair's evidence names its ends by NVML's index already
         evidence = f"{evidence}; {note}"
@@ -291,7 +291,7 @@ def rule_findings(telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]], thr
             if gpu.gpu_uuid in settled:
                 continue
             for rule in rules.telemetry_findings(gpu, thresholds.throttle_share_pct):
-                verb, detail = rules.action(rule.cause, rule.severity, rule.nvml_index)
+                verb, detail = actions.action(rule.cause, rule.severity, rule.nvml_index)
                 findings.append(Finding(kind=rule.kind, severity=rule.severity, host=host, gpu=rule.nvml_index,
                                         gpu_uuid=rule.gpu_uuid, pci_bus_id=gpu.pci_bus_id, evidence=rule.evidence,
                                         action=verb, action_detail=detail, basis=Basis.TELEMETRY))
@@ -379,7 +379,7 @@ def _pair_finding(pair: Pair, context: Context) -> Finding:
         evidence += "; the pair's other direction and both-ways figures are not low: one figure alone, a warning"
     finding = _speed_finding(Kind.SLOW_LINK, Kind.SLOW_LINK, severity, pair.worst, evidence, context)
     first, second = context.identity(pair.host, a), context.identity(pair.host, b)
-    verb, detail = rules.action(Kind.SLOW_LINK, severity, first.nvml_index, second.nvml_index)
+    verb, detail = actions.action(Kind.SLOW_LINK, severity, first.nvml_index, second.nvml_index)
     if a != pair.worst.measurement.device:  # the finding names end ``a``: its UUID and bus id, not the other's
         finding = dataclasses.replace(finding, gpu_uuid=first.gpu_uuid, pci_bus_id=first.pci_bus_id)
     return dataclasses.replace(finding, gpu=first.nvml_index, peer=pair.host, peer_gpu=second.nvml_index,

@@ -36,7 +36,7 @@ from typing import Any
 from ..errors import InstallationError
 from ..findings import Action, Basis, Finding, Kind, Severity
 from ..records import HostRecords, ProbeResult, device_index
-from .rules import SERVICE_VERBS
+from .actions import SERVICE_VERBS
 
 PROBE = "xid"
 LOG_METRIC = "kernel_log"

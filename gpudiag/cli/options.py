@@ -15,7 +15,7 @@ from ..links.remote import NET_BACKENDS
 from ..records import DTYPES
 from ..report import check_writable, write_report
 from ..report.prometheus import check_prom_file
-from ..run.request import LINK_MODES
+from ..run.request import LINK_MODES, NO_TOPOLOGY
 from ..store.store import default_store_path
 from ..transport.bounded import KIB, MIB, OutputLimits
 from ..transport.ssh import SshSettings
@@ -225,6 +225,30 @@ def net_line_rate_option(function: click.decorators.FC) -> click.decorators.FC:
     return click.option("--net-line-rate", type=click.FloatRange(min=0.001), default=None, metavar="GBPS",
                         help="The data links' line rate in Gb/s, where the nodes' own port speed is wrong or unknown "
                              "(virtual NICs, rate-limited overlays); links are judged against it.")(function)
+
+
+# Where a site sets its topology once: paths separated as in $PATH (gpudiag.fabric.readers).
+TOPOLOGY_ENV = "GPUDIAG_TOPOLOGY"
+
+
+def topology_option(function: click.decorators.FC) -> click.decorators.FC:
+    """The ``--topology FILE`` option, repeatable (into ``topology``: the paths, with the site's
+    $GPUDIAG_TOPOLOGY where none is given; ``none`` turns it off)."""
+    return click.option(
+        "--topology", "topology", multiple=True, metavar="FILE", callback=_topology_paths,
+        help=f"The fabric between the nodes: an ibnetdiscover capture, Slurm's topology.conf, lldpctl -f json or "
+             f"gpudiag's topology JSON (repeat it for one file per rail); the screen then loads every switch link "
+             f"and names a slow one (default: ${TOPOLOGY_ENV}, paths separated by '{os.pathsep}'; none: no "
+             f"topology).")(function)
+
+
+def _topology_paths(context: click.Context, parameter: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value:
+        site = os.environ.get(TOPOLOGY_ENV, "").strip()
+        value = tuple(path for path in site.split(os.pathsep) if path) if site else ()
+    if NO_TOPOLOGY in value and len(value) > 1:
+        raise InputError(f"--topology {NO_TOPOLOGY} turns the topology off: give it alone, not with files")
+    return tuple(value)
 
 
 def thresholds_option(function: click.decorators.FC) -> click.decorators.FC:

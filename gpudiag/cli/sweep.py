@@ -62,6 +62,7 @@ from .options import (
     ssh_options,
     store_option,
     thresholds_option,
+    topology_option,
     with_options,
 )
 from .probe import listed_probe_names, probe_options
@@ -103,10 +104,11 @@ def link_options(function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def with_links(*args: Any, links: str, net_backend: str, net_address: str, net_duration: float,
                    net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
-                   **kwargs: Any) -> Any:
+                   topology: tuple[str, ...], **kwargs: Any) -> Any:
         pair = PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams,
                                line_rate_gbps=net_line_rate, allow_socket=net_allow_socket)
-        chosen = LinkOptions(mode=links, net_address=net_address, screen_stride=screen_stride, pair=pair)
+        chosen = LinkOptions(mode=links, net_address=net_address, screen_stride=screen_stride, pair=pair,
+                             topology=topology)
         return function(*args, links=chosen, **kwargs)
 
     decorators = [
@@ -123,6 +125,7 @@ def link_options(function: Callable[..., Any]) -> Callable[..., Any]:
                           "more than the last stored sweep's, so successive sweeps reach every pair)."),
         click.option("--net-allow-socket", is_flag=True,
                      help="nccl: let NCCL fall back to sockets instead of failing when no IB path exists."),
+        topology_option,
     ]
     return with_options(with_links, decorators)
 

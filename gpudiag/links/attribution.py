@@ -78,6 +78,7 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     group_baseline,
     group_reference,
     host_link_figures,
+    judged_gbps,
     link_thresholds,
     mean_gbps,
     pair_means,
@@ -323,7 +324,7 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], referen
     if floor is not None:
         at_floor = {host for host, pairs in mine.items() if any(f.gbps >= floor for f in pairs)}
         trusted = known_good & at_floor
-        doubting = _doubting_shift(mine, at_floor, trusted, thresholds)
+        doubting = _doubting_shift(mine, at_floor, trusted, thresholds, reference)
     # ``alone``: slow with the one partner it had, so its NIC is not known either way yet
     suspect_hosts = {v.host for v in nics if not v.confirmed} | alone | doubting | \
         {host for v in links for host in v.undecided if host in unproven}
@@ -387,7 +388,8 @@ def _link_suspects(figures: Sequence[PairFigure], culprits: set[str], alone: set
 
 def _pair_figure(pair: Pair, runs: Sequence[float], reference: GroupReference,
                  thresholds: LinkThresholds) -> PairFigure:
-    mean = mean_gbps(runs)
+    """The pair's figure as it is judged (``judged_gbps``: the median of its runs)."""
+    mean = judged_gbps(runs)
     compared = reference.compared
     return PairFigure(pair[0], pair[1], mean, tuple(sorted(runs)), compared and reference.is_slow(mean, thresholds),
                       compared and reference.is_doubtful(mean, thresholds))
@@ -496,12 +498,17 @@ def _fine_elsewhere(host: str, slow: PairFigure, pairs: Sequence[PairFigure]) ->
 
 
 def _doubting_shift(mine: Mapping[str, Sequence[PairFigure]], at_floor: set[str], trusted: frozenset[str],
-                    thresholds: LinkThresholds) -> set[str]:
+                    thresholds: LinkThresholds, reference: GroupReference) -> set[str]:
     """Hosts of a shifted group below the floor that cannot yet tell the shift from faults of
-    their own or their partners': fewer than ``confirm_partners`` partners, or, where some hosts
-    do reach the floor, none of them among their partners."""
+    their own or their partners': fewer than ``confirm_partners`` partners (in a small job,
+    every other host of it, and the one pair of a 2-node job run twice), or, where some hosts do
+    reach the floor, none of them among their partners."""
+    wanted = thresholds.confirm_partners
+    if reference.job_level:
+        wanted = max(1, min(wanted, len(mine) - 1))
     return {host for host, pairs in mine.items() if host not in at_floor
-            and (len(pairs) < thresholds.confirm_partners or (trusted and not trusted & {f.peer(host) for f in pairs}))}
+            and (len(pairs) < wanted or (len(mine) == 2 and len(pairs[0].runs_gbps) < 2)
+                 or (trusted and not trusted & {f.peer(host) for f in pairs}))}
 
 
 def _shift(reference: GroupReference, figures: Sequence[PairFigure], doubting: set[str]) -> LinkShift | None:

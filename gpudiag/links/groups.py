@@ -57,6 +57,9 @@ class LinkThresholds:
     min_hosts: int = 6
     confirm_partners: int = 3
     floor_backends: tuple[str, ...] = LINE_RATE_BACKENDS
+    # Whether the hosts are the job (its network judged as a whole where every pair runs alike below
+    # the line rate), not a sample of it (--suspects and their reference peers).
+    whole_job: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.deficit_pct < 100:
@@ -154,6 +157,32 @@ class GroupBaseline:
         return self.deficit_pct(gbps) >= thresholds.deficit_pct and self.robust_z(gbps) <= thresholds.robust_z
 
 
+# Streams (TCP streams, RDMA QPs) of one direction of a pair test, and switches on one traced path.
+MAX_STREAMS = 256
+MAX_HOPS = 16
+
+
+@dataclass(frozen=True)
+class StreamFigure:
+    """One stream of a pair test in one direction (a TCP stream, an RDMA QP): its Gb/s, and the
+    switches its path crossed in order, the source's leaf first (``hops``; None: not traced)."""
+
+    gbps: float
+    hops: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.gbps) and self.gbps >= 0):
+            raise ValueError(f"a stream's gbps must be finite and non-negative, got {self.gbps}")
+        if self.hops is not None and not (0 < len(self.hops) <= MAX_HOPS and all(self.hops)):
+            raise ValueError(f"a stream's hops must be 1 to {MAX_HOPS} switch names, got {self.hops!r}")
+
+
+def collective_gbps(streams: Sequence[StreamFigure]) -> float | None:
+    """What a collective that splits its data evenly over these streams gets: their count times
+    the slowest (Gb/s); None without streams."""
+    return len(streams) * min(s.gbps for s in streams) if streams else None
+
+
 @dataclass(frozen=True)
 class LinkResult:
     """One measured pair: ends ``a`` and ``b``, ``backend`` (tcp, nccl, perftest), ``rail``
@@ -161,9 +190,11 @@ class LinkResult:
     the pair could not be measured, and the port's ``line_rate_gbps`` (None: unknown).
     ``fault``: the end an error is known to be that end's own (its pair server did not start, or
     its client printed no valid record), so it says nothing of the other; None: either end, or
-    the path between them. Raises ValueError for a pair of one host, an unknown backend, a
-    figure that is neither a finite non-negative number nor absent with a reason, or a fault
-    that is no end of an error."""
+    the path between them. ``streams``: each stream's figure from ``a`` to ``b`` (the client's
+    direction, whose paths may be traced), ``back_streams`` from ``b`` to ``a``; empty where the
+    backend reports none. Raises ValueError for a pair of one host, an unknown backend, a
+    figure that is neither a finite non-negative number nor absent with a reason, a fault that
+    is no end of an error, or more than MAX_STREAMS streams a direction."""
 
     a: str
     b: str
@@ -173,9 +204,13 @@ class LinkResult:
     line_rate_gbps: float | None = None
     error: str | None = None
     fault: str | None = None
+    streams: tuple[StreamFigure, ...] = ()
+    back_streams: tuple[StreamFigure, ...] = ()
 
     def __post_init__(self) -> None:
         pair_key(self.a, self.b)
+        if len(self.streams) > MAX_STREAMS or len(self.back_streams) > MAX_STREAMS:
+            raise ValueError(f"{self.a}↔{self.b}: more than {MAX_STREAMS} streams in one direction")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; expected one of {', '.join(BACKENDS)}")
         if self.rail is not None and self.rail < 0:
@@ -196,6 +231,13 @@ class LinkResult:
     @property
     def group(self) -> LinkGroup:
         return LinkGroup(self.backend, self.rail, self.line_rate_gbps)
+
+    @property
+    def collective_gbps(self) -> float | None:
+        """The slower direction's figure as a collective sees it (``collective_gbps``); None
+        without per-stream figures."""
+        figures = [f for f in (collective_gbps(self.streams), collective_gbps(self.back_streams)) if f is not None]
+        return min(figures) if figures else None
 
 
 @dataclass(frozen=True)
@@ -479,10 +521,16 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     slow with every partner: which of them cannot be told, and the floor and the baseline judge
     alone). ``trim_spread``: the least spread (a fraction of the level) the fleet level sets
     pairs aside by (gpudiag.analysis.reference.fleet_reference)."""
-    means = sorted(mean_gbps(values) for values in runs.values())
+    means = sorted(judged_gbps(values) for values in runs.values())
     best = host_bests(runs)
     floor = line_rate_floor(group, thresholds)
     members = tuple(sorted(best))
+    if len(best) < thresholds.min_hosts and thresholds.whole_job and network_below(means, floor):
+        # Every pair alike and below the line rate: the job's network as a whole (a LinkShift),
+        # its pairs judged among themselves only beyond what "alike" allows.
+        level = statistics.median(means)
+        return GroupReference(group, len(best), len(means), level, level * (ALIKE - 1) / 3, floor, shifted=True,
+                              baseline=baseline, members=members, job_level=True)
     if len(best) < thresholds.min_hosts:
         if job is None or len(best) < 3 or (floor is not None and job < floor) or (
                 baseline is not None and job < baseline.cutoff_gbps):
@@ -509,6 +557,17 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
                           below_baseline, members)
 
 
+# Pair figures within this ratio of each other run alike: one cause they share slows them all.
+ALIKE = 1.15
+
+
+def network_below(means: Sequence[float], floor: float | None) -> bool:
+    """Whether a small group's pair figures (``means``, sorted) all fall below the line-rate
+    ``floor`` and run alike (the fastest within ALIKE of the slowest): its network as a whole is
+    slow — the fabric, or every one of its NICs — which no part of it can be told from."""
+    return floor is not None and bool(means) and means[0] > 0 and means[-1] < floor and means[-1] <= means[0] * ALIKE
+
+
 def host_bests(runs: Mapping[Pair, Sequence[float]]) -> dict[str, float]:
     """Each host's best pair figure (the mean of a pair's runs), Gb/s."""
     best: dict[str, float] = {}
@@ -533,6 +592,16 @@ def line_rate_floor(group: LinkGroup, thresholds: LinkThresholds) -> float | Non
     if group.line_rate_gbps is None or group.backend not in thresholds.floor_backends:
         return None
     return group.line_rate_gbps * thresholds.line_rate_efficiency_pct / 100
+
+
+def judged_gbps(runs: Sequence[float]) -> float:
+    """A pair's figure as it is judged: the median of its runs (the mean of two). A pair is
+    re-tested for a low run; from three runs on, that one run no longer decides it (a healthy
+    pair that dipped once is judged by the runs that repeat its level), while a pair slow in
+    most of its runs stays slow."""
+    ordered = sorted(runs)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else mean_gbps(ordered[middle - 1:middle + 1])
 
 
 def mean_gbps(values: Iterable[float]) -> float:

@@ -15,11 +15,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.rules import action
+from ..analysis.actions import action
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts, plural
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkSuspect, NicSuspect
-from .groups import GroupReference, pct_text, rate_text
+from .groups import LINE_RATE, GroupReference, pct_text, rate_text
 from .schedule import Pair, pair_key
 
 UNIT = "Gbit/s"
@@ -44,7 +44,36 @@ def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list
     findings += [_error(e) for e in attribution.errors if not alone & {e.a, e.b}]
     findings += [_shift(s, fail_deficit_pct) for s in attribution.shifts]
     findings += [_not_compared(r) for r in attribution.references if not r.level_checked and r.pairs]
-    return _fold_rails(findings)
+    return _never_every_host(_fold_rails(findings), attribution)
+
+
+def _never_every_host(findings: list[Finding], attribution: LinkAttribution) -> list[Finding]:
+    """Suspects that would keep every host of a group out of the job (each an unconfirmed NIC or
+    pair, or an end of a slow pair) as one warning about the group's network instead: which of
+    its NICs, or whether the fabric, cannot be told, and a job kept off every node is no answer.
+    Not a pass: the sweep exits 3."""
+    for backend in sorted({reference.group.backend for reference in attribution.references}):
+        groups = [r for r in attribution.references if r.group.backend == backend]
+        members = {host for reference in groups for host in reference.members}
+        suspects = [f for f in findings if f.kind in (Kind.UNCHECKED, Kind.SLOW_LINK) and f.basis != Basis.COMPARISON
+                    and _where(f.metric)[0] == backend and {f.host, f.peer} & members]
+        named = {end for f in suspects for end in (f.host, f.peer) if end is not None}
+        if len(members) < 2 or not members <= named or any(f.kind == Kind.SLOW_NIC for f in findings):
+            continue
+        findings = [f for f in findings if f not in suspects] + [_network_unsettled(backend, members, suspects)]
+    return findings
+
+
+def _network_unsettled(backend: str, members: set[str], suspects: Sequence[Finding]) -> Finding:
+    verb, detail = action(Kind.SLOW_NETWORK, Severity.WARN)
+    worst = max(suspects, key=lambda f: f.deficit_pct or 0.0)
+    evidence = (f"every host of the {backend} pair tests ({fold_hosts(sorted(members))}) is suspected slow: "
+                f"{'; '.join(sorted({f.evidence for f in suspects})[:3])}; which of their NICs, or whether the "
+                "fabric, cannot be told from these pairs — not a pass, and no host is kept out for it")
+    return Finding(kind=Kind.SLOW_NETWORK, severity=Severity.WARN, host=None, metric=_metric(backend, None),
+                   value=worst.value, reference=worst.reference, unit=UNIT, reference_source=worst.reference_source,
+                   deficit_pct=worst.deficit_pct, confirmed=False, basis=Basis.SINGLE_RUN, evidence=evidence,
+                   action=verb, action_detail=detail)
 
 
 def _fold_rails(findings: list[Finding]) -> list[Finding]:
@@ -198,11 +227,15 @@ def _not_compared(reference: GroupReference) -> Finding:
 
 
 def _shift(shift: LinkShift, fail_deficit_pct: float) -> Finding:
+    """A group below its line rate is its network as a whole (``slow_network``: the fabric or
+    every one of its NICs, in a job of any size), a finding of no host; one below its stored
+    baseline a ``fleet_shift`` of the fabric."""
     reference = shift.reference_gbps  # the line rate, or the baseline's median
     deficit = 100 * (reference - shift.fleet_gbps) / reference
     severity = _severity(shift.confirmed, deficit, fail_deficit_pct)
-    verb, detail = action(Kind.FLEET_SHIFT, severity)
-    return Finding(kind=Kind.FLEET_SHIFT, severity=severity, host=f"{shift.backend} fabric",
+    kind = Kind.SLOW_NETWORK if shift.source == LINE_RATE else Kind.FLEET_SHIFT
+    verb, detail = action(kind, severity)
+    return Finding(kind=kind, severity=severity, host=None if kind == Kind.SLOW_NETWORK else f"{shift.backend} fabric",
                    metric=_metric(shift.backend, shift.rail), value=round(shift.fleet_gbps, 3),
                    reference=round(reference, 3), unit=UNIT, reference_source=shift.source,
                    deficit_pct=round(deficit, 2), share_pct=round(100 * shift.pairs_below / max(1, shift.pairs), 1),

@@ -29,15 +29,19 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import ProbeOutputError
 from ..records import ProbeResult, parse_probe_output
 from ..transport import CommandResult, RunningCommand, Session, TransportError
 from ..transport.cancel import cancel_all
 from .attribution import BACKENDS, LinkResult
+from .groups import MAX_STREAMS, StreamFigure
 from .protocol import Listening, PairProtocolError, done_event, listening_event, parse_event, plain_text
 
 AUTO = "auto"
+# The backend whose streams' paths a client traces (TTL-limited SYNs of each stream's 5-tuple).
+TRACED_BACKEND = "tcp"
 NET_BACKENDS = (AUTO, *BACKENDS)
 # Seconds the node's Python needs to start (and import torch for nccl) before the test begins.
 STARTUP_S = 30.0
@@ -95,11 +99,15 @@ class PairTestOptions:
         argv += ["--bind", bind] if bind else []
         return argv + self._flags(secret)
 
-    def client_argv(self, backend: str, address: str, port: int, secret: str | None = None) -> list[str]:
+    def client_argv(self, backend: str, address: str, port: int, secret: str | None = None,
+                    trace_hops: int = 0) -> list[str]:
+        """The pair client's command line; ``trace_hops``: the switches between the two leaves
+        whose address each stream's path is traced for (tcp only; 0: none)."""
         host = f"[{address}]" if ":" in address else address
         argv = [self.python, "-m", "probes", "net-client", "--backend", backend, "--connect", f"{host}:{port}",
                 "--duration", f"{self.duration_s:g}", "--streams", str(self.streams),
                 "--deadline", f"{self.deadline_s:g}", "--stdin-lifeline"]
+        argv += ["--trace-hops", str(trace_hops)] if trace_hops > 0 and backend == TRACED_BACKEND else []
         return argv + self._flags(secret)
 
     def _flags(self, secret: str | None) -> list[str]:
@@ -108,17 +116,35 @@ class PairTestOptions:
         return token + ["--allow-socket"] * self.allow_socket + ["--host-memory"] * self.host_memory
 
 
+class PathTracer(Protocol):
+    """What a topology says of a pair's paths (gpudiag.fabric): how many switches between the two
+    leaves each stream's path is traced through, and the switches a traced path's router
+    addresses name."""
+
+    def hops_to_trace(self, a: str, b: str) -> int:
+        """Switches between the leaves of client ``a`` and server ``b`` (0: nothing to trace)."""
+        ...
+
+    def switches(self, a: str, b: str, addresses: Sequence[str | None]) -> tuple[str, ...] | None:
+        """The path of a stream from ``a`` to ``b``, its switches in order (``a``'s leaf first),
+        from the addresses its traced hops answered from; None where one did not answer or names
+        no switch of the topology."""
+        ...
+
+
 class RemotePairRunner:
     """The PairRunner of gpudiag.links.rounds over the sweep's sessions. ``session_of(host)``
     gives a host's open session (None: it has none), which the runner closes when its pair is
-    done (a pooled session stays connected); ``addresses`` each host's data-plane address.
+    done (a pooled session stays connected); ``addresses`` each host's data-plane address;
+    ``tracer``: the topology's paths, to trace each tcp stream's (None: no tracing).
     Thread-safe: the pairs of a round run at once."""
 
     def __init__(self, session_of: Callable[[str], Session | None], addresses: Mapping[str, str],
-                 options: PairTestOptions) -> None:
+                 options: PairTestOptions, tracer: PathTracer | None = None) -> None:
         self._session_of = session_of
         self._addresses = dict(addresses)
         self._options = options
+        self._tracer = tracer
         self._lock = threading.Lock()
         self._running: set[RunningCommand] = set()
 
@@ -129,6 +155,10 @@ class RemotePairRunner:
             return self._run_pair(a, b)
         except TransportError as error:
             return [self._error(a, b, backend, None, str(error))]
+
+    def round_started(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Nothing to prepare: real pairs load the real fabric."""
+        return None
 
     def cancel(self) -> None:
         """End every server and client started and not yet finished (Ctrl-C, the run's deadline)."""
@@ -161,8 +191,9 @@ class RemotePairRunner:
             started = _listening(b, server, secret)
             if isinstance(started, str):
                 return [self._error(a, b, options.backend, None, started, fault=b)]
+            hops = self._tracer.hops_to_trace(a, b) if self._tracer is not None else 0
             client = self._run_client(a, client_session, lambda token: options.client_argv(
-                started.backend, address, started.port, token), secret)
+                started.backend, address, started.port, token, hops), secret)
             records, problem = _client_records(a, client, options.deadline_s + STARTUP_S)
             if problem is None:
                 problem = check_records(a, records)
@@ -225,8 +256,25 @@ class RemotePairRunner:
                                           error=_hide(_failure(failed), secret)))
                 continue
             slowest = min(float(r.value) for r in rail_records if r.value is not None)
-            results.append(LinkResult(a, b, backend, rail, max(0.0, slowest), line_rate))
+            forward, backward = self._streams(a, b, rail_records)
+            results.append(LinkResult(a, b, backend, rail, max(0.0, slowest), line_rate, streams=forward,
+                                      back_streams=backward))
         return results
+
+    def _streams(self, a: str, b: str,
+                 records: Sequence[ProbeResult]) -> tuple[tuple[StreamFigure, ...], tuple[StreamFigure, ...]]:
+        """Each direction's streams of one rail (client to server, then back), each client-to-server
+        stream's traced path named by the tracer; none where a record's figures do not add up."""
+        directions = {}
+        for record in records:
+            figures = _stream_figures(record)
+            hops = record.details.get("stream_hops") if record.params.get("direction") == DIRECTIONS[0] else None
+            paths: list[tuple[str, ...] | None] = [None] * len(figures)
+            if self._tracer is not None and isinstance(hops, list) and len(hops) == len(figures):
+                paths = [self._tracer.switches(a, b, trace) if isinstance(trace, list) else None for trace in hops]
+            directions[record.params.get("direction")] = tuple(
+                StreamFigure(gbps, path) for gbps, path in zip(figures, paths, strict=True))
+        return directions.get(DIRECTIONS[0], ()), directions.get(DIRECTIONS[1], ())
 
     def _line_rate(self, records: Sequence[ProbeResult]) -> float | None:
         if self._options.line_rate_gbps is not None:
@@ -239,6 +287,18 @@ class RemotePairRunner:
                fault: str | None = None) -> LinkResult:
         backend = backend if backend in BACKENDS else "tcp"
         return LinkResult(a, b, backend, rail, line_rate_gbps=self._options.line_rate_gbps, error=reason, fault=fault)
+
+
+def _stream_figures(record: ProbeResult) -> list[float]:
+    """A record's per-stream Gbit/s (``stream_gbps``, checked by the record's schema), where they
+    add up to its figure within a quarter (the streams of one measurement); else none."""
+    figures = record.details.get("stream_gbps")
+    if not isinstance(figures, list) or not figures or record.value is None or len(figures) > MAX_STREAMS:
+        return []
+    values = [float(v) for v in figures if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    if len(values) != len(figures) or not math.isclose(math.fsum(values), float(record.value), rel_tol=0.25):
+        return []
+    return values
 
 
 def _listening(host: str, server: RunningCommand, secret: str) -> Listening | str:

@@ -22,6 +22,7 @@ from .attribution import (
     LinkThresholds,
     attribute_links,
 )
+from .groups import MAX_STREAMS, StreamFigure
 from .schedule import FULL, SCREEN, Pair, Round, Suspects, confirm_rounds, full_rounds, pair_key, screen_rounds
 
 MODES = ("none", SCREEN, FULL)
@@ -36,6 +37,10 @@ class PairRunner(Protocol):
     rail that could not be measured); never raises for a bad pair."""
 
     def run_pair(self, a: str, b: str) -> list[LinkResult]: ...
+
+    def round_started(self, pairs: Sequence[Pair]) -> None:
+        """The pairs of the round that starts now (each then runs through ``run_pair``, at once)."""
+        ...
 
     def cancel(self) -> None:
         """End the pair tests in flight (Ctrl-C): they come back soon, as errors."""
@@ -52,9 +57,13 @@ class LinkRecord:
 
     def to_dict(self) -> dict[str, Any]:
         r = self.result
-        return {"a": r.a, "b": r.b, "rail": r.rail, "backend": r.backend, "metric": "gbps", "value": r.gbps,
-                "unit": "Gbit/s", "phase": self.phase, "line_rate_gbps": r.line_rate_gbps, "error": r.error,
-                "fault": r.fault}
+        entry = {"a": r.a, "b": r.b, "rail": r.rail, "backend": r.backend, "metric": "gbps", "value": r.gbps,
+                 "unit": "Gbit/s", "phase": self.phase, "line_rate_gbps": r.line_rate_gbps, "error": r.error,
+                 "fault": r.fault}
+        if r.streams or r.back_streams:
+            entry.update(collective_gbps=r.collective_gbps, streams=[_stream_dict(s) for s in r.streams],
+                         back_streams=[_stream_dict(s) for s in r.back_streams])
+        return entry
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LinkRecord:
@@ -71,7 +80,8 @@ class LinkRecord:
             error = None if value is not None else str(data.get("error") or "no figure")
             a, b, fault = str(data["a"]), str(data["b"]), data.get("fault")
             fault = fault if error is not None and fault in (a, b) else None
-            result = LinkResult(a, b, str(data["backend"]), rail, value, rate, error, fault)
+            result = LinkResult(a, b, str(data["backend"]), rail, value, rate, error, fault,
+                                _streams(data.get("streams")), _streams(data.get("back_streams")))
         except KeyError as missing:
             raise ValueError(f"a link entry needs {missing.args[0]!r}") from None
         return cls(str(data.get("phase") or ""), result)
@@ -100,27 +110,70 @@ class _OutOfTime(_Interrupted):
     """The deadline came before a round could start or while it ran; carries what finished."""
 
 
+class LinkPlan(Protocol):
+    """How a link phase chooses its rounds and judges them: the first rounds (a screen or the full
+    round robin), the attribution of everything measured so far, and the confirm rounds that
+    follow it. ``PlainPlan`` is the plan without a topology; gpudiag.fabric has the one with."""
+
+    def first_rounds(self, hosts: Sequence[str]) -> list[Round]: ...
+
+    def attribute(self, records: Sequence[LinkRecord]) -> LinkAttribution: ...
+
+    def confirm(self, attribution: LinkAttribution, suspects: Suspects, records: Sequence[LinkRecord]) -> list[Round]:
+        """The next confirm rounds for ``suspects`` (the NIC and pair suspects left to settle)
+        and whatever else the plan still wants re-tested; [] when nothing is."""
+        ...
+
+
+@dataclass(frozen=True)
+class PlainPlan:
+    """The schedule without a topology: ``screen`` (a cycle of ``stride``) or ``full``, then each
+    suspect re-paired with hosts that passed (gpudiag.links.schedule)."""
+
+    mode: str
+    thresholds: LinkThresholds = DEFAULT_THRESHOLDS
+    stride: int = 1
+    baseline: LinkBaseline | None = None
+
+    def first_rounds(self, hosts: Sequence[str]) -> list[Round]:
+        if self.mode == FULL:
+            return full_rounds(hosts)
+        return screen_rounds(hosts, (self.stride - 1) % max(1, len(hosts) // 2) + 1)
+
+    def attribute(self, records: Sequence[LinkRecord]) -> LinkAttribution:
+        return attribute_links((r.result for r in records), self.thresholds, baseline=self.baseline)
+
+    def confirm(self, attribution: LinkAttribution, suspects: Suspects, records: Sequence[LinkRecord]) -> list[Round]:
+        if not suspects:
+            return []
+        tested = [r.result.pair for r in records]  # with repeats: re-runs go round the partners
+        return confirm_rounds(suspects, attribution.passed, tested)
+
+
 def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
               thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64, stride: int = 1, *,
               baseline: LinkBaseline | None = None, deadline: float | None = None,
-              clock: Callable[[], float] = time.monotonic) -> LinkRun:
+              clock: Callable[[], float] = time.monotonic, plan: LinkPlan | None = None) -> LinkRun:
     """The link phase of a sweep over ``hosts`` (those whose node probes passed, in sweep
     order): ``screen`` (two rounds forming a cycle of ``stride``, then confirm rounds; a stride
     beyond ⌊N/2⌋ for the hosts left wraps around) or ``full`` (the round-robin, then confirm
     rounds); ``none`` runs nothing. Every attribution also judges against ``baseline`` (a
-    gpudiag.store.baselines.Baseline; its link entries) where given. ``deadline`` (on ``clock``):
-    no round starts after it, and a round still running at it is ended; the run is then
-    ``cut_short``, with what finished and no verdicts. Raises ValueError for another mode."""
+    gpudiag.store.baselines.Baseline; its link entries) where given. ``plan``: another way to
+    choose and judge the rounds (a topology's: gpudiag.fabric), in place of ``PlainPlan``.
+    ``deadline`` (on ``clock``): no round starts after it, and a round still running at it is
+    ended; the run is then ``cut_short``, with what finished and no verdicts. Raises ValueError
+    for another mode."""
     if mode not in MODES:
         raise ValueError(f"unknown link mode {mode!r}; choose from {', '.join(MODES)}")
     if mode == "none" or len(hosts) < 2:
         return LinkRun((), attribute_links(()), 0)
-    first = full_rounds(hosts) if mode == FULL else screen_rounds(hosts, (stride - 1) % max(1, len(hosts) // 2) + 1)
+    plan = plan or PlainPlan(mode, thresholds, stride, baseline)
+    first = plan.first_rounds(hosts)
     records: list[LinkRecord] = []
     rounds = 0
     try:
         records += _run_rounds(first, runner, parallel, deadline, clock)
-        attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
+        attribution = plan.attribute(records)
         rounds = len(first)
         retested: set[str] = set()  # suspect hosts and pairs a confirm phase took up
         for phase in range(MAX_CONFIRM_PHASES + 1):
@@ -130,16 +183,13 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
                 # runs move the level and spread a little) may raise a pair measured once.
                 suspects = Suspects(tuple(h for h in suspects.hosts if h not in retested),
                                     tuple(p for p in suspects.pairs if _pair_name(p) not in retested))
-            if not suspects:
-                break
             retested |= set(suspects.hosts) | {_pair_name(p) for p in suspects.pairs}
-            tested = [r.result.pair for r in records]  # with repeats: re-runs go round the partners
-            confirm = confirm_rounds(suspects, attribution.passed, tested)
+            confirm = plan.confirm(attribution, suspects, records)
             if not confirm:
                 break
             records += _run_rounds(confirm, runner, parallel, deadline, clock)
             rounds += len(confirm)
-            attribution = attribute_links((r.result for r in records), thresholds, baseline=baseline)
+            attribution = plan.attribute(records)
     except _OutOfTime as late:
         records += late.records
         return LinkRun(tuple(records), attribute_links(()), rounds, cut_short=True)
@@ -166,6 +216,7 @@ def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int,
     for round_ in rounds:
         if deadline is not None and clock() >= deadline:
             raise _OutOfTime(records)
+        runner.round_started(round_.pairs)
         pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(round_.pairs))), thread_name_prefix="links")
         futures = [pool.submit(runner.run_pair, *pair) for pair in round_.pairs]
         try:
@@ -213,6 +264,27 @@ def link_results(entries: Iterable[Mapping[str, Any]]) -> list[LinkResult]:
         except ValueError:
             continue  # a hand-made or foreign entry: it names no pair test to read a figure from
     return results
+
+
+def _stream_dict(stream: StreamFigure) -> dict[str, Any]:
+    return {"gbps": stream.gbps, "hops": None if stream.hops is None else list(stream.hops)}
+
+
+def _streams(entries: object) -> tuple[StreamFigure, ...]:
+    """A document entry's streams (``_stream_dict``'s form). Raises ValueError for anything else."""
+    if entries is None:
+        return ()
+    if not isinstance(entries, list) or len(entries) > MAX_STREAMS:
+        raise ValueError(f"streams must be a list of at most {MAX_STREAMS} entries")
+    streams = []
+    for entry in entries:
+        if not isinstance(entry, Mapping) or not _is_number(entry.get("gbps")):
+            raise ValueError("a stream needs a gbps figure")
+        hops = entry.get("hops")
+        if hops is not None and not (isinstance(hops, list) and all(isinstance(h, str) for h in hops)):
+            raise ValueError("a stream's hops must be a list of switch names")
+        streams.append(StreamFigure(float(entry["gbps"]), None if hops is None else tuple(hops)))
+    return tuple(streams)
 
 
 def _is_number(value: object) -> bool:

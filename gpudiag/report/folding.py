@@ -21,8 +21,10 @@ def fold_findings(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, An
     of the first: its ``host`` the folded set (``node[004-064]``), ``hosts`` the hosts. A finding
     with a GPU, a peer or a figure of its own differs in that field too, and stays apart."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
-    for finding in findings:
-        groups.setdefault(_likeness(finding), []).append(finding)
+    for index, finding in enumerate(findings):
+        # a finding of no host (the fabric's) names its own part: never folded with another
+        key = _likeness(finding) if finding.get("host") is not None else f"\x00apart\x00{index}"
+        groups.setdefault(key, []).append(finding)
     folded: list[Mapping[str, Any]] = []
     for group in groups.values():
         if len(group) == 1:

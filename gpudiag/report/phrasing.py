@@ -68,7 +68,11 @@ def finding_where(finding: Mapping[str, Any], link_arrow: str = "↔", *, full_u
 
 
 def finding_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
-    """``node017:3``, ``node017:3↔5``, ``node001 ↔ node004`` or ``node050``: host, GPU index, peer."""
+    """``node017:3``, ``node017:3↔5``, ``node001 ↔ node004`` or ``node050``: host, GPU index, peer;
+    for a finding of the fabric between switches (no host), its part: ``rail 2 leaf03:12 ↔
+    spine04:3``, ``rail 2 switch spine02`` or ``rail 0 one of leaf01 ↔ spine02, …``."""
+    if finding.get("host") is None and any(key in finding for key in FABRIC_KEYS):
+        return fabric_location(finding, link_arrow)
     host, peer = str(finding.get("host")), finding.get("peer")
     gpu, peer_gpu = finding.get("gpu"), finding.get("peer_gpu")
     where = host if gpu is None else f"{host}:{gpu}"
@@ -77,6 +81,37 @@ def finding_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str
     if peer is not None:
         where += f" {link_arrow} {peer}" + ("" if peer_gpu is None else f":{peer_gpu}")
     return where
+
+
+# The keys a finding of the fabric between switches names its part by (gpudiag.findings.FabricPart).
+FABRIC_KEYS = ("fabric_link", "switch", "fabric_candidates")
+
+
+def fabric_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
+    """Where a fabric finding is (see ``finding_location``)."""
+    parts = finding.get("fabric_candidates")
+    if isinstance(parts, list) and parts:
+        named = [_fabric_part(part, link_arrow) for part in parts if isinstance(part, Mapping)]
+        rail = parts[0].get("rail") if isinstance(parts[0], Mapping) else None
+        return f"{_rail_words(rail)}one of {', '.join(named)}"
+    link = finding.get("fabric_link")
+    if isinstance(link, Mapping):
+        return _rail_words(link.get("rail")) + _fabric_part(link, link_arrow)
+    return _rail_words(finding.get("rail")) + f"switch {finding.get('switch')}"
+
+
+def _fabric_part(part: Mapping[str, Any], link_arrow: str) -> str:
+    if part.get("switch") is not None:
+        return f"switch {part['switch']}"
+    ends = [str(name) for name in part.get("switches") or []]
+    ports = part.get("ports")
+    if isinstance(ports, list) and len(ports) == len(ends):
+        ends = [f"{name}:{port}" for name, port in zip(ends, ports, strict=True)]
+    return f" {link_arrow} ".join(ends)
+
+
+def _rail_words(rail: Any) -> str:
+    return "" if rail is None else f"rail {rail} "
 
 
 def gpu_ids(finding: Mapping[str, Any], *, full_uuid: bool = False) -> str:

@@ -78,10 +78,17 @@ def comparison_phrases(document: Document) -> list[str]:
 
 
 def impact_phrase(impact: Mapping[str, Any] | None) -> str:
-    """``job slowdown 30.0 %, excluding node[012,017] recovers 28.0 %``; empty without an estimate."""
+    """``job slowdown 30.0 %, excluding node[012,017] recovers 28.0 %`` (the GPUs' and the network's
+    part counted: gpudiag.links.impact.with_network), or ``network slowdown 44.4 % (GPUs not
+    compared)``; empty without an estimate."""
+    if impact and impact.get("slowdown_pct") is None and impact.get("network_slowdown_pct") is not None:
+        return f"network slowdown {_pct(impact['network_slowdown_pct'])} (GPUs not compared)"
     if not impact or impact.get("slowdown_pct") is None:
         return ""
     phrase = f"job slowdown {_pct(impact['slowdown_pct'])}"
+    if impact.get("network_slowdown_pct") is not None and impact.get("gpu_slowdown_pct") is not None:
+        phrase += (f" (GPUs {_pct(impact['gpu_slowdown_pct'])}, network {_pct(impact['network_slowdown_pct'])}: "
+                   "a synchronous job waits for the slower)")
     exclude = list(impact.get("exclude") or [])
     if exclude and impact.get("recovered_pct") is not None:
         phrase += f", excluding {fold_hosts(exclude)} recovers {_pct(impact['recovered_pct'])}"

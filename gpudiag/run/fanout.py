@@ -39,6 +39,8 @@ PROBE_ERROR = "probe_error"
 UNCHECKED = Kind.UNCHECKED
 # Findings that say something could not be checked: a host, GPU or measurement, or a node pair.
 NOT_CHECKED = (UNCHECKED, Kind.LINK_ERROR)
+# Findings of no host that, not confirmed, are a gap (exit 3), never a pass: the network's, the fabric's.
+UNSETTLED_KINDS = (Kind.SLOW_NETWORK, Kind.SLOW_FABRIC_LINK, Kind.SLOW_SWITCH)
 # Exit statuses of a bundle ended by a deadline: its own watchdog and `timeout` give 124, and
 # 137 is the KILL that `timeout -k` sends when TERM was not enough.
 DEADLINE_EXITS = (124, 137)
@@ -111,7 +113,8 @@ class SweepResult:
     def exit_code(self) -> ExitCode:
         """Interrupted, else a fail finding, else anything not checked: a host, a GPU, a
         measurement that errored, or a result with nothing to compare against."""
-        has_unchecked = any(not h.ok for h in self.hosts) or any(f.kind in NOT_CHECKED for f in self.findings)
+        has_unchecked = any(not h.ok for h in self.hosts) or any(
+            f.kind in NOT_CHECKED or (f.kind in UNSETTLED_KINDS and not f.confirmed) for f in self.findings)
         return decide_exit_code(has_fail=any(f.severity == Severity.FAIL for f in self.findings),
                                 has_unchecked=has_unchecked, interrupted=self.interrupted)
 

@@ -51,16 +51,22 @@ class Judging:
     retest: bool = True
 
 
+# --topology none: no topology, even where the site or a simulated fleet gives one.
+NO_TOPOLOGY = "none"
+
+
 @dataclass(frozen=True)
 class LinkOptions:
     """The pair tests between hosts: the schedule (``mode``: LINK_MODES), where each host's
-    data-plane address comes from, the test itself (``pair``), and the screen's stride (None:
-    one more than the last stored sweep's)."""
+    data-plane address comes from, the test itself (``pair``), the screen's stride (None: one
+    more than the last stored sweep's), and the fabric's ``topology`` files (gpudiag.fabric; empty:
+    a simulated fleet's own fabric where it has one, else none; (NO_TOPOLOGY,): none)."""
 
     mode: str = AUTO_LINKS
     net_address: str = "auto"
     pair: PairTestOptions = PairTestOptions()
     screen_stride: int | None = None
+    topology: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..fabric.model import Topology
 from ..hosts import HostSpec
 from ..links.remote import PairTestOptions
 from ..links.rounds import PairRunner
@@ -34,4 +35,8 @@ class StandInFleet(Protocol):
 
     def connector(self) -> StandInConnector:
         """A connector of its own, which replays the fleet's figures from the start."""
+        ...
+
+    def topology(self) -> Topology | None:
+        """The fabric between its nodes, where it has one (a site's topology file's stand-in)."""
         ...

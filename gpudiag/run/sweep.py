@@ -26,11 +26,19 @@ from ..analysis.suspects import Suspect, single_runs
 from ..analysis.thresholds import Thresholds, load_thresholds, small_fleet_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError, StoreError
+from ..fabric.attribution import FabricAttribution
+from ..fabric.findings import fabric_findings, fabric_impact
+from ..fabric.lldp import with_lldp
+from ..fabric.model import Topology
+from ..fabric.plan import FabricPlan
+from ..fabric.readers import load_topology
+from ..fabric.schedule import stream_count
+from ..fabric.tracing import TopologyTracer
 from ..findings import Finding, unchecked
 from ..hosts import HostSpec, load_hosts, plural
 from ..links.addresses import address_refusal, usable_address
 from ..links.attribution import link_thresholds
-from ..links.impact import link_impact
+from ..links.impact import link_impact, with_network
 from ..links.linkfindings import link_findings
 from ..links.protocol import PairProtocolError, interface_event, parse_event, plain_text
 from ..links.remote import RemotePairRunner
@@ -54,7 +62,7 @@ from .fanout import (
 )
 from .interrupts import InterruptGate
 from .progress import QuietProgress, SweepProgress
-from .request import AUTO_LINKS, SweepRequest
+from .request import AUTO_LINKS, NO_TOPOLOGY, SweepRequest
 from .runtime import Runtime
 
 FACTS = "facts"
@@ -74,6 +82,7 @@ class _Setup:
     baseline: Baseline | None
     bundle: Bundle
     focus: Focus | None = None  # --suspects: who is a suspect and who a reference
+    topology: Topology | None = None  # the fabric between the hosts (--topology, or a simulated fleet's)
 
     @property
     def connector(self) -> Connector:
@@ -126,7 +135,20 @@ def _set_up(request: SweepRequest, runtime: Runtime) -> _Setup:
         bundle = locate_bundle()
     except BundleMissing as missing:
         raise InstallationError(str(missing)) from missing
-    return _Setup(hosts, connection, thresholds, store, baseline, bundle, focus)
+    return _Setup(hosts, connection, thresholds, store, baseline, bundle, focus, _topology(request))
+
+
+def _topology(request: SweepRequest) -> Topology | None:
+    """The fabric the link phase plans and judges with: the --topology files, else a simulated
+    fleet's own fabric; none for --topology none or --links none. Raises InputError for a file
+    that cannot be read (before any node is touched)."""
+    paths = request.links.topology
+    if paths == (NO_TOPOLOGY,) or request.links.mode == "none":
+        return None
+    if paths:
+        return load_topology(paths)
+    stand_in = request.reach.stand_in
+    return stand_in.topology() if stand_in is not None else None
 
 
 def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate,
@@ -144,7 +166,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         request = dataclasses.replace(request, links=dataclasses.replace(request.links, screen_stride=stride))
     record = _recorder(setup.store, sweep_id, started_at, request)
     first = _first_pass(_within(request, budget), setup, progress, gate, record, started_at, sweep_id)
-    budget_notes: list[str] = []
+    run_notes: list[str] = []
     if budget is not None:
         _blame_budget(first, budget)
     interrupted = first.interrupted or gate.received
@@ -168,10 +190,10 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         # Several runs no longer fit: one run of what one run flagged (a screen alone is no finding).
         suspects = single_runs(suspects)
         wanted = bool(suspects)
-        budget_notes.append(f"the re-test of noisy results in several runs was skipped: {budget.reason()}")
+        run_notes.append(f"the re-test of noisy results in several runs was skipped: {budget.reason()}")
     if wanted and budget is not None and not budget.fits(_retest_need_s(first, suspects)):
         wanted = False  # unconfirmed, and each suspect a gap: neither confirmed nor cleared, never healthy
-        budget_notes.append(f"the re-test of {len(suspects)} suspects was skipped: {budget.reason()}")
+        run_notes.append(f"the re-test of {len(suspects)} suspects was skipped: {budget.reason()}")
         unretested = not_retested(suspects, budget.reason())
     elif not request.judging.retest and not interrupted:
         # Each suspect is also an unchecked finding, never a pass: "measured slow once" is no verdict.
@@ -182,11 +204,19 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         progress.phase(f"re-testing {plural(len(suspects), 'suspect')} on {plural(count, 'host')}"
                        + (f", up to {runs} runs" if runs > 1 else ""))
         retest, interrupted = _retest(_within(request, budget), setup, suspects, first, gate)
-    link_run, extra = (None, []) if interrupted else _links(request, setup, first, gate, progress, budget)
+    if setup.topology is not None and not interrupted:  # the nodes' LLDP fills what the file leaves out
+        topology, notes = with_lldp(setup.topology, [(h.host, h.facts) for h in first.hosts if h.ok])
+        setup = dataclasses.replace(setup, topology=topology)
+        run_notes += notes
+    link_run, extra, fabric = (None, [], None) if interrupted else _links(request, setup, first, gate, progress,
+                                                                              budget)
     extra = [*unretested, *extra]
     interrupted = interrupted or gate.received or (link_run is not None and link_run.interrupted)
     if link_run is not None:
         extra += link_findings(link_run.attribution, setup.thresholds.deficit_fail_pct)
+    if link_run is not None and fabric is not None and setup.topology is not None and not link_run.cut_short:
+        tested = sorted({host for record in link_run.records for host in (record.result.a, record.result.b)})
+        extra += fabric_findings(fabric, setup.topology, setup.thresholds.deficit_fail_pct, tested)
     if link_run is not None and link_run.cut_short and budget is not None:
         # Verdicts need the whole schedule: every host of the link phase is left unchecked.
         extra += [out_of_budget(h.host, "pair tests", budget) for h in first.hosts if h.ok]
@@ -199,12 +229,15 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     impact = analysis.impact.to_dict()
     if link_run is not None:
         impact.update(link_impact(link_run, impact["exclude"]) or {})
+        if fabric is not None and setup.topology is not None:
+            impact.update(fabric_impact(fabric, setup.topology) or {})
+        impact = with_network(impact, link_run, impact.get("fabric_slowdown_pct"))
     if setup.store is not None and not interrupted:  # an interrupted sweep says so itself (gate)
         progress.phase(f"storing the sweep in {setup.store.path}")
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=_comparison(analysis, link_run), links=links,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted,
-                                 warnings=(*setup.connection.notes, *first.warnings, *budget_notes))
+                                 warnings=(*setup.connection.notes, *first.warnings, *run_notes))
     return _finish(setup.store, result, gate)
 
 
@@ -276,42 +309,52 @@ def _blame_budget(first: SweepResult, budget: RunBudget) -> None:
             host.error = f"node probes {budget.reason()} ({host.error})"
 
 
+_LinkPhase = tuple[LinkRun | None, list[Finding], FabricAttribution | None]
+
+
 def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: InterruptGate,
-           progress: SweepProgress, budget: RunBudget | None = None) -> tuple[LinkRun | None, list[Finding]]:
-    """The link phase over the hosts whose node probes passed (``screen``, ``full``), and an
+           progress: SweepProgress, budget: RunBudget | None = None) -> _LinkPhase:
+    """The link phase over the hosts whose node probes passed (``screen``, ``full``), an
     ``unchecked`` finding for each of them whose data-plane address could not be found (left
-    out of the rounds); None when no pair test runs (``none``). An interrupt before the first
-    round leaves no link run (nothing was measured)."""
+    out of the rounds), and the fabric's attribution where a topology judged it; None when no
+    pair test runs (``none``). An interrupt before the first round leaves no link run (nothing
+    was measured)."""
     mode = SCREEN if request.links.mode == AUTO_LINKS else request.links.mode
     if mode == "none":
-        return None, []
+        return None, [], None
     ok_hosts = [h.host for h in first.hosts if h.ok]
     if budget is not None and len(ok_hosts) >= 2 and not budget.fits():
-        return None, [out_of_budget(host, "pair tests", budget) for host in ok_hosts]
+        return None, [out_of_budget(host, "pair tests", budget) for host in ok_hosts], None
     if len(ok_hosts) >= 2:
-        progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts")
-    return gate.run_phase(lambda: _link_phase(request, setup, first, mode, budget), lambda: (None, []))
+        over = f", over the fabric of {setup.topology.source}" if setup.topology is not None else ""
+        progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts{over}")
+    return gate.run_phase(lambda: _link_phase(request, setup, first, mode, budget), lambda: (None, [], None))
 
 
 def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
-                mode: str, budget: RunBudget | None = None) -> tuple[LinkRun | None, list[Finding]]:
+                mode: str, budget: RunBudget | None = None) -> _LinkPhase:
     hosts = [host.host for host in first.hosts if host.ok]
     connection = setup.connection
+    pair = request.links.pair
+    if setup.topology is not None:  # enough streams for every uplink of a leaf to carry some
+        pair = dataclasses.replace(pair, streams=stream_count(setup.topology, pair.streams))
     if connection.pairs is not None:
-        runner: PairRunner = connection.pairs(request.links.pair)
+        runner: PairRunner = connection.pairs(pair)
         missing: list[Finding] = []
     else:
         assert connection.session_of is not None, "pair tests run over each host's pooled SSH or srun session"
         addresses, missing = _data_addresses(request, setup, hosts, connection.session_of, budget)
         hosts = [host for host in hosts if host in addresses]
-        runner = RemotePairRunner(connection.session_of, addresses, request.links.pair)
-    thresholds = link_thresholds(setup.thresholds)
+        tracer = TopologyTracer(setup.topology) if setup.topology is not None else None
+        runner = RemotePairRunner(connection.session_of, addresses, pair, tracer)
+    thresholds = dataclasses.replace(link_thresholds(setup.thresholds), whole_job=setup.focus is None)
     if request.links.pair.line_rate_gbps is not None:  # the operator's figure of what a link delivers: tcp reaches it
         thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
+    plan = FabricPlan(setup.topology, mode, thresholds, setup.baseline) if setup.topology is not None else None
     run = run_links(hosts, mode, runner, thresholds, parallel=connection.pairs_at_once,
                     stride=request.links.screen_stride or 1, baseline=setup.baseline,
-                    deadline=budget.deadline if budget is not None else None, clock=request.sweep.clock)
-    return run, missing
+                    deadline=budget.deadline if budget is not None else None, clock=request.sweep.clock, plan=plan)
+    return run, missing, plan.latest if plan is not None and not (run.interrupted or run.cut_short) else None
 
 
 def _last_stride(store: Store | None) -> int | None:
@@ -467,4 +510,5 @@ def _options(request: SweepRequest) -> dict[str, Any]:
             "net_backend": request.links.pair.backend,
             "net_duration_s": request.links.pair.duration_s, "net_line_rate_gbps": request.links.pair.line_rate_gbps,
             "screen_stride": request.links.screen_stride, "launcher": request.reach.launcher, "pause": probe.pause,
-            "suspects": request.focus.suspects if request.focus else None}
+            "suspects": request.focus.suspects if request.focus else None,
+            "topology": list(request.links.topology) or None}

@@ -195,7 +195,11 @@ DETAILS: Mapping[tuple[str, str | None], Shape] = {
     ("net", None): Shape({"line_rate_gbps": Number(high=1e7, nullable=True),
                           "local_line_rate_gbps": Number(high=1e7, nullable=True),
                           "peer_line_rate_gbps": Number(high=1e7, nullable=True),
-                          "bytes": Number(nullable=True), "elapsed_s": Number(nullable=True)}),
+                          "bytes": Number(nullable=True), "elapsed_s": Number(nullable=True),
+                          # each stream's (or QP's) Gbit/s, and the router addresses each stream's
+                          # traced path answered from (null: no answer), client to server only
+                          "stream_gbps": ListOf(Number(high=1e6), max_items=256),
+                          "stream_hops": ListOf(ListOf(Text(limit=64), max_items=16), max_items=256)}),
 }
 ANY_DETAILS = Shape()
 
@@ -217,6 +221,9 @@ FACTS: Shape = Shape({
     # Which GPU each of torch's cuda:N is (probes/hostfacts.py map_gpus): NVML's index names it.
     "gpus": ListOf(Shape({"cuda_index": Number(high=1023, whole=True), "nvml_index": _GPU_INDEX,
                           "gpu_uuid": UUID, "pci_bus_id": TOKEN}), max_items=1024),
+    # The switch port at the other end of each link, as lldpd heard it (probes/lldp.py).
+    "lldp": ListOf(Shape({"interface": NAME, "switch": NAME, "port": NAME, "mgmt_ip": TOKEN,
+                          "rail": Number(high=65_536, whole=True, nullable=True)}), max_items=64),
 })
 
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.sku import Sku, SkuTable
+from ..fabric.model import Topology
 from ..records import PROBE_NAMES
+from .fabric import FABRIC_FAULT_FIELDS, FabricFault, check_fabric_fault
 from .memerrors import ECC_FIELDS, MemoryErrors, ecc_fields
 from .nicports import nic_port_fields
 from .nodespecs import NodeSpec
@@ -100,15 +102,27 @@ class _FaultContext:
 
 
 def check_faults(read: FieldReader, entries: list[Any], hosts: tuple[str, ...], specs: Mapping[str, NodeSpec],
-                 table: SkuTable) -> tuple[Fault, ...]:
+                 table: SkuTable, topology: Topology | None = None
+                 ) -> tuple[tuple[Fault, ...], tuple[FabricFault, ...]]:
     """The fleet file's ``faults`` list, each checked against its node (``specs``, every node of
-    ``hosts``). Raises InputError."""
+    ``hosts``) or, for a fabric fault, against the fabric's ``topology`` (gpudiag/sim/fabric.py):
+    (node faults, fabric faults). Raises InputError."""
     context = _FaultContext(read, hosts, specs, table)
     faults: list[Fault] = []
+    fabric: list[FabricFault] = []
     seen: dict[tuple[Any, ...], int] = {}
     gone: Counter[str] = Counter()
     for index, entry in enumerate(entries):
         path = f"faults[{index}]"
+        kind = entry.get("kind") if isinstance(entry, dict) else None
+        if kind in FABRIC_FAULT_FIELDS:
+            found = check_fabric_fault(read, entry, path, str(kind), topology)
+            identity = ("fabric", found.kind, found.link, found.switch)
+            if identity in seen:
+                raise context.read.error(path, f"duplicates faults[{seen[identity]}]")
+            seen[identity] = index
+            fabric.append(found)
+            continue
         fault = _fault(context, entry, path)
         identity = (fault.kind, fault.gpu, fault.link, fault.rail, fault.probe, fault.counter, fault.code,
                     *sorted((fault.host, fault.peer or "")))
@@ -123,7 +137,7 @@ def check_faults(read: FieldReader, entries: list[Any], hosts: tuple[str, ...], 
                 raise context.read.error(path, f"leaves {fault.host} no GPU that torch can use; the simulator "
                                          "does not model a node without GPUs")
         faults.append(fault)
-    return tuple(faults)
+    return tuple(faults), tuple(fabric)
 
 
 def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
@@ -133,7 +147,7 @@ def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
     kind = read.text(entry, "kind", path=path)
     if kind not in FAULT_FIELDS:
         raise read.error(f"{path}.kind", f"{json.dumps(kind)} is not a fault kind; "
-                         f"choose from {', '.join(FAULT_FIELDS)}")
+                         f"choose from {', '.join((*FAULT_FIELDS, *FABRIC_FAULT_FIELDS))}")
     required, optional = FAULT_FIELDS[kind]
     read.keys(entry, path, ("kind", *required, *optional), required)
     fields: dict[str, Any] = {"kind": kind}

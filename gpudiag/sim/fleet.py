@@ -56,6 +56,9 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
   probe's CUDA context is refused (CUDA error: busy or unavailable) and ``--pause`` leaves it alone.
 - ``nic_port`` (rail, state, width, rate_gbps, counter and count): that rail's NIC port in the
   telemetry probe's ``nic_port`` records (gpudiag/sim/nicports.py); the pair tests are unchanged.
+- ``slow_uplink``, ``uplink_down``, ``slow_switch``: the switched fabric between the nodes, in a
+  fleet file with a ``fabric`` section (gpudiag/sim/fabric.py): each pair test then measures its
+  streams over their paths.
 - ``unreachable``: connecting raises ``Unreachable``. ``hang``: the bundle never finishes; ``run``
   reports a timeout at once.
 
@@ -74,6 +77,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..analysis.sku import Sku, SkuTable, load_skus
+from .fabric import FabricNetwork
 from .faults import DEFAULT_PROBE_ERROR, NVLINK_COUNTER_KEYS, THROTTLE_REASON_BITS, Fault
 from .fleetfile import Fleet
 from .nicports import port_faults
@@ -97,6 +101,8 @@ class SimulatedFleet:
         for fault in fleet.faults:
             self._faults_by_host.setdefault(fault.host, []).append(fault)
         self._states = {host: self._node_state(host) for host in fleet.hosts}
+        self.fabric = (FabricNetwork(fleet.fabric, fleet.topology, fleet.fabric_faults, fleet.seed)
+                       if fleet.fabric is not None and fleet.topology is not None else None)
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -16,7 +16,9 @@ from typing import Any
 
 from ..analysis.sku import SkuTable, load_skus
 from ..errors import InputError
+from ..fabric.model import Topology
 from ..hosts import HostSpec
+from .fabric import FabricFault, FabricSpec, NodeRails, fabric_spec, fabric_topology
 from .faults import Fault, check_faults
 from .nodespecs import MAX_NODES, NodeSpec, default_spec, node_specs
 from .reader import FieldReader
@@ -24,7 +26,7 @@ from .state import Noise
 
 MAX_CV = 0.5
 TOP_LEVEL_FIELDS = ("nodes", "name_format", "gpus_per_node", "gpu_model", "gpu_memory_mib", "driver", "cuda",
-                    "torch", "nvml_link_slots", "platform", "seed", "noise", "overrides", "faults")
+                    "torch", "nvml_link_slots", "platform", "seed", "noise", "overrides", "faults", "fabric")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ class Fleet:
     noise: Noise
     faults: tuple[Fault, ...]
     node_specs: tuple[NodeSpec, ...]
+    fabric: FabricSpec | None = None  # the switched fabric between the nodes (gpudiag/sim/fabric.py)
+    topology: Topology | None = None
+    fabric_faults: tuple[FabricFault, ...] = ()
 
     def host_specs(self) -> list[HostSpec]:
         """Every node as a sweep host."""
@@ -82,12 +87,19 @@ def parse_fleet(data: Any, source: str, skus: SkuTable | None = None) -> Fleet:
     default = default_spec(read, table, data)
     specs = node_specs(read, table, hosts, default, read.value(data, "overrides", [], list))
     faults = read.value(data, "faults", [], list)
+    noise = _noise(read, read.value(data, "noise", {}, dict))
+    fabric = fabric_spec(read, data.get("fabric"), nodes, noise.link_cv / 2)
+    topology = None
+    if fabric is not None:
+        networks = [NodeRails(host, table.skus[specs[host].gpu_model].network.rails,
+                              table.skus[specs[host].gpu_model].network.rail_line_rate_gbps) for host in hosts]
+        topology = fabric_topology(fabric, networks, f"{source} (fabric)")
+    node_faults, fabric_faults = check_faults(read, faults, hosts, specs, table, topology)
     return Fleet(source=source, hosts=hosts, gpus_per_node=default.gpus_per_node, gpu_model=default.gpu_model,
                  gpu_memory_mib=default.gpu_memory_mib, driver=default.driver, cuda=default.cuda,
-                 torch=default.torch, seed=read.integer(data, "seed", 0),
-                 noise=_noise(read, read.value(data, "noise", {}, dict)),
-                 faults=check_faults(read, faults, hosts, specs, table),
-                 node_specs=tuple(specs[host] for host in hosts))
+                 torch=default.torch, seed=read.integer(data, "seed", 0), noise=noise, faults=node_faults,
+                 node_specs=tuple(specs[host] for host in hosts), fabric=fabric, topology=topology,
+                 fabric_faults=fabric_faults)
 
 
 def _host_names(read: FieldReader, name_format: str, nodes: int) -> tuple[str, ...]:

@@ -11,10 +11,12 @@ small job is simulated with and without a line rate to judge it against.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from ..links.attribution import LinkResult
 from ..links.remote import AUTO, PairTestOptions
 from ..links.rounds import PairRunner
+from ..links.schedule import Pair
 from .fleet import SimulatedFleet
 from .pairs import SimulatedPairRunner
 
@@ -32,6 +34,10 @@ class RequestedBackendRunner:
         """The inner runner's results for ``a``–``b``, relabelled."""
         return [self._relabel(result) for result in self._inner.run_pair(a, b)]
 
+    def round_started(self, pairs: Sequence[Pair]) -> None:
+        """Tell the inner runner which pairs run at once from now."""
+        self._inner.round_started(pairs)
+
     def cancel(self) -> None:
         """End the inner runner's pair tests in flight."""
         self._inner.cancel()
@@ -47,4 +53,4 @@ class RequestedBackendRunner:
 
 def simulated_pair_runner(fleet: SimulatedFleet, options: PairTestOptions) -> PairRunner:
     """The pair tests of a simulated ``fleet`` over the backend and line rate ``options`` ask for."""
-    return RequestedBackendRunner(SimulatedPairRunner(fleet), options)
+    return RequestedBackendRunner(SimulatedPairRunner(fleet, options.streams), options)

@@ -4,10 +4,12 @@ only these figures, never the fleet's faults."""
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Sequence
 
 from ..links.attribution import LinkResult
-from ..links.schedule import pair_key
+from ..links.schedule import Pair, pair_key
 from .fleet import SimulatedFleet
 
 BACKEND = "perftest"
@@ -18,10 +20,16 @@ class SimulatedPairRunner:
     the lower end's line rate (as a real probe reports a pair between a 400 and a 200 Gbit/s
     node at 200); an unreachable or hung end gives an error per rail."""
 
-    def __init__(self, fleet: SimulatedFleet) -> None:
+    def __init__(self, fleet: SimulatedFleet, streams: int = 4) -> None:
         self._fleet = fleet
+        self._streams = streams
         self._lock = threading.Lock()
         self._attempts: dict[tuple[str, str], int] = {}
+
+    def round_started(self, pairs: Sequence[Pair]) -> None:
+        """The pairs that run at once from now: what they load the fabric with (gpudiag/sim/fabric.py)."""
+        if self._fleet.fabric is not None:
+            self._fleet.fabric.round_started(pairs)
 
     def run_pair(self, a: str, b: str) -> list[LinkResult]:
         """One result per rail of the pair ``a``–``b`` (Gbit/s, or an error)."""
@@ -38,8 +46,16 @@ class SimulatedPairRunner:
                 results.append(LinkResult(a, b, BACKEND, rail, line_rate_gbps=line_rate_gbps,
                                           error=f"{down[0]}: the pair server did not answer (simulated)"))
                 continue
-            gbps = self._fleet.link_gbps(a, b, rail, self._fleet.link_rng(a, b, rail, attempt))
-            results.append(LinkResult(a, b, BACKEND, rail, max(0.0, gbps), line_rate_gbps))
+            gbps = max(0.0, self._fleet.link_gbps(a, b, rail, self._fleet.link_rng(a, b, rail, attempt)))
+            fabric = self._fleet.fabric
+            streams = fabric.streams(a, b, rail, gbps, self._streams, attempt) if fabric is not None else None
+            if streams is None:
+                results.append(LinkResult(a, b, BACKEND, rail, gbps, line_rate_gbps))
+                continue
+            forward, backward = streams
+            slower = min(math.fsum(s.gbps for s in forward), math.fsum(s.gbps for s in backward))
+            results.append(LinkResult(a, b, BACKEND, rail, slower, line_rate_gbps, streams=forward,
+                                      back_streams=backward))
         return results
 
     def cancel(self) -> None:

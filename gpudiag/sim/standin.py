@@ -4,6 +4,7 @@ would be."""
 
 from __future__ import annotations
 
+from ..fabric.model import Topology
 from ..hosts import HostSpec
 from .connector import SimulatedConnector
 from .fleetfile import Fleet, load_fleet
@@ -33,3 +34,7 @@ class FleetFile:
     def connector(self) -> SimulatedConnector:
         """A connector of its own, which replays the fleet's figures from the start."""
         return SimulatedConnector(self.fleet())
+
+    def topology(self) -> Topology | None:
+        """The fleet file's fabric (its ``fabric`` section), or None."""
+        return self.fleet().topology

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..analysis.actions import SERVICE_VERBS
 from ..analysis.fleet import NOT_EXCLUDING
-from ..analysis.rules import SERVICE_VERBS
 from ..findings import Finding, Severity
 from ..hosts import fold_hosts
 from .commands import NoTimeLeft, SlurmCommandError, run_slurm, time_left_s

@@ -256,7 +256,7 @@ class Store:
             hosts = _load_hosts(db, sweep_id)
             links = [_decode(row, _LINK_FIELDS) for row in db.execute(
                 "SELECT * FROM links WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
-            findings = [_decode(row, _FINDING_FIELDS) for row in db.execute(
+            findings = [_hostless(_decode(row, _FINDING_FIELDS)) for row in db.execute(
                 "SELECT * FROM findings WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
         return _document(sweep, hosts, links, findings)
 
@@ -465,9 +465,19 @@ def _insert_links(db: sqlite3.Connection, sweep_id: str, first: int, links: Sequ
 
 
 def _replace_findings(db: sqlite3.Connection, sweep_id: str, findings: Sequence[Mapping[str, Any]]) -> None:
+    """The sweep's findings, in order; a finding of no host (the fabric's) is stored with the
+    empty host name, which no host has, and read back as None."""
     db.execute("DELETE FROM findings WHERE sweep_id = ?", (sweep_id,))
-    _insert(db, "findings", _FINDING_FIELDS, [({"sweep_id": sweep_id, "ordinal": index}, finding)
+    _insert(db, "findings", _FINDING_FIELDS, [({"sweep_id": sweep_id, "ordinal": index},
+                                               finding if finding.get("host") is not None else {**finding, "host": ""})
                                               for index, finding in enumerate(findings)])
+
+
+def _hostless(finding: dict[str, Any]) -> dict[str, Any]:
+    """A stored finding with the empty host name (one of no host) as it was: host None."""
+    if finding.get("host") == "":
+        finding["host"] = None
+    return finding
 
 
 def _update_finished(db: sqlite3.Connection, sweep_id: str, document: Mapping[str, Any]) -> None:

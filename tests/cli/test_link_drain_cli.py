@@ -37,14 +37,14 @@ def _links(document: dict) -> list[dict]:
     return [f for f in document["findings"] if f["kind"] in LINK_KINDS]
 
 
-def test_a_slow_pair_of_two_nodes_is_a_failing_slow_link_that_drains_neither_end(tmp_path: Path):
+def test_a_slow_pair_of_two_nodes_fails_their_network_and_drains_or_keeps_out_neither_end(tmp_path: Path):
     code, document, output = _preflight(tmp_path, 2, {"kind": "slow_link", "a": "n1", "b": "n2", "factor": 0.5})
     assert code == 1, output
-    (link,) = _links(document)
-    assert (link["kind"], link["host"], link["peer"], link["severity"], link["action"]) == (
-        "slow_link", "n1", "n2", "fail", "inspect")
-    assert "either NIC may be the cause" in link["evidence"]
-    assert document["preflight"]["drain"] == []
+    (network,) = [f for f in document["findings"] if f["kind"] == "slow_network"]
+    assert (network["host"], network["peer"], network["severity"], network["action"]) == (
+        None, None, "fail", "inspect")
+    assert "every one of its NICs" in network["action_detail"]
+    assert document["preflight"]["drain"] == [] and document["impact"]["exclude"] == []
 
 
 def test_a_slow_pair_of_healthy_nics_among_eight_nodes_drains_neither_end(tmp_path: Path):
@@ -82,6 +82,9 @@ class _Pairs:
     def run_pair(self, a: str, b: str) -> list[LinkResult]:
         self.tested.append(frozenset((a, b)))
         return [LinkResult(a, b, "perftest", None, self.slow.get(frozenset((a, b)), 9.5), 10.0)]
+
+    def round_started(self, pairs: object) -> None:
+        return None
 
     def cancel(self) -> None:
         return None

@@ -203,22 +203,21 @@ def test_a_pair_measured_on_a_retest_after_an_error_is_no_link_error():
     assert attribute_links(results).errors == ()
 
 
-def test_a_pair_of_two_hosts_with_one_partner_each_is_undecided():
+def test_the_one_slow_pair_of_two_hosts_is_their_network_waiting_for_a_second_run():
     results = measure(screen_rounds(names(2)), nics={"node02": 0.5})
     attribution = attribute_links(results)
-    [verdict] = attribution.links
-    assert verdict.undecided == ("node01", "node02") and attribution.nics == ()
-    assert "tested with this partner only" in verdict.evidence and "either NIC" in verdict.evidence
-    assert set(attribution.suspects.hosts) == {"node01", "node02"}
+    [shift] = attribution.shifts
+    assert attribution.links == () == attribution.nics and not shift.confirmed
+    assert set(attribution.suspects.hosts) == {"node01", "node02"}  # a confirm round runs the pair again
 
 
-def test_a_slow_pair_of_a_two_node_job_is_still_a_finding_that_names_both_ends_and_says_either_nic():
+def test_a_slow_pair_of_a_two_node_job_run_twice_fails_its_network_and_names_neither_end():
     results = measure(screen_rounds(names(2)), nics={"node02": 0.5})
     results += measure(screen_rounds(names(2)), nics={"node02": 0.5}, seed=1)  # the confirm round's re-test
     [finding] = link_findings(attribute_links(results), 7.0)
     assert (finding.kind, finding.host, finding.peer, finding.severity, finding.confirmed) == (
-        "slow_link", "node01", "node02", "fail", True)
-    assert "either NIC may be the cause" in finding.evidence
+        "slow_network", None, None, "fail", True)
+    assert "every one of its NICs" in finding.action_detail
 
 
 def _dead_port(hosts: list[str], dead: str) -> list[LinkResult]:
@@ -484,6 +483,7 @@ def test_a_slow_pair_whose_end_is_good_only_at_a_higher_line_rate_says_so():
 
 
 def test_a_slow_pair_with_an_end_tested_with_it_alone_does_not_also_say_both_ends_are_fine():
-    results = [LinkResult("n1", "n2", "perftest", 0, 150.0, 400.0), LinkResult("n1", "n2", "perftest", 0, 151.0, 400.0)]
+    results = [LinkResult("n1", "n2", "perftest", 0, 150.0, 400.0), LinkResult("n1", "n2", "perftest", 0, 151.0, 400.0),
+               LinkResult("n2", "n3", "perftest", 0, 392.0, 400.0)]
     [link] = attribute_links(results).links
     assert "tested with this partner only" in link.evidence and "both ends fine" not in link.evidence

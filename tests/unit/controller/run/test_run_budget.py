@@ -50,6 +50,9 @@ class _SlowPairs:
             return [LinkResult(a, b, "tcp", 0, None, None, "cancelled")]
         return [LinkResult(a, b, "tcp", 0, 9.4, 10.0, None)]
 
+    def round_started(self, pairs: object) -> None:
+        return None
+
     def cancel(self) -> None:
         self.cancelled.set()
 

@@ -1,0 +1,223 @@
+"""From pair tests to observations of the fabric (gpudiag.fabric.tomography.Observation).
+
+- ``stream_observations``: each traced stream, against the other streams of its own pair and
+  direction: log(its Gb/s / the upper quartile of theirs). A slow link slows the streams hashed
+  onto it and not their siblings, whatever the pair's NICs do, so the pair itself is the
+  reference; the centre and spread of these ratios are measured over every traced stream of the
+  plane and backend.
+- ``pair_observations``: each pair test's figure as a collective sees it (its streams' count ×
+  the slowest of those not already explained), against the centre of its group (backend, rail,
+  line rate): what a leaf whose every uplink is slow, or an untraced pair's slow path, shows.
+- ``nic_figure``: the figure the NIC attribution judges a pair by where the fabric is known: its
+  own figure, unless some of its streams crossed a culprit (or its culprit's paths were not
+  traced); then the larger of that and the streams' count × the median of the streams the culprit
+  does not explain (RDMA queue pairs do not take up what a slow one leaves, TCP streams do),
+  at most its line rate — a slow path of the pair does not read as a slow NIC at either end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from ..links.groups import LinkResult, StreamFigure
+from ..links.schedule import pair_key
+from .elements import Element
+from .model import Topology
+from .paths import PathModel, PathSet
+from .tomography import Observation, robust_centre
+
+# A stream count below which a pair's upper quartile says too little to be a reference.
+MIN_STREAMS = 4
+# The least spread (natural log) a group's ratios are taken to have: streams of one pair are
+# never closer than this.
+STREAM_SPREAD_FLOOR = 0.005
+PAIR_SPREAD_FLOOR = 0.01
+# A part crossed with at least this chance by one of a pair's streams is on that pair's path.
+HIT_CHANCE = 0.5
+
+Measured = tuple[str, LinkResult]  # (phase, result)
+
+
+class Planes:
+    """The topology's path models, one per plane, and where each host sits."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.models = {plane.rail: PathModel(plane) for plane in topology.planes}
+
+    def model(self, rail: int | None) -> PathModel | None:
+        plane = self.topology.plane(rail)
+        return None if plane is None else self.models[plane.rail]
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (linear between order statistics)."""
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def traced_elements(model: PathModel, hops: Sequence[str]) -> frozenset[Element] | None:
+    """The parts a traced stream crossed: the links between its switches, and each switch; None
+    when its hops do not fit the plane (a trace the topology cannot place)."""
+    links = model.links_of(hops)
+    if links is None:
+        return None
+    rail = model.plane.rail
+    return frozenset([*(Element.link(key, rail) for key in links), *(Element.switch(hop, rail) for hop in hops)])
+
+
+# Observations by (backend, plane rail): the parts of one plane are judged on one backend's figures.
+Observed = dict[tuple[str, int | None], list[Observation]]
+
+
+def stream_observations(measured: Iterable[Measured], planes: Planes,
+                        leaves_ok: Callable[[LinkResult, PathModel, Sequence[str]], bool]) -> Observed:
+    """Every traced stream's observation (see the module), each plane and backend centred on its
+    own streams. ``leaves_ok(result, model, hops)``: the trace starts and ends at the leaves the
+    topology gives the pair (a trace from elsewhere is left out)."""
+    rows: dict[tuple[str, int | None], list[tuple[str, LinkResult, float, frozenset[Element]]]] = defaultdict(list)
+    for phase, result in measured:
+        model = planes.model(result.rail)
+        traced = [s for s in result.streams if s.hops is not None]
+        if model is None or len(result.streams) < MIN_STREAMS or not traced:
+            continue
+        top = quantile([s.gbps for s in result.streams], 0.75)
+        if top <= 0:
+            continue
+        for stream in traced:
+            assert stream.hops is not None
+            elements = traced_elements(model, stream.hops) if leaves_ok(result, model, stream.hops) else None
+            if elements is None or stream.gbps <= 0:
+                continue
+            rows[(result.backend, model.plane.rail)].append((phase, result, math.log(stream.gbps / top), elements))
+    observed: Observed = {}
+    for group in sorted(rows, key=lambda key: (key[0], -1 if key[1] is None else key[1])):
+        centre, spread = robust_centre([ratio for _, _, ratio, _ in rows[group]], STREAM_SPREAD_FLOOR)
+        observed[group] = [Observation((r.a, r.b), ratio - centre, (ratio - centre) / spread, elements, phase)
+                           for phase, r, ratio, elements in rows[group]]
+    return observed
+
+
+def pair_elements(model: PathModel, paths: PathSet, streams: int) -> frozenset[Element]:
+    """The parts a pair of ``streams`` streams is taken to cross (see HIT_CHANCE), its leaves'
+    uplinks as parts of their own where it leaves its leaf."""
+    rail = model.plane.rail
+    count = max(1, streams)
+    found = {Element.switch(name, rail) for name, share in paths.switch_share.items()
+             if 1 - (1 - share) ** count >= HIT_CHANCE}
+    found |= {Element.link(key, rail) for key, share in paths.link_share.items()
+              if 1 - (1 - share) ** count >= HIT_CHANCE}
+    if paths.source != paths.target:
+        found |= {Element.uplinks(paths.source, rail), Element.uplinks(paths.target, rail)}
+    return frozenset(found)
+
+
+def unexplained(streams: Sequence[StreamFigure], model: PathModel, blamed: frozenset[Element]) -> list[StreamFigure]:
+    """The streams whose traced path crosses none of the ``blamed`` parts (untraced ones kept)."""
+    if not blamed:
+        return list(streams)
+    kept = []
+    for stream in streams:
+        elements = traced_elements(model, stream.hops) if stream.hops is not None else None
+        if elements is None or not elements & blamed:
+            kept.append(stream)
+    return kept
+
+
+def collective_figure(result: LinkResult, model: PathModel, blamed: frozenset[Element]) -> float | None:
+    """The pair's figure as a collective sees it, the streams a culprit explains left out: per
+    direction, its streams' count × the slowest of the rest; the slower direction. Without
+    streams, the pair's own figure."""
+    if not result.streams and not result.back_streams:
+        return result.gbps
+    figures = [len(direction) * min(s.gbps for s in kept) for direction in (result.streams, result.back_streams)
+               if direction and (kept := unexplained(direction, model, blamed))]
+    return min(figures) if figures else None
+
+
+def nic_figure(result: LinkResult, model: PathModel | None, blamed: frozenset[Element]) -> float | None:
+    """The figure the NIC attribution judges ``result`` by (see the module); None when every
+    stream of a direction is explained (the pair then says nothing of its NICs)."""
+    if result.gbps is None or (not result.streams and not result.back_streams) or model is None or not blamed:
+        return result.gbps
+    if not _touches(result, model, blamed):
+        return result.gbps
+    figures = []
+    for direction in (result.streams, result.back_streams):
+        if not direction:
+            continue
+        kept = unexplained(direction, model, blamed)
+        if len(kept) < 2:
+            return None
+        figures.append(len(direction) * statistics.median(s.gbps for s in kept))
+    figure = max(result.gbps, min(figures))
+    return figure if result.line_rate_gbps is None else min(figure, result.line_rate_gbps)
+
+
+def _touches(result: LinkResult, model: PathModel, blamed: frozenset[Element]) -> bool:
+    """Whether a stream of ``result`` crossed a ``blamed`` part, or its paths were not traced and
+    the pair's could cross one."""
+    for stream in (*result.streams, *result.back_streams):
+        elements = traced_elements(model, stream.hops) if stream.hops is not None else None
+        if elements is None:
+            paths = model.of_pair(result.a, result.b)
+            return paths is not None and bool(pair_elements(model, paths, len(result.streams) or 1) & blamed)
+        if elements & blamed:
+            return True
+    return False
+
+
+def pair_observations(measured: Iterable[Measured], planes: Planes, blamed: Mapping[int | None, frozenset[Element]],
+                      left_out: frozenset[str]) -> Observed:
+    """Each pair test's observation (see the module), the tests of ``left_out`` hosts (NIC
+    suspects: their own slowness is no fabric's) left out."""
+    rows: dict[tuple[str, int | None, float | None, int | None],
+               list[tuple[str, LinkResult, float, frozenset[Element]]]] = defaultdict(list)
+    for phase, result in measured:
+        model = planes.model(result.rail)
+        if model is None or result.gbps is None or left_out & {result.a, result.b}:
+            continue
+        paths = model.of_pair(result.a, result.b)
+        figure = collective_figure(result, model, blamed.get(model.plane.rail, frozenset()))
+        if paths is None or figure is None or figure <= 0:
+            continue
+        elements = pair_elements(model, paths, len(result.streams) or 1)
+        group = (result.backend, result.rail, result.line_rate_gbps, model.plane.rail)
+        rows[group].append((phase, result, math.log(figure), elements))
+    observed: Observed = defaultdict(list)
+    for group in sorted(rows, key=lambda key: (key[0], -1 if key[1] is None else key[1], key[2] or 0.0)):
+        centre, spread = robust_centre([value for _, _, value, _ in rows[group]], PAIR_SPREAD_FLOOR)
+        observed[(group[0], group[3])] += [Observation((r.a, r.b), value - centre, (value - centre) / spread,
+                                                       elements, phase) for phase, r, value, elements in rows[group]]
+    return dict(observed)
+
+
+def adjusted(measured: Iterable[Measured], planes: Planes,
+             blamed: Mapping[int | None, frozenset[Element]]) -> list[LinkResult]:
+    """The results as the NIC attribution judges them: each figure its ``nic_figure``; a result
+    whose every stream a culprit explains is left out."""
+    kept = []
+    for _, result in measured:
+        if result.gbps is None:
+            kept.append(result)
+            continue
+        model = planes.model(result.rail)
+        figure = nic_figure(result, model, blamed.get(model.plane.rail, frozenset()) if model else frozenset())
+        if figure is not None:
+            kept.append(dataclasses.replace(result, gbps=figure))
+    return kept
+
+
+def explained_pairs(observations: Iterable[Observation], elements: Iterable[Element]) -> set[tuple[str, str]]:
+    """The pairs (canonical) with a slow-looking observation through any of ``elements``."""
+    wanted = set(elements)
+    return {pair_key(*row.pair) for row in observations if row.elements & wanted and row.log_ratio < 0}
+
+
