@@ -11,11 +11,12 @@ from typing import Any
 import click
 
 from ..errors import InputError
+from ..fabric.readers import NO_TOPOLOGY
 from ..links.remote import NET_BACKENDS
 from ..records import DTYPES
 from ..report import check_writable, write_report
 from ..report.prometheus import check_prom_file
-from ..run.request import LINK_MODES, NO_TOPOLOGY
+from ..run.request import LINK_MODES
 from ..store.store import default_store_path
 from ..transport.bounded import KIB, MIB, OutputLimits
 from ..transport.ssh import SshSettings

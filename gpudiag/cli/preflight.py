@@ -48,6 +48,7 @@ from .options import (
     node_python_option,
     probes_option,
     ssh_options,
+    topology_option,
 )
 from .probe import listed_probe_names
 from .progress import make_progress
@@ -112,6 +113,7 @@ from .textout import echo_text
 @net_backend_option
 @net_address_option
 @net_line_rate_option
+@topology_option
 @ssh_options
 def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
               undrain: bool, scontrol: str, probe_list: str, links: str, no_links: bool, deadline: float | None,
@@ -119,7 +121,8 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
               store_path: str | None, no_store: bool, baseline_name: str | None, thresholds_path: str | None,
               exclude_file: str | None, json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool,
               launcher: str, slurm_bundle_dir: str | None, net_backend: str, net_address: str,
-              net_line_rate: float | None, ssh: SshOptions, settings: SshSettings) -> ExitCode:
+              net_line_rate: float | None, topology: tuple[str, ...], ssh: SshOptions,
+              settings: SshSettings) -> ExitCode:
     """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
     where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
     figures and the live peers. Prints the plan first and one summary line last.
@@ -137,12 +140,12 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
         python=python, dtype=dtype, max_gpu_mem_mib=max_gpu_mem, net_backend=net_backend, net_address=net_address,
         net_line_rate_gbps=net_line_rate, links=_link_mode(links, no_links),
         probes=listed_probe_names(probe_list) if probe_list else DEFAULT_PROBES, deadline_s=deadline,
-        drain=drain, undrain=undrain, scontrol=scontrol)
+        drain=drain, undrain=undrain, scontrol=scontrol, topology=topology)
     check_request(request)
-    count, hosts_stdin = host_text(request, stdin)
-    if here and count != 1:
-        raise InputError(f"--here probes this machine: name it as one host, not {count}")
-    plan = make_plan(request, count)
+    names, hosts_stdin = host_text(request, stdin)
+    if here and len(names) != 1:
+        raise InputError(f"--here probes this machine: name it as one host, not {len(names)}")
+    plan = make_plan(request, names)
     check_outputs(json_path, exclude_file, prom_file)
     to_stderr = json_path == "-"  # stdout carries the document
     for line in plan.lines():

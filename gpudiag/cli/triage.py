@@ -32,6 +32,7 @@ from .options import (
     max_gpu_mem_option,
     node_python_option,
     ssh_options,
+    topology_option,
 )
 from .progress import make_progress
 from .textout import echo_text
@@ -67,13 +68,14 @@ from .textout import echo_text
 @click.option("--history", "history_sweeps", type=click.IntRange(min=0), default=HISTORY_SWEEPS, show_default=True,
               metavar="N", help="How many of the host's stored sweeps to compare with.")
 @json_option("Write the triage document (schema gpudiag.triage/1).")
+@topology_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @ssh_options
 def triage(host_argument: str | None, host_option: str | None, simulate_path: str | None, duration: float,
            max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float | None, python: str,
            host_timeout: float | None, store_path: str | None, no_store: bool, baseline_name: str | None,
-           thresholds_path: str | None, no_retest: bool, history_sweeps: int, json_path: str | None, quiet: bool,
-           ssh: SshOptions, settings: SshSettings) -> ExitCode:
+           thresholds_path: str | None, no_retest: bool, history_sweeps: int, json_path: str | None,
+           topology: tuple[str, ...], quiet: bool, ssh: SshOptions, settings: SshSettings) -> ExitCode:
     """Look deeply at one node: every probe with a longer load (heat and power throttling show), the
     P2P matrix, all telemetry, the Xid history of the kernel log decoded with NVIDIA's catalog, and
     each GPU's pending recovery action; judged against the stored baseline, the SKU figures and the
@@ -92,7 +94,8 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
                     stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
         judging=Judging(store_path=job_store(store_path, no_store, baseline_name), thresholds_path=thresholds_path,
                         baseline_name=baseline_name, retest=not no_retest),
-        store_required=store_path is not None, history_sweeps=history_sweeps, host_timeout_s=host_timeout)
+        store_required=store_path is not None, history_sweeps=history_sweeps, host_timeout_s=host_timeout,
+        topology=topology)
     with InterruptGate().installed() as gate:
         run = run_triage(request, Runtime(sys.stdin, make_progress(quiet), gate, connect=connect))
         result = explain(run)

@@ -1,25 +1,23 @@
 """From pair tests to observations of the fabric (gpudiag.fabric.tomography.Observation).
 
-- ``stream_observations``: each traced stream, against the other streams of its own pair and
-  direction: log(its Gb/s / the upper quartile of theirs). A slow link slows the streams hashed
-  onto it and not their siblings, whatever the pair's NICs do, so the pair itself is the
-  reference; the centre and spread of these ratios are measured over every traced stream of the
-  plane and backend.
+- ``stream_observations``: each traced stream, against its fair share of its own pair's figure in
+  that direction: log(its Gb/s / the mean of the direction's streams). A slow link slows the
+  streams hashed onto it and not their siblings, whatever the pair's NICs do, and what it leaves
+  the siblings take up, so the pair's own mean is the reference; the centre and spread of these
+  ratios are measured over every traced stream of the plane and backend.
 - ``pair_observations``: each pair test's figure as a collective sees it (its streams' count ×
   the slowest of those not already explained), against the centre of its group (backend, rail,
   line rate): what a leaf whose every uplink is slow, or an untraced pair's slow path, shows.
 - ``nic_figure``: the figure the NIC attribution judges a pair by where the fabric is known: its
-  own figure, unless some of its streams crossed a culprit (or its culprit's paths were not
-  traced); then the larger of that and the streams' count × the median of the streams the culprit
-  does not explain (RDMA queue pairs do not take up what a slow one leaves, TCP streams do),
-  at most its line rate — a slow path of the pair does not read as a slow NIC at either end.
+  own (the sum of its streams: what a slow path leaves of the NIC's rate, the other streams take
+  up), or none where every stream of a direction crossed a culprit — such a pair says nothing
+  of its NICs, and a slow path does not read as a slow NIC at either end.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -54,23 +52,10 @@ class Planes:
         return None if plane is None else self.models[plane.rail]
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` (linear between order statistics)."""
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def traced_elements(model: PathModel, hops: Sequence[str]) -> frozenset[Element] | None:
     """The parts a traced stream crossed: the links between its switches, and each switch; None
     when its hops do not fit the plane (a trace the topology cannot place)."""
-    links = model.links_of(hops)
-    if links is None:
-        return None
-    rail = model.plane.rail
-    return frozenset([*(Element.link(key, rail) for key in links), *(Element.switch(hop, rail) for hop in hops)])
+    return model.elements_of(tuple(hops))
 
 
 # Observations by (backend, plane rail): the parts of one plane are judged on one backend's figures.
@@ -88,7 +73,7 @@ def stream_observations(measured: Iterable[Measured], planes: Planes,
         traced = [s for s in result.streams if s.hops is not None]
         if model is None or len(result.streams) < MIN_STREAMS or not traced:
             continue
-        top = quantile([s.gbps for s in result.streams], 0.75)
+        top = math.fsum(s.gbps for s in result.streams) / len(result.streams)
         if top <= 0:
             continue
         for stream in traced:
@@ -143,35 +128,15 @@ def collective_figure(result: LinkResult, model: PathModel, blamed: frozenset[El
 
 
 def nic_figure(result: LinkResult, model: PathModel | None, blamed: frozenset[Element]) -> float | None:
-    """The figure the NIC attribution judges ``result`` by (see the module); None when every
-    stream of a direction is explained (the pair then says nothing of its NICs)."""
-    if result.gbps is None or (not result.streams and not result.back_streams) or model is None or not blamed:
+    """The figure the NIC attribution judges ``result`` by (see the module): its own, or None when
+    every traced stream of a direction crossed a ``blamed`` part."""
+    if result.gbps is None or model is None or not blamed:
         return result.gbps
-    if not _touches(result, model, blamed):
-        return result.gbps
-    figures = []
     for direction in (result.streams, result.back_streams):
-        if not direction:
-            continue
-        kept = unexplained(direction, model, blamed)
-        if len(kept) < 2:
+        traced = [s for s in direction if s.hops is not None]
+        if traced and len(traced) == len(direction) and not unexplained(traced, model, blamed):
             return None
-        figures.append(len(direction) * statistics.median(s.gbps for s in kept))
-    figure = max(result.gbps, min(figures))
-    return figure if result.line_rate_gbps is None else min(figure, result.line_rate_gbps)
-
-
-def _touches(result: LinkResult, model: PathModel, blamed: frozenset[Element]) -> bool:
-    """Whether a stream of ``result`` crossed a ``blamed`` part, or its paths were not traced and
-    the pair's could cross one."""
-    for stream in (*result.streams, *result.back_streams):
-        elements = traced_elements(model, stream.hops) if stream.hops is not None else None
-        if elements is None:
-            paths = model.of_pair(result.a, result.b)
-            return paths is not None and bool(pair_elements(model, paths, len(result.streams) or 1) & blamed)
-        if elements & blamed:
-            return True
-    return False
+    return result.gbps
 
 
 def pair_observations(measured: Iterable[Measured], planes: Planes, blamed: Mapping[int | None, frozenset[Element]],

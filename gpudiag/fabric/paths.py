@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .elements import Element
 from .model import FabricLink, Plane, link_key
 
 # A path's direction while it is walked: still climbing, or on its way down.
@@ -76,6 +77,8 @@ class PathModel:
         self._tiers = {switch.name: switch.tier for switch in plane.switches}
         self._dag = lru_cache(maxsize=65536)(self._make_dag)
         self.between = lru_cache(maxsize=65536)(self._between)
+        self.elements_of = lru_cache(maxsize=65536)(self._elements_of)
+        self._steps: dict[tuple[str, str, _State], tuple[tuple[tuple[_State, int], ...], int]] = {}
 
     def of_pair(self, a: str, b: str) -> PathSet | None:
         """The paths between nodes ``a`` and ``b``; None when the plane does not place either, or
@@ -98,6 +101,15 @@ class PathModel:
             keys.append(key)
         return tuple(keys)
 
+    def _elements_of(self, hops: tuple[str, ...]) -> frozenset[Element] | None:
+        """The parts a path of these switches crosses: each link between them and each switch;
+        None when they do not make a path of the plane (``elements_of`` keeps each answer)."""
+        links = self.links_of(hops)
+        if links is None:
+            return None
+        rail = self.plane.rail
+        return frozenset([*(Element.link(key, rail) for key in links), *(Element.switch(hop, rail) for hop in hops)])
+
     def link(self, key: tuple[str, str]) -> FabricLink:
         return self.plane.link_by_key[key]
 
@@ -114,16 +126,28 @@ class PathModel:
         state = dag.order[0]
         hops = [source]
         while state[0] != target or dag.depth[state] < dag.length:
-            nexts = [move for move in self._moves(state, dag.valley_free)
-                     if dag.depth.get(move) == dag.depth[state] + 1 and dag.onward.get(move)]
-            pick = choose(sum(dag.onward[move] for move in nexts))
-            for move in nexts:
-                if pick < dag.onward[move]:
+            nexts, total = self._onward(source, target, state)
+            pick = choose(total)
+            for move, ways in nexts:
+                if pick < ways:
                     state = move
                     break
-                pick -= dag.onward[move]
+                pick -= ways
             hops.append(state[0])
         return tuple(hops)
+
+    def _onward(self, source: str, target: str, state: _State) -> tuple[tuple[tuple[_State, int], ...], int]:
+        """The next states of ``state`` on the paths from ``source`` to ``target``, each with its
+        count of onward paths, and their sum (kept: a walk takes this step many times)."""
+        key = (source, target, state)
+        found = self._steps.get(key)
+        if found is None:
+            dag = self._dag(source, target)
+            assert dag is not None
+            nexts = tuple((move, dag.onward[move]) for move in self._moves(state, dag.valley_free)
+                          if dag.depth.get(move) == dag.depth[state] + 1 and dag.onward.get(move))
+            found = self._steps[key] = (nexts, sum(ways for _, ways in nexts))
+        return found
 
     def _between(self, source: str, target: str) -> PathSet | None:
         if source == target:

@@ -19,15 +19,18 @@ from .schedule import fabric_confirm_pairs, fabric_screen_rounds, pack_rounds
 
 
 class FabricPlan:
-    """The rounds and verdicts of a link phase over ``topology`` (``mode``: screen or full)."""
+    """The rounds and verdicts of a link phase over ``topology`` (``mode``: screen or full), each
+    pair test of ``streams`` streams."""
 
     def __init__(self, topology: Topology, mode: str, thresholds: LinkThresholds,
-                 baseline: LinkBaseline | None = None) -> None:
+                 baseline: LinkBaseline | None = None, streams: int = 4) -> None:
         self.topology = topology
+        self.streams = streams  # each pair test's streams (gpudiag.fabric.schedule.stream_count)
         self.mode = mode
         self.thresholds = thresholds
         self.baseline = baseline
         self.latest: FabricAttribution | None = None
+        self.fabric_rounds = 0  # confirm rounds that re-tested a fabric suspect
         self._confirming: set[tuple[Element, ...]] = set()  # fabric suspects a confirm round took up
 
     def first_rounds(self, hosts: Sequence[str]) -> list[Round]:
@@ -51,4 +54,7 @@ class FabricPlan:
         self._confirming |= set(wanted)
         doubted = {host for nic in attribution.nics for host in (nic.host,)} | set(suspects.hosts)
         hosts = sorted({host for r in records for host in (r.result.a, r.result.b)} - doubted)
-        return pack_rounds(nic_rounds, fabric_confirm_pairs(wanted, self.topology, hosts, tested))
+        extra = fabric_confirm_pairs(wanted, self.topology, hosts, tested, self.streams)
+        rounds = pack_rounds(nic_rounds, extra)
+        self.fabric_rounds += sum(1 for r in rounds if set(r.pairs) & set(extra))
+        return rounds

@@ -37,9 +37,12 @@ SCREEN_ROUNDS = 3
 MAX_STREAMS = 32
 # Streams per uplink of the widest leaf, so each of its uplinks carries a few of every pair's.
 STREAMS_PER_UPLINK = 2
-# Pairs a confirm round gives each leaf a suspect part touches (twice as many for a suspect that
-# touches no leaf: a spine, a spine–core link).
+# Pairs a confirm round gives each leaf a suspect part touches (or the suspect, where it touches
+# no leaf) at least, and streams it wants through the part (more pairs where each crosses it with
+# a small share: a spine–core link of a 3-tier fabric), at most CONFIRM_PAIRS_MOST pairs.
 CONFIRM_PAIRS = 3
+CONFIRM_STREAMS = 8
+CONFIRM_PAIRS_MOST = 32
 MAX_CONFIRM_ROUNDS = 2
 
 Group = tuple[str | None, ...]
@@ -133,7 +136,11 @@ def _cross_pairs(grouping: Grouping, offset: int, number: int, busy: set[str]) -
             for cap, members in zip(grouping.caps, grouping.groups, strict=True)]
     left = list(duty)
     pairs = []
-    for index, members in enumerate(grouping.groups):
+    # round 2 takes the boundaries from the other end: a small group used up by its first
+    # boundary in round 1 meets its other neighbour there
+    order = range(count) if number == 0 else range(count - 1, -1, -1)
+    for index in order:
+        members = grouping.groups[index]
         other = (index + offset) % count
         if other == index:
             continue
@@ -213,11 +220,12 @@ def _last_pairs(grouping: Grouping, partners: Mapping[Pair, int], busy: set[str]
 
 
 def fabric_confirm_pairs(suspects: Iterable[tuple[Element, ...]], topology: Topology, usable: Sequence[str],
-                         tested: Iterable[Pair]) -> list[Pair]:
-    """Pairs that re-test each suspect (a part, or a set of parts to split), between ``usable``
-    hosts (none a NIC suspect): for each leaf it touches, CONFIRM_PAIRS pairs from there to
-    leaves it does not touch — new partners first — and for a suspect that touches no leaf, pairs
-    whose paths cross it; a set is split by pairs that cross some of its parts and not all."""
+                         tested: Iterable[Pair], streams: int = 4) -> list[Pair]:
+    """Pairs of ``streams`` streams that re-test each suspect (a part, or a set of parts to
+    split), between ``usable`` hosts (none a NIC suspect): for each leaf it touches, pairs from
+    there to leaves it does not touch — new partners first — and for a suspect that touches no
+    leaf, pairs whose paths cross it most; enough that CONFIRM_STREAMS of their streams are
+    expected through it; a set is split by pairs that cross some of its parts and not all."""
     done = Counter(pair_key(*pair) for pair in tested)
     grouping = group_hosts(usable, topology)
     chosen: list[Pair] = []
@@ -228,7 +236,7 @@ def fabric_confirm_pairs(suspects: Iterable[tuple[Element, ...]], topology: Topo
         model = PathModel(plane)
         touched = _touched_leaves(elements, plane.switch_by_name)
         leaf_pairs = [(x, y) for x in plane.hosts_under for y in plane.hosts_under if x != y]
-        for source, target in _splitting(model, elements, touched, leaf_pairs):
+        for source, target in _splitting(model, elements, touched, leaf_pairs, streams):
             pair = _fresh_pair(plane.hosts_under[source], plane.hosts_under[target], grouping, done, chosen)
             if pair is not None:
                 chosen.append(pair)
@@ -246,26 +254,34 @@ def _touched_leaves(elements: Sequence[Element], switches: Mapping[str, object])
 
 
 def _splitting(model: PathModel, elements: Sequence[Element], touched: Sequence[str],
-               leaf_pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Leaf pairs that re-test ``elements``: from each touched leaf to leaves not touched (for a
-    set of several parts, those crossing fewest of them first), else any leaf pair crossing
-    them; CONFIRM_PAIRS per touched leaf, or per suspect."""
+               leaf_pairs: Sequence[tuple[str, str]], streams: int) -> list[tuple[str, str]]:
+    """Leaf pairs (a leaf pair again for more pairs) that re-test ``elements``: from each
+    touched leaf to leaves not touched (for a set of several parts, those crossing fewest of them
+    first, then those crossing them most), else any leaf pair crossing them; see
+    ``fabric_confirm_pairs`` for how many."""
 
-    def crossed(source: str, target: str) -> int:
+    def shares(source: str, target: str) -> list[float]:
         paths = model.between(source, target)
         if paths is None:
-            return 0
-        return sum(1 for e in elements if (e.kind == LINK and paths.link_share.get(e.names, 0) > 0)
-                   or (e.kind == SWITCH and paths.switch_share.get(e.names[0], 0) > 0)
-                   or (e.kind == UPLINKS and e.names[0] in (source, target)))
+            return []
+        found = [paths.link_share.get(e.names, 0.0) if e.kind == LINK else
+                 paths.switch_share.get(e.names[0], 0.0) if e.kind == SWITCH else
+                 float(e.names[0] in (source, target)) for e in elements]
+        return [share for share in found if share > 0]
 
-    chosen = []
+    chosen: list[tuple[str, str]] = []
     for leaf in touched or [None]:
-        crossing = [(x, y) for x, y in leaf_pairs if (leaf is None or x == leaf) and crossed(x, y) > 0]
+        crossing = {(x, y): found for x, y in leaf_pairs if (leaf is None or x == leaf) and (found := shares(x, y))}
         # to leaves the suspect does not touch where there are any (with two leaves there are none)
-        candidates = [(x, y) for x, y in crossing if y not in touched] or crossing
-        candidates.sort(key=lambda pair: (crossed(*pair), _spread(pair, chosen), pair))
-        chosen += candidates[:CONFIRM_PAIRS * (1 if touched else 2)]
+        candidates = [pair for pair in crossing if pair[1] not in touched] or list(crossing)
+        candidates.sort(key=lambda pair: (len(crossing[pair]), -max(crossing[pair]), _spread(pair, chosen), pair))
+        expected = 0.0
+        for count in range(CONFIRM_PAIRS_MOST):
+            if not candidates or (count >= CONFIRM_PAIRS and expected >= CONFIRM_STREAMS):
+                break
+            pair = candidates[count % len(candidates)]
+            chosen.append(pair)
+            expected += streams * min(crossing[pair])
     return chosen
 
 

@@ -10,8 +10,9 @@ below), and ``z`` that in spreads of the measured noise.
 sum of their z over the root of their count (a part that slows all its flows drives this far
 down however noisy each one is), and the median of their log ratios (the part's effect: most
 of its flows must be slow, by at least ``material`` — one noisy flow makes no culprit). A switch
-(or a leaf's uplinks together) qualifies only where each of its links that saw enough flows is
-slow too: one slow link makes its switch's flows slow only in part. The part with the lowest z
+(or a leaf's uplinks together) qualifies only where nearly all its flows are slow (at most
+SWITCH_FINE_SHARE of them fine): two slow links of one spine make most of its flows slow, while
+the flows between its other leaves stay fine. The part with the lowest z
 wins; so do the parts whose observations are exactly its own (nothing tested tells them apart:
 with two leaves, leaf1–spine1, spine1–leaf2 and spine1 itself) — a culprit names that set
 rather than guess. Its observations then leave play, and the next culprit is sought among the
@@ -38,6 +39,9 @@ from .elements import LINK, SWITCH, UPLINKS, Element
 MAX_CULPRITS = 16
 # Observations a part needs to be judged at all.
 MIN_OBSERVATIONS = 3
+# The most of a switch's flows that may be fine (not even half the material cut below) where the
+# switch itself is the culprit: noise, not a part of it that works.
+SWITCH_FINE_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -95,11 +99,11 @@ def find_culprits(observations: Iterable[Observation], material: float, bar: flo
     culprits: list[Culprit] = []
     while remaining and len(culprits) < MAX_CULPRITS:
         index = _index(remaining)
-        stats = {element: _stats(remaining, rows) for element, rows in index.items()}
+        stats = {element: _stats(remaining, rows, material) for element, rows in index.items()}
         eligible = [element for element, stat in stats.items()
                     if stat.count >= min_observations and stat.median <= material and stat.z <= -bar
                     and _enough(remaining, index[element], material, min_pairs, min_hosts)
-                    and _uniform(element, stats, material)]
+                    and (element.kind == LINK or stat.fine <= SWITCH_FINE_SHARE * stat.count)]
         if not eligible:
             break
         best = min(eligible, key=lambda e: (stats[e].z, _kind_rank(e), e))
@@ -116,10 +120,12 @@ class _Stat:
     count: int
     z: float
     median: float
+    fine: int  # observations not even half the material cut below
 
 
 def _order(row: Observation) -> tuple[object, ...]:
-    return (row.pair, row.phase, row.log_ratio, row.z, sorted(row.elements))
+    # rows alike in all of these differ at most in their parts, which no figure depends on the order of
+    return (row.pair, row.phase, row.log_ratio, row.z)
 
 
 def _index(rows: Sequence[Observation]) -> dict[Element, tuple[int, ...]]:
@@ -130,29 +136,16 @@ def _index(rows: Sequence[Observation]) -> dict[Element, tuple[int, ...]]:
     return {element: tuple(found) for element, found in index.items()}
 
 
-def _stats(rows: Sequence[Observation], found: Sequence[int]) -> _Stat:
+def _stats(rows: Sequence[Observation], found: Sequence[int], material: float) -> _Stat:
     z = math.fsum(rows[i].z for i in found) / math.sqrt(len(found))
-    return _Stat(len(found), z, statistics.median(rows[i].log_ratio for i in found))
+    fine = sum(1 for i in found if rows[i].log_ratio > material / 2)
+    return _Stat(len(found), z, statistics.median(rows[i].log_ratio for i in found), fine)
 
 
 def _enough(rows: Sequence[Observation], found: Sequence[int], material: float, min_pairs: int,
             min_hosts: int) -> bool:
     slow = [rows[i].pair for i in found if rows[i].log_ratio <= material]
     return len(set(slow)) >= min_pairs and len({host for pair in slow for host in pair}) >= min_hosts
-
-
-def _uniform(element: Element, stats: dict[Element, _Stat], material: float) -> bool:
-    """A switch, or a leaf's uplinks, is a culprit only where each of its links that saw enough
-    flows is slow by half the material cut at least (a link is always its own part)."""
-    if element.kind == LINK:
-        return True
-    switch = element.names[0]
-    links = [stat for other, stat in stats.items() if other.kind == LINK and other.rail == element.rail
-             and other.touches(switch) and stat.count >= MIN_OBSERVATIONS]
-    if element.kind == UPLINKS:
-        links = [stat for other, stat in stats.items() if other.kind == LINK and other.rail == element.rail
-                 and other.names[0] == switch and stat.count >= MIN_OBSERVATIONS]
-    return all(stat.median <= material / 2 for stat in links)
 
 
 def _kind_rank(element: Element) -> int:

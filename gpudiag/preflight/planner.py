@@ -136,20 +136,24 @@ def links_s(rounds: int, net_duration_s: float) -> float:
     return rounds * (PAIR_OVERHEAD_S + 2 * net_duration_s)
 
 
-def link_rounds(hosts: int, full: bool = False) -> int:
-    """Rounds of the link screen of ``hosts`` nodes (``full``: of every pair), with the planned
+def link_rounds(hosts: int, full: bool = False, screen: int | None = None) -> int:
+    """Rounds of the link screen of ``hosts`` nodes (``full``: of every pair; ``screen``: the
+    screen's rounds where a topology plans them, gpudiag.fabric.schedule), with the planned
     confirm rounds."""
     names = [f"n{index}" for index in range(hosts)]
+    if screen is not None and not full:
+        return screen + CONFIRM_ROUNDS
     return len(full_rounds(names) if full else screen_rounds(names)) + CONFIRM_ROUNDS
 
 
 def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: bool = True,
                    probes: tuple[str, ...] = DEFAULT_PROBES, full_links: bool = False,
-                   deadline_s: float | None = None) -> PreflightPlan:
+                   deadline_s: float | None = None, link_screen_rounds: int | None = None) -> PreflightPlan:
     """The pre-flight of ``hosts`` nodes within ``budget_s`` seconds: the node ``probes`` (each
     but facts and telemetry a load probe), the link screen where ``links`` and there are two
-    nodes or more (every pair where ``full_links``), the re-test where ``retest``; the bundle's
-    deadline on a node at most ``deadline_s`` seconds where given. Raises InputError when the
+    nodes or more (every pair where ``full_links``; ``link_screen_rounds`` rounds where a topology
+    plans the screen), the re-test where ``retest``; the bundle's deadline on a node at most
+    ``deadline_s`` seconds where given. Raises InputError when the
     budget is too short for even the telemetry of a node (it names the least that is), or the
     deadline for the planned load."""
     if hosts < 1:
@@ -159,7 +163,7 @@ def plan_preflight(budget_s: float, hosts: int, *, links: bool = True, retest: b
     if room < least:
         raise InputError(f"--budget {budget_s:g}: too short for a node to start its probes and read its "
                          f"telemetry; give at least {CONTROLLER_S + least:.0f} s")
-    plan = _plan(budget_s, hosts, room, links, retest, probes, full_links)
+    plan = _plan(budget_s, hosts, room, links, retest, probes, full_links, link_screen_rounds)
     return plan if deadline_s is None else _capped(plan, deadline_s)
 
 
@@ -174,7 +178,7 @@ def _capped(plan: PreflightPlan, deadline_s: float) -> PreflightPlan:
 
 
 def _plan(budget_s: float, hosts: int, room: float, links: bool, retest: bool, probes: tuple[str, ...],
-          full_links: bool) -> PreflightPlan:
+          full_links: bool, screen: int | None = None) -> PreflightPlan:
     """plan_preflight's plan once the budget is known to hold a node's telemetry (``room``:
     seconds left besides the controller's)."""
     loaded = load_probes(probes)
@@ -189,7 +193,7 @@ def _plan(budget_s: float, hosts: int, room: float, links: bool, retest: bool, p
         return PreflightPlan(budget_s, hosts, kept, MIN_DURATION_S, window, _deadline(window), False, 0.0,
                              False, 0, MIN_NET_DURATION_S, 0.0, tuple(dropped))
     wanted = hosts >= 2 and links
-    rounds = link_rounds(hosts, full_links) if wanted else 0
+    rounds = link_rounds(hosts, full_links, screen) if wanted else 0
     node_min = SAFETY * host_pass_s(MIN_DURATION_S, loads)
     links = wanted and room >= node_min + SAFETY * links_s(rounds, MIN_NET_DURATION_S)
     if wanted and not links:

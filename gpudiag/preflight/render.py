@@ -16,7 +16,8 @@ from ..exitcodes import ExitCode
 from ..findings import Severity
 from ..hosts import fold_hosts
 from ..report.folding import fold_findings
-from ..run.fanout import NOT_CHECKED
+from ..report.phrasing import finding_location
+from ..run.fanout import NOT_CHECKED, UNSETTLED_KINDS
 from ..slurm.drain import fail_findings_by_host, finding_words
 from ..slurm.reason import safe_line, safe_text
 from .run import PreflightRun
@@ -80,8 +81,9 @@ def summary_line(run: PreflightRun, output_errors: Sequence[str] = ()) -> str:
         parts = [f"{PREFIX}: FAIL {_hosts(failed) or 'no single node (a cause they share)'}, exit 1, {timing}: "
                  f"{_reasons(reasons)}", _drain_state(run)]
     else:
-        unchecked = fold_findings(f for f in document["findings"] if f["kind"] in NOT_CHECKED)
-        reasons = [f"{f['host']} {f['kind']}: {f['evidence']}" for f in unchecked]  # alike hosts folded
+        unchecked = fold_findings(f for f in document["findings"] if f["kind"] in NOT_CHECKED
+                                  or (f["kind"] in UNSETTLED_KINDS and not f.get("confirmed")))
+        reasons = [f"{_where(f)} {f['kind']}: {f['evidence']}" for f in unchecked]  # alike hosts folded
         parts = [f"{PREFIX}: inconclusive, exit {int(code)}, {timing}: {_reasons(reasons)}", "Nothing drained"]
     parts += _undrain_state(run)
     parts += [f"Not written: {error}" for error in output_errors]
@@ -89,7 +91,12 @@ def summary_line(run: PreflightRun, output_errors: Sequence[str] = ()) -> str:
 
 
 def _finding_text(finding: Mapping[str, Any]) -> str:
-    return " ".join([str(finding["host"]), *finding_words(finding)])
+    return " ".join([_where(finding), *finding_words(finding)])
+
+
+def _where(finding: Mapping[str, Any]) -> str:
+    """The finding's host, or where a finding of no host is (the fabric's part, the network)."""
+    return str(finding["host"]) if finding.get("host") is not None else finding_location(finding)
 
 
 def _hosts(hosts: Sequence[str]) -> str:

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
+from ..fabric.readers import chosen_topology
+from ..fabric.schedule import fabric_screen_rounds
 from ..hosts import load_hosts
 from ..links.remote import PairTestOptions
 from ..links.schedule import FULL
@@ -64,6 +67,7 @@ class PreflightRequest:
     drain: bool = False
     undrain: bool = False
     scontrol: str = "scontrol"
+    topology: tuple[str, ...] = ()  # --topology (gpudiag.fabric.readers; empty: a simulated fleet's own fabric)
 
 
 @dataclass(frozen=True)
@@ -101,17 +105,17 @@ def _command_dict(outcome: CommandOutcome) -> dict[str, Any]:
     return {"command": outcome.command, "ran": outcome.ran, "error": outcome.error}
 
 
-def host_text(request: PreflightRequest, stdin: TextIO) -> tuple[int, TextIO]:
-    """How many hosts the pre-flight has, and the stdin to read them from again (``-`` is read
-    once here). Raises InputError for bad hosts or a bad fleet file."""
+def host_text(request: PreflightRequest, stdin: TextIO) -> tuple[list[str], TextIO]:
+    """The pre-flight's hosts (their labels), and the stdin to read them from again (``-`` is
+    read once here). Raises InputError for bad hosts or a bad fleet file."""
     text = stdin.read() if request.hosts_argument == "-" else ""
     if request.hosts_argument is not None:
-        count = len(load_hosts(request.hosts_argument, io.StringIO(text)))
+        specs = load_hosts(request.hosts_argument, io.StringIO(text))
     elif request.reach.stand_in is not None:
-        count = len(request.reach.stand_in.host_specs())
+        specs = request.reach.stand_in.host_specs()
     else:
         raise InputError("no hosts: give --hosts, run inside a Slurm job ($SLURM_JOB_NODELIST), or --simulate")
-    return count, io.StringIO(text)
+    return [spec.label for spec in specs], io.StringIO(text)
 
 
 def check_request(request: PreflightRequest) -> None:
@@ -137,15 +141,23 @@ def sweep_request(request: PreflightRequest, plan: PreflightPlan) -> SweepReques
         reach=request.reach, judging=request.judging,
         links=LinkOptions(mode=request.links if plan.links else "none", net_address=request.net_address,
                           pair=PairTestOptions(backend=request.net_backend, duration_s=plan.net_duration_s,
-                                               python=request.python, line_rate_gbps=request.net_line_rate_gbps)),
+                                               python=request.python, line_rate_gbps=request.net_line_rate_gbps),
+                          topology=request.topology),
         budget_s=request.budget_s)
 
 
-def make_plan(request: PreflightRequest, hosts: int) -> PreflightPlan:
-    """The plan for ``hosts`` nodes within the request's budget (the link screen and the re-test
-    only where asked). Raises InputError for a budget too short for anything."""
-    return plan_preflight(request.budget_s, hosts, links=request.links != "none", retest=request.judging.retest,
-                          probes=request.probes, full_links=request.links == FULL, deadline_s=request.deadline_s)
+def make_plan(request: PreflightRequest, hosts: Sequence[str]) -> PreflightPlan:
+    """The plan for the ``hosts`` within the request's budget (the link screen and the re-test
+    only where asked; the screen's rounds the topology's where there is one). Raises InputError
+    for a budget too short for anything, or a topology that cannot be read."""
+    links = request.links != "none"
+    stand_in = request.reach.stand_in
+    topology = chosen_topology(request.topology, stand_in.topology() if stand_in is not None else None) \
+        if links else None
+    screen = len(fabric_screen_rounds(hosts, topology)) if topology is not None and len(hosts) >= 2 else None
+    return plan_preflight(request.budget_s, len(hosts), links=links, retest=request.judging.retest,
+                          probes=request.probes, full_links=request.links == FULL, deadline_s=request.deadline_s,
+                          link_screen_rounds=screen)
 
 
 def run_preflight(request: PreflightRequest, plan: PreflightPlan, runtime: Runtime, started: float) -> PreflightRun:

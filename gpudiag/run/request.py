@@ -51,10 +51,6 @@ class Judging:
     retest: bool = True
 
 
-# --topology none: no topology, even where the site or a simulated fleet gives one.
-NO_TOPOLOGY = "none"
-
-
 @dataclass(frozen=True)
 class LinkOptions:
     """The pair tests between hosts: the schedule (``mode``: LINK_MODES), where each host's
@@ -66,7 +62,7 @@ class LinkOptions:
     net_address: str = "auto"
     pair: PairTestOptions = PairTestOptions()
     screen_stride: int | None = None
-    topology: tuple[str, ...] = ()
+    topology: tuple[str, ...] = ()  # (NO_TOPOLOGY,): none
 
 
 @dataclass(frozen=True)

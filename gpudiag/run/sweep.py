@@ -31,7 +31,7 @@ from ..fabric.findings import fabric_findings, fabric_impact
 from ..fabric.lldp import with_lldp
 from ..fabric.model import Topology
 from ..fabric.plan import FabricPlan
-from ..fabric.readers import load_topology
+from ..fabric.readers import chosen_topology
 from ..fabric.schedule import stream_count
 from ..fabric.tracing import TopologyTracer
 from ..findings import Finding, unchecked
@@ -62,7 +62,7 @@ from .fanout import (
 )
 from .interrupts import InterruptGate
 from .progress import QuietProgress, SweepProgress
-from .request import AUTO_LINKS, NO_TOPOLOGY, SweepRequest
+from .request import AUTO_LINKS, SweepRequest
 from .runtime import Runtime
 
 FACTS = "facts"
@@ -142,13 +142,10 @@ def _topology(request: SweepRequest) -> Topology | None:
     """The fabric the link phase plans and judges with: the --topology files, else a simulated
     fleet's own fabric; none for --topology none or --links none. Raises InputError for a file
     that cannot be read (before any node is touched)."""
-    paths = request.links.topology
-    if paths == (NO_TOPOLOGY,) or request.links.mode == "none":
+    if request.links.mode == "none":
         return None
-    if paths:
-        return load_topology(paths)
     stand_in = request.reach.stand_in
-    return stand_in.topology() if stand_in is not None else None
+    return chosen_topology(request.links.topology, stand_in.topology() if stand_in is not None else None)
 
 
 def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: InterruptGate,
@@ -350,7 +347,8 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
     thresholds = dataclasses.replace(link_thresholds(setup.thresholds), whole_job=setup.focus is None)
     if request.links.pair.line_rate_gbps is not None:  # the operator's figure of what a link delivers: tcp reaches it
         thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
-    plan = FabricPlan(setup.topology, mode, thresholds, setup.baseline) if setup.topology is not None else None
+    plan = (FabricPlan(setup.topology, mode, thresholds, setup.baseline, pair.streams)
+            if setup.topology is not None else None)
     run = run_links(hosts, mode, runner, thresholds, parallel=connection.pairs_at_once,
                     stride=request.links.screen_stride or 1, baseline=setup.baseline,
                     deadline=budget.deadline if budget is not None else None, clock=request.sweep.clock, plan=plan)

@@ -13,7 +13,8 @@ cables to each spine of its pod; with ``pods`` > 1 the pods' spines reach each o
 makes each leaf ``oversubscription`` : 1 (its nodes' line rate over its uplinks); a spine's core
 cables carry what its leaves' cables do. ``planes``: ``per_rail`` (rail r of every node is cabled
 to plane r's own switches, named ``r<r>-leaf01``, …: a rail-optimised fabric) or ``shared``
-(one fabric for every rail: ``leaf01``, ``spine01``, ``core01``).
+(one fabric for every rail: ``leaf01``, ``spine01``, ``core01``). ``rails``: how many of each
+node's rails the fabric carries and the pair tests use (default: all).
 
 Faults (the fleet file's ``faults`` list): ``slow_uplink`` (``a``, ``b``: the link's two
 switches, ``factor``: what a stream across it keeps, as a cable with errors or a port trained
@@ -26,7 +27,9 @@ A pair test of ``streams`` streams measures each direction: each stream takes on
 path — drawn per stream and attempt with ECMP (a new source port each test), or the one path a
 destination-based routing gives without it — at the pair's rate split evenly, × each fault on
 its path, × each link's load (the round's demand on it against what it carries), with
-``stream_cv`` noise. The figure is the sum of the slower direction's streams; the streams go
+``stream_cv`` noise; what the slowed streams leave of the pair's rate the others take up (TCP
+streams and RDMA queue pairs share the NIC), so a slow path leaves the pair's sum whole while its
+slowest stream falls. The figure is the sum of the slower direction's streams; the streams go
 with it, their paths too where ``traced`` (the probe traced them). Only the pair tests see this
 model; the analysis gets the figures and the topology, never the faults.
 """
@@ -35,7 +38,6 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +49,7 @@ from ..links.groups import StreamFigure
 from .reader import FieldReader, join_path, one_of
 
 FABRIC_FIELDS = ("leaves", "spines", "pods", "cores", "uplinks", "core_uplinks", "oversubscription", "ecmp",
-                 "traced", "planes", "stream_cv")
+                 "traced", "planes", "stream_cv", "rails")
 PLANE_KINDS = ("per_rail", "shared")
 FABRIC_FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "slow_uplink": (("a", "b", "factor"), ()),
@@ -72,6 +74,7 @@ class FabricSpec:
     traced: bool = True
     planes: str = "per_rail"
     stream_cv: float = 0.01
+    rails: int | None = None  # the rails the pair tests use (None: every rail of each node)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,8 @@ def fabric_spec(read: FieldReader, data: Any, nodes: int, default_stream_cv: flo
         ecmp=read.flag(data, "ecmp", True, "fabric"), traced=read.flag(data, "traced", True, "fabric"),
         planes=one_of(read, {"planes": data.get("planes", "per_rail")}, "planes", "fabric", PLANE_KINDS,
                       "a plane layout"),
-        stream_cv=_positive(read, data, "stream_cv", default_stream_cv, 0.5, zero=True))
+        stream_cv=_positive(read, data, "stream_cv", default_stream_cv, 0.5, zero=True),
+        rails=read.integer(data, "rails", path="fabric", low=1, high=64) if "rails" in data else None)
     if (spec.leaves + spec.spines * spec.pods + spec.cores) > MAX_SWITCHES:
         raise read.error("fabric", f"more than {MAX_SWITCHES} switches in a plane")
     return spec
@@ -133,6 +137,9 @@ class NodeRails:
 def fabric_topology(spec: FabricSpec, nodes: Sequence[NodeRails], source: str) -> Topology:
     """The fabric of ``spec`` over ``nodes`` (in fleet order), one plane per rail or one shared."""
     rails = max(node.rails for node in nodes)
+    if spec.rails is not None:
+        rails = min(rails, spec.rails)
+        nodes = [NodeRails(n.host, min(n.rails, spec.rails), n.line_rate_gbps) for n in nodes]
     if spec.planes == "shared":  # a node's every rail on one fabric: its leaf port carries them all
         return Topology(source, (_plane(spec, [NodeRails(n.host, n.rails, n.rails * n.line_rate_gbps) for n in nodes],
                                         None, ""),))
@@ -212,11 +219,11 @@ class FabricNetwork:
         self.spec = spec
         self.topology = topology
         self._models = {plane.rail: PathModel(plane) for plane in topology.planes}
+        self._tiers = {plane.rail: {s.name: s.tier for s in plane.switches} for plane in topology.planes}
         self._link_factor = {f.link: f.factor for f in faults if f.kind == "slow_uplink" and f.link}
         self._switch_factor = {f.switch: f.factor for f in faults if f.kind == "slow_switch" and f.switch}
         self._down = {f.link: f.cables for f in faults if f.kind == "uplink_down" and f.link}
         self._seed = seed
-        self._lock = threading.Lock()
         self._load: dict[tuple[int | None, tuple[str, str], bool], float] = {}
 
     def round_started(self, pairs: Sequence[tuple[str, str]]) -> None:
@@ -236,8 +243,7 @@ class FabricNetwork:
                     up = paths.link_up_share.get(key, 0.0)
                     load[(plane.rail, key, True)] += rate * up
                     load[(plane.rail, key, False)] += rate * (share - up)
-        with self._lock:
-            self._load = dict(load)
+        self._load = dict(load)
 
     def streams(self, a: str, b: str, rail: int, pair_gbps: float, count: int,
                 attempt: int) -> tuple[tuple[StreamFigure, ...], tuple[StreamFigure, ...]] | None:
@@ -248,32 +254,38 @@ class FabricNetwork:
         leaf_a, leaf_b = model.plane.leaf_of(a), model.plane.leaf_of(b)
         if leaf_a is None or leaf_b is None:
             return None
-        forward = self._direction(model, rail, (a, leaf_a), (b, leaf_b), pair_gbps, count, attempt, "ab")
-        backward = self._direction(model, rail, (b, leaf_b), (a, leaf_a), pair_gbps, count, attempt, "ba")
+        forward = self._direction(model, rail, (a, leaf_a), (b, leaf_b), pair_gbps, count, attempt, False)
+        backward = self._direction(model, rail, (b, leaf_b), (a, leaf_a), pair_gbps, count, attempt, True)
         if forward is None or backward is None:
             return None
         return forward, backward
 
     def _direction(self, model: PathModel, rail: int | None, source: tuple[str, str], target: tuple[str, str],
-                   pair_gbps: float, count: int, attempt: int, tag: str) -> tuple[StreamFigure, ...] | None:
-        figures = []
-        for index in range(count):
-            rng = random.Random(f"{self._seed}:stream:{source[0]}:{target[0]}:{rail}:{index}:{attempt}:{tag}")
-            fixed = sum(map(ord, target[0]))  # destination-based routing: one path for every stream
-            hops = model.walk(source[1], target[1], rng.randrange if self.spec.ecmp
-                              else (lambda n, fixed=fixed: fixed % n))
+                   pair_gbps: float, count: int, attempt: int, back: bool) -> tuple[StreamFigure, ...] | None:
+        """One direction's streams; ``back``: the server-to-client phase, when every pair of the
+        round sends the other way (a link's load in one direction is then its load in the other
+        in the first phase)."""
+        rng = random.Random(f"{self._seed}:streams:{source[0]}:{target[0]}:{rail}:{attempt}:{'ba' if back else 'ab'}")
+        fixed = sum(map(ord, target[0]))  # destination-based routing: one path for every stream
+        choose = rng.randrange if self.spec.ecmp else (lambda n: fixed % n)
+        paths = []
+        for _ in range(count):
+            hops = model.walk(source[1], target[1], choose)
             if hops is None:
                 return None
-            gbps = pair_gbps / count * self._path_factor(model, hops) * rng.gauss(1.0, self.spec.stream_cv)
-            figures.append(StreamFigure(max(0.0, gbps), hops if self.spec.traced else None))
-        return tuple(figures)
+            paths.append(hops)
+        share = pair_gbps / count
+        rates = _shared([share * self._path_factor(model, hops, back) for hops in paths], share)
+        return tuple(StreamFigure(max(0.0, rate * rng.gauss(1.0, self.spec.stream_cv)),
+                                  hops if self.spec.traced else None) for rate, hops in zip(rates, paths, strict=True))
 
-    def _path_factor(self, model: PathModel, hops: Sequence[str]) -> float:
+    def _path_factor(self, model: PathModel, hops: Sequence[str], back: bool) -> float:
         factor = math.prod(self._switch_factor.get(hop, 1.0) for hop in hops)
-        tiers = {s.name: s.tier for s in model.plane.switches}
+        tiers = self._tiers[model.plane.rail]
         for first, second in zip(hops, hops[1:], strict=False):
             key = link_key(first, second, tiers)
-            factor *= self._link_factor.get(key, 1.0) * self._load_factor(model, key, tiers[second] > tiers[first])
+            up = (tiers[second] > tiers[first]) != back
+            factor *= self._link_factor.get(key, 1.0) * self._load_factor(model, key, up)
         return factor
 
     def _load_factor(self, model: PathModel, key: tuple[str, str], up: bool) -> float:
@@ -281,8 +293,7 @@ class FabricNetwork:
         carry (1.0 otherwise)."""
         link = model.link(key)
         capacity = link.capacity_gbps
-        with self._lock:
-            demand = self._load.get((model.plane.rail, key, up), 0.0)
+        demand = self._load.get((model.plane.rail, key, up), 0.0)  # the round's loads, replaced whole
         if capacity is None or demand <= 0:
             return 1.0
         capacity *= (link.count - self._down.get(key, 0)) / link.count
@@ -292,3 +303,13 @@ class FabricNetwork:
         plane = self.topology.plane(rail)
         assert plane is not None, "every rail has a plane: the fabric is built for the fleet's rails"
         return self._models[plane.rail]
+
+
+def _shared(caps: Sequence[float], share: float) -> list[float]:
+    """Each stream's rate: its path's ``caps`` where they hold it below its ``share`` of the pair,
+    and the rest of the pair's rate shared by the streams no path holds back."""
+    free = [i for i, cap in enumerate(caps) if cap >= share]
+    if not free:
+        return list(caps)
+    slack = math.fsum(share - cap for cap in caps if cap < share)
+    return [cap if cap < share else share + slack / len(free) for cap in caps]

@@ -38,6 +38,8 @@ class SimulatedPairRunner:
         # between two models judged at the faster one's line rate made every boundary node a slow_nic.
         ends = (self._fleet.sku(a).network, self._fleet.sku(b).network)
         rails = min(network.rails for network in ends)
+        if self._fleet.fabric is not None and self._fleet.fabric.spec.rails is not None:
+            rails = min(rails, self._fleet.fabric.spec.rails)  # the rails its fabric carries
         line_rate_gbps = min(network.rail_line_rate_gbps for network in ends)
         down = [host for host in (a, b) if self._fleet.is_unreachable(host) or self._fleet.is_hung(host)]
         results = []

@@ -98,6 +98,7 @@ class Triage:
                 "retested": run.retested, "interrupted": run.interrupted,
                 "problems": [finding.to_dict() for finding in self.explained], "checked": list(self.checked),
                 "not_checked": list(self.not_checked), "notes": list(self.notes), "history": list(self.history),
+                "fabric": list(run.fabric),
                 "xid": _xid_dict(self.xid), "findings": [finding.to_dict() for finding in run.analysis.findings],
                 "facts": dict(run.outcome.facts), "exit_code": int(self.exit_code)}
 

@@ -30,6 +30,7 @@ def render_text(triage: Triage) -> str:
         lines += [f"Nothing found {scope}.", ""]
     lines += _section("Checked", triage.checked)
     lines += _section("Not checked (not a pass)", triage.not_checked or ("nothing: every check ran",))
+    lines += _section("In the fabric", triage.run.fabric)
     lines += _section("Notes", triage.notes)
     lines += _section("History (newest first)", triage.history)
     # Kernel-log lines and stored records are a node's words: no escape sequence reaches the terminal.

@@ -29,6 +29,9 @@ from ..analysis.speed import not_retested
 from ..analysis.thresholds import Thresholds, load_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
 from ..errors import InputError, InstallationError
+from ..fabric.model import Topology
+from ..fabric.place import place_lines
+from ..fabric.readers import chosen_topology
 from ..hosts import HostSpec, load_hosts, plural
 from ..records import DEFAULT_PROBE_NAMES
 from ..run.fanout import SweepOptions, SweepResult, probe_hosts
@@ -70,6 +73,7 @@ class TriageRequest:
     store_required: bool = False
     history_sweeps: int = HISTORY_SWEEPS
     host_timeout_s: float | None = None
+    topology: tuple[str, ...] = ()  # --topology: where the host sits in the fabric (gpudiag.fabric.readers)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class TriageRun:
     finished_at: datetime
     deficit_warn_pct: float
     interrupted: bool = False
+    fabric: tuple[str, ...] = ()  # where the host sits in the fabric (gpudiag.fabric.place), with a topology
 
 
 @dataclass
@@ -102,6 +107,7 @@ class _Setup:
     store: Store | None
     baseline: Baseline | None
     notes: list[str]
+    topology: Topology | None = None
 
 
 def run_triage(request: TriageRequest, runtime: Runtime | None = None) -> TriageRun:
@@ -124,7 +130,9 @@ def _set_up(request: TriageRequest, runtime: Runtime) -> _Setup:
     notes: list[str] = []
     store = _open_store(request, notes)
     baseline = _baseline(store, request.judging.baseline_name, notes)
-    return _Setup(spec, connector, thresholds, store, baseline, notes)
+    stand_in = request.reach.stand_in
+    topology = chosen_topology(request.topology, stand_in.topology() if stand_in is not None else None)
+    return _Setup(spec, connector, thresholds, store, baseline, notes, topology)
 
 
 def _connect(request: TriageRequest, runtime: Runtime) -> tuple[HostSpec, Connector]:
@@ -204,7 +212,8 @@ def _run(request: TriageRequest, setup: _Setup, runtime: Runtime) -> TriageRun:
                      baseline=setup.baseline.name if setup.baseline else None, notes=tuple(setup.notes),
                      history=history, probe=request.probe, started_at=started_at,
                      finished_at=datetime.now(timezone.utc), deficit_warn_pct=setup.thresholds.deficit_warn_pct,
-                     interrupted=interrupted or gate.received)
+                     interrupted=interrupted or gate.received,
+                     fabric=tuple(place_lines(outcome.host, setup.topology, outcome.facts)) if setup.topology else ())
 
 
 def _bundle() -> Bundle:

@@ -12,7 +12,8 @@ from gpudiag.sim import demo_fleet_path
 
 EXPECTED = {("throttled", "node012", 0), ("slow_gpu", "node017", 3), ("degraded_pcie", "node021", 5),
             ("nvlink_down", "node033", 2), ("slow_node", "node040", None), ("slow_nic", "node030", None),
-            ("slow_link", "node004", None), ("unchecked", "node050", None), ("unchecked", "node051", None)}
+            ("slow_link", "node004", None), ("unchecked", "node050", None), ("unchecked", "node051", None),
+            ("slow_fabric_link", None, None)}
 
 
 def _run(*args: str):
@@ -34,7 +35,9 @@ def test_the_simulated_sweep_names_every_fault_and_nothing_else(demo_sweep):
     findings = demo_sweep["document"]["findings"]
     assert {(f["kind"], f["host"], f["gpu"]) for f in findings} == EXPECTED
     fails = [f for f in findings if f["severity"] == "fail"]
-    assert len(fails) == 7 and all(f["confirmed"] for f in fails)
+    assert len(fails) == 8 and all(f["confirmed"] for f in fails)
+    uplink = next(f for f in findings if f["kind"] == "slow_fabric_link")
+    assert uplink["fabric_link"] == {"rail": 3, "switches": ["r3-leaf05", "r3-spine02"], "ports": ["10", "5"]}
     link = next(f for f in findings if f["kind"] == "slow_link")
     assert link["peer"] == "node009" and link["unit"] == "Gbit/s" and "on 8 rails" in link["evidence"]
     assert [f["severity"] for f in findings] == sorted(f["severity"] for f in findings)  # fail before warn
@@ -54,7 +57,10 @@ def test_job_impact_and_the_exclude_file(demo_sweep):
                 "node051"]
     assert impact["exclude"] == expected
     assert demo_sweep["exclude"].read_text().split() == expected
-    assert impact["recovered_pct"] > 20
+    # excluding hosts recovers the GPUs' and the slow pairs' part, never the slow uplink's
+    [uplink] = impact["fabric"]
+    assert uplink["hosts_behind"] == [f"node{i:03d}" for i in range(33, 41)] and 35 < uplink["loss_pct"] < 45
+    assert impact["recovered_pct"] == pytest.approx(impact["slowdown_pct"] - uplink["loss_pct"], abs=0.02)
 
 
 def test_the_same_simulated_sweep_gives_byte_identical_findings(demo_sweep, tmp_path: Path):
@@ -67,7 +73,7 @@ def test_the_same_simulated_sweep_gives_byte_identical_findings(demo_sweep, tmp_
 def test_reports_from_the_store_and_from_the_document(demo_sweep, tmp_path: Path):
     store = str(demo_sweep["store"])
     text = _run("report", "--store", store)
-    assert text.exit_code == 0 and "9 findings (7 fail, 2 unchecked)" in text.output
+    assert text.exit_code == 0 and "10 findings (8 fail, 2 unchecked)" in text.output
     from_file = _run("report", str(demo_sweep["folder"] / "sweep.json"), "--format", "md")
     assert from_file.exit_code == 0 and "| fail" in from_file.output
     html = tmp_path / "r.html"

@@ -21,7 +21,19 @@ from .lldp import read_lldp
 from .slurm import read_slurm
 from .source import FORMATS, IBNETDISCOVER, LLDP, TOPOLOGY_JSON, detect, load_rails_map, read_text
 
-__all__ = ["FORMATS", "load_rails_map", "load_topology", "read_topology"]
+__all__ = ["FORMATS", "NO_TOPOLOGY", "chosen_topology", "load_rails_map", "load_topology", "read_topology"]
+
+# --topology none: no topology, even where the site or a simulated fleet gives one.
+NO_TOPOLOGY = "none"
+
+
+def chosen_topology(paths: Sequence[str], fallback: Topology | None = None) -> Topology | None:
+    """The topology a run plans and judges with: the files at ``paths`` (``--topology``, or the
+    site's $GPUDIAG_TOPOLOGY), else ``fallback`` (a simulated fleet's own fabric); None for
+    (NO_TOPOLOGY,). Raises InputError for a file that cannot be read."""
+    if tuple(paths) == (NO_TOPOLOGY,):
+        return None
+    return load_topology(paths) if paths else fallback
 
 
 def load_topology(paths: Sequence[str], *, rails: Mapping[str, int] | None = None) -> Topology:
