@@ -7,6 +7,12 @@ and may use its optional ``impact`` object: the estimated slowdown of a synchron
     {"slowdown_pct": 30.0, "slowest": {"host", "gpu", "metric", "value", "reference"},
      "recovered_pct": 28.0, "exclude": ["node012", ...], "hosts_total": 64}
 
+With the network counted it also carries ``gpu_slowdown_pct`` and ``network_slowdown_pct`` (the job's
+slowdown is the larger; None where the GPUs were not compared), the slowest link and ``fabric``: each
+slow part of the fabric between switches with its rail, the nodes behind it and what it costs.
+A finding of no host (``slow_fabric_link``, ``slow_switch``, ``slow_network``) is shown where it is:
+its switches, ports and rail, or the network of its pair tests.
+
 Findings are always listed by what they cost the job (``sort_findings``); hosts are folded by status.
 Each finding shows its figures with their unit and the source of the reference, the GPU by index, UUID
 and PCI bus id, its action verb (``drain`` ... ``watch``) with the detail, and what it rests on

@@ -77,8 +77,10 @@ FINDING_TABLE_COLUMNS = ["severity", "action", "kind", "where", "metric", "defic
 
 def html_findings(findings: Sequence[Mapping[str, Any]]) -> str:
     """The findings table (already sorted), one compact row per finding: severity, the action verb
-    as a badge, kind, where (with the GPU's full UUID and PCI bus id), metric and deficit; its value,
-    reference, robust z, basis, evidence and action detail in a ``<details>`` of the last column.
+    as a badge, kind, where (with the GPU's full UUID and PCI bus id; a part of the fabric, or the
+    network, for a finding of no host), metric and deficit; its value, reference, robust z, basis,
+    evidence and action detail in a ``<details>`` of the last column, but for a finding of no host
+    (class ``no-host``) the action detail is shown above it.
     Each cell carries its column's name (``data-label``) for the narrow layout. On a wide screen the
     table scrolls within 40 % of the window's height, so the device grid stays on the first screen."""
     if not findings:
@@ -97,7 +99,12 @@ def _finding_row(finding: Mapping[str, Any]) -> str:
     gpu = gpu_ids(finding, full_uuid=True)
     facts = [("value", value), ("reference", reference), ("robust z", robust_z), ("basis", basis),
              ("evidence", evidence), ("action detail", detail)]
-    body = "".join(f"<dt>{_e(name)}</dt><dd>{_e(text)}</dd>" for name, text in facts if text)
+    hostless = finding.get("host") is None
+    # A finding of no host (the fabric's, the network's) drains no node: what to do about it is
+    # all there is to act on, so it is shown, not folded away with the evidence.
+    shown_detail = f'<p class="action-detail">{_e(detail)}</p>' if hostless and detail else ""
+    body = "".join(f"<dt>{_e(name)}</dt><dd>{_e(text)}</dd>" for name, text in facts
+                   if text and not (shown_detail and name == "action detail"))
     summary = " vs ".join(part for part in (value, reference) if part) or basis or "details"
     # (attributes, inner HTML) of each cell, in FINDING_TABLE_COLUMNS order
     cells = [("", _e(severity)), (f' class="action act-{verb}"' if verb else ' class="action"', _e(action)),
@@ -105,10 +112,12 @@ def _finding_row(finding: Mapping[str, Any]) -> str:
              (f' title="{_e(f"GPU {gpu}")}"' if gpu else "",
               _e(location) + (f'<small class="ids">{_e(ids)}</small>' if ids else "")),
              ("", _e(metric)), ("", _e(deficit)),
-             (' class="evidence"', f"<details><summary>{_e(summary)}</summary><dl>{body}</dl></details>")]
+             (' class="evidence"',
+              f"{shown_detail}<details><summary>{_e(summary)}</summary><dl>{body}</dl></details>")]
     row = "".join(f'<td data-label="{label}"{attributes}>{inner}</td>'
                   for label, (attributes, inner) in zip(FINDING_TABLE_COLUMNS, cells, strict=True))
-    return f'<tr class="{_e(finding.get("severity", ""))}">{row}</tr>'
+    classes = _e(finding.get("severity", "")) + (" no-host" if hostless else "")
+    return f'<tr class="{classes}">{row}</tr>'
 
 
 def _footer(document: Document) -> str:

@@ -1,8 +1,10 @@
 """The words of a sweep document's parts, shared by every report format.
 
-Where a finding is (host, GPU index, UUID, PCI bus id, peer), its figures with their unit and the
-source of the reference, what it rests on and its action; findings in cost order, hosts grouped by
-status, and the cells of one finding or host group as text. A missing key counts as null.
+Where a finding is (host, GPU index, UUID, PCI bus id, peer; for a finding of no host, the part
+of the fabric between switches it names or the network of its pair tests), its figures with their
+unit and the source of the reference, what it rests on and its action; findings in cost order,
+hosts grouped by status, and the cells of one finding or host group as text. A missing key counts
+as null.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..findings import Action, Basis, Kind, cost_order
+from ..findings import FABRIC_KINDS, Action, Basis, Kind, cost_order
 from ..hosts import fold_hosts
 from .folding import host_count_words
 
@@ -29,7 +31,7 @@ BASIS_WORDS = {
     Basis.ERROR_RECORD: "probe error",
     Basis.COMPARISON: "nothing to compare with",
 }
-REFERENCE_SOURCE_WORDS = {"fleet": "fleet", "baseline": "baseline", "sku": "SKU"}
+REFERENCE_SOURCE_WORDS = {"fleet": "fleet", "baseline": "baseline", "sku": "SKU", "line_rate": "line rate"}
 # Units that read worse than the bare number ("2 count").
 UNSHOWN_UNITS = ("count", "bool")
 # A GPU UUID is shortened in text to its prefix and first group of hex digits ("GPU-1a2b3c4d…"):
@@ -57,22 +59,24 @@ def hosts_by_status(document: Document) -> dict[str, list[str]]:
 def finding_where(finding: Mapping[str, Any], link_arrow: str = "↔", *, full_uuid: bool = False) -> str:
     """Where a finding is: ``node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0)`` for a GPU (the UUID whole
     with ``full_uuid``), ``node017:3↔5`` for a GPU pair in one host, ``node001 ↔ node004`` for a
-    link, ``node050`` for a host, ``node[001-032] (share 72 % of hosts)`` for a fleet-wide shift."""
+    link, ``node050`` for a host, ``node[001-032] (share 72 % of hosts)`` for a fleet-wide shift,
+    ``rail 2 leaf03:12 ↔ spine04:3`` for a part of the fabric and ``the network (perftest) (share
+    100 % of pairs)`` for a network below its line rate (a pair test's share is of pairs)."""
     where = finding_location(finding, link_arrow) + host_count_words(finding)
     ids = gpu_ids(finding, full_uuid=full_uuid)
     if ids:
         where += f" ({ids})"
     if finding.get("share_pct") is not None:
-        where += f" (share {_share(finding['share_pct'])} of hosts)"
+        counted = "pairs" if network_metric(finding.get("metric"))[0] is not None else "hosts"
+        where += f" (share {_share(finding['share_pct'])} of {counted})"
     return where
 
 
 def finding_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
     """``node017:3``, ``node017:3↔5``, ``node001 ↔ node004`` or ``node050``: host, GPU index, peer;
-    for a finding of the fabric between switches (no host), its part: ``rail 2 leaf03:12 ↔
-    spine04:3``, ``rail 2 switch spine02`` or ``rail 0 one of leaf01 ↔ spine02, …``."""
-    if finding.get("host") is None and any(key in finding for key in FABRIC_KEYS):
-        return fabric_location(finding, link_arrow)
+    for a finding of no host, where it is instead (``hostless_location``)."""
+    if finding.get("host") is None:
+        return hostless_location(finding, link_arrow)
     host, peer = str(finding.get("host")), finding.get("peer")
     gpu, peer_gpu = finding.get("gpu"), finding.get("peer_gpu")
     where = host if gpu is None else f"{host}:{gpu}"
@@ -87,8 +91,40 @@ def finding_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str
 FABRIC_KEYS = ("fabric_link", "switch", "fabric_candidates")
 
 
+# What a finding of no host and no fabric part is about: a job's network as a whole (slow_network).
+NETWORK_WORDS = "the network"
+# Where a finding of no host is that says nothing of where it is (a document from another tool).
+NO_HOST_WORDS = "no host named"
+
+
+def hostless_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
+    """Where a finding of no host is: the part of the fabric between switches it names
+    (``fabric_location``), else the network of its pair tests, ``the network (perftest)`` or
+    ``the network (perftest, rail 5)`` (``slow_network``, a job's network as a whole); NO_HOST_WORDS
+    for one that says neither."""
+    if finding.get("kind") in FABRIC_KINDS or any(finding.get(key) is not None for key in FABRIC_KEYS):
+        return fabric_location(finding, link_arrow)
+    backend, rail = network_metric(finding.get("metric"))
+    if finding.get("kind") != Kind.SLOW_NETWORK and backend is None:
+        return NO_HOST_WORDS
+    within = ", ".join(words for words in (backend, "" if rail is None else f"rail {rail}") if words)
+    return f"{NETWORK_WORDS} ({within})" if within else NETWORK_WORDS
+
+
+def network_metric(metric: object) -> tuple[str | None, int | None]:
+    """(backend, rail) of a pair test's or the fabric's metric (``link.perftest.rail5``,
+    ``fabric.perftest``); None for what it does not say."""
+    words = str(metric or "").split(".")
+    if len(words) < 2 or words[0] not in ("link", "fabric"):
+        return None, None
+    rail = words[2].removeprefix("rail") if len(words) > 2 else ""
+    return words[1] or None, int(rail) if rail.isdigit() else None
+
+
 def fabric_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
-    """Where a fabric finding is (see ``finding_location``)."""
+    """Where a fabric finding is (see ``finding_location``): ``rail 2 leaf03:12 ↔ spine04:3``,
+    ``rail 2 switch spine02`` or ``rail 0 one of leaf01 ↔ spine02, …``; ``the fabric (rail 2)``
+    where it names no part."""
     parts = finding.get("fabric_candidates")
     if isinstance(parts, list) and parts:
         named = [_fabric_part(part, link_arrow) for part in parts if isinstance(part, Mapping)]
@@ -97,7 +133,42 @@ def fabric_location(finding: Mapping[str, Any], link_arrow: str = "↔") -> str:
     link = finding.get("fabric_link")
     if isinstance(link, Mapping):
         return _rail_words(link.get("rail")) + _fabric_part(link, link_arrow)
-    return _rail_words(finding.get("rail")) + f"switch {finding.get('switch')}"
+    if finding.get("switch") is not None:
+        return _rail_words(finding.get("rail")) + f"switch {finding['switch']}"
+    rail = fabric_rail(finding)
+    return "the fabric" + ("" if rail is None else f" (rail {rail})")
+
+
+def fabric_ends(finding: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """(switch, port, peer switch, peer port) of the one part of the fabric a finding names: a
+    link's two ends (a port empty where unknown), a switch alone; all empty for a set of
+    candidates or a finding of no fabric part."""
+    link = finding.get("fabric_link")
+    if isinstance(link, Mapping):
+        ends = [str(name) for name in link.get("switches") or []]
+        ports = link.get("ports")
+        ports = [str(port) for port in ports] if isinstance(ports, list) and len(ports) == len(ends) else []
+        (switch, peer), (port, peer_port) = (ends + ["", ""])[:2], (ports + ["", ""])[:2]
+        return switch, port, peer, peer_port
+    if finding.get("switch") is not None:
+        return str(finding["switch"]), "", "", ""
+    return "", "", "", ""
+
+
+def fabric_rail(finding: Mapping[str, Any]) -> int | None:
+    """The rail whose plane a finding of no host is in: its part's, else its metric's; None for
+    the plane every rail shares or where nothing says."""
+    parts = finding.get("fabric_candidates")
+    for part in ([finding.get("fabric_link")] + (parts if isinstance(parts, list) else [])):
+        if isinstance(part, Mapping) and part.get("rail") is not None:
+            return _rail_number(part["rail"])
+    if finding.get("rail") is not None:
+        return _rail_number(finding["rail"])
+    return network_metric(finding.get("metric"))[1]
+
+
+def _rail_number(rail: object) -> int | None:
+    return rail if isinstance(rail, int) and not isinstance(rail, bool) else None
 
 
 def _fabric_part(part: Mapping[str, Any], link_arrow: str) -> str:

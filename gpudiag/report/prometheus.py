@@ -18,6 +18,13 @@ numbers to NVML's where NVML's identity was not read, and empty where neither sa
 number shifts after a GPU is lost), ``UUID``, ``pci_bus_id`` and ``modelName`` (NVML's name).
 ``host`` is the host's name as the sweep was given it. node_exporter adds its own ``instance``
 label, the controller's: join on ``Hostname`` and ``gpu`` (or ``UUID``), not on ``instance``.
+
+A finding of no host (a slow switch link or switch, a job's network below its line rate) names no
+node, so it carries no ``Hostname``: it is a ``gpudiag_network_finding`` series (with its figure and
+reference as ``gpudiag_network_finding_value`` and ``_reference``), labelled with the part:
+``fabric_rail`` (the rail whose plane it is in), ``switch`` and ``port`` and ``peer_switch`` and
+``peer_port`` (a link's two ends; a switch alone; empty for a set of parts the tests could not split
+and for the network as a whole) and ``where`` (the part in the reports' words).
 """
 
 from __future__ import annotations
@@ -36,12 +43,20 @@ from ..records import device_index
 from ..schema.fields import is_finite_number
 from ..schema.times import parse_time
 from . import check_writable, write_report
+from .phrasing import fabric_ends, fabric_rail, hostless_location
 
 PROM_SUFFIX = ".prom"
 GPU_LABELS = ("host", "Hostname", "gpu", "UUID", "pci_bus_id", "modelName")
 FINDING_LABELS = ("host", "Hostname", "gpu", "UUID", "pci_bus_id", "peer", "kind", "severity", "action", "metric")
+# A finding of no host (a part of the fabric between switches, a job's network as a whole) names
+# no node: its own family, labelled with the part (its rail's plane, the switch and port at each
+# end of a link, or the switch) and ``where`` in words, never with a made-up Hostname.
+NETWORK_FINDING_LABELS = ("fabric_rail", "switch", "port", "peer_switch", "peer_port", "where", "kind", "severity",
+                          "action", "metric")
 # A finding's figure and reference carry its labels and these two, so value / reference divides series by series.
-FIGURE_LABELS = (*FINDING_LABELS, "unit", "reference_source")
+FIGURE_SUFFIX_LABELS = ("unit", "reference_source")
+FIGURE_LABELS = (*FINDING_LABELS, *FIGURE_SUFFIX_LABELS)
+NETWORK_FIGURE_LABELS = (*NETWORK_FINDING_LABELS, *FIGURE_SUFFIX_LABELS)
 # Samples formatted at a time: a 10,000-node sweep has some 500,000, and the text of all of
 # them at once (prometheus_client formats a whole registry in memory) would take ~250 MB.
 CHUNK_SAMPLES = 10_000
@@ -209,23 +224,44 @@ def _links(links: Iterable[Mapping[str, Any]], hostnames: Mapping[str, str]) -> 
 def _findings(findings: Iterable[Mapping[str, Any]], hostnames: Mapping[str, str],
               nvml_index: Mapping[str, int | None]) -> list[_Family]:
     """A series per finding, its GPU named by NVML's index where its UUID is known; and, for a
-    finding with both, its measured figure and the reference it was judged against (in its unit)."""
-    family = _Family("gpudiag_finding", "1 for each finding of the last sweep: kind, severity (fail, warn) and action "
-                     "(drain, reset_gpu, reboot, inspect, watch); gpu and peer empty where they do not apply.",
-                     FINDING_LABELS)
-    value = _Family("gpudiag_finding_value", "The figure a finding of the last sweep measured, in its unit (a finding "
-                    "with a figure and a reference only).", FIGURE_LABELS)
-    reference = _Family("gpudiag_finding_reference", "The reference a finding's figure was judged against, in its "
-                        "unit; reference_source: fleet, baseline, sku or siblings.", FIGURE_LABELS)
+    finding with both, its measured figure and the reference it was judged against (in its unit).
+    A finding of no host goes into the ``gpudiag_network_finding`` families instead (labelled
+    with its part of the fabric)."""
+    families = _finding_families("gpudiag_finding", FINDING_LABELS, FIGURE_LABELS, (
+        "1 for each finding of the last sweep about a node, its GPUs or its links: kind, severity (fail, warn) and "
+        "action (drain, reset_gpu, reboot, inspect, watch); gpu and peer empty where they do not apply."))
+    network = _finding_families("gpudiag_network_finding", NETWORK_FINDING_LABELS, NETWORK_FIGURE_LABELS, (
+        "1 for each finding of the last sweep about the network rather than a node: a switch link (switch, port, "
+        "peer_switch, peer_port), a switch (switch), a set of parts the tests could not split or a job's network as "
+        "a whole (those empty); fabric_rail the rail's plane, where the part in words."))
     for finding in findings:
-        labels = _finding_labels(finding, hostnames, nvml_index)
-        family.samples.append((labels, 1.0))
-        measured, expected = finding.get("value"), finding.get("reference")
-        if is_finite_number(measured) and is_finite_number(expected):
-            figure = (*labels, str(finding.get("unit") or ""), str(finding.get("reference_source") or ""))
-            value.samples.append((figure, float(measured)))
-            reference.samples.append((figure, float(expected)))
-    return [family, value, reference]
+        if finding.get("host") is None:
+            _add_finding(network, _network_finding_labels(finding), finding)
+        else:
+            _add_finding(families, _finding_labels(finding, hostnames, nvml_index), finding)
+    return [*families, *network]
+
+
+def _finding_families(name: str, labels: tuple[str, ...], figure_labels: tuple[str, ...],
+                      documentation: str) -> tuple[_Family, _Family, _Family]:
+    """A finding family (``name``), its figure's (``name_value``) and its reference's (``name_reference``)."""
+    return (_Family(name, documentation, labels),
+            _Family(f"{name}_value", "The figure a finding of the last sweep measured, in its unit (a finding with a "
+                    "figure and a reference only).", figure_labels),
+            _Family(f"{name}_reference", "The reference a finding's figure was judged against, in its unit; "
+                    "reference_source: fleet, baseline, sku, siblings, line_rate or pairs.", figure_labels))
+
+
+def _add_finding(families: tuple[_Family, _Family, _Family], labels: tuple[str, ...],
+                 finding: Mapping[str, Any]) -> None:
+    """The finding's series of 1, and its figure and reference where it has both."""
+    family, value, reference = families
+    family.samples.append((labels, 1.0))
+    measured, expected = finding.get("value"), finding.get("reference")
+    if is_finite_number(measured) and is_finite_number(expected):
+        figure = (*labels, str(finding.get("unit") or ""), str(finding.get("reference_source") or ""))
+        value.samples.append((figure, float(measured)))
+        reference.samples.append((figure, float(expected)))
 
 
 def _finding_labels(finding: Mapping[str, Any], hostnames: Mapping[str, str],
@@ -238,7 +274,20 @@ def _finding_labels(finding: Mapping[str, Any], hostnames: Mapping[str, str],
         gpu = finding.get("gpu")
     return (host, hostnames.get(host, host), "" if gpu is None else str(gpu), uuid,
             str(finding.get("pci_bus_id") or ""), "" if peer is None else hostnames.get(str(peer), str(peer)),
-            str(finding.get("kind")), str(finding.get("severity")), str(finding.get("action")),
+            *_verdict_labels(finding))
+
+
+def _network_finding_labels(finding: Mapping[str, Any]) -> tuple[str, ...]:
+    """A finding of no host's NETWORK_FINDING_LABELS values."""
+    switch, port, peer_switch, peer_port = fabric_ends(finding)
+    rail = fabric_rail(finding)
+    return ("" if rail is None else str(rail), switch, port, peer_switch, peer_port, hostless_location(finding),
+            *_verdict_labels(finding))
+
+
+def _verdict_labels(finding: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """kind, severity, action and metric: the last labels of every finding family."""
+    return (str(finding.get("kind")), str(finding.get("severity")), str(finding.get("action")),
             str(finding.get("metric") or ""))
 
 

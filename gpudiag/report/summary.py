@@ -8,6 +8,7 @@ from typing import Any
 
 from ..findings import Kind, Severity
 from ..hosts import fold_hosts, plural
+from ..schema.fields import is_finite_number
 from .phrasing import (
     OK,
     Document,
@@ -96,9 +97,9 @@ def impact_phrase(impact: Mapping[str, Any] | None) -> str:
 
 
 def _impact_detail(impact: Mapping[str, Any] | None) -> str:
-    rows = dict(_impact_rows(impact))
-    shown = ("slowest", "slowest link", "exclude", "unfinished")
-    return " · ".join(f"{label} {rows[label]}" for label in shown if label in rows)
+    """The text report's impact line: the rows the summary line does not say already."""
+    shown = ("slowest", "slowest link", "exclude", "unfinished", FABRIC_ROW)
+    return " · ".join(f"{label} {text}" for label, text in _impact_rows(impact) if label in shown)
 
 
 def unfinished_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -110,11 +111,18 @@ def unfinished_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
                            "finished: not checked, not excluded; run the sweep again)")]
 
 
+# The label of the impact rows of a slow part of the fabric between switches, one per part.
+FABRIC_ROW = "fabric"
+
+
 def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """(label, text) pairs of the impact estimate (the unfinished hosts alone without one)."""
-    if not impact or impact.get("slowdown_pct") is None:
+    """(label, text) pairs of the impact estimate: the job's slowdown and its GPUs' and network's
+    parts, the slowest GPU, the hosts to exclude and what that recovers, the hosts left
+    unfinished, the slowest link and each slow part of the fabric (FABRIC_ROW, one row each);
+    the unfinished hosts alone without an estimate of the GPUs or the network."""
+    if not impact or (impact.get("slowdown_pct") is None and impact.get("network_slowdown_pct") is None):
         return unfinished_rows(impact)
-    rows = [("job slowdown", _pct(impact["slowdown_pct"]))]
+    rows = slowdown_rows(impact)
     slowest = impact.get("slowest")
     if slowest:
         rows.append(("slowest", f"{finding_where(slowest)} {finding_measure(slowest)}".strip()))
@@ -135,6 +143,40 @@ def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         rows.append(("slowest link", f"{link['a']} ↔ {link['b']}{rail} {link['value']:.1f} vs {source}"
                                      f"{link['reference']:.1f} {link.get('unit') or ''} ({below}; a ring "
                                      "collective runs at its slowest link)"))
+    return rows + fabric_rows(impact)
+
+
+def slowdown_rows(impact: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``job slowdown`` (with ``GPU slowdown`` and ``network slowdown``, its two parts, where the
+    network was counted), or ``network slowdown`` alone where the GPUs were not compared."""
+    slowdown, gpu, network = (impact.get(name) for name in ("slowdown_pct", "gpu_slowdown_pct",
+                                                            "network_slowdown_pct"))
+    if slowdown is None:
+        return [("network slowdown", f"{_pct(network)} (GPUs not compared: the job's slowdown is not known)")]
+    rows = [("job slowdown", _pct(slowdown))]
+    if gpu is not None and network is not None:
+        rows += [("GPU slowdown", _pct(gpu)), ("network slowdown", _pct(network))]
+    return rows
+
+
+def fabric_rows(impact: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """One FABRIC_ROW per slow part of the fabric (the impact's ``fabric``): ``rail 2 leaf03 port
+    12 – spine04 port 3: -29.9 % for the collectives that cross it (confirmed); nodes behind it
+    node[017-024]``."""
+    rows = []
+    for part in impact.get("fabric") or ():
+        if not isinstance(part, Mapping):
+            continue
+        names = [str(name) for name in part.get("parts") or ()]
+        where = {0: "a part of the fabric", 1: names[0] if names else ""}.get(len(names), f"one of {', '.join(names)}")
+        rail = "" if part.get("rail") is None else f"rail {part['rail']} "
+        loss = part.get("loss_pct")
+        text = rail + where + (f": -{_pct(loss)} for the collectives that cross it" if is_finite_number(loss) else "")
+        text += " (confirmed)" if part.get("confirmed") else " (not confirmed)"
+        behind = [str(host) for host in part.get("hosts_behind") or ()]
+        if behind:
+            text += f"; nodes behind it {fold_hosts(behind)}"
+        rows.append((FABRIC_ROW, text))
     return rows
 
 

@@ -36,6 +36,21 @@ def test_the_link_schedule_benchmark_runs_and_names_the_planted_faults():
     assert "screen" in done.stdout and "full" in done.stdout
 
 
+def test_the_fabric_benchmark_names_each_planted_switch_fault_and_fails_a_slow_jobs_network():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "fabric.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines() if re.match(r"[23]t ", line)]
+    assert {row[4] for row in rows} == {"uplink", "two", "spine", "nic", "healthy"}
+    for row in rows:  # fabric nodes rails spines scenario cv slow found... fabF nodeF nic scr fab cnf s
+        if row[4] == "healthy":
+            assert row[8] == "0/2" and row[10] == "0/2", row  # no fabric fail, no warn
+        else:
+            assert row[8] == "2/2" and row[11:13] == ["0", "0"], row  # exact, nothing else blamed
+    jobs = [line for line in done.stdout.splitlines() if line.strip().endswith("%") and "nodes: exit" in line]
+    assert jobs and all("exit 1, network fail 1, drained 0, excluded 0" in line for line in jobs)
+
+
 def test_the_fanout_benchmark_runs_against_pdsh_on_real_sshd_hosts():
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "fanout.py"), "--smoke"], capture_output=True,
                           text=True, timeout=300, check=False)

@@ -112,14 +112,34 @@ def _exit_alert(code: int) -> dict[str, Any]:
             "exp_annotations": {
                 "summary": f"gpudiag's last sweep on {instance} exited {code}",
                 "description": f"Exit status {code}: 1 a fail finding, 3 something could not be checked, 4 gpudiag "
-                               "failed, 130 interrupted. The findings are gpudiag_finding, the hosts not checked "
+                               "failed, 130 interrupted. The findings are gpudiag_finding (nodes) and "
+                               "gpudiag_network_finding (the network), the hosts not checked "
                                'gpudiag_host_status{status!="ok"}.'}}
 
 
-def _alert_tests(samples: list[Sample], fail_alerts: list[dict[str, Any]], exit_alerts: list[dict[str, Any]]):
+def _network_alert(labels: dict[str, str]) -> dict[str, Any]:
+    """The GpudiagNetworkFinding alert a fail finding of no host should raise, as an operator reads it."""
+    metric = f" ({labels['metric']})" if labels["metric"] else ""
+    switch = f": switch {labels['switch']}" if labels["switch"] else ""
+    switch += f" port {labels['port']}" if labels["switch"] and labels["port"] else ""
+    peer = f" to switch {labels['peer_switch']}" if labels["peer_switch"] else ""
+    peer += f" port {labels['peer_port']}" if labels["peer_switch"] and labels["peer_port"] else ""
+    present = {key: value for key, value in labels.items() if value}
+    return {"exp_labels": {**present, **SCRAPE_LABELS, "severity": "critical"},
+            "exp_annotations": {
+                "summary": f"gpudiag: {labels['kind']} at {labels['where']}",
+                "description": f"The last gpudiag sweep found {labels['kind']}{metric} at {labels['where']}{switch}"
+                               f"{peer}; no node is at fault (none is drained): for the network team; action: "
+                               f"{labels['action']}. gpudiag report on {SCRAPE_LABELS['instance']} shows the "
+                               "evidence and the commands that read the ports."}}
+
+
+def _alert_tests(samples: list[Sample], fail_alerts: list[dict[str, Any]], exit_alerts: list[dict[str, Any]],
+                 network_alerts: list[dict[str, Any]] | None = None):
     """One test group: the sweep's series for 20 minutes, the alerts expected after 10."""
     return {"interval": "1m", "input_series": _input_series(samples, 20), "alert_rule_test": [
         {"eval_time": "10m", "alertname": "GpudiagFailFinding", "exp_alerts": fail_alerts},
+        {"eval_time": "10m", "alertname": "GpudiagNetworkFinding", "exp_alerts": network_alerts or []},
         {"eval_time": "10m", "alertname": "GpudiagExitCode", "exp_alerts": exit_alerts},
         {"eval_time": "10m", "alertname": "GpudiagSweepStale", "exp_alerts": []},
         {"eval_time": "10m", "alertname": "GpudiagMetricsAbsent", "exp_alerts": []}]}
@@ -129,7 +149,7 @@ def _alert_tests(samples: list[Sample], fail_alerts: list[dict[str, Any]], exit_
 def test_the_rules_file_passes_promtool_check():
     checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 4 rules found" in checked.stdout
+    assert "SUCCESS: 5 rules found" in checked.stdout
 
 
 @needs_promtool
@@ -149,6 +169,30 @@ def test_a_fail_finding_alerts_for_its_host_and_gpu_only_and_the_exit_code_alert
     others = [_fail_alert(labels) for labels in fail if labels["Hostname"] != "node003"]
     result = _promtool_test(tmp_path, [_alert_tests(samples, others, [_exit_alert(code)])])
     assert result.returncode != 0 and "node003" in result.stdout + result.stderr
+
+
+# A fabric of 8 leaves and 4 spines per rail with one slow uplink on rail 2, and a slow NIC.
+FABRIC_FLEET = {"nodes": 64, "seed": 11, "noise": {"link_cv": 0.02}, "fabric": {"leaves": 8, "spines": 4},
+                "faults": [{"kind": "slow_uplink", "a": "r2-leaf03", "b": "r2-spine04", "factor": 0.7},
+                           {"kind": "slow_nic", "host": "node050", "factor": 0.7}]}
+
+
+@needs_promtool
+def test_a_slow_switch_link_alerts_as_a_network_finding_naming_its_switches_and_no_host(tmp_path: Path):
+    code, samples, document = _sweep(tmp_path / "fabric", FABRIC_FLEET, "screen")
+    network = [labels for name, labels, value in samples
+               if name == "gpudiag_network_finding" and labels["severity"] == "fail" and value == 1]
+    assert [(labels["switch"], labels["port"], labels["peer_switch"], labels["peer_port"], labels["fabric_rail"])
+            for labels in network] == [("r2-leaf03", "12", "r2-spine04", "3", "2")]
+    assert all("Hostname" not in labels and "host" not in labels for labels in network)
+    fail = [labels for name, labels, value in samples
+            if name == "gpudiag_finding" and labels["severity"] == "fail" and value == 1]
+    assert {labels["Hostname"] for labels in fail} == {"node050"} and code == 1
+    assert [finding["kind"] for finding in document["findings"] if finding["host"] is None] == ["slow_fabric_link"]
+    alerts = _alert_tests(samples, [_fail_alert(labels) for labels in fail], [_exit_alert(code)],
+                          [_network_alert(labels) for labels in network])
+    result = _promtool_test(tmp_path, [alerts])
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 @needs_promtool
