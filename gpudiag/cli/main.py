@@ -24,7 +24,26 @@ class GpudiagGroup(click.Group):
     """The one place where errors become exit codes (see gpudiag.exitcodes).
 
     An error gpudiag did not foresee is its own failure, exit 4 (inconclusive): a pre-flight
-    hook must never read it as exit 1, "this node failed"."""
+    hook must never read it as exit 1, "this node failed". A usage error (a bad option value, an
+    option or command that does not exist) is one line on stderr and exit 2, as every other bad
+    input is: never click's usage block."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.UsageError as error:
+            click.echo(f"gpudiag: error: {usage_line(error)}", err=True)
+            sys.exit(int(ExitCode.USAGE))
+        except click.exceptions.Abort:
+            click.echo("gpudiag: interrupted", err=True)
+            sys.exit(int(ExitCode.INTERRUPTED))
+        except click.exceptions.ClickException as error:
+            click.echo(f"gpudiag: error: {' '.join(error.format_message().split())}", err=True)
+            sys.exit(int(error.exit_code))
+        sys.exit(int(code) if isinstance(code, int) else int(ExitCode.OK))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -47,6 +66,16 @@ class GpudiagGroup(click.Group):
                        f"{type(error).__name__}: {error}; the result is inconclusive", err=True)
             ctx.exit(int(ExitCode.INTERNAL))
         ctx.exit(int(code) if code is not None else int(ExitCode.OK))
+
+
+def usage_line(error: click.exceptions.UsageError) -> str:
+    """``gpudiag sweep: --budget: -5.0 is not in the range x>=1 (gpudiag sweep --help says more)``:
+    click's message on one line, naming the command and where its help is."""
+    message = " ".join(error.format_message().split())
+    for wordy, plain in (("Invalid value for ", ""), ("'", "")):
+        message = message.replace(wordy, plain)
+    path = " ".join(["gpudiag", *error.ctx.command_path.split()[1:]]) if error.ctx is not None else "gpudiag"
+    return f"{path}: {message} ({path} --help says more)"
 
 
 @click.group(cls=GpudiagGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=epilog(

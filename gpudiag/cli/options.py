@@ -150,15 +150,17 @@ def json_option(help_text: str) -> Callable[[click.decorators.FC], click.decorat
     """``--json PATH|-`` (into ``json_path``), the same in every command: PATH writes the file,
     ``-`` writes to stdout. A value that starts with ``-`` (``--json --duration 2``: a flag's
     old habit) is refused with the fix (InputError)."""
-    return click.option("--json", "json_path", default=None, metavar="PATH|-", callback=_json_target,
+    return click.option("--json", "json_path", default=None, metavar="PATH|-", callback=json_target,
                         help=f"{help_text} PATH writes the file, - writes to stdout.")
 
 
-def _json_target(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
+def json_target(context: click.Context, parameter: click.Parameter, value: str | None) -> str | None:
+    """The callback of an option that takes ``PATH|-``: InputError for a value that is another option."""
     if value is None or value == "-" or not value.startswith("-"):
         return value
-    raise InputError(f"--json {value}: --json takes a PATH or - (stdout), not another option; write --json - "
-                     f"to print the JSON, or --json FILE.json")
+    option = (parameter.opts or ["--json"])[0]
+    raise InputError(f"{option} {value}: {option} takes a PATH or - (stdout), not another option; write {option} "
+                     f"- to print it, or {option} FILE")
 
 
 def emit_json(text: str, json_path: str) -> None:
@@ -171,8 +173,9 @@ def emit_json(text: str, json_path: str) -> None:
 
 
 def probes_option(default_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
-    """``--probes NAMES`` (into ``probe_list``): comma-separated probes for every host, as
-    ``probe_list_names`` reads them; ``default_text`` says which run when none is named."""
+    """``--probes NAMES`` (into ``probe_list``): probes for every host, separated by commas or
+    spaces, as ``listed_probe_names`` reads them; ``default_text`` says which run when none is
+    named."""
     return click.option("--probes", "probe_list", default="", metavar="NAMES",
                         help=f"Comma-separated probes to run on every host ({default_text}; name xid to read the "
                              f"kernel log's Xids and NVML's pending recovery actions: it needs read access to the "

@@ -61,9 +61,9 @@ def test_a_relative_python_path_for_the_nodes_is_refused_with_the_fix(command):
     assert "give an absolute path" in line
 
 
-def test_probe_json_path_writes_the_records_and_still_prints_the_tables(tmp_path: Path):
+def test_probe_jsonl_path_writes_the_records_and_still_prints_the_tables(tmp_path: Path):
     target = tmp_path / "records.jsonl"
-    result = CliRunner().invoke(main, ["probe", "--json", str(target), "facts", "gemm", "--duration", "0.1"])
+    result = CliRunner().invoke(main, ["probe", "--jsonl", str(target), "facts", "gemm", "--duration", "0.1"])
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in target.read_text().splitlines()]
     assert [r["probe"] for r in records] == ["facts", "gemm"]
@@ -71,11 +71,32 @@ def test_probe_json_path_writes_the_records_and_still_prints_the_tables(tmp_path
     assert "TFLOP/s" in result.output
 
 
-def test_probe_json_dash_prints_json_lines_only():
+def test_probe_json_dash_prints_one_json_document_as_every_command_does():
     result = CliRunner().invoke(main, ["probe", "--json", "-", "facts"])
     assert result.exit_code == 0, result.output
-    [record] = [json.loads(line) for line in result.output.splitlines()]
-    assert record["probe"] == "facts"
+    document = json.loads(result.output)  # the whole of stdout is one document
+    assert document["schema"] == "gpudiag.probe/1" and document["exit_code"] == 0
+    assert [record["probe"] for record in document["records"]] == ["facts"]
+    lines = CliRunner().invoke(main, ["probe", "--jsonl", "-", "facts"]).output.splitlines()
+    assert [json.loads(line)["probe"] for line in lines] == ["facts"]
+
+
+@pytest.mark.parametrize("names", [("gemm,membw",), ("gemm", "membw"), ("gemm, membw",)])
+def test_probe_names_are_taken_with_commas_or_spaces_as_sweep_takes_them(names, tmp_path: Path):
+    target = tmp_path / "probe.json"
+    result = CliRunner().invoke(main, ["probe", *names, "--duration", "0.05", "--json", str(target)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(target.read_text())["probes"] == ["gemm", "membw"]
+
+
+def test_a_usage_error_is_one_line_on_stderr_and_exit_2():
+    for args in (["sweep", "--budget", "-5"], ["probe", "--duration", "-1"], ["report", "--format", "pdf"],
+                 ["swep"], ["sweep", "--bogus"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2, args
+        [line] = _error_lines(result.output)
+        assert line.startswith("gpudiag: error: gpudiag") and "--help says more" in line, line
+        assert "Usage:" not in result.output
 
 
 @pytest.mark.parametrize(("args", "message"), [

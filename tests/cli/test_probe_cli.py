@@ -24,7 +24,7 @@ def _records(output: str) -> list[dict]:
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the CPU-only path; this machine has a CUDA GPU")
 def test_without_a_gpu_gemm_and_membw_run_on_the_cpu_and_gpu_probes_say_why_they_skipped():
-    result = _invoke("--json", "-", "--duration", "0.3")
+    result = _invoke("--jsonl", "-", "--duration", "0.3")
     assert result.exit_code == 0, result.output
     records = _records(result.output)
     # telemetry's NIC port records (what this machine's network interfaces are) stand apart from its GPU ones
@@ -41,7 +41,7 @@ def test_without_a_gpu_gemm_and_membw_run_on_the_cpu_and_gpu_probes_say_why_they
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the CPU-only path; this machine has a CUDA GPU")
 def test_pause_without_a_gpu_runs_the_probes_as_usual():
-    result = _invoke("--json", "-", "--duration", "0.1", "--pause", "gemm", "pcie")
+    result = _invoke("--jsonl", "-", "--duration", "0.1", "--pause", "gemm", "pcie")
     assert result.exit_code == 0, result.output
     assert [(r["probe"], r["status"]) for r in _records(result.output)] == [("gemm", "ok"), ("pcie", "skipped")]
 
@@ -73,7 +73,7 @@ def test_bad_options_exit_2_with_one_line_naming_the_option(args, message):
 def test_a_python_without_torch_reports_the_torch_probes_as_skipped(tmp_path: Path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
     bare_python = tmp_path / "bare" / "bin" / "python"
-    result = _invoke("--json", "-", "--python", str(bare_python), "gemm", "membw", "facts")
+    result = _invoke("--jsonl", "-", "--python", str(bare_python), "gemm", "membw", "facts")
     assert result.exit_code == 0, result.output
     records = {r["probe"]: r for r in _records(result.output)}
     for probe in ("gemm", "membw"):
@@ -95,6 +95,6 @@ def test_a_bundle_that_prints_garbage_is_an_error_not_a_pass(tmp_path: Path):
 def test_a_relative_python_path_is_taken_from_the_current_folder_not_the_bundles(tmp_path: Path, monkeypatch):
     (tmp_path / "py").symlink_to(sys.executable)
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["probe", "--json", "-", "--python", "./py", "facts"])
+    result = CliRunner().invoke(main, ["probe", "--jsonl", "-", "--python", "./py", "facts"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.splitlines()[0])["status"] == "ok"
