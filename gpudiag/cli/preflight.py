@@ -202,12 +202,12 @@ def _written(write: Callable[[], None], option: str) -> list[str]:
 
 
 def _print_report(run: PreflightRun, to_stderr: bool, output_errors: list[str]) -> None:
-    """The report, then the drains, the outputs that could not be written, and the summary line:
-    plain lines unless on a terminal."""
-    echo_text(render_report(run.result.to_dict(records=False), "text"), err=to_stderr)
+    """The per-host table (on a terminal), the report (its findings last), then the drains, the
+    outputs that could not be written, and the summary line: plain lines unless on a terminal."""
     stream = sys.stderr if to_stderr else sys.stdout
-    if stream.isatty():
+    if stream.isatty():  # the per-host figures first: the findings and the summary line end the screen
         render_sweep_table(run.result, make_console(stderr=to_stderr))
+    echo_text(render_report(run.result.to_dict(records=False), "text", outputs=None), err=to_stderr)
     for warning in run.result.warnings:
         click.echo(f"gpudiag: warning: {warning}", err=True)
     for line in action_lines(run):

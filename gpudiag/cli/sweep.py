@@ -235,10 +235,13 @@ def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str
         _write_outputs(result, json_path, exclude_file, json_detail)
         if prom_file is not None:  # its hosts read one at a time, from the sweep's packed outcomes
             write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file)
-        echo_text(render_report(result.to_dict(records=False), "text"), err=json_path == "-")
+        # the per-host figures first: the findings and the verdict end what a terminal shows
         render_sweep_table(result, make_console(stderr=json_path == "-"))
         for warning in result.warnings:
             click.echo(f"gpudiag: warning: {warning}", err=True)
+        outputs = output_words(json_path, exclude_file, prom_file, judging.store_path)
+        click.echo(err=json_path == "-")
+        echo_text(render_report(result.to_dict(records=False), "text", outputs=outputs), err=json_path == "-")
     # An interrupt that came after the last remote phase left the outputs whole, and still asked to stop.
     return ExitCode.INTERRUPTED if gate.received else result.exit_code
 
@@ -269,14 +272,23 @@ def demo(output_dir: str | None, quiet: bool) -> ExitCode:
     write_sweep_json(result, str(folder / "sweep.json"))
     write_report(render_report(document, "html"), folder / "report.html")
     _write_outputs(result, None, str(folder / "exclude.txt"))
-    echo_text(render_report(document, "text"))
-    click.echo(f"a real sweep with these findings would exit {int(result.exit_code)}")
-    click.echo(f"store: {folder / 'gpudiag.db'}")
-    click.echo(f"HTML report: {folder / 'report.html'}")
+    outputs = [f"the HTML report {folder / 'report.html'}",
+               *output_words(str(folder / "sweep.json"), str(folder / "exclude.txt"), None, str(folder / "gpudiag.db"))]
     if output_dir is None:  # a temporary folder is not removed: the report and store are for reading
-        click.echo(f"the demo's files ({_folder_mib(folder):.0f} MiB) are kept in {folder}; remove them with "
-                   f"rm -r {folder}, or give --output DIR")
+        outputs.append(f"all kept in {folder} ({_folder_mib(folder):.0f} MiB; remove them with rm -r {folder}, "
+                       "or give --output DIR)")
+    text = render_report(document, "text", outputs=outputs)
+    # a demo exits 0 whatever it finds: its verdict says what a real sweep with these findings would exit
+    echo_text(text.replace("verdict: ", "verdict (a real sweep with these findings would exit so): ", 1))
     return ExitCode.OK if not result.interrupted else ExitCode.INTERRUPTED
+
+
+def output_words(json_path: str | None, exclude_file: str | None, prom_file: str | None,
+                 store_path: str | None) -> list[str]:
+    """Where a run's outputs went, in words, for its verdict line."""
+    named = [("the sweep document", json_path if json_path != "-" else "(stdout)"), ("the exclude list", exclude_file),
+             ("the textfile", prom_file), ("the store", store_path)]
+    return [f"{what} {where}" for what, where in named if where]
 
 
 def _demo_folder(output_dir: str | None) -> Path:

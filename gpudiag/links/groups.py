@@ -437,6 +437,20 @@ class GroupReference:
             text = f"fleet {rate_text(self.fleet_gbps)} {UNIT}"
         return text if line is None else f"{text}; line rate {line:g} {UNIT}"
 
+    def to_dict(self) -> dict[str, object]:
+        """The group and what judged it, for the sweep document's ``link_groups``: its level
+        (``reference_gbps``) and where it came from (``fleet``, ``job``: a small job's own level,
+        ``baseline`` or ``line_rate``), its spread, the line-rate floor, whether the level itself
+        fell below the floor or the baseline."""
+        source = "job" if self.job_level and self.fleet_gbps is not None else self.reference_source
+        return {"backend": self.group.backend, "rail": self.group.rail, "line_rate_gbps": self.group.line_rate_gbps,
+                "hosts": self.hosts, "pairs": self.pairs,
+                "reference_gbps": None if self.reference_gbps is None else round(self.reference_gbps, 3),
+                "reference_source": source if self.compared else None,
+                "spread_gbps": None if self.spread_gbps is None else round(self.spread_gbps, 3),
+                "floor_gbps": None if self.floor_gbps is None else round(self.floor_gbps, 3),
+                "below_floor": self.shifted, "below_baseline": self.baseline_shifted}
+
     @property
     def floor_share_pct(self) -> float:
         line = self.group.line_rate_gbps
@@ -444,13 +458,14 @@ class GroupReference:
 
 
 def pair_means(results: Iterable[LinkResult]) -> dict[LinkGroup, dict[Pair, float]]:
-    """Each measured pair's figure in each group: the mean of its runs, in Gb/s (results with
-    an error carry no figure and are left out). Sorted by group, then pair."""
+    """Each measured pair's figure in each group as it is judged (``judged_gbps``: the median of
+    its runs), in Gb/s (results with an error carry no figure and are left out). Sorted by group,
+    then pair."""
     runs: dict[LinkGroup, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
         if result.gbps is not None:
             runs[result.group][result.pair].append(result.gbps)
-    return {group: {pair: mean_gbps(values) for pair, values in sorted(runs[group].items())}
+    return {group: {pair: judged_gbps(values) for pair, values in sorted(runs[group].items())}
             for group in sorted(runs, key=LinkGroup.sort_key)}
 
 
@@ -569,11 +584,11 @@ def network_below(means: Sequence[float], floor: float | None) -> bool:
 
 
 def host_bests(runs: Mapping[Pair, Sequence[float]]) -> dict[str, float]:
-    """Each host's best pair figure (the mean of a pair's runs), Gb/s."""
+    """Each host's best pair figure (a pair's judged figure: the median of its runs), Gb/s."""
     best: dict[str, float] = {}
     for pair, values in runs.items():
         for host in pair:
-            best[host] = max(best.get(host, 0.0), mean_gbps(values))
+            best[host] = max(best.get(host, 0.0), judged_gbps(values))
     return best
 
 

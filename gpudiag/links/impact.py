@@ -6,12 +6,12 @@ makes the job's slowdown the larger of what its GPUs and its network cost."""
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .attribution import LinkGroup
+from .groups import judged_gbps
 from .rounds import LinkRun
 from .schedule import Pair
 
@@ -19,7 +19,8 @@ UNIT = "Gbit/s"
 
 
 def link_impact(run: LinkRun, exclude: Iterable[str]) -> dict[str, Any] | None:
-    """``link_slowdown_pct`` (percent below the group's reference of the slowest pair's mean),
+    """``link_slowdown_pct`` (percent below the group's reference of the slowest pair's judged
+    figure, the median of its runs),
     ``slowest_link`` (its ends, rail, figure and reference) and ``link_recovered_pct`` (what
     excluding ``exclude`` gives back); None when no compared pair was measured."""
     compared = {ref.group: ref for ref in run.attribution.references if ref.compared}
@@ -29,7 +30,7 @@ def link_impact(run: LinkRun, exclude: Iterable[str]) -> dict[str, Any] | None:
         result = record.result
         if result.gbps is not None and result.group in references:
             figures[(result.group, result.pair)].append(result.gbps)
-    ratios = sorted(((statistics.fmean(values) / references[group], group, pair)
+    ratios = sorted(((judged_gbps(values) / references[group], group, pair)
                      for (group, pair), values in figures.items()),
                     key=lambda item: (item[0], item[1].sort_key(), item[2]))
     if not ratios:
@@ -39,7 +40,7 @@ def link_impact(run: LinkRun, exclude: Iterable[str]) -> dict[str, Any] | None:
     kept = [ratio for ratio, _, (a, b) in ratios if a not in left_out and b not in left_out]
     slowdown = max(0.0, 100 * (1 - slowest_ratio))
     remaining = max(0.0, 100 * (1 - kept[0])) if kept else 0.0
-    mean = statistics.fmean(figures[(group, pair)])
+    mean = judged_gbps(figures[(group, pair)])
     return {"link_slowdown_pct": round(slowdown, 2), "link_recovered_pct": round(max(0.0, slowdown - remaining), 2),
             "slowest_link": {"a": pair[0], "b": pair[1], "backend": group.backend, "rail": group.rail,
                              "value": round(mean, 3), "reference": round(references[group], 3),

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..errors import InputError, OutputError
@@ -68,14 +68,17 @@ __all__ = [
 FORMATS = ("text", "md", "json", "html")
 
 
-def render_report(document: Document, fmt: str) -> str:
-    """The report of one sweep document in ``fmt`` (``text``, ``md``, ``json`` or ``html``).
+def render_report(document: Document, fmt: str, *, outputs: Sequence[str] | None = ()) -> str:
+    """The report of one sweep document in ``fmt`` (``text``, ``md``, ``json`` or ``html``); the
+    text ends with the verdict line, naming ``outputs`` (where the run's outputs went, in words;
+    None: no verdict line, for a caller that ends with its own).
 
     Returns the whole report as one string, ending with a newline. Raises ValueError for another
     format, and InstallationError when the HTML templates are missing from the installation.
     """
     renderers: dict[str, Callable[[Document], str]] = {
-        "text": render_text, "md": render_markdown, "json": render_json, "html": render_html}
+        "text": lambda document: render_text(document, outputs), "md": render_markdown, "json": render_json,
+        "html": render_html}
     if fmt not in renderers:
         raise ValueError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
     return renderers[fmt](document)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -235,29 +235,47 @@ SWEEP_TABLE_MAX_ROWS = 32
 
 def render_sweep_table(result: Any, console: Console) -> None:
     """A compact per-host table of the measured hosts (min / median / max over each host's GPUs)
-    within the console's width; the caption names any column left out for want of room."""
+    within the console's width, the hosts its findings name first; the caption names any column
+    left out for want of room and the rows left out."""
+    findings = _findings_by_host(result.findings)
     measured = [host for host in result.hosts if host.results_count]  # only the rows shown are unpacked
     if measured:
-        print_tables(console, [fit_table(sweep_table(measured), console.width, hint="see --json")])
+        ordered = sorted(measured, key=lambda host: not findings.get(host.host))
+        print_tables(console, [fit_table(sweep_table(ordered, findings), console.width, hint="see --json")])
 
 
-def sweep_table(hosts: Sequence[Any]) -> TableSpec:
-    """The per-host table of ``hosts`` (HostOutcome): the first SWEEP_TABLE_MAX_ROWS of them."""
-    columns = (Column("host", "name"), Column("GPUs"), *(column for column, *_ in SWEEP_COLUMNS), Column("not ok"))
-    rows = tuple(_sweep_row(host) for host in hosts[:SWEEP_TABLE_MAX_ROWS])
+def _findings_by_host(findings: Sequence[Any]) -> dict[str, list[Any]]:
+    """Each host's findings: the ones that name it (as host, or as the peer of a pair)."""
+    by_host: dict[str, list[Any]] = {}
+    for finding in findings:
+        for name in {finding.host, finding.peer} - {None}:
+            by_host.setdefault(str(name), []).append(finding)
+    return by_host
+
+
+def sweep_table(hosts: Sequence[Any], findings: Mapping[str, Sequence[Any]] | None = None) -> TableSpec:
+    """The per-host table of ``hosts`` (HostOutcome, in the order shown): the first
+    SWEEP_TABLE_MAX_ROWS of them, each with the count of the findings that name it."""
+    findings = findings or {}
+    columns = (Column("host", "name"), Column("GPUs"), *(column for column, *_ in SWEEP_COLUMNS),
+               Column("found"))
+    rows = tuple(_sweep_row(host, findings.get(host.host, ())) for host in hosts[:SWEEP_TABLE_MAX_ROWS])
     more = len(hosts) - SWEEP_TABLE_MAX_ROWS
-    caption = f"{more} more hosts in the JSON document (--json)" if more > 0 else ""
+    caption = "found: the findings that name the host, fail/warn (those hosts first)"
+    if more > 0:
+        caption += f"; {more} more hosts in the JSON document (--json)"
     return TableSpec("Per host: min / median / max over its GPUs", columns, rows, caption)
 
 
-def _sweep_row(host: Any) -> tuple[str, ...]:
-    """One host's row: name, GPU count, the spread of each SWEEP_COLUMNS figure, results not ok."""
+def _sweep_row(host: Any, findings: Sequence[Any]) -> tuple[str, ...]:
+    """One host's row: name, GPU count, the spread of each SWEEP_COLUMNS figure, its findings."""
     results = host.results  # read once: a HostOutcome may unpack its records on every read
     cells = [_spread([r.value for r in results if r.ok and r.probe == probe and r.metric == metric
                       and all(r.params.get(k) == v for k, v in params.items())])
              for _, probe, metric, params in SWEEP_COLUMNS]
-    not_ok = sum(1 for r in results if not r.ok)
-    return (host.host, str(host.facts.get("gpu_count", "-")), *cells, str(not_ok))
+    fails = sum(1 for f in findings if f.severity == "fail")
+    counted = f"{fails}/{len(findings) - fails}" if findings else "-"
+    return (host.host, str(host.facts.get("gpu_count", "-")), *cells, counted)
 
 
 def _spread(values: Sequence[float | None]) -> str:

@@ -3,7 +3,7 @@ compared, the job impact) and the rows of the impact estimate, shared by every r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..findings import Kind, Severity
@@ -30,6 +30,38 @@ def summary_line(document: Document) -> str:
     """``sweep ID · 64 hosts · 61 ok · node050 unreachable · 6 findings (4 fail, 1 warn, 1 unchecked) ·
     12 results could not be compared (...) · job slowdown ...``."""
     return " · ".join(text for text, _ in summary_parts(document))
+
+
+# What each exit status says, as the verdict's first word and its meaning (gpudiag.exitcodes).
+VERDICTS = {0: ("PASS", "every host checked, nothing failed"), 1: ("FAIL", "act on the fail findings"),
+            3: ("NOT CHECKED", "no fail, but something could not be checked: not a pass"),
+            4: ("INCONCLUSIVE", "gpudiag itself failed"), 130: ("INTERRUPTED", "run it again")}
+
+
+def verdict_line(document: Document, outputs: Sequence[str] = (), drained: str | None = None) -> str:
+    """The last line a sweep prints: ``verdict: FAIL (exit 1: act on the fail findings) · 8 fail,
+    2 unchecked of 64 hosts · keep out node[004,009] (2 hosts) · drained: none (...) · wrote ...``.
+    ``outputs``: where the outputs went, in words; ``drained``: what was drained (None: a sweep,
+    which drains nothing)."""
+    summary = document.get("summary") or {}
+    code = summary.get("exit_code")
+    word, meaning = VERDICTS.get(code, ("UNKNOWN", "no exit status recorded")) if _is_count(code) else (
+        "UNFINISHED", "the sweep did not finish")
+    findings = _findings(document)
+    fails = sum(1 for f in findings if f.get("severity") == Severity.FAIL)
+    unchecked = unchecked_count(document)
+    warns = sum(1 for f in findings if f.get("severity") == Severity.WARN) - unchecked
+    counted = ", ".join(part for part in (f"{fails} fail" if fails else "", f"{warns} warn" if warns else "",
+                                          f"{unchecked} unchecked" if unchecked else "") if part) or "no finding"
+    parts = [f"verdict: {word} (exit {code if _is_count(code) else '-'}: {meaning})",
+             f"{counted} of {plural(len(_hosts(document)), 'host')}"]
+    exclude = list((document.get("impact") or {}).get("exclude") or [])
+    parts.append(f"keep out {fold_hosts(exclude)} ({plural(len(exclude), 'host')})" if exclude else "keep out none")
+    parts.append(f"drained: {drained}" if drained is not None else
+                 "drained: none (a sweep drains nothing; gpudiag preflight --drain does)")
+    if outputs:
+        parts.append("wrote " + ", ".join(outputs))
+    return " · ".join(parts)
 
 
 def summary_parts(document: Document) -> list[tuple[str, bool]]:

@@ -5,7 +5,7 @@ measured, hosts folded by status. No markup, and no control character: every lin
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..hosts import fold_hosts, plural
@@ -31,15 +31,17 @@ from .phrasing import (
     hosts_by_status,
     sort_findings,
 )
-from .summary import _impact_detail, focus_line, summary_line
+from .summary import _impact_detail, focus_line, summary_line, verdict_line
 
 # A line of the text report is cut to this many characters (a finding's evidence is far shorter).
 LINE_CHARS = 20_000
 
 
-def render_text(document: Document) -> str:
-    """Summary line, one line per finding (most costly first), the links measured (when any),
-    hosts folded by status. No markup."""
+def render_text(document: Document, outputs: Sequence[str] | None = ()) -> str:
+    """The summary line, the impact, the links measured (when any), hosts folded by status, then,
+    last where a terminal leaves them in view, one line per finding (most costly first) and the
+    verdict line (``outputs``: where the outputs went, in words; None: no verdict line, where the
+    caller ends with its own). No markup."""
     lines = [summary_line(document)]
     impact = _impact_detail(document.get("impact"))
     if impact:
@@ -47,17 +49,19 @@ def render_text(document: Document) -> str:
     focus = focus_line(document)
     if focus:
         lines.append(focus)
-    findings = sort_findings(_findings(document))
-    folded = fold_findings(findings)
-    alike = ", those alike but for their host on one line" if len(folded) < len(findings) else ""
-    lines += ["", f"findings ({len(findings)}, most costly first{alike}):" if findings else "findings: none"]
-    lines += [f"  {finding_text(finding)}" for finding in folded]
     links = link_lines(document)
     if links:
         lines += ["", *links]
     lines += ["", "hosts:"]
     lines += [f"  {line}" for line in host_group_lines(document)]
     lines += [f"  {line}" for line in stray_output_lines(document)]
+    findings = sort_findings(_findings(document))
+    folded = fold_findings(findings)
+    alike = ", those alike but for their host on one line" if len(folded) < len(findings) else ""
+    lines += ["", f"findings ({len(findings)}, most costly first{alike}):" if findings else "findings: none"]
+    lines += [f"  {finding_text(finding)}" for finding in folded]
+    if outputs is not None:
+        lines += ["", verdict_line(document, outputs)]
     # A document read from a file may hold anything: no escape sequence reaches the terminal.
     return "\n".join(clean_text(line, LINE_CHARS) for line in lines) + "\n"
 

@@ -108,6 +108,9 @@ class SweepResult:
     comparison: Mapping[str, int] | None = None
     warnings: tuple[str, ...] = ()
     focus: Mapping[str, Any] | None = None
+    # what each group of pair tests (backend, rail, line rate) was judged against: gpudiag.links'
+    # GroupReference.to_dict(), so every rendering quotes the same reference as the findings
+    link_groups: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> ExitCode:
@@ -133,6 +136,7 @@ class SweepResult:
             **({"impact": dict(self.impact)} if self.impact is not None else {}),
             **({"warnings": list(self.warnings)} if self.warnings else {}),
             **({"focus": dict(self.focus)} if self.focus is not None else {}),
+            **({"link_groups": [dict(group) for group in self.link_groups]} if self.link_groups else {}),
             "summary": {"hosts_total": len(self.hosts), "hosts_ok": sum(h.ok for h in self.hosts),
                         "findings": len(self.findings),
                         "unchecked": sum(f.kind == UNCHECKED for f in self.findings),

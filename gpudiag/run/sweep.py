@@ -231,8 +231,9 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         impact = with_network(impact, link_run, impact.get("fabric_slowdown_pct"))
     if setup.store is not None and not interrupted:  # an interrupted sweep says so itself (gate)
         progress.phase(f"storing the sweep in {setup.store.path}")
+    groups = tuple(r.to_dict() for r in link_run.attribution.references) if link_run is not None else ()
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
-                                 comparison=_comparison(analysis, link_run), links=links,
+                                 comparison=_comparison(analysis, link_run), links=links, link_groups=groups,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted,
                                  warnings=(*setup.connection.notes, *first.warnings, *run_notes))
     return _finish(setup.store, result, gate)

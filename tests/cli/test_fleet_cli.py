@@ -140,9 +140,12 @@ def test_a_corrupt_store_is_refused_and_left_as_it_was(tmp_path: Path):
 def test_the_demo_writes_its_html_report_and_says_where(tmp_path: Path):
     result = _run("demo", "--output", str(tmp_path / "demo"), "-q")
     assert result.exit_code == 0
-    assert result.output.strip().splitlines()[-1] == f"HTML report: {tmp_path / 'demo' / 'report.html'}"
+    last = result.output.strip().splitlines()[-1]  # the verdict ends the demo's output, its findings above it
+    assert last.startswith("verdict (a real sweep with these findings would exit so): FAIL (exit 1: ")
+    assert f"wrote the HTML report {tmp_path / 'demo' / 'report.html'}, the sweep document " in last
     assert (tmp_path / "demo" / "report.html").stat().st_size > 10_000
-    assert "a real sweep with these findings would exit 1" in result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-3].startswith("  warn unchecked node05") and lines[-2] == ""  # the last finding, then the verdict
 
 
 def test_the_demo_without_output_names_its_kept_folder_and_the_readme_says_what_it_plants(tmp_path: Path,
@@ -152,8 +155,8 @@ def test_the_demo_without_output_names_its_kept_folder_and_the_readme_says_what_
     assert result.exit_code == 0, result.output
     [folder] = list(tmp_path.glob("gpudiag-demo-*"))
     last = result.output.strip().splitlines()[-1]
-    assert last.startswith("the demo's files (") and f"MiB) are kept in {folder}; remove them with rm -r {folder}" \
-        in last
+    assert last.startswith("verdict (a real sweep with these findings would exit so): FAIL")
+    assert f"all kept in {folder} (" in last and f"MiB; remove them with rm -r {folder}, or give --output DIR)" in last
     assert (folder / "report.html").is_file() and (folder / "gpudiag.db").is_file()
     # README describes the demo's unreachable node and its hung one as the demo reports them
     hosts = [line.split() for line in result.output.splitlines() if line.startswith("  unreachable ")

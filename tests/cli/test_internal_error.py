@@ -39,5 +39,6 @@ def test_an_unforeseen_error_exits_4_and_says_it_is_gpudiag_s_own_failure():
 def test_input_errors_exit_2_and_click_usage_errors_keep_their_code():
     assert CliRunner().invoke(tool, ["bad-input"]).exit_code == 2
     usage = CliRunner().invoke(tool, ["needs-count"])
-    assert usage.exit_code == 2 and "Missing option '--count'" in usage.output
+    assert usage.exit_code == 2 and usage.output.count("\n") == 1
+    assert "gpudiag needs-count: Missing option --count" in usage.output
     assert CliRunner().invoke(tool, ["needs-count", "--count", "3"]).exit_code == 0

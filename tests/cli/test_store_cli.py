@@ -202,7 +202,7 @@ def test_a_file_that_is_not_a_store_is_refused_untouched(tmp_path: Path):
     ((), "say what to keep"),
     (("--keep", "0"), "0 is not in the range"),
     (("--keep-days", "-3"), "-3 is not in the range"),
-    (("--keep", "two"), "'two' is not a valid integer"),
+    (("--keep", "two"), "--keep: two is not a valid integer"),
 ])
 def test_a_bad_option_is_exit_2_and_prunes_nothing(store: Path, args: tuple[str, ...], message: str):
     before = _snapshot(store.parent)
