@@ -37,7 +37,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol
 
 import pytest
@@ -55,6 +54,7 @@ from sshd_hosts import (
     stop_sshd_processes,
     wait_listening,
 )
+from started import Started
 
 TC = Path("/usr/sbin/tc")
 MGMT_INTERFACE = "mgmt0"
@@ -293,7 +293,7 @@ def shaping_commands(device: str, link_mbit: int | None, pair_mbit: dict[str, in
     return lines
 
 
-class NetnsFleet:
+class NetnsFleet(Started):
     """``count`` hosts ``node01``.. in network namespaces joined by a management and a data bridge.
 
     A context manager: ``with NetnsFleet(6) as fleet:`` starts all and stops all. ``tag`` (1-8 of a-z0-9,
@@ -319,13 +319,6 @@ class NetnsFleet:
         self._shaping: dict[str, _Shaping] = {}
         self._resources = _Resources()
         self._release = weakref.finalize(self, self._resources.release)  # also runs at interpreter exit
-
-    def __enter__(self) -> NetnsFleet:
-        return self.start()
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
     # --- names and files ---------------------------------------------------------------------
 

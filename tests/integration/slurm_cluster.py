@@ -24,10 +24,10 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 
 import pytest
 from sshd_hosts import descendant_pids, pid_is_running, running_after
+from started import Started
 
 DAEMONS = {"munged": Path("/usr/sbin/munged"), "slurmctld": Path("/usr/sbin/slurmctld"),
            "slurmd": Path("/usr/sbin/slurmd")}
@@ -74,7 +74,7 @@ def _environment_holds(pid: int, marker: bytes) -> bool:
         return False
 
 
-class SlurmCluster:
+class SlurmCluster(Started):
     """``count`` nodes ``n1``..``nN`` on this host, one partition ``test`` holding them all (the default).
 
     ``prolog``: a script slurmd runs when a job is allocated (``Prolog=``, with ``PrologFlags=Alloc``), None
@@ -99,13 +99,6 @@ class SlurmCluster:
         self.hostname = socket.gethostname()
         self.directory: Path | None = None
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def __enter__(self) -> SlurmCluster:
-        return self.start()
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
     @property
     def conf_path(self) -> Path:

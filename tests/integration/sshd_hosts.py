@@ -30,8 +30,9 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Protocol
+
+from started import Started
 
 SSHD = Path("/usr/sbin/sshd")
 SSH_KEYGEN = Path("/usr/bin/ssh-keygen")
@@ -378,7 +379,7 @@ Subsystem sftp internal-sftp
 """
 
 
-class SshdFleet:
+class SshdFleet(Started):
     """``count`` sshd hosts ``node01``.. on consecutive loopback addresses from ``first_address``.
 
     A context manager: ``with SshdFleet(8) as fleet:`` starts all and stops all. ``log_level`` is sshd's
@@ -401,13 +402,6 @@ class SshdFleet:
         self.hosts: list[TestHost] = []
         self.directory: Path | None = None
         self.marker = uuid.uuid4().hex  # in every session's environment (SESSION_MARKER)
-
-    def __enter__(self) -> SshdFleet:
-        return self.start()
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.stop()
 
     @property
     def home(self) -> Path:

@@ -36,6 +36,9 @@ class Wire:
     b: str
     cable: Cable
     where: Where
+    # the port on b is the name b advertised (an LLDP port id), not b's own name for it: b's own
+    # capture, where there is one, names that port and wins
+    far_named: bool = False
 
 
 def switch_name_problem(name: str) -> str | None:
@@ -63,6 +66,8 @@ class PlaneBuilder:
         self.attachments: dict[str, tuple[Attachment, Where]] = {}
         self._ports: dict[tuple[str, str], tuple[str, Where]] = {}
         self._peer: dict[tuple[str, str], tuple[str, str]] = {}
+        self._wire_at: dict[tuple[str, str], int] = {}  # each cabled end's wire, by index
+        self._advertised: set[tuple[str, str]] = set()  # ends named only by the far switch's advertisement
 
     def describe(self) -> str:
         """``rail 3``, or ``the shared plane`` (rail None)."""
@@ -107,17 +112,54 @@ class PlaneBuilder:
         ends = ((wire.a, wire.cable.port_a), (wire.b, wire.cable.port_b))
         if all(port is not None for _, port in ends):
             a_end, b_end = ((name, str(port)) for name, port in ends)
-            if self._peer.get(a_end) == b_end and self._peer.get(b_end) == a_end and both_ends:
+            if both_ends and self._known_cable(wire, a_end, b_end):
                 return
             self._take(a_end, f"a cable to {wire.b} port {b_end[1]}", wire.where)
             self._take(b_end, f"a cable to {wire.a} port {a_end[1]}", wire.where)
             self._peer[a_end], self._peer[b_end] = b_end, a_end
+            self._wire_at[a_end] = self._wire_at[b_end] = len(self.wires)
+            if wire.far_named:
+                self._advertised.add(b_end)
         else:
             for name, port in ends:
                 if port is not None:
                     other = wire.b if name == wire.a else wire.a
                     self._take((name, port), f"a cable to {other}", wire.where)
         self.wires.append(wire)
+
+    def _known_cable(self, wire: Wire, a_end: tuple[str, str], b_end: tuple[str, str]) -> bool:
+        """Whether ``wire`` is a cable already added, seen from its other end. Where the far port's
+        name is an advertisement (``far_named``) the names may differ: a cable from ``a_end`` to
+        switch b is known already (under b's own name for its port, unless b's own capture gives
+        the advertised name to another of its ports), or b's capture came first and
+        advertised a name for the port of a that ``a_end`` now names as a itself does, which then
+        replaces the advertised one."""
+        if self._peer.get(a_end) == b_end and self._peer.get(b_end) == a_end:
+            return True
+        if not wire.far_named:
+            return False
+        held = self._peer.get(a_end)
+        if held is not None:  # unless b names the advertised port as its own, holding something else
+            return held[0] == wire.b and (b_end not in self._ports or b_end in self._advertised)
+        advertised = self._peer.get(b_end)
+        if advertised is None or advertised[0] != wire.a or advertised not in self._advertised or a_end in self._ports:
+            return False
+        self._rename(advertised, a_end)
+        return True
+
+    def _rename(self, old: tuple[str, str], new: tuple[str, str]) -> None:
+        """Name the cabled end ``old`` as ``new`` (the same switch's own name for that port)."""
+        index = self._wire_at.pop(old)
+        wire = self.wires[index]
+        cable = (replace(wire.cable, port_a=new[1]) if (wire.a, wire.cable.port_a) == old
+                 else replace(wire.cable, port_b=new[1]))
+        self.wires[index] = replace(wire, cable=cable, far_named=False)
+        peer = self._peer.pop(old)
+        self._peer[new], self._peer[peer] = peer, new
+        self._ports[new] = self._ports.pop(old)
+        self._ports[peer] = (f"a cable to {new[0]} port {new[1]}", self._ports[peer][1])
+        self._wire_at[new] = index
+        self._advertised.discard(old)
 
     def _take(self, end: tuple[str, str], what: str, where: Where) -> None:
         held = self._ports.get(end)
@@ -138,8 +180,13 @@ class PlaneBuilder:
             first, first_where = known
             if again and (first.switch, first.port) == (attachment.switch, attachment.port):
                 return
-            where.fail(f"node {attachment.host} is cabled to {attachment.switch} here and to {first.switch} at "
-                       f"{_place(first_where, where)}, two leaves of {self.describe()}",
+            if first.switch == attachment.switch:
+                here, there, what = (f"{attachment.switch} port {attachment.port or '?'}",
+                                     f"port {first.port or '?'}", "two ports")
+            else:
+                here, there, what = attachment.switch, first.switch, "two leaves"
+            where.fail(f"node {attachment.host} is cabled to {here} here and to {there} at "
+                       f"{_place(first_where, where)}, {what} of {self.describe()}",
                        "a node has one NIC on each rail's plane: fix its switch (or give the rails apart)")
         if len(self.attachments) >= MAX_NODES:
             where.fail(f"more than {MAX_NODES} nodes", "give the topology of one fabric")

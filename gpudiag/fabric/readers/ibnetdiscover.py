@@ -22,8 +22,10 @@ reads its counters by LID). A cable's rate is its width times the nominal per-la
 speed (4xNDR: 4 x 100 = 400 Gb/s).
 
 A CA belongs to the host named by the first word of its node description, and its HCA is the
-second ("node01 mlx5_0", as rdma-ndd or the subnet manager sets it). Which rail's plane a CA is
-on, where one capture holds several rails:
+second ("node01 mlx5_0", as rdma-ndd or the subnet manager sets it). A CA with several cabled
+ports (a dual-port mlx4) is on its lowest one: the pair tests run on a device's first port, and
+its other ports are left out with a note. Which rail's plane a CA is on, where one capture holds
+several rails:
 
 - A capture where every host has one CA is one plane: the ``rail`` given, else the one rail the
   ``rails`` map gives every CA, else None (one fabric serving every rail).
@@ -285,16 +287,23 @@ def _nics(path: str, nodes: Mapping[str, _Node], cables: Mapping[_Ends, _Seen]) 
         elif kinds == {"Ca", "Switch"}:
             ca_end, switch_end = (a, b) if nodes[a[0]].kind == "Ca" else (b, a)
             found.append((nodes[ca_end[0]], ca_end[1], switch_end[0], switch_end[1], item))
-    ports_cabled = Counter(ca.guid for ca, *_ in found)
+    first_port: dict[str, int] = {}
+    for ca, ca_port, *_ in found:
+        first_port[ca.guid] = min(ca_port, first_port.get(ca.guid, ca_port))
     nics = []
     for ca, ca_port, switch, switch_port, item in found:
+        if ca_port != first_port[ca.guid]:
+            # a rail is one port of each HCA: the pair tests run on the device's first port, so the
+            # other ports of a multi-port CA are no rail of their own (and no second NIC of the host)
+            skipped["further ports of multi-port CAs"] += 1
+            continue
         words = ca.description.split()
         if not words or _VENDOR_DEFAULT.match(words[0]):
             Where(path, ca.line).fail(f"the CA H-{ca.guid} has the node description {ca.description!r}, which names "
                                       "no host", "set each HCA's node description to 'HOST HCA' (rdma-ndd does: "
                                                  "node01 mlx5_0), then capture again")
         hca = words[1] if len(words) > 1 else None
-        nic = hca if ports_cabled[ca.guid] == 1 else f"{hca or 'HCA'} port {ca_port}"
+        nic = hca if ca_port == 1 else f"{hca or 'HCA'} port {ca_port}"
         nics.append(_Nic(words[0], hca, nic, switch, switch_port, item.rate_gbps, ca.line))
     return nics, skipped
 

@@ -105,8 +105,8 @@ def _switch_fragment(path: str, switch: str, neighbours: list[_Neighbour], rail:
             builder.attach(Attachment(neighbour.name, switch, neighbour.interface, nic=neighbour.port), where)
             continue
         builder.add_switch(Switch(neighbour.name, 0, addresses=neighbour.addresses), where, again=True)
-        builder.add_wire(Wire(switch, neighbour.name, Cable(neighbour.interface, neighbour.port), where),
-                         both_ends=True)
+        builder.add_wire(Wire(switch, neighbour.name, Cable(neighbour.interface, neighbour.port), where,
+                              far_named=True), both_ends=True)
     return builder
 
 

@@ -262,6 +262,23 @@ def test_a_switch_that_sees_itself_is_a_link_to_itself(data: Path):
     assert re.search(r"roce-spine01.lldp.json:\d+: a cable from switch 'roce-spine01' to itself", message), message
 
 
+@pytest.mark.parametrize("spine_first", [False, True])
+def test_a_port_advertised_under_an_alias_is_the_port_its_own_capture_names(data: Path, spine_first: bool):
+    """A switch may advertise a port by an alias (a "local" port id, as SONiC sends): the switch's
+    own capture names the port, whichever capture is read first, and the cable is one."""
+    def alias(value):  # leaf02 advertises its swp31 as Ethernet1/2
+        value["lldp"]["interface"][1]["swp2"]["port"] = {"id": {"type": "local", "value": "Ethernet1/2"},
+                                                         "descr": "uplink to roce-spine01"}
+    _edit(data / "roce-spine01.lldp.json", alias)
+    if spine_first:
+        def reorder(value):
+            value["include"].sort(key=lambda entry: entry["file"] != "roce-spine01.lldp.json")
+        _edit(data / "roce.topology.json", reorder)
+    (plane,) = load_topology([str(data / "roce.topology.json")]).planes
+    assert [(c.port_a, c.port_b) for c in plane.link_by_key[("roce-leaf02", "roce-spine01")].cables] == [
+        ("swp31", "swp2")]
+
+
 def test_captures_that_disagree_on_a_port_are_refused(data: Path):
     def move(value):
         value["lldp"]["interface"][1]["swp2"]["port"]["id"]["value"] = "swp32"  # leaf02's capture says swp31

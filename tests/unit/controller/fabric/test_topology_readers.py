@@ -96,6 +96,29 @@ def test_a_capture_of_one_hca_per_host_is_one_plane_for_every_rail_unless_a_rail
     assert read_ibnetdiscover(str(UNNAMED), text, rail=7).planes[0].rail == 7
 
 
+def _dual_port(text: str) -> str:
+    """``text`` with gpu-b03's CA given a second port, cabled to its leaf's port 4."""
+    leaf = '[3]\t"H-b8cef60300027a3c"[1](b8cef60300027a3c) \t\t# "gpu-b03 mlx5_2" lid 26 4xHDR\n'
+    ca = ('Ca\t1 "H-b8cef60300027a3c"\t\t# "gpu-b03 mlx5_2"\n[1](b8cef60300027a3c) \t"S-0c42a10300e84b30"[3]\t\t'
+          '# lid 26 lmc 0 "Quantum Mellanox Technologies" lid 23 4xHDR\n')
+    assert leaf in text and ca in text
+    text = text.replace(leaf, leaf + leaf.replace("[3]", "[4]").replace("[1](", "[2](").replace("lid 26", "lid 27"))
+    return text.replace(ca, ca.replace("Ca\t1", "Ca\t2") + ca.split("\n")[1].replace("[1](", "[2](").replace(
+        '"[3]', '"[4]').replace("lid 26", "lid 27") + "\n")
+
+
+@pytest.mark.parametrize("rails", [None, {"mlx5_2": 0}])
+def test_a_dual_port_ca_is_one_nic_on_its_first_port_not_a_second_rail(tmp_path: Path, rails):
+    path = tmp_path / "dual.txt"
+    path.write_text(_dual_port(UNNAMED.read_text()))
+    topology = load_topology([str(path)], rails=rails)
+    (plane,) = topology.planes
+    assert plane.rail == (None if rails is None else 0)
+    assert sorted(plane.attachment_of) == ["gpu-b01", "gpu-b02", "gpu-b03"]
+    assert (plane.attachment_of["gpu-b03"].port, plane.attachment_of["gpu-b03"].nic) == ("3", "mlx5_2")
+    assert "1 further ports of multi-port CAs left out" in topology.notes
+
+
 def test_switches_sharing_a_vendor_node_description_are_named_by_guid_with_a_note():
     topology = load_topology([str(UNNAMED)])
     plane = topology.planes[0]
