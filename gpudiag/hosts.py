@@ -443,8 +443,3 @@ def _split_top_level(pattern: str) -> list[str]:
             start = index + 1
     parts.append(pattern[start:])
     return parts
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 pair``, ``2 pairs``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

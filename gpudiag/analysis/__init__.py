@@ -57,6 +57,7 @@ from .measurements import by_key
 from .nodes import no_figures
 from .nvlinks import WiredLookup, with_wiring
 from .ports import add_prior, port_findings
+from .reference import reference_entries
 from .sku import wired_nvlinks
 from .speed import (
     Context,
@@ -101,6 +102,8 @@ class Analysis:
     results_compared: int = 0
     results_not_compared: int = 0
     suspects_not_retested: int = 0
+    # what each key was judged against (gpudiag.analysis.reference.reference_entries)
+    references: tuple[dict[str, Any], ...] = ()
 
     def comparison_counts(self) -> dict[str, int]:
         counts = {"results_compared": self.results_compared, "results_not_compared": self.results_not_compared}
@@ -218,4 +221,4 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     ordered = tuple(sorted(findings, key=finding_order))
     impact = job_impact(grouped, refs, ordered, hosts, readings.identities)
     return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),
-                    len(not_compared) + sum(readings.unkeyed.values()), not_retested)
+                    len(not_compared) + sum(readings.unkeyed.values()), not_retested, reference_entries(grouped, refs))

@@ -26,6 +26,7 @@ from typing import Any
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..records import HostRecords, ProbeResult, device_index
+from ..words import deficit_text, figure
 from .actions import action
 from .identity import HostGpus
 from .measurements import Measurement
@@ -251,9 +252,9 @@ def below_the_sku_alone(medians: Iterable[Measurement], refs: Mapping[str, KeyRe
         if sku is None or sku.deficit_pct(m.value) < thresholds.deficit_fail_pct or m.host in skipped \
                 or {(m.host, metric), (m.host, None)} & named:
             continue
-        unit = f" {m.unit}" if m.unit else ""
-        evidence = (f"{metric}: the median of its GPUs {m.value:.4g}{unit} is {sku.deficit_pct(m.value):.1f} % below "
-                    f"the SKU figure {sku.value:.4g}{unit}; with no fleet to compare with and no stored baseline, the "
+        evidence = (f"{metric}: the median of its GPUs {figure(m.value, m.unit)} is "
+                    f"{deficit_text(sku.deficit_pct(m.value))} the SKU figure {figure(sku.value, m.unit)}; "
+                    "with no fleet to compare with and no stored baseline, the "
                     f"SKU figure's {100 * sku.spread / sku.value:.0f} % spread cannot tell it from a healthy node: "
                     "not passed (store a baseline, or sweep it with its peers)")
         gaps.append(unchecked_finding(m.host, evidence, Basis.SINGLE_RUN, metric=metric))

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import INTERRUPTED, Basis, Finding, Kind, Severity
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
 from ..records import HostRecords
+from ..words import plural
 from . import actions
 from .identity import HostGpus
 from .measurements import Measurement
@@ -127,6 +128,18 @@ def _excluded_ends(finding: Finding) -> tuple[str, ...]:
     return (finding.host,)
 
 
+def _judged_gemm(findings: Sequence[Finding]) -> dict[tuple[str, str], float]:
+    """The GEMM figure each GPU's finding quotes (after its re-test: the confirming runs' mean),
+    by (host, GPU UUID): the impact quotes the figure the finding does."""
+    return {(f.host, f.gpu_uuid): f.value for f in findings
+            if f.metric == "gemm.tflops" and f.host and f.gpu_uuid and f.value is not None}
+
+
+def _as_judged(m: Measurement, judged: Mapping[tuple[str, str], float]) -> Measurement:
+    value = judged.get((m.host, m.gpu_uuid)) if m.gpu_uuid else None
+    return m if value is None else m._replace(value=value)
+
+
 def job_impact(grouped: Mapping[str, Sequence[Measurement]], refs: Mapping[str, KeyReferences],
                findings: Sequence[Finding], hosts: Sequence[HostRecords],
                identities: Mapping[str, HostGpus] | None = None) -> Impact:
@@ -140,8 +153,12 @@ def job_impact(grouped: Mapping[str, Sequence[Measurement]], refs: Mapping[str, 
                             and (f.severity == Severity.FAIL or _not_checked(f)) and not _unfinished(f, unfinished)
                             for host in _excluded_ends(f) if host in names}))
     expected = {key: key_refs.expected() for key, key_refs in refs.items()}
+    gemm_keys = [key for key, same in grouped.items() if key in expected and same[0].probe == "gemm"]
+    # (a finding names its metric, not its parameters: with one GEMM key, its figure is that key's)
+    judged = _judged_gemm(findings) if len(gemm_keys) == 1 else {}
     ratios = [(m.value / expected[key].value, m) for key, same in grouped.items()
-              if key in expected and same[0].probe == "gemm" for m in same]
+              if key in expected and same[0].probe == "gemm"
+              for m in (_as_judged(one, judged) for one in same)]
     if not ratios:
         return Impact(None, None, None, exclude, len(hosts), unfinished)
     slowest_ratio, slowest = min(ratios, key=lambda item: (item[0], item[1].host, item[1].device))

@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..findings import Basis, Finding, Kind, Severity
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
+from ..words import deficit_text, figure, plural
 from . import actions, rules
 from .fleet import hosts_measuring
 from .keys import hardware_key, software_change
@@ -262,11 +263,10 @@ def _group_words(kind: Kind, change: str, model: str, hosts: int, total: int) ->
 
 def _metric_words(shift: GroupShift) -> str:
     m, against = shift.group.sample, shift.against
-    unit = f" {m.unit}" if m.unit else ""
     params = " ".join(str(value) for name, value in sorted(m.params.items()) if name in ("dtype", "direction"))
     name = f"{m.probe}.{m.metric}" + (f" {params}" if params else "")
-    return (f"{name} level {shift.level.value:.4g}{unit} over {plural(len(shift.group.by_host), 'host')}, "
-            f"{shift.deficit_pct:.1f} % below the {against.source} reference {against.value:.4g}{unit}")
+    return (f"{name} level {figure(shift.level.value, m.unit)} over {plural(len(shift.group.by_host), 'host')}, "
+            f"{deficit_text(shift.deficit_pct)} the {against.source} reference {figure(against.value, m.unit)}")
 
 
 def _cause(shift: GroupShift, telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]],

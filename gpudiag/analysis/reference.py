@@ -45,6 +45,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .thresholds import Thresholds
 
@@ -370,3 +371,21 @@ def spread(sigma: float, reference: float, thresholds: Thresholds) -> float:
 
 def _floored(sigma: float, reference: float, floor_pct: float) -> float:
     return max(sigma, abs(reference) * floor_pct / 100)
+
+
+def reference_entries(grouped: Mapping[str, Sequence[Any]],
+                      refs: Mapping[str, KeyReferences]) -> tuple[dict[str, Any], ...]:
+    """What each key was judged against, for the sweep document's ``references``: the key's probe,
+    metric, parameters, GPU model and unit, ``reference`` (the one a job's pace is measured
+    against: ``KeyReferences.expected``, with its ``source``) and every reference it had by source.
+    Reports read a figure against these, so that they quote the reference the findings do.
+    ``grouped``: the measurements by key (gpudiag.analysis.measurements.by_key)."""
+    entries = []
+    for key in sorted(refs):
+        info, key_refs = grouped[key][0].info, refs[key]
+        expected = key_refs.expected()
+        entries.append({"key": key, "probe": info.probe, "metric": info.metric, "params": dict(info.params),
+                        "model": info.gpu_model, "unit": info.unit, "reference": round(expected.value, 3),
+                        "source": expected.source,
+                        "by_source": {ref.source: round(ref.value, 3) for ref in key_refs.references}})
+    return tuple(entries)

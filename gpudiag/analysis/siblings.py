@@ -189,6 +189,10 @@ def _with_first(suspect: Suspect, value: float, second: Reference, thresholds: T
     mean_deficit = (first.deficit_pct(m.value) + second.deficit_pct(value)) / 2
     mean_z = (first.robust_z(m.value) + second.robust_z(value)) / 2
     if value < second.value and mean_deficit >= thresholds.retest_deficit_pct and first.far_below(mean_z, thresholds):
-        return dataclasses.replace(suspect, reference=first, robust_z=first.robust_z(m.value),
-                                   deficit_pct=mean_deficit, confirmed=True)
+        # The finding shows the two runs' mean against the mean of their siblings' levels, its
+        # deficit and z taken from those two: one value, one reference, one deficit.
+        both = dataclasses.replace(first, value=(first.value + second.value) / 2)
+        mean = (m.value + value) / 2
+        return dataclasses.replace(suspect, measurement=m._replace(value=mean), reference=both,
+                                   robust_z=both.robust_z(mean), deficit_pct=both.deficit_pct(mean), confirmed=True)
     return None

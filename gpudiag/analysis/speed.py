@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Basis, Finding, Kind, Severity, cost_order
-from ..hosts import plural
+from ..words import deficit_text, figure, plural
 from . import actions, clocks, coverage, rules
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, NODE_MEDIAN, Measurement
@@ -198,7 +198,7 @@ def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide
             scopes.append("the median of its GPUs, against the fleet's node medians")
         scope = " and ".join(scopes) or "host-side measurement"
         parts.append(f"{probe}.{metric} low on {scope} (median deficit "
-                     f"{statistics.median(s.deficit_pct for s in mine):.1f} %)")
+                     f"{deficit_text(statistics.median(s.deficit_pct for s in mine))})")
     if starved:
         parts.append("host starved: " + ", ".join(starved))
     parts.append("the host, not one GPU")
@@ -246,17 +246,17 @@ def _speed_finding(kind: Kind, cause: str, severity: Severity, suspect: Suspect,
 
 def _speed_evidence(suspect: Suspect, context: Context) -> str:
     m, ref = suspect.measurement, suspect.reference
-    unit = f" {m.unit}" if m.unit else ""
     where = ""
     if m.probe == "p2p":
         ends = [context.gpu_name(m.host, str(m.params.get(end))) for end in ("src", "dst")]
         where = f" ({ends[0]}->{ends[1]} {m.params.get('direction')})"
-    parts = [f"{m.probe}.{m.metric} {m.value:.4g}{unit} vs {ref.source} reference {ref.value:.4g}{unit}{where}"]
+    parts = [f"{m.probe}.{m.metric} {figure(m.value, m.unit)} vs {ref.source} reference {figure(ref.value, m.unit)}"
+             f"{where}"]
     if suspect.why:
         parts.append(suspect.why)
     others = [r for r in context.refs[m.key].references if r.source != ref.source]
     if others:
-        parts.append("also " + ", ".join(f"{r.source} {r.value:.4g}{unit}" for r in others))
+        parts.append("also " + ", ".join(f"{r.source} {figure(r.value, m.unit)}" for r in others))
     gpu = context.gpu(m)
     if gpu is not None and gpu.under_load and m.probe in COMPUTE_PROBES:
         reasons = rules.seen_reasons(gpu.under_load)  # in any share of the samples: never "none seen" then

@@ -60,9 +60,12 @@ def repeated_once(suspect: Suspect, again: Measurement, thresholds: Thresholds) 
     ref = suspect.reference
     if suspect.measurement.device == NODE_MEDIAN and not ref.flags(again.value, thresholds):
         return None
-    mean_deficit = (suspect.deficit_pct + ref.deficit_pct(again.value)) / 2
-    mean_z = (suspect.robust_z + ref.robust_z(again.value)) / 2
+    # The finding shows what confirmed it: the two runs' mean, and its deficit and z (both linear
+    # in the value: the mean of the runs' deficits is the mean's).
+    mean = (suspect.measurement.value + again.value) / 2
+    mean_deficit, mean_z = ref.deficit_pct(mean), ref.robust_z(mean)
     repeated = again.value < ref.value and mean_deficit >= thresholds.retest_deficit_pct
     if repeated and ref.far_below(mean_z, thresholds):
-        return dataclasses.replace(suspect, deficit_pct=mean_deficit, confirmed=True)
+        return dataclasses.replace(suspect, measurement=suspect.measurement._replace(value=mean),
+                                   deficit_pct=mean_deficit, robust_z=mean_z, confirmed=True)
     return None

@@ -1,6 +1,6 @@
-"""``gpudiag history``: the stored sweeps, or one host's figures and pair figures across them,
-their trend since its last repair and any slow degradation (gpudiag.store.trend); ``--repaired``
-records a repair (gpudiag.store.repairs)."""
+"""``gpudiag history``: the stored sweeps, or one host's verdict, figures and pair figures in
+each of them (as the sweep judged them), their trend since its last repair and any slow
+degradation (gpudiag.store.trend); ``--repaired`` records a repair (gpudiag.store.repairs)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ from ..analysis.keys import LINK_UNIT
 from ..analysis.thresholds import load_thresholds
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..links.attribution import HostLinkFigures, host_link_figures
+from ..findings import Severity
+from ..links.attribution import HostLinkFigures, LinkResult, host_link_figures, pair_means
 from ..links.rounds import link_results
+from ..report.phrasing import finding_location
 from ..report.tables import Column, TableSpec, fit_table, make_console, print_tables
 from ..schema.jsonout import dumps as strict_dumps
 from ..store.repairs import Repair, host_repairs, operator_name, record_repair
 from ..store.schema import refuse_unusable
-from ..store.store import Store
+from ..store.store import Store, judged_figures
 from ..store.trend import (
     MIN_FIT_SWEEPS,
     FigureTrend,
@@ -32,13 +34,15 @@ from ..store.trend import (
     host_trends,
     unfitted_words,
 )
+from ..words import deficit_text
+from ..words import figure as figure_text
 from .helptext import USAGE_ROW, epilog
 from .options import WIDER_HINT, check_outputs, emit_json, json_option, store_location, store_option
 
 
 @click.command(epilog=epilog(
     ["gpudiag history                       # the stored sweeps",
-     "gpudiag history node017 --json -      # its figures and trend, as JSON",
+     "gpudiag history node017 --json -      # verdicts, figures and trend, as JSON",
      "gpudiag history node017 --repaired 'replaced GPU 3 (RMA 12345)' --gpu 3"],
     [(ExitCode.OK, "shown or recorded (a slow degradation is information, not a verdict)"), USAGE_ROW]))
 @click.argument("host", required=False)
@@ -48,15 +52,16 @@ from .options import WIDER_HINT, check_outputs, emit_json, json_option, store_lo
                    "again after it.")
 @click.option("--gpu", type=click.IntRange(min=0), default=None, metavar="N",
               help="With --repaired: the repair was of GPU N alone (its index as gpudiag shows it, cuda:N).")
-@json_option("The history, repairs and trend as JSON (for scripts), instead of the tables.")
+@json_option("The history (each sweep's verdict, findings and figures), repairs and trend as JSON (for scripts), "
+             "instead of the tables.")
 @click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
               help="Thresholds overriding the shipped defaults (history_degradation, history_min_sweeps, "
                    "history_slope_z).")
 @store_option
 def history(host: str | None, limit: int, repair_text: str | None, gpu: int | None, json_path: str | None,
             thresholds_path: str | None, store_path: str | None) -> ExitCode:
-    """A host's figures across stored sweeps, their trend since its last repair, and any slow
-    degradation (without HOST: the stored sweeps).
+    """A host's verdict and figures in each stored sweep, as the sweep judged them, their trend
+    since its last repair, and any slow degradation (without HOST: the stored sweeps).
 
     With --repaired, records a repair instead.
     """
@@ -75,8 +80,9 @@ def history(host: str | None, limit: int, repair_text: str | None, gpu: int | No
     trends = host_trends(host, rows, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps,
                          thresholds.history_slope_z)
     if json_path is not None:
-        emit_json(strict_dumps({"host": host, "sweeps": rows, "repairs": [r.to_dict() for r in repairs],
-                                "trend": trends.to_dict()}, indent=1) + "\n", json_path)
+        emit_json(strict_dumps({"host": host, "sweeps": [_json_row(host, row) for row in rows],
+                                "repairs": [r.to_dict() for r in repairs], "trend": trends.to_dict()}, indent=1)
+                  + "\n", json_path)
         return ExitCode.OK
     console = make_console()
     links = _link_history_table(host, rows, console.width)
@@ -144,30 +150,103 @@ def _slowest_link(link: dict | None) -> str:
     return f"{link['a']}–{link['b']}\n{rail}{link['value']:.1f} {LINK_UNIT}"
 
 
-# The sweep and its status head each sweep's rows, in the figure column: a column of their own
-# (21 characters of sweep id) would not leave the figures room in 80 columns.
-HISTORY_COLUMNS = (Column("sweep, figure", "text"), Column("min"), Column("median"), Column("max"),
+# Where a finding names one of a GPU's figures, that GPU counts at the figure the sweep judged
+# (Store.host_history); the verdict quotes its worst finding's figure in any case.
+JUDGED_CAPTION = ("a GPU's figure that a finding names is the one the finding quotes (after a re-test, the one that "
+                  "confirmed it)")
+# The sweep and the host's verdict in it head each sweep's rows, in the figure column: a column of
+# their own (21 characters of sweep id) would not leave the figures room in 80 columns.
+HISTORY_COLUMNS = (Column("sweep, verdict, figure", "text"), Column("min"), Column("median"), Column("max"),
                    Column("unit", "text", drop_rank=1))
 
 
 def _history_table(host: str, rows: list[dict], repairs: list[Repair], width: int) -> Table:
     """The host's figures per stored sweep within ``width`` characters: a line naming the sweep
-    and its status, then one line per figure (min, median, max over its GPUs, unit); each
-    repair a line of its own where it came, between two sweeps."""
+    and the host's verdict in it (``verdict_text``), then one line per figure (min, median, max
+    over its GPUs, unit); each repair a line of its own where it came, between two sweeps."""
     cells: list[tuple[str, ...] | None] = []
     pending = list(reversed(repairs))  # newest first, as the sweeps
     for row in rows:
         cells.extend(_repair_cells([r for r in pending if not r.precedes(row["sweep_id"], row["started_at"])]))
         pending = [r for r in pending if r.precedes(row["sweep_id"], row["started_at"])]
-        status = row["status"] if not row.get("error") else f"{row['status']}: {row['error']}"
-        cells.append((f"sweep {row['sweep_id']}: {status}", "", "", "", ""))
-        for name, (low, middle, high, unit) in sorted(_fold_figures(row["figures"]).items()):
+        cells.append((f"sweep {row['sweep_id']}: {verdict_text(row)}", "", "", "", ""))
+        for name, (low, middle, high, unit) in sorted(_fold_figures(judged_figures(row)).items()):
             cells.append((name, f"{low:.4g}", f"{middle:.4g}", f"{high:.4g}", unit or ""))
         cells.append(None)
     cells.extend(_repair_cells(pending))
-    spec = TableSpec(f"{host}: min / median / max over its GPUs, newest sweep first", HISTORY_COLUMNS,
-                     tuple(cells))
+    spec = TableSpec(f"{host}: its verdict, then min / median / max over its GPUs, newest sweep first",
+                     HISTORY_COLUMNS, tuple(cells),
+                     caption=JUDGED_CAPTION if any(row.get("judged") for row in rows) else "")
     return fit_table(spec, width, WIDER_HINT)
+
+
+def verdict(row: dict) -> dict:
+    """The host's verdict in one sweep (a Store.host_history row): its status; the worst finding
+    naming it (its findings come most costly first): severity, kind, where, metric, value, unit,
+    deficit_pct; how many fail and warn findings name it; and ``text``, as history prints it.
+    ``severity`` is ``ok`` where the host answered and no finding names it, None where it did not
+    answer and none does."""
+    findings = row.get("findings") or []
+    worst = findings[0] if findings else {}
+    answered = row["status"] == "ok"
+    severity = worst.get("severity") or ("ok" if answered else None)
+    return {"status": row["status"], "severity": severity, "kind": worst.get("kind"),
+            "where": finding_location(worst) if worst else None,
+            **{name: worst.get(name) for name in ("gpu", "peer", "metric", "value", "unit", "deficit_pct")},
+            "fail": _count(findings, Severity.FAIL), "warn": _count(findings, Severity.WARN), "text": verdict_text(row)}
+
+
+def verdict_text(row: dict) -> str:
+    """``fail slow_gpu node017:3 gemm.tflops 585.8 TFLOP/s −14.2 % below; findings: 1 fail, 0 warn``:
+    the worst finding naming the host, with the figure and deficit the sweep judged; ``ok (no
+    finding)``; or, for a host that did not answer, its status and error."""
+    findings = row.get("findings") or []
+    if row["status"] != "ok":
+        text = row["status"] if not row.get("error") else f"{row['status']}: {row['error']}"
+    elif not findings:
+        return "ok (no finding)"
+    else:
+        text = _finding_words(findings[0])
+    if not findings:
+        return text
+    return f"{text}; findings: {_count(findings, Severity.FAIL)} fail, {_count(findings, Severity.WARN)} warn"
+
+
+def _finding_words(finding: dict) -> str:
+    """``fail slow_gpu node017:3 gemm.tflops 585.8 TFLOP/s −14.2 % below`` (what the finding has of it)."""
+    words = [str(finding.get("severity")), str(finding.get("kind")), finding_location(finding)]
+    if finding.get("value") is not None:
+        words += [str(finding.get("metric") or "value"), figure_text(finding["value"], finding.get("unit"))]
+    if finding.get("deficit_pct") is not None:
+        words.append(deficit_text(finding["deficit_pct"]))
+    return " ".join(words)
+
+
+def _count(findings: list[dict], severity: Severity) -> int:
+    return sum(1 for finding in findings if finding.get("severity") == severity)
+
+
+def _json_row(host: str, row: dict) -> dict:
+    """A sweep of ``history HOST --json``: the stored row (Store.host_history) with the host's
+    ``verdict`` after its status, its figures as the table shows them (each GPU at the value the
+    sweep judged: ``judged`` keeps the first pass's), and its pair figures (``link_figures``) after
+    its links."""
+    head = {name: row[name] for name in ("sweep_id", "started_at", "status", "error")}
+    rest = {name: value for name, value in row.items() if name not in head}
+    return {**head, "verdict": verdict(row), **rest, "figures": judged_figures(row),
+            "link_figures": link_figures_json(host, link_results(row.get("links") or ()))}
+
+
+def link_figures_json(host: str, results: list[LinkResult]) -> list[dict]:
+    """``host``'s pair figures per backend and rail, as its pair table shows them, and each
+    partner's pair figure (``pairs``: ``[partner, Gbit/s]``, the median of the pair's runs, the
+    mean of two: gpudiag.links.groups.judged_gbps, as the sweep judged it)."""
+    pairs = pair_means(result for result in results if host in (result.a, result.b))
+    return [{"backend": f.group.backend, "rail": f.group.rail, "line_rate_gbps": f.group.line_rate_gbps,
+             "partners": f.partners, "unmeasured": f.unmeasured, "worst_gbps": f.worst_gbps,
+             "worst_peer": f.worst_peer, "median_gbps": f.median_gbps, "best_gbps": f.best_gbps,
+             "pairs": sorted([b if a == host else a, gbps] for (a, b), gbps in pairs.get(f.group, {}).items())}
+            for f in host_link_figures(host, results)]
 
 
 def _repair_cells(repairs: list[Repair]) -> list[tuple[str, ...] | None]:
@@ -190,8 +269,8 @@ def _link_history_table(host: str, rows: list[dict], width: int) -> Table | None
     for row, figures in per_sweep:
         if figures:
             cells.extend([(f"sweep {row['sweep_id']}", "", "", ""), *map(_link_cells, figures), None])
-    spec = TableSpec(f"{host}: pair figures in {LINK_UNIT} (a pair's is the mean of its runs), newest sweep first",
-                     LINK_HISTORY_COLUMNS, tuple(cells))
+    spec = TableSpec(f"{host}: pair figures in {LINK_UNIT} (a pair's figure is the median of its runs, the mean of "
+                     "two, as the sweep judged it), newest sweep first", LINK_HISTORY_COLUMNS, tuple(cells))
     return fit_table(spec, width, WIDER_HINT)
 
 

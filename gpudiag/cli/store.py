@@ -16,7 +16,6 @@ from ..analysis.keys import LINK_PROBE, describe_key
 from ..errors import InputError, read_json_file
 from ..exitcodes import ExitCode
 from ..findings import SWEEP_SCHEMA
-from ..hosts import plural
 from ..report import render_report, write_report
 from ..report.tables import Column, TableSpec, fit_table, make_console, print_tables
 from ..schema.jsonout import dumps as strict_dumps
@@ -32,6 +31,7 @@ from ..store.baselines import (
 )
 from ..store.prune import PruneResult, check_rules, open_for_prune, prune
 from ..store.store import Store
+from ..words import plural
 from .helptext import DONE_CODES, USAGE_ROW, epilog
 from .history import history  # noqa: F401 - gpudiag.cli.main registers it from here
 from .options import WIDER_HINT, store_location, store_option

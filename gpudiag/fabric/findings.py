@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..findings import Action, Basis, FabricPart, Finding, Kind, Severity
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
+from ..words import plural
 from .attribution import FabricAttribution, FabricSuspect
 from .elements import LINK, SWITCH, UPLINKS, Element
 from .model import LEAF, Plane, Topology

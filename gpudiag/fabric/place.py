@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
+from ..words import plural
 from .model import Topology
 
 

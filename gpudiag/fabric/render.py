@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
+from ..words import plural
 from .model import LEAF, Cable, FabricLink, Plane, Topology, sorted_switches
 from .readers.source import TOPOLOGY_SCHEMA, natural_key
 

@@ -35,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..hosts import plural
+from ..words import deficit_text, fixed, plural
 from .groups import (
     UNIT,
     Family,
@@ -45,8 +45,6 @@ from .groups import (
     PairFigure,
     family,
     mean_gbps,
-    pct_text,
-    rate_text,
 )
 from .levels import MIN_NOISE_DEGREES, pooled_sd, rail_figures
 from .linkerrors import listed
@@ -78,11 +76,11 @@ class SlowAcrossRails:
 
     @property
     def evidence(self) -> str:
-        means = listed(f"{f.peer(self.host)} {rate_text(f.gbps)}" for f in self.pairs)
+        means = listed(f"{f.peer(self.host)} {fixed(f.gbps)}" for f in self.pairs)
         return (f"{self.host} slow with every partner across {plural(self.rails, 'rail')} of {self.backend}: its "
-                f"pairs' means (each over its rails) {means} {UNIT} vs {rate_text(self.level_gbps)} {UNIT}, the "
+                f"pairs' means (each over its rails) {means} {UNIT} vs {fixed(self.level_gbps)} {UNIT}, the "
                 f"median of the other hosts' best pairs (healthy: {listed(self.good)}); "
-                f"{pct_text(self.deficit_pct)} below, {-self.robust_z:.1f} sigma of the rails' noise")
+                f"{deficit_text(self.deficit_pct)}, {-self.robust_z:.1f} sigma of the rails' noise")
 
 
 def across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],

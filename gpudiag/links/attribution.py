@@ -3,7 +3,7 @@
 Results are grouped by baseline key — backend, rail and line rate — and groups are never pooled
 (a 200 Gb/s rail is not compared with a 400 Gb/s one, nor perftest with tcp). In each group:
 
-1. Every pair's figure is the mean of its runs (a re-test adds a run).
+1. Every pair's figure is the median of its runs, the mean of two (a re-test adds a run).
 2. References: the fleet's healthy level (``fleet_reference`` of gpudiag.analysis.reference,
    the upper densest cluster, median/MAD with a floor) when ``min_hosts`` distinct hosts have the
    key, and the line-rate floor: ``line_rate_efficiency_pct`` of the port's line rate. Where the
@@ -55,7 +55,7 @@ from statistics import NormalDist
 from typing import ClassVar, cast
 
 from ..findings import Kind
-from ..hosts import plural
+from ..words import deficit_text, fixed, pct, plural
 from .acrossrails import SlowAcrossRails, across_rails
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
     BACKENDS,
@@ -82,9 +82,7 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     link_thresholds,
     mean_gbps,
     pair_means,
-    pct_text,
     rail_key,
-    rate_text,
 )
 from .levels import job_levels, run_noise
 from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, own_errors
@@ -418,13 +416,13 @@ def _nic_suspect(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     source = reference.judged_by(gbps, thresholds)
     confirmed = len(good) >= wanted and (not reference.job_level or firm or repeated >= 2)
     deficit = reference.deficit_pct(gbps, source)
-    figures = listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in ordered)
+    figures = listed(f"{f.peer(host)} {fixed(f.gbps)}" for f in ordered)
     slow = sum(1 for f in ordered if f.slow)
     partners = (f"slow with all {plural(len(ordered), 'partner')}" if slow == len(ordered) else
                 f"slow with {slow} of its {plural(len(ordered), 'partner')} and below the level with the rest "
                 "(median of its pairs)")
     evidence = (f"{host} {partners} on {group.describe()}: {figures} {UNIT} "
-                f"vs {reference.describe(source)}; {pct_text(deficit)} below")
+                f"vs {reference.describe(source)}; {deficit_text(deficit)}")
     if not confirmed and len(good) < wanted:
         evidence += f" (not yet confirmed: {len(good)} of its partners known good, {wanted} wanted)"
     elif not confirmed:
@@ -450,11 +448,12 @@ def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[
                  and (z is None or z <= -_pairs_sigma(reference.pairs, thresholds))
                  and not unproven & set(undecided))
     deficit = reference.deficit_pct(figure.gbps, source)
-    measured = f"{rate_text(figure.gbps)} {UNIT}"
+    measured = f"{fixed(figure.gbps)} {UNIT}"
     if len(runs) > 1:
-        measured += f" (mean of {len(runs)} runs: {', '.join(f'{rate_text(value)}' for value in runs)})"
+        how = "mean" if len(runs) == 2 else "median"
+        measured += f" ({how} of {len(runs)} runs: {', '.join(f'{fixed(value)}' for value in runs)})"
     evidence = (f"{figure.a} ↔ {figure.b} slow on {group.describe()}: {measured} vs {reference.describe(source)}; "
-                f"{pct_text(deficit)} below")
+                f"{deficit_text(deficit)}")
     lone = [host for host in undecided if host not in unproven]
     doubted = [host for host in undecided if host in unproven]
     if lone:
@@ -494,7 +493,7 @@ def _fine_elsewhere(host: str, slow: PairFigure, pairs: Sequence[PairFigure]) ->
     fine = sorted((f for f in pairs if (f.a, f.b) != (slow.a, slow.b) and not f.slow), key=lambda f: f.peer(host))
     if not fine:  # its NIC shown good at a higher line rate on this rail (``good_elsewhere``)
         return f"{host} at a higher line rate"
-    return f"{host} with " + listed(f"{f.peer(host)} {rate_text(f.gbps)}" for f in fine)
+    return f"{host} with " + listed(f"{f.peer(host)} {fixed(f.gbps)}" for f in fine)
 
 
 def _doubting_shift(mine: Mapping[str, Sequence[PairFigure]], at_floor: set[str], trusted: frozenset[str],
@@ -522,18 +521,18 @@ def _shift(reference: GroupReference, figures: Sequence[PairFigure], doubting: s
     below = sum(1 for f in figures if f.gbps < floor)
     confirmed = not doubting
     line_text = ("" if reference.floor_gbps is None or line is None else
-                 f"{pct_text(reference.floor_share_pct)} of line rate {line:g} {UNIT} = "
-                 f"{rate_text(reference.floor_gbps)} {UNIT}")
+                 f"{pct(reference.floor_share_pct)} of line rate {line:g} {UNIT} = "
+                 f"{fixed(reference.floor_gbps)} {UNIT}")
     base = reference.baseline if reference.baseline_shifted else None
     if base is not None:
-        evidence = (f"links on {group.describe()} run below baseline {base.name}: fleet {rate_text(fleet)} {UNIT} vs "
-                    f"baseline {base.name} {rate_text(base.median_gbps)} {UNIT} (median of {base.count} pair figures), "
-                    f"{pct_text(base.deficit_pct(fleet))} below; {below} of {plural(len(figures), 'pair')} below "
-                    f"{rate_text(base.cutoff_gbps)} {UNIT}")
+        evidence = (f"links on {group.describe()} run below baseline {base.name}: fleet {fixed(fleet)} {UNIT} vs "
+                    f"baseline {base.name} {fixed(base.median_gbps)} {UNIT} (median of {base.count} pair figures), "
+                    f"{deficit_text(base.deficit_pct(fleet))}; {below} of {plural(len(figures), 'pair')} below "
+                    f"{fixed(base.cutoff_gbps)} {UNIT}")
         if reference.shifted:
             evidence += f"; below its line rate too ({line_text})"
     else:
-        evidence = (f"links on {group.describe()} run below their line rate: fleet {rate_text(fleet)} {UNIT} vs "
+        evidence = (f"links on {group.describe()} run below their line rate: fleet {fixed(fleet)} {UNIT} vs "
                     f"{line_text}; {below} of {plural(len(figures), 'pair')} below")
     evidence += " — a cause the fabric shares (switch ports, cabling, firmware, congestion control), not one NIC"
     if not confirmed:

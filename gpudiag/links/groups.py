@@ -4,7 +4,7 @@ A pair test's result (``LinkResult``) belongs to a group — backend, rail and l
 (``LinkGroup``) — and groups are never pooled. Each group's references (``GroupReference``):
 the fleet's healthy level, the line-rate floor and, where one is stored, the baseline's figure
 (``GroupBaseline``); the thresholds they use (``LinkThresholds``, data from thresholds.json); a
-pair's figure (``PairFigure``: the mean of its runs); and per host, its figures against its
+pair's figure (``PairFigure``: the median of its runs, the mean of two); and per host, its figures against its
 partners (``host_link_figures``, for ``gpudiag history``).
 """
 
@@ -21,6 +21,7 @@ from typing import Protocol
 from ..analysis.keys import link_key
 from ..analysis.reference import MAD_TO_SIGMA, fleet_reference
 from ..analysis.thresholds import Thresholds
+from ..words import fixed, pct
 from .schedule import Pair, pair_key
 
 BACKENDS = ("tcp", "nccl", "perftest")
@@ -242,8 +243,8 @@ class LinkResult:
 
 @dataclass(frozen=True)
 class PairFigure:
-    """A pair's figure in one group: the mean of its runs (Gb/s), the runs themselves (sorted),
-    and whether the mean is slow against the group's references."""
+    """A pair's figure in one group: the median of its runs (Gb/s; ``judged_gbps``), the runs
+    themselves (sorted), and whether that figure is slow against the group's references."""
 
     a: str
     b: str
@@ -423,18 +424,18 @@ class GroupReference:
         line = self.group.line_rate_gbps
         if source == BASELINE and self.baseline is not None:
             base = self.baseline
-            text = f"baseline {base.name} {rate_text(base.median_gbps)} {UNIT} (median of {base.count} pair figures)"
+            text = f"baseline {base.name} {fixed(base.median_gbps)} {UNIT} (median of {base.count} pair figures)"
             if self.fleet_gbps is not None:
-                text += f"; fleet {rate_text(self.fleet_gbps)} {UNIT}"
+                text += f"; fleet {fixed(self.fleet_gbps)} {UNIT}"
             return text if line is None else f"{text}; line rate {line:g} {UNIT}"
         if self.fleet_gbps is None or (source == LINE_RATE and self.floor_gbps is not None):
-            floor = rate_text(self.floor_gbps)
-            share = pct_text(self.floor_share_pct)
+            floor = fixed(self.floor_gbps)
+            share = pct(self.floor_share_pct)
             return f"line rate {line:g} {UNIT} (a healthy link reaches {share} = {floor} {UNIT})"
         if self.job_level:
-            text = f"job level {rate_text(self.fleet_gbps)} {UNIT} (the healthy pairs of its {self.hosts} hosts)"
+            text = f"job level {fixed(self.fleet_gbps)} {UNIT} (the healthy pairs of its {self.hosts} hosts)"
         else:
-            text = f"fleet {rate_text(self.fleet_gbps)} {UNIT}"
+            text = f"fleet {fixed(self.fleet_gbps)} {UNIT}"
         return text if line is None else f"{text}; line rate {line:g} {UNIT}"
 
     def to_dict(self) -> dict[str, object]:
@@ -472,7 +473,7 @@ def pair_means(results: Iterable[LinkResult]) -> dict[LinkGroup, dict[Pair, floa
 @dataclass(frozen=True)
 class HostLinkFigures:
     """One host's pair figures in one group: how many ``partners`` gave a figure (a pair's is the
-    mean of its runs), the worst of them (``worst_gbps``, with ``worst_peer``), their median and
+    median of its runs), the worst of them (``worst_gbps``, with ``worst_peer``), their median and
     best (Gb/s; None when no partner gave one), and ``unmeasured``: partners with no figure."""
 
     group: LinkGroup
@@ -622,16 +623,6 @@ def judged_gbps(runs: Sequence[float]) -> float:
 def mean_gbps(values: Iterable[float]) -> float:
     ordered = sorted(values)
     return math.fsum(ordered) / len(ordered)  # fsum: the same figure in any input order
-
-
-def pct_text(value: float) -> str:
-    return f"{value:.1f} %"
-
-
-def rate_text(gbps: float) -> str:
-    """A figure in Gb/s for evidence: one decimal from 10 Gb/s up (``392.0``), three significant
-    digits below (``0.0482``: a test network or a port trained far down still reads)."""
-    return f"{gbps:.1f}" if abs(gbps) >= 10 else f"{gbps:.3g}"
 
 
 def rail_key(rail: int | None) -> int:

@@ -10,7 +10,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from .groups import Family, LinkGroup, LinkThresholds, family, host_bests, mean_gbps
+from .groups import Family, LinkGroup, LinkThresholds, family, host_bests, judged_gbps, mean_gbps
 from .schedule import Pair
 
 
@@ -68,11 +68,11 @@ def pooled_sd(samples: Iterable[Sequence[float]]) -> tuple[float, int]:
 
 
 def rail_figures(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> dict[Pair, list[float]]:
-    """Each pair's figure on each of ``rails`` (the mean of its runs there), pooled: the rails of
+    """Each pair's figure on each of ``rails`` (the median of its runs there, as it is judged), pooled: the rails of
     one family are the same hardware (job_levels, gpudiag.links.acrossrails)."""
     pooled: dict[Pair, list[float]] = defaultdict(list)
     for runs in rails:
         for pair, values in runs.items():
             if values:
-                pooled[pair].append(mean_gbps(values))
+                pooled[pair].append(judged_gbps(values))
     return pooled

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..findings import Kind
-from ..hosts import plural
+from ..words import plural
 from .schedule import Pair
 
 # An address:port in an error reason (IPv4, or a bracketed IPv6 address): the port is ephemeral.

@@ -17,9 +17,10 @@ from typing import Any
 
 from ..analysis.actions import action
 from ..findings import Basis, Finding, Kind, Severity
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
+from ..words import deficit_text, fixed, plural
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkSuspect, NicSuspect
-from .groups import LINE_RATE, GroupReference, pct_text, rate_text
+from .groups import LINE_RATE, GroupReference
 from .schedule import Pair, pair_key
 
 UNIT = "Gbit/s"
@@ -136,7 +137,7 @@ def _folded(kind: Kind, host: str, peer: str | None, group: list[Finding]) -> Fi
     others = [f for f in group if f not in confirmed]
     if others:
         evidence += "; also: " + "; ".join(
-            f"{_rails_words([f])} {f.host}{' ↔ ' + f.peer if f.peer else ''} {pct_text(f.deficit_pct or 0.0)} below"
+            f"{_rails_words([f])} {f.host}{' ↔ ' + f.peer if f.peer else ''} {deficit_text(f.deficit_pct or 0.0)}"
             f"{'' if f.confirmed else ' (not yet confirmed)'}" for f in others)
     severity = Severity.FAIL if any(f.severity == Severity.FAIL for f in confirmed) else Severity.WARN
     return dataclasses.replace(worst, kind=kind, severity=severity, host=host, peer=peer, confirmed=True,
@@ -218,7 +219,7 @@ def _not_compared(reference: GroupReference) -> Finding:
                 f"{plural(reference.hosts, 'host')} measured, too few hosts to compare with the fleet, with no stored "
                 f"baseline and {line}: not compared, not passed")
     if reference.job_level:
-        evidence += (f" (compared among themselves, at {rate_text(reference.level_gbps)} {UNIT}: a part slower than "
+        evidence += (f" (compared among themselves, at {fixed(reference.level_gbps)} {UNIT}: a part slower than "
                      "the others is found, a cause they all share is not)")
     verb, detail = action(Kind.UNCHECKED, Severity.WARN)
     return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=fold_hosts(reference.members),

@@ -1,5 +1,6 @@
-"""Every measured figure of each GPU (and each host device) of a sweep document, against the fleet
-median of its own key, for the HTML report's device grid (``heatmap``).
+"""Every measured figure of each GPU (and each host device) of a sweep document, against the
+reference its key was judged by (the document's ``references``; the fleet median of the key in a
+document without them), for the HTML report's device grid (``heatmap``).
 
 A figure's key is its probe, metric, unit and parameters and the model of the device (the GPU
 model for a GPU, the CPU model for ``cpu``): a figure is read only against figures of the same key,
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +63,8 @@ _BY_PROBE = {(metric.probe, metric.metric) for metric in GRID_METRICS}
 
 @dataclass(frozen=True)
 class DeviceFigure:
-    """One figure of one device: ``value`` in ``unit`` against ``reference`` (the fleet median of
-    its key; ``ratio`` is value / reference, 1.0 = the median)."""
+    """One figure of one device: ``value`` in ``unit`` against ``reference`` (what its key was
+    judged against; ``ratio`` is value / reference, 1.0 = at it)."""
 
     label: str
     value: float
@@ -90,7 +91,7 @@ class DeviceCell:
 @dataclass(frozen=True)
 class GridKey:
     """One key of the grid (probe, metric, unit, parameters and device model): how a cell names
-    it, and its reference, the fleet median of the devices' figures of that key."""
+    it, and its reference (what the sweep judged that key against, else the fleet median)."""
 
     label: str
     unit: str
@@ -135,9 +136,11 @@ class DeviceGrid:
 
 def device_grid(document: Document) -> DeviceGrid:
     """The grid of ``document``: every ok figure of GRID_METRICS of each host's GPUs and host
-    devices (several of one device and key: their median), each key's reference the fleet median."""
+    devices (several of one device and key: their median; a GPU's figure that a finding quotes:
+    the finding's, the one its re-test confirmed), each key's reference the one the sweep judged
+    it against (the document's ``references``), else the fleet median."""
     key_indexes: dict[Any, int] = {}
-    described: list[tuple[str, str, str]] = []
+    described: list[tuple[str, str, str, Any]] = []
     gathered: dict[str, dict[tuple[int, int], list[float]]] = defaultdict(dict)
     for host in _hosts(document):
         mine = gathered[str(host.get("host"))]
@@ -145,18 +148,67 @@ def device_grid(document: Document) -> DeviceGrid:
             key_index = key_indexes.get(key)
             if key_index is None:
                 key_index = key_indexes[key] = len(described)
-                described.append((label, unit, model))
+                described.append((label, unit, model, key))
             mine.setdefault((column, key_index), []).append(value)
     figures = {host: {slot: statistics.median(values) for slot, values in mine.items()}
                for host, mine in gathered.items() if mine}
+    _quote_findings(document, figures, [key for *_, key in described])
     pooled: list[list[float]] = [[] for _ in described]
     for mine in figures.values():
         for (_, key_index), value in mine.items():
             pooled[key_index].append(value)
-    keys = tuple(GridKey(label, unit, model, statistics.median(values))
-                 for (label, unit, model), values in zip(described, pooled, strict=True))
+    judged = _judged_references(document)
+    keys = tuple(GridKey(label, unit, model, _reference_of(key, judged) or statistics.median(values))
+                 for (label, unit, model, key), values in zip(described, pooled, strict=True))
     columns = sorted({column for mine in figures.values() for column, _ in mine}, key=column_order)
     return DeviceGrid(figures, keys, tuple(columns))
+
+
+def _judged_references(document: Document) -> list[Mapping[str, Any]]:
+    return [entry for entry in document.get("references") or ()
+            if isinstance(entry, Mapping) and is_finite_number(entry.get("reference")) and entry["reference"] > 0]
+
+
+def _key_parts(key: Any) -> tuple[str, str, str, dict[str, Any]]:
+    """(model, probe, metric, parameters) of a grid key (a record's, or a P2P one: its parameters
+    are the direction and buffer size its figure pools over)."""
+    if len(key) == 2:  # (model, (p2p, metric, direction, buffer MiB))
+        model, (probe, metric, direction, buffer_mib) = key
+        return model, probe, metric, {"direction": direction, "buffer_mib": buffer_mib}
+    model, probe, metric, _, params = key
+    return model, probe, metric, dict(params) if isinstance(params, frozenset) else json.loads(params)
+
+
+def _reference_of(key: Any, judged: Sequence[Mapping[str, Any]]) -> float | None:
+    """The reference the sweep judged ``key``'s figures against: the ``references`` entry of the
+    same probe, metric, model and parameters. None for a P2P figure (a GPU's median over the pairs
+    it is an end of: each pair is a key of its own) and where no entry matches."""
+    model, probe, metric, params = _key_parts(key)
+    if probe == P2P_PROBE:
+        return None
+    for entry in judged:
+        if (entry.get("probe"), entry.get("metric"), entry.get("model"), entry.get("params")) == (
+                probe, metric, model, params):
+            return float(entry["reference"])
+    return None
+
+
+def _quote_findings(document: Document, figures: dict[str, dict[tuple[int, int], float]], keys: Sequence[Any]) -> None:
+    """A GPU's figure that a finding quotes becomes the finding's (after a re-test: the mean of
+    the confirming runs), where the finding's metric is one key of that GPU (a finding names its
+    metric, not its parameters: with two keys, as PCIe's two directions, the grid keeps its own)."""
+    for finding in document.get("findings") or ():
+        if not isinstance(finding, Mapping) or not isinstance(finding.get("gpu"), int) \
+                or not is_finite_number(finding.get("value")):
+            continue
+        mine = figures.get(str(finding.get("host")))
+        probe, _, metric = str(finding.get("metric") or "").partition(".")
+        if mine is None or probe == P2P_PROBE:
+            continue
+        slots = [slot for slot in mine
+                 if slot[0] == finding["gpu"] and _key_parts(keys[slot[1]])[1:3] == (probe, metric)]
+        if len(slots) == 1:
+            mine[slots[0]] = float(finding["value"])
 
 
 def column_label(column: int) -> str:

@@ -15,10 +15,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
+from ..words import fixed, plural
 from .gpufigures import DeviceCell, DeviceFigure, DeviceGrid, column_label, column_order, device_grid
 from .markup import _e
-from .phrasing import Document, _findings, _fixed, _hosts, sort_findings
+from .phrasing import Document, _findings, _hosts, sort_findings
 
 # Heat-map colour scale: green at or above the reference, through yellow, red at this share of it.
 HEAT_RED_RATIO = 0.80
@@ -68,13 +69,16 @@ def html_heatmap(document: Document) -> str:
                      key=column_order)
     if not grid.figures:
         return '<p class="muted" id="no-device-figures">No GPU or host device figures in this sweep.</p>'
-    headers = "".join(f"<th>{_e(header)}</th>" for header in ("host", *map(column_label, columns), "worst",
-                                                                  "findings"))
+    headers = "".join(f"<th>{_e(header)}</th>" for header in ("host", *map(column_label, columns))) + (
+        '<th class="worst">worst</th><th class="kinds">findings</th>')
     shown, folded = _split_rows(document, grid, named)
     rows = [_row(host, grid.cells(str(host.get("host"))), columns, named.get(str(host.get("host")), {}))
             for host in shown]
-    return (_legend(grid) + f'<table id="gpu-heatmap" class="heatmap"><thead><tr>{headers}</tr></thead>\n<tbody>\n'
-            + "\n".join(rows) + "\n</tbody></table>" + _folded_line(grid, folded))
+    # The style sheet's narrow layout (a phone) puts each row's worst and findings right after the host,
+    # before the device columns, whose count it reads from --devices.
+    return (_legend(grid) + f'<div class="grid-scroll"><table id="gpu-heatmap" class="heatmap" '
+            f'style="--devices:{len(columns)}"><thead><tr>{headers}</tr></thead>\n<tbody>\n'
+            + "\n".join(rows) + "\n</tbody></table></div>" + _folded_line(grid, folded))
 
 
 def _split_rows(document: Document, grid: DeviceGrid, named: Mapping[str, Any]
@@ -113,7 +117,7 @@ def _row(host: Mapping[str, Any], cells: Mapping[int, DeviceCell], columns: Sequ
     if not cells:
         status = str(host.get("status"))
         text = f"{status}: {host.get('error')}" if host.get("error") else f"{status}: no device figure"
-        parts.append(f'<td colspan="{len(columns) + 1}">{_e(text)}</td>')
+        parts.append(f'<td class="status" colspan="{len(columns) + 1}">{_e(text)}</td>')
         parts.append(_findings_cell(named))
         return '<tr class="nodata">' + "".join(parts) + "</tr>"
     for column in columns:
@@ -152,7 +156,7 @@ def _share_words(figure: DeviceFigure) -> str:
 
 
 def _figure_words(figure: DeviceFigure) -> str:
-    return f"{figure.label} {_fixed(figure.value)} {figure.unit} ({100 * figure.ratio:.1f} %)"
+    return f"{figure.label} {fixed(figure.value)} {figure.unit} ({100 * figure.ratio:.1f} %)"
 
 
 def heat_swatches() -> str:
@@ -163,7 +167,7 @@ def heat_swatches() -> str:
 
 
 def _legend(grid: DeviceGrid) -> str:
-    medians = "".join(f"<li>{_e(model)}: {_e(label)} {_e(_fixed(value))} {_e(unit)}</li>"
+    medians = "".join(f"<li>{_e(model)}: {_e(label)} {_e(fixed(value))} {_e(unit)}</li>"
                       for (model, label, unit), value in grid.references.items())
     return (f'<p class="legend">Each cell: the device\'s worst figure (GEMM, memory, PCIe H2D/D2H, P2P, SM clock) '
             f"as a share of the fleet median of its key (model, probe, parameters), and which metric it is; "

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import Kind, Severity
-from ..hosts import plural
 from ..schema.fields import is_finite_number
-from .phrasing import OK, Document, _findings, _fixed, _hosts
+from ..words import deficit_text, fixed, plural, share_text
+from .phrasing import OK, Document, _findings, _hosts
 
 LINK_METRIC = "gbps"
 LINK_UNITS = {"gbps": "Gbit/s"}
@@ -48,8 +48,9 @@ GroupKey = tuple[str, int | None, float | None]
 @dataclass(frozen=True)
 class RailFigure:
     """A pair's figure on one backend and rail: ``gbps`` is the median of the runs that gave a
-    figure (None: every run failed, ``errors`` say why), against ``reference_gbps``, the median
-    pair figure of its group (None when the group has no figure at all)."""
+    figure (None: every run failed, ``errors`` say why), against ``reference_gbps``, the reference
+    its group was judged against (the document's ``link_groups``; in a document without them,
+    the median pair figure of the group; None when the group has no figure at all)."""
 
     backend: str
     rail: int | None
@@ -65,7 +66,7 @@ class RailFigure:
 
     @property
     def ratio(self) -> float | None:
-        """The figure over its group's reference (1.0 = the median pair); None without either."""
+        """The figure over its group's reference (1.0 = at it); None without either."""
         if self.gbps is None or not self.reference_gbps:
             return None
         return self.gbps / self.reference_gbps
@@ -132,7 +133,7 @@ class HostRow:
 
 @dataclass(frozen=True)
 class LinkGroup:
-    """One baseline key: its reference (median pair figure, None without any) and how many pairs
+    """One baseline key: its reference (the level its pairs were judged against, None without any) and how many pairs
     gave a figure and how many could not be tested."""
 
     backend: str
@@ -218,7 +219,7 @@ def link_view(document: Document) -> LinkView:
     metric = _main_metric(entries)
     kept = [link for link in entries if str(link.get("metric") or LINK_METRIC) == metric]
     runs = _runs(kept)
-    references = _references(runs)
+    references = {**_references(runs), **_judged_references(document)}
     pairs = _pair_figures(runs, references)
     findings = _link_findings(document)
     rows = _rows(pairs, findings, _explaining_hosts(document))
@@ -288,8 +289,20 @@ def _runs(entries: Iterable[Mapping[str, Any]]) -> dict[_RunKey, _Runs]:
     return runs
 
 
+def _judged_references(document: Document) -> dict[GroupKey, float]:
+    """The reference each group was judged against (the document's ``link_groups``): the one its
+    findings quote."""
+    found = {}
+    for group in document.get("link_groups") or []:
+        if isinstance(group, Mapping) and is_finite_number(group.get("reference_gbps")):
+            key = (str(group.get("backend") or "?"), _rail(group.get("rail")), _positive(group.get("line_rate_gbps")))
+            found[key] = float(group["reference_gbps"])
+    return found
+
+
 def _references(runs: Mapping[_RunKey, _Runs]) -> dict[GroupKey, float]:
-    """The median pair figure (each the median of its runs) of every group that has one."""
+    """The median pair figure (each the median of its runs) of every group that has one: the
+    reference of a document that does not carry its groups' (``link_groups``)."""
     pooled: dict[GroupKey, list[float]] = defaultdict(list)
     for (_, backend, rail, line), found in runs.items():
         if found.values:
@@ -461,7 +474,7 @@ def _positive(value: object) -> float | None:
 
 SLOWEST_PAIRS_LISTED = 10
 ERROR_PAIRS_LISTED = 10
-SLOWEST_PAIR_COLUMNS = ["slowest pair", "rail", "figure", "reference", "of reference", "of line rate"]
+SLOWEST_PAIR_COLUMNS = ["slowest pair", "rail", "figure", "reference", "below reference", "of line rate"]
 ERROR_PAIR_COLUMNS = ["error pair", "rails", "reason"]
 BACKEND_COLUMNS = ["backend", "pairs", "rails", "figures", "pairs not tested", "pair-rails not tested"]
 NOT_TESTED_COLUMNS = ["not tested", "count", "reason"]
@@ -486,7 +499,7 @@ def backend_rows(view: LinkView) -> list[list[str]]:
 
 def slowest_pair_rows(view: LinkView, count: int = SLOWEST_PAIRS_LISTED) -> list[list[str]]:
     """The ``count`` pairs furthest below their reference, in SLOWEST_PAIR_COLUMNS order: the
-    worst rail's figure, its group's reference, the share of it and of the line rate. The rail
+    worst rail's figure, its group's reference, the deficit below it and the share of the line rate. The rail
     names its backend only where the sweep used several."""
     several = len({group.backend for group in view.groups}) > 1
     rows = []
@@ -495,9 +508,10 @@ def slowest_pair_rows(view: LinkView, count: int = SLOWEST_PAIRS_LISTED) -> list
         assert worst is not None and worst.gbps is not None  # slowest_pairs holds measured pairs only
         ratio, line = worst.ratio, worst.line_rate_pct
         rows.append([f"{pair.a} ↔ {pair.b}", rail_label(worst.backend, worst.rail, with_backend=several),
-                     f"{_fixed(worst.gbps)} {view.unit}",
-                     "" if worst.reference_gbps is None else f"{_fixed(worst.reference_gbps)} {view.unit}",
-                     "" if ratio is None else f"{100 * ratio:.1f} %", "" if line is None else f"{line:.1f} %"])
+                     f"{fixed(worst.gbps)} {view.unit}",
+                     "" if worst.reference_gbps is None else f"{fixed(worst.reference_gbps)} {view.unit}",
+                     "" if ratio is None else deficit_text(100 * (1 - ratio)),
+                     "" if line is None else share_text(line, "line rate")])
     return rows
 
 

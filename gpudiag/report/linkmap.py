@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..findings import Kind
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
+from ..words import deficit_text, fixed, plural, share_text
 from .heatmap import heat_colour, heat_swatches
 from .linkfigures import (
     HostRow,
@@ -29,7 +30,7 @@ from .linkfigures import (
     rails_text,
 )
 from .markup import _e, _html_table
-from .phrasing import Document, _fixed, _hosts
+from .phrasing import Document, _hosts
 
 # Up to this many hosts the symmetric host × host matrix is drawn as well as the rows.
 LINK_MATRIX_MAX_HOSTS = 64
@@ -57,8 +58,8 @@ def html_links(document: Document) -> str:
     shown, folded = _split_rows(view.rows)
     parts = [_counts_line(document, view, shown, folded), *_shift_lines(view), _groups_table(view),
              f'<p class="legend">Each pair figure is the median of its runs on one rail; a cell shows the pair\'s '
-             f"worst rail, coloured by its share of the reference of its group (the median pair of the same "
-             f"backend, rail and line rate): {heat_swatches()} "
+             f"worst rail, coloured by its share of the reference of its group (the level the sweep judged "
+             f"the pairs of the same backend, rail and line rate against): {heat_swatches()} "
              f'<span class="swatch" style="{ERROR_STYLE}">error</span> could not be tested.</p>']
     matrix_hosts = [row.host for row in view.rows if row.partners]
     if len(matrix_hosts) <= LINK_MATRIX_MAX_HOSTS:
@@ -98,8 +99,8 @@ def _shift_lines(view: LinkView) -> list[str]:
     lines = []
     for shift in view.shifts:
         text = (f"{shift.get('severity', '')} fleet shift {shift.get('metric', '')}: the fabric's median pair "
-                f"{_fixed(float(shift['value']))} vs {shift.get('reference_source') or 'reference'} "
-                f"{_fixed(float(shift['reference']))} {view.unit}" if _has_figures(shift)
+                f"{fixed(float(shift['value']))} vs {shift.get('reference_source') or 'reference'} "
+                f"{fixed(float(shift['reference']))} {view.unit}" if _has_figures(shift)
                 else f"{shift.get('severity', '')} fleet shift {shift.get('metric', '')}")
         if shift.get("evidence"):
             text += f" — {shift['evidence']}"
@@ -111,13 +112,13 @@ def _groups_table(view: LinkView) -> str:
     rows = []
     for group in view.groups:
         line = "" if group.line_rate_gbps is None else f"{group.line_rate_gbps:g} Gb/s"
-        reference = "" if group.reference_gbps is None else f"{_fixed(group.reference_gbps)} {view.unit}"
+        reference = "" if group.reference_gbps is None else f"{fixed(group.reference_gbps)} {view.unit}"
         of_line = ("" if group.reference_gbps is None or group.line_rate_gbps is None
                    else f"{100 * group.reference_gbps / group.line_rate_gbps:.1f} %")
         cells = [group.backend, "-" if group.rail is None else str(group.rail), line, str(group.pairs),
                  str(group.error_pairs), reference, of_line]
         rows.append("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in cells) + "</tr>")
-    headers = ["backend", "rail", "line rate", "pairs", "could not be tested", "reference (median pair)",
+    headers = ["backend", "rail", "line rate", "pairs", "could not be tested", "reference (judged against)",
                "reference of line rate"]
     return _html_table("link-groups", headers, rows)
 
@@ -160,7 +161,7 @@ def _host_row(row: HostRow, unit: str) -> str:
         title = _pair_title(worst, unit)
         if row.explained:
             title += f" · leaving out {', '.join(row.explained)}: explained by their own finding"
-        cells.append(f'<td class="worst"{colour} title="{_e(title)}">{_e(_fixed(rail.gbps or 0.0))}</td>')
+        cells.append(f'<td class="worst"{colour} title="{_e(title)}">{_e(fixed(rail.gbps or 0.0))}</td>')
         cells.append(f"<td>{'' if ratio is None else f'{100 * ratio:.1f} %'}</td>")
         cells.append(f"<td>{'' if rail.line_rate_pct is None else f'{rail.line_rate_pct:.1f} %'}</td>")
     partners = row.partners
@@ -199,7 +200,7 @@ def _pair_cell(pair: PairFigures, unit: str, label: str) -> str:
         return f'<td class="error" style="{ERROR_STYLE}" title="{title}">{_e(prefix)}error</td>'
     ratio = worst.ratio
     colour = f' style="background:{heat_colour(ratio)}"' if ratio is not None else ""
-    return f'<td{colour} title="{title}">{_e(prefix + _fixed(worst.gbps))}</td>'
+    return f'<td{colour} title="{title}">{_e(prefix + fixed(worst.gbps))}</td>'
 
 
 def _pair_title(pair: PairFigures, unit: str) -> str:
@@ -218,13 +219,13 @@ def _pair_title(pair: PairFigures, unit: str) -> str:
 
 
 def _rail_words(rail: RailFigure, unit: str) -> str:
-    """``5.21 Gbit/s, 55.3 % of reference 9.42, 5.2 % of line rate; 2 runs, 1 failed: reason``
-    (the reference is the median pair of the rail's group: backend, rail and line rate)."""
-    text = f"{_fixed(rail.gbps or 0.0)} {unit}"
+    """``5.21 Gbit/s, −44.7 % below reference 9.42, 5.2 % of line rate; 2 runs, 1 failed: reason``
+    (the reference is the one the rail's group was judged against: backend, rail and line rate)."""
+    text = f"{fixed(rail.gbps or 0.0)} {unit}"
     if rail.ratio is not None and rail.reference_gbps is not None:
-        text += f", {100 * rail.ratio:.1f} % of reference {_fixed(rail.reference_gbps)}"
+        text += f", {deficit_text(100 * (1 - rail.ratio))} reference {fixed(rail.reference_gbps)}"
     if rail.line_rate_pct is not None:
-        text += f", {rail.line_rate_pct:.1f} % of line rate {rail.line_rate_gbps:g}"
+        text += f", {share_text(rail.line_rate_pct, f'line rate {rail.line_rate_gbps:g}')}"
     text += f"; {rail.runs} runs" if rail.runs != 1 else "; 1 run"
     if rail.errors:
         text += f", {len(rail.errors)} failed: {'; '.join(sorted(set(rail.errors)))}"
@@ -236,8 +237,8 @@ def _rail_brief(rail: RailFigure, with_backend: bool) -> str:
              else "-" if rail.rail is None else str(rail.rail))
     if rail.gbps is None:
         return f"{label} error"
-    ratio = "" if rail.ratio is None else f" ({100 * rail.ratio:.0f} %)"
-    return f"{label} {_fixed(rail.gbps)}{ratio}"
+    ratio = "" if rail.ratio is None else f" ({deficit_text(100 * (1 - rail.ratio))})"
+    return f"{label} {fixed(rail.gbps)}{ratio}"
 
 
 def _folded_line(view: LinkView, folded: Sequence[HostRow]) -> str:
@@ -252,7 +253,7 @@ def _folded_line(view: LinkView, folded: Sequence[HostRow]) -> str:
             "none named by a link finding and none with an error pair")
     if ratios and figures:
         text += (f"; their worst pairs: {100 * min(ratios):.1f}–{100 * max(ratios):.1f} % of the reference, "
-                 f"{_fixed(min(figures))}–{_fixed(max(figures))} {view.unit}")
+                 f"{fixed(min(figures))}–{fixed(max(figures))} {view.unit}")
     names = fold_hosts(row.host for row in folded)
     return (f'<p class="legend" id="link-folded">{_e(text)}.</p>\n'
             f"<details><summary>folded hosts</summary><p>{_e(names)}</p></details>")

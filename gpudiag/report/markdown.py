@@ -52,13 +52,14 @@ NOT_TESTED_ROWS = 20
 
 def link_sections(document: Document) -> list[str]:
     """The links section: counts, pairs per backend, the slowest pairs (worst rail, its group's
-    reference, % of it and of line rate), the pairs that could not be tested and the hosts no
+    reference, the deficit below it and the share of the line rate), the pairs that could not be tested and the hosts no
     pair test reached. Empty when the sweep measured no links."""
     view = link_view(document)
     if not view.pairs:
         return []
     sections = ["## Links", _md_cell(f"{counts_text(view)}. A figure is the median of a pair's runs on one rail; "
-                                     "its reference is the median pair of the same backend, rail and line rate."),
+                                     "its reference is the level the sweep judged the same backend, rail and "
+                                     "line rate against."),
                 _md_table(BACKEND_COLUMNS, backend_rows(view)),
                 _md_table(SLOWEST_PAIR_COLUMNS, slowest_pair_rows(view))]
     errors = error_pair_rows(view)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..findings import FABRIC_KINDS, Action, Basis, Kind, cost_order
 from ..hosts import fold_hosts
+from ..words import deficit_text, figure
 from .folding import host_count_words
 
 Document = Mapping[str, Any]
@@ -33,7 +34,6 @@ BASIS_WORDS = {
 }
 REFERENCE_SOURCE_WORDS = {"fleet": "fleet", "baseline": "baseline", "sku": "SKU", "line_rate": "line rate"}
 # Units that read worse than the bare number ("2 count").
-UNSHOWN_UNITS = ("count", "bool")
 # A GPU UUID is shortened in text to its prefix and first group of hex digits ("GPU-1a2b3c4d…"):
 # enough to tell the GPUs of a fleet apart and to grep for; the HTML report shows it whole.
 SHORT_UUID = re.compile(r"(?:MIG-)?(?:GPU-)?[0-9A-Fa-f]{8}")
@@ -231,12 +231,6 @@ def reference_text(finding: Mapping[str, Any]) -> str:
     return f"{REFERENCE_SOURCE_WORDS.get(str(source), str(source))} {text}" if source else text
 
 
-def figure(value: object, unit: object) -> str:
-    """A number with its unit: ``612.0 TFLOP/s``, ``9.41 Gbit/s``, ``7`` (a count)."""
-    text = _number_text(value)
-    return f"{text} {unit}" if unit and unit not in UNSHOWN_UNITS else text
-
-
 def basis_words(finding: Mapping[str, Any]) -> str:
     """What a finding rests on, in words (``confirmed by re-test``, ``NVML telemetry``, ...). A
     finding from before ``basis`` existed says ``confirmed`` / ``not confirmed`` for a deficit."""
@@ -272,7 +266,7 @@ def finding_row(finding: Mapping[str, Any], *, full_uuid: bool = False) -> list[
     return [str(finding.get("severity", "")), str(finding.get("action") or ""), str(finding.get("kind", "")),
             finding_where(finding, full_uuid=full_uuid), str(finding.get("metric") or ""),
             "" if value is None else figure(value, finding.get("unit")), reference_text(finding),
-            "" if deficit is None else _pct(deficit), "" if robust_z is None else f"{robust_z:.1f}",
+            "" if deficit is None else deficit_text(deficit), "" if robust_z is None else f"{robust_z:.1f}",
             basis_words(finding), str(finding.get("evidence") or ""), str(finding.get("action_detail") or "")]
 
 
@@ -294,32 +288,16 @@ def _findings(document: Document) -> list[Mapping[str, Any]]:
 def _deficit_words(finding: Mapping[str, Any]) -> str:
     words = []
     if finding.get("deficit_pct") is not None:
-        words.append(f"-{_pct(finding['deficit_pct'])}")
+        words.append(deficit_text(finding["deficit_pct"]))
     if finding.get("robust_z") is not None:
         words.append(f"z {finding['robust_z']:.1f}")
     return ", ".join(words)
-
-
-def _fixed(value: float) -> str:
-    """One decimal for numbers from 10 up, three significant digits below: columns line up."""
-    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
-
-
-def _pct(value: float) -> str:
-    return f"{float(value):.1f} %"
 
 
 def _share(value: float) -> str:
     """``72 %``, ``72.5 %``: a share of hosts, whole where it is whole."""
     share = float(value)
     return f"{share:.0f} %" if share.is_integer() else f"{share:.1f} %"
-
-
-def _number_text(value: object) -> str:
-    """A count as it is, a measurement as ``_fixed`` writes it, anything else as text."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    return str(value) if isinstance(value, int) else _fixed(value)
 
 
 def _is_count(value: object) -> bool:

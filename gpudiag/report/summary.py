@@ -7,19 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..findings import Kind, Severity
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
 from ..schema.fields import is_finite_number
-from .phrasing import (
-    OK,
-    Document,
-    _findings,
-    _hosts,
-    _is_count,
-    _pct,
-    finding_measure,
-    finding_where,
-    hosts_by_status,
-)
+from ..words import deficit_text, pct, plural
+from .phrasing import OK, Document, _findings, _hosts, _is_count, finding_measure, finding_where, hosts_by_status
 
 NOT_A_PASS = "no result could be compared: this sweep is not a pass"
 # The slowest link's reference, in words (gpudiag.links.groups: fleet, baseline, line_rate).
@@ -115,16 +106,16 @@ def impact_phrase(impact: Mapping[str, Any] | None) -> str:
     part counted: gpudiag.links.impact.with_network), or ``network slowdown 44.4 % (GPUs not
     compared)``; empty without an estimate."""
     if impact and impact.get("slowdown_pct") is None and impact.get("network_slowdown_pct") is not None:
-        return f"network slowdown {_pct(impact['network_slowdown_pct'])} (GPUs not compared)"
+        return f"network slowdown {pct(impact['network_slowdown_pct'])} (GPUs not compared)"
     if not impact or impact.get("slowdown_pct") is None:
         return ""
-    phrase = f"job slowdown {_pct(impact['slowdown_pct'])}"
+    phrase = f"job slowdown {pct(impact['slowdown_pct'])}"
     if impact.get("network_slowdown_pct") is not None and impact.get("gpu_slowdown_pct") is not None:
-        phrase += (f" (GPUs {_pct(impact['gpu_slowdown_pct'])}, network {_pct(impact['network_slowdown_pct'])}: "
+        phrase += (f" (GPUs {pct(impact['gpu_slowdown_pct'])}, network {pct(impact['network_slowdown_pct'])}: "
                    "a synchronous job waits for the slower)")
     exclude = list(impact.get("exclude") or [])
     if exclude and impact.get("recovered_pct") is not None:
-        phrase += f", excluding {fold_hosts(exclude)} recovers {_pct(impact['recovered_pct'])}"
+        phrase += f", excluding {fold_hosts(exclude)} recovers {pct(impact['recovered_pct'])}"
     return phrase
 
 
@@ -164,13 +155,13 @@ def _impact_rows(impact: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         rows.append(("exclude", f"{fold_hosts(exclude)} ({len(exclude)} of {plural(total, 'host')})" if total
                      else fold_hosts(exclude)))
     if impact.get("recovered_pct") is not None:
-        rows.append(("recovered by excluding", _pct(impact["recovered_pct"])))
+        rows.append(("recovered by excluding", pct(impact["recovered_pct"])))
     rows += unfinished_rows(impact)
     link = impact.get("slowest_link")
     if link and impact.get("link_slowdown_pct") is not None:
         rail = "" if link.get("rail") is None else f" rail {link['rail']}"
         source = LINK_REFERENCE_WORDS.get(link.get("reference_source"), "")
-        below = (f"-{_pct(impact['link_slowdown_pct'])}" if impact["link_slowdown_pct"] > 0
+        below = (deficit_text(impact["link_slowdown_pct"]) if impact["link_slowdown_pct"] > 0
                  else "not below its reference")
         rows.append(("slowest link", f"{link['a']} ↔ {link['b']}{rail} {link['value']:.1f} vs {source}"
                                      f"{link['reference']:.1f} {link.get('unit') or ''} ({below}; a ring "
@@ -184,10 +175,10 @@ def slowdown_rows(impact: Mapping[str, Any]) -> list[tuple[str, str]]:
     slowdown, gpu, network = (impact.get(name) for name in ("slowdown_pct", "gpu_slowdown_pct",
                                                             "network_slowdown_pct"))
     if slowdown is None:
-        return [("network slowdown", f"{_pct(network)} (GPUs not compared: the job's slowdown is not known)")]
-    rows = [("job slowdown", _pct(slowdown))]
+        return [("network slowdown", f"{pct(network)} (GPUs not compared: the job's slowdown is not known)")]
+    rows = [("job slowdown", pct(slowdown))]
     if gpu is not None and network is not None:
-        rows += [("GPU slowdown", _pct(gpu)), ("network slowdown", _pct(network))]
+        rows += [("GPU slowdown", pct(gpu)), ("network slowdown", pct(network))]
     return rows
 
 
@@ -203,7 +194,9 @@ def fabric_rows(impact: Mapping[str, Any]) -> list[tuple[str, str]]:
         where = {0: "a part of the fabric", 1: names[0] if names else ""}.get(len(names), f"one of {', '.join(names)}")
         rail = "" if part.get("rail") is None else f"rail {part['rail']} "
         loss = part.get("loss_pct")
-        text = rail + where + (f": -{_pct(loss)} for the collectives that cross it" if is_finite_number(loss) else "")
+        if is_finite_number(loss):
+            where += f": the collectives that cross it run {deficit_text(loss)}"
+        text = rail + where
         text += " (confirmed)" if part.get("confirmed") else " (not confirmed)"
         behind = [str(host) for host in part.get("hosts_behind") or ()]
         if behind:

@@ -8,8 +8,9 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..hosts import fold_hosts, plural
+from ..hosts import fold_hosts
 from ..schema.text import clean_text
+from ..words import plural
 from .folding import fold_findings
 from .linkfigures import (
     counts_text,
@@ -92,7 +93,7 @@ NOT_TESTED_LINES = 5
 
 def link_lines(document: Mapping[str, Any]) -> list[str]:
     """The links section: counts, pairs per backend, the slowest pairs (worst rail against the
-    median pair of its backend, rail and line rate, and % of line rate), the pairs that could not
+    reference of its backend, rail and line rate, and its share of the line rate), the pairs that could not
     be tested and the hosts no pair test reached. Empty when the sweep measured no links."""
     view = link_view(document)
     if not view.pairs:
@@ -107,12 +108,14 @@ def link_lines(document: Mapping[str, Any]) -> list[str]:
                      f"{untested}")
     slowest = slowest_pair_rows(view)
     if slowest:
-        lines.append("  slowest pairs, worst rail vs the median pair of its backend/rail/rate:")
+        lines.append("  slowest pairs, worst rail vs its group's reference (backend, rail, line rate):")
         width = max(len(row[0]) for row in slowest)
-        for pair, rail, value, reference, ratio, line in slowest:
+        for pair, rail, value, reference, deficit, line in slowest:
             text = f"    {pair:<{width}}  {rail}  {value.rsplit(' ', 1)[0]} vs {reference}"
-            text += f" ({ratio})" if ratio else ""
-            lines.append(text + (f", {line} of line" if line else ""))
+            text += f" ({deficit})" if deficit else ""
+            whole = text + (f", {line}" if line else "")
+            # the share of the line rate goes on a line of its own where the whole would not fit
+            lines += [whole] if len(whole) <= TEXT_WIDTH or not line else [f"{text},", f"      {line}"]
     errors = error_pair_rows(view)
     if errors:
         lines.append(f"  could not be tested ({plural(len(view.error_pairs), 'pair')}, first {len(errors)}):"

@@ -24,11 +24,12 @@ from ..bundle import Bundle
 from ..errors import ProbeOutputError, StoreError
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import INTERRUPTED, SWEEP_SCHEMA, Finding, Kind, Severity, unchecked
-from ..hosts import HostSpec, plural
+from ..hosts import HostSpec
 from ..records import ProbeResult
 from ..schema.times import iso_time
 from ..transport import CommandResult, Connector, Session, TransportError
 from ..transport.cancel import cancel_all
+from ..words import plural
 from .hostprobe import HostProbe, ProbeOptions, last_line, probe_host
 from .outcome import HostOutcome
 from .progress import SweepProgress
@@ -111,6 +112,8 @@ class SweepResult:
     # what each group of pair tests (backend, rail, line rate) was judged against: gpudiag.links'
     # GroupReference.to_dict(), so every rendering quotes the same reference as the findings
     link_groups: tuple[Mapping[str, Any], ...] = ()
+    # what each GPU and host figure's key was judged against (gpudiag.analysis.reference.reference_entries)
+    references: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> ExitCode:
@@ -137,6 +140,7 @@ class SweepResult:
             **({"warnings": list(self.warnings)} if self.warnings else {}),
             **({"focus": dict(self.focus)} if self.focus is not None else {}),
             **({"link_groups": [dict(group) for group in self.link_groups]} if self.link_groups else {}),
+            **({"references": [dict(entry) for entry in self.references]} if self.references else {}),
             "summary": {"hosts_total": len(self.hosts), "hosts_ok": sum(h.ok for h in self.hosts),
                         "findings": len(self.findings),
                         "unchecked": sum(f.kind == UNCHECKED for f in self.findings),

@@ -35,7 +35,7 @@ from ..fabric.readers import chosen_topology
 from ..fabric.schedule import stream_count
 from ..fabric.tracing import TopologyTracer
 from ..findings import Finding, unchecked
-from ..hosts import HostSpec, load_hosts, plural
+from ..hosts import HostSpec, load_hosts
 from ..links.addresses import address_refusal, usable_address
 from ..links.attribution import link_thresholds
 from ..links.impact import link_impact, with_network
@@ -49,6 +49,7 @@ from ..schema.times import iso_time
 from ..store.baselines import Baseline, chosen_baseline
 from ..store.store import Store
 from ..transport import Session, TransportError
+from ..words import plural
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .connection import Connection
 from .fanout import (
@@ -234,6 +235,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
     groups = tuple(r.to_dict() for r in link_run.attribution.references) if link_run is not None else ()
     result = dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                  comparison=_comparison(analysis, link_run), links=links, link_groups=groups,
+                                 references=analysis.references,
                                  finished_at=datetime.now(timezone.utc), interrupted=interrupted,
                                  warnings=(*setup.connection.notes, *first.warnings, *run_notes))
     return _finish(setup.store, result, gate)

@@ -7,7 +7,7 @@ median absolute deviation, *unscaled*: median(|x - median(x)|). Multiply it by 1
 standard-deviation estimate under normal noise; the analysis applies its own floor.
 
 Pair tests have an entry per link group (gpudiag.analysis.keys.link_key: backend, rail, line rate) over
-the pairs' figures — a pair's figure is the mean of its runs in one sweep — leaving out tests
+the pairs' figures — a pair's figure is the median of its runs in one sweep (the mean of two) — leaving out tests
 with no figure and pairs that a link finding of that sweep touched (a slow NIC at either end on
 that backend and rail, the pair itself slow or untestable). A file of an older gpudiag, with no
 link entries, reads as before.
@@ -108,7 +108,7 @@ def baseline_samples(store: Store, sweep_ids: Sequence[str]) -> Iterator[Baselin
 
 def link_samples(stored: StoredLinks) -> list[BaselineSample]:
     """The pair figures of one stored sweep that may go into a baseline, keyed by link group
-    (gpudiag.analysis.keys.link_key): each pair's mean of its runs, in Gbit/s. Tests with no figure are
+    (gpudiag.analysis.keys.link_key): each pair's median of its runs, in Gbit/s. Tests with no figure are
     left out, and so are pairs a link finding of the sweep touched (a ``slow_nic`` at either end
     on that backend and rail, a ``slow_link`` or ``link_error`` of the pair; see
     gpudiag.links.linkfindings.touched_links)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ..exitcodes import ExitCode
-from ..findings import SWEEP_SCHEMA, Kind
+from ..findings import SWEEP_SCHEMA, Kind, cost_order
 from ..schema.jsonout import dumps as strict_dumps
 from .hosts import (
     KeyIds,
@@ -52,6 +52,10 @@ LATEST_SHOWN = 5
 # Findings about the link between two hosts (or a pair that could not be tested): they say
 # nothing about either host's GPUs.
 LINK_KINDS = frozenset({Kind.SLOW_LINK, Kind.SLOW_NIC, Kind.LINK_ERROR})
+# Findings about a group of hosts, the fleet or the network: none is one host's verdict, even where
+# its host field lists that host (a fleet shift's folded hosts) or its evidence names hosts behind it.
+SHARED_KINDS = frozenset({Kind.FLEET_SHIFT, Kind.SOFTWARE_REGRESSION, Kind.SLOW_NETWORK, Kind.SLOW_FABRIC_LINK,
+                          Kind.SLOW_SWITCH})
 _DOCUMENT_FIELDS = ("schema", "sweep_id", "started_at", "finished_at", "hosts", "links", "findings", "summary")
 # Each table's document fields, one column each; a field in _JSON_FIELDS is stored as JSON in
 # ``<field>_json`` (NULL when absent). Other fields of an item are kept in its extra_json.
@@ -288,20 +292,18 @@ class Store:
 
     def host_history(self, host: str, limit: int = 20) -> list[dict[str, Any]]:
         """The host in its last ``limit`` stored sweeps, newest first: sweep_id, started_at, status,
-        error, ``figures``: per compared metric (``probe.metric``) and parameters, the count,
-        min, median and max of its ok values over the host's GPUs, in their unit, and ``per_gpu``:
-        each value as ``[GPU index, value]`` (the index None for a figure of no GPU); and ``links``:
-        the sweep's ``links[]`` items that the host is an end of, in their stored order."""
+        error; ``findings``: the sweep's findings naming the host (``host_findings``), most costly
+        first; ``figures``: per compared metric (``probe.metric``) and parameters, the count, min,
+        median and max of its ok values of the first pass over the host's GPUs, in their unit, and
+        ``per_gpu``: each value as ``[GPU index, value]`` (the index None for a figure of no GPU);
+        ``judged``: the GPU figures the sweep's findings judged at another value (after a re-test:
+        ``judged_values``; ``judged_figures`` applies them); and ``links``: the sweep's ``links[]``
+        items that the host is an end of, in their stored order."""
         with self.reading(f"reading the history of {host}") as db:
             rows = db.execute(
                 "SELECT s.sweep_id, s.started_at, h.status, h.error FROM hosts h JOIN sweeps s USING (sweep_id)"
                 " WHERE h.host = ? ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (host, limit)).fetchall()
-            return [{"sweep_id": row["sweep_id"], "started_at": row["started_at"], "status": row["status"],
-                     "error": row["error"], "figures": _host_figures(db, row["sweep_id"], host),
-                     "links": [_decode(link, _LINK_FIELDS) for link in db.execute(
-                         "SELECT * FROM links WHERE sweep_id = ? AND (a = ? OR b = ?) ORDER BY ordinal",
-                         (row["sweep_id"], host, host))]}
-                    for row in rows]
+            return [_history_row(db, row, host) for row in rows]
 
     def previous_hosts(self, hosts: Iterable[str], before: str) -> list[StoredHost]:
         """Each of ``hosts`` as it was in its newest stored sweep other than ``before`` in which it
@@ -516,18 +518,87 @@ def _document(sweep: sqlite3.Row, hosts: list[dict[str, Any]], links: list[dict[
     return {name: fields[name] for name in order if name in fields}
 
 
+def _history_row(db: sqlite3.Connection, row: sqlite3.Row, host: str) -> dict[str, Any]:
+    """One sweep of ``host``'s history (Store.host_history)."""
+    sweep_id = row["sweep_id"]
+    findings = host_findings(db, sweep_id, host)
+    figures = _host_figures(db, sweep_id, host)
+    links = [_decode(link, _LINK_FIELDS) for link in db.execute(
+        "SELECT * FROM links WHERE sweep_id = ? AND (a = ? OR b = ?) ORDER BY ordinal", (sweep_id, host, host))]
+    return {"sweep_id": sweep_id, "started_at": row["started_at"], "status": row["status"], "error": row["error"],
+            "findings": findings, "figures": figures, "judged": judged_values(host, figures, findings),
+            "links": links}
+
+
+def host_findings(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict[str, Any]]:
+    """The sweep's findings that name ``host``, most costly first (gpudiag.findings.cost_order): its
+    own and those of a link it is an end of (``peer``); not a fleet's, a group's or the network's
+    (SHARED_KINDS), whatever hosts they list."""
+    found = [_decode(row, _FINDING_FIELDS) for row in db.execute(
+        "SELECT * FROM findings WHERE sweep_id = ? AND (host = ? OR peer = ?) ORDER BY ordinal",
+        (sweep_id, host, host))]
+    return sorted((finding for finding in found if finding.get("kind") not in SHARED_KINDS), key=cost_order)
+
+
 def _host_figures(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict[str, Any]]:
     groups: dict[str, list[StoredFigure]] = {}
     for _, figure in figures(db, sweep_id, host):
         groups.setdefault(figure.key, []).append(figure)
     found = []
     for group in groups.values():
-        values = [figure.value for figure in group]
         first = group[0]
-        found.append({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params), "unit": first.unit,
-                      "count": len(values), "min": min(values), "median": statistics.median(values),
-                      "max": max(values), "per_gpu": [[figure.gpu, figure.value] for figure in group]})
+        found.append(_figure_entry({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params),
+                                    "unit": first.unit}, [[figure.gpu, figure.value] for figure in group]))
     return sorted(found, key=lambda figure: (figure["metric"], _json(figure["params"])))
+
+
+def _figure_entry(name: Mapping[str, Any], per_gpu: list[list[Any]]) -> dict[str, Any]:
+    """A figure of Store.host_history: its ``name`` (metric, params, unit), then count, min,
+    median and max of ``per_gpu`` (``[GPU index, value]`` each), and per_gpu."""
+    values = [value for _, value in per_gpu]
+    return {**name, "count": len(values), "min": min(values), "median": statistics.median(values),
+            "max": max(values), "per_gpu": per_gpu}
+
+
+def judged_values(host: str, host_figures: Sequence[Mapping[str, Any]],
+                  findings: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each of ``host``'s GPU figures (Store.host_history's ``figures``: the first pass's) that the
+    sweep judged at another value: where a finding of the host names the GPU and the figure, its
+    ``value`` is what the sweep judged (after a re-test, the mean that confirmed it:
+    gpudiag.analysis.suspects.confirm). A finding names one figure where the GPU has one figure of
+    its metric (and unit); of several (P2P pairs, PCIe directions) which one it judged is not
+    stored, and none is taken. Two findings judging one figure differently leave it as it is.
+    Each as metric, params, gpu, ``first_pass`` and ``value``, in the figures' order."""
+    named: dict[tuple[str, int], list[tuple[Mapping[str, Any], float]]] = {}
+    for entry in host_figures:
+        for gpu, value in entry["per_gpu"]:
+            if gpu is not None:
+                named.setdefault((entry["metric"], gpu), []).append((entry, value))
+    values: dict[tuple[str, int], set[float]] = {}
+    for finding in findings:
+        gpu, metric = finding.get("gpu"), str(finding.get("metric"))
+        candidates = named.get((metric, gpu), []) if isinstance(gpu, int) else []
+        if (finding.get("host") == host and finding.get("value") is not None and len(candidates) == 1
+                and finding.get("unit") in (None, candidates[0][0]["unit"])):
+            values.setdefault((metric, gpu), set()).add(float(finding["value"]))
+    judged = []
+    for (metric, gpu), found in values.items():
+        (entry, first_pass), = named[(metric, gpu)]
+        # A finding's figure may be rounded (to 3 decimals): the first pass's, so rounded, is the first pass's.
+        if len(found) == 1 and not found & {first_pass, round(first_pass, 3)}:
+            judged.append({"metric": metric, "params": entry["params"], "gpu": gpu, "first_pass": first_pass,
+                           "value": found.pop()})
+    return sorted(judged, key=lambda item: (item["metric"], _json(item["params"]), item["gpu"]))
+
+
+def judged_figures(row: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A Store.host_history row's figures with each GPU at the value the sweep judged it
+    (its ``judged``), count, min, median and max over them."""
+    judged = {(item["metric"], _json(item["params"]), item["gpu"]): item["value"] for item in row.get("judged") or ()}
+    return [_figure_entry({name: entry[name] for name in ("metric", "params", "unit")},
+                          [[gpu, judged.get((entry["metric"], _json(entry["params"]), gpu), value)]
+                           for gpu, value in entry["per_gpu"]])
+            for entry in row["figures"]]
 
 
 def _link_counts(db: sqlite3.Connection, limit: int) -> dict[str, dict[str, Any]]:

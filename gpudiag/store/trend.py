@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.noisy import student_bar
-from ..hosts import plural
+from ..words import plural
 from .repairs import Repair
 
 # Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).

@@ -28,9 +28,9 @@ from ..analysis import measurements
 from ..analysis.xid import PendingRecovery, XidCatalog, XidEvent, XidReport, decode, load_catalog
 from ..exitcodes import ExitCode, decide_exit_code
 from ..findings import Action, Basis, Finding, Kind, Severity
-from ..hosts import plural
 from ..records import ProbeResult
 from ..schema.times import iso_time
+from ..words import plural
 from .run import TriageRun
 
 SCHEMA = "gpudiag.triage/1"

@@ -32,7 +32,7 @@ from ..errors import InputError, InstallationError
 from ..fabric.model import Topology
 from ..fabric.place import place_lines
 from ..fabric.readers import chosen_topology
-from ..hosts import HostSpec, load_hosts, plural
+from ..hosts import HostSpec, load_hosts
 from ..records import DEFAULT_PROBE_NAMES
 from ..run.fanout import SweepOptions, SweepResult, probe_hosts
 from ..run.hostprobe import ProbeOptions
@@ -43,6 +43,7 @@ from ..run.runtime import Runtime
 from ..store.baselines import DEFAULT_BASELINE, Baseline, chosen_baseline
 from ..store.store import Store
 from ..transport import Connector
+from ..words import plural
 
 XID = "xid"
 # Every probe a sweep runs, and the kernel log's Xid history.

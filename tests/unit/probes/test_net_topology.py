@@ -81,7 +81,7 @@ def test_rails_without_topology_pair_by_name_and_without_gpus_one_per_hca():
 @pytest.mark.parametrize(("text", "gbps"), [
     ("400 Gb/sec (4X NDR)", 400.0), ("200 Gb/sec (4X HDR)", 200.0), ("100 Gb/sec (4X EDR)", 100.0),
     ("56 Gb/sec (4X FDR)", 56.0), ("2.5 Gb/sec (1X SDR)", 2.5), ("", None), ("invalid", None)])
-def test_ib_rate_text(text: str, gbps: float | None):
+def test_ib_fixed(text: str, gbps: float | None):
     assert topology.parse_ib_rate_gbps(text) == gbps
 
 

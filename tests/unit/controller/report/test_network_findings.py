@@ -149,16 +149,17 @@ def test_the_text_report_shows_the_switches_ports_and_rail_and_the_network_never
     assert lines[0].endswith("job slowdown 44.4 % (GPUs 3.0 %, network 44.4 %: a synchronous job waits for the "
                              "slower), excluding node003 recovers 0.0 %")
     assert any(line.startswith("fail slow_fabric_link rail 2 r2-leaf03:12 ↔ r2-spine04:3 · fabric.perftest.rail2 "
-                               "70.0 % vs pairs 100.0 % (-29.9 %, z -129.8) · confirmed by re-test · action: inspect"
-                               " — for the network team") for line in lines)
+                               "70.0 % vs pairs 100.0 % (−29.9 % below, z -129.8) · confirmed by re-test · "
+                               "action: inspect — for the network team") for line in lines)
     assert any(line.startswith("fail slow_network the network (perftest) (share 100 % of pairs) · link.perftest "
-                               "222.4 Gbit/s vs line rate 400.0 Gbit/s (-44.4 %)") for line in lines)
+                               "222.4 Gbit/s vs line rate 400.0 Gbit/s (−44.4 % below)") for line in lines)
     assert any(line.startswith("warn slow_switch rail 0 switch r0-spine02 ·") for line in lines)
     # the impact line names each slow part of the fabric and the nodes behind it
     impact = next(line for line in lines if line.startswith("impact:"))
-    assert ("fabric rail 2 r2-leaf03 port 12 – r2-spine04 port 3: -29.9 % for the collectives that cross it "
+    assert ("fabric rail 2 r2-leaf03 port 12 – r2-spine04 port 3: the collectives that cross it run −29.9 % below "
             "(confirmed); nodes behind it node[001-002]") in impact
-    assert "fabric rail 1 one of r1-leaf01 – r1-spine01, r1-leaf01 port 50 – r1-spine03 port 1: -12.0 %" in impact
+    assert ("fabric rail 1 one of r1-leaf01 – r1-spine01, r1-leaf01 port 50 – r1-spine03 port 1: the collectives "
+            "that cross it run −12.0 % below") in impact
     # the hosts' lines count only hosts
     assert any(re.fullmatch(r"ok\s+4\s+node\[001-004\]", line) for line in lines)
 
@@ -178,10 +179,10 @@ def test_the_impact_rows_give_the_gpus_and_the_networks_part_and_each_slow_fabri
     assert labels[:3] == ["job slowdown", "GPU slowdown", "network slowdown"]
     assert dict(rows[:3]) == {"job slowdown": "44.4 %", "GPU slowdown": "3.0 %", "network slowdown": "44.4 %"}
     fabric = [text for label, text in rows if label == "fabric"]
-    assert fabric == ["rail 2 r2-leaf03 port 12 – r2-spine04 port 3: -29.9 % for the collectives that cross it "
+    assert fabric == ["rail 2 r2-leaf03 port 12 – r2-spine04 port 3: the collectives that cross it run −29.9 % below "
                       "(confirmed); nodes behind it node[001-002]",
-                      "rail 1 one of r1-leaf01 – r1-spine01, r1-leaf01 port 50 – r1-spine03 port 1: -12.0 % for the "
-                      "collectives that cross it (not confirmed)"]
+                      "rail 1 one of r1-leaf01 – r1-spine01, r1-leaf01 port 50 – r1-spine03 port 1: the collectives "
+                      "that cross it run −12.0 % below (not confirmed)"]
 
 
 def test_where_the_gpus_were_not_compared_the_impact_is_the_networks_alone():

@@ -150,10 +150,10 @@ def test_text_lists_every_finding_on_one_line_most_costly_first():
     finding_lines = [line.strip() for line in lines if line.startswith("  fail") or line.startswith("  warn")]
     assert len(finding_lines) == 6
     # Old-shape findings: no unit, no reference source, a free-text action shown as it is.
-    assert finding_lines[0] == ("fail slow_link node001 ↔ node004 · net.gbps 5.6 vs 9.41 (-40.4 %, z -20.2)"
+    assert finding_lines[0] == ("fail slow_link node001 ↔ node004 · net.gbps 5.6 vs 9.41 (−40.4 % below, z -20.2)"
                                 " · confirmed · action: check the cable/switch port"
                                 " · both ends fine with other partners")
-    assert finding_lines[1].startswith("fail slow_gpu node003:5 · gemm.tflops 630.0 vs 741.2 (-15.0 %")
+    assert finding_lines[1].startswith("fail slow_gpu node003:5 · gemm.tflops 630.0 vs 741.2 (−15.0 % below")
     assert " · action: drain · HW thermal slowdown active" in finding_lines[1]
     assert any(re.fullmatch(r"ok\s+5\s+node\[001-005\]", line.strip()) for line in lines)
     assert any(re.fullmatch(r"unreachable\s+1\s+node006: ssh: connect to host node006: No route to host",
@@ -193,7 +193,7 @@ def test_markdown_findings_table_has_one_row_per_finding_in_cost_order_with_pipe
         ("fail", "slow_link", "node001 ↔ node004"), ("fail", "slow_gpu", "node003:5"), ("fail", "ecc", "node005:2"),
         ("warn", "slow_nic", "node002"), ("warn", "throttled", "node003:5"), ("warn", "unchecked", "node006")]
     assert all(len(row) == 12 for row in rows)
-    assert rows[1][4:10] == ["gemm.tflops", "630.0", "741.2", "15.0 %", "-7.5", "confirmed"]
+    assert rows[1][4:10] == ["gemm.tflops", "630.0", "741.2", "−15.0 % below", "-7.5", "confirmed"]
     assert rows[3][10] == "slow with node001 and node003 | both rails"
     assert "node003 \\| both rails" in text
     # An old free-text action is shown as text in the action column; there is no detail.
@@ -291,7 +291,7 @@ def test_html_findings_table_carries_evidence_and_action_in_cost_order():
     text = render_report(make_document(), "html")
     rows = html_tables(text)["findings-table"][1:]
     assert [row[2] for row in rows] == ["slow_link", "slow_gpu", "ecc", "slow_nic", "throttled", "unchecked"]
-    assert rows[1][:6] == ["fail", "drain", "slow_gpu", "node003:5", "gemm.tflops", "15.0 %"]
+    assert rows[1][:6] == ["fail", "drain", "slow_gpu", "node003:5", "gemm.tflops", "−15.0 % below"]
     # The figures sum up the evidence cell; the evidence itself is one click away, in a <details>.
     assert rows[1][6].startswith("630.0 vs 741.2")
     assert ("<details><summary>630.0 vs 741.2</summary><dl><dt>value</dt><dd>630.0</dd><dt>reference</dt>"
@@ -402,7 +402,7 @@ def make_new_document(results_compared: int = 412, results_not_compared: int = 1
 
 
 SLOW_GPU_LINE = ("fail slow_gpu node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0) · gemm.tflops 612.0 TFLOP/s vs fleet "
-                 "742.0 TFLOP/s (-17.5 %, z -9.8) · confirmed by re-test · action: drain — " + DRAIN_DETAIL
+                 "742.0 TFLOP/s (−17.5 % below, z -9.8) · confirmed by re-test · action: drain — " + DRAIN_DETAIL
                  + " · HW thermal slowdown active; SM clock 1410 of 1980 MHz")
 
 
@@ -422,10 +422,10 @@ def test_text_shows_units_gpu_ids_action_verb_and_basis_of_a_new_finding():
     assert lines["slow_gpu node017:3"] == SLOW_GPU_LINE
     assert lines["slow_link node017:3↔5"].startswith(
         "warn slow_link node017:3↔5 (3: GPU-1a2b3c4d…) · p2p.bandwidth 210.0 GB/s vs baseline 380.0 GB/s "
-        "(-44.7 %, z -12.1) · single run, not re-tested · action: inspect — check nvidia-smi nvlink -s")
+        "(−44.7 % below, z -12.1) · single run, not re-tested · action: inspect — check nvidia-smi nvlink -s")
     assert lines["fleet_shift node[001-032]"].startswith(
         "warn fleet_shift node[001-032] (share 72 % of hosts) · gemm.tflops 690.0 TFLOP/s vs SKU 742.0 TFLOP/s "
-        "(-7.0 %) · single run, not re-tested · action: watch — compare driver")
+        "(−7.0 % below) · single run, not re-tested · action: watch — compare driver")
     assert lines["missing_gpu node021"].startswith(
         "fail missing_gpu node021 · facts.gpu_count 7 vs fleet 8 · host facts · action: reboot — reboot the node")
     assert lines["unchecked node022:1"].startswith(
@@ -468,7 +468,7 @@ def test_markdown_row_of_a_new_finding_has_units_ids_verb_basis_and_detail():
     by_where = {row[3]: row for row in rows if row[2] != "throttled"}
     assert by_where["node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0)"] == [
         "fail", "drain", "slow_gpu", "node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0)", "gemm.tflops", "612.0 TFLOP/s",
-        "fleet 742.0 TFLOP/s", "17.5 %", "-9.8", "confirmed by re-test",
+        "fleet 742.0 TFLOP/s", "−17.5 % below", "-9.8", "confirmed by re-test",
         "HW thermal slowdown active; SM clock 1410 of 1980 MHz", DRAIN_DETAIL]
     assert by_where["node[001-032] (share 72 % of hosts)"][1:3] == ["watch", "fleet_shift"]
     assert by_where["node017:3↔5 (3: GPU-1a2b3c4d…)"][5:7] == ["210.0 GB/s", "baseline 380.0 GB/s"]
@@ -484,7 +484,7 @@ def test_html_findings_show_the_full_uuid_the_verb_as_a_badge_and_the_basis():
     rows = html_tables(text)["findings-table"]
     assert rows[0] == ["severity", "action", "kind", "where", "metric", "deficit", "evidence"]
     slow = next(row for row in rows[1:] if row[2] == "slow_gpu")
-    assert slow == ["fail", "drain", "slow_gpu", f"node017:3 ({UUID}, {BUS_ID})", "gemm.tflops", "17.5 %",
+    assert slow == ["fail", "drain", "slow_gpu", f"node017:3 ({UUID}, {BUS_ID})", "gemm.tflops", "−17.5 % below",
                     "612.0 TFLOP/s vs fleet 742.0 TFLOP/svalue612.0 TFLOP/sreferencefleet 742.0 TFLOP/s"
                     "robust z-9.8basisconfirmed by re-testevidenceHW thermal slowdown active; SM clock 1410 of 1980 "
                     f"MHzaction detail{DRAIN_DETAIL}"]
@@ -533,7 +533,7 @@ def test_an_old_finding_without_the_new_keys_renders_in_every_format():
            "evidence": "SM clock low", "action": "drain the node and run dcgmi diag -r 3"}
     document = {"sweep_id": "old", "hosts": [host("node009", [612.0] * 8)], "findings": [old]}
     line = finding_lines(render_report(document, "text"))["slow_gpu node009:2"]
-    assert line == ("fail slow_gpu node009:2 · gemm.tflops 612.0 vs 742.0 (-17.5 %) · not confirmed"
+    assert line == ("fail slow_gpu node009:2 · gemm.tflops 612.0 vs 742.0 (−17.5 % below) · not confirmed"
                     " · action: drain the node and run dcgmi diag -r 3 · SM clock low")
     row = markdown_table(render_report(document, "md"), "severity")[0]
     assert row[1] == "drain the node and run dcgmi diag -r 3" and row[9] == "not confirmed" and row[11] == ""

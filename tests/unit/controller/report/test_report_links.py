@@ -356,7 +356,8 @@ def test_a_pair_that_failed_on_one_rail_only_is_an_error_with_the_other_rails_in
     cell = next(cell for cell in row[7:] if cell["text"].startswith(name(11)))
     assert cell["text"] == f"{name(11)} error" and cell["class"] == "error"
     assert "tcp rail 3 could not be tested: iperf3 exited 1" in cell["title"]
-    assert re.search(r"rails: 0 [\d.]+ \(\d+ %\), 1 [\d.]+ \(\d+ %\), 2 [\d.]+ \(\d+ %\), 3 error$", cell["title"])
+    assert re.search(r"rails: 0 [\d.]+ \([−+][\d.]+ % (below|above)\), 1 [\d.]+ \([−+][\d.]+ % (below|above)\), "
+                     r"2 [\d.]+ \([−+][\d.]+ % (below|above)\), 3 error$", cell["title"])
     # The host is now a suspect (an error pair, no finding): after the finding rows, before the rest.
     hosts = [row[0] for row in tables(text)["link-hosts"][1:]]
     # (node0011 already is one: an end of the warn slow_link.)
@@ -413,7 +414,7 @@ def test_a_second_backend_is_its_own_group_and_a_link_fleet_shift_is_said():
     # perftest's 380 is 98.7 % of its own reference, never compared with tcp's 94.
     pair = next(cell for cell in next(r for r in cells(text, "link-hosts") if r[0]["text"] == name(0))[7:]
                 if cell["text"].startswith(name(1)))
-    assert "perftest rail 0 380.0 (99 %)" in pair["title"]
+    assert "perftest rail 0 380.0 (−1.3 % below)" in pair["title"]
     assert "warn fleet shift link.tcp.rail0: the fabric&#x27;s median pair 94.2 vs line_rate 100.0 Gbit/s" in text
 
 
@@ -471,11 +472,12 @@ def test_text_links_section_counts_pairs_and_lists_the_slowest_against_their_ref
         "links: 80 pairs in 8 groups (backend, rail, line rate), 1 could not be tested; 40 hosts pair-tested, "
         "2 not tested")
     assert f"  tcp: 80 pairs on 8 rails, {79 * 8} figures, 1 pair (8 rails) not tested" in section
-    slowest = [line.strip() for line in section if " Gbit/s (" in line]
+    entries = " ".join(line.strip() if line.startswith("      ") else f"\n{line.strip()}" for line in section)
+    slowest = [entry.strip() for entry in entries.split("\n") if " Gbit/s (" in entry]
     assert len(slowest) == 10
     assert all(name(2) in line for line in slowest[:4])  # the slow NIC's pairs, then the slow link
     assert slowest[4].startswith(f"{name(7)} ↔ {name(8)}  rail {SLOW_RAIL}  {SLOW_LINK_GBPS + 1.0:.1f} vs ")
-    assert re.search(r"vs [\d.]+ Gbit/s \([\d.]+ %\), [\d.]+ % of line$", slowest[0])
+    assert re.search(r"vs [\d.]+ Gbit/s \(−[\d.]+ % below\), [\d.]+ % of line rate$", slowest[0])
     assert any(line.strip().startswith(f"{name(5)} ↔ {name(6)}  tcp rails 0-7: pair server") for line in section)
     assert f"  not tested: {name(40)} (1): timeout: no answer in 600 s" in section
 
@@ -488,7 +490,7 @@ def test_markdown_links_section_has_backend_slowest_and_error_tables():
     assert len(slowest) == 10
     first = [cell.strip() for cell in slowest[0].strip("|").split("|")]
     assert first[0] == f"{name(0)} ↔ {name(2)}"  # four equal pairs of the slow NIC: by name
-    assert first[2].endswith("Gbit/s") and first[3].endswith("Gbit/s") and first[4].endswith("%")
-    assert first[5] == f"{SLOW_NIC_GBPS:.1f} %"
+    assert first[2].endswith("Gbit/s") and first[3].endswith("Gbit/s") and first[4].endswith("% below")
+    assert first[5] == f"{SLOW_NIC_GBPS:.1f} % of line rate"
     assert f"| {name(5)} ↔ {name(6)}" in section and "connection refused" in section
     assert "| tcp " in section

@@ -11,8 +11,9 @@ from gpudiag.report import render_report
 from gpudiag.report.folding import fold_findings
 from gpudiag.report.wrap import HANG, wrap_line, wrap_text
 
-FINDING = ("  fail slow_nic 127.0.0.2 ↔ 127.0.0.3 · link.perftest 24.0 Gbit/s vs fleet 48.0 Gbit/s (-50.0 %, z -9.8) "
-           "· confirmed by re-test · action: drain — take node017 out of the scheduler and reseat its cable")
+FINDING = ("  fail slow_nic 127.0.0.2 ↔ 127.0.0.3 · link.perftest 24.0 Gbit/s vs fleet 48.0 Gbit/s "
+           "(−50.0 % below, z -9.8) · confirmed by re-test · action: drain — take node017 out of the scheduler and "
+           "reseat its cable")
 
 
 @pytest.mark.parametrize("width", [40, 60, 80, 100])
@@ -26,7 +27,7 @@ def test_a_long_finding_wraps_within_the_width_with_a_hanging_indent_and_loses_n
 @pytest.mark.parametrize("width", [30, 45, 60, 80])
 def test_no_host_pair_number_or_unit_is_split_across_lines(width: int):
     text = "\n".join(line.strip() for line in wrap_line(FINDING, width))
-    for whole in ("127.0.0.2 ↔ 127.0.0.3", "24.0 Gbit/s", "48.0 Gbit/s", "(-50.0 %,", "node017", "link.perftest"):
+    for whole in ("127.0.0.2 ↔ 127.0.0.3", "24.0 Gbit/s", "48.0 Gbit/s", "(−50.0 %", "node017", "link.perftest"):
         assert whole in text, (whole, text)
 
 
