@@ -1,7 +1,10 @@
 """The HTML report: one self-contained file from the template and style sheet of ``gpudiag.reports``,
-with the summary, the impact estimate, the findings table, the colour grid of devices (``heatmap``),
-hosts by status and the link section (``linkmap``). It needs no network and no JavaScript; on a
-narrow screen (a phone) the findings table turns into one card per finding."""
+with links to its sections, the summary, the impact estimate, the findings table (what to do about
+each finding shown, its evidence one click away; the page grows with the list, never a scroll box of
+its own), the colour grid of devices (``heatmap``), hosts by status and the link section
+(``linkmap``). It needs no network and no JavaScript; on a narrow screen (a phone, a tablet) the
+findings table turns into one card per finding, and on a phone the device grid leads each row with
+the host's worst figure and its findings."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InstallationError
+from ..words import plural
 from .folding import fold_findings
 from .heatmap import html_heatmap
 from .linkmap import html_links
@@ -39,10 +43,18 @@ def render_html(document: Document) -> str:
     template, css = (_read_template(name) for name in TEMPLATE_FILES)
     title = f"gpudiag sweep {document.get('sweep_id', '?')}"
     return string.Template(template).substitute(
-        title=_e(title), css=css, summary=html_summary(document),
+        title=_e(title), css=css, contents=html_contents(document), summary=html_summary(document),
         impact=html_impact(document.get("impact")), hosts=html_hosts(document),
         findings=html_findings(fold_findings(sort_findings(_findings(document)))), heatmap=html_heatmap(document),
         links=html_links(document), footer=_e(_footer(document)))
+
+
+def html_contents(document: Document) -> str:
+    """The page's sections as links, under its title: however long the findings, the device grid,
+    hosts and links are one tap away."""
+    sections = [("findings", plural(len(_findings(document)), "finding")), ("heatmap", "device grid"),
+                ("hosts", "hosts by status"), ("links", "links")]
+    return " · ".join(f'<a href="#{anchor}">{_e(words)}</a>' for anchor, words in sections)
 
 
 def html_summary(document: Document) -> str:
@@ -64,30 +76,32 @@ def html_impact(impact: Mapping[str, Any] | None) -> str:
 
 
 def html_hosts(document: Document) -> str:
-    """Hosts folded by status: status, hosts, count, first error."""
-    rows = [f'<tr class="status-{_e(row[0])}">' + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>"
-            for row in host_group_rows(document)]
+    """Hosts folded by status: status, hosts (a narrow screen may wrap them after a comma, never inside
+    a name or a range), count, first error."""
+    rows = [f'<tr class="status-{_e(row[0])}">' + "".join(
+        f"<td>{_e(cell).replace(',', ',<wbr>') if column == 1 else _e(cell)}</td>" for column, cell in enumerate(row))
+        + "</tr>" for row in host_group_rows(document)]
     return _html_table("host-status", HOST_COLUMNS, rows)
 
 
-# The findings table's columns; a finding's figures, basis, evidence and action detail are one click
-# away in the last (a <details>), so a row stays one line on a wide screen.
+# The findings table's columns. What to do about a finding (its action detail: the instruction and
+# the command) is shown in the last column without a click; its figures, basis and evidence are one
+# click away there (a <details>).
 FINDING_TABLE_COLUMNS = ["severity", "action", "kind", "where", "metric", "deficit", "evidence"]
 
 
 def html_findings(findings: Sequence[Mapping[str, Any]]) -> str:
-    """The findings table (already sorted), one compact row per finding: severity, the action verb
-    as a badge, kind, where (with the GPU's full UUID and PCI bus id; a part of the fabric, or the
-    network, for a finding of no host), metric and deficit; its value, reference, robust z, basis,
-    evidence and action detail in a ``<details>`` of the last column, but for a finding of no host
-    (class ``no-host``) the action detail is shown above it.
-    Each cell carries its column's name (``data-label``) for the narrow layout. On a wide screen the
-    table scrolls within 40 % of the window's height, so the device grid stays on the first screen."""
+    """The findings table (already sorted), one row per finding: severity, the action verb as a
+    badge, kind, where (with the GPU's full UUID and PCI bus id; a part of the fabric, or the
+    network, for a finding of no host, class ``no-host``), metric and deficit; in the last column
+    the action detail, always shown (``p.action-detail``), then a ``<details>`` of its value,
+    reference, robust z, basis and evidence. Every text is the text report's (``finding_row``).
+    Each cell carries its column's name (``data-label``) for the narrow layout (a card per
+    finding). The table is never a scroll box of its own: every finding is in the page's scroll."""
     if not findings:
         return '<p class="muted">No findings.</p>'
     rows = [_finding_row(finding) for finding in findings]
-    return f'<div class="findings-scroll">{_html_table("findings-table", FINDING_TABLE_COLUMNS, rows)}</div>'
-
+    return _html_table("findings-table", FINDING_TABLE_COLUMNS, rows)
 
 
 def _finding_row(finding: Mapping[str, Any]) -> str:
@@ -98,25 +112,21 @@ def _finding_row(finding: Mapping[str, Any]) -> str:
     ids = where.removeprefix(location)  # the GPU's UUID and bus id, the share of a fleet shift
     gpu = gpu_ids(finding, full_uuid=True)
     facts = [("value", value), ("reference", reference), ("robust z", robust_z), ("basis", basis),
-             ("evidence", evidence), ("action detail", detail)]
-    hostless = finding.get("host") is None
-    # A finding of no host (the fabric's, the network's) drains no node: what to do about it is
-    # all there is to act on, so it is shown, not folded away with the evidence.
-    shown_detail = f'<p class="action-detail">{_e(detail)}</p>' if hostless and detail else ""
-    body = "".join(f"<dt>{_e(name)}</dt><dd>{_e(text)}</dd>" for name, text in facts
-                   if text and not (shown_detail and name == "action detail"))
+             ("evidence", evidence)]
+    # What to do is what the person on call reads first: shown, never folded away with the evidence.
+    shown = f'<p class="action-detail">{_e(detail)}</p>' if detail else ""
+    body = "".join(f"<dt>{_e(name)}</dt><dd>{_e(text)}</dd>" for name, text in facts if text)
     summary = " vs ".join(part for part in (value, reference) if part) or basis or "details"
+    folded = f"<details><summary>{_e(summary)}</summary><dl>{body}</dl></details>" if body else ""
     # (attributes, inner HTML) of each cell, in FINDING_TABLE_COLUMNS order
     cells = [("", _e(severity)), (f' class="action act-{verb}"' if verb else ' class="action"', _e(action)),
              ("", _e(kind)),
              (f' title="{_e(f"GPU {gpu}")}"' if gpu else "",
               _e(location) + (f'<small class="ids">{_e(ids)}</small>' if ids else "")),
-             ("", _e(metric)), ("", _e(deficit)),
-             (' class="evidence"',
-              f"{shown_detail}<details><summary>{_e(summary)}</summary><dl>{body}</dl></details>")]
+             ("", _e(metric)), ("", _e(deficit)), (' class="evidence"', shown + folded)]
     row = "".join(f'<td data-label="{label}"{attributes}>{inner}</td>'
                   for label, (attributes, inner) in zip(FINDING_TABLE_COLUMNS, cells, strict=True))
-    classes = _e(finding.get("severity", "")) + (" no-host" if hostless else "")
+    classes = _e(finding.get("severity", "")) + (" no-host" if finding.get("host") is None else "")
     return f'<tr class="{classes}">{row}</tr>'
 
 

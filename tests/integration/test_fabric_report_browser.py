@@ -92,7 +92,8 @@ def test_the_uplinks_row_names_its_switches_and_shows_its_action_without_a_click
     assert fabric["detail"] == uplink["action_detail"] and fabric["detail_shown"], fabric
     assert fabric["height"] < 120, fabric
     nic = next(row for row in rows if row["kind"] == "slow_nic")
-    assert (nic["where"], nic["detail"]) == ("node050", None)
+    slow_nic = next(finding for finding in sweep["findings"] if finding["kind"] == "slow_nic")
+    assert (nic["where"], nic["detail"]) == ("node050", slow_nic["action_detail"]) and nic["detail_shown"], nic
 
 
 def test_the_device_grid_has_a_row_per_host_and_none_for_the_uplink(browser: Any, report: Path):

@@ -485,9 +485,11 @@ def test_html_findings_show_the_full_uuid_the_verb_as_a_badge_and_the_basis():
     assert rows[0] == ["severity", "action", "kind", "where", "metric", "deficit", "evidence"]
     slow = next(row for row in rows[1:] if row[2] == "slow_gpu")
     assert slow == ["fail", "drain", "slow_gpu", f"node017:3 ({UUID}, {BUS_ID})", "gemm.tflops", "−17.5 % below",
-                    "612.0 TFLOP/s vs fleet 742.0 TFLOP/svalue612.0 TFLOP/sreferencefleet 742.0 TFLOP/s"
+                    f"{DRAIN_DETAIL}612.0 TFLOP/s vs fleet 742.0 TFLOP/svalue612.0 TFLOP/sreferencefleet 742.0 TFLOP/s"
                     "robust z-9.8basisconfirmed by re-testevidenceHW thermal slowdown active; SM clock 1410 of 1980 "
-                    f"MHzaction detail{DRAIN_DETAIL}"]
+                    "MHz"]
+    # what to do is shown before the <details> (the figures and evidence), never folded into them
+    assert f'<td data-label="evidence" class="evidence"><p class="action-detail">{DRAIN_DETAIL}</p><details>' in text
     assert (f'<td data-label="where" title="GPU {UUID}, {BUS_ID}">node017:3<small class="ids"> ({UUID}, {BUS_ID})'
             "</small></td>") in text
     assert '<td data-label="action" class="action act-drain">drain</td>' in text
