@@ -40,10 +40,12 @@ from .helptext import USAGE_ROW, epilog
 from .options import WIDER_HINT, check_outputs, emit_json, json_option, store_location, store_option
 
 
-@click.command(epilog=epilog(
-    ["gpudiag history                       # the stored sweeps",
-     "gpudiag history node017 --json -      # verdicts, figures and trend, as JSON",
-     "gpudiag history node017 --repaired 'replaced GPU 3 (RMA 12345)' --gpu 3"],
+@click.command(
+    short_help="A host's verdict and figures in each stored sweep, and their trend.",
+    epilog=epilog(
+    ["gpudiag history --store demo/gpudiag.db             # the stored sweeps",
+     "gpudiag history node017 --store demo/gpudiag.db --json -",
+     "gpudiag history node017 --store demo/gpudiag.db --gpu 3 --repaired RMA-12345"],
     [(ExitCode.OK, "shown or recorded (a slow degradation is information, not a verdict)"), USAGE_ROW]))
 @click.argument("host", required=False)
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sweeps to show.")

@@ -17,10 +17,10 @@ from ..errors import GpudiagError
 from ..exitcodes import ExitCode
 from . import preflight, probe, store, sweep, triage
 from . import topology as topology_command
-from .helptext import FLEET_CODES, epilog
+from .helptext import FLEET_CODES, WholeHelpGroup, epilog
 
 
-class GpudiagGroup(click.Group):
+class GpudiagGroup(WholeHelpGroup):
     """The one place where errors become exit codes (see gpudiag.exitcodes).
 
     An error gpudiag did not foresee is its own failure, exit 4 (inconclusive): a pre-flight

@@ -177,9 +177,9 @@ def probes_option(default_text: str) -> Callable[[click.decorators.FC], click.de
     spaces, as ``listed_probe_names`` reads them; ``default_text`` says which run when none is
     named."""
     return click.option("--probes", "probe_list", default="", metavar="NAMES",
-                        help=f"Comma-separated probes to run on every host ({default_text}; name xid to read the "
-                             f"kernel log's Xids and NVML's pending recovery actions: it needs read access to the "
-                             f"journal).")
+                        help=f"Probes to run on every host, separated by commas or spaces ({default_text}; name "
+                             f"xid to read the kernel log's Xids and NVML's pending recovery actions: it needs read "
+                             f"access to the journal).")
 
 
 def deadline_option(default: float | None, default_text: str = "") -> Callable[[click.decorators.FC],

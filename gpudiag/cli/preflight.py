@@ -32,7 +32,7 @@ from ..slurm.nodelist import job_hosts_argument
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
-from .helptext import epilog
+from .helptext import SectionedCommand, epilog
 from .options import (
     check_outputs,
     deadline_option,
@@ -55,10 +55,12 @@ from .progress import make_progress
 from .textout import echo_text
 
 
-@click.command(epilog=epilog(
+@click.command(cls=SectionedCommand,
+    short_help="Check a job's nodes within a time budget; say (or drain) which it should not get.",
+    epilog=epilog(
     ["gpudiag preflight --budget 90 --drain   # in a job: its nodes",
      "gpudiag preflight --here --hosts \"$SLURMD_NODENAME\" --budget 60 --drain",
-     "gpudiag preflight --simulate fleet.json --hosts 'node[016-019]' --no-store"],
+     "gpudiag preflight --simulate examples/fleet.json --hosts 'node[001-004]'"],
     [(ExitCode.OK, "healthy"),
      (ExitCode.FAIL, "a fail finding: the only outcome --drain drains (also an output not written after a drain)"),
      (ExitCode.USAGE, "bad input, or an output that could not be written (one line on stderr names it)"),

@@ -9,7 +9,15 @@ import time
 from typing import TextIO
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from ..report.tables import make_console
 from ..run.progress import HostCounts, PlainProgress, QuietProgress, SweepProgress
@@ -25,6 +33,7 @@ class BarProgress:
                              refresh_per_second=4, transient=False)
         self._task = self._bar.add_task("sweep", total=0)
         self._ticking = threading.Event()
+        self._stage: TaskID | None = None
 
     def start(self, total: int) -> None:
         self._counts.total = total
@@ -47,9 +56,34 @@ class BarProgress:
     def close(self) -> None:
         self._ticking.set()
         self._bar.stop()
+        for task in self._bar.tasks:  # on the screen as they ended; not drawn again by a later stage
+            self._bar.update(task.id, visible=False)
 
     def phase(self, text: str) -> None:
+        self._end_stage()
         self._bar.console.print(f"gpudiag: {text}", markup=False, highlight=False)
+
+    def stage(self, text: str, total: int, unit: str) -> None:
+        """A bar of its own for the stage, shown until it is done (or the next phase or stage)."""
+        self._end_stage()
+        self._stage = self._bar.add_task(f"{text} ({unit})", total=total)
+        self._bar.start()
+
+    def advance(self) -> None:
+        stage = self._stage
+        if stage is None:
+            return
+        self._bar.advance(stage)
+        if any(task.id == stage and task.finished for task in self._bar.tasks):
+            self._end_stage()
+
+    def _end_stage(self) -> None:
+        """Stop the stage's bar, leaving its last state on the screen; a later stage's bar shows
+        alone (rich redraws every visible task when it starts again)."""
+        stage, self._stage = self._stage, None
+        if stage is not None:
+            self._bar.stop()
+            self._bar.update(stage, visible=False)
 
     def expect(self, seconds: float, what: str) -> None:
         """A second bar that fills with the time spent against ``seconds`` (the probes' limit),

@@ -32,7 +32,7 @@ from ..store.baselines import (
 from ..store.prune import PruneResult, check_rules, open_for_prune, prune
 from ..store.store import Store
 from ..words import plural
-from .helptext import DONE_CODES, USAGE_ROW, epilog
+from .helptext import DONE_CODES, USAGE_ROW, WholeHelpGroup, epilog
 from .history import history  # noqa: F401 - gpudiag.cli.main registers it from here
 from .options import WIDER_HINT, store_location, store_option
 from .textout import echo_text
@@ -41,9 +41,9 @@ FORMATS = ("text", "md", "json", "html")
 
 
 @click.command(epilog=epilog(
-    ["gpudiag report                              # the latest stored sweep",
-     "gpudiag report --format html -o report.html # text|md|json|html",
-     "gpudiag report sweep.json --format md       # a document from --json"],
+    ["gpudiag report --store demo/gpudiag.db      # the latest stored sweep",
+     "gpudiag report --store demo/gpudiag.db --format html -o report.html",
+     "gpudiag report demo/sweep.json --format md   # a document from --json"],
     [(ExitCode.OK, "written"), USAGE_ROW]))
 @click.argument("source", required=False, metavar="[SWEEP_ID | FILE.json]")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="text", show_default=True)
@@ -78,17 +78,17 @@ def _document(source: str | None, store_path: str | None) -> dict:
         return store.load_document(sweep_id)
 
 
-@click.group(epilog=epilog(
-    ["gpudiag baseline build --last 3 --name default",
-     "gpudiag baseline show default",
-     "gpudiag baseline export default baseline.json"], DONE_CODES))
+@click.group(cls=WholeHelpGroup, epilog=epilog(
+    ["gpudiag baseline build --last 3 --name default --store demo/gpudiag.db",
+     "gpudiag baseline show default --store demo/gpudiag.db",
+     "gpudiag baseline export default baseline.json --store demo/gpudiag.db"], DONE_CODES))
 def baseline() -> None:
     """Fleet baselines: robust references (median, MAD) per baseline key, from stored sweeps."""
 
 
 @baseline.command("build", epilog=epilog(
-    ["gpudiag baseline build --last 3        # named 'default'",
-     "gpudiag baseline build --sweep ID --sweep ID --name h100 --replace"],
+    ["gpudiag baseline build --last 3 --replace --store demo/gpudiag.db",
+     "gpudiag baseline build --last 1 --name h100 --store demo/gpudiag.db"],
     [(ExitCode.OK, "built and stored"), USAGE_ROW]))
 @click.option("--last", type=click.IntRange(min=1), default=None, help="Use the last N stored sweeps.")
 @click.option("--sweep", "sweep_ids", multiple=True, metavar="ID", help="Use this sweep (repeatable).")
@@ -112,8 +112,8 @@ def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, repl
 
 
 @baseline.command("show", epilog=epilog(
-    ["gpudiag baseline show                  # every stored baseline",
-     "gpudiag baseline show default          # one baseline's entries"], DONE_CODES))
+    ["gpudiag baseline show --store demo/gpudiag.db          # every baseline",
+     "gpudiag baseline show default --store demo/gpudiag.db  # one's entries"], DONE_CODES))
 @click.argument("name", required=False)
 @store_option
 def baseline_show(name: str | None, store_path: str | None) -> ExitCode:
@@ -158,8 +158,8 @@ def _baseline_table(shown: Baseline, width: int) -> Table:
 
 
 @baseline.command("export", epilog=epilog(
-    ["gpudiag baseline export default baseline.json",
-     "gpudiag baseline export h100 /shared/h100.json --store /srv/gpudiag.db"],
+    ["gpudiag baseline export default baseline.json --store demo/gpudiag.db",
+     "gpudiag baseline export h100 h100.json --store demo/gpudiag.db"],
     [(ExitCode.OK, "written"), USAGE_ROW]))
 @click.argument("name")
 @click.argument("path", metavar="FILE.json")
@@ -174,8 +174,8 @@ def baseline_export(name: str, path: str, store_path: str | None) -> ExitCode:
 
 
 @baseline.command("import", epilog=epilog(
-    ["gpudiag baseline import baseline.json",
-     "gpudiag baseline import /shared/h100.json --replace"],
+    ["gpudiag baseline import baseline.json --replace --store demo/gpudiag.db",
+     "gpudiag baseline import h100.json --replace --store demo/gpudiag.db"],
     [(ExitCode.OK, "stored"), USAGE_ROW]))
 @click.argument("path", metavar="FILE.json")
 @click.option("--replace", is_flag=True, help="Replace a stored baseline of the same name.")
@@ -189,16 +189,16 @@ def baseline_import(path: str, replace: bool, store_path: str | None) -> ExitCod
     return ExitCode.OK
 
 
-@click.group("store", epilog=epilog(
-    ["gpudiag store prune --keep 20 --dry-run",
-     "gpudiag store prune --keep-days 90"], DONE_CODES))
+@click.group("store", cls=WholeHelpGroup, epilog=epilog(
+    ["gpudiag store prune --keep 20 --dry-run --store demo/gpudiag.db",
+     "gpudiag store prune --keep-days 90 --store demo/gpudiag.db"], DONE_CODES))
 def store_group() -> None:
     """Look after the store file."""
 
 
 @store_group.command("prune", epilog=epilog(
-    ["gpudiag store prune --keep 20 --dry-run       # say what would go",
-     "gpudiag store prune --keep-days 90 --keep 20  # keep the union",
+    ["gpudiag store prune --keep 20 --dry-run --store demo/gpudiag.db  # what goes",
+     "gpudiag store prune --keep-days 90 --keep 20 --store demo/gpudiag.db",
      "gpudiag store prune --keep 5 --store demo/gpudiag.db"],
     [(ExitCode.OK, "pruned (or, with --dry-run, said what would go)"), USAGE_ROW]))
 @click.option("--keep-days", type=click.IntRange(min=1), default=None, metavar="N",

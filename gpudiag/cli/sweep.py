@@ -45,7 +45,7 @@ from ..transport.bounded import MIB
 from ..transport.ssh import SshSettings
 from ..transport.sshconfig import SshOptions
 from .connect import connect
-from .helptext import FLEET_CODES, USAGE_ROW, epilog
+from .helptext import FLEET_CODES, USAGE_ROW, SectionedCommand, epilog
 from .options import (
     baseline_option,
     check_deadline,
@@ -153,10 +153,10 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
     ]))
 
 
-@click.command(epilog=epilog(
+@click.command(cls=SectionedCommand, epilog=epilog(
     ["gpudiag sweep --hosts 'gpu[01-64]' --json sweep.json --exclude-file ex.txt",
      "gpudiag sweep --hosts hosts.txt -i ~/.ssh/fleet --links full -q",
-     "gpudiag sweep --simulate fleet.json --no-store --links none"],
+     "gpudiag sweep --simulate examples/fleet.json --no-store --links none"],
     FLEET_CODES))
 @click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
               help="A hosts file (one host per line), a host set such as 'gpu[01-64]', or - for stdin.")

@@ -15,10 +15,12 @@ from .helptext import USAGE_ROW, epilog
 from .options import check_outputs, emit_json, json_option
 
 
-@click.command(epilog=epilog(
-    ["gpudiag topology fabric.txt               # ibnetdiscover > fabric.txt",
-     "gpudiag topology fabric.txt --rails rails.json",
-     "gpudiag topology pod.topology.json --json topology.json"],
+@click.command(
+    short_help="Read a fabric's topology and show it per rail: switches, links, leaves.",
+    epilog=epilog(
+    ["gpudiag topology examples/fabric/ib.txt          # ibnetdiscover > ib.txt",
+     "gpudiag topology examples/fabric/ib.txt --rails examples/fabric/rails.json",
+     "gpudiag topology examples/fabric/pod.topology.json --json topology.json"],
     [(ExitCode.OK, "read and shown"), USAGE_ROW]))
 @click.argument("files", nargs=-1, required=True, metavar="FILE...")
 @click.option("--rails", "rails_path", default=None, metavar="MAP.json",

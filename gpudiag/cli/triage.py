@@ -19,7 +19,7 @@ from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
-from .helptext import USAGE_ROW, epilog
+from .helptext import USAGE_ROW, SectionedCommand, epilog
 from .options import (
     check_deadline,
     check_outputs,
@@ -38,10 +38,12 @@ from .progress import make_progress
 from .textout import echo_text
 
 
-@click.command(epilog=epilog(
+@click.command(cls=SectionedCommand,
+    short_help="Look deeply at one node and explain what is wrong, against its peers and history.",
+    epilog=epilog(
     ["gpudiag triage node017                  # every probe, with longer loads",
      "gpudiag triage node017 --duration 300 --json t.json",
-     "gpudiag triage --simulate fleet.json --host node012 --no-store"],
+     "gpudiag triage --simulate examples/fleet.json --host node012 --no-store"],
     [(ExitCode.OK, "nothing found and everything checked"), (ExitCode.FAIL, "a problem to act on"), USAGE_ROW,
      (ExitCode.UNCHECKED, "nothing to act on, but something could not be checked")]))
 @click.argument("host_argument", required=False, metavar="HOST")

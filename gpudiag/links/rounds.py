@@ -150,10 +150,21 @@ class PlainPlan:
         return confirm_rounds(suspects, attribution.passed, tested)
 
 
+class RoundWatch(Protocol):
+    """Who is told how the rounds go, live: a progress display."""
+
+    def round_started(self, label: str, pairs: int) -> None:
+        """A round of ``pairs`` pairs starts: ``label`` says which (``screen round 2 of 3``)."""
+
+    def pair_done(self) -> None:
+        """One pair of the round is done (measured, failed or ended)."""
+
+
 def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
               thresholds: LinkThresholds = DEFAULT_THRESHOLDS, parallel: int = 64, stride: int = 1, *,
               baseline: LinkBaseline | None = None, deadline: float | None = None,
-              clock: Callable[[], float] = time.monotonic, plan: LinkPlan | None = None) -> LinkRun:
+              clock: Callable[[], float] = time.monotonic, plan: LinkPlan | None = None,
+              watch: RoundWatch | None = None) -> LinkRun:
     """The link phase of a sweep over ``hosts`` (those whose node probes passed, in sweep
     order): ``screen`` (two rounds forming a cycle of ``stride``, then confirm rounds; a stride
     beyond ⌊N/2⌋ for the hosts left wraps around) or ``full`` (the round-robin, then confirm
@@ -161,8 +172,8 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     gpudiag.store.baselines.Baseline; its link entries) where given. ``plan``: another way to
     choose and judge the rounds (a topology's: gpudiag.fabric), in place of ``PlainPlan``.
     ``deadline`` (on ``clock``): no round starts after it, and a round still running at it is
-    ended; the run is then ``cut_short``, with what finished and no verdicts. Raises ValueError
-    for another mode."""
+    ended; the run is then ``cut_short``, with what finished and no verdicts. ``watch`` is told
+    each round's start and each pair's end. Raises ValueError for another mode."""
     if mode not in MODES:
         raise ValueError(f"unknown link mode {mode!r}; choose from {', '.join(MODES)}")
     if mode == "none" or len(hosts) < 2:
@@ -172,7 +183,7 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
     records: list[LinkRecord] = []
     rounds = 0
     try:
-        records += _run_rounds(first, runner, parallel, deadline, clock)
+        records += _run_rounds(first, runner, parallel, deadline, clock, watch)
         attribution = plan.attribute(records)
         rounds = len(first)
         retested: set[str] = set()  # suspect hosts and pairs a confirm phase took up
@@ -187,7 +198,7 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
             confirm = plan.confirm(attribution, suspects, records)
             if not confirm:
                 break
-            records += _run_rounds(confirm, runner, parallel, deadline, clock)
+            records += _run_rounds(confirm, runner, parallel, deadline, clock, watch)
             rounds += len(confirm)
             attribution = plan.attribute(records)
     except _OutOfTime as late:
@@ -208,17 +219,23 @@ def _pair_name(pair: Pair) -> str:
 
 
 def _run_rounds(rounds: Sequence[Round], runner: PairRunner, parallel: int,
-                deadline: float | None = None, clock: Callable[[], float] = time.monotonic) -> list[LinkRecord]:
+                deadline: float | None = None, clock: Callable[[], float] = time.monotonic,
+                watch: RoundWatch | None = None) -> list[LinkRecord]:
     """Rounds one after another; the pairs of one round all at once (a node is in one pair).
     Raises _Interrupted on Ctrl-C, after ending the pairs in flight, and _OutOfTime when
     ``deadline`` (on ``clock``) comes before a round starts or while one runs."""
     records: list[LinkRecord] = []
-    for round_ in rounds:
+    for index, round_ in enumerate(rounds, start=1):
         if deadline is not None and clock() >= deadline:
             raise _OutOfTime(records)
         runner.round_started(round_.pairs)
+        if watch is not None:
+            watch.round_started(f"{round_.phase} round {index} of {len(rounds)}", len(round_.pairs))
         pool = ThreadPoolExecutor(max_workers=max(1, min(parallel, len(round_.pairs))), thread_name_prefix="links")
         futures = [pool.submit(runner.run_pair, *pair) for pair in round_.pairs]
+        if watch is not None:
+            for future in futures:
+                future.add_done_callback(lambda _: watch.pair_done())
         try:
             _wait_all(futures, deadline, clock)
             if not all(future.done() for future in futures):  # the deadline came first

@@ -27,6 +27,13 @@ class SweepProgress(Protocol):
         """Say that ``what`` (the next node probes: a triage's minutes of load on one host) ends
         within ``seconds``, its limit: a display shows the time left until the probes end."""
 
+    def stage(self, text: str, total: int, unit: str) -> None:
+        """Start a counted stage of a later phase (``re-test run 1 of 2``, ``screen round 2 of
+        3``) of ``total`` ``unit`` (hosts, pairs): a display shows how many are done, live."""
+
+    def advance(self) -> None:
+        """One more of the current stage's is done."""
+
 
 class HostCounts:
     """Hosts done, failed and running, and since when: what a progress display shows."""
@@ -41,8 +48,24 @@ class HostCounts:
                 f"{time.monotonic() - self.started_at:.1f} s")
 
 
+class Stage:
+    """A counted stage: its words, how many of how many ``unit`` are done."""
+
+    def __init__(self, text: str, total: int, unit: str) -> None:
+        self.text, self.total, self.unit, self.done = text, total, unit, 0
+
+    def line(self) -> str:
+        return f"{self.text}: {self.done}/{self.total} {self.unit}"
+
+
 class QuietProgress:
     def start(self, total: int) -> None:
+        return None
+
+    def stage(self, text: str, total: int, unit: str) -> None:
+        return None
+
+    def advance(self) -> None:
         return None
 
     def expect(self, seconds: float, what: str) -> None:
@@ -70,6 +93,7 @@ class PlainProgress:
         self._counts = HostCounts()
         self._last_print = 0.0
         self._printed_done = -1
+        self._stage: Stage | None = None
 
     def start(self, total: int) -> None:
         self._counts.total = total
@@ -97,6 +121,25 @@ class PlainProgress:
     def phase(self, text: str) -> None:
         print(f"gpudiag: {text}", file=self._stream, flush=True)
 
+    def stage(self, text: str, total: int, unit: str) -> None:
+        """Stages come and go fast (a 1,000-node full round-robin has 999 rounds): a line at
+        most every ``interval_s`` seconds, whatever stage it is in."""
+        with self._counts.lock:
+            self._stage = Stage(text, total, unit)
+            self._say_stage()
+
+    def advance(self) -> None:
+        with self._counts.lock:
+            if self._stage is not None:
+                self._stage.done += 1
+                self._say_stage()
+
+    def _say_stage(self) -> None:
+        now = time.monotonic()
+        if self._stage is not None and now - self._last_print >= self._interval_s:
+            self._last_print = now
+            self.phase(self._stage.line())
+
     def expect(self, seconds: float, what: str) -> None:
         ends = datetime.now(timezone.utc) + timedelta(seconds=seconds)
         self.phase(f"{what}: at most {seconds:.0f} s, until {ends:%H:%M:%S} UTC")
@@ -104,3 +147,49 @@ class PlainProgress:
     def _print(self) -> None:
         self._printed_done = self._counts.done
         print(f"gpudiag: {self._counts.line()}", file=self._stream, flush=True)
+
+
+class StageOf:
+    """A fan-out's hosts counted as one stage of ``progress`` (``re-test run 1 of 2``): what the
+    fan-out tells a display of its own becomes that stage's count."""
+
+    def __init__(self, progress: SweepProgress, text: str) -> None:
+        self._progress = progress
+        self._text = text
+
+    def start(self, total: int) -> None:
+        self._progress.stage(self._text, total, "hosts")
+
+    def host_started(self) -> None:
+        return None
+
+    def host_done(self, ok: bool) -> None:
+        self._progress.advance()
+
+    def close(self) -> None:
+        return None
+
+    def phase(self, text: str) -> None:
+        self._progress.phase(text)
+
+    def expect(self, seconds: float, what: str) -> None:
+        self._progress.expect(seconds, what)
+
+    def stage(self, text: str, total: int, unit: str) -> None:
+        self._progress.stage(text, total, unit)
+
+    def advance(self) -> None:
+        self._progress.advance()
+
+
+class RoundsOf:
+    """The link rounds counted as stages of ``progress``: ``screen round 2 of 3: 45/128 pairs``."""
+
+    def __init__(self, progress: SweepProgress) -> None:
+        self._progress = progress
+
+    def round_started(self, label: str, pairs: int) -> None:
+        self._progress.stage(label, pairs, "pairs")
+
+    def pair_done(self) -> None:
+        self._progress.advance()

@@ -62,7 +62,7 @@ from .fanout import (
     probe_hosts,
 )
 from .interrupts import InterruptGate
-from .progress import QuietProgress, SweepProgress
+from .progress import RoundsOf, StageOf, SweepProgress
 from .request import AUTO_LINKS, SweepRequest
 from .runtime import Runtime
 
@@ -201,7 +201,7 @@ def _run(request: SweepRequest, setup: _Setup, progress: SweepProgress, gate: In
         runs = max(s.runs for s in suspects)
         progress.phase(f"re-testing {plural(len(suspects), 'suspect')} on {plural(count, 'host')}"
                        + (f", up to {runs} runs" if runs > 1 else ""))
-        retest, interrupted = _retest(_within(request, budget), setup, suspects, first, gate)
+        retest, interrupted = _retest(_within(request, budget), setup, suspects, first, gate, progress)
     if setup.topology is not None and not interrupted:  # the nodes' LLDP fills what the file leaves out
         topology, notes = with_lldp(setup.topology, [(h.host, h.facts) for h in first.hosts if h.ok])
         setup = dataclasses.replace(setup, topology=topology)
@@ -328,11 +328,12 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, gate: Inter
     if len(ok_hosts) >= 2:
         over = f", over the fabric of {setup.topology.source}" if setup.topology is not None else ""
         progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts{over}")
-    return gate.run_phase(lambda: _link_phase(request, setup, first, mode, budget), lambda: (None, [], None))
+    return gate.run_phase(lambda: _link_phase(request, setup, first, mode, progress, budget),
+                          lambda: (None, [], None))
 
 
-def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
-                mode: str, budget: RunBudget | None = None) -> _LinkPhase:
+def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult, mode: str, progress: SweepProgress,
+                budget: RunBudget | None = None) -> _LinkPhase:
     hosts = [host.host for host in first.hosts if host.ok]
     connection = setup.connection
     pair = request.links.pair
@@ -354,7 +355,8 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult,
             if setup.topology is not None else None)
     run = run_links(hosts, mode, runner, thresholds, parallel=connection.pairs_at_once,
                     stride=request.links.screen_stride or 1, baseline=setup.baseline,
-                    deadline=budget.deadline if budget is not None else None, clock=request.sweep.clock, plan=plan)
+                    deadline=budget.deadline if budget is not None else None, clock=request.sweep.clock, plan=plan,
+                    watch=RoundsOf(progress))
     return run, missing, plan.latest if plan is not None and not (run.interrupted or run.cut_short) else None
 
 
@@ -472,7 +474,7 @@ def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
 
 
 def _retest(request: SweepRequest, setup: _Setup, suspects: Sequence[Suspect], first: SweepResult,
-            gate: InterruptGate) -> tuple[list[HostOutcome] | None, bool]:
+            gate: InterruptGate, progress: SweepProgress) -> tuple[list[HostOutcome] | None, bool]:
     """The suspects' probes again, in the first pass's mode, on the suspects' hosts only; run k
     (from 1) re-tests the suspects that ask for k runs or more (gpudiag.analysis.noisy), with
     their probes, on their hosts. Returns every re-tested host of every run (any status, with its
@@ -480,7 +482,8 @@ def _retest(request: SweepRequest, setup: _Setup, suspects: Sequence[Suspect], f
     facts = {host.host: host.facts for host in first.hosts}
     outcomes: list[HostOutcome] = []
     sweep = request.sweep
-    for run in range(1, max((s.runs for s in suspects), default=0) + 1):
+    runs = max((s.runs for s in suspects), default=0)
+    for run in range(1, runs + 1):
         if run > 1 and sweep.deadline is not None and sweep.clock() + MIN_PHASE_S > sweep.deadline:
             break  # the budget is spent: the runs that finished judge (gpudiag.analysis.noisy)
         wanted = [s for s in suspects if s.runs >= run]
@@ -491,8 +494,9 @@ def _retest(request: SweepRequest, setup: _Setup, suspects: Sequence[Suspect], f
         options = dataclasses.replace(sweep, probe=dataclasses.replace(sweep.probe, names=probes),
                                       host_probes={host: tuple(sorted(names)) for host, names in by_host.items()})
         specs = [host for host in setup.hosts if host.label in by_host]
-        again = gate.run_phase(lambda specs=specs, options=options: probe_hosts(
-            specs, options, setup.connector, setup.bundle, QuietProgress(), say=gate.say), lambda: None)
+        shown = StageOf(progress, f"re-test run {run} of {runs}")
+        again = gate.run_phase(lambda specs=specs, options=options, shown=shown: probe_hosts(
+            specs, options, setup.connector, setup.bundle, shown, say=gate.say), lambda: None)
         if again is None:
             return None, True
         outcomes += [host.with_facts(facts[host.host]) for host in again.hosts]

@@ -137,17 +137,6 @@ def test_a_corrupt_store_is_refused_and_left_as_it_was(tmp_path: Path):
     assert store.read_bytes() == before
 
 
-def test_the_demo_writes_its_html_report_and_says_where(tmp_path: Path):
-    result = _run("demo", "--output", str(tmp_path / "demo"), "-q")
-    assert result.exit_code == 0
-    last = result.output.strip().splitlines()[-1]  # the verdict ends the demo's output, its findings above it
-    assert last.startswith("verdict (a real sweep with these findings would exit so): FAIL (exit 1: ")
-    assert f"wrote the HTML report {tmp_path / 'demo' / 'report.html'}, the sweep document " in last
-    assert (tmp_path / "demo" / "report.html").stat().st_size > 10_000
-    lines = result.output.strip().splitlines()
-    assert lines[-3].startswith("  warn unchecked node05") and lines[-2] == ""  # the last finding, then the verdict
-
-
 def test_the_demo_without_output_names_its_kept_folder_and_the_readme_says_what_it_plants(tmp_path: Path,
                                                                                           monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes the demo's folder
