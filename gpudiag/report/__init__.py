@@ -1,4 +1,4 @@
-"""Reports from a sweep document (DESIGN.md): plain text, markdown, JSON and one self-contained HTML file.
+"""Reports from a sweep document (docs/document.md): plain text, markdown, JSON and one self-contained HTML file.
 
 Every format starts from the same document (``SweepResult.to_dict()`` or a file written with ``--json``)
 and may use its optional ``impact`` object: the estimated slowdown of a synchronous job on these hosts

@@ -4,10 +4,11 @@ document without them), for the HTML report's device grid (``heatmap``).
 
 A figure's key is its probe, metric, unit and parameters and the model of the device (the GPU
 model for a GPU, the CPU model for ``cpu``): a figure is read only against figures of the same key,
-never pooled across SKUs or parameters (DESIGN.md). Several results of one device and key give
-their median. P2P bandwidth comes from the compact document's ``p2p`` matrices (or from P2P records
-in a full one): a GPU's figure is the median of the pairs it is an end of, so a GPU with an NVLink
-down is low while its partners, slow with it alone, are not. Every metric here is better higher.
+never pooled across SKUs or parameters (docs/sweep.md, how results are judged). Several results
+of one device and key give their median. P2P bandwidth comes from the compact document's ``p2p``
+matrices (or from P2P records in a full one): a GPU's figure is the median of the pairs it is an
+end of, so a GPU with an NVLink down is low while its partners, slow with it alone, are not.
+Every metric here is better higher.
 
 Pure and tolerant of stored documents: a missing key counts as null.
 """

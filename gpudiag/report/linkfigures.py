@@ -1,4 +1,4 @@
-"""The link figures of a sweep document as the reports show them (DESIGN.md, links).
+"""The link figures of a sweep document as the reports show them (docs/document.md, links).
 
 One figure per pair and rail: the median of that pair's runs on the rail (a confirm round adds a
 run). Each figure is read against the reference of its group — backend, rail and line rate, never

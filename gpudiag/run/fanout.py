@@ -1,5 +1,5 @@
 """A fleet sweep: the probe bundle on every host at once (bounded by the fan-out), an outcome for
-every host, and the sweep document of DESIGN.md.
+every host, and the sweep document (docs/document.md).
 
 One bad host never stops the others: every failure to reach, trust, log into or probe a host
 becomes that host's status. Ctrl-C (or SIGTERM) stops launching, ends the remote probes, and

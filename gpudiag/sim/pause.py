@@ -1,7 +1,8 @@
 """``python -m probes --pause`` on a simulated node: the rules of probes/pauseroom.py and the run of
 probes/pause.py, for a node whose GPUs a paused job holds (the ``paused_job`` fault).
 
-The controller never imports the probe bundle (DESIGN.md), so the rules are written here again,
+The controller never imports the probe bundle (docs/architecture.md, layering rules), so the
+rules are written here again,
 with the figures both read from the bundle's probes/catalog.json (gpudiag/pause/sizing.py);
 tests/unit/controller/sim/test_sim_pause.py holds the refusals and caps equal to probes/pauseroom.py's, word for
 word. As on a real node: the probes that need no GPU memory run first; then, per GPU

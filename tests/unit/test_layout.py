@@ -4,6 +4,7 @@ than in them, the analysis blind to how its findings are shown, and the node bun
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -71,3 +72,19 @@ def test_no_rooms_import_each_other_in_a_circle(graph: ImportGraph):
     # analysis -> records -> schema -> analysis, would make the layers unreadable even where
     # the modules themselves form no circle.
     assert rooms(graph).cycles() == []
+
+
+def test_every_document_the_code_cites_is_in_the_repository():
+    """A reference a reader meets resolves inside the repository: docs/*.md the code names exist,
+    and no file cites the notes the project was designed from (they are not in it)."""
+    root = Path(__file__).resolve().parents[2]
+    outside = ("DESIGN" + ".md", "STYLE" + ".md")
+    cited: set[str] = set()
+    for folder in ("gpudiag", "probes", "bench", "tests", "scripts", "docs"):
+        for path in (root / folder).rglob("*"):
+            if path.is_file() and path.suffix in (".py", ".md", ".sh", "") and not path.is_symlink():
+                text = path.read_text(errors="replace")
+                assert not any(name in text for name in outside), path
+                cited |= set(re.findall(r"\bdocs/[\w-]+\.md\b", text))
+    missing = sorted(name for name in cited if not (root / name).is_file())
+    assert cited and not missing, missing

@@ -46,7 +46,7 @@ def _host(name: str, gemm: tuple[float, float], membw: tuple[float, float]) -> d
 
 
 def sweep_document() -> dict[str, Any]:
-    """DESIGN.md's document: 3 hosts of 2 GPUs, one unreachable, one slow GPU."""
+    """A sweep document (docs/document.md): 3 hosts of 2 GPUs, one unreachable, one slow GPU."""
     unreachable = {"host": "node003", "status": "unreachable", "error": "node003:22: Connection refused",
                    "duration_s": 3.001, "facts": {}, "results": []}
     return {
