@@ -28,7 +28,7 @@ from .bundle.catalog import catalog
 from .errors import ProbeOutputError
 from .schema.fields import FieldError, Kind
 from .schema.jsonin import NotJson
-from .schema.records import RecordTypeError, check_record, decode_record
+from .schema.recordcheck import RecordTypeError, check_record, decode_record
 from .schema.tables import METRICS, RECORD_FIELDS
 from .schema.tables import STATUSES as STATUSES
 from .schema.text import clean_text

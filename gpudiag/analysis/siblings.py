@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from .measurements import HOST_DEVICES, Measurement
 from .noisy import too_wide
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SIBLINGS, KeyReferences, Reference
-from .suspect import Suspect, repeated_once, sibling_judged
+from .suspicion import Suspect, repeated_once, sibling_judged
 from .thresholds import Thresholds
 
 # The variance of a median of n normal values is about this / n times theirs (pi / 2).

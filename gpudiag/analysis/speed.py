@@ -18,8 +18,8 @@ from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, NODE_MEDIAN, Measurement
 from .pairs import Pair, attribute_pairs
 from .reference import MAD_TO_SIGMA, SKU, KeyReferences
-from .suspect import below_its_siblings
 from .suspects import COMPUTE_PROBES, Suspect
+from .suspicion import below_its_siblings
 from .thresholds import Thresholds
 
 

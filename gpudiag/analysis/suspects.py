@@ -53,7 +53,7 @@ from .siblings import (
     siblings_judge,
 )
 from .sku import FloorKey, floor_key, floors_for
-from .suspect import Suspect, repeated_once, sibling_judged
+from .suspicion import Suspect, repeated_once, sibling_judged
 from .thresholds import Thresholds
 from .xid import PROBE as XID_PROBE
 

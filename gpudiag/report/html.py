@@ -1,4 +1,4 @@
-"""The HTML report: one self-contained file from the template and style sheet of ``gpudiag.reports``,
+"""The HTML report: one self-contained file from the template and style sheet of ``gpudiag.report.templates``,
 with links to its sections, the summary, the impact estimate, the findings table (what to do about
 each finding shown, its evidence one click away; the page grows with the list, never a scroll box of
 its own), the colour grid of devices (``heatmap``), hosts by status and the link section
@@ -145,9 +145,10 @@ def _read_template(name: str) -> str:
 
 
 def reports_dir() -> Path:
-    """The folder of the report templates: the installed ``gpudiag.reports`` package data, or the
-    ``reports/`` of a source checkout. Raises InstallationError when neither is there."""
-    spec = importlib.util.find_spec("gpudiag.reports")
+    """The folder of the report templates: the installed ``gpudiag.report.templates`` package
+    data (a link to the checkout's ``reports/``), or that ``reports/`` itself. Raises
+    InstallationError when neither is there."""
+    spec = importlib.util.find_spec("gpudiag.report.templates")
     if spec is not None and spec.submodule_search_locations:
         return Path(next(iter(spec.submodule_search_locations)))
     # An editable install made before reports/ joined the package mapping still finds the checkout's
@@ -155,4 +156,5 @@ def reports_dir() -> Path:
     checkout = Path(__file__).resolve().parents[2] / "reports"
     if (checkout / TEMPLATE_FILES[0]).is_file():
         return checkout
-    raise InstallationError("the report templates (gpudiag.reports) are not installed; reinstall gpudiag")
+    raise InstallationError("the report templates (gpudiag.report.templates) are not installed; "
+                            "reinstall gpudiag")

@@ -1,7 +1,7 @@
 """A node's records checked against its own facts, before any reference sees them.
 
 What one node prints may change only its own verdict. After each record passed its schema
-(gpudiag.schema.records), the node's records as a whole:
+(gpudiag.schema.recordcheck), the node's records as a whole:
 
 1. one record per measurement (probe, device, metric, params): copies of a measurement are
    never silently kept — where one of them is ``ok``, all are replaced by one ``error`` record

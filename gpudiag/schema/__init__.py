@@ -18,6 +18,6 @@ sees it:
   the ceilings of its GPU model);
 - ``jsonout``: strict JSON out (non-finite numbers the controller computed written as null).
 
-Import the module you need (``gpudiag.schema.records``...): this package imports nothing, so
+Import the module you need (``gpudiag.schema.recordcheck``...): this package imports nothing, so
 that gpudiag.records can use its parts and its parts can use gpudiag.records.
 """

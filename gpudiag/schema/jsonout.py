@@ -1,7 +1,7 @@
 """Strict JSON out: every JSON the controller writes is RFC 8259 JSON.
 
 Python's json writes NaN and Infinity as bare tokens no other reader accepts. Nothing a node
-prints can carry them past the boundary (gpudiag.schema.records refuses them), but a figure the
+prints can carry them past the boundary (gpudiag.schema.recordcheck refuses them), but a figure the
 controller computes could still be non-finite (a ratio of zeros): such a value is written as
 null, and ``allow_nan=False`` makes sure nothing else slips through.
 """

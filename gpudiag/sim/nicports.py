@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .printed import record
 from .reader import FieldReader, one_of
-from .records import record
 
 # Fault state -> (IB state, physical state) as sysfs names them.
 STATES = {"DOWN": ("DOWN", "Polling"), "POLLING": ("DOWN", "Polling"), "DISABLED": ("DOWN", "Disabled"),

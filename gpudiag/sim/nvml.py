@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..analysis.sku import Sku
-from .records import not_ok, record
+from .printed import not_ok, record
 from .state import GpuState, NodeState, Throttle
 
 # NVML clocks-event reason bits (probes/nvml.py), lowest first.

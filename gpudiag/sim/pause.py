@@ -38,7 +38,7 @@ from ..pause.sizing import (
     SMCLOCK_SEGMENT_MIB,
 )
 from ..records import HEADLINE_METRICS
-from .records import MIB, BundleCall, not_ok
+from .printed import MIB, BundleCall, not_ok
 from .state import Draw, GpuState, NodeState
 
 # As probes/pauseroom.py: the compute modes (NVML's names) that forbid a context of ours.

@@ -23,7 +23,7 @@ from ..pause.sizing import (
 )
 from .nicports import port_records
 from .nvml import gpu_telemetry, load_evidence
-from .records import MIB, SAMPLE_S, BundleCall, ProbeOutput, measured, noisy, not_ok, record, sample_count
+from .printed import MIB, SAMPLE_S, BundleCall, ProbeOutput, measured, noisy, not_ok, record, sample_count
 from .state import Draw, GpuState, NodeState
 from .xidprobe import xid
 

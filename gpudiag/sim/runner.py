@@ -12,8 +12,8 @@ from typing import Any, NoReturn
 from ..records import DEFAULT_PROBE_NAMES, DTYPES, HEADLINE_METRICS, PROBE_NAMES
 from ..transport import CommandResult
 from .pause import GPU_PROBES, run_paused
+from .printed import BundleCall, not_ok
 from .probes import PROBES
-from .records import BundleCall, not_ok
 from .state import Draw, NodeState
 
 # Simulated wall time (s) the node's Python takes to import torch.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .records import ProbeOutput, not_ok, record
+from .printed import ProbeOutput, not_ok, record
 from .state import Draw, NodeState, XidLog
 
 PROBE = "xid"

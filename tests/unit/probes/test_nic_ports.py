@@ -11,7 +11,7 @@ import pytest
 
 from gpudiag.records import ProbeResult
 from gpudiag.run.nodecheck import MAX_NIC_PORTS, check_host_records
-from gpudiag.schema.records import RecordTypeError, check_record
+from gpudiag.schema.recordcheck import RecordTypeError, check_record
 from probes import nicports, telemetry
 from probes.context import ProbeContext
 

@@ -12,7 +12,7 @@ from gpudiag.errors import ProbeOutputError
 from gpudiag.records import read_probe_output
 from gpudiag.schema.fields import MAX_DEPTH, FieldError, Json, ListOf, Number, Shape, Text
 from gpudiag.schema.jsonout import dumps, finite
-from gpudiag.schema.records import check_record
+from gpudiag.schema.recordcheck import check_record
 from gpudiag.schema.tables import FACTS, METRICS
 from gpudiag.schema.text import ELLIPSIS, clean_text, is_clean, one_line
 
