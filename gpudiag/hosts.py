@@ -34,6 +34,14 @@ STDIN_NAME = "<stdin>"
 # Guards against a typo such as node[1-10000000] eating the controller's memory: ClusterShell builds
 # every range eagerly. Far above any real fleet.
 MAX_HOSTS = 100_000
+# The longest host set one entry may be: far above any real one, and short enough that checking it
+# costs nothing.
+MAX_PATTERN_CHARS = 65_536
+
+# The longest host name and DNS label: DNS's (RFC 1035), below OpenSSH's 1,025 bytes; a longer one
+# resolves nowhere (Python's IDNA codec refuses it) and could only make a process's argv too long.
+MAX_HOST_NAME_CHARS = 253
+MAX_LABEL_CHARS = 63
 
 _HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 _USER_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@$-]*")
@@ -54,6 +62,9 @@ _USER_NAME_FORBIDDEN = frozenset("'`\";&<>|(){}")
 # The fix for a refused name, after "fix: ".
 FIX_HOST_NAME = "use letters, digits, '.', '-', '_' and ':' only (an IPv6 scope as %eth0)"
 FIX_USER_NAME = "use letters, digits, '.', '_' and '-' only"
+FIX_LONG_HOST_NAME = "name each host as DNS or your SSH config does (at most 253 characters, 63 between dots)"
+# How much of a bad name or entry an error message quotes: a 200,000-character one is cut.
+SHOWN_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -90,18 +101,31 @@ class HostSpec:
         return self.host.lower() == "localhost" and self.user is None and self.port is None
 
 
+def shown(text: str) -> str:
+    """``text`` quoted for an error message, cut to its first SHOWN_CHARS characters (saying how
+    long it was) where it is longer."""
+    if len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}… ({len(text)} characters)"
+
+
 def host_name_problem(name: str) -> str | None:
     """Why OpenSSH (9.6 and later) would refuse ``name`` as a host name, as words that follow the name
     (``"contains '$', ..."``); None when it would take it.
 
     Refused as ssh refuses them: an empty name, a leading ``-`` (read as an option), a shell metacharacter
     (any of ``'"`$\\;&<>|(){},``), whitespace and control characters; also any other character that is not
-    printable (a Unicode line separator).
+    printable (a Unicode line separator), and a name longer than DNS allows (253 characters, 63 between
+    dots; an IPv6 literal is not split at dots).
     """
     if not name:
         return "is empty"
+    if len(name) > MAX_HOST_NAME_CHARS:
+        return f"is {len(name)} characters long, more than a host name's {MAX_HOST_NAME_CHARS}"
     if name.startswith("-"):
         return "starts with '-', which ssh would read as an option"
+    if ":" not in name and any(len(label) > MAX_LABEL_CHARS for label in name.split(".")):
+        return f"has a part between dots longer than {MAX_LABEL_CHARS} characters, which no DNS name has"
     return _bad_character(name, "a host name", _HOST_NAME_FORBIDDEN, forbid_space=True)
 
 
@@ -165,7 +189,7 @@ def load_hosts(argument: str, stdin: TextIO) -> list[HostSpec]:
     try:
         specs = _dedupe(_parse_entry(argument.strip()))
     except _BadEntry as exc:
-        raise InputError(f"--hosts {argument!r} is neither a hosts file nor a valid host set: "
+        raise InputError(f"--hosts {shown(argument)} is neither a hosts file nor a valid host set: "
                          f"{exc.problem}; {exc.fix}") from None
     return _nonempty(specs, repr(argument))
 
@@ -261,12 +285,19 @@ def _parse_entry(entry: str) -> list[HostSpec]:
     if not entry:
         raise _BadEntry("no host name", "fix: write a host name or host set, e.g. node[001-004]")
     if any(character.isspace() for character in entry):
-        raise _BadEntry(f"whitespace inside {entry!r}",
+        raise _BadEntry(f"whitespace inside {shown(entry)}",
                         "fix: one entry per line; join several hosts with ',' (node1,node2)")
+    if len(entry) > MAX_PATTERN_CHARS:
+        raise _BadEntry(f"a host set of {len(entry)} characters, more than {MAX_PATTERN_CHARS}",
+                        "fix: give the hosts in a hosts file, one entry per line")
     parts = [entry] if _SET_OPERATORS & set(entry) else _split_top_level(entry)
+    bound = sum(_size_bound(part) for part in parts)
+    if bound > MAX_HOSTS:  # refused before anything is expanded
+        raise _BadEntry(f"{shown(entry)} names {bound} hosts, more than {MAX_HOSTS}",
+                        "fix: check the range bounds, or split the fleet into several sweeps")
     specs = [spec for part in parts for spec in _parse_one(part)]
     if len(specs) > MAX_HOSTS:
-        raise _BadEntry(f"{entry[:80]!r} names {len(specs)} hosts, more than {MAX_HOSTS}",
+        raise _BadEntry(f"{shown(entry)} names {len(specs)} hosts, more than {MAX_HOSTS}",
                         "fix: check the range bounds, or split the fleet into several sweeps")
     return specs
 
@@ -288,10 +319,11 @@ def _checked(spec: HostSpec) -> HostSpec:
     """``spec`` when ssh would take its host and user names; raises _BadEntry naming the problem."""
     problem = host_name_problem(spec.host)
     if problem is not None:
-        raise _BadEntry(f"host name {spec.host!r} {problem}", f"fix: {FIX_HOST_NAME}")
+        fix = FIX_LONG_HOST_NAME if len(spec.host) > MAX_HOST_NAME_CHARS or "between dots" in problem else FIX_HOST_NAME
+        raise _BadEntry(f"host name {shown(spec.host)} {problem}", f"fix: {fix}")
     problem = user_name_problem(spec.user) if spec.user is not None else None
     if problem is not None:
-        raise _BadEntry(f"user name {spec.user!r} {problem}", f"fix: {FIX_USER_NAME}")
+        raise _BadEntry(f"user name {shown(spec.user)} {problem}", f"fix: {FIX_USER_NAME}")
     return spec
 
 
@@ -301,14 +333,14 @@ def _check_fields(entry: str, fields: list[str]) -> None:
     line = " ".join([entry, *fields])
     keys = {text.partition("=")[0] for text in fields if "=" in text}
     if keys & _MPI_FIELDS:
-        raise _BadEntry(f"{line!r} is an MPI hostfile line",
+        raise _BadEntry(f"{shown(line)} is an MPI hostfile line",
                         f"fix: write {ACCEPTED_FORMATS}; drop the slots (e.g. awk '{{print $1}}' hostfile)")
     bare = [text for text in fields if "=" not in text]
     if bare and _is_ip_address(entry):
-        raise _BadEntry(f"{line!r} is an /etc/hosts line (an address, then its names)",
+        raise _BadEntry(f"{shown(line)} is an /etc/hosts line (an address, then its names)",
                         f"fix: write {ACCEPTED_FORMATS}; keep one of {entry} or {bare[0]}")
     if bare:
-        raise _BadEntry(f"whitespace inside {' '.join([entry, bare[0]])!r}",
+        raise _BadEntry(f"whitespace inside {shown(' '.join([entry, bare[0]]))}",
                         f"fix: write {ACCEPTED_FORMATS}; join several hosts with ',' (node1,node2)")
 
 
@@ -317,10 +349,10 @@ def _with_fields(specs: list[HostSpec], fields: list[str]) -> list[HostSpec]:
     for text in fields:
         key, _, value = text.partition("=")
         if key != "net":
-            raise _BadEntry(f"unknown field {text!r}",
+            raise _BadEntry(f"unknown field {shown(text)}",
                             "fix: the one per-host field is net=ADDRESS (the data-plane address for pair tests)")
         if not _is_address(value):
-            raise _BadEntry(f"net={value!r} is not a host name or IP address",
+            raise _BadEntry(f"net={shown(value)} is not a host name or IP address",
                             "fix: write net=10.2.0.7, net=[fd00::7] or net=node007-ib")
         if len(specs) != 1:
             raise _BadEntry(f"net={value} given for {len(specs)} hosts at once",
@@ -354,10 +386,10 @@ def _split_user(entry: str) -> tuple[str | None, str]:
     # The last '@' separates the host, as ssh does: a user name may itself hold one.
     user, _, rest = entry.rpartition("@")
     if not user:
-        raise _BadEntry(f"empty user name in {entry!r}",
+        raise _BadEntry(f"empty user name in {shown(entry)}",
                         "fix: write user@host, or just host (ClusterShell @groups are not supported)")
     if not _USER_NAME.fullmatch(user):
-        raise _BadEntry(f"{user!r} is not a valid user name",
+        raise _BadEntry(f"{shown(user)} is not a valid user name",
                         "fix: use letters, digits, '.', '_' and '-' only")
     return user, rest
 
@@ -374,7 +406,7 @@ def _split_ipv6(rest: str) -> tuple[str, int | None] | None:
     try:
         ipaddress.IPv6Address(address)
     except ValueError:
-        raise _BadEntry(f"{address!r} is not an IPv6 address",
+        raise _BadEntry(f"{shown(address)} is not an IPv6 address",
                         "fix: write an IPv6 literal as [addr] or [addr]:port, a host as host:port") from None
     return address, None if port_text is None else _parse_port(port_text)
 
@@ -388,7 +420,7 @@ def _split_port(rest: str) -> tuple[str, int | None]:
 
 def _parse_port(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
-        raise _BadEntry(f"port {text!r} is not a number from 1 to 65535", "fix: write host:port, e.g. node1:2222")
+        raise _BadEntry(f"port {shown(text)} is not a number from 1 to 65535", "fix: write host:port, e.g. node1:2222")
     return int(text)
 
 
@@ -401,7 +433,7 @@ def _expand(pattern: str) -> list[str]:
     # holds (a NodeSet sorts); with set operators the whole pattern goes to NodeSet at once.
     names = list(_expand_part(pattern))
     if len(names) > MAX_HOSTS:
-        raise _BadEntry(f"{pattern!r} expands to {len(names)} hosts, more than {MAX_HOSTS}",
+        raise _BadEntry(f"{shown(pattern)} expands to {len(names)} hosts, more than {MAX_HOSTS}",
                         "fix: check the range bounds")
     return names
 
@@ -410,22 +442,53 @@ def _expand_part(part: str) -> Iterator[str]:
     try:
         nodes = NodeSet(part, resolver=RESOLVER_NOGROUP)
     except NodeSetParseError as exc:
-        raise _BadEntry(f"bad host set {part!r} ({exc})",
+        raise _BadEntry(f"bad host set {shown(part)} ({str(exc)[:SHOWN_CHARS * 2]})",
                         "fix: write ranges as name[1-4,7] or name[1-64/2] with closed brackets and low-high bounds"
                         ) from None
     for name in nodes:
         if not _HOST_NAME.fullmatch(name):
-            raise _BadEntry(f"{name!r} is not a valid host name",
+            raise _BadEntry(f"{shown(name)} is not a valid host name",
                             "fix: use letters, digits, '.', '-' and '_' only, not starting with '-' or '.'")
         yield name
 
 
 def _check_range_sizes(pattern: str) -> None:
-    for bracket in re.findall(r"\[([^\]]*)\]", pattern):
-        for low, high, step in _BRACKET_RANGE.findall(bracket):
-            if (int(high) - int(low)) // max(int(step or 1), 1) >= MAX_HOSTS:
-                raise _BadEntry(f"range {low}-{high} holds more than {MAX_HOSTS} hosts",
-                                "fix: check the range bounds")
+    """Raises _BadEntry, before anything is expanded, where ``pattern`` would name more than
+    MAX_HOSTS hosts (``_size_bound``) or is longer than any host set (MAX_PATTERN_CHARS)."""
+    bound = _size_bound(pattern)
+    if bound > MAX_HOSTS:
+        raise _BadEntry(f"{shown(pattern)} would expand to more than {MAX_HOSTS} hosts",
+                        "fix: check the range bounds, or split the fleet into several sweeps")
+
+
+def _size_bound(pattern: str) -> int:
+    """How many names expanding ``pattern`` makes at most, from its text alone: for each operand
+    (its parts between set operators), the product of its brackets' sizes (``a[0-99]b[0-99]c[0-99]``
+    is a million); the operands' sum. Counting stops just past MAX_HOSTS: a pattern longer than
+    MAX_PATTERN_CHARS counts as past it too."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return MAX_HOSTS + 1
+    total = 0
+    for operand in re.split(r"[!&^]", pattern):
+        count = 1
+        for bracket in re.findall(r"\[([^\]]*)\]", operand):
+            count = min(count * _bracket_size(bracket), MAX_HOSTS + 1)
+        total = min(total + count, MAX_HOSTS + 1)
+    return total
+
+
+def _bracket_size(bracket: str) -> int:
+    """How many names one bracket's list gives: each range ``low-high/step`` its count, each
+    single value one."""
+    size = 0
+    for item in bracket.split(","):
+        match = _BRACKET_RANGE.fullmatch(item.strip())
+        if match is None:
+            size += 1
+            continue
+        low, high, step = int(match.group(1)), int(match.group(2)), max(int(match.group(3) or 1), 1)
+        size += max(0, (high - low) // step + 1)
+    return size
 
 
 def _split_top_level(pattern: str) -> list[str]:

@@ -6,6 +6,7 @@ StoreError and never changed; an older one is migrated in one transaction per ve
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -79,6 +80,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def refuse_unusable(path: Path, readonly: bool) -> None:
+    if path.is_symlink() and not path.exists():
+        raise StoreError(f"{path}: a symbolic link {_dangling(path)}; remove it or give another store path")
     if path.is_dir():
         raise StoreError(f"{path}: is a folder, not a store file; give a file path such as {path / 'gpudiag.db'}")
     if readonly and not path.exists():
@@ -96,6 +99,17 @@ def refuse_upgrade_without_write_access(path: Path, version: int) -> None:
         raise StoreError(f"{path}: a store of an older schema ({version}; this gpudiag uses {SCHEMA_VERSION}) "
                          "that you may not write, so it cannot be upgraded; run a sweep with it once as a user "
                          "who may write it, or give another store path")
+
+
+def _dangling(path: Path) -> str:
+    """Why a symbolic link leads to no file: it loops, or points where nothing is."""
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python 3.11 says so for a loop; later versions raise OSError (ELOOP)
+        return "that loops"
+    except OSError as error:
+        return "that loops" if error.errno == errno.ELOOP else f"to {os.readlink(path)!r}, where nothing is"
+    return "to a file that is not there"
 
 
 def make_folder(path: Path) -> None:

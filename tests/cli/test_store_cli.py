@@ -316,3 +316,19 @@ def test_a_sweep_running_while_pruning_is_stored_whole(store: Path, tmp_path: Pa
                           (newest,)).fetchone() == (24, 24)
         assert db.execute("SELECT finished_at FROM sweeps WHERE sweep_id = ?", (newest,)).fetchone()[0]
     assert _run("report", newest, "--store", str(store)).exit_code == 0
+
+
+@pytest.mark.parametrize("target", ["loop.db", "elsewhere/missing.db"])
+@pytest.mark.parametrize("command", [("report",), ("history",), ("store", "prune", "--keep", "1"),
+                                     ("sweep", "--simulate", "FLEET", "--links", "none", "-q")])
+def test_a_store_path_that_is_a_loop_or_a_dangling_link_is_bad_input(tmp_path: Path, target: str,
+                                                                       command: tuple[str, ...]):
+    link = tmp_path / "loop.db"
+    link.symlink_to(tmp_path / target)
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text('{"nodes": 2}')
+    args = [str(fleet) if word == "FLEET" else word for word in command]
+    result = CliRunner().invoke(main, [*args, "--store", str(link)])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"gpudiag: error: {link}: a symbolic link ")
+    assert "Traceback" not in result.output and not (tmp_path / "elsewhere").exists()

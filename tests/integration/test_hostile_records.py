@@ -24,7 +24,10 @@ THRESHOLDS = ('{"schema": "gpudiag.thresholds/1", "min_peers": {"value": 100000,
                  '"small_fleet_min_hosts": {"value": 100000, "unit": "count"}, '
               '"host_load_per_cpu": {"value": 1000000, "unit": "ratio"}}')
 HOSTILE_TEXT = ("\x1b]0;owned\x07\x1b[2J[bold red]red[/] [link=https://evil.example]x[/link] "
-                "<script>alert(1)</script> [click](javascript:alert(1))")
+                "<script>alert(1)</script> [click](javascript:alert(1)) "
+                "hid\u3164den\u115f\u2800\u034f\ufe0f node\u0435017 \uff4e\uff4f\uff44\uff45")
+# What no output may show of it: characters drawn as nothing, and look-alike letters as letters.
+INVISIBLE = "\u3164\u115f\u2800\u034f\ufe0f"
 # Reads the real bundle's records on stdin and prints them with the lies of the module docstring.
 LIAR = f'''
 import copy, json, sys
@@ -113,8 +116,11 @@ def test_a_lying_node_changes_only_its_own_verdict_and_none_of_its_words_is_mark
     assert "\x1b" not in terminal and "\x07" not in terminal
     said = next(text for text in evidence if "alert(1)" in text)
     assert "\x1b" not in said and "[bold red]red[/]" in said  # kept as text, cleaned of control characters
+    assert "hidden" in said and "node\\u0435017" in said and "\\uff4e\\uff4f\\uff44\\uff45" in said
+    assert not set(INVISIBLE + "\u0435\uff4e") & set(terminal + json.dumps(document, ensure_ascii=False))
     report = run_limited([sys.executable, "-m", "gpudiag", "report", str(tmp_path / "hostile.json"), "--format",
                           "md"], timeout_s=120, cwd=ROOT)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "<script>" not in report.stdout and "&lt;script&gt;" in report.stdout
     assert "](javascript:" not in report.stdout and "\x1b" not in report.stdout
+    assert not set(INVISIBLE + "\u0435\uff4e") & set(report.stdout)

@@ -344,3 +344,27 @@ def test_comma_joined_sets_are_capped_together_not_each_alone() -> None:
     with pytest.raises(InputError, match=r"names 120000 hosts, more than 100000"):
         load_hosts(f"a[1-{half}],b[1-{half}]", NO_STDIN)
     assert len(load_hosts(f"a[1-{half}]", NO_STDIN)) == half
+
+
+@pytest.mark.parametrize("argument", ["a[0-99]b[0-99]c[0-99]d[0-99]", "n[0-9][0-9][0-9][0-9][0-9][0-9]",
+                                      "x[1-50000,60000-120000]", "a[1-99999],b[1-9]!b[1-2]"])
+def test_a_host_set_too_large_is_refused_from_its_text_before_it_expands(argument: str, monkeypatch) -> None:
+    expanded: list[str] = []
+    original = NodeSet.__iter__
+    monkeypatch.setattr(NodeSet, "__iter__", lambda self: (expanded.append(str(self)), original(self))[1])
+    with pytest.raises(InputError, match=r"more than 100000") as caught:
+        load_hosts(argument, NO_STDIN)
+    assert caught.value.exit_code == ExitCode.USAGE and expanded == []
+
+
+def test_a_host_name_longer_than_dns_allows_is_refused_and_quoted_short(tmp_path: Path) -> None:
+    for name, problem in (("a" * 254, "is 254 characters long, more than a host name's 253"),
+                          ("x" * 64 + ".example.com", "has a part between dots longer than 63 characters"),
+                          ("a" * 200_000, "a host set of 200000 characters")):
+        path = write_hosts(tmp_path, f"node1\n{name}\n")
+        with pytest.raises(InputError) as caught:
+            load_hosts(path, NO_STDIN)
+        message = str(caught.value)
+        assert problem in message and f"{path}:2" in message and len(message) < 400, message
+    assert labels(load_hosts("a" * 63 + "." + "b" * 63, NO_STDIN)) == ["a" * 63 + "." + "b" * 63]
+    assert labels(load_hosts("[fe80::1%eth0]", NO_STDIN)) == ["fe80::1%eth0"]

@@ -189,3 +189,17 @@ def test_strict_json_writes_a_non_finite_number_as_null():
     assert dumps({"a": [1.0, math.nan], "b": {"c": math.inf}}) == '{"a": [1.0, null], "b": {"c": null}}'
     assert finite((1.0, -math.inf)) == [1.0, None]
     assert dumps({"a": 1.5}, indent=1) == json.dumps({"a": 1.5}, indent=1)
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("a\u3164b\u115fc\u1160d\uffa0e", "abcde"),  # Hangul fillers draw as nothing
+    ("x\u2800y\u034fz\ufe0fw\u00adv", "xyzwv"),  # blank Braille, grapheme joiner, variation selector, soft hyphen
+    ("H100\u00a0GPU\u3000ok\u2009x", "H100 GPU ok x"),  # other spaces are a plain space
+    ("node\u0435017", "node\\u0435017"),  # a Cyrillic е among Latin letters passes for an e: escaped
+    ("\uff4e\uff4f\uff44\uff45 \U0001d427ode", "\\uff4e\\uff4f\\uff44\\uff45 \\U0001d427ode"),  # Latin in disguise
+    ("Привет, мир", "Привет, мир"),  # a word in one script is kept
+    ("périphérique e\u0301", "périphérique e\u0301"),  # accents, composed or not, are kept
+])
+def test_text_beyond_ascii_is_kept_only_where_it_is_visible_and_not_a_latin_look_alike(text: str, shown: str):
+    assert clean_text(text) == shown
+    assert is_clean(shown) and (text == shown or not is_clean(text))
