@@ -19,13 +19,15 @@ from typing import Any
 SWEEP_SCHEMA = "gpudiag.sweep/1"
 
 if sys.version_info >= (3, 11):
-    class _Words(enum.StrEnum):
-        """A fixed vocabulary of the JSON contract: each member is its string value (it equals,
-        hashes, sorts, formats and is written to JSON or the store as that string)."""
+    class Words(enum.StrEnum):
+        """A fixed vocabulary (the JSON contract's, or gpudiag.analysis.actions.Cause): each member is
+        its string value (it equals, hashes, sorts, formats and is written to JSON or the store as
+        that string)."""
 else:  # pragma: no cover - Python 3.10: StrEnum's behaviour
-    class _Words(str, enum.Enum):
-        """A fixed vocabulary of the JSON contract: each member is its string value (it equals,
-        hashes, sorts, formats and is written to JSON or the store as that string)."""
+    class Words(str, enum.Enum):
+        """A fixed vocabulary (the JSON contract's, or gpudiag.analysis.actions.Cause): each member is
+        its string value (it equals, hashes, sorts, formats and is written to JSON or the store as
+        that string)."""
 
         def __str__(self) -> str:
             return str(self.value)
@@ -34,7 +36,7 @@ else:  # pragma: no cover - Python 3.10: StrEnum's behaviour
             return str(self.value).__format__(spec)
 
 
-class Severity(_Words):
+class Severity(Words):
     """How much a finding matters: ``fail`` (act on it) or ``warn`` (watch it, or it could not be
     checked)."""
 
@@ -42,7 +44,7 @@ class Severity(_Words):
     WARN = "warn"
 
 
-class Action(_Words):
+class Action(Words):
     """The fixed verbs of ``action``, most drastic first; the first three take the node out of
     service."""
 
@@ -53,7 +55,7 @@ class Action(_Words):
     WATCH = "watch"
 
 
-class Basis(_Words):
+class Basis(Words):
     """What a finding rests on."""
 
     RETEST = "retest"              # a re-test repeated the deficit (confirmed)
@@ -65,7 +67,7 @@ class Basis(_Words):
     COMPARISON = "comparison"      # a figure with nothing to compare it with
 
 
-class Kind(_Words):
+class Kind(Words):
     """What a finding found (docs/document.md, "Finding kinds")."""
 
     SLOW_GPU = "slow_gpu"
@@ -124,6 +126,8 @@ UNCHECKED_ACTIONS = {
     "host_key_changed": "verify the node's identity; if it was reinstalled, remove the stale known_hosts entry",
     "timeout": "the node did not finish in time: look for a hung GPU, driver or an overloaded host",
     "probe_error": "check the node's Python, torch and driver (see the error)",
+    "identity_conflict": ("the node claims another host's identity: check its hostname and GPU inventory (a cloned "
+                          "image, a wrong DNS or SSH alias, or a node posing as another), then sweep it again"),
     INTERRUPTED: "run the sweep again",
 }
 

@@ -506,3 +506,24 @@ def _split_top_level(pattern: str) -> list[str]:
             start = index + 1
     parts.append(pattern[start:])
     return parts
+
+
+def another_host_named(hostname: str, own: str, labels: Iterable[str]) -> tuple[str, str] | None:
+    """(``hostname``, the other host) where the hostname a node reports names another host of
+    ``labels`` than its own label ``own``: that host's label, or its short name (a DNS name's
+    first label; an address is compared whole); else None. A node's own name, short or long, and
+    any name no other host has are its own business."""
+    if not hostname:
+        return None
+    said = hostname.lower()
+    if said in {own.lower(), _short_name(own)}:
+        return None
+    for label in sorted(set(labels) - {own}):
+        if said == label.lower() or (_short_name(said) == _short_name(label) != _short_name(own)):
+            return hostname, label
+    return None
+
+
+def _short_name(name: str) -> str:
+    """A DNS name's first label, lower case; an address whole."""
+    return name.lower() if _is_ip_address(name.strip("[]")) else name.split(".", 1)[0].lower()

@@ -14,8 +14,8 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..findings import Kind
 from . import rules
+from .actions import Cause
 from .measurements import Measurement
 from .reference import FLEET
 from .suspects import COMPUTE_PROBES, Suspect
@@ -76,7 +76,7 @@ def explained_pct(suspect: Suspect, gpu: rules.GpuTelemetry, typical: Mapping[st
 
 
 def clock_cause(suspect: Suspect, gpu: rules.GpuTelemetry, typical: Mapping[str, float],
-                thresholds: Thresholds) -> str | None:
+                thresholds: Thresholds) -> Cause | None:
     """``throttled`` (a thermal or hardware slowdown was seen) or ``power_capped`` (the power cap
     alone) when the reasons seen explain the deficit, that is when less than ``deficit_warn`` of
     it is left once the clock drop is taken off; None otherwise (the rest is the GPU's). Without
@@ -94,8 +94,8 @@ def clock_cause(suspect: Suspect, gpu: rules.GpuTelemetry, typical: Mapping[str,
     elif suspect.deficit_pct - explained >= thresholds.deficit_warn_pct + _one_sample_pct(gpu.under_load):
         return None
     if slowing:
-        return Kind.THROTTLED
-    return "power_capped" if capped else None
+        return Cause.THROTTLED
+    return Cause.POWER_CAPPED if capped else None
 
 
 def _one_sample_pct(details: Mapping[str, Any]) -> float:

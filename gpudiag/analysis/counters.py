@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 from ..findings import Basis, Finding, Kind, Severity
 from . import actions, rules
+from .actions import Cause
 from .reference import weighted_median
 from .thresholds import Thresholds
 
@@ -49,12 +50,12 @@ class CounterSpec:
     words: str
     floor: str
     kind: Kind
-    cause: str
+    cause: Cause
 
 
 PCIE_REPLAYS = CounterSpec("pcie_replay_count", "pcie_replay_count", "PCIe replay counter", "pcie_replay_floor",
-                           Kind.DEGRADED_PCIE, "pcie_replays")
-NVLINK_COUNTERS = tuple(CounterSpec(name, f"nvlink_{name}", words, floor, Kind.NVLINK_ERRORS, Kind.NVLINK_ERRORS)
+                           Kind.DEGRADED_PCIE, Cause.PCIE_REPLAYS)
+NVLINK_COUNTERS = tuple(CounterSpec(name, f"nvlink_{name}", words, floor, Kind.NVLINK_ERRORS, Cause.NVLINK_ERRORS)
                         for name, words, floor in (("crc_errors", "CRC errors", "nvlink_crc_floor"),
                                                    ("replay_errors", "replay errors", "nvlink_replay_floor"),
                                                    ("recovery_errors", "recovery errors", "nvlink_recovery_floor")))

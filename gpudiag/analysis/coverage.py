@@ -27,7 +27,7 @@ from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..records import HostRecords, ProbeResult, device_index
 from ..words import deficit_text, figure
-from .actions import action
+from .actions import Cause, action
 from .identity import HostGpus
 from .measurements import Measurement
 from .nodes import gpu_key
@@ -263,12 +263,12 @@ def below_the_sku_alone(medians: Iterable[Measurement], refs: Mapping[str, KeyRe
 
 def unchecked_finding(host: str, evidence: str, basis: Basis, **fields: Any) -> Finding:
     """An ``unchecked`` warning: something was not measured or compared, resting on ``basis``."""
-    verb, detail = action(Kind.UNCHECKED, Severity.WARN)
+    verb, detail = action(Cause.UNCHECKED, Severity.WARN)
     return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=host, evidence=evidence, action=verb,
                    action_detail=detail, basis=basis, **fields)
 
 
 def _missing(host: str, evidence: str, basis: Basis, **fields: Any) -> Finding:
-    verb, detail = action(Kind.MISSING_GPU, Severity.FAIL, fields.get("gpu"))
+    verb, detail = action(Cause.MISSING_GPU, Severity.FAIL, fields.get("gpu"))
     return Finding(kind=Kind.MISSING_GPU, severity=Severity.FAIL, host=host, evidence=evidence, action=verb,
                    action_detail=detail, basis=basis, **fields)

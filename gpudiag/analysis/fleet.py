@@ -12,10 +12,11 @@ from typing import Any
 from ..findings import INTERRUPTED, Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..records import HostRecords
-from ..words import plural
+from ..words import deficit_text, plural
 from . import actions
+from .actions import Cause
 from .identity import HostGpus
-from .measurements import Measurement
+from .measurements import NODE_MEDIAN, Measurement
 from .reference import KeyReferences
 from .suspects import Suspect
 from .thresholds import Thresholds
@@ -47,11 +48,14 @@ def _round(value: float | None) -> float | None:
 
 def fleet_shifts(suspects: Sequence[Suspect], grouped: Mapping[str, Sequence[Measurement]],
                  thresholds: Thresholds) -> list[Finding]:
-    """One ``fleet_shift`` per probe and metric that is slow on ``fleet_shift_share`` of the hosts
-    measuring it (at least ``min_peers`` of them, and two slow): a regression most of the fleet shares."""
+    """One ``fleet_shift`` per probe and metric on which ``fleet_shift_share`` of the hosts
+    measuring it (at least ``min_peers`` of them, and two) are slow as a whole: their node median
+    is itself a suspect. A host whose only suspects are single GPUs is that GPU's finding, never
+    part of a group: separate broken GPUs on a quarter of a small fleet are no shared regression."""
     slow: dict[tuple[str, str], list[Suspect]] = defaultdict(list)
     for s in suspects:
-        slow[(s.measurement.probe, s.measurement.metric)].append(s)
+        if s.measurement.device == NODE_MEDIAN:
+            slow[(s.measurement.probe, s.measurement.metric)].append(s)
     measured = hosts_measuring(grouped, set(slow)) if slow else {}
     findings = []
     for (probe, metric), group in sorted(slow.items()):
@@ -89,10 +93,10 @@ def _fleet_shift(probe: str, metric: str, group: Sequence[Suspect], hosts: Seque
     one_key = len(keys) == 1
     value = statistics.median(s.measurement.value for s in group) if one_key else None
     unit = group[0].measurement.unit if one_key else None
-    verb, detail = actions.action(Kind.FLEET_SHIFT, severity)
-    evidence = (f"{probe}.{metric} low on {len(hosts)} of {plural(total, 'host')} ({share:.0f} %), median deficit "
-                f"{deficit:.1f} % against the {source} reference; "
-                f"{plural(len(confirmed_hosts), 'host')} confirmed by re-test")
+    verb, detail = actions.action(Cause.FLEET_SHIFT, severity)
+    evidence = (f"{probe}.{metric} low as a whole (the median of their GPUs) on {len(hosts)} of "
+                f"{plural(total, 'host')} ({share:.0f} %), median deficit {deficit_text(deficit)} the {source} "
+                f"reference; {plural(len(confirmed_hosts), 'host')} confirmed by re-test")
     return Finding(kind=Kind.FLEET_SHIFT, severity=severity, host=fold_hosts(hosts), metric=f"{probe}.{metric}",
                    value=round(value, 3) if value is not None else None,
                    reference=round(group[0].reference.value, 3) if one_key else None, unit=unit,

@@ -34,6 +34,7 @@ from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..words import deficit_text, figure, plural
 from . import actions, rules
+from .actions import Cause
 from .fleet import hosts_measuring
 from .keys import hardware_key, software_change
 from .measurements import Measurement
@@ -270,7 +271,7 @@ def _metric_words(shift: GroupShift) -> str:
 
 
 def _cause(shift: GroupShift, telemetry: Mapping[str, Mapping[str, rules.GpuTelemetry]],
-           clock_costs: Mapping[str, float], thresholds: Thresholds) -> tuple[str, str]:
+           clock_costs: Mapping[str, float], thresholds: Thresholds) -> tuple[Cause, str]:
     """The action's cause and plain words for what the group's NVML evidence shows: a reason
     on at least half its GPUs whose clock drop explains the deficit is the cause (a power cap:
     ``power_policy``); otherwise the kind's own (software, or an unexplained shift)."""
@@ -282,7 +283,7 @@ def _cause(shift: GroupShift, telemetry: Mapping[str, Mapping[str, rules.GpuTele
                 seen[reason] += 1
     common = sorted((reason for reason, count in seen.items() if 2 * count >= len(gpus) > 0),
                     key=lambda reason: (-seen[reason], reason))
-    fallback = shift.kind
+    fallback = Cause.SOFTWARE_REGRESSION if shift.kind == Kind.SOFTWARE_REGRESSION else Cause.FLEET_SHIFT
     if not common:
         return fallback, "no throttle reason NVML saw on most of its GPUs" if gpus else ""
     cost = clock_costs.get(shift.group.key, 0.0)
@@ -293,7 +294,7 @@ def _cause(shift: GroupShift, telemetry: Mapping[str, Mapping[str, rules.GpuTele
         return fallback, f"{words} only part of it"
     words += " it"
     if common == [rules.POWER_CAP]:
-        return "power_policy", words + ": a power limit every node shares (a site or job power policy)"
+        return Cause.POWER_POLICY, words + ": a power limit every node shares (a site or job power policy)"
     return fallback, words
 
 

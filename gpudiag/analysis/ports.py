@@ -40,6 +40,7 @@ from typing import Any
 from ..findings import Basis, Finding, Kind, Severity
 from ..records import ProbeResult
 from . import actions
+from .actions import Cause
 from .counters import COUNT, GROWTH, PeerCounts, PriorCounts, counter_evidence
 from .thresholds import Thresholds
 
@@ -234,12 +235,12 @@ def _not_up(port: Port, up_weight: float, peers_weight: float, peers_up: int, pe
     kind_words = f"ports of its kind ({port.group_words()})"
     if peers_weight > 1e-12 and up_weight / peers_weight > 0.5:
         evidence = f"{said}; {peers_up} of {peers} {kind_words} are up"
-        return _finding(port, Severity.FAIL, "nic_port_down", evidence, "telemetry.nic_port_state", None, None)
+        return _finding(port, Severity.FAIL, Cause.NIC_PORT_DOWN, evidence, "telemetry.nic_port_state", None, None)
     if port.kind != IB or port.phys_state == "Disabled":
         return None  # an uncabled onboard interface, or a port switched off on purpose
     evidence = (f"{said}; no peer to compare with: {peers_up} of {peers} {kind_words} are up in this sweep "
                 "(not compared, not passed)")
-    return _finding(port, Severity.WARN, "nic_port_not_compared", evidence, "telemetry.nic_port_state", None, None)
+    return _finding(port, Severity.WARN, Cause.NIC_PORT_NOT_COMPARED, evidence, "telemetry.nic_port_state", None, None)
 
 
 def _slow(port: Port, reference: float | None, hosts: int) -> Finding | None:
@@ -247,7 +248,7 @@ def _slow(port: Port, reference: float | None, hosts: int) -> Finding | None:
         return None
     evidence = (f"{port.name}: {port.state} at {port.rate_words()}; most ports of its kind "
                 f"({port.group_words()}, on {_plural(hosts, 'host')}) run at {_text(reference)} Gbit/s or more")
-    return _finding(port, Severity.FAIL, "nic_port_rate", evidence, "telemetry.nic_port_rate", port.rate_gbps,
+    return _finding(port, Severity.FAIL, Cause.NIC_PORT_RATE, evidence, "telemetry.nic_port_rate", port.rate_gbps,
                     reference)
 
 
@@ -264,11 +265,11 @@ def _changed(port: Port, previous: PriorCounts) -> Finding | None:
         evidence = (f"{port.name}: {port.state or 'unknown'}" + (f" (physical state {port.phys_state})"
                                                                   if port.phys_state else "")
                     + f"; up at {_text(before)} Gbit/s in the previous sweep")
-        return _finding(port, Severity.FAIL, "nic_port_down", evidence, "telemetry.nic_port_state", None, None)
+        return _finding(port, Severity.FAIL, Cause.NIC_PORT_DOWN, evidence, "telemetry.nic_port_state", None, None)
     if port.rate_gbps is not None and port.rate_gbps < before * (1 - RATE_TOLERANCE):
         evidence = (f"{port.name}: {port.state} at {port.rate_words()}; it ran at {_text(before)} Gbit/s in the "
                     "previous sweep: trained down since")
-        return _finding(port, Severity.FAIL, "nic_port_rate", evidence, "telemetry.nic_port_rate", port.rate_gbps,
+        return _finding(port, Severity.FAIL, Cause.NIC_PORT_RATE, evidence, "telemetry.nic_port_rate", port.rate_gbps,
                         before)
     return None
 
@@ -318,7 +319,8 @@ def _counter_finding(port: Port, suspects: Sequence[_CounterSuspect], floors: Ma
     worst = max(suspects, key=lambda e: e.value / max(1.0, floors[e.counter]))
     metric = f"telemetry.nic_port_{worst.counter}" + ("_growth" if worst.figure == GROWTH else "")
     evidence = f"{port.name}: " + "; ".join(_counter_evidence(e) for e in suspects)
-    return _finding(port, Severity.WARN, "nic_port_errors", evidence, metric, worst.value, worst.median, unit="count")
+    return _finding(port, Severity.WARN, Cause.NIC_PORT_ERRORS, evidence, metric, worst.value, worst.median,
+                    unit="count")
 
 
 def _counter_evidence(suspect: _CounterSuspect) -> str:
@@ -330,7 +332,7 @@ def _counter_evidence(suspect: _CounterSuspect) -> str:
 # ------------------------------------------------------------------------------ shared
 
 
-def _finding(port: Port, severity: Severity, cause: str, evidence: str, metric: str, value: float | None,
+def _finding(port: Port, severity: Severity, cause: Cause, evidence: str, metric: str, value: float | None,
              reference: float | None, unit: str = "Gbit/s") -> Finding:
     verb, detail = actions.action(cause, severity)
     return Finding(kind=Kind.NIC_PORT, severity=severity, host=port.host, metric=metric,

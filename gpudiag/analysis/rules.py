@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..findings import Kind, Severity
 from ..records import ProbeResult, device_index
+from .actions import Cause
 
 if TYPE_CHECKING:
     from .identity import HostGpus
@@ -108,7 +109,7 @@ class RuleFinding:
     gpu_uuid: str
     nvml_index: int | None
     evidence: str
-    cause: str
+    cause: Cause
 
 
 # What the rules read of a telemetry record (status, value, unit, reason, details); the rest (and
@@ -424,7 +425,10 @@ def _sample_share(details: Mapping[str, Any], reason: str) -> str:
     return f" in {100 * float(counts[reason]) / loaded:.0f} % of {loaded} loaded samples"
 
 
-Outcome = tuple[Kind, Severity, str, str]  # kind, severity, evidence, cause
+# What a rule found: the finding's kind, severity and evidence, and the cause that picks its action
+# (the kind's own, or a finer one: a failed row remap is an ``ecc`` finding that asks for the GPU's
+# replacement).
+Outcome = tuple[Kind, Severity, str, Cause]
 
 
 def _throttled(gpu: GpuTelemetry, share_pct: float) -> Outcome | None:
@@ -438,12 +442,12 @@ def _throttled(gpu: GpuTelemetry, share_pct: float) -> Outcome | None:
         return None
     evidence = load_evidence(gpu.under_load, hardware + software)
     severity = Severity.FAIL if hardware else Severity.WARN
-    return Kind.THROTTLED, severity, evidence or ", ".join(hardware + software), Kind.THROTTLED
+    return Kind.THROTTLED, severity, evidence or ", ".join(hardware + software), Cause.THROTTLED
 
 
 def _degraded_pcie(gpu: GpuTelemetry) -> Outcome | None:
     problems = pcie_problems(gpu)
-    return (Kind.DEGRADED_PCIE, Severity.FAIL, "; ".join(problems), Kind.DEGRADED_PCIE) if problems else None
+    return (Kind.DEGRADED_PCIE, Severity.FAIL, "; ".join(problems), Cause.DEGRADED_PCIE) if problems else None
 
 
 def pcie_problems(gpu: GpuTelemetry) -> list[str]:
@@ -483,18 +487,18 @@ def nvlink_down(gpu: GpuTelemetry) -> Outcome | None:
         if seen:
             evidence += (f"; the SKU table does not list {gpu.gpu_model}: up on {min(s[0] for s in seen)} of "
                          f"{max(s[1] for s in seen)} other GPUs of this model")
-    return Kind.NVLINK_DOWN, Severity.FAIL, evidence, Kind.NVLINK_DOWN
+    return Kind.NVLINK_DOWN, Severity.FAIL, evidence, Cause.NVLINK_DOWN
 
 
 def _ecc(gpu: GpuTelemetry) -> Outcome | None:
     volatile = gpu.value("ecc_uncorrected_volatile") or 0
+    errors = f"{volatile:.0f} uncorrectable ECC errors since the last reset"
     if gpu.value("remapped_rows_failure"):
-        return Kind.ECC, Severity.FAIL, \
-            f"a row remap failed; {volatile:.0f} uncorrectable ECC errors since the last reset", "ecc_remap_failed"
+        return Kind.ECC, Severity.FAIL, f"a row remap failed; {errors}", Cause.ECC_REMAP_FAILED
     if volatile:
-        return Kind.ECC, Severity.FAIL, f"{volatile:.0f} uncorrectable ECC errors since the last reset", Kind.ECC
+        return Kind.ECC, Severity.FAIL, errors, Cause.ECC
     if gpu.value("remapped_rows_pending"):
-        uncorrectable_rows = gpu.value("remapped_rows_uncorrectable") or 0
-        return Kind.ECC, Severity.WARN, \
-            f"row remap pending ({uncorrectable_rows:.0f} rows remapped for uncorrectable errors)", Kind.ECC
+        rows = gpu.value("remapped_rows_uncorrectable") or 0
+        pending = f"row remap pending ({rows:.0f} rows remapped for uncorrectable errors)"
+        return Kind.ECC, Severity.WARN, pending, Cause.ECC
     return None

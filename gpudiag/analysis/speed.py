@@ -14,6 +14,7 @@ from typing import Any
 from ..findings import Basis, Finding, Kind, Severity, cost_order
 from ..words import deficit_text, figure, plural
 from . import actions, clocks, coverage, rules
+from .actions import Cause
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, NODE_MEDIAN, Measurement
 from .pairs import Pair, attribute_pairs
@@ -92,7 +93,7 @@ def speed_findings(suspects: Sequence[Suspect], context: Context) -> list[Findin
     return findings
 
 
-def _cause(suspect: Suspect, context: Context) -> str | None:
+def _cause(suspect: Suspect, context: Context) -> Cause | None:
     """What the GPU's telemetry says slowed this measurement, or None."""
     m = suspect.measurement
     gpu = context.gpu(m)
@@ -103,19 +104,19 @@ def _cause(suspect: Suspect, context: Context) -> str | None:
         if cause is not None:
             return cause
     if m.probe == "pcie" and rules.pcie_problems(gpu):
-        return Kind.DEGRADED_PCIE
+        return Cause.DEGRADED_PCIE
     if m.probe == "p2p" and rules.nvlink_down(gpu) is not None:
-        return Kind.NVLINK_DOWN
+        return Cause.NVLINK_DOWN
     return None
 
 
-KIND_OF_CAUSE = {Kind.THROTTLED: Kind.THROTTLED, "power_capped": Kind.THROTTLED,
-                 Kind.DEGRADED_PCIE: Kind.DEGRADED_PCIE, Kind.NVLINK_DOWN: Kind.NVLINK_DOWN}
+KIND_OF_CAUSE = {Cause.THROTTLED: Kind.THROTTLED, Cause.POWER_CAPPED: Kind.THROTTLED,
+                 Cause.DEGRADED_PCIE: Kind.DEGRADED_PCIE, Cause.NVLINK_DOWN: Kind.NVLINK_DOWN}
 
 
-def _explained(suspect: Suspect, cause: str, context: Context) -> Finding:
+def _explained(suspect: Suspect, cause: Cause, context: Context) -> Finding:
     severity = _severity(suspect, context.thresholds)
-    if cause == "power_capped":  # a cap is a policy, not a broken part: a fail only when it costs against the SKU
+    if cause == Cause.POWER_CAPPED:  # a cap is a policy, not a broken part: a fail only when it costs against the SKU
         sku = context.refs[suspect.measurement.key].get(SKU)
         costly = sku is not None and sku.deficit_pct(suspect.measurement.value) >= context.thresholds.deficit_fail_pct
         severity = Severity.FAIL if suspect.confirmed and costly else Severity.WARN
@@ -141,7 +142,7 @@ def _unexplained(host: str, group: Sequence[Suspect], context: Context) -> list[
 
 def _slow_gpu(suspect: Suspect, context: Context) -> Finding:
     probe = suspect.measurement.probe
-    cause = {"pcie": "slow_gpu_pcie", "p2p": "slow_gpu_p2p"}.get(probe, Kind.SLOW_GPU)
+    cause = {"pcie": Cause.SLOW_GPU_PCIE, "p2p": Cause.SLOW_GPU_P2P}.get(probe, Cause.SLOW_GPU)
     evidence = _speed_evidence(suspect, context)
     if probe == "pcie":
         evidence += "; the PCIe link trains at full width and generation"
@@ -203,7 +204,7 @@ def _slow_node(host: str, group: Sequence[Suspect], starved: Sequence[str], wide
         parts.append("host starved: " + ", ".join(starved))
     parts.append("the host, not one GPU")
     representative = dataclasses.replace(worst, deficit_pct=deficit, confirmed=all(s.confirmed for s in headline))
-    cause = "starved_node" if starved else Kind.SLOW_NODE
+    cause = Cause.STARVED_NODE if starved else Cause.SLOW_NODE
     severity = _severity(representative, context.thresholds)
     finding = _speed_finding(Kind.SLOW_NODE, cause, severity, representative, "; ".join(parts), context)
     return dataclasses.replace(finding, gpu=None, gpu_uuid=None, pci_bus_id=None)
@@ -216,7 +217,7 @@ def starved_hosts(suspects: Sequence[Suspect], context: Context) -> list[Finding
     for host in sorted(context.facts):
         starved = coverage.starvation(context.facts[host], context.thresholds)
         if starved and host not in slow:
-            verb, detail = actions.action("starved_node", Severity.WARN)
+            verb, detail = actions.action(Cause.STARVED_NODE, Severity.WARN)
             findings.append(Finding(kind=Kind.SLOW_NODE, severity=Severity.WARN, host=host, basis=Basis.FACTS,
                                     action=verb, action_detail=detail, evidence="host starved: " + ", ".join(starved)
                                     + "; no measurement slow yet"))
@@ -227,7 +228,7 @@ def _severity(suspect: Suspect, thresholds: Thresholds) -> Severity:
     return Severity.FAIL if suspect.confirmed and suspect.deficit_pct >= thresholds.deficit_fail_pct else Severity.WARN
 
 
-def _speed_finding(kind: Kind, cause: str, severity: Severity, suspect: Suspect, evidence: str,
+def _speed_finding(kind: Kind, cause: Cause, severity: Severity, suspect: Suspect, evidence: str,
                    context: Context) -> Finding:
     m, ref = suspect.measurement, suspect.reference
     gpu = context.gpu(m)
@@ -377,9 +378,9 @@ def _pair_finding(pair: Pair, context: Context) -> Finding:
                 + _speed_evidence(pair.worst, context))
     if not pair.corroborated:
         evidence += "; the pair's other direction and both-ways figures are not low: one figure alone, a warning"
-    finding = _speed_finding(Kind.SLOW_LINK, Kind.SLOW_LINK, severity, pair.worst, evidence, context)
+    finding = _speed_finding(Kind.SLOW_LINK, Cause.SLOW_LINK, severity, pair.worst, evidence, context)
     first, second = context.identity(pair.host, a), context.identity(pair.host, b)
-    verb, detail = actions.action(Kind.SLOW_LINK, severity, first.nvml_index, second.nvml_index)
+    verb, detail = actions.action(Cause.SLOW_LINK, severity, first.nvml_index, second.nvml_index)
     if a != pair.worst.measurement.device:  # the finding names end ``a``: its UUID and bus id, not the other's
         finding = dataclasses.replace(finding, gpu_uuid=first.gpu_uuid, pci_bus_id=first.pci_bus_id)
     return dataclasses.replace(finding, gpu=first.nvml_index, peer=pair.host, peer_gpu=second.nvml_index,

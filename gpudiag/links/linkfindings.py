@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.actions import action
+from ..analysis.actions import Cause, action
 from ..findings import Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..words import deficit_text, fixed, plural
@@ -66,7 +66,7 @@ def _never_every_host(findings: list[Finding], attribution: LinkAttribution) -> 
 
 
 def _network_unsettled(backend: str, members: set[str], suspects: Sequence[Finding]) -> Finding:
-    verb, detail = action(Kind.SLOW_NETWORK, Severity.WARN)
+    verb, detail = action(Cause.SLOW_NETWORK, Severity.WARN)
     worst = max(suspects, key=lambda f: f.deficit_pct or 0.0)
     evidence = (f"every host of the {backend} pair tests ({fold_hosts(sorted(members))}) is suspected slow: "
                 f"{'; '.join(sorted({f.evidence for f in suspects})[:3])}; which of their NICs, or whether the "
@@ -154,7 +154,7 @@ def _metric(backend: str, rail: int | None) -> str:
 
 def _nic(suspect: NicSuspect, fail_deficit_pct: float) -> Finding:
     severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct)
-    verb, detail = action(Kind.SLOW_NIC, severity)
+    verb, detail = action(Cause.SLOW_NIC, severity)
     return Finding(kind=Kind.SLOW_NIC, severity=severity, host=suspect.host,
                    metric=_metric(suspect.backend, suspect.rail), value=round(suspect.gbps, 3),
                    reference=round(suspect.reference_gbps, 3), unit=UNIT,
@@ -166,7 +166,7 @@ def _nic(suspect: NicSuspect, fail_deficit_pct: float) -> Finding:
 
 def _link(suspect: LinkSuspect, fail_deficit_pct: float) -> Finding:
     severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct)
-    verb, detail = action("slow_network_link", severity)
+    verb, detail = action(Cause.SLOW_NETWORK_LINK, severity)
     return Finding(kind=Kind.SLOW_LINK, severity=severity, host=suspect.a, peer=suspect.b,
                    metric=_metric(suspect.backend, suspect.rail), value=round(suspect.gbps, 3),
                    reference=round(suspect.reference_gbps, 3), unit=UNIT, reference_source=suspect.reference_source,
@@ -183,7 +183,7 @@ def _unconfirmed(suspect: NicSuspect | LinkSuspect) -> Finding:
     and never a pass."""
     is_nic = isinstance(suspect, NicSuspect)
     host, peer = (suspect.host, None) if isinstance(suspect, NicSuspect) else (suspect.a, suspect.b)
-    verb, detail = action(Kind.UNCHECKED, Severity.WARN)
+    verb, detail = action(Cause.UNCHECKED, Severity.WARN)
     return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=host, peer=peer,
                    metric=_metric(suspect.backend, suspect.rail), value=round(suspect.gbps, 3),
                    reference=round(suspect.reference_gbps, 3), unit=UNIT, reference_source=suspect.reference_source,
@@ -196,14 +196,14 @@ def _unconfirmed(suspect: NicSuspect | LinkSuspect) -> Finding:
 
 
 def _error(error: LinkError) -> Finding:
-    verb, detail = action(Kind.LINK_ERROR, Severity.WARN)
+    verb, detail = action(Cause.LINK_ERROR, Severity.WARN)
     return Finding(kind=Kind.LINK_ERROR, severity=Severity.WARN, host=error.a, peer=error.b,
                    metric=_metric(error.backend, error.rail), basis=Basis.ERROR_RECORD, evidence=error.evidence,
                    action=verb, action_detail=detail)
 
 
 def _host_error(error: HostLinkError) -> Finding:
-    verb, detail = action("host_link_error", Severity.WARN)
+    verb, detail = action(Cause.HOST_LINK_ERROR, Severity.WARN)
     return Finding(kind=Kind.LINK_ERROR, severity=Severity.WARN, host=error.host, basis=Basis.ERROR_RECORD,
                    evidence=error.evidence, action=verb, action_detail=detail)
 
@@ -221,7 +221,7 @@ def _not_compared(reference: GroupReference) -> Finding:
     if reference.job_level:
         evidence += (f" (compared among themselves, at {fixed(reference.level_gbps)} {UNIT}: a part slower than "
                      "the others is found, a cause they all share is not)")
-    verb, detail = action(Kind.UNCHECKED, Severity.WARN)
+    verb, detail = action(Cause.UNCHECKED, Severity.WARN)
     return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=fold_hosts(reference.members),
                    metric=_metric(group.backend, group.rail), basis=Basis.COMPARISON, evidence=evidence,
                    action=verb, action_detail=detail)
@@ -234,8 +234,9 @@ def _shift(shift: LinkShift, fail_deficit_pct: float) -> Finding:
     reference = shift.reference_gbps  # the line rate, or the baseline's median
     deficit = 100 * (reference - shift.fleet_gbps) / reference
     severity = _severity(shift.confirmed, deficit, fail_deficit_pct)
-    kind = Kind.SLOW_NETWORK if shift.source == LINE_RATE else Kind.FLEET_SHIFT
-    verb, detail = action(kind, severity)
+    kind, cause = (Kind.SLOW_NETWORK, Cause.SLOW_NETWORK) if shift.source == LINE_RATE else \
+        (Kind.FLEET_SHIFT, Cause.FLEET_SHIFT)
+    verb, detail = action(cause, severity)
     return Finding(kind=kind, severity=severity, host=None if kind == Kind.SLOW_NETWORK else f"{shift.backend} fabric",
                    metric=_metric(shift.backend, shift.rail), value=round(shift.fleet_gbps, 3),
                    reference=round(reference, 3), unit=UNIT, reference_source=shift.source,

@@ -12,7 +12,8 @@ file beside the target, then renamed over it, so the collector never reads half 
 
 Labels are dcgm-exporter's, so gpudiag's series join with DCGM's on the same GPU:
 ``Hostname`` (the node's own hostname as its facts probe read it, which is what dcgm-exporter
-running on the node reports; the host's name in the sweep where the node did not answer),
+running on the node reports; the host's name in the sweep where the node did not answer, or
+where the hostname it gave names another host of the sweep: a node never speaks for another),
 ``gpu`` (the GPU's NVML index, as dcgm-exporter numbers GPUs; from the facts' map of CUDA's
 numbers to NVML's where NVML's identity was not read, and empty where neither says: CUDA's own
 number shifts after a GPU is lost), ``UUID``, ``pci_bus_id`` and ``modelName`` (NVML's name).
@@ -29,7 +30,7 @@ and for the network as a whole) and ``where`` (the part in the reports' words).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from ..analysis.identity import HostGpus
 from ..errors import InputError
+from ..hosts import another_host_named
 from ..records import device_index
 from ..schema.fields import is_finite_number
 from ..schema.times import parse_time
@@ -142,10 +144,14 @@ def sweep_families(document: Mapping[str, Any]) -> list[_Family]:
                      "unreachable, auth_failed, timeout, probe_error, ...).", ("host", "Hostname", "status"))
     hostnames: dict[str, str] = {}
     nvml_index: dict[str, int | None] = {}
-    for entry in document.get("hosts") or ():
+    hosts = document.get("hosts") or ()
+    # Read once where the hosts come one at a time: the sweep that wrote them set aside a node
+    # naming another already (gpudiag.run.impostors); a list is checked here too.
+    labels = {str(entry["host"]) for entry in hosts} if isinstance(hosts, Sequence) else None
+    for entry in hosts:
         host = str(entry["host"])
         facts = entry.get("facts") or {}
-        hostname = hostnames[host] = str(facts.get("hostname") or host)
+        hostname = hostnames[host] = own_hostname(host, facts, labels)
         status.samples.append(((host, hostname, str(entry.get("status"))), 1.0))
         records = entry.get("results") or []
         model = str(facts.get("gpu_model") or "")
@@ -154,6 +160,16 @@ def sweep_families(document: Mapping[str, Any]) -> list[_Family]:
         _gpu_figures(gpu_families, (host, hostname, model), records, identities, HostGpus(facts))
     return [*gpu_families.values(), status, _links(document.get("links") or (), hostnames),
             *_findings(document.get("findings") or (), hostnames, nvml_index), *_last_run(document)]
+
+
+def own_hostname(host: str, facts: Mapping[str, Any], labels: Iterable[str] | None) -> str:
+    """The ``Hostname`` of ``host``'s series: the hostname its facts give (dcgm-exporter's, for
+    the join), unless it names another host of the sweep, ``labels`` (a node never speaks for
+    another: its series then carry its own name in the sweep), or it gave none."""
+    said = facts.get("hostname")
+    if not isinstance(said, str) or not said:
+        return host
+    return host if labels is not None and another_host_named(said, host, labels) is not None else said
 
 
 def _identities(records: Iterable[Mapping[str, Any]], telemetry: Mapping[str, Any],

@@ -45,7 +45,9 @@ FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "kernel_log_unreadable": (("host",), ("reason",)),
     "ecc": (("host", "gpu"), ECC_FIELDS),
     "paused_job": (("host", "used_mib"), ("gpu", "exclusive")),
-    "nic_port": (("host", "rail"), ("state", "width", "rate_gbps", "counter", "count"))}
+    "nic_port": (("host", "rail"), ("state", "width", "rate_gbps", "counter", "count")),
+    # a node that says it is another: that host's hostname and GPU UUIDs in its facts and records
+    "impostor": (("host", "as"), ())}
 # GPUs that torch cannot use: a node needs at least one left.
 GONE_KINDS = ("gpu_lost", "gpu_missing")
 
@@ -151,11 +153,12 @@ def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
     required, optional = FAULT_FIELDS[kind]
     read.keys(entry, path, ("kind", *required, *optional), required)
     fields: dict[str, Any] = {"kind": kind}
-    for key in ("host", "a", "b"):
+    for key in ("host", "a", "b", "as"):
         if key in entry:
-            fields["peer" if key == "b" else "host"] = _host(context, entry, key, path)
-    if kind == "slow_link" and fields["host"] == fields["peer"]:
-        raise read.error(f"{path}.b", "a link needs two different nodes")
+            fields["peer" if key in ("b", "as") else "host"] = _host(context, entry, key, path)
+    if kind in ("slow_link", "impostor") and fields["host"] == fields["peer"]:
+        raise read.error(f"{path}.{'b' if kind == 'slow_link' else 'as'}",
+                         "a link needs two different nodes" if kind == "slow_link" else "a node cannot pose as itself")
     fields.update(_gpu_fields(context, entry, path, fields["host"]))
     if "rail" in entry:
         fields["rail"] = _rail(context, entry, path, [fields["host"], *([fields["peer"]] if "peer" in fields else [])])

@@ -172,7 +172,9 @@ class SimulatedFleet:
         spec = self._node_specs[host]
         faults = self._faults_by_host.get(host, [])
         missing = {f.gpu for f in faults if f.kind == "gpu_missing"}
-        on_bus = [_apply_gpu_faults(gpu_identity(self.spec.seed, host, index),
+        # an impostor's GPUs carry the identities of the host it poses as
+        posing = next((f.peer for f in faults if f.kind == "impostor"), None)
+        on_bus = [_apply_gpu_faults(gpu_identity(self.spec.seed, posing or host, index),
                                     [f for f in faults if f.gpu == index or (f.kind == "paused_job" and f.gpu is None)])
                   for index in range(spec.gpus_per_node) if index not in missing]
         host_factor = min((f.factor for f in faults if f.kind == "slow_node"), default=1.0)
@@ -183,7 +185,7 @@ class SimulatedFleet:
                          gpu_memory_mib=spec.gpu_memory_mib, driver=spec.driver, cuda=spec.cuda, torch=spec.torch,
                          noise=self.spec.noise, host_factor=host_factor, nvml_link_slots=spec.nvml_link_slots,
                          xids=xids, kernel_log_unreadable=unreadable, platform=spec.platform,
-                         nic_ports=port_faults(faults))
+                         nic_ports=port_faults(faults), hostname=posing or host)
 
 
 def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:

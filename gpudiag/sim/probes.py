@@ -84,7 +84,7 @@ def facts(call: BundleCall, node: NodeState, draw: Draw) -> ProbeOutput:
     usable_cpus = max(1, round(host.cpu_count * node.host_factor))
     # A starved host (slow_node) runs far more work than it has usable CPUs for.
     load = rng.uniform(0.2, 2.5) + (1.0 - node.host_factor) * host.cpu_count * 1.5
-    details = {"hostname": node.host, "cpu_model": host.cpu_model, "cpu_count": host.cpu_count,
+    details = {"hostname": node.hostname or node.host, "cpu_model": host.cpu_model, "cpu_count": host.cpu_count,
                "cpu_count_usable": usable_cpus, "load_average_1m": round(load, 2),
                "memory_total_mib": host.memory_total_mib,
                "memory_available_mib": int(host.memory_total_mib * rng.uniform(0.93, 0.97) * node.host_factor),

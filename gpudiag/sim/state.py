@@ -168,6 +168,7 @@ class NodeState:
     kernel_log_unreadable: str | None = None
     platform: str | None = None
     nic_ports: tuple[PortFault, ...] = ()  # what nic_port faults change (gpudiag/sim/nicports.py)
+    hostname: str = ""  # what its facts say its hostname is (an impostor's: another host's); "": ``host``
 
     @property
     def cuda_gpus(self) -> tuple[GpuState, ...]:

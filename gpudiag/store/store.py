@@ -305,6 +305,18 @@ class Store:
                 " WHERE h.host = ? ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (host, limit)).fetchall()
             return [_history_row(db, row, host) for row in rows]
 
+    def last_holder(self, gpu_uuid: str, besides: str, sweeps: int = 20) -> str | None:
+        """The host whose facts named GPU ``gpu_uuid`` in the newest of the last ``sweeps``
+        stored sweeps but ``besides`` (the sweep asking) where an ok host named it; None when none
+        did. (Asked only where two hosts of a sweep claim one GPU: it reads those sweeps' facts.)"""
+        with self.reading(f"finding which host had GPU {gpu_uuid}") as db:
+            row = db.execute(
+                "SELECT h.host FROM hosts h JOIN sweeps s USING (sweep_id) WHERE h.status = 'ok' AND s.sweep_id IN "
+                "(SELECT sweep_id FROM sweeps WHERE sweep_id != ? ORDER BY started_at DESC LIMIT ?) "
+                "AND instr(h.facts_json, ?) > 0 ORDER BY s.started_at DESC LIMIT 1",
+                (besides, sweeps, json.dumps(gpu_uuid))).fetchone()
+        return None if row is None else str(row["host"])
+
     def previous_hosts(self, hosts: Iterable[str], before: str) -> list[StoredHost]:
         """Each of ``hosts`` as it was in its newest stored sweep other than ``before`` in which it
         was ok (for counters judged on their growth since then); its records are read from the

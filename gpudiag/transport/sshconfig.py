@@ -43,6 +43,7 @@ from paramiko.config import SSHConfig
 from ..errors import InputError
 from ..hosts import FIX_HOST_NAME, FIX_USER_NAME, HostSpec, host_name_problem, user_name_problem
 from .fdlimit import children_at_once
+from .groupproc import run_grouped
 from .sshpaths import (
     DEFAULT_GLOBAL_KNOWN_HOSTS_FILES,
     expand_home,
@@ -367,8 +368,7 @@ def _lookup_ssh(binary: str, spec: HostSpec, options: SshOptions, via: str | Non
     _check_readable(options.config_file)
     command = _ssh_g_command(binary, spec, options, via)
     try:
-        completed = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                   timeout=SSH_G_TIMEOUT_S, check=False)
+        completed = run_grouped(command, SSH_G_TIMEOUT_S)  # a Match exec command ends with it
     except subprocess.TimeoutExpired:
         raise HostConfigError(_config_name(options), spec.host, f"'ssh -G' took more than {SSH_G_TIMEOUT_S:g} s",
                               "check Match exec lines in the ssh config") from None

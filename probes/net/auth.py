@@ -16,6 +16,14 @@ port never receives even a hello), and accepts the session only with a proof bou
 fresh nonce (a greeting replayed by someone else is worthless). A server drops every connection
 without a valid hello: a stranger never takes the session and learns nothing about the node.
 Data connections open with ``<index> H("stream", sn, cn, index)``: each carries the secret too.
+
+Nor can anyone without the secret keep the real client out (probes/net/gate.py): the server reads
+the first line of every new connection at once (a hello; a data connection's greeting), each whole
+within HANDSHAKE_S of its accept (one deadline, however slowly its bytes come); at most MAX_PENDING
+wait at once, and a newcomer past that crowds out the one that has waited longest, so strangers
+that came first, silent or trickling, never fill the door; the proved client's data connections
+wait apart from strangers'. A client whose proved server closed its connection before accepting
+it (crowded out) connects again (open_session).
 """
 
 from __future__ import annotations
@@ -30,28 +38,41 @@ import secrets
 import select
 import socket
 import sys
-import threading
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..context import Deadline
-from .common import PROTOCOL, STALL_S, Channel, bounded
+from .common import PROTOCOL, STALL_S, Channel, connect, parse_message
+from .gate import Gate
 from .messages import ProtocolError, expect_str
 
 # Hex digits of a secret (the controller's: 64; at least 128 bits) and of a nonce (128 bits).
 _TOKEN = re.compile(r"[0-9a-f]{32,128}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 NONCE_BYTES = 16
-# Seconds a new connection has to complete its half of the handshake before it is dropped.
+# Seconds a new connection has, from its accept, to send its whole hello (or a data connection its
+# whole greeting) before it is dropped: one deadline for the line, not one per read.
 HANDSHAKE_S = 5.0
-# Connections whose handshake may be under way at once; more are closed at once.
-MAX_PENDING = 16
+# Connections that may wait for their first line at once (per set: strangers, the proved client's
+# data connections); a newcomer past that crowds out the one that has waited longest.
+MAX_PENDING = 64
+# Bytes of a client's hello, newline included (its params are a few numbers).
+HELLO_BYTES = 1 << 16
+# A client crowded out of its handshake connects again for this many seconds, this far apart.
+RETRY_S = STALL_S
+RETRY_PAUSE_S = 0.05
 # Bytes of the first line of a data connection (index, space, 64 hex digits, newline).
 MAX_STREAM_GREETING = 96
 # What --token - reads from stdin: one line, within this many seconds.
 TOKEN_LINE_BYTES = 256
 TOKEN_WAIT_S = 10.0
+
+
+class Dropped(ConnectionResetError):
+    """The server, having proved the secret, closed the connection before it accepted this client:
+    crowded out by strangers, or too slow for HANDSHAKE_S. A new connection may pass."""
 
 
 class SecretError(ValueError):
@@ -153,13 +174,18 @@ def _expect_protocol(message: Mapping[str, Any], backend: str) -> None:
 
 # --- server side -------------------------------------------------------------------------------
 
-def server_handshake(channel: Channel, backend: str, secret: PairSecret) -> Handshake:
-    """The server's half on a new connection (see the module docstring): the client's proved
-    hello. Raises ProtocolError (a stranger, or a peer without the secret), TimeoutError, OSError."""
+def _greeting(backend: str, secret: PairSecret) -> tuple[bytes, str]:
+    """The server's first line on a new connection, and the nonce it carries."""
     server_nonce = new_nonce()
-    channel.send({"protocol": PROTOCOL, "backend": backend, "nonce": server_nonce,
-                  "proof": secret.proof("server-greeting", backend, server_nonce)}, timeout_s=HANDSHAKE_S)
-    hello = channel.receive(timeout_s=HANDSHAKE_S)
+    line = json.dumps({"protocol": PROTOCOL, "backend": backend, "nonce": server_nonce,
+                       "proof": secret.proof("server-greeting", backend, server_nonce)}, allow_nan=False)
+    return line.encode() + b"\n", server_nonce
+
+
+def check_hello(line: bytes, backend: str, secret: PairSecret, server_nonce: str) -> Handshake:
+    """The proved handshake of a client's hello ``line`` (newline included) that answered the
+    greeting with ``server_nonce``. Raises ProtocolError (a stranger, or a peer without the secret)."""
+    hello = parse_message(line)
     _expect_protocol(hello, backend)
     client_nonce = expect_nonce(hello)
     params = hello.get("params")
@@ -167,69 +193,31 @@ def server_handshake(channel: Channel, backend: str, secret: PairSecret) -> Hand
         raise ProtocolError("the hello carries no 'params' object")
     if not secret.verify(hello.get("proof"), "client-hello", backend, server_nonce, client_nonce, canonical(params)):
         raise ProtocolError("the hello does not prove the pair secret")
-    channel.send({"accepted": True, "proof": secret.proof("server-session", backend, server_nonce, client_nonce)},
-                 timeout_s=HANDSHAKE_S)
     return Handshake(server_nonce, client_nonce, params)
 
 
-class _Acceptor:
-    """Handshakes on the connections of one listener, each on a thread of its own (a silent
-    stranger holds up nobody); the first that proves the secret wins, every other is closed."""
-
-    def __init__(self, listener: socket.socket, backend: str, secret: PairSecret, deadline: Deadline) -> None:
-        self._listener = listener
-        self._backend = backend
-        self._secret = secret
-        self._deadline = deadline
-        self._lock = threading.Lock()
-        self._won = threading.Event()
-        self._winner: tuple[Channel, Handshake] | None = None
-        self._pending = threading.BoundedSemaphore(MAX_PENDING)
-
-    def wait(self) -> tuple[Channel, Handshake]:
-        while not self._won.is_set():
-            if self._deadline.expired():
-                raise TimeoutError("no client proved the pair secret in time")
-            self._listener.settimeout(bounded(0.2, self._deadline))
+def accept_client(listener: socket.socket, backend: str, secret: PairSecret, deadline: Deadline,
+                  session: Deadline | None = None) -> tuple[Channel, Handshake]:
+    """The first connection on ``listener`` whose client proves ``secret``: its channel (bound by
+    ``session``, the test's deadline; ``deadline`` when None) and handshake, whose ``client`` is its
+    address. Every other connection is dropped; the hellos of all are read at once, each within
+    HANDSHAKE_S of its connection, at most MAX_PENDING waiting (a newcomer crowds out the one that
+    has waited longest: probes/net/gate.py). Raises TimeoutError at ``deadline``."""
+    with Gate(listener, HELLO_BYTES, HANDSHAKE_S, MAX_PENDING, greet=lambda: _greeting(backend, secret),
+              plain=plain_address) as gate:
+        while True:
+            arrival = gate.next_line(deadline, "no client proved the pair secret in time")
+            channel = Channel(arrival.sock, session or deadline)
             try:
-                conn, address = self._listener.accept()
-            except TimeoutError:
-                continue
-            if not self._pending.acquire(blocking=False):
-                conn.close()  # too many half-open handshakes at once: someone is flooding the port
-                continue
-            threading.Thread(target=self._greet, args=(conn, address), name="net-handshake", daemon=True).start()
-        assert self._winner is not None
-        return self._winner
-
-    def _greet(self, conn: socket.socket, address: tuple[Any, ...]) -> None:
-        channel = Channel(conn, self._deadline)
-        client = plain_address(str(address[0]))
-        try:
-            try:
-                handshake = server_handshake(channel, self._backend, self._secret)
+                handshake = check_hello(arrival.line, backend, secret, arrival.context)
+                channel.send({"accepted": True, "proof": secret.proof("server-session", backend,
+                                                                      handshake.server_nonce, handshake.client_nonce)},
+                             timeout_s=HANDSHAKE_S)
             except (OSError, ProtocolError) as error:
-                print(f"net-server: dropped a connection from {client}: {error or type(error).__name__}",
-                      file=sys.stderr)
+                gate.notes.say(f"dropped a connection from {arrival.address}: {error or type(error).__name__}")
                 channel.close()
-                return
-            with self._lock:
-                if self._winner is None:
-                    self._winner = (channel, Handshake(handshake.server_nonce, handshake.client_nonce,
-                                                       handshake.params, client))
-                    self._won.set()
-                    return
-            channel.close()  # a second proved client: the session is taken
-        finally:
-            self._pending.release()
-
-
-def accept_client(listener: socket.socket, backend: str, secret: PairSecret,
-                  deadline: Deadline) -> tuple[Channel, Handshake]:
-    """The first connection on ``listener`` whose client proves ``secret`` (its channel and
-    handshake, whose ``client`` is its address); every other connection is dropped. Raises
-    TimeoutError at ``deadline``."""
-    return _Acceptor(listener, backend, secret, deadline).wait()
+                continue
+            return channel, replace(handshake, client=arrival.address)
 
 
 # --- client side -------------------------------------------------------------------------------
@@ -247,13 +235,38 @@ def client_handshake(channel: Channel, backend: str, secret: PairSecret, params:
     if not secret.verify(greeting.get("proof"), "server-greeting", backend, server_nonce):
         raise ProtocolError(f"{where} does not prove the pair secret: not the server this test started")
     client_nonce = new_nonce()
-    channel.send({"protocol": PROTOCOL, "backend": backend, "nonce": client_nonce, "params": dict(params),
-                  "proof": secret.proof("client-hello", backend, server_nonce, client_nonce, canonical(params))})
-    accepted = channel.receive(timeout_s=STALL_S)
+    try:
+        channel.send({"protocol": PROTOCOL, "backend": backend, "nonce": client_nonce, "params": dict(params),
+                      "proof": secret.proof("client-hello", backend, server_nonce, client_nonce, canonical(params))})
+        accepted = channel.receive(timeout_s=STALL_S)
+    except ConnectionError as error:
+        raise Dropped(f"{where} closed the connection before it accepted this client ({error})") from error
     if accepted.get("accepted") is not True or not secret.verify(accepted.get("proof"), "server-session", backend,
                                                                   server_nonce, client_nonce):
         raise ProtocolError(f"{where} did not accept this client with a proof of the pair secret")
     return Handshake(server_nonce, client_nonce, dict(params))
+
+
+def open_session(host: str, port: int, backend: str, secret: PairSecret, params: Mapping[str, Any], where: str,
+                 deadline: Deadline, retry_s: float = RETRY_S) -> tuple[Channel, Handshake]:
+    """A control channel to the server at ``host``:``port`` and its handshake (client_handshake),
+    on a new connection again while the server, having proved the secret, dropped this one before
+    accepting it (a crowd of strangers may have pushed it out), for ``retry_s`` seconds at most.
+    Raises ProtocolError, TimeoutError, OSError."""
+    retry_until = deadline.sooner(retry_s)
+    while True:
+        channel = Channel(connect(host, port, deadline), deadline)
+        try:
+            return channel, client_handshake(channel, backend, secret, params, where)
+        except Dropped as error:
+            channel.close()
+            if retry_until.expired():
+                raise
+            print(f"net-client: {error}; connecting again", file=sys.stderr)
+        except BaseException:
+            channel.close()
+            raise
+        time.sleep(RETRY_PAUSE_S)
 
 
 def plain_address(address: str) -> str:

@@ -69,6 +69,9 @@ MAX_DURATION_S = 3600.0
 MAX_TRACE_HOPS = 16
 # Exit status when the controller is gone (stdin at end of file): as a shell's at a hangup.
 EXIT_ORPHANED = 129
+# Connections the kernel queues for a pair server's accept (a burst of strangers must not fill it:
+# a SYN past it waits a second for its retry).
+LISTEN_BACKLOG = 256
 # Seconds a server waits for its client by default (the controller starts the client at once).
 ACCEPT_WINDOW_S = 30.0
 # nccl transfers are at least this large (bytes), so the figure is bandwidth, not latency.
@@ -211,7 +214,7 @@ def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def open_listener(bind: str, backlog: int = 16) -> socket.socket:
+def open_listener(bind: str, backlog: int = LISTEN_BACKLOG) -> socket.socket:
     """A listening TCP socket on an ephemeral port of ``bind`` (see :func:`listen_address`;
     "" = every IPv4 and IPv6 address where the system allows it). Raises OSError: among others
     when ``bind`` is not an address of this node (EADDRNOTAVAIL)."""
@@ -324,18 +327,24 @@ class Channel:
         line = self._reader.readline(MAX_MESSAGE_LINE)
         if not line:
             raise ConnectionResetError("the peer closed the control connection")
-        if not line.endswith(b"\n"):
-            raise ProtocolError(f"a message longer than {MAX_MESSAGE_LINE} bytes, or cut off")
-        message = strict_json(line)
-        if not isinstance(message, dict):
-            raise ProtocolError(f"not a JSON object: {line[:80]!r}")
-        if "error" in message:
-            raise ProtocolError(f"the peer reported: {expect_str(message, 'error')}")
-        return message
+        return parse_message(line)
 
     def close(self) -> None:
         self._reader.close()
         self.sock.close()
+
+
+def parse_message(line: bytes, limit: int = MAX_MESSAGE_LINE) -> dict[str, Any]:
+    """The message of one whole line (its newline included). Raises ProtocolError: cut off or
+    longer than ``limit``, no JSON object, or the peer's ``error``."""
+    if not line.endswith(b"\n"):
+        raise ProtocolError(f"a message longer than {limit} bytes, or cut off")
+    message = strict_json(line)
+    if not isinstance(message, dict):
+        raise ProtocolError(f"not a JSON object: {line[:80]!r}")
+    if "error" in message:
+        raise ProtocolError(f"the peer reported: {expect_str(message, 'error')}")
+    return message
 
 
 def describe_failure(error: BaseException, where: str) -> str:

@@ -44,7 +44,7 @@ from ..context import Deadline
 from ..records import SKIPPED
 from ..runner import EXIT_DEADLINE, EXIT_OK
 from ..topology import Rail, discover_rails
-from .auth import PairSecret, accept_client, client_handshake
+from .auth import PairSecret, accept_client, open_session
 from .common import (
     DIRECTIONS,
     PROTOCOL,
@@ -54,7 +54,6 @@ from .common import (
     NetOptions,
     Output,
     bound_address,
-    connect,
     describe_failure,
     figure_record,
     link_failure,
@@ -312,7 +311,8 @@ def serve(options: NetOptions, secret: PairSecret, out: Output) -> int:
         start_lifeline(lambda: _end(runs, out, "error", "the controller is gone (stdin closed)", None, started))
     client = None
     try:
-        channel, handshake = accept_client(listener, BACKEND, secret, deadline.sooner(options.accept_window_s))
+        channel, handshake = accept_client(listener, BACKEND, secret, deadline.sooner(options.accept_window_s),
+                                           session=deadline)
         client = handshake.client
         _serve_session(channel, session_params(handshake.params), client, node, runs, deadline)
     except TimeoutError as error:
@@ -376,10 +376,10 @@ def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
         start_lifeline(lambda: give_up("the controller is gone (stdin closed)"))
     channel: Channel | None = None
     try:
-        channel = Channel(connect(options.host or "", options.port or 0, deadline), deadline)
         session = {"streams": options.streams, "duration_s": options.duration_s,
                    "message_bytes": options.message_bytes or DEFAULT_MESSAGE_BYTES}
-        client_handshake(channel, BACKEND, secret, session, options.peer)
+        channel, _ = open_session(options.host or "", options.port or 0, BACKEND, secret, session, options.peer,
+                                  deadline)
         reply = server_info(channel.receive())
         report.server = reply
         unavailable = node.unavailable

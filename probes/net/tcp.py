@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 from collections import Counter
@@ -36,7 +35,16 @@ from typing import Any
 from ..context import Deadline
 from ..runner import EXIT_DEADLINE, EXIT_OK
 from ..topology import interface_for_address, read_ethernet_speed_gbps
-from .auth import HANDSHAKE_S, MAX_STREAM_GREETING, Handshake, PairSecret, accept_client, client_handshake
+from .auth import (
+    HANDSHAKE_S,
+    MAX_PENDING,
+    MAX_STREAM_GREETING,
+    Handshake,
+    PairSecret,
+    accept_client,
+    open_session,
+    plain_address,
+)
 from .common import (
     DIRECTIONS,
     MAX_DURATION_S,
@@ -61,6 +69,7 @@ from .common import (
     start_lifeline,
     start_watchdog,
 )
+from .gate import Gate
 from .messages import ProtocolError, expect_choice, expect_int, expect_number, expect_numbers, expect_str
 from .trace import TRACE_WAIT_S, SockAddr, connect_from, reserve_source, trace_streams
 
@@ -201,7 +210,8 @@ def serve(options: NetOptions, secret: PairSecret, out: Output) -> int:
     streams: list[socket.socket] = []
     client = None
     try:
-        channel, handshake = accept_client(listener, BACKEND, secret, deadline.sooner(options.accept_window_s))
+        channel, handshake = accept_client(listener, BACKEND, secret, deadline.sooner(options.accept_window_s),
+                                           session=deadline)
         client = handshake.client
         duration_s = _session_duration(handshake)
         streams = _open_session(listener, channel, handshake, secret, options, deadline,
@@ -253,36 +263,30 @@ def trace_time_s(hops: int) -> float:
 def _open_session(listener: socket.socket, channel: Channel, handshake: Handshake, secret: PairSecret,
                   options: NetOptions, deadline: Deadline, accept_wait_s: float) -> list[socket.socket]:
     """The client's data connections in index order, each proving the secret; ``accept_wait_s``:
-    seconds to wait for each (longer while the client traces its streams' paths first)."""
+    seconds to wait for the next one (longer while the client traces its streams' paths first).
+    Their greetings are read at once, each within HANDSHAKE_S of its connection, those from the
+    client's address apart from strangers' (probes/net/gate.py): a stalled one holds up nobody."""
     count = int(handshake.params["streams"])
     interface, rate = local_line_rate(channel.sock, options.sysfs_root)
     channel.send({"host": socket.gethostname(), "interface": interface, "line_rate_gbps": rate})
     streams: dict[int, socket.socket] = {}
-    while len(streams) < count:
-        listener.settimeout(bounded(accept_wait_s, deadline))
-        conn, address = listener.accept()
-        conn.settimeout(bounded(HANDSHAKE_S, deadline))
-        try:
-            index = handshake.stream_index(secret, _read_greeting(conn), count)
-        except OSError:
-            index = None
-        if index is None or index in streams:
-            print(f"net-server: dropped a data connection from {address[0]} without a proof of the pair secret",
-                  file=sys.stderr)
-            conn.close()
-            continue
-        streams[index] = conn
+    try:
+        with Gate(listener, MAX_STREAM_GREETING, HANDSHAKE_S, MAX_PENDING, favoured=handshake.client,
+                  plain=plain_address) as gate:
+            while len(streams) < count:
+                arrival = gate.next_line(deadline.sooner(accept_wait_s), f"only {len(streams)} of {count} data "
+                                                                         "connections proved the pair secret in time")
+                index = handshake.stream_index(secret, arrival.line, count)
+                if index is None or index in streams:
+                    gate.notes.say(f"dropped a data connection from {arrival.address} without a proof of the "
+                                   "pair secret")
+                    arrival.sock.close()
+                    continue
+                streams[index] = arrival.sock
+    except BaseException:
+        _close(list(streams.values()))
+        raise
     return [streams[index] for index in range(count)]
-
-
-def _read_greeting(conn: socket.socket) -> bytes:
-    data = b""
-    while not data.endswith(b"\n") and len(data) < MAX_STREAM_GREETING:
-        piece = conn.recv(1)
-        if not piece:
-            break
-        data += piece
-    return data
 
 
 def _serve_phases(channel: Channel, streams: Sequence[socket.socket], duration_s: float, deadline: Deadline) -> None:
@@ -329,10 +333,10 @@ def run_client(options: NetOptions, secret: PairSecret, out: Output) -> int:
     channel: Channel | None = None
     streams: list[socket.socket] = []
     try:
-        channel = Channel(connect(options.host or "", options.port or 0, deadline), deadline)
         hello = {"streams": options.streams, "duration_s": options.duration_s,
                  **({"trace_hops": options.trace_hops} if tracing else {})}
-        handshake = client_handshake(channel, BACKEND, secret, hello, options.peer)
+        channel, handshake = open_session(options.host or "", options.port or 0, BACKEND, secret, hello,
+                                          options.peer, deadline)
         details.update(_link_details(channel.sock, channel.receive(), options))
         if tracing:
             streams, paths["stream_hops"] = _open_traced_streams(channel, options, handshake, secret, deadline)

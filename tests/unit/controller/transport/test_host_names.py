@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -232,3 +234,19 @@ def test_a_proxy_command_without_the_bad_token_is_expanded() -> None:
     host = dataclasses.replace(HOST, proxy_command="nc 10.0.0.7 %p", original_host="n`x`")
 
     assert proxy_command_line(host) == "nc 10.0.0.7 2222"
+
+
+@needs_ssh
+def test_a_match_exec_command_that_outlives_the_ssh_g_limit_is_ended_with_ssh(tmp_path: Path, monkeypatch) -> None:
+    pid_file = tmp_path / "match-exec.pid"
+    options = _config(tmp_path, f'Match exec "echo $$ > {pid_file}; exec sleep 600"\n    User alice\n')
+    monkeypatch.setattr("gpudiag.transport.sshconfig.SSH_G_TIMEOUT_S", 1.0)
+    with pytest.raises(HostConfigError, match=r"'ssh -G' took more than 1 s"):
+        resolve_host(HostSpec("node01"), options, "ssh")
+    pid = int(pid_file.read_text())  # the shell ssh -G started for Match exec, now `sleep`
+    state = Path(f"/proc/{pid}/stat")
+    try:  # gone (or a zombie its parent, ended with it, left to init) the moment resolve_host returns
+        assert not state.exists() or state.read_text().split(") ", 1)[1].startswith("Z"), state.read_text()
+    finally:
+        if state.exists():
+            os.kill(pid, signal.SIGKILL)
