@@ -57,3 +57,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _private_data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test writes to the user's own store: the default store path points into a temp dir."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+
+
+@pytest.fixture(autouse=True)
+def _private_node_locks(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test takes this machine's node locks (gpudiag.slurm.nodelock), nor another test's: tests
+    that check localhost at once would keep each other out."""
+    monkeypatch.setenv("GPUDIAG_LOCK_DIR", str(tmp_path_factory.mktemp("node-locks")))

@@ -8,12 +8,14 @@
 #
 #   a fail finding      -> gpudiag drains this node with its reason ("gpudiag: gemm: ...": the
 #                          checks that drained it, then the finding)
-#   the node passes     -> if gpudiag drained it earlier and this check made, and the node passed,
-#                          each check its reason names, it is returned to service (NHC's rule); a
-#                          node drained for a check this run could not make (links, in a one-node
-#                          check) or by anyone else (any reason not starting "gpudiag:") stays
-#                          drained, and the log says why
-#   inconclusive (3/4)  -> nothing changes; logged
+#   the node passes     -> if gpudiag drained it before this check began and this check made, and
+#                          the node passed, each check its reason names, it is returned to service
+#                          (NHC's rule); a node drained for a check this run could not make (links,
+#                          in a one-node check), drained while it ran, or by anyone else (any reason
+#                          without gpudiag's own drain marker, "gpudiag-drain=...") stays drained,
+#                          and the log says why (docs/slurm.md, the resume rule)
+#   inconclusive (3/4)  -> nothing changes; logged (also when the prolog or another check holds
+#                          the node: this check then loads nothing)
 #
 # Slurm does not act on a health check's exit status: this script always exits 0 and leaves the
 # node's state to gpudiag. Settings as the prolog's (examples/slurm/prolog.sh), read from

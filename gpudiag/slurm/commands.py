@@ -12,7 +12,7 @@ import shlex
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # Seconds a Slurm client command gets: slurmctld answers in milliseconds, or retries for
@@ -65,14 +65,17 @@ def time_left_s(deadline: float | None, default_s: float = COMMAND_TIMEOUT_S) ->
     return min(default_s, left)
 
 
-def run_slurm(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S, check: bool = True) -> SlurmOutput:
-    """Run ``argv`` and return what it printed. Raises SlurmCommandError when the program is
-    missing, runs past ``timeout_s`` seconds (it is then ended, with its children), or (with
-    ``check``) exits non-zero."""
+def run_slurm(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S, check: bool = True,
+              env: Mapping[str, str] | None = None) -> SlurmOutput:
+    """Run ``argv`` and return what it printed. ``env``: variables set for it on top of this
+    process's environment. Raises SlurmCommandError when the program is missing, runs past
+    ``timeout_s`` seconds (it is then ended, with its children), or (with ``check``) exits
+    non-zero."""
     argv = tuple(argv)
+    environment = {**os.environ, **env} if env else None
     try:
         process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True, env=environment)
     except FileNotFoundError as error:
         raise SlurmCommandError(f"{argv[0]} not found: install Slurm's client commands on this machine "
                                 f"(Debian: slurm-client) or put them on PATH") from error

@@ -2,12 +2,16 @@
 
 Read from ``scontrol show node -o`` (one line per node, ``Key=value`` fields). Values hold no
 spaces except ``OS=`` (words follow it) and ``Reason=``, which Slurm prints last: everything
-after it, less the ``[user@time]`` Slurm appends, is the reason, ``=`` signs and all.
+after it, less the ``[user@time]`` stamp Slurm appends, is the reason, ``=`` signs and all. The
+stamp says who set the reason and when: scontrol writes the user's name and the time as this
+machine's clock and ``SLURM_TIME_FORMAT`` say, so gpudiag asks with ``SLURM_TIME_FORMAT=%s``
+(seconds since the epoch: no time zone, no ``relative`` form to guess at).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -20,18 +24,50 @@ _UNUSABLE = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "FUTURE", "P
 # Flags that keep a new job off a node (a step inside a job that holds the node still runs).
 _NO_NEW_JOBS = frozenset({"DRAIN", "DRAINED", "DRAINING", "MAINTENANCE", "RESERVED"})
 _KEY = re.compile(r"([A-Za-z][A-Za-z0-9_:]*)=(.*)")
-_REASON_STAMP = re.compile(r"\s*\[[^\[\]@]*@[^\[\]]*\]\s*$")
+_REASON_STAMP = re.compile(r"\s*\[([^\[\]@]*)@([^\[\]]*)\]\s*$")
+# scontrol prints every time (the reason's stamp too) as seconds since the epoch with this.
+EPOCH_TIME_FORMAT = {"SLURM_TIME_FORMAT": "%s"}
+_STANDARD_TIME = "%Y-%m-%dT%H:%M:%S"
+
+
+@dataclass(frozen=True)
+class ReasonStamp:
+    """Slurm's ``[user@time]`` after a reason: who set it (``user``, as scontrol names the uid)
+    and when (``epoch``: seconds since the epoch; None when the time cannot be read). ``text``
+    is the stamp as printed, between the brackets."""
+
+    user: str
+    epoch: float | None
+    text: str
+
+    @classmethod
+    def read(cls, user: str, when: str) -> ReasonStamp:
+        """From the stamp's two halves: the time in seconds (``SLURM_TIME_FORMAT=%s``) or
+        Slurm's standard ``2026-11-29T10:00:00`` in this machine's time zone (where a wrapper
+        ignored the format asked for); any other form leaves ``epoch`` None."""
+        user, when = user.strip(), when.strip()
+        epoch: float | None = None
+        if when.isdigit():
+            epoch = float(when)
+        else:
+            try:
+                epoch = time.mktime(time.strptime(when, _STANDARD_TIME))
+            except (ValueError, OverflowError):
+                epoch = None
+        return cls(user, epoch, f"{user}@{when}")
 
 
 @dataclass(frozen=True)
 class NodeState:
     """One node as Slurm sees it. ``state`` as scontrol prints it (``IDLE+DRAIN``); ``reason``
-    without its ``[user@time]`` stamp, None when none is set; ``address`` the NodeAddr."""
+    without its ``[user@time]`` stamp, None when none is set; ``address`` the NodeAddr;
+    ``stamp`` who set the reason and when (None: no reason, or Slurm printed no stamp)."""
 
     name: str
     state: str
     reason: str | None = None
     address: str | None = None
+    stamp: ReasonStamp | None = None
 
     @property
     def words(self) -> frozenset[str]:
@@ -76,16 +112,19 @@ def parse_show_node(text: str) -> dict[str, NodeState]:
     for line in text.splitlines():
         if not line.startswith("NodeName="):
             continue
-        fields, reason = _fields(line)
+        fields, reason, stamp = _fields(line)
         name = fields["NodeName"]
         nodes[name] = NodeState(name=name, state=fields.get("State", "UNKNOWN"), reason=reason,
-                                address=fields.get("NodeAddr") or None)
+                                address=fields.get("NodeAddr") or None, stamp=stamp if reason else None)
     return nodes
 
 
-def _fields(line: str) -> tuple[dict[str, str], str | None]:
-    """The ``Key=value`` fields of one line, and its reason (None when unset or ``none``)."""
+def _fields(line: str) -> tuple[dict[str, str], str | None, ReasonStamp | None]:
+    """The ``Key=value`` fields of one line, its reason (None when unset or ``none``) and the
+    reason's stamp."""
     head, marker, tail = line.partition(" Reason=")
+    found = _REASON_STAMP.search(tail) if marker else None
+    stamp = ReasonStamp.read(found.group(1), found.group(2)) if found is not None else None
     reason = _REASON_STAMP.sub("", tail).strip() if marker else None
     fields: dict[str, str] = {}
     last: str | None = None
@@ -98,7 +137,7 @@ def _fields(line: str) -> tuple[dict[str, str], str | None]:
             fields[last] += " " + token
     if reason is not None and reason.lower() in ("", "none", "(null)"):
         reason = None
-    return fields, reason
+    return fields, reason, stamp
 
 
 def query_nodes(names: Iterable[str] | None = None, scontrol: str = "scontrol",
@@ -110,7 +149,7 @@ def query_nodes(names: Iterable[str] | None = None, scontrol: str = "scontrol",
     if wanted == []:
         return {}
     argv = [scontrol, "show", "node", "-o"] + ([fold_hosts(wanted)] if wanted else [])
-    output = run_slurm(argv, timeout_s=timeout_s, check=False)
+    output = run_slurm(argv, timeout_s=timeout_s, check=False, env=EPOCH_TIME_FORMAT)
     nodes = parse_show_node(output.stdout)
     if output.exit_status != 0 and not nodes and not _only_unknown(output.stdout + output.stderr):
         raise SlurmCommandError(f"{output.command} failed: {output.why()}")

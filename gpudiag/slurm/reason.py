@@ -7,6 +7,12 @@ A reason names the checks that drained the node, as Slurm's NHC names its check
     gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -18%: HW thermal slowdown active, SM clock 1410 of 1980 MHz
     gpudiag: links: slow_nic link.tcp -41%: slow with every partner, and 1 more
 
+Each drain command's reason ends with gpudiag's drain marker, ``gpudiag-drain=<time>-<tail>``
+(when gpudiag wrote it, UTC, and a random tail: ``gpudiag-drain=20261129T100000Z-3f2a``). Slurm
+stamps the reason with who set it and when (``[root@...]``, gpudiag.slurm.nodes); the marker
+read against that stamp tells gpudiag's own drain from a reason a person typed (no marker) or
+pasted from an older drain (Slurm's stamp then far from the marker's time).
+
 Slurm keeps the reason, so a later run knows which checks must run again and pass before the node
 may be resumed (NHC's rule; gpudiag.slurm.resume). A check is a probe's name (``gemm``,
 ``telemetry``, ...) or ``links`` (the pair tests); ``all`` stands for a finding no one check can
@@ -22,8 +28,10 @@ dollar, backtick or control character, bounded in length.
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from ..findings import Basis, Finding, Kind, Severity
@@ -31,8 +39,12 @@ from ..records import PROBE_NAMES
 
 REASON_PREFIX = "gpudiag:"
 # Long enough for the checks, kind, GPU, metric, deficit and the start of the evidence; Slurm keeps
-# reasons whole, but sinfo -R and squeue columns are read by people.
+# reasons whole, but sinfo -R and squeue columns are read by people. The drain marker comes on top.
 MAX_REASON_CHARS = 120
+# The last word of every reason gpudiag drains with: when it wrote the reason (UTC) and a random tail.
+DRAIN_MARKER = "gpudiag-drain="
+_MARKER_TIME = "%Y%m%dT%H%M%SZ"
+_MARKED = re.compile(r"(.*?) " + re.escape(DRAIN_MARKER) + r"([0-9]{8}T[0-9]{6}Z)-([0-9a-f]{4,16})")
 LINKS_CHECK = "links"
 # A finding no one check can clear: only a person resumes the node.
 ALL_CHECKS = "all"
@@ -146,6 +158,41 @@ def drain_reason(findings: Sequence[Finding | Mapping[str, Any]]) -> str:
     return _cut(text, MAX_REASON_CHARS - len(more)) + more
 
 
+def mark_reason(reason: str, now: datetime | None = None, tail: str | None = None) -> str:
+    """``reason`` with gpudiag's drain marker after it: ``<reason> gpudiag-drain=20261129T100000Z-3f2a``
+    (``now``, default the present, in UTC; ``tail``, default four random hex digits)."""
+    when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return f"{reason} {DRAIN_MARKER}{when:{_MARKER_TIME}}-{tail or secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True)
+class DrainMarker:
+    """What a marked reason says: the reason before the marker (``text``) and when gpudiag wrote
+    it (``written``, seconds since the epoch)."""
+
+    text: str
+    written: float
+
+
+def read_marker(reason: str | None) -> DrainMarker | None:
+    """The drain marker of a reason gpudiag wrote; None for a reason without one (a person's, an
+    older gpudiag's) or with one that is not gpudiag's form."""
+    found = _MARKED.fullmatch(reason or "")
+    if found is None:
+        return None
+    try:
+        written = datetime.strptime(found.group(2), _MARKER_TIME).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return DrainMarker(found.group(1), written.timestamp())
+
+
+def unmarked(reason: str) -> str:
+    """``reason`` less its drain marker (the whole reason where it has none)."""
+    marker = read_marker(reason)
+    return reason if marker is None else marker.text
+
+
 @dataclass(frozen=True)
 class ReasonChecks:
     """What a gpudiag drain reason says: the checks that drained the node (``(all,)``: no one
@@ -161,6 +208,7 @@ def read_reason(reason: str | None) -> ReasonChecks | None:
     An older reason without checks is read from its kind and metric where they tell."""
     if not reason or not reason.startswith(REASON_PREFIX):
         return None
+    reason = unmarked(reason)
     match = _CHECK_LIST.match(reason)
     if match is not None:
         names = match.group(1).split(",")

@@ -79,17 +79,25 @@ def _own_folder(folder: Path) -> Path:
     sticky). Raises UnsafeBundleFolder, OSError when it cannot be made."""
     _make_folders(folder)
     real = Path(os.path.realpath(folder))
+    problem = folder_problem(real)
+    if problem is not None:
+        raise UnsafeBundleFolder(f"the bundle staging folder {folder}: {problem}: make it yours and writable by "
+                                 f"you alone (chown, chmod go-w) or pass --slurm-bundle-dir DIR, a folder of your "
+                                 f"own; gpudiag never runs a bundle from a folder another user can write")
+    return real
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why another user could write in ``folder`` (resolved), or swap it, or None: it must be
+    ours and writable by no one else, every folder above it ours or root's and writable by no one
+    else (unless sticky)."""
+    real = Path(os.path.realpath(folder))
     uid = os.geteuid()
-    fix = ("make it yours and writable by you alone (chown, chmod go-w) or pass --slurm-bundle-dir DIR, "
-           "a folder of your own; gpudiag never runs a bundle from a folder another user can write")
     for above in reversed(real.parents):
         problem = _not_trusted_above(above, uid)
         if problem is not None:
-            raise UnsafeBundleFolder(f"the bundle staging folder {folder}: {above} above it {problem}: {fix}")
-    problem = _not_ours(real, uid)
-    if problem is not None:
-        raise UnsafeBundleFolder(f"the bundle staging folder {folder}: {problem}: {fix}")
-    return real
+            return f"{above} above it {problem}"
+    return _not_ours(real, uid)
 
 
 def _make_folders(folder: Path) -> None:

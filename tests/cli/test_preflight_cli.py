@@ -19,7 +19,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from gpudiag.cli.main import main
-from gpudiag.preflight.run import SCONTROL_FLOOR_S
+from gpudiag.preflight.run import SCONTROL_FLOOR_S, START_QUERY_S
+from gpudiag.slurm.nodelock import lock_nodes
+from gpudiag.slurm.reason import mark_reason
+from gpudiag.slurm.resume import current_user
 
 SLOW_N2 = {"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7}
 HUNG_N3 = {"kind": "hang", "host": "n3"}
@@ -169,6 +172,12 @@ def _fake_scontrol(tmp_path: Path, shown: str, on_update: str = ":") -> tuple[Pa
     return scontrol.parent, calls
 
 
+def _drained_by_gpudiag(name: str, reason: str) -> str:
+    """``scontrol show node -o``'s line for a node gpudiag drained a moment ago, as gpudiag asks for it
+    (SLURM_TIME_FORMAT=%s): its reason marked, Slurm's stamp naming this user and the present."""
+    return f"NodeName={name} State=IDLE+DRAIN Reason={mark_reason(reason)} [{current_user()}@{int(time.time())}]"
+
+
 def _running(pid: int) -> bool:
     """True while ``pid`` runs (not gone, not a zombie)."""
     try:
@@ -178,19 +187,20 @@ def _running(pid: int) -> bool:
 
 
 def test_drain_and_undrain_call_scontrol_only_for_fail_and_for_nodes_gpudiag_drained(tmp_path, monkeypatch):
-    # n1 was drained by gpudiag for its GEMM, n3 too but in the form from before checks were named, n4 by
-    # hand; all three pass now
+    # n1 and n3 were drained by gpudiag for their GEMM, n4 by hand; all three pass now
     folder, calls = _fake_scontrol(tmp_path, "\n".join([
-        "NodeName=n1 State=IDLE+DRAIN Reason=gpudiag: gemm: slow_gpu GPU 1 gemm.tflops -20%: x [root@2026-11-24T10:00]",
-        "NodeName=n3 State=IDLE+DRAIN Reason=gpudiag: slow_gpu GPU 1 gemm.tflops -20% [root@2026-11-24T10:00:00]",
-        "NodeName=n4 State=IDLE+DRAIN Reason=bad cable [alice@2026-11-24T10:00:00]"]))
+        _drained_by_gpudiag("n1", "gpudiag: gemm: slow_gpu GPU 1 gemm.tflops -20%: x"),
+        _drained_by_gpudiag("n3", "gpudiag: gemm: slow_gpu GPU 1 gemm.tflops -20%"),
+        "NodeName=n4 State=IDLE+DRAIN Reason=bad cable [alice@1795944394]"]))
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     result = _preflight("--simulate", str(_fleet(tmp_path, SLOW_N2)), "--drain", "--undrain")
     assert result.exit_code == 1, result.output
     ran = calls.read_text().splitlines()
-    assert ran[0].startswith("update NodeName=n2 State=DRAIN Reason=gpudiag: gemm: slow_gpu GPU 3")
-    assert ran[1] == "show node -o n[1-4]"  # every node of the run
-    assert ran[2:] == ["update NodeName=n[1,3] State=RESUME"]
+    assert ran[0] == "show node -o n[1-4]"  # every node of the run, before it measures anything
+    assert ran[1].startswith("update NodeName=n2 State=DRAIN Reason=gpudiag: gemm: slow_gpu GPU 3")
+    assert re.search(r" gpudiag-drain=[0-9]{8}T[0-9]{6}Z-[0-9a-f]{4}$", ran[1]), ran[1]
+    assert ran[2] == "show node -o n[1-4]"
+    assert ran[3:] == ["update NodeName=n[1,3] State=RESUME"]
     lines = _lines(result)
     assert any(line.startswith("drained: scontrol update NodeName=n2 State=DRAIN") for line in lines)
     assert "returned to service: scontrol update 'NodeName=n[1,3]' State=RESUME" in lines
@@ -205,11 +215,11 @@ def test_drain_and_undrain_call_scontrol_only_for_fail_and_for_nodes_gpudiag_dra
 ])
 def test_undrain_never_resumes_a_node_on_a_run_that_could_not_see_its_fault(tmp_path, monkeypatch, reason, args,
                                                                               missing):
-    folder, calls = _fake_scontrol(tmp_path, f"NodeName=n1 State=IDLE+DRAIN Reason={reason} [root@2026-11-24]")
+    folder, calls = _fake_scontrol(tmp_path, _drained_by_gpudiag("n1", reason))
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     result = _preflight("--simulate", str(_fleet(tmp_path)), "--hosts", "n1", "--undrain", *args)
     assert result.exit_code == 0, result.output  # healthy, as far as this run could see
-    assert calls.read_text().splitlines() == ["show node -o n1"]  # and no RESUME
+    assert calls.read_text().splitlines() == ["show node -o n1"] * 2  # at its start and its end; no RESUME
     assert (f"left drained: n1: drained by gpudiag for {missing}; this run made and passed no {missing} check on "
             f"it, so it could not see that fault: left drained") in _lines(result)
     assert _lines(result)[-1].endswith(". Left drained n1")
@@ -227,13 +237,13 @@ def test_a_node_whose_python_prints_no_record_or_only_its_facts_is_inconclusive_
                            f'exit 0; fi\nexec {sys.executable} "$@"\n')
         wrapper.chmod(0o755)
         python = str(wrapper)
-    folder, calls = _fake_scontrol(tmp_path, "NodeName=localhost State=IDLE+DRAIN Reason=gpudiag: telemetry: ecc "
-                                             "GPU 0: 2 uncorrectable [root@2026-11-24]")
+    folder, calls = _fake_scontrol(tmp_path, _drained_by_gpudiag("localhost",
+                                                                 "gpudiag: telemetry: ecc GPU 0: 2 uncorrectable"))
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     result = _preflight("--here", "--hosts", "localhost", "--python", python, "--budget", "30", "--undrain",
                         "--drain", "--json", str(tmp_path / "out.json"))
     assert result.exit_code == 3, result.output
-    assert calls.read_text().splitlines() == ["show node -o localhost"]  # neither drained nor resumed
+    assert calls.read_text().splitlines() == ["show node -o localhost"] * 2  # neither drained nor resumed
     summary = _lines(result)[-1]
     assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ") and "healthy" not in summary
     kept = next(line for line in _lines(result) if line.startswith("left drained: localhost: "))
@@ -295,13 +305,16 @@ def test_node_error_text_never_breaks_the_summary_line_nor_carries_shell_charact
 
 def test_the_budget_ends_a_hung_node_and_a_hung_scontrol_in_time_exit_3(tmp_path):
     """A node that hangs spends the budget; the scontrol that then hangs too (the node query of
-    --undrain) gets SCONTROL_FLOOR_S, not its minute, and is ended with what it started."""
+    --undrain, after it answered at the check's start) gets SCONTROL_FLOOR_S, not its minute, and
+    is ended with what it started."""
     python = tmp_path / "python"  # the node's Python hangs in the probes
     python.write_text(f'#!/bin/sh\nif [ "$1" = -m ]; then exec sleep 600; fi\nexec {sys.executable} "$@"\n')
     python.chmod(0o755)
     pids = tmp_path / "scontrol-pids"
-    hung = tmp_path / "scontrol"  # it starts a child and waits for it: both must be ended
-    hung.write_text(f"#!/bin/sh\necho $$ >> {pids}\nsleep 300 &\necho $! >> {pids}\nwait\n")
+    answered = tmp_path / "answered"
+    hung = tmp_path / "scontrol"  # it answers once (no such node), then starts a child and waits: both ended
+    hung.write_text(f"#!/bin/sh\nif [ ! -e {answered} ]; then touch {answered}; exit 0; fi\n"
+                    f"echo $$ >> {pids}\nsleep 300 &\necho $! >> {pids}\nwait\n")
     hung.chmod(0o755)
     started = time.monotonic()
     result = _preflight("--here", "--hosts", "localhost", "--python", str(python), "--budget", "30",
@@ -318,6 +331,24 @@ def test_the_budget_ends_a_hung_node_and_a_hung_scontrol_in_time_exit_3(tmp_path
     assert ". Undrain failed: " in summary and "was ended" in summary
     started_pids = [int(pid) for pid in pids.read_text().split()]
     assert len(started_pids) == 2 and not any(_running(pid) for pid in started_pids)
+
+
+def test_a_scontrol_that_does_not_answer_at_the_start_costs_seconds_and_resumes_nothing(tmp_path):
+    """The node query before the first measurement gets START_QUERY_S; without its answer no
+    drain can be shown to predate the check, so nothing is resumed and Slurm is not asked again."""
+    calls = tmp_path / "calls"
+    hung = tmp_path / "scontrol"
+    hung.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexec sleep 300\n")
+    hung.chmod(0o755)
+    started = time.monotonic()
+    result = _preflight("--here", "--hosts", "localhost", "--python", "/bin/true", "--budget", "30", "--undrain",
+                        "--scontrol", str(hung), "--json", str(tmp_path / "out.json"))
+    assert result.exit_code == 3, result.output
+    assert time.monotonic() - started < START_QUERY_S + 20
+    assert calls.read_text().splitlines() == ["show node -o localhost"]
+    undrain = json.loads((tmp_path / "out.json").read_text())["preflight"]["undrain"]
+    assert undrain["resumed"] == [] and undrain["error"].startswith("at this check's start: ")
+    assert "did not answer within 5 s and was ended" in undrain["error"]
 
 
 def test_an_interrupted_check_exits_130_and_drains_nothing(tmp_path):
@@ -340,7 +371,7 @@ def test_an_interrupted_check_exits_130_and_drains_nothing(tmp_path):
     stdout, stderr = check.communicate(timeout=60)
     assert check.returncode == 130, stderr
     assert stdout.splitlines()[-1].startswith("gpudiag preflight: interrupted, exit 130, ")
-    assert not calls.exists()  # neither drained nor undrained
+    assert calls.read_text().splitlines() == ["show node -o localhost"]  # asked at the start; no drain, no resume
 
 
 def _probes_hang(root: int) -> bool:
@@ -408,3 +439,53 @@ def test_hosts_unchecked_alike_are_one_reason_in_the_summary_line(tmp_path):
     assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ")
     # one reason for the four (a Slurm-safe line: the folded set's brackets become spaces)
     assert "n 2-5 unchecked: timeout" in summary and "more" not in summary and "n3 unchecked" not in summary
+
+
+def test_a_second_check_of_a_node_another_check_holds_is_inconclusive_and_runs_nothing(tmp_path, monkeypatch):
+    """Two checks never load one node at once: while one holds localhost's lock, a second probes
+    nothing (its node Python never starts), drains and resumes nothing, and says whose the node is.
+    Exit 3: the node could not be checked now; never 0, which a health check's --undrain or a
+    prolog would read as healthy."""
+    monkeypatch.setenv("GPUDIAG_LOCK_DIR", str(tmp_path / "locks"))
+    ran = tmp_path / "ran"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$@" >> {ran}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    folder, calls = _fake_scontrol(tmp_path, _drained_by_gpudiag("localhost", "gpudiag: gemm: slow_gpu GPU 1"))
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    held = lock_nodes(["localhost"], tmp_path / "locks", holder="gpudiag preflight localhost")
+    try:
+        result = _preflight("--here", "--hosts", "localhost", "--python", str(python), "--budget", "30", "--drain",
+                            "--undrain", "--json", str(tmp_path / "out.json"))
+    finally:
+        held.release()  # type: ignore[union-attr]
+    assert result.exit_code == 3, result.output
+    assert not ran.exists() and not calls.exists()  # nothing loaded, drained, asked or resumed
+    summary = _lines(result)[-1]
+    assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ") and summary.endswith(". Nothing drained")
+    assert ("localhost unchecked: not probed, nothing loaded: another gpudiag check holds localhost "
+            f"pid={os.getpid()} since=") in summary, summary
+    document = json.loads((tmp_path / "out.json").read_text())
+    assert document["summary"]["exit_code"] == 3 and document["hosts"] == []
+    assert document["preflight"]["undrain"] is None and document["preflight"]["drain"] == []
+    # once the other check has ended, the node is checked
+    result = _preflight("--here", "--hosts", "localhost", "--python", str(python), "--budget", "30")
+    assert ran.exists() and "another gpudiag check" not in result.stdout
+
+
+def test_a_lock_folder_another_user_could_write_makes_the_check_inconclusive(tmp_path, monkeypatch):
+    locks = tmp_path / "locks"
+    locks.mkdir(mode=0o777)
+    locks.chmod(0o777)
+    monkeypatch.setenv("GPUDIAG_LOCK_DIR", str(locks))
+    result = _preflight("--here", "--hosts", "localhost", "--python", "/bin/true", "--budget", "30")
+    assert result.exit_code == 3, result.output
+    assert "not probed, nothing loaded: the node lock folder " in _lines(result)[-1]
+
+
+def test_a_simulated_fleet_takes_no_node_lock(tmp_path, monkeypatch):
+    """A simulated node loads no GPU: a check of it runs beside a real check of the same name."""
+    monkeypatch.setenv("GPUDIAG_LOCK_DIR", str(tmp_path / "locks"))
+    with lock_nodes(["n1"], tmp_path / "locks"):  # type: ignore[union-attr]
+        result = _preflight("--simulate", str(_fleet(tmp_path)), "--hosts", "n1", "--budget", "30")
+    assert result.exit_code == 0, result.output

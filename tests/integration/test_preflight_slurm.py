@@ -13,10 +13,12 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from slurm_cluster import SlurmCluster, requires_slurm
 from sshd_hosts import pid_is_running, running_after
 
 from gpudiag.preflight.run import SCONTROL_FLOOR_S
+from gpudiag.slurm.reason import mark_reason
 
 pytestmark = requires_slurm
 
@@ -115,6 +118,15 @@ def _requeued_held(fields: dict[str, str]) -> bool:
 def _log(folder: Path, name: str = "prolog.log") -> str:
     path = folder / name
     return path.read_text() if path.exists() else ""
+
+
+def _drain_as_gpudiag(cluster: SlurmCluster, node: str, reason: str) -> str:
+    """Drain ``node`` as gpudiag's own drain leaves it (as if an earlier check had drained it):
+    ``reason`` with gpudiag's drain marker of now, set as the user gpudiag runs as here (root).
+    Returns the reason Slurm keeps."""
+    marked = mark_reason(reason)
+    cluster.set_state(node, "DRAIN", marked)
+    return marked
 
 
 def _preflight(cluster: SlurmCluster, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -270,13 +282,13 @@ def test_a_json_document_that_cannot_be_written_after_the_drain_still_holds_the_
 
 def test_a_node_whose_python_prints_nothing_is_inconclusive_and_stays_drained(cluster: SlurmCluster, folder: Path):
     """gpudiag preflight --here --python /bin/true: no record at all is no pass, and no resume."""
-    cluster.set_state("n2", "DRAIN", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
+    reason = _drain_as_gpudiag(cluster, "n2", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
     done = subprocess.run([sys.executable, "-m", "gpudiag", "preflight", "--here", "--hosts", "n2", "--python",
                            "/bin/true", "--no-store", "-q", "--budget", "30", "--drain", "--undrain"],
                           env=cluster.env(), capture_output=True, text=True, timeout=120, check=False,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 3, done.stdout + done.stderr
-    assert cluster.node_states()["n2"] == ("drained", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
+    assert cluster.node_states()["n2"] == ("drained", reason)
     lines = done.stdout.splitlines()
     assert any(line.startswith("left drained: n2: drained by gpudiag for gemm; it does not pass this run "
                                "(probe_error: ") and "printed no record at all" in line for line in lines), lines
@@ -287,8 +299,8 @@ def test_undrain_waits_for_a_run_that_makes_the_check_that_drained_the_node(clus
     """n4 (healthy now) drained for its GEMM stays drained after a 30 s check (no load planned) and
     returns after a 60 s one; drained for its NIC it stays drained after a one-node check (no link
     test)."""
-    cluster.set_state("n4", "DRAIN", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
-    cluster.set_state("n1", "DRAIN", "gpudiag: links: slow_nic link.tcp -40%: slow with every partner")
+    _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+    nic = _drain_as_gpudiag(cluster, "n1", "gpudiag: links: slow_nic link.tcp -40%: slow with every partner")
     short = _preflight(cluster, folder, "--hosts", "n[1,4]", "--undrain", "--no-links", "--budget", "30")
     assert short.returncode == 0, short.stdout + short.stderr
     assert "left drained: n4: drained by gpudiag for gemm; this run made and passed no gemm check on it, so it " \
@@ -298,10 +310,129 @@ def test_undrain_waits_for_a_run_that_makes_the_check_that_drained_the_node(clus
     assert full.returncode == 0, full.stdout + full.stderr
     states = cluster.node_states()
     assert states["n4"][0] in ("idle", "idle*") and states["n4"][1] == ""
-    assert states["n1"] == ("drained", "gpudiag: links: slow_nic link.tcp -40%: slow with every partner")
+    assert states["n1"] == ("drained", nic)
     assert any(line.startswith("left drained: n1: drained by gpudiag for links; this run made and passed no links")
                for line in full.stdout.splitlines())
     assert full.stdout.splitlines()[-1].endswith(". Returned to service n4. Left drained n1")
+
+
+# --- whose drain, and when: two checks of one node (issue 30) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("drained_before", [False, True], ids=["in-service", "drained-before"])
+def test_a_drain_set_while_a_passing_check_ran_is_never_resumed_by_it(cluster: SlurmCluster, folder: Path,
+                                                                       drained_before: bool):
+    """Check B (n1 passes; --undrain) begins; check A (n1 fails, run as a controller or the node's own
+    prolog elsewhere would: a simulated fleet takes no lock) drains n1 while B runs; B then reads n1
+    drained by gpudiag for its GEMM, which B passed. B's measurements predate A's drain: n1 stays
+    drained with A's reason. With ``drained-before`` n1 was already drained by gpudiag when B began,
+    and A drains it again.
+
+    The hook point is B's own scontrol (--scontrol): before it passes on B's first update (B's drain
+    of n2, after B's sweep and before its resume query), it runs check A to its end. So A's drain
+    lands between B's start and B's resume whatever the machine's load; nothing waits on a clock."""
+    a_fleet = folder / "n1-fails.json"
+    a_fleet.write_text(json.dumps({"nodes": 4, "name_format": "n{}",
+                                   "faults": [{"kind": "slow_gpu", "host": "n1", "gpu": 5, "factor": 0.6}]}))
+    check_a = (f"{sys.executable} -m gpudiag preflight --simulate {a_fleet} --hosts n1 --no-store -q --budget 60 "
+               f"--drain")
+    if drained_before:
+        first = subprocess.run(check_a.split(), env=cluster.env(), capture_output=True, text=True, timeout=120,
+                               check=False, stdin=subprocess.DEVNULL)
+        assert first.returncode == 1 and cluster.node_states()["n1"][0] == "drained", first.stdout + first.stderr
+    ran_a = folder / f"a-ran-{drained_before}"
+    a_log = folder / f"a-{drained_before}.log"
+    hook = _script(folder / f"scontrol-a-drains-{drained_before}",
+                   f'#!/bin/sh\nif [ "$1" = update ] && [ ! -e {ran_a} ]; then\n  touch {ran_a}\n'
+                   f"  {check_a} >{a_log} 2>&1\nfi\nexec scontrol \"$@\"\n")
+    b = _preflight(cluster, folder, "--hosts", "n[1-2]", "--drain", "--undrain", "--scontrol", str(hook),
+                   "--budget", "120")
+    assert b.returncode == 1, b.stdout + b.stderr  # n2 fails B and is drained by B
+    a_said = a_log.read_text()
+    assert a_said.splitlines()[-1].startswith("gpudiag preflight: FAIL n1, exit 1, ") and ". Drained n1" in a_said
+    state, reason = cluster.node_states()["n1"]
+    assert state == "drained" and reason.startswith("gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -"), (state, reason)
+    assert reason in a_said  # A's own reason, as A drained it
+    lines = b.stdout.splitlines()
+    assert not any(line.startswith("returned to service:") for line in lines), lines
+    kept = next(line for line in lines if line.startswith("left drained: n1: "))
+    assert ", after this check began (" in kept and "its measurements predate it and cannot clear it" in kept, kept
+    assert any(line.startswith("left drained: n2: drained by gpudiag for gemm; it does not pass this run")
+               for line in lines), lines
+    assert lines[-1].endswith(". Drained n2. Left drained n[1-2]"), lines[-1]
+
+
+@pytest.mark.parametrize("typed", [
+    "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%",  # typed by a person, in gpudiag's words
+    # pasted from an older drain of gpudiag's (sinfo -R), its marker and all
+    mark_reason("gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%", datetime.now(timezone.utc) - timedelta(days=2)),
+], ids=["typed", "pasted"])
+def test_a_reason_a_person_set_is_never_resumed_even_when_it_reads_as_gpudiag_s(cluster: SlurmCluster,
+                                                                                folder: Path, typed: str):
+    """n4 passes its GEMM; a person drained it with a reason that starts "gpudiag:" (as root, the user
+    gpudiag runs as here). Only gpudiag's own drain is resumed: a reason without its marker, or whose
+    marker is days from Slurm's stamp, stays."""
+    cluster.set_state("n4", "DRAIN", typed)
+    done = _preflight(cluster, folder, "--hosts", "n4", "--undrain")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert cluster.node_states()["n4"] == ("drained", typed)
+    kept = next(line for line in done.stdout.splitlines() if line.startswith("left drained: n4: "))
+    assert ("carries no drain marker of gpudiag's" in kept) if typed.endswith("%") else (
+        "a copy of gpudiag's reason, set by hand" in kept), kept
+    assert "returned to service" not in done.stdout
+
+
+def test_a_second_check_of_a_node_is_refused_as_inconclusive_and_loads_nothing(cluster: SlurmCluster, folder: Path):
+    """A job's prolog checks n1 (--here: gpudiag on the node itself) and is still loading it when
+    slurmd's health check starts on n1. The health check's gpudiag finds n1's lock held: it never
+    starts the node's Python (nothing loaded), drains and resumes nothing, and exits 3
+    (inconclusive, so the health check changes nothing). The lock is the process's own: once the
+    prolog's gpudiag is killed outright, the next health check checks n1."""
+    locks = folder / "node-locks"
+    started, release = folder / "prolog-probes-started", folder / "prolog-probes-release"
+    hold = _script(folder / "python-holds", f'#!/bin/sh\nif [ "$1" = -m ]; then\n  touch {started}\n'
+                   f"  while [ ! -e {release} ]; do sleep 0.1; done\n  exit 0\nfi\nexec {sys.executable} \"$@\"\n")
+    ran = folder / "health-check-probes-ran"
+    record = _script(folder / "python-records", f'#!/bin/sh\nif [ "$1" = -m ]; then echo "$@" >> {ran}; exit 0; fi\n'
+                     f'exec {sys.executable} "$@"\n')
+    gpudiag = f'GPUDIAG="{sys.executable} -m gpudiag"\nexport GPUDIAG_LOCK_DIR={locks}\n'
+    (folder / "lock-prolog.conf").write_text(
+        gpudiag + f'GPUDIAG_BUDGET=600\nGPUDIAG_ARGS="--python {hold} --no-store"\n'
+                  f"GPUDIAG_LOG={folder / 'lock-prolog.log'}\n")
+    (folder / "lock-healthcheck.conf").write_text(
+        gpudiag + f'GPUDIAG_ARGS="--python {record} --no-store"\nGPUDIAG_LOG={folder / "lock-healthcheck.log"}\n')
+    prolog = subprocess.Popen([str(PROLOG)], env={"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "7001",
+                                                  "SLURM_CONF": str(cluster.conf_path),
+                                                  "GPUDIAG_PROLOG_CONFIG": str(folder / "lock-prolog.conf")},
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    health_check = [str(HEALTHCHECK)]
+    health_env = {"SLURMD_NODENAME": "n1", "SLURM_CONF": str(cluster.conf_path),
+                  "GPUDIAG_HEALTHCHECK_CONFIG": str(folder / "lock-healthcheck.conf")}
+    try:
+        deadline = time.monotonic() + 90
+        while not started.exists() and prolog.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.exists(), _log(folder, "lock-prolog.log")  # the prolog's check holds n1 and loads it
+        done = subprocess.run(health_check, env=health_env, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        log = _log(folder, "lock-healthcheck.log")
+        assert "node n1: inconclusive (gpudiag exit 3): nothing changed" in log, log
+        summary = next(line for line in log.splitlines() if line.startswith("gpudiag preflight: "))
+        assert summary.startswith("gpudiag preflight: inconclusive, exit 3, ") and (
+            "n1 unchecked: not probed, nothing loaded: another gpudiag check holds n1 pid=") in summary, summary
+        assert not ran.exists()  # the health check never started the node's Python: it loaded nothing
+        assert cluster.node_states()["n1"] == ("idle", "")
+        # the prolog's gpudiag dies outright (SIGKILL: no cleanup of its own); its lock goes with it
+        holder = int((locks / "n1.lock").read_text().split()[0].removeprefix("pid="))
+        os.kill(holder, signal.SIGKILL)
+        assert prolog.wait(timeout=60) == 0  # the prolog: inconclusive, the job starts
+        done = subprocess.run(health_check, env=health_env, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0 and ran.exists(), _log(folder, "lock-healthcheck.log")
+    finally:
+        release.touch()  # the orphaned fake probes end
+        if prolog.poll() is None:
+            prolog.kill()
+            prolog.wait()
 
 
 # --- --drain / --undrain against the real scontrol --------------------------------------------------------------
@@ -327,8 +458,8 @@ def test_without_drain_the_command_is_only_said(cluster: SlurmCluster, folder: P
 def test_undrain_returns_what_gpudiag_drained_and_a_node_drained_by_hand_stays_drained(
         cluster: SlurmCluster, folder: Path):
     cluster.set_state("n1", "DRAIN", "bad cable")
-    cluster.set_state("n4", "DRAIN", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
-    cluster.set_state("n2", "DRAIN", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
+    _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+    _drain_as_gpudiag(cluster, "n2", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
     done = _preflight(cluster, folder, "--hosts", "n[1-2,4]", "--undrain")
     assert done.returncode == 1  # n2 still fails
     states = cluster.node_states()
@@ -341,15 +472,15 @@ def test_undrain_returns_what_gpudiag_drained_and_a_node_drained_by_hand_stays_d
 
 
 def test_the_health_check_drains_on_fail_and_undrains_what_passes(cluster: SlurmCluster, folder: Path):
-    cluster.set_state("n4", "DRAIN", "gpudiag: slow_gpu GPU 5 gemm.tflops -20%")  # as gpudiag wrote it before
-    cluster.set_state("n3", "DRAIN", "gpudiag: telemetry: ecc GPU 0")
+    _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+    ecc = _drain_as_gpudiag(cluster, "n3", "gpudiag: telemetry: ecc GPU 0")
     for node in ("n2", "n3", "n4"):
         env = cluster.env({"SLURMD_NODENAME": node, "GPUDIAG_HEALTHCHECK_CONFIG": str(folder / "healthcheck.conf")})
         done = subprocess.run([str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=120, check=False)
         assert done.returncode == 0, done.stderr
     states = cluster.node_states()
     assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: gemm: slow_gpu GPU 3")
-    assert states["n3"] == ("drained", "gpudiag: telemetry: ecc GPU 0")  # inconclusive: nothing changes
+    assert states["n3"] == ("drained", ecc)  # inconclusive: nothing changes
     assert states["n4"][0] in ("idle", "idle*") and states["n4"][1] == ""
     log = _log(folder, "healthcheck.log")
     assert "node n2: FAILED (gpudiag exit 1): gpudiag preflight: FAIL n2, exit 1, " in log and ". Drained n2" in log
@@ -370,7 +501,7 @@ def test_the_health_check_reads_the_node_state_not_a_reason_that_imitates_it(clu
         while not _task_runs(cluster, "sleep 60") and time.monotonic() < deadline:
             time.sleep(0.1)
         cluster.set_state("n1", "DRAIN", "maintenance State=IDLE")
-        cluster.set_state("n4", "DRAIN", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%: State=ALLOCATED")
+        _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%: State=ALLOCATED")
         for node in ("n1", "n4"):
             env = cluster.env({"SLURMD_NODENAME": node,
                                "GPUDIAG_HEALTHCHECK_CONFIG": str(folder / "healthcheck.conf")})
@@ -517,7 +648,7 @@ def test_slurmd_runs_the_health_check_which_drains_on_fail_and_undrains_what_pas
         assert {name: states[name] for name in ("n1", "n3", "n4")} == dict.fromkeys(("n1", "n3", "n4"), ("idle", ""))
 
         # n4 as if gpudiag had drained it before (it passes now); n1 drained by hand
-        cluster.set_state("n4", "DRAIN", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+        _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
         cluster.set_state("n1", "DRAIN", "bad cable")
         seen = len(log.read_text())
 

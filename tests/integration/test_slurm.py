@@ -21,8 +21,9 @@ from test_sweep_ssh import NO_COMPARISON
 
 from gpudiag.cli.main import main
 from gpudiag.findings import Finding
-from gpudiag.slurm.drain import drain, drain_commands, undrain
+from gpudiag.slurm.drain import check_start, drain, drain_commands, undrain
 from gpudiag.slurm.nodelist import expand_nodelist, scontrol_hostnames
+from gpudiag.slurm.reason import read_marker, unmarked
 from gpudiag.slurm.resume import HostChecks
 
 pytestmark = requires_slurm
@@ -92,12 +93,18 @@ def _passed(*checks: str, failed: str | None = None) -> HostChecks:
     return HostChecks("", frozenset(checks), failed)
 
 
+def _unmarked_states(cluster: SlurmCluster) -> dict[str, tuple[str, str]]:
+    """Each node's (state, reason) with gpudiag's drain marker, where there is one, left out."""
+    return {name: (state, unmarked(reason)) for name, (state, reason) in cluster.node_states().items()}
+
+
 def test_a_fail_finding_drains_exactly_its_node_with_the_reason(clean_slurm_cluster: SlurmCluster):
     findings = [_fail("n2"), Finding(kind="slow_gpu", severity="warn", host="n3", evidence="a dip", action="watch")]
     commands = drain_commands(findings)
     outcomes = drain(commands)
     assert [outcome.error for outcome in outcomes] == [None]
-    states = clean_slurm_cluster.node_states()
+    assert read_marker(clean_slurm_cluster.node_states()["n2"][1]) is not None  # gpudiag's own drain
+    states = _unmarked_states(clean_slurm_cluster)
     assert states["n2"] == ("drained", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -18%: HW thermal slowdown active in "
                                        "95 % of samples")
     assert {name: state for name, (state, _) in states.items() if name != "n2"} == dict.fromkeys(
@@ -117,12 +124,12 @@ def test_nodes_with_the_same_reason_drain_in_one_command_and_node_text_reaches_s
         commands = drain_commands(findings)
         assert len(commands) == 1 and commands[0][2] == "NodeName=n[1,3]"
         assert all(outcome.ok for outcome in drain(commands))
-        states = clean_slurm_cluster.node_states()
+        states = _unmarked_states(clean_slurm_cluster)
         expected = (f"gpudiag: telemetry: ecc GPU 0: row remap failed, pending touch {marker} touch {marker} back "
                     f"slash")
         assert states["n1"] == states["n3"] == ("drained", expected)
         shown = clean_slurm_cluster.run(["sh", "-c", 'eval "echo $(sinfo -h -N -n n1 -o %E)"']).stdout
-        assert shown.strip() == expected and not marker.exists()  # even eval'd by a careless hook
+        assert unmarked(shown.strip()) == expected and not marker.exists()  # even eval'd by a careless hook
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -137,9 +144,10 @@ def test_without_run_nothing_is_drained_and_the_command_is_said(clean_slurm_clus
 def test_undrain_resumes_what_gpudiag_drained_and_never_a_node_drained_by_hand(clean_slurm_cluster: SlurmCluster):
     clean_slurm_cluster.set_state("n1", "DRAIN", "hand")
     assert all(outcome.ok for outcome in drain(drain_commands([_fail("n2"), _fail("n3")])))
+    start = check_start(["n1", "n2", "n3", "n4"])  # a check begins
     # n1 (by hand) and n2 (by gpudiag) pass their GEMM now; n3 still fails
     result = undrain({"n1": _passed("gemm"), "n2": _passed("facts", "gemm"), "n4": _passed("gemm"),
-                      "n3": _passed(failed="fail slow_gpu GPU 3 gemm.tflops -18%")})
+                      "n3": _passed(failed="fail slow_gpu GPU 3 gemm.tflops -18%")}, start)
     assert result.ok and result.resumed == ("n2",)
     assert [name for name, _ in result.kept] == ["n1", "n3"] and '"hand"' in result.kept[0][1]
     assert result.kept[1][1] == ("drained by gpudiag for gemm; it does not pass this run (fail slow_gpu GPU 3 "
@@ -153,31 +161,46 @@ def test_undrain_resumes_what_gpudiag_drained_and_never_a_node_drained_by_hand(c
 
 def test_undrain_resumes_only_on_the_check_that_drained_the_node(clean_slurm_cluster: SlurmCluster):
     """NHC's rule against Slurm's own record of the reason: a node drained for its NIC is resumed
-    by a run that passed a link test with it, never by one that made none; a reason gpudiag
-    cannot read (an older one naming no check) is never resumed."""
+    by a run that passed a link test with it, never by one that made none; a reason that reads as
+    gpudiag's but that a person set (no drain marker) is never resumed."""
     drain(drain_commands([_fail("n1", kind="slow_nic", gpu=None, metric="link.tcp", deficit_pct=41.0,
                                 evidence="slow with every partner"),
                           _fail("n2", kind="slow_nic", gpu=None, metric="link.tcp", deficit_pct=41.0,
                                 evidence="slow with every partner")]))
-    clean_slurm_cluster.set_state("n3", "DRAIN", "gpudiag: Xid 79 on GPU 2")
+    clean_slurm_cluster.set_state("n3", "DRAIN", "gpudiag: links: slow_nic link.tcp -41%")
+    start = check_start(["n1", "n2", "n3"])
     every_node_probe = ("facts", "telemetry", "gemm", "membw")
     result = undrain({"n1": _passed(*every_node_probe), "n2": _passed(*every_node_probe, "links"),
-                      "n3": _passed(*every_node_probe, "links")})
+                      "n3": _passed(*every_node_probe, "links")}, start)
     assert result.resumed == ("n2",)
     kept = dict(result.kept)
     assert kept["n1"] == ("drained by gpudiag for links; this run made and passed no links check on it, so it could "
                           "not see that fault: left drained")
-    assert "with a reason this gpudiag cannot read" in kept["n3"]
-    states = clean_slurm_cluster.node_states()
+    assert "carries no drain marker of gpudiag's" in kept["n3"]
+    states = _unmarked_states(clean_slurm_cluster)
     assert states["n1"] == ("drained", "gpudiag: links: slow_nic link.tcp -41%: slow with every partner")
     assert states["n2"][0] in ("idle", "idle*") and states["n3"][0] == "drained"
 
 
 def test_undrain_without_run_only_says_its_command(clean_slurm_cluster: SlurmCluster):
     drain(drain_commands([_fail("n2")]))
-    result = undrain({"n2": _passed("gemm")}, run=False)
+    result = undrain({"n2": _passed("gemm")}, check_start(["n2"]), run=False)
     assert [outcome.command for outcome in result.commands] == ["scontrol update NodeName=n2 State=RESUME"]
     assert clean_slurm_cluster.node_states()["n2"][0] == "drained"
+
+
+def test_a_drain_set_after_the_check_began_is_never_resumed_by_it(clean_slurm_cluster: SlurmCluster):
+    """The check began with n1 in service and n2 drained by gpudiag; another check then drained n1
+    and drained n2 again. This check's measurements predate both drains: it resumes neither, though
+    both nodes passed it."""
+    drain(drain_commands([_fail("n2")]))
+    start = check_start(["n1", "n2"])
+    drain(drain_commands([_fail("n1"), _fail("n2", evidence="slower still")]))  # the other check
+    result = undrain({"n1": _passed("facts", "gemm"), "n2": _passed("facts", "gemm")}, start)
+    assert result.ok and result.resumed == () and [name for name, _ in result.kept] == ["n1", "n2"]
+    assert all(", after this check began (" in why for _, why in result.kept), result.kept
+    states = _unmarked_states(clean_slurm_cluster)
+    assert states["n1"][0] == states["n2"][0] == "drained" and states["n2"][1].endswith(": slower still")
 
 
 def test_scontrol_failures_are_reported_not_raised(clean_slurm_cluster: SlurmCluster, tmp_path: Path):
@@ -190,9 +213,11 @@ def test_scontrol_failures_are_reported_not_raised(clean_slurm_cluster: SlurmClu
     down.write_text("#!/bin/sh\n"
                     "echo 'slurm_load_node error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n")
     down.chmod(0o755)
-    result = undrain({"n1": _passed("gemm")}, scontrol=str(down))
+    start = check_start(["n1"])
+    result = undrain({"n1": _passed("gemm")}, start, scontrol=str(down))
     assert not result.ok and result.resumed == () and "Unable to contact slurm controller" in (result.error or "")
-    result = undrain({"n1": _passed("gemm")}, scontrol=str(tmp_path / "missing" / "scontrol"))
+    assert "Unable to contact slurm controller" in (check_start(["n1"], scontrol=str(down)).error or "")
+    result = undrain({"n1": _passed("gemm")}, start, scontrol=str(tmp_path / "missing" / "scontrol"))
     assert not result.ok and "not found" in (result.error or "")
     assert clean_slurm_cluster.node_states()["n1"][0] == "drained"
 
@@ -207,7 +232,7 @@ def test_a_hung_scontrol_is_ended_at_the_deadline_with_what_it_started(clean_slu
     hung.chmod(0o755)
     started = time.monotonic()
     outcomes = drain(drain_commands([_fail("n4")], scontrol=str(hung)), deadline=time.monotonic() + 2.0)
-    result = undrain({"n4": _passed("gemm")}, scontrol=str(hung), deadline=time.monotonic() + 1.0)
+    result = undrain({"n4": _passed("gemm")}, check_start(["n4"]), scontrol=str(hung), deadline=time.monotonic() + 1.0)
     assert time.monotonic() - started < 20  # neither waited its 60 s
     assert outcomes[0].ran and "did not answer within" in (outcomes[0].error or "") and "was ended" in outcomes[0].error
     assert "did not answer within" in (result.error or "") and result.resumed == ()

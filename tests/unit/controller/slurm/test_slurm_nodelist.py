@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from gpudiag.errors import InputError
 from gpudiag.slurm.nodelist import expand_nodelist, job_hosts, job_nodelist
-from gpudiag.slurm.nodes import NodeState, launch_problems, parse_show_node
+from gpudiag.slurm.nodes import NodeState, ReasonStamp, launch_problems, parse_show_node, query_nodes
 
 SHOW_NODE = (Path(__file__).parents[3] / "data" / "slurm" / "scontrol-show-node.txt").read_text()
 
@@ -50,9 +51,12 @@ def test_scontrol_show_node_gives_state_reason_and_address() -> None:
     nodes = parse_show_node(SHOW_NODE)
     assert sorted(nodes) == ["n1", "n2", "n3", "n4"]  # "Node n9 not found" is no node
     assert nodes["n1"] == NodeState("n1", "IDLE", None, "vm")
-    # the reason is everything after Reason= ('=' signs too), less Slurm's [user@time] stamp
+    # the reason is everything after Reason= ('=' signs too), less Slurm's [user@time] stamp, kept apart
+    stamp = nodes["n2"].stamp
     assert nodes["n2"] == NodeState("n2", "IDLE+DRAIN", "gpudiag: slow_gpu GPU 3 gemm.tflops -18%: value=611 of 742",
-                                    "vm")
+                                    "vm", stamp)
+    assert stamp is not None and (stamp.user, stamp.text) == ("root", "root@2026-11-25T01:30:40")
+    assert stamp.epoch == time.mktime((2026, 11, 25, 1, 30, 40, 0, 0, -1))  # this machine's time zone, as scontrol's
     assert nodes["n2"].drained and not nodes["n1"].drained
     assert nodes["n3"].reason == "cable pulled" and nodes["n3"].words == {"DOWN"}
 
@@ -75,3 +79,29 @@ def test_what_keeps_srun_off_a_node_depends_on_the_allocation() -> None:
 ])
 def test_states_outside_an_allocation(state: str, usable: bool) -> None:
     assert (NodeState("g1", state).launch_problem(None) is None) == usable
+
+
+@pytest.mark.parametrize(("line", "reason", "stamp"), [
+    # SLURM_TIME_FORMAT=%s, as gpudiag asks: seconds since the epoch
+    ("NodeName=n1 State=IDLE+DRAIN Reason=gpudiag: gemm: x [root@1795944394]", "gpudiag: gemm: x",
+     ReasonStamp("root", 1795944394.0, "root@1795944394")),
+    # a reason that itself ends in brackets: only Slurm's own last stamp is taken off
+    ("NodeName=n1 State=IDLE+DRAIN Reason=moved [a@b] [alice@1795944394]", "moved [a@b]",
+     ReasonStamp("alice", 1795944394.0, "alice@1795944394")),
+    # a time in a form gpudiag did not ask for (SLURM_TIME_FORMAT=relative in a wrapper): no time
+    ("NodeName=n1 State=IDLE+DRAIN Reason=x [root@Tomorr 10:00]", "x", ReasonStamp("root", None, "root@Tomorr 10:00")),
+    ("NodeName=n1 State=IDLE+DRAIN Reason=no stamp at all", "no stamp at all", None),
+    ("NodeName=n1 State=IDLE Reason=(null)", None, None),
+])
+def test_the_reason_s_stamp_says_who_set_it_and_when(line: str, reason: str | None, stamp: ReasonStamp | None) -> None:
+    node = parse_show_node(line)["n1"]
+    assert (node.reason, node.stamp) == (reason, stamp)
+
+
+def test_gpudiag_asks_scontrol_for_times_in_seconds_since_the_epoch(tmp_path: Path) -> None:
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text('#!/bin/sh\n[ "$SLURM_TIME_FORMAT" = %s ] && when=1795944394 || when=2026-11-29T10:00:00\n'
+                        'echo "NodeName=n1 State=IDLE+DRAIN Reason=x [root@$when]"\n')
+    scontrol.chmod(0o755)
+    stamp = query_nodes(["n1"], scontrol=str(scontrol))["n1"].stamp
+    assert stamp is not None and stamp.epoch == 1795944394.0
