@@ -1,6 +1,7 @@
 """``gpudiag history``: the stored sweeps, or one host's verdict, figures and pair figures in
-each of them (as the sweep judged them), their trend since its last repair and any slow
-degradation (gpudiag.store.trend); ``--repaired`` records a repair (gpudiag.store.repairs)."""
+each of them (as the sweep judged them), their trend since its last repair and its verdict, a slow
+degradation (fail) or a slide toward the warn deficit (watch) (gpudiag.store.trend); ``--repaired``
+records a repair (gpudiag.store.repairs)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,16 @@ from ..store.schema import refuse_unusable
 from ..store.store import Store, judged_figures
 from ..store.trend import (
     MIN_FIT_SWEEPS,
+    WATCH_HORIZON,
     FigureTrend,
     HostTrends,
     degradation_words,
     figure_name,
     host_trends,
     unfitted_words,
+    watch_words,
 )
-from ..words import deficit_text
+from ..words import deficit_text, plural
 from ..words import figure as figure_text
 from .helptext import USAGE_ROW, epilog
 from .options import WIDER_HINT, check_outputs, emit_json, json_option, store_location, store_option
@@ -46,7 +49,7 @@ from .options import WIDER_HINT, check_outputs, emit_json, json_option, store_lo
     ["gpudiag history --store demo/gpudiag.db             # the stored sweeps",
      "gpudiag history node017 --store demo/gpudiag.db --json -",
      "gpudiag history node017 --store demo/gpudiag.db --gpu 3 --repaired RMA-12345"],
-    [(ExitCode.OK, "shown or recorded (a slow degradation is information, not a verdict)"), USAGE_ROW]))
+    [(ExitCode.OK, "shown or recorded (a slow degradation or a watch is information, not a verdict)"), USAGE_ROW]))
 @click.argument("host", required=False)
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Sweeps to show.")
 @click.option("--repaired", "repair_text", default=None, metavar="TEXT",
@@ -58,12 +61,13 @@ from .options import WIDER_HINT, check_outputs, emit_json, json_option, store_lo
              "instead of the tables.")
 @click.option("--thresholds", "thresholds_path", default=None, metavar="FILE",
               help="Thresholds overriding the shipped defaults (history_degradation, history_min_sweeps, "
-                   "history_slope_z).")
+                   "history_slope_z; deficit_warn, the line a watch slides toward).")
 @store_option
 def history(host: str | None, limit: int, repair_text: str | None, gpu: int | None, json_path: str | None,
             thresholds_path: str | None, store_path: str | None) -> ExitCode:
     """A host's verdict and figures in each stored sweep, as the sweep judged them, their trend
-    since its last repair, and any slow degradation (without HOST: the stored sweeps).
+    since its last repair, and any slow degradation (fail) or slide toward the warn deficit (watch)
+    (without HOST: the stored sweeps).
 
     With --repaired, records a repair instead.
     """
@@ -80,7 +84,7 @@ def history(host: str | None, limit: int, repair_text: str | None, gpu: int | No
             raise InputError(f"{host}: not in any stored sweep of {store_location(store_path)}")
         repairs = host_repairs(store, host)
     trends = host_trends(host, rows, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps,
-                         thresholds.history_slope_z)
+                         thresholds.history_slope_z, warn_pct=thresholds.deficit_warn_pct)
     if json_path is not None:
         emit_json(strict_dumps({"host": host, "sweeps": [_json_row(host, row) for row in rows],
                                 "repairs": [r.to_dict() for r in repairs], "trend": trends.to_dict()}, indent=1)
@@ -308,7 +312,7 @@ def _trend_tables(trends: HostTrends, width: int) -> list[Table]:
     """The trend of each figure within ``width`` characters (none when no figure has one): the
     median of the host's GPUs in its first and latest sweep since the last repair, its fitted
     slope a sweep and change over the window, the GPU whose fitted figure fell the most, and the
-    sweeps; a slow degradation named under its figure."""
+    sweeps; a slow degradation (fail) and a watch named under its figure."""
     rows = tuple(_trend_row(figure) for figure in trends.figures
                  if len(figure.median.points) > 1 or figure.worst_gpu is not None)
     if not rows:
@@ -319,18 +323,25 @@ def _trend_tables(trends: HostTrends, width: int) -> list[Table]:
 
 
 def _trend_row(figure: FigureTrend) -> tuple[str, ...]:
-    """``gemm.tflops bf16 TFLOP/s`` (and the slow degradations under it), the median's first and
+    """``gemm.tflops bf16 TFLOP/s`` (and the slow degradations and watches under it), the median's first and
     latest figure (``741.2 → 738.4``), its fitted slope a sweep and fitted change, the GPU whose
     fitted figure fell the most and its fitted change, the sweeps."""
     median, worst = figure.median, figure.worst_gpu
     name = f"{figure.figure} {figure.unit}" if figure.unit else figure.figure
-    flagged = ", ".join("median" if trend.gpu is None else f"GPU {trend.gpu}" for trend in figure.degraded)
+    flagged = _parts(figure.degraded)
+    watched = _parts(figure.watched)
     span = f"{median.points[0].value:.4g} → {median.points[-1].value:.4g}" if median.points else "-"
     fit = median.fit
-    return (name + (f"\nslow degradation: {flagged}" if flagged else ""), span,
+    return (name + (f"\nslow degradation: {flagged}" if flagged else "") + (f"\nwatch: {watched}" if watched else ""),
+            span,
             _pct(None if fit is None else fit.slope_pct), _pct(None if fit is None else fit.change_pct),
             "-" if worst is None or worst.fit is None else f"{worst.gpu}: {_pct(worst.fit.change_pct)}",
             str(len(median.points)))
+
+
+def _parts(trends: tuple) -> str:
+    """``median, GPU 3``."""
+    return ", ".join("median" if trend.gpu is None else f"GPU {trend.gpu}" for trend in trends)
 
 
 def _pct(change: float | None) -> str:
@@ -339,18 +350,22 @@ def _pct(change: float | None) -> str:
 
 
 def _trend_words(trends: HostTrends) -> list[str]:
-    """Each slow degradation in plain words, else one line saying there is none (or no trend
-    yet); then the trends too short to fit, where others were fitted."""
+    """Each slow degradation (fail) and each watch in plain words, else one line saying there is
+    neither (or no trend yet); then the trends too short to fit, where others were fitted."""
     short = unfitted_words(trends.host, trends)
-    if trends.degradations:
+    if trends.degradations or trends.watches:
         return [*(degradation_words(trends.host, trend, trends.threshold_pct, trends.slope_z)
-                  for trend in trends.degradations), *short]
+                  for trend in trends.degradations),
+                *(watch_words(trends.host, trend, trends.watch_z) for trend in trends.watches), *short]
     series = [trend for figure in trends.figures for trend in (figure.median, *figure.gpus)]
     longest = max((len(trend.points) for trend in series), default=0)
     since = "since its last repair" if any(trend.repair for trend in series) else "in the sweeps shown"
     rule = (f"a fitted fall of {trends.threshold_pct:g} % or more over {trends.min_sweeps} or more sweeps, "
             f"its slope {trends.slope_z:g} times its noise")
+    watch = (f"its slope {trends.watch_z:g} times its noise and its line {trends.warn_pct:g} % down within "
+             f"{plural(WATCH_HORIZON, 'sweep')}")
     if longest < trends.min_sweeps:
         return [f"no trend judged yet: {longest} sweep{'' if longest == 1 else 's'} of {trends.host} {since}; "
-                f"slow degradation ({rule}) needs {max(trends.min_sweeps, MIN_FIT_SWEEPS)}"]
-    return [f"no slow degradation: no figure of {trends.host} shows {rule}, {since}", *short]
+                f"slow degradation ({rule}) and watch ({watch}) need {max(trends.min_sweeps, MIN_FIT_SWEEPS)}"]
+    return [f"no slow degradation: no figure of {trends.host} shows {rule}, {since}; verdict none: no watch "
+            f"either ({watch})", *short]

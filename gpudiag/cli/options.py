@@ -1,5 +1,6 @@
-"""What the commands share: the ``--store`` option, where the store is by default, the SSH,
-output-cap and judging options, and the hint under a table that left columns out."""
+"""What the commands share: the ``--store`` option, where the store is by default, the SSH and
+output-cap options, the options the fleet commands' groups are made of (gpudiag.cli.groups),
+and the hint under a table that left columns out."""
 
 from __future__ import annotations
 
@@ -26,10 +27,17 @@ from ..transport.sshconfig import SshOptions
 WIDER_HINT = "a wider terminal (COLUMNS) shows them"
 
 
+STORE_HELP = "SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db)."
+
+
+def store_path_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """The ``--store PATH`` option (into the ``store_path`` parameter), with ``help_text``."""
+    return click.option("--store", "store_path", default=None, metavar="PATH", help=help_text)
+
+
 def store_option(function: click.decorators.FC) -> click.decorators.FC:
     """The ``--store PATH`` option (into the ``store_path`` parameter)."""
-    return click.option("--store", "store_path", default=None, metavar="PATH",
-                        help="SQLite store (default: $XDG_DATA_HOME/gpudiag/gpudiag.db).")(function)
+    return store_path_option(STORE_HELP)(function)
 
 
 def node_python_option(default: str | None, help_text: str, *,
@@ -271,16 +279,9 @@ def no_retest_option(help_text: str) -> Callable[[click.decorators.FC], click.de
     return click.option("--no-retest", is_flag=True, help=help_text)
 
 
-RETEST_HELP = "Report suspects without re-testing them: each stays unconfirmed and unchecked (exit 3)."
-
-
-def judging_options(function: click.decorators.FC) -> click.decorators.FC:
-    """What commands that judge one job's or one node's figures take (preflight, triage): the
-    stored baseline, the thresholds file and whether suspects are re-tested (parameters
-    baseline_name, thresholds_path, no_retest)."""
-    function = no_retest_option(RETEST_HELP)(function)
-    function = thresholds_option(function)
-    return baseline_option("Stored baseline to judge against (default: 'default', if stored).")(function)
+def exclude_file_option(help_text: str) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """``--exclude-file PATH`` (into ``exclude_file``): where the hosts a job should not get are written."""
+    return click.option("--exclude-file", default=None, metavar="PATH", help=help_text)
 
 
 def store_location(store_path: str | None) -> str:

@@ -24,31 +24,21 @@ from ..report.document import write_exclude_list, write_sweep_json
 from ..report.prometheus import write_prom_file
 from ..report.tables import make_console
 from ..run.interrupts import InterruptGate
-from ..run.request import Judging, Reach
+from ..run.request import Judging, LinkOptions, Reach
 from ..run.runtime import Runtime
-from ..sim import FleetFile
-from ..slurm.launcher import LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
-from ..transport.ssh import SshSettings
-from ..transport.sshconfig import SshOptions
 from .connect import connect
+from .groups import judging_options, link_options, reach_options
 from .helptext import SectionedCommand, epilog
 from .options import (
     check_outputs,
     deadline_option,
     dtype_option,
-    job_store,
+    exclude_file_option,
     json_option,
-    judging_options,
-    links_option,
     max_gpu_mem_option,
-    net_address_option,
-    net_backend_option,
-    net_line_rate_option,
     node_python_option,
     probes_option,
-    ssh_options,
-    topology_option,
 )
 from .probe import listed_probe_names
 from .progress import make_progress
@@ -70,12 +60,13 @@ from .textout import echo_text
 @click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
               help="The nodes: a hosts file, a host set such as 'gpu[01-04]', or - for stdin (default: "
                    "$SLURM_JOB_NODELIST, in a job or a prolog).")
-@click.option("--here", is_flag=True,
-              help="The one host named is this machine: probe it directly, without SSH or srun (a prolog or "
-                   "health check on the node: --here --hosts \"$SLURMD_NODENAME\").")
-@click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
-              help="Check nodes of a simulated fleet (with --hosts or in a job: those of its nodes) instead of "
-                   "real hosts.")
+@reach_options(
+    here_help="The one host named is this machine: probe it directly, without SSH or srun (a prolog or health "
+              "check on the node: --here --hosts \"$SLURMD_NODENAME\").",
+    simulate_help="Check nodes of a simulated fleet (with --hosts or in a job: those of its nodes) instead of real "
+                  "hosts.",
+    launcher_help="How the probes reach the nodes: ssh, or slurm (srun inside the job).",
+    bundle_dir_help="slurm: a folder the nodes share where the probe bundle is staged.")
 @click.option("--budget", "budget_s", type=click.FloatRange(min=1), default=DEFAULT_BUDGET_S, show_default=True,
               metavar="S", help="Seconds the whole check may take; what does not finish is unchecked (exit 3).")
 @click.option("--drain", is_flag=True,
@@ -90,41 +81,26 @@ from .textout import echo_text
               help="The scontrol command that drains, reads and resumes nodes; each call ends within what is left "
                    "of the budget (5 s at least for them all).")
 @probes_option(f"default: {','.join(DEFAULT_PROBES)}; the budget plans their load")
-@links_option("Link tests between the nodes (two or more), from the same budget: screen (two rounds forming a "
-              "cycle, then confirm rounds), full (every pair: more rounds), none; auto: screen.")
-@click.option("--no-links", is_flag=True, help="The same as --links none.")
+@link_options("Link tests between the nodes (two or more), from the same budget: screen (two rounds forming a "
+              "cycle, then confirm rounds), full (every pair: more rounds), none; auto: screen.",
+              tuning=False, no_links=True)
 @deadline_option(None, " (default: planned within --budget; given, the planned one is capped at it)")
 @node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
 @dtype_option
 @max_gpu_mem_option
-@click.option("--store", "store_path", default=None, metavar="PATH",
-              help="SQLite store with the baseline; the check is kept there (default: "
-                   "$XDG_DATA_HOME/gpudiag/gpudiag.db).")
-@click.option("--no-store", is_flag=True, help="No store: judged against the SKU figures and the nodes alone.")
-@judging_options
-@click.option("--exclude-file", default=None, metavar="PATH", help="Write the nodes a job should not get here.")
+@judging_options(store_help="SQLite store with the baseline; the check is kept there (default: "
+                            "$XDG_DATA_HOME/gpudiag/gpudiag.db).",
+                 no_store_help="No store: judged against the SKU figures and the nodes alone.", job=True)
+@exclude_file_option("Write the nodes a job should not get here.")
 @json_option("Write the sweep document with a 'preflight' part (plan, drains).")
 @click.option("--json-detail", type=click.Choice(DETAILS), default=COMPACT, show_default=True,
               help="How much of each node's records the document keeps.")
 @click.option("--prom-file", default=None, metavar="PATH.prom", help="Write a node_exporter textfile here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
-@click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
-              help="How the probes reach the nodes: ssh, or slurm (srun inside the job).")
-@click.option("--slurm-bundle-dir", default=None, metavar="DIR",
-              help="slurm: a folder the nodes share where the probe bundle is staged.")
-@net_backend_option
-@net_address_option
-@net_line_rate_option
-@topology_option
-@ssh_options
-def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None, budget_s: float, drain: bool,
-              undrain: bool, scontrol: str, probe_list: str, links: str, no_links: bool, deadline: float | None,
-              no_retest: bool, python: str, dtype: str, max_gpu_mem: int | None,
-              store_path: str | None, no_store: bool, baseline_name: str | None, thresholds_path: str | None,
-              exclude_file: str | None, json_path: str | None, json_detail: str, prom_file: str | None, quiet: bool,
-              launcher: str, slurm_bundle_dir: str | None, net_backend: str, net_address: str,
-              net_line_rate: float | None, topology: tuple[str, ...], ssh: SshOptions,
-              settings: SshSettings) -> ExitCode:
+def preflight(hosts_argument: str | None, reach: Reach, budget_s: float, drain: bool, undrain: bool, scontrol: str,
+              probe_list: str, links: LinkOptions, deadline: float | None, python: str, dtype: str,
+              max_gpu_mem: int | None, judging: Judging, exclude_file: str | None, json_path: str | None,
+              json_detail: str, prom_file: str | None, quiet: bool) -> ExitCode:
     """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
     where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
     figures and the live peers. Prints the plan first and one summary line last.
@@ -134,18 +110,13 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     if hosts_argument is None:  # in a job or a prolog: its nodes (of a simulated fleet too)
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)
     request = PreflightRequest(
-        hosts_argument=hosts_argument, budget_s=budget_s,
-        reach=Reach(ssh=ssh, settings=settings, launcher=launcher, slurm_bundle_dir=slurm_bundle_dir, here=here,
-                    stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
-        judging=Judging(store_path=job_store(store_path, no_store, baseline_name), thresholds_path=thresholds_path,
-                        baseline_name=baseline_name, retest=not no_retest),
-        python=python, dtype=dtype, max_gpu_mem_mib=max_gpu_mem, net_backend=net_backend, net_address=net_address,
-        net_line_rate_gbps=net_line_rate, links=_link_mode(links, no_links),
+        hosts_argument=hosts_argument, budget_s=budget_s, reach=reach, judging=judging, links=links,
+        python=python, dtype=dtype, max_gpu_mem_mib=max_gpu_mem,
         probes=listed_probe_names(probe_list) if probe_list else DEFAULT_PROBES, deadline_s=deadline,
-        drain=drain, undrain=undrain, scontrol=scontrol, topology=topology)
+        drain=drain, undrain=undrain, scontrol=scontrol)
     check_request(request)
     names, hosts_stdin = host_text(request, stdin)
-    if here and len(names) != 1:
+    if reach.here and len(names) != 1:
         raise InputError(f"--here probes this machine: name it as one host, not {len(names)}")
     plan = make_plan(request, names)
     check_outputs(json_path, exclude_file, prom_file)
@@ -159,13 +130,6 @@ def preflight(hosts_argument: str | None, here: bool, simulate_path: str | None,
     if gate.received:
         return ExitCode.INTERRUPTED
     return outputs_exit_code(run, output_errors)
-
-
-def _link_mode(links: str, no_links: bool) -> str:
-    """--links, with --no-links its synonym of --links none; InputError where they disagree."""
-    if no_links and links not in ("auto", "none"):
-        raise InputError(f"--no-links and --links {links} disagree: give one of them")
-    return "none" if no_links else links
 
 
 def outputs_exit_code(run: PreflightRun, output_errors: list[str]) -> ExitCode:

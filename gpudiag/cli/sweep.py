@@ -3,20 +3,16 @@ demo``, the same over a built-in simulated fleet."""
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import click
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
-from ..links.remote import PairTestOptions
 from ..pause import (
     DEFAULT_REFERENCE_PEERS,
     PAUSE_BUDGET_S,
@@ -39,31 +35,18 @@ from ..run.request import Judging, LinkOptions, Reach, SweepRequest
 from ..run.runtime import Runtime
 from ..run.sweep import run_sweep
 from ..sim import FleetFile, demo_fleet_path
-from ..slurm.launcher import FALLBACKS, LAUNCHERS
 from ..slurm.nodelist import job_hosts_argument
 from ..transport.bounded import MIB
-from ..transport.ssh import SshSettings
-from ..transport.sshconfig import SshOptions
 from .connect import connect
+from .groups import judging_options, link_options, reach_options
 from .helptext import FLEET_CODES, USAGE_ROW, SectionedCommand, epilog
 from .options import (
-    baseline_option,
     check_deadline,
     check_outputs,
+    exclude_file_option,
     json_option,
-    links_option,
-    net_address_option,
-    net_backend_option,
-    net_line_rate_option,
-    no_retest_option,
     node_python_option,
     probes_option,
-    run_store,
-    ssh_options,
-    store_option,
-    thresholds_option,
-    topology_option,
-    with_options,
 )
 from .probe import listed_probe_names, probe_options
 from .progress import make_progress
@@ -73,86 +56,6 @@ LINKS_HELP = ("Pairwise node-to-node tests: screen (two rounds forming a cycle, 
               "pair), none; auto: screen.")
 
 
-def fleet_judging_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Where a sweep's results are kept and how they are judged: the command gets ``judging``
-    (Judging) and ``exclude_file``."""
-
-    @functools.wraps(function)
-    def with_judging(*args: Any, store_path: str | None, thresholds_path: str | None, baseline_name: str | None,
-                     no_retest: bool, no_store: bool, **kwargs: Any) -> Any:
-        judging = Judging(store_path=run_store(store_path, no_store), thresholds_path=thresholds_path,
-                          baseline_name=baseline_name, retest=not no_retest)
-        return function(*args, judging=judging, **kwargs)
-
-    decorators = [
-           store_option,
-           thresholds_option,
-           baseline_option("Stored baseline for keys with too few peers (default: 'default', if stored)."),
-           no_retest_option("Report suspects without re-testing them: each stays unconfirmed and unchecked "
-                            "(exit 3, on the exclude list)."),
-        click.option("--exclude-file", default=None, metavar="PATH",
-                        help="Write the hosts a job should not get here, one per line."),
-        click.option("--no-store", is_flag=True, help="Keep nothing in the store."),
-    ]
-    return with_options(with_judging, decorators)
-
-
-def link_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The pair tests between nodes: the command gets ``links`` (LinkOptions). Its pair tests'
-    interpreter and host-memory mode follow the command's --python and --pause, set there."""
-
-    @functools.wraps(function)
-    def with_links(*args: Any, links: str, net_backend: str, net_address: str, net_duration: float,
-                   net_streams: int, net_line_rate: float | None, screen_stride: int | None, net_allow_socket: bool,
-                   topology: tuple[str, ...], **kwargs: Any) -> Any:
-        pair = PairTestOptions(backend=net_backend, duration_s=net_duration, streams=net_streams,
-                               line_rate_gbps=net_line_rate, allow_socket=net_allow_socket)
-        chosen = LinkOptions(mode=links, net_address=net_address, screen_stride=screen_stride, pair=pair,
-                             topology=topology)
-        return function(*args, links=chosen, **kwargs)
-
-    decorators = [
-        links_option(LINKS_HELP),
-        net_backend_option,
-        net_address_option,
-        click.option("--net-duration", type=click.FloatRange(min=0.1), default=2.0, show_default=True, metavar="S",
-                     help="Timed seconds per direction of each pair test."),
-        click.option("--net-streams", type=click.IntRange(min=1, max=64), default=4, show_default=True,
-                     help="Parallel TCP streams (tcp) or queue pairs (perftest) per pair test."),
-        net_line_rate_option,
-        click.option("--screen-stride", type=click.IntRange(min=1), default=None, metavar="K",
-                     help="Screen each node with the nodes K places before and after it in the host list (default: one "
-                          "more than the last stored sweep's, so successive sweeps reach every pair)."),
-        click.option("--net-allow-socket", is_flag=True,
-                     help="nccl: let NCCL fall back to sockets instead of failing when no IB path exists."),
-        topology_option,
-    ]
-    return with_options(with_links, decorators)
-
-
-def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """How the nodes are reached, over SSH (ssh_options) or srun: the command gets ``reach``
-    (Reach; a --simulate fleet is the command's to add)."""
-
-    @functools.wraps(function)
-    def with_reach(*args: Any, ssh: SshOptions, settings: SshSettings, launcher: str, launcher_fallback: str,
-                   slurm_bundle_dir: str | None, **kwargs: Any) -> Any:
-        reach = Reach(ssh=ssh, settings=settings, launcher=launcher, launcher_fallback=launcher_fallback,
-                      slurm_bundle_dir=slurm_bundle_dir)
-        return function(*args, reach=reach, **kwargs)
-
-    return ssh_options(with_options(with_reach, [
-        click.option("--launcher", type=click.Choice(LAUNCHERS), default="ssh", show_default=True,
-                     help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a "
-                          "job, --hosts defaults to $SLURM_JOB_NODELIST)."),
-        click.option("--launcher-fallback", type=click.Choice(FALLBACKS), default="none", show_default=True,
-                     help="slurm: probe the hosts srun cannot reach (down, drained, not in the job) over SSH instead."),
-        click.option("--slurm-bundle-dir", default=None, metavar="DIR",
-                     help="slurm: a folder the nodes share where the probe bundle is staged (default: "
-                          "~/.cache/gpudiag)."),
-    ]))
-
-
 @click.command(cls=SectionedCommand, epilog=epilog(
     ["gpudiag sweep --hosts 'gpu[01-64]' --json sweep.json --exclude-file ex.txt",
      "gpudiag sweep --hosts hosts.txt -i ~/.ssh/fleet --links full -q",
@@ -160,14 +63,12 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
     FLEET_CODES))
 @click.option("--hosts", "hosts_argument", default=None, metavar="FILE|SET|-",
               help="A hosts file (one host per line), a host set such as 'gpu[01-64]', or - for stdin.")
-@click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
-              help="Sweep a simulated fleet instead of real hosts (demos, tests, benchmarks).")
 @probes_option("default: every probe but xid")
 @probe_options
 @node_python_option("python3", "The nodes' Python interpreter (it needs torch for the GPU probes).")
 @click.option("--fanout", type=click.IntRange(min=1, max=4096), default=64, show_default=True,
               help="Hosts probed at once.")
-@link_options
+@link_options(LINKS_HELP)
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on each host (default: --deadline plus start-up).")
 @json_option("Write the sweep document (schema gpudiag.sweep/1).")
@@ -178,8 +79,16 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
               help="Write the sweep here as a node_exporter textfile (per-GPU and per-link figures, findings, last "
                    "run; dcgm-exporter's labels), replaced atomically.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
-@fleet_judging_options
-@reach_options
+@judging_options(no_store_help="Keep nothing in the store.",
+                 baseline_help="Stored baseline for keys with too few peers (default: 'default', if stored).",
+                 retest_help="Report suspects without re-testing them: each stays unconfirmed and unchecked (exit 3, "
+                             "on the exclude list).")
+@exclude_file_option("Write the hosts a job should not get here, one per line.")
+@reach_options(simulate_help="Sweep a simulated fleet instead of real hosts (demos, tests, benchmarks).",
+               launcher_help="How the probes reach the nodes: ssh, or slurm (one srun step across the hosts; inside a "
+                             "job, --hosts defaults to $SLURM_JOB_NODELIST).",
+               fallback=True, bundle_dir_help="slurm: a folder the nodes share where the probe bundle is staged "
+                                              "(default: ~/.cache/gpudiag).")
 @click.option("--pause", is_flag=True,
               help="A job paused for mitigation holds the GPUs: each GPU's probes are sized to the memory it left "
                    "(read through NVML first), in a process that sees that GPU alone, never touching the job's "
@@ -195,35 +104,31 @@ def reach_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--reference-peers", type=click.IntRange(min=0, max=64), default=DEFAULT_REFERENCE_PEERS,
               show_default=True, metavar="K",
               help="With --suspects: unsuspected hosts probed per suspect, spread over the host list.")
-def sweep(hosts_argument: str | None, simulate_path: str | None, probe_list: str, duration: float,
+def sweep(hosts_argument: str | None, probe_list: str, duration: float,
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
           links: LinkOptions, host_timeout: float | None, json_path: str | None, json_detail: str,
           prom_file: str | None, quiet: bool, judging: Judging, exclude_file: str | None, reach: Reach, pause: bool,
           budget_s: float | None, suspects: str | None, reference_peers: int) -> ExitCode:
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts."""
     stdin: TextIO = sys.stdin
-    if hosts_argument is None and simulate_path is None and reach.launcher == "slurm":
+    if hosts_argument is None and reach.stand_in is None and reach.launcher == "slurm":
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)  # inside a job: its nodes
-    if (hosts_argument is None) == (simulate_path is None):
+    if (hosts_argument is None) == (reach.stand_in is None):
         raise InputError("give exactly one of --hosts FILE|SET|- and --simulate FLEET.json")
     names = listed_probe_names(probe_list)
     check_pause_backend(pause, links.pair.backend)
     given = click.get_current_context().get_parameter_source("deadline") != click.core.ParameterSource.DEFAULT
     deadline = pause_deadline_s(pause, deadline, given)
     check_deadline(duration, deadline)
-    focus = FocusRequest(suspects, reference_peers) if suspects is not None else None
-    if focus is not None and links.screen_stride is None:
-        links = dataclasses.replace(links, screen_stride=1)  # the hosts come suspect, its references, …: neighbours
     request = SweepRequest(
         hosts_argument=hosts_argument,
         sweep=SweepOptions(
             probe=ProbeOptions(names=names, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                                sequential=sequential, deadline_s=deadline, python=python, pause=pause),
             fanout=fanout, host_timeout_s=host_timeout),
-        reach=dataclasses.replace(reach, stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
-        judging=judging,
-        links=dataclasses.replace(links, pair=dataclasses.replace(links.pair, python=python, host_memory=pause)),
-        focus=focus, budget_s=pause_budget_s(pause, budget_s),
+        reach=reach, judging=judging, links=links,
+        focus=FocusRequest(suspects, reference_peers) if suspects is not None else None,
+        budget_s=pause_budget_s(pause, budget_s),
     )
     check_outputs(json_path, exclude_file, prom_file)
     # From here an interrupt stops what runs on the nodes, never the writing of what was gathered.

@@ -13,12 +13,10 @@ from ..run.interrupts import InterruptGate
 from ..run.request import Judging, Reach
 from ..run.runtime import Runtime
 from ..schema.jsonout import dumps as strict_dumps
-from ..sim import FleetFile
-from ..transport.ssh import SshSettings
-from ..transport.sshconfig import SshOptions
 from ..triage import DEFAULT_DURATION_S, TRIAGE_PROBES, TriageRequest, default_deadline_s, explain, render_text
 from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
+from .groups import judging_options, reach_options
 from .helptext import USAGE_ROW, SectionedCommand, epilog
 from .options import (
     check_deadline,
@@ -26,12 +24,9 @@ from .options import (
     deadline_option,
     dtype_option,
     emit_json,
-    job_store,
     json_option,
-    judging_options,
     max_gpu_mem_option,
     node_python_option,
-    ssh_options,
     topology_option,
 )
 from .progress import make_progress
@@ -49,8 +44,7 @@ from .textout import echo_text
 @click.argument("host_argument", required=False, metavar="HOST")
 @click.option("--host", "host_option", default=None, metavar="HOST",
               help="The host (the same as the HOST argument; with --simulate, a node of the fleet).")
-@click.option("--simulate", "simulate_path", default=None, metavar="FLEET.json",
-              help="Triage a node of a simulated fleet instead of a real host (demos, tests).")
+@reach_options(simulate_help="Triage a node of a simulated fleet instead of a real host (demos, tests).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_DURATION_S,
               show_default=True, metavar="S",
               help="Seconds of timed load per load probe (GEMM, memory): long enough for heat and power limits "
@@ -62,22 +56,18 @@ from .textout import echo_text
 @node_python_option("python3", "The node's Python interpreter (it needs torch for the GPU probes).")
 @click.option("--host-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
               help="Time limit of the probes on the host (default: --deadline plus start-up).")
-@click.option("--store", "store_path", default=None, metavar="PATH",
-              help="SQLite store with the baseline and the host's history (default: $XDG_DATA_HOME/gpudiag/gpudiag.db)."
-                   " Only read.")
-@click.option("--no-store", is_flag=True, help="Compare with no stored baseline or history.")
-@judging_options
+@judging_options(store_help="SQLite store with the baseline and the host's history (default: "
+                            "$XDG_DATA_HOME/gpudiag/gpudiag.db). Only read.",
+                 no_store_help="Compare with no stored baseline or history.", job=True)
 @click.option("--history", "history_sweeps", type=click.IntRange(min=0), default=HISTORY_SWEEPS, show_default=True,
               metavar="N", help="How many of the host's stored sweeps to compare with.")
 @json_option("Write the triage document (schema gpudiag.triage/1).")
 @topology_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
-@ssh_options
-def triage(host_argument: str | None, host_option: str | None, simulate_path: str | None, duration: float,
+def triage(host_argument: str | None, host_option: str | None, reach: Reach, duration: float,
            max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float | None, python: str,
-           host_timeout: float | None, store_path: str | None, no_store: bool, baseline_name: str | None,
-           thresholds_path: str | None, no_retest: bool, history_sweeps: int, json_path: str | None,
-           topology: tuple[str, ...], quiet: bool, ssh: SshOptions, settings: SshSettings) -> ExitCode:
+           host_timeout: float | None, judging: Judging, history_sweeps: int, json_path: str | None,
+           topology: tuple[str, ...], quiet: bool) -> ExitCode:
     """Look deeply at one node: every probe with a longer load (heat and power throttling show), the
     P2P matrix, all telemetry, the Xid history of the kernel log decoded with NVIDIA's catalog, and
     each GPU's pending recovery action; judged against the stored baseline, the SKU figures and the
@@ -91,13 +81,8 @@ def triage(host_argument: str | None, host_option: str | None, simulate_path: st
     probe = ProbeOptions(names=TRIAGE_PROBES, duration_s=duration, max_gpu_mem_mib=max_gpu_mem, dtype=dtype,
                          sequential=sequential, deadline_s=deadline or default_deadline_s(duration), python=python)
     request = TriageRequest(
-        host=host, probe=probe,
-        reach=Reach(ssh=ssh, settings=settings,
-                    stand_in=FleetFile(simulate_path) if simulate_path is not None else None),
-        judging=Judging(store_path=job_store(store_path, no_store, baseline_name), thresholds_path=thresholds_path,
-                        baseline_name=baseline_name, retest=not no_retest),
-        store_required=store_path is not None, history_sweeps=history_sweeps, host_timeout_s=host_timeout,
-        topology=topology)
+        host=host, probe=probe, reach=reach, judging=judging, store_required=_given("store_path"),
+        history_sweeps=history_sweeps, host_timeout_s=host_timeout, topology=topology)
     with InterruptGate().installed() as gate:
         run = run_triage(request, Runtime(sys.stdin, make_progress(quiet), gate, connect=connect))
         result = explain(run)
@@ -114,3 +99,8 @@ def _one_host(argument: str | None, option: str | None) -> str:
     if argument is not None and option is not None and argument != option:
         raise InputError(f"two hosts given ({argument} and --host {option}): gpudiag triage looks at one")
     return argument or option or ""
+
+
+def _given(parameter: str) -> bool:
+    """Whether the command's ``parameter`` was given (else it holds its default)."""
+    return click.get_current_context().get_parameter_source(parameter) != click.core.ParameterSource.DEFAULT

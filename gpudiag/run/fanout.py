@@ -68,18 +68,14 @@ MIN_COMMAND_S = 0.5
 class SweepOptions:
     """How the sweep runs: what to probe, how many hosts at once, and the per-host time limit (s),
     which every phase of a host (connecting, copying the bundle, probing) is inside of.
-    ``deadline``: a time on ``clock`` by which every host has finished (a run-wide budget): a
-    host still connecting, preparing or probing then is ended and ``timeout``; None: no such
-    limit. ``clock`` is the run's (gpudiag.run.runtime.Runtime), time.monotonic unless a test
-    hands in another. ``host_probes``: the probes of each host named there, where hosts probe
-    different ones (a re-test: each host its own suspects' probes); every other host, and every
-    host without it, runs ``probe.names``."""
+    ``host_probes``: the probes of each host named there, where hosts probe different ones (a
+    re-test: each host its own suspects' probes); every other host, and every host without it,
+    runs ``probe.names``. When the run must end is not an option of it: probe_hosts is handed
+    the run's clock and deadline."""
 
     probe: ProbeOptions
     fanout: int = 64
     host_timeout_s: float | None = None
-    deadline: float | None = None
-    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
     host_probes: Mapping[str, tuple[str, ...]] | None = field(default=None, compare=False)
 
     def probe_of(self, label: str) -> ProbeOptions:
@@ -157,14 +153,18 @@ def new_sweep_id(now: datetime) -> str:
 def probe_hosts(hosts: Sequence[HostSpec], options: SweepOptions, connector: Connector, bundle: Bundle,
               progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None = None,
               started_at: datetime | None = None, sweep_id: str | None = None,
-              say: Callable[[str], None] | None = None) -> SweepResult:
+              say: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+              deadline: float | None = None) -> SweepResult:
     """Probe every host once; returns one outcome per host, in the order given, with an
     ``unchecked`` finding for each host that could not be probed. ``on_host_done`` is called
     from worker threads as each host finishes (to store it at once); a StoreError it raises is
     a warning of the result, never the sweep's end. ``say`` tells what an interrupted sweep is
-    doing (a line on stderr). The caller closes ``connector``."""
+    doing (a line on stderr). ``clock`` is the run's (gpudiag.run.runtime.Runtime: every host's
+    time limit and duration are read on it); ``deadline``, a time on it by which every host has
+    finished (a run-wide budget): a host still connecting, preparing or probing then is ended
+    and ``timeout``; None: no such limit. The caller closes ``connector``."""
     started_at = started_at or datetime.now(timezone.utc)
-    runner = _SweepRunner(options, connector, bundle, progress, on_host_done, say or _silent)
+    runner = _SweepRunner(options, connector, bundle, progress, on_host_done, say or _silent, clock, deadline)
     outcomes, interrupted = runner.run(hosts)
     findings = tuple(unchecked(o.host, o.status, o.error) for o in outcomes if not o.ok)
     return SweepResult(sweep_id=sweep_id or new_sweep_id(started_at), started_at=started_at,
@@ -250,7 +250,7 @@ class _HostRun:
 class _SweepRunner:
     def __init__(self, options: SweepOptions, connector: Connector, bundle: Bundle,
                  progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], clock: Callable[[], float], deadline: float | None) -> None:
         self._on_host_done = on_host_done
         self._say = say
         self._not_stored: dict[str, str] = {}
@@ -263,18 +263,20 @@ class _SweepRunner:
         self._overdue = threading.Event()  # a host was ended by the watch: its worker may still be busy
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
-        self._started_at = options.clock()
+        self._clock = clock
+        self._deadline = deadline
+        self._started_at = clock()
 
     def run(self, hosts: Sequence[HostSpec]) -> tuple[list[HostOutcome], bool]:
         outcomes: dict[str, HostOutcome] = {}
         self._progress.start(len(hosts))
         pool = ThreadPoolExecutor(max_workers=max(1, self._options.fanout), thread_name_prefix="sweep")
-        runs = [_HostRun(host, self._options.clock) for host in hosts]
+        runs = [_HostRun(host, self._clock) for host in hosts]
         interrupted = late = False
         try:
             for run in runs:  # starting a worker thread waits for the busy ones: Ctrl-C may land here
                 pool.submit(self._probe_host, run)
-            self._gather(runs, outcomes, deadline=self._options.deadline)
+            self._gather(runs, outcomes, deadline=self._deadline)
             late = len(outcomes) < len(runs)  # the run's deadline came first
             if late:
                 self._end_late()
@@ -292,7 +294,7 @@ class _SweepRunner:
             self._closed.set()  # hosts that still end now are not counted on a closed display
             self._progress.close()
         started = self._started_at
-        ordered = [outcomes.get(host.label) or (_late_host(host, self._options.clock() - started)
+        ordered = [outcomes.get(host.label) or (_late_host(host, self._clock() - started)
                                                 if late and not interrupted
                                                 else interrupted_host(host)) for host in hosts]
         return ordered, interrupted
@@ -305,8 +307,8 @@ class _SweepRunner:
     def _gather(self, runs: Sequence[_HostRun], outcomes: dict[str, HostOutcome], deadline: float | None,
                 clock: Callable[[], float] | None = None) -> None:
         """Collect outcomes as hosts finish, ending each host still in a phase whose time is up,
-        until every host has one or ``deadline`` (on ``clock``, else the options' clock) passes."""
-        clock = clock or self._options.clock
+        until every host has one or ``deadline`` (on ``clock``, else the run's) passes."""
+        clock = clock or self._clock
         pending = {run.result: run for run in runs if run.host.label not in outcomes}
         while pending:
             # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
@@ -323,7 +325,7 @@ class _SweepRunner:
         """Give each host still in a phase past its time a ``timeout`` naming the phase, and end
         its session's work on the node (on a thread of its own: a dying host may be slow to
         answer the kill)."""
-        now = self._options.clock()
+        now = self._clock()
         for run in runs:
             if run.overdue(now) and run.claim():
                 self._overdue.set()
@@ -463,7 +465,7 @@ def _facts(results: Sequence[ProbeResult]) -> dict[str, Any]:
 
 
 def _late_host(host: HostSpec, duration: float) -> HostOutcome:
-    """The outcome of a host still running at the run's deadline (SweepOptions.deadline), after
+    """The outcome of a host still running at the run's deadline (probe_hosts' ``deadline``), after
     ``duration`` seconds of the run."""
     return HostOutcome(host.label, TIMEOUT, "not finished by the run's deadline: ended", duration)
 

@@ -36,6 +36,7 @@ FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "slow_gpu": (("host", "gpu", "factor"), ()),
     "throttled": (("host", "gpu", "reason"), ("factor", "share", "full_load_only")),
     "degraded_pcie": (("host", "gpu", "width"), ()), "nvlink_down": (("host", "gpu", "link"), ()),
+    "slow_p2p": (("host", "gpu", "peer_gpu", "factor"), ()),
     "pcie_replays": (("host", "gpu", "count"), ()), "nvlink_errors": (("host", "gpu", "link", "counter", "count"), ()),
     "gpu_lost": (("host", "gpu"), ()), "gpu_missing": (("host", "gpu"), ()),
     "probe_error": (("host", "probe"), ("gpu", "reason", "from_call")),
@@ -90,6 +91,7 @@ class Fault:
     memory_errors: MemoryErrors | None = None  # ``ecc``: gpudiag/sim/memerrors.py
     state: str | None = None
     rate_gbps: float | None = None
+    peer_gpu: int | None = None  # ``slow_p2p``: the pair's other GPU
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,8 @@ def check_faults(read: FieldReader, entries: list[Any], hosts: tuple[str, ...], 
             fabric.append(found)
             continue
         fault = _fault(context, entry, path)
-        identity = (fault.kind, fault.gpu, fault.link, fault.rail, fault.probe, fault.counter, fault.code,
-                    *sorted((fault.host, fault.peer or "")))
+        identity = (fault.kind, *sorted((fault.gpu or 0, fault.peer_gpu or 0)), fault.link, fault.rail, fault.probe,
+                    fault.counter, fault.code, *sorted((fault.host, fault.peer or "")))
         if fault.kind in GONE_KINDS:
             identity = ("gone", fault.gpu, fault.host)  # a GPU is lost or missing, not both
         if identity in seen:
@@ -212,6 +214,11 @@ def _gpu_fields(context: _FaultContext, entry: dict[str, Any], path: str, host: 
     if "link" in entry:
         fields["link"] = _index(context, entry, "link", path, sku.nvlinks,
                                 f"the {sku.nvlinks} NVLinks of {sku.gpu_model}")
+    if "peer_gpu" in entry:
+        fields["peer_gpu"] = _index(context, entry, "peer_gpu", path, spec.gpus_per_node,
+                                    f"gpus_per_node {spec.gpus_per_node} of {host}")
+        if fields["peer_gpu"] == fields.get("gpu"):
+            raise context.read.error(f"{path}.peer_gpu", "a pair needs two different GPUs")
     return fields
 
 

@@ -19,6 +19,8 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
 - ``nvlink_down`` (link): that link's state is ``down`` and ``nvlink_links_up`` is one less;
   every p2p pair with that GPU at either end × links_up/links_total (NVSwitch spreads a pair
   over all of a GPU's links).
+- ``slow_p2p`` (gpu, peer_gpu, factor): every p2p figure of that pair of GPUs (each one-way
+  figure and both ways) × factor; each GPU's other pairs stay healthy.
 - ``pcie_replays`` (count): the GPU's PCIe replay counter reads ``count``; nothing else changes
   (a link that retries still trains at full width and copies at nearly full speed).
 - ``nvlink_errors`` (link, counter ``crc``, ``replay`` or ``recovery``, count): that counter of
@@ -200,6 +202,8 @@ def _apply_gpu_faults(gpu: GpuState, faults: Sequence[Fault]) -> GpuState:
             gpu = replace(gpu, pcie_width=fault.width or gpu.pcie_width)
         elif fault.kind == "nvlink_down":
             gpu = replace(gpu, nvlinks_down=gpu.nvlinks_down | {fault.link})
+        elif fault.kind == "slow_p2p" and fault.peer_gpu is not None:
+            gpu = replace(gpu, p2p_factors=(*gpu.p2p_factors, (fault.peer_gpu, fault.factor)))
         elif fault.kind == "pcie_replays":
             gpu = replace(gpu, pcie_replays=fault.count)
         elif fault.kind == "nvlink_errors" and fault.link is not None:

@@ -208,7 +208,8 @@ def _pair(node: NodeState, source: GpuState, target: GpuState, direction: str, c
         return not_ok("error", "p2p", source.device, "bandwidth", reason, gpu_uuid=source.gpu_uuid,
                       params=params, details=details)
     nominal = node.sku.p2p_unidirectional_gbps if direction == "unidirectional" else node.sku.p2p_bidirectional_gbps
-    true_gbps = nominal * efficiency * min(_nvlink_share(node, source), _nvlink_share(node, target))
+    true_gbps = (nominal * efficiency * min(_nvlink_share(node, source), _nvlink_share(node, target))
+                 * source.p2p_factor(target))
     rates = noisy(draw(f"p2p:{direction}:{source.index}:{target.index}"), true_gbps, node.noise.membw_cv, count)
     moved_mib = buffer_mib * (1 if direction == "unidirectional" else 2)
     details["runs_per_sample"] = max(1, round(SAMPLE_S * true_gbps * 1e9 / (moved_mib * MIB)))

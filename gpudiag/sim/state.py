@@ -92,6 +92,14 @@ class GpuState:
     job_mib: int = 0
     exclusive: bool = False
     memory_errors: MemoryErrors = MemoryErrors()  # what NVML's ECC and row-remap readings show
+    # ``slow_p2p``: (the other GPU's slot, factor) of each pair of its that runs slower
+    p2p_factors: tuple[tuple[int, float], ...] = ()
+
+    def p2p_factor(self, other: GpuState) -> float:
+        """What its pair with ``other`` runs at (1.0: healthy), from either end's ``slow_p2p``."""
+        factors = [factor for slot, factor in self.p2p_factors if slot == other.index]
+        factors += [factor for slot, factor in other.p2p_factors if slot == self.index]
+        return min(factors, default=1.0)
 
     @property
     def device(self) -> str:

@@ -179,12 +179,12 @@ def _run(request: TriageRequest, setup: _Setup, runtime: Runtime) -> TriageRun:
     progress, gate = runtime.progress, runtime.gate
     started_at = datetime.now(timezone.utc)
     bundle = _bundle()
-    options = SweepOptions(probe=request.probe, fanout=1, host_timeout_s=request.host_timeout_s, clock=runtime.clock)
+    options = SweepOptions(probe=request.probe, fanout=1, host_timeout_s=request.host_timeout_s)
 
     def probe(names: Sequence[str], shown: SweepProgress) -> SweepResult | None:
         chosen = dataclasses.replace(options, probe=dataclasses.replace(options.probe, names=tuple(names)))
-        return gate.run_phase(lambda: probe_hosts([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say),
-                              lambda: None)
+        return gate.run_phase(lambda: probe_hosts([setup.spec], chosen, setup.connector, bundle, shown, say=gate.say,
+                                                  clock=runtime.clock), lambda: None)
 
     limit = request.host_timeout_s or request.probe.deadline_s
     if limit is not None:

@@ -193,11 +193,10 @@ def test_a_host_still_connecting_at_the_runs_deadline_is_ended_as_a_timeout():
         if outcome.host == "here":
             clock.now += 20.0
 
-    options = SweepOptions(ProbeOptions(names=("facts",), python=sys.executable), deadline=clock.now + 15.0,
-                           clock=clock)
+    options = SweepOptions(ProbeOptions(names=("facts",), python=sys.executable))
     try:
         result = probe_hosts([HostSpec("here"), HostSpec("stuck")], options, connector, locate_bundle(),
-                             QuietProgress(), on_host_done=done)
+                             QuietProgress(), on_host_done=done, clock=clock, deadline=clock.now + 15.0)
     finally:
         connector.close()
     assert [(h.host, h.status) for h in result.hosts] == [("here", "ok"), ("stuck", "timeout")]
