@@ -319,7 +319,7 @@ def merge(findings: Sequence[Finding]) -> list[Finding]:
             chosen[key] = dataclasses.replace(current, evidence=_join_evidence(current.evidence, f.evidence))
         elif f.metric != current.metric:
             chosen[key] = dataclasses.replace(current, evidence=f"{current.evidence}; also {f.metric} "
-                                                                f"-{f.deficit_pct:.1f} %")
+                                                                f"{deficit_text(f.deficit_pct)}")
     return list(chosen.values())
 
 

@@ -99,7 +99,7 @@ def _cut(line: str, limit: int | None) -> str:
 
 
 def finding_words(finding: Mapping[str, Any]) -> list[str]:
-    """A finding (its dict) in a few safe words: ``slow_gpu GPU 3 gemm.tflops -18%`` (its kind, GPU,
+    """A finding (its dict) in a few safe words: ``slow_gpu GPU 3 gemm.tflops -18 % below`` (its kind, GPU,
     peer, metric and deficit, those it has): drain reasons and one-line summaries."""
     words = [safe_text(finding.get("kind") or Severity.FAIL)]
     if finding.get("gpu") is not None:
@@ -109,7 +109,7 @@ def finding_words(finding: Mapping[str, Any]) -> list[str]:
     if finding.get("metric"):
         words.append(safe_text(finding["metric"]))
     if isinstance(finding.get("deficit_pct"), (int, float)):
-        words.append(f"-{finding['deficit_pct']:.0f}%")
+        words.append(f"-{finding['deficit_pct']:.0f} % below")  # ASCII: Slurm's reason
     return [word for word in words if word]
 
 

@@ -97,7 +97,7 @@ def test_a_fail_or_an_unchecked_finding_naming_a_host_as_host_peer_or_in_a_folde
                 _unchecked("n[3-4]", "gemm.tflops measured on 2 hosts: not compared, not passed"),
                 Finding(kind="fleet_shift", severity="fail", host="n[1-5]", evidence="all", action="inspect"))
     checks = host_checks(_result(hosts, findings))
-    assert checks["n1"].failed == "fail slow_gpu GPU 3 gemm.tflops -30%"
+    assert checks["n1"].failed == "fail slow_gpu GPU 3 gemm.tflops -30 % below"
     assert checks["n2"].failed == checks["n5"].failed == "warn link_error with n2: no answer"
     assert checks["n3"].failed is not None and "not compared" in checks["n3"].failed
     assert checks["n4"].failed == checks["n3"].failed
