@@ -1,7 +1,8 @@
 """Scale benchmark of the analysis: one 10,000-node x 8-GPU sweep.
 
 Builds the sweep's host documents in memory (the records the probes print: GEMM, memory
-bandwidth, PCIe both ways, SM clock, and the telemetry readings the rules use; with --p2p also
+bandwidth, PCIe both ways, SM clock, and the telemetry readings the rules use, each GPU's 18
+NVLinks with their error counters among them; with --p2p also
 the 84 NVLink pair records per node), with a few slow GPUs, then times ``analyse`` and measures
 its peak memory with tracemalloc (the input is built before tracing starts). Targets: <= 2 s and
 <= 1 GiB. The wall time is printed as a ratio to a baseline pass over the same records done in
@@ -63,8 +64,13 @@ def node(name: str, rng: random.Random, slow_gpu: int | None, with_p2p: bool) ->
         ]
         for metric, value, unit in (("pcie_width", 16, "lanes"), ("pcie_width_max", 16, "lanes"),
                                     ("ecc_uncorrected_volatile", 0, "count"), ("remapped_rows_pending", 0, "bool"),
-                                    ("remapped_rows_failure", 0, "bool")):
+                                    ("remapped_rows_failure", 0, "bool"), ("pcie_replay_count", 0, "count")):
             results.append(record("telemetry", gpu, metric, value, unit, {}, device=f"gpu:{gpu}"))
+        # An H100's 18 NVLinks as NVML lists them (the error counters judged against the fleet's).
+        links = [{"link": link, "state": "up", "crc_errors": 0, "replay_errors": 0, "recovery_errors": 0}
+                 for link in range(18)]
+        results.append(record("telemetry", gpu, "nvlink_links_up", 18, "count", {}, {"links": links},
+                              device=f"gpu:{gpu}"))
         if with_p2p:
             for peer in range(8):
                 if peer != gpu:

@@ -19,8 +19,9 @@ Scenarios (``--scenarios``):
   Xid 94 and application Xid 13s on others (bench/detection_memory.py).
 - ``ecc``: uncorrectable ECC errors, a pending and a failed row remap on three GPUs of 16 nodes,
   found from NVML's readings (bench/detection_memory.py).
-- ``history``: one GPU losing 2 % a sweep over 4 and 5 successive sweeps of an 8-node fleet, found
-  by ``gpudiag history``'s trend (bench/detection_history.py; ``hdrain``: parts flagged elsewhere).
+- ``history``: a GPU and a whole node losing 1 to 3 % a sweep over 3 to 6 successive sweeps of an
+  8-node fleet, watched or failed by ``gpudiag history``'s trend, and flat parts watched or failed
+  (bench/detection_history.py; ``hdrain``: parts flagged elsewhere).
 - ``lostslow``, ``mixedboards``, ``gone1n``: a lost GPU and a slow one after it on one node (the
   slow one must be named by NVML's index), healthy 4-GPU boards among 8-GPU boards with a GPU gone
   from one board of each, and a GPU gone from the bus of a 1-node job since its stored previous
@@ -28,6 +29,10 @@ Scenarios (``--scenarios``):
 - ``siblings``, ``starved``, ``cv3``: one GPU slow in a 1- or 2-node job (found by its siblings),
   a starved host with a broken GPU (both named), and CV 3 % noise with P2P probed (a 10 %-slow
   GPU, and the share of a healthy fleet's GPUs at ``fail``): bench/detection_siblings.py.
+- ``separate``, ``mixedmodels``, ``jobnet``: 2-3 broken GPUs on different nodes of 4- to 16-node
+  runs (no group finding), a 48-node H100/H200/A100 fleet with P2P and links (a slow GPU pair and
+  a slow link found; healthy sweeps name nothing), and a 2- to 64-node job whose network runs at
+  58 % of its line rate (one ``slow_network`` fail): bench/detection_confirm.py (issue 31).
 
 Printed: precision and recall per scenario, kind and slowdown, whether a ``fleet_shift`` was
 reported where one was expected (``shift``), whether the exit code was the one expected (``exit``,
@@ -61,6 +66,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from detection_confirm import CONFIRM_SCENARIOS, confirm_builders, healthy_mixed  # noqa: E402
 from detection_history import run_history  # noqa: E402
 from detection_identity import IDENTITY_SCENARIOS, identity_builders  # noqa: E402
 from detection_links import LINK_SCENARIOS, link_builders  # noqa: E402
@@ -89,6 +95,7 @@ NOT_SCORED = ("fleet_shift", "unchecked")
 SCENARIOS = (*SCENARIOS, "ports")  # passive NIC port checks (ports_case)
 SCENARIOS = (*SCENARIOS, *IDENTITY_SCENARIOS)  # a lost + a slow GPU; 4-GPU among 8-GPU boards (detection_identity.py)
 SCENARIOS = (*SCENARIOS, *SIBLING_SCENARIOS)  # siblings, starved host + broken GPU, CV 3 % (detection_siblings.py)
+SCENARIOS = (*SCENARIOS, *CONFIRM_SCENARIOS)  # separate broken GPUs, mixed models, a network (detection_confirm.py)
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,8 @@ class Case:
     request: tuple[tuple[str, object], ...] = ()
     # The fleet the baseline is built from (None: a healthy 16-node copy of ``fleet``).
     baseline_fleet: dict | None = None
+    # Kinds of NOT_SCORED scored all the same (a group finding where none may be: a false positive).
+    scored: tuple[str, ...] = ()
 
 
 def _fleet(size: int, cv: float, seed: int, faults: list[dict]) -> dict:
@@ -307,7 +316,8 @@ def score(case: Case, findings: list[dict]) -> dict[str, list[int]]:
     """Per kind: [true positives, findings of that kind, faults of that kind, faults detected].
     ``fleet_shift`` and ``unchecked`` findings are not scored here."""
     tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
-    expected_kinds = {kind for kind, _, _ in case.expected}  # a group finding, where a case expects one
+    # a group finding, where a case expects one or scores it
+    expected_kinds = {kind for kind, _, _ in case.expected} | set(case.scored)
     found = {_place(f["kind"], f["host"], f.get("gpu")) for f in findings
              if f["kind"] not in NOT_SCORED or f["kind"] in expected_kinds}
     for kind, host, gpu in found:
@@ -387,6 +397,9 @@ def builders(scenario: str, sizes: list[int]) -> list[tuple[str, Callable[[float
     if scenario in SIBLING_SCENARIOS:
         return [(label, lambda cv, s, seed, build=build: Case(**build(cv, s, seed))) for label, build in
                 sibling_builders(scenario, sizes)]
+    if scenario in CONFIRM_SCENARIOS:
+        return [(label, lambda cv, s, seed, build=build: Case(**build(cv, s, seed))) for label, build in
+                confirm_builders(scenario)]
     nodes = int(scenario[3:])
     alone = "peers" if nodes >= 3 else "sku"  # 3 nodes or more are their own fleet
     return [(f"{scenario} {'baseline' if with_baseline else alone}",
@@ -420,7 +433,7 @@ def main() -> None:
           f"{'shift':>6} {'exit':>6} {'hdrain':>6} {'sweep s':>7}", flush=True)
     for scenario in arguments.scenarios:
         if scenario == "history":  # a series of sweeps per trial, not one sweep (bench/detection_history.py)
-            run_history(arguments.cvs, arguments.seeds)
+            run_history(arguments.cvs, arguments.seeds, arguments.smoke)
             continue
         for label, build in builders(scenario, arguments.sizes):
             for cv in scenario_cvs(scenario, arguments.cvs):
@@ -430,6 +443,8 @@ def main() -> None:
     for size in arguments.sizes if "mix" in arguments.scenarios else []:
         for cv in arguments.cvs:
             healthy_flagged(size, cv, arguments.seeds)
+    if "mixedmodels" in arguments.scenarios:
+        healthy_mixed(arguments.cvs, arguments.seeds, lambda fields, folder: sweep_with_exit(Case(**fields), folder))
     if "cv3" in arguments.scenarios:
         healthy_at_fail(arguments.sizes, arguments.seeds,
                         lambda fields, folder: sweep_with_exit(Case(**fields), folder))

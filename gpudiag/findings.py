@@ -37,11 +37,13 @@ else:  # pragma: no cover - Python 3.10: StrEnum's behaviour
 
 
 class Severity(Words):
-    """How much a finding matters: ``fail`` (act on it) or ``warn`` (watch it, or it could not be
-    checked)."""
+    """How much a finding matters: ``fail`` (act on it), ``warn`` (watch it, or it could not be
+    checked) or ``watch`` (a part sliding over the stored sweeps: information, never a drain,
+    never an exit status of its own)."""
 
     FAIL = "fail"
     WARN = "warn"
+    WATCH = "watch"
 
 
 class Action(Words):
@@ -65,6 +67,7 @@ class Basis(Words):
     HOST_STATUS = "host_status"    # the host could not be probed
     ERROR_RECORD = "error_record"  # a probe reported an error instead of a figure
     COMPARISON = "comparison"      # a figure with nothing to compare it with
+    HISTORY = "history"            # a line through the part's figures in the stored sweeps
 
 
 class Kind(Words):
@@ -88,6 +91,7 @@ class Kind(Words):
     SLOW_FABRIC_LINK = "slow_fabric_link"
     SLOW_SWITCH = "slow_switch"
     SLOW_NETWORK = "slow_network"
+    SLOW_DEGRADATION = "slow_degradation"
     UNCHECKED = "unchecked"
 
 
@@ -196,9 +200,9 @@ class Finding:
 
 def cost_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:
     """Sort key of a finding (its JSON object): what it costs a job first. ``fail`` before
-    ``warn``, the largest deficit first (None last), then kind, host, peer, GPU and metric, so
-    the order is the same whatever order the findings came in."""
-    severity_rank = {Severity.FAIL: 0, Severity.WARN: 1}.get(str(finding.get("severity")), 2)
+    ``warn`` before ``watch``, the largest deficit first (None last), then kind, host, peer, GPU
+    and metric, so the order is the same whatever order the findings came in."""
+    severity_rank = {Severity.FAIL: 0, Severity.WARN: 1, Severity.WATCH: 2}.get(str(finding.get("severity")), 3)
     deficit = finding.get("deficit_pct")
     gpu = finding.get("gpu")
     return (severity_rank, deficit is None, -(deficit or 0.0), str(finding.get("kind", "")),

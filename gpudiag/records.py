@@ -9,7 +9,11 @@ and breaks off is an ``error`` record, and so is a record with a value out of ra
 place: that GPU's measurement is unchecked); a complete JSON object that is not a valid record
 (a wrong type, NaN or Infinity, a probe or metric the bundle does not print) raises
 ``ProbeOutputError``; so does output with no record at all (a node that prints only garbage is
-``probe_error``, never silently passed).
+``probe_error``, never silently passed). More than MAX_RECORDS_PER_KEY records of one probe,
+device and metric (records that differ only in their parameters, which no node prints: its most
+are a NIC's ports and a GPU's P2P pairs) are none of them kept: one ``error`` record on that
+device says how many there were, so that measurement is unchecked on that node alone, and the
+excess costs the controller no memory past the cap.
 
 Here too, the probe and dtype catalogue, once: the probes the bundle runs (in run order), those it
 runs when none is named, each one's headline metric and the GEMM dtypes, all read from the
@@ -50,6 +54,9 @@ _RECORD_START = '{"probe":'
 _PROBE_FIELD = '"probe":'
 # A GPU index longer than this is no GPU's (and int() of thousands of digits is refused).
 MAX_INDEX_DIGITS = 6
+# Records of one probe, device and metric a node may print: its most are a GPU's P2P pairs (two
+# directions to each other GPU) and NIC ports (probes/nicports.py reads 128).
+MAX_RECORDS_PER_KEY = 1024
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,7 @@ def read_probe_output(text: str, source: str) -> ProbeOutput:
     """
     results: list[ProbeResult] = []
     stray: list[tuple[str, str]] = []
+    counts: dict[tuple[str, str, str], int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         where = f"{source} line {number}"
         before, record = _split_line(line.strip())
@@ -199,13 +207,31 @@ def read_probe_output(text: str, source: str) -> ProbeOutput:
             stray.append((where, _stray_text(before)))
         if record:
             result, after = _parse_record(record, where)
-            results.append(result)
+            key = (result.probe, result.device, result.metric)
+            counts[key] = counts.get(key, 0) + 1
+            if counts[key] <= MAX_RECORDS_PER_KEY:
+                results.append(result)
             if after:
                 stray.append((where, after))
+    results = _bounded(results, counts, source)
     if not stray:
         return ProbeOutput(tuple(results))
     kept = tuple(line for _, line in stray[:STRAY_LINES_KEPT])
     return ProbeOutput(tuple(results), StrayOutput(len(stray), kept, stray[0][0]))
+
+
+def _bounded(results: list[ProbeResult], counts: Mapping[tuple[str, str, str], int],
+             source: str) -> list[ProbeResult]:
+    """``results`` without the records of a probe, device and metric the node printed more than
+    MAX_RECORDS_PER_KEY of, and one ``error`` record for each such (see the module docstring)."""
+    over = {key: count for key, count in counts.items() if count > MAX_RECORDS_PER_KEY}
+    if not over:
+        return results
+    kept = [result for result in results if (result.probe, result.device, result.metric) not in over]
+    return kept + [ProbeResult(probe=probe, device=device, metric=metric, value=None, unit=None, status="error",
+                               reason=f"{source}: the node printed {count} {probe} {metric} records for {device}, "
+                                      f"more than any node prints (at most {MAX_RECORDS_PER_KEY}): none is used")
+                   for (probe, device, metric), count in over.items()]
 
 
 def _stray_text(text: str) -> str:

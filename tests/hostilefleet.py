@@ -81,7 +81,7 @@ class ReplayConnector:
         self.texts = dict(texts or {})
         self._cache = cache
 
-    def connect(self, host: HostSpec) -> ReplaySession:
+    def connect(self, host: HostSpec, within_s: float | None = None) -> ReplaySession:
         return ReplaySession(self, host.host)
 
     def fleet_output(self, host: str, argv: tuple[str, ...], timeout_s: float) -> CommandResult:

@@ -189,7 +189,7 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     suspects += find_suspects(medians, references(by_key(medians), thresholds, None, no_figures), thresholds)
     if retest_hosts is not None or retested:
         suspects = confirm(suspects, None if retest_hosts is None else [host_records(h) for h in retest_hosts],
-                           thresholds, judging)
+                           thresholds, judging, found)
         suspects = [_identified(s, readings.identities) if s.identity is None else s for s in suspects]
     not_retested = 0
     if interrupted:
@@ -219,6 +219,6 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     findings += [unchecked(h.host, h.status, h.error) for h in hosts if h.status != "ok"]
     findings += extra
     ordered = tuple(sorted(findings, key=finding_order))
-    impact = job_impact(grouped, refs, ordered, hosts, readings.identities)
+    impact = job_impact(grouped, refs, ordered, hosts, readings.identities, judged)
     return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),
                     len(not_compared) + sum(readings.unkeyed.values()), not_retested, reference_entries(grouped, refs))

@@ -184,6 +184,12 @@ class _Gathered:
         replays = gpu.value("pcie_replay_count")
         if replays is not None:
             self._add(gpu, PCIE_REPLAYS, None, replays)
+        if not self._prior.gpus:  # every link alike and clean (nearly every GPU): counted in one look
+            alike = gpu.alike_wired_nvlinks()
+            if alike is not None and (not alike[1] or all(alike[0].get(spec.name) == 0 for spec in NVLINK_COUNTERS)):
+                for spec in NVLINK_COUNTERS if alike[1] else ():
+                    self.groups[_group(gpu, spec, COUNT)].add_zeros(alike[1], gpu.host)
+                return
         clean = 0  # links whose every counter reads 0 (nearly all): counted, nothing to judge
         for link in gpu.wired_nvlinks():
             index = link.get("link")

@@ -132,11 +132,16 @@ def _excluded_ends(finding: Finding) -> tuple[str, ...]:
     return (finding.host,)
 
 
-def _judged_gemm(findings: Sequence[Finding]) -> dict[tuple[str, str], float]:
+def _judged_gemm(findings: Sequence[Finding], suspects: Sequence[Suspect]) -> dict[tuple[str, str], float]:
     """The GEMM figure each GPU's finding quotes (after its re-test: the confirming runs' mean),
-    by (host, GPU UUID): the impact quotes the figure the finding does."""
-    return {(f.host, f.gpu_uuid): f.value for f in findings
-            if f.metric == "gemm.tflops" and f.host and f.gpu_uuid and f.value is not None}
+    by (host, GPU UUID): the impact quotes the figure the finding does. A GPU's confirmed GEMM
+    suspect whose finding leads with another metric (a throttled GPU's clock, a few tenths of a
+    percent further below) quotes that figure too, as its "also gemm.tflops" deficit."""
+    judged = {(s.measurement.host, s.measurement.gpu_uuid): s.measurement.value for s in suspects
+              if s.confirmed and s.measurement.probe == "gemm" and s.measurement.gpu_uuid}
+    judged.update({(f.host, f.gpu_uuid): f.value for f in findings
+                   if f.metric == "gemm.tflops" and f.host and f.gpu_uuid and f.value is not None})
+    return judged
 
 
 def _as_judged(m: Measurement, judged: Mapping[tuple[str, str], float]) -> Measurement:
@@ -146,11 +151,12 @@ def _as_judged(m: Measurement, judged: Mapping[tuple[str, str], float]) -> Measu
 
 def job_impact(grouped: Mapping[str, Sequence[Measurement]], refs: Mapping[str, KeyReferences],
                findings: Sequence[Finding], hosts: Sequence[HostRecords],
-               identities: Mapping[str, HostGpus] | None = None) -> Impact:
+               identities: Mapping[str, HostGpus] | None = None, suspects: Sequence[Suspect] = ()) -> Impact:
     """A synchronous job runs at its slowest GPU's GEMM pace, against the reference that judges
     it (the fleet's level, or the baseline or SKU figure where the whole fleet fell below it):
     the slowdown on all hosts, and what keeping out the hosts with fail findings (both ends of a
-    failing pair) or no check recovers. ``grouped``: the measurements by key (measurements.by_key)."""
+    failing pair) or no check recovers. ``grouped``: the measurements by key (measurements.by_key);
+    ``suspects``: the sweep's, whose confirmed GEMM figures (their re-test's) stand for their first runs."""
     names = {h.host for h in hosts}
     unfinished = tuple(sorted(h.host for h in hosts if h.status == INTERRUPTED))
     exclude = tuple(sorted({host for f in findings if f.kind not in NOT_EXCLUDING
@@ -159,7 +165,7 @@ def job_impact(grouped: Mapping[str, Sequence[Measurement]], refs: Mapping[str, 
     expected = {key: key_refs.expected() for key, key_refs in refs.items()}
     gemm_keys = [key for key, same in grouped.items() if key in expected and same[0].probe == "gemm"]
     # (a finding names its metric, not its parameters: with one GEMM key, its figure is that key's)
-    judged = _judged_gemm(findings) if len(gemm_keys) == 1 else {}
+    judged = _judged_gemm(findings, suspects) if len(gemm_keys) == 1 else {}
     ratios = [(m.value / expected[key].value, m) for key, same in grouped.items()
               if key in expected and same[0].probe == "gemm"
               for m in (_as_judged(one, judged) for one in same)]

@@ -25,6 +25,7 @@ cap or a slowdown on most of its GPUs whose clock drop explains the deficit name
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -48,12 +49,22 @@ MIN_GROUP_HOSTS = 3
 
 @dataclass(frozen=True)
 class Group:
-    """One key's measurements: its values, and each host's values."""
+    """One key's measurements, and each host's values (gathered when first asked: most keys of a
+    10,000-node sweep have a fleet level and never need them)."""
 
     key: str
-    sample: Measurement
-    values: list[float]
-    by_host: dict[str, list[float]]
+    measurements: Sequence[Measurement]
+
+    @property
+    def sample(self) -> Measurement:
+        return self.measurements[0]
+
+    @functools.cached_property
+    def by_host(self) -> dict[str, list[float]]:
+        by_host: dict[str, list[float]] = defaultdict(list)
+        for m in self.measurements:
+            by_host[m.host].append(m.value)
+        return by_host
 
     @property
     def hosts(self) -> tuple[str, ...]:
@@ -124,13 +135,7 @@ def judging_references(refs: Mapping[str, KeyReferences], shifts: Mapping[str, G
 
 
 def _groups(grouped: Mapping[str, Sequence[Measurement]]) -> dict[str, Group]:
-    groups: dict[str, Group] = {}
-    for key, same in grouped.items():
-        by_host: dict[str, list[float]] = defaultdict(list)
-        for m in same:
-            by_host[m.host].append(m.value)
-        groups[key] = Group(key, same[0], [m.value for m in same], by_host)
-    return groups
+    return {key: Group(key, same) for key, same in grouped.items()}
 
 
 def _level(group: Group, key_refs: KeyReferences | None, thresholds: Thresholds) -> Reference | None:

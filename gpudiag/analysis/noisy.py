@@ -142,7 +142,8 @@ class RunNoise:
     dof: int
 
 
-def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]]) -> dict[str, RunNoise]:
+def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]],
+              firsts: Mapping[tuple[str, ...], Measurement] | None = None) -> dict[str, RunNoise]:
     """Each key's run-to-run noise, from the re-test runs of every result re-tested twice or more
     (``runs``: each result's re-test measurements): their squares over their degrees of freedom,
     pooled, leaving out a result that scatters beyond what one in a thousand would at the noise
@@ -150,13 +151,19 @@ def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]]) -> dict[str
     key's noise (which judges every other GPU's mean) is the others'. A key of fewer than
     ``MIN_RUN_DOF`` degrees of freedom has its metric's (GPU model, probe, metric: every key of
     it pooled): a GPU pair's key has one result a host, and one host's six runs measure its 84
-    pairs, 420 degrees of freedom of one noise."""
+    pairs, 420 degrees of freedom of one noise.
+
+    ``firsts``: the first-pass measurement of results that no suspect chose (by repeat key). A
+    result re-tested once is measured in two runs with its first: the other GPUs, the other pairs
+    of a host re-tested for one of them. Their first run was not chosen for being low, so the two
+    runs' scatter is the noise alone (a suspect's first run is never used: it was chosen low)."""
     found: dict[str, list[tuple[float, int]]] = defaultdict(list)
     metric_of: dict[str, tuple[str | None, str, str]] = {}
-    for values in runs.values():
-        if len(values) < 2:
+    for repeat, values in runs.items():
+        unchosen = None if firsts is None or len(values) != 1 else firsts.get(repeat)
+        figures = [m.value for m in values] + ([unchosen.value] if unchosen is not None else [])
+        if len(figures) < 2:
             continue
-        figures = [m.value for m in values]
         mean = statistics.fmean(figures)
         if mean <= 0:
             continue
@@ -213,14 +220,17 @@ def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: fl
     two estimates differ by that much by chance (a few hundred values each), and the difference of
     their squares would otherwise keep half the fleets' means as coarse as two runs.
     Without enough runs to measure the noise, as coarse as one run. Plus the reference level's own
-    error (``LEVEL_ERROR``): nothing in a fleet of thousands of values, but a 4-node job's level
-    from 32 values is off by a third of a spread, as much as a mean of six runs scatters. Never
+    error (``LEVEL_ERROR``, of the wider of the fleet's spread and the measured noise: a level found
+    from a few values can sit a spread high, and its spread come out tight): nothing in a fleet of
+    thousands of values, but a 4-node job's level from 32 values is off by a third of a spread, as
+    much as a mean of six runs scatters, and a GPU pair's level from 16 hosts by nearly half. Never
     below ``floor_pct`` of the reference."""
     floor = abs(ref.value) * floor_pct / 100
-    level = (LEVEL_ERROR * ref.spread) ** 2 / ref.level_values if ref.level_values > 0 else 0.0
-    if noise is None or noise.dof < MIN_RUN_DOF:
+    measured = noise is not None and noise.dof >= MIN_RUN_DOF
+    per_run = noise.relative_sd * abs(ref.value) if noise is not None and measured else 0.0
+    level = (LEVEL_ERROR * max(ref.spread, per_run)) ** 2 / ref.level_values if ref.level_values > 0 else 0.0
+    if not measured:
         return max(math.sqrt(ref.spread ** 2 + level), floor)
-    per_run = noise.relative_sd * abs(ref.value)
     lasting = max(ref.spread ** 2 - (LASTING_TOLERANCE * per_run) ** 2, 0.0)
     return max(math.sqrt(lasting + per_run ** 2 / runs + level), floor)
 
@@ -252,6 +262,6 @@ def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, 
         measured = f"run-to-run noise {100 * noise.relative_sd:.1f} % over {noise.dof} degrees of freedom"
         bar = student_bar(bar, noise.dof)  # an estimated noise: the t quantile of the same tail
     confirmed = deficit >= thresholds.retest_deficit_pct and (ref.fleet_below or z <= -bar)
-    note = (f"the mean of {len(figures)} re-test runs {deficit:.1f} % below, {-z:.1f} sigma of such a mean "
-            f"(bar {bar:.1f}; {measured})")
+    what, such = ("re-test", "run") if len(figures) == 1 else (f"mean of {len(figures)} re-test runs", "mean")
+    note = f"the {what} {deficit:.1f} % below, {-z:.1f} sigma of such a {such} (bar {bar:.1f}; {measured})"
     return RunsVerdict(mean, deficit, z, confirmed, note)

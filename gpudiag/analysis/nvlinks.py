@@ -17,6 +17,7 @@ A GPU whose model is not known at all (no facts, no NVML name) keeps every link 
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 
@@ -35,20 +36,41 @@ def with_wiring(telemetry: Telemetry, wired: WiredLookup) -> dict[str, dict[str,
         for gpu in gpus.values():
             if gpu.gpu_model:
                 by_model[gpu.gpu_model].append(gpu)
-    wiring: dict[tuple[str, str], NvlinkWiring] = {}
+    wiring: dict[tuple[str, str], NvlinkWiring | None] = {}
     for model, gpus in by_model.items():
         count = wired(model)
         if count is None:
-            wiring.update(_peer_wiring(gpus))
+            peers = _peer_wiring(gpus)
+            wiring.update({(gpu.host, gpu.gpu_uuid): peers.get((gpu.host, gpu.gpu_uuid)) for gpu in gpus
+                           if gpu.nvlink_wiring != peers.get((gpu.host, gpu.gpu_uuid))})
             continue
-        by_sku = NvlinkWiring(frozenset(range(count)), WIRED_BY_SKU)
-        wiring.update({(gpu.host, gpu.gpu_uuid): by_sku for gpu in gpus})
-    return {host: {uuid: _wired(gpu, wiring.get((host, uuid))) for uuid, gpu in gpus.items()}
-            for host, gpus in telemetry.items()}
+        by_sku = _sku_wiring(count)
+        # A GPU wired so already (as each host was read: prewired) is kept as it is.
+        wiring.update({(gpu.host, gpu.gpu_uuid): by_sku for gpu in gpus if gpu.nvlink_wiring != by_sku})
+    if not wiring:
+        return {host: dict(gpus) for host, gpus in telemetry.items()}
+    return {host: {uuid: _wired(gpu, wiring[(host, uuid)]) if (host, uuid) in wiring else gpu
+                   for uuid, gpu in gpus.items()} for host, gpus in telemetry.items()}
+
+
+def prewired(gpus: Mapping[str, GpuTelemetry], wired: WiredLookup) -> dict[str, GpuTelemetry]:
+    """One host's GPUs with the wiring ``wired`` gives their model where it knows the model
+    (``with_wiring`` keeps those as they are): done as each host is read, in the sweep's worker
+    threads, so that the analysis after the last host copies none of 80,000 GPUs."""
+    counts = {gpu.gpu_model: wired(gpu.gpu_model) for gpu in gpus.values() if gpu.gpu_model}
+    return {uuid: gpu if counts.get(gpu.gpu_model) is None else _wired(gpu, _sku_wiring(counts[gpu.gpu_model]))
+            for uuid, gpu in gpus.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _sku_wiring(count: int) -> NvlinkWiring:
+    """Links 0..count-1, by the SKU table: one object for every GPU of such a model."""
+    return NvlinkWiring(frozenset(range(count)), WIRED_BY_SKU)
 
 
 def _wired(gpu: GpuTelemetry, wiring: NvlinkWiring | None) -> GpuTelemetry:
-    if wiring is None:
+    """``gpu`` with ``wiring`` (None: every link NVML lists)."""
+    if gpu.nvlink_wiring == wiring:
         return gpu
     # Positional, not dataclasses.replace: a 10,000-node sweep has 80,000 GPUs to copy.
     return GpuTelemetry(gpu.host, gpu.gpu_uuid, gpu.nvml_index, gpu.readings, gpu.under_load, gpu.pci_bus_id,

@@ -89,6 +89,24 @@ class GpuTelemetry:
             return links.dicts()
         return [link for link in links if isinstance(link, dict)]
 
+    def alike_wired_nvlinks(self) -> tuple[Mapping[str, Any], int] | None:
+        """Where every NVLink NVML listed reads the same but for its index (a healthy GPU's 18):
+        those values and how many of the links this GPU wires (none listed: no values, 0); None
+        otherwise (``wired_nvlinks`` gives each link). A 10,000-node sweep's 1.4 million links are
+        judged in one look a GPU."""
+        reading = self.readings.get("nvlink_links_up")
+        if reading is None or reading.get("status") != "ok":
+            return {}, 0  # no NVLink listed
+        links = (reading.get("details") or {}).get("links")
+        alike = links.alike() if isinstance(links, _Rows) else None
+        if alike is None:
+            return None
+        values, indexes = alike
+        if self.nvlink_wiring is not None and not self.nvlink_wiring.links.issuperset(indexes):
+            wired = self.nvlink_wiring.links
+            return values, sum(1 for index in indexes if index in wired)
+        return values, len(indexes)
+
     def wired_nvlinks(self) -> list[Mapping[str, Any]]:
         """The NVLinks this GPU wires (all NVML listed, without ``nvlink_wiring``): NVML reads an
         unwired link slot as inactive, which is not a link down."""
@@ -214,7 +232,7 @@ class _Rows:
     template and a tuple of indexes; the others are a tuple each. A dict a link would take most
     of a 10,000-node sweep's telemetry memory. ``dicts()`` gives them back, in their order."""
 
-    __slots__ = ("names", "at", "template", "order", "others")
+    __slots__ = ("names", "at", "template", "order", "others", "_alike")
 
     def __init__(self, names: tuple[str, ...], at: int | None, template: tuple[Any, ...] | None,
                  order: tuple[int | tuple[Any, ...], ...], others: tuple[Any, ...]) -> None:
@@ -223,6 +241,7 @@ class _Rows:
         self.template = template  # the shared values (the index's place holds None)
         self.order = order  # per row: its index (a template row) or its own values
         self.others = others  # items that were no dict of those keys, kept as they were
+        self._alike = self._find_alike()  # found as the host is read, looked at in the analysis
 
     @classmethod
     def of(cls, items: list[Any], index_name: str = "link") -> _Rows:
@@ -238,6 +257,19 @@ class _Rows:
                 row[:at] + (None,) + row[at + 1:] == template
             order.append(row[at] if fits else row)  # type: ignore[index]
         return cls(tuple(_shared(name) for name in names), at, template, tuple(order), others)
+
+    def alike(self) -> tuple[Mapping[str, Any], tuple[int, ...]] | None:
+        """The values every row shares (the index left out) and each row's index, where every
+        row is a template row; None otherwise."""
+        return self._alike
+
+    def _find_alike(self) -> tuple[Mapping[str, Any], tuple[int, ...]] | None:
+        if self.others or self.template is None or self.at is None or \
+                not all(isinstance(entry, int) for entry in self.order):
+            return None
+        shared = {name: value for place, (name, value) in enumerate(zip(self.names, self.template, strict=True))
+                  if place != self.at}
+        return shared, self.order  # type: ignore[return-value]
 
     def dicts(self) -> list[Mapping[str, Any]]:
         at = self.at

@@ -145,19 +145,17 @@ def siblings_judge(suspect: Suspect) -> Reference | None:
 
 def below_siblings_again(suspect: Suspect, again: Measurement, again_groups: HostGroups, thresholds: Thresholds,
                          runs: int = 1, run_sd: float = 0.0) -> Suspect | None:
-    """``suspect`` (judged against its siblings) confirmed by its re-test, or None. The re-test ran
-    every GPU of the host again, so its figure ``again`` (the mean of its ``runs`` runs) is judged
-    against the re-test's siblings (``again_groups``: their means); a re-test that lost GPUs,
-    against its first siblings."""
+    """``suspect`` (judged against its siblings) confirmed by its re-test alone, or None. The
+    re-test ran every GPU of the host again, so its figure ``again`` (the mean of its ``runs``
+    runs) is judged against the re-test's siblings (``again_groups``: their means); a re-test that
+    lost GPUs, against its first siblings."""
     m = suspect.measurement
     if not again_groups.has_siblings(m.host, m.key, thresholds):
         return repeated_once(suspect, again, thresholds)
     second = again_groups.sibling_reference(m.host, m.key, m.device, again.value, thresholds, None)
     if second is None:  # not even deficit_warn below the fastest sibling now
         return None
-    if runs > 1:
-        return _in_runs(suspect, again.value, second, runs, run_sd, thresholds)
-    return _with_first(suspect, again.value, second, thresholds)
+    return _in_runs(suspect, again.value, second, runs, run_sd, thresholds)
 
 
 def _in_runs(suspect: Suspect, mean: float, second: Reference, runs: int, run_sd: float,
@@ -166,33 +164,17 @@ def _in_runs(suspect: Suspect, mean: float, second: Reference, runs: int, run_sd
     widest of the re-test's sibling spread, the first run's over √runs and the run-to-run noise
     (``run_sd``, a fraction measured over the host's re-tested GPUs; 0: not measured) over √runs:
     each an estimate that seven siblings make rough. The first run and one more, at one run's
-    spread, lost a GPU 5 % slow at 1 % noise one time in four, and one 10 % slow at 2 % in five."""
+    spread, lost a GPU 5 % slow at 1 % noise one time in four, and one 10 % slow at 2 % in five.
+    The finding quotes what confirmed it: the re-test's mean against its siblings' level in the
+    re-test, with that deficit and z."""
     by_runs = run_sd * abs(second.value) * math.sqrt((1 + MEDIAN_VARIANCE / max(second.peers, 1)) / runs)
     judged = dataclasses.replace(second, spread=max(second.spread, suspect.reference.spread / math.sqrt(runs),
                                                     by_runs))
     deficit, z = judged.deficit_pct(mean), judged.robust_z(mean)
     if deficit < thresholds.retest_deficit_pct or not judged.far_below(z, thresholds):
         return None
-    note = (f"the mean of {runs} re-test runs {deficit:.1f} % below its siblings' means, {-z:.1f} sigma of such "
-            f"a mean (bar {abs(thresholds.robust_z):g})")
+    what = "re-test" if runs == 1 else f"mean of {runs} re-test runs"
+    note = (f"the {what} {deficit:.1f} % below its siblings' {'figures' if runs == 1 else 'means'}, "
+            f"{-z:.1f} sigma of such a {'run' if runs == 1 else 'mean'} (bar {abs(thresholds.robust_z):g})")
     return dataclasses.replace(suspect, measurement=suspect.measurement._replace(value=mean), reference=judged,
                                robust_z=z, deficit_pct=deficit, confirmed=True, note=note)
-
-
-def _with_first(suspect: Suspect, value: float, second: Reference, thresholds: Thresholds) -> Suspect | None:
-    """Judged on both runs, with the wider of the two runs' spreads: seven siblings' MAD is a
-    rough estimate, and one run's that came out too tight must not confirm a dip."""
-    m = suspect.measurement
-    spread = max(suspect.reference.spread, second.spread)
-    first = dataclasses.replace(suspect.reference, spread=spread)
-    second = dataclasses.replace(second, spread=spread)
-    mean_deficit = (first.deficit_pct(m.value) + second.deficit_pct(value)) / 2
-    mean_z = (first.robust_z(m.value) + second.robust_z(value)) / 2
-    if value < second.value and mean_deficit >= thresholds.retest_deficit_pct and first.far_below(mean_z, thresholds):
-        # The finding shows the two runs' mean against the mean of their siblings' levels, its
-        # deficit and z taken from those two: one value, one reference, one deficit.
-        both = dataclasses.replace(first, value=(first.value + second.value) / 2)
-        mean = (m.value + value) / 2
-        return dataclasses.replace(suspect, measurement=m._replace(value=mean), reference=both,
-                                   robust_z=both.robust_z(mean), deficit_pct=both.deficit_pct(mean), confirmed=True)
-    return None

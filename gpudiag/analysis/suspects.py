@@ -32,6 +32,7 @@ from .noisy import (
     planned_runs,
     run_noise,
 )
+from .nvlinks import prewired
 from .ports import Port, read_ports
 from .quiet import is_quiet
 from .reference import (
@@ -52,7 +53,7 @@ from .siblings import (
     siblings_alone,
     siblings_judge,
 )
-from .sku import FloorKey, floor_key, floors_for
+from .sku import FloorKey, floor_key, floors_for, wired_nvlinks
 from .suspicion import Suspect, repeated_once, sibling_judged
 from .thresholds import Thresholds
 from .xid import PROBE as XID_PROBE
@@ -194,9 +195,9 @@ class SweepReader:
         gpus = collector.gpus() if collector is not None else {}
         gaps = coverage.record_gaps(name, not_ok, facts, identities) if collector is not None else []
         xid = any(result.probe == XID_PROBE for result in results)
-        return HostReading(name, found, gpus, gaps, unkeyed.get(name, 0), not_ok, identities, ports, xid,
-                           tuple(counted_medians(found, self._median_infos)),
-                           frozenset(uuid for uuid, gpu in gpus.items() if is_quiet(gpu)),
+        quiet = frozenset(uuid for uuid, gpu in gpus.items() if is_quiet(gpu))
+        return HostReading(name, found, prewired(gpus, wired_nvlinks), gaps, unkeyed.get(name, 0), not_ok,
+                           identities, ports, xid, tuple(counted_medians(found, self._median_infos)), quiet,
                            {uuid: rules.clock_cost_pct(gpu.under_load) for uuid, gpu in gpus.items()})
 
 
@@ -380,19 +381,26 @@ def single_runs(suspects: Sequence[Suspect]) -> list[Suspect]:
 
 
 def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | None,
-            thresholds: Thresholds, refs: Mapping[str, KeyReferences] | None = None) -> list[Suspect]:
+            thresholds: Thresholds, refs: Mapping[str, KeyReferences] | None = None,
+            found: Sequence[Measurement] = ()) -> list[Suspect]:
     """Suspects whose re-test repeats the deficit are confirmed; those whose re-test does not are
     dropped (a one-off dip). A suspect the re-test could not measure (its host unreachable or
     timed out, an error record, no figure) stays, unconfirmed, with the reason as its note.
 
-    Both measurements are evidence: their mean must fall ``retest_deficit`` below the reference
-    that flagged it and be as far below it (robust z) as one suspect must be, and the re-test
-    must itself fall below it. Averaging halves the noise's variance, so a real 5 % deficit is
-    rarely lost to one unlucky draw, and a noise dip rarely repeats.
+    A run chosen for being low cannot also confirm itself: a GPU's result or a GPU pair's below a
+    measured reference (the fleet's level, the baseline) is judged on its re-test runs alone, one
+    or several, their mean against the spread of such a mean (the run-to-run noise, measured
+    where the re-test gives enough of it, and the level's own error) at a bar that rises with the
+    results so judged (gpudiag.analysis.noisy.judge_runs). Its first run only chose it. Before, a
+    healthy GPU pair confirmed on the mean of its biased first run and one re-test, against a
+    level from 16 hosts that sat a spread high, in two sweeps of three. A node median, or a
+    result below the SKU figure alone (a fixed figure whose spread is three times the run-to-run
+    noise), is confirmed as before: the re-test must fall below the reference too (a node median's
+    flagged by itself) and the mean of both runs ``retest_deficit`` and ``robust_z`` below it.
 
-    ``retest_hosts`` holds every re-test run (a host once per run it took part in). A suspect of
-    a noisy key with two or more runs is judged on its runs' mean alone (gpudiag.analysis.noisy);
-    every other on the first pass and the mean of its re-test runs, as above. With ``refs`` (the
+    ``retest_hosts`` holds every re-test run (a host once per run it took part in). ``found``:
+    the first pass's measurements; a result of a re-tested host that no suspect chose measures the
+    run-to-run noise with its re-test (gpudiag.analysis.noisy.run_noise). With ``refs`` (the
     first pass's), every other GPU result of a noisy key that the re-test measured in several runs
     is judged on its runs' mean too: a host re-tested for one GPU measured all of them again, and
     a slow GPU's first run may have been lifted above the screen by its noise."""
@@ -405,10 +413,13 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
     again_found += node_medians(again_found, thresholds)  # a node median's re-test is the re-test's
     repeats = {m.repeat_key: m for m in again_found}
     again_groups = HostGroups(again_found)
-    noise = run_noise(runs)
+    chosen = {s.measurement.repeat_key for s in suspects}
+    retested = {host.host for host in retest_hosts}
+    firsts = {m.repeat_key: m for m in found if m.host in retested and m.repeat_key not in chosen}
+    noise = run_noise(runs, firsts)
     in_runs = _noisy_in_runs(runs, suspects, refs, thresholds) if refs is not None else {}
     judged = [(key[0], runs[key][0].key) for key in in_runs]
-    judged += [(s.measurement.host, s.measurement.key) for s in suspects if s.runs > 1]
+    judged += [(s.measurement.host, s.measurement.key) for s in suspects if _on_its_runs(s)]
     bar = confirmation_bar(family_size(judged), thresholds)
     by_host = {h.host: h for h in retest_hosts}
     kept = []
@@ -427,12 +438,11 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
                                             retest_failed=host is not None))
             continue
         sibling = sibling_judged(suspect)
-        if sibling is not None:  # on the re-test runs alone where it asked for several (siblings_judge)
-            count = len(runs[key]) if siblings_judge(suspect) is not None else 1
+        if sibling is not None:  # on the re-test runs alone, against the re-test's siblings
             measured = noise.get(suspect.measurement.key)
-            sibling = below_siblings_again(sibling, again, again_groups, thresholds, count,
+            sibling = below_siblings_again(sibling, again, again_groups, thresholds, len(runs[key]),
                                            measured.relative_sd if measured and measured.dof >= MIN_RUN_DOF else 0.0)
-        if suspect.runs > 1 and len(runs[key]) > 1 and suspect.reference.source in (FLEET, BASELINE):
+        if _on_its_runs(suspect):
             repeated = _repeated_runs(suspect, runs[key], noise.get(suspect.measurement.key), bar, thresholds)
         elif suspect.reference.source == SIBLINGS:
             repeated = sibling
@@ -452,6 +462,12 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
         if repeated is not None:
             kept.append(repeated)
     return kept
+
+
+def _on_its_runs(suspect: Suspect) -> bool:
+    """Whether ``suspect`` is judged on its re-test runs alone: a GPU's result (or a GPU pair's)
+    below a measured reference, the fleet's level or the baseline (``confirm``)."""
+    return suspect.reference.source in (FLEET, BASELINE) and suspect.measurement.device not in HOST_DEVICES
 
 
 def _noisy_in_runs(runs: Mapping[tuple[str, ...], Sequence[Measurement]], suspects: Sequence[Suspect],
@@ -482,7 +498,7 @@ def _mean_of(values: Sequence[Measurement]) -> Measurement:
 
 def _repeated_runs(suspect: Suspect, values: Sequence[Measurement], noise: RunNoise | None, bar: float,
                    thresholds: Thresholds) -> Suspect | None:
-    """A noisy key's ``suspect`` confirmed by the mean of its re-test runs ``values``, or None."""
+    """``suspect`` confirmed by the mean of its re-test runs ``values`` alone, or None."""
     verdict = judge_runs(suspect.reference, (m.value for m in values), noise, bar, thresholds)
     if not verdict.confirmed:
         return None

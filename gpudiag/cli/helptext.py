@@ -56,7 +56,7 @@ LINKS = ("Links between nodes", ("--links", "--no-links", "--net-backend", "--ne
                                  "--net-streams", "--net-line-rate", "--screen-stride", "--net-allow-socket",
                                  "--topology"))
 OUTPUTS = ("Outputs", ("--json", "--jsonl", "--json-detail", "--prom-file", "--exclude-file", "--store", "--no-store",
-                       "--quiet", "--drain", "--undrain", "--scontrol"))
+                       "--quiet", "--verbose", "--drain", "--undrain", "--scontrol"))
 FLEET_SECTIONS = (REACH, PROBES, LINKS, JUDGING, OUTPUTS)
 
 

@@ -135,8 +135,14 @@ def _sweeps_table(sweeps: list[dict], width: int) -> Table:
     rows = []
     for sweep in sweeps:
         exit_code = "interrupted" if sweep["interrupted"] else str(sweep["exit_code"])
-        rows.append((sweep["sweep_id"], f"{sweep['hosts_ok']}/{sweep['hosts_total']}", str(sweep["findings"]),
-                     _link_count(sweep), _slowest_link(sweep.get("slowest_link")), exit_code))
+        hosts, findings = f"{sweep['hosts_ok']}/{sweep['hosts_total']}", str(sweep["findings"])
+        progress = sweep.get("completeness")
+        if progress is not None:  # a killed sweep's stored hosts are no sweep of its planned ones
+            hosts += f"\nof {progress['planned_hosts']} planned" if progress["planned_hosts"] is not None else ""
+            findings = findings if progress["analysed"] else "not analysed"
+            exit_code = "unfinished" if not progress["analysed"] else exit_code
+        rows.append((sweep["sweep_id"], hosts, findings, _link_count(sweep), _slowest_link(sweep.get("slowest_link")),
+                     exit_code))
     return fit_table(TableSpec("Stored sweeps, newest first", SWEEPS_COLUMNS, tuple(rows)), width, WIDER_HINT)
 
 
@@ -191,10 +197,10 @@ def verdict(row: dict) -> dict:
     naming it (its findings come most costly first): severity, kind, where, metric, value, unit,
     deficit_pct; how many fail and warn findings name it; and ``text``, as history prints it.
     ``severity`` is ``ok`` where the host answered and no finding names it, None where it did not
-    answer and none does."""
+    answer (or its sweep stopped before its analysis) and none does."""
     findings = row.get("findings") or []
     worst = findings[0] if findings else {}
-    answered = row["status"] == "ok"
+    answered = row["status"] == "ok" and row.get("analysed") is not False  # measured and judged
     severity = worst.get("severity") or ("ok" if answered else None)
     return {"status": row["status"], "severity": severity, "kind": worst.get("kind"),
             "where": finding_location(worst) if worst else None,
@@ -209,6 +215,8 @@ def verdict_text(row: dict) -> str:
     findings = row.get("findings") or []
     if row["status"] != "ok":
         text = row["status"] if not row.get("error") else f"{row['status']}: {row['error']}"
+    elif row.get("analysed") is False:
+        return "measured, not judged (the sweep stopped before its analysis)"
     elif not findings:
         return "ok (no finding)"
     else:

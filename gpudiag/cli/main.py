@@ -18,6 +18,7 @@ from ..exitcodes import ExitCode
 from . import preflight, probe, store, sweep, triage
 from . import topology as topology_command
 from .helptext import FLEET_CODES, WholeHelpGroup, epilog
+from .logs import configure_logging
 
 
 class GpudiagGroup(WholeHelpGroup):
@@ -46,6 +47,7 @@ class GpudiagGroup(WholeHelpGroup):
         sys.exit(int(code) if isinstance(code, int) else int(ExitCode.OK))
 
     def invoke(self, ctx: click.Context) -> Any:
+        configure_logging()  # every command: a library's records one line each (-q and -v change it where offered)
         try:
             code = super().invoke(ctx)
         except GpudiagError as error:

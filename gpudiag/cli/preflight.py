@@ -30,6 +30,7 @@ from ..slurm.nodelist import job_hosts_argument
 from .connect import connect
 from .groups import judging_options, link_options, reach_options
 from .helptext import SectionedCommand, epilog
+from .logs import configure_logging, verbose_option
 from .options import (
     check_outputs,
     deadline_option,
@@ -97,15 +98,17 @@ from .textout import echo_text
               help="How much of each node's records the document keeps.")
 @click.option("--prom-file", default=None, metavar="PATH.prom", help="Write a node_exporter textfile here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@verbose_option
 def preflight(hosts_argument: str | None, reach: Reach, budget_s: float, drain: bool, undrain: bool, scontrol: str,
               probe_list: str, links: LinkOptions, deadline: float | None, python: str, dtype: str,
               max_gpu_mem: int | None, judging: Judging, exclude_file: str | None, json_path: str | None,
-              json_detail: str, prom_file: str | None, quiet: bool) -> ExitCode:
+              json_detail: str, prom_file: str | None, quiet: bool, verbose: int) -> ExitCode:
     """Check a job's nodes before it starts: GEMM, memory bandwidth, telemetry, and a link screen
     where there are two nodes or more, within --budget seconds, against the stored baseline, the SKU
     figures and the live peers. Prints the plan first and one summary line last.
     """
     started = time.monotonic()
+    configure_logging(quiet, verbose)
     stdin: TextIO = sys.stdin
     if hosts_argument is None:  # in a job or a prolog: its nodes (of a simulated fleet too)
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)

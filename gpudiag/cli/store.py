@@ -17,11 +17,13 @@ from ..errors import InputError, read_json_file
 from ..exitcodes import ExitCode
 from ..findings import SWEEP_SCHEMA
 from ..report import render_report, write_report
+from ..report.summary import unfinished_words
 from ..report.tables import Column, TableSpec, fit_table, make_console, print_tables
 from ..schema.jsonout import dumps as strict_dumps
 from ..store.baselines import (
     Baseline,
     baseline_samples,
+    baseline_sources,
     build_baseline,
     export_baseline,
     import_baseline,
@@ -104,8 +106,15 @@ def baseline_build(last: int | None, sweep_ids: tuple[str, ...], name: str, repl
         chosen = list(sweep_ids) or [s["sweep_id"] for s in store.list_sweeps(last or 1)]
         if not chosen:
             raise InputError(f"{store_location(store_path)}: no sweep is stored yet; run gpudiag sweep first")
+        chosen, unfinished = baseline_sources(store, chosen)
+        skipped = [f"skipped sweep {sweep_id} ({unfinished_words(progress.to_dict())}): a baseline is built from "
+                   "finished sweeps only" for sweep_id, progress in unfinished.items()]
+        if not chosen:
+            raise InputError("; ".join(skipped) + "; run a sweep to its end, or name finished ones with --sweep ID")
         built = build_baseline(name, baseline_samples(store, chosen))
         save_baseline(store, built, replace=replace)
+    for line in skipped:
+        click.echo(line)
     click.echo(f"baseline {name}: {plural(len(built.entries), 'key')} from {plural(len(chosen), 'sweep')}"
                + (f"; {plural(len(built.skipped_keys), 'key')} had too few results" if built.skipped_keys else ""))
     return ExitCode.OK

@@ -40,6 +40,7 @@ from ..transport.bounded import MIB
 from .connect import connect
 from .groups import judging_options, link_options, reach_options
 from .helptext import FLEET_CODES, USAGE_ROW, SectionedCommand, epilog
+from .logs import configure_logging, verbose_option
 from .options import (
     check_deadline,
     check_outputs,
@@ -79,6 +80,7 @@ LINKS_HELP = ("Pairwise node-to-node tests: screen (two rounds forming a cycle, 
               help="Write the sweep here as a node_exporter textfile (per-GPU and per-link figures, findings, last "
                    "run; dcgm-exporter's labels), replaced atomically.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@verbose_option
 @judging_options(no_store_help="Keep nothing in the store.",
                  baseline_help="Stored baseline for keys with too few peers (default: 'default', if stored).",
                  retest_help="Report suspects without re-testing them: each stays unconfirmed and unchecked (exit 3, "
@@ -107,9 +109,10 @@ LINKS_HELP = ("Pairwise node-to-node tests: screen (two rounds forming a cycle, 
 def sweep(hosts_argument: str | None, probe_list: str, duration: float,
           max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float, python: str, fanout: int,
           links: LinkOptions, host_timeout: float | None, json_path: str | None, json_detail: str,
-          prom_file: str | None, quiet: bool, judging: Judging, exclude_file: str | None, reach: Reach, pause: bool,
-          budget_s: float | None, suspects: str | None, reference_peers: int) -> ExitCode:
+          prom_file: str | None, quiet: bool, verbose: int, judging: Judging, exclude_file: str | None, reach: Reach,
+          pause: bool, budget_s: float | None, suspects: str | None, reference_peers: int) -> ExitCode:
     """Probe every host of the fleet over SSH, compare each with its peers, name the slow parts."""
+    configure_logging(quiet, verbose)
     stdin: TextIO = sys.stdin
     if hosts_argument is None and reach.stand_in is None and reach.launcher == "slurm":
         hosts_argument, stdin = job_hosts_argument(os.environ) or (None, stdin)  # inside a job: its nodes
@@ -207,7 +210,27 @@ def _demo_folder(output_dir: str | None) -> Path:
     except OSError as error:
         raise InputError(f"--output {output_dir}: cannot create the folder ({error.strerror}); "
                          f"give another DIR") from None
+    _refuse_planted_store(folder, output_dir)
     return folder
+
+
+# The demo's store and the files SQLite keeps beside it.
+DEMO_STORE_FILES = ("gpudiag.db", "gpudiag.db-wal", "gpudiag.db-shm", "gpudiag.db-journal")
+
+
+def _refuse_planted_store(folder: Path, output_dir: str) -> None:
+    """InputError where the demo's store in ``folder`` (or a file SQLite keeps beside it) is a
+    symbolic link, or a file another user owns: in a folder others may write, the demo would write
+    its sweep into whatever store it leads to. The outputs it writes whole (report, document,
+    exclude list) replace a link instead of following it."""
+    for name in DEMO_STORE_FILES:
+        path = folder / name
+        if path.is_symlink():
+            raise InputError(f"--output {output_dir}: {path} is a symbolic link (to {os.readlink(path)}); the demo "
+                             "follows no link into another store: remove the link, or give a new DIR")
+        if path.exists() and path.stat().st_uid != os.geteuid():
+            raise InputError(f"--output {output_dir}: {path} belongs to another user; the demo writes only a store "
+                             "of its own: give a new DIR")
 
 
 def _folder_mib(folder: Path) -> float:

@@ -18,6 +18,7 @@ from ..triage.run import HISTORY_SWEEPS, run_triage
 from .connect import connect
 from .groups import judging_options, reach_options
 from .helptext import USAGE_ROW, SectionedCommand, epilog
+from .logs import configure_logging, verbose_option
 from .options import (
     check_deadline,
     check_outputs,
@@ -64,16 +65,18 @@ from .textout import echo_text
 @json_option("Write the triage document (schema gpudiag.triage/1).")
 @topology_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@verbose_option
 def triage(host_argument: str | None, host_option: str | None, reach: Reach, duration: float,
            max_gpu_mem: int | None, dtype: str, sequential: bool, deadline: float | None, python: str,
            host_timeout: float | None, judging: Judging, history_sweeps: int, json_path: str | None,
-           topology: tuple[str, ...], quiet: bool) -> ExitCode:
+           topology: tuple[str, ...], quiet: bool, verbose: int) -> ExitCode:
     """Look deeply at one node: every probe with a longer load (heat and power throttling show), the
     P2P matrix, all telemetry, the Xid history of the kernel log decoded with NVIDIA's catalog, and
     each GPU's pending recovery action; judged against the stored baseline, the SKU figures and the
     host's own history. Prints each problem with its evidence and the next action, most severe
     first, and what could not be checked.
     """
+    configure_logging(quiet, verbose)
     host = _one_host(host_argument, host_option)
     check_outputs(json_path)
     if deadline is not None:

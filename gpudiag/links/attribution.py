@@ -47,6 +47,7 @@ Pure: the same results, in any order, give the same suspects (sorted, figures su
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,6 +55,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import ClassVar, cast
 
+from ..analysis.noisy import LEVEL_ERROR
 from ..findings import Kind
 from ..words import deficit_text, fixed, pct, plural
 from .acrossrails import SlowAcrossRails, across_rails
@@ -210,12 +212,13 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
         else:
             figures[result.group][result.pair].append(result.gbps)
     references = _references(figures, thresholds, baseline)
-    outcomes = [_judge_group(group, figures[group], reference, thresholds)
+    retests = _retests(figures)  # each slow pair run again is judged on its runs after the lowest
+    outcomes = [_judge_group(group, figures[group], reference, thresholds, retests=retests)
                 for group, reference in references.items()]
     # A pair between two line rates runs in the lower rate's group, where the faster end has
     # only such pairs: its NIC shown good at a higher line rate on the same backend and rail is
     # good there too (never the other way: a NIC 8 % slow at 400 Gb/s still fills a 200 Gb/s line).
-    outcomes = [_judge_group(group, figures[group], references[group], thresholds, above)
+    outcomes = [_judge_group(group, figures[group], references[group], thresholds, above, retests)
                 if (above := _good_above(group, outcomes)) else outcome
                 for group, outcome in zip(references, outcomes, strict=True)]
     measured = {(group.backend, group.rail, pair) for group, pairs in figures.items() for pair in pairs}
@@ -300,7 +303,8 @@ def _good_above(group: LinkGroup, outcomes: Sequence[_GroupOutcome]) -> frozense
 
 
 def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], reference: GroupReference,
-                 thresholds: LinkThresholds, good_elsewhere: frozenset[str] = frozenset()) -> _GroupOutcome:
+                 thresholds: LinkThresholds, good_elsewhere: frozenset[str] = frozenset(),
+                 retests: Retests | None = None) -> _GroupOutcome:
     figures = [_pair_figure(pair, runs[pair], reference, thresholds) for pair in sorted(runs)]
     hosts = frozenset(host for pair in runs for host in pair)
     if not reference.compared:
@@ -316,7 +320,7 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], referen
     unproven = set(mine) - known_good - culprits - alone - good_elsewhere
     nics = tuple(_nic_suspect(host, mine[host], known_good, reference, thresholds,
                               _partners_wanted(host, known_good, thresholds)) for host in sorted(culprits))
-    links = _link_suspects(figures, culprits, alone, unproven, mine, reference, thresholds)
+    links = _link_suspects(figures, culprits, alone, unproven, mine, reference, thresholds, retests or Retests())
     trusted, doubting = known_good, set()
     floor = reference.shift_floor_gbps
     if floor is not None:
@@ -371,7 +375,7 @@ def _culprits(mine: Mapping[str, Sequence[PairFigure]], reference: GroupReferenc
 
 def _link_suspects(figures: Sequence[PairFigure], culprits: set[str], alone: set[str], unproven: set[str],
                    mine: Mapping[str, Sequence[PairFigure]], reference: GroupReference,
-                   thresholds: LinkThresholds) -> tuple[LinkSuspect, ...]:
+                   thresholds: LinkThresholds, retests: Retests) -> tuple[LinkSuspect, ...]:
     """A suspect for every slow pair that no slow NIC explains; its ends in ``alone`` (tested
     with this partner only) are undecided, and so are those in ``unproven`` (no other pair of
     theirs shows their NIC good: each is slow or only just over the floor): never confirmed."""
@@ -380,7 +384,7 @@ def _link_suspects(figures: Sequence[PairFigure], culprits: set[str], alone: set
         ends = (figure.a, figure.b)
         if figure.slow and not culprits & set(ends):
             undecided = tuple(host for host in ends if host in alone or host in unproven)
-            links.append(_link_suspect(figure, undecided, unproven, mine, reference, thresholds))
+            links.append(_link_suspect(figure, undecided, unproven, mine, reference, thresholds, retests))
     return tuple(links)
 
 
@@ -435,18 +439,14 @@ def _nic_suspect(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
 
 def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[str],
                   mine: Mapping[str, Sequence[PairFigure]], reference: GroupReference,
-                  thresholds: LinkThresholds) -> LinkSuspect:
+                  thresholds: LinkThresholds, retests: Retests) -> LinkSuspect:
     group = reference.group
     runs = figure.runs_gbps
     source = reference.judged_by(figure.gbps, thresholds)
-    # Two runs slow at least, and their mean: one run of a few lifted by noise does not undo it.
-    # Where a fleet's own level judges it, the mean must also be beyond what the group's noise
-    # gives its unluckiest pair (``_pairs_sigma``): a full schedule of 1,024 hosts tests half a
-    # million pairs.
-    z = reference.robust_z(figure.gbps) if source == FLEET and not reference.job_level else None
-    confirmed = (sum(1 for value in runs if reference.is_slow(value, thresholds)) >= 2 and figure.slow
-                 and (z is None or z <= -_pairs_sigma(reference.pairs, thresholds))
-                 and not unproven & set(undecided))
+    # A run chosen for being slow cannot also confirm the pair: it is confirmed on its runs but
+    # the lowest (the one that chose it, or one lower still: ``_again``), their figure slow too.
+    again = _again(figure, reference, thresholds, retests)
+    confirmed = again is not None and again.confirmed and figure.slow and not unproven & set(undecided)
     deficit = reference.deficit_pct(figure.gbps, source)
     measured = f"{fixed(figure.gbps)} {UNIT}"
     if len(runs) > 1:
@@ -467,6 +467,8 @@ def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[
     if not undecided:
         fine = [_fine_elsewhere(host, figure, mine[host]) for host in (figure.a, figure.b)]
         evidence += f"; both ends fine with other partners: {', '.join(fine)} {UNIT}"
+    if again is not None:
+        evidence += f"; {again.note}"
     if not confirmed:
         evidence += " (not yet confirmed by a re-test)"
     return LinkSuspect(figure.a, figure.b, group.backend, group.rail, group.line_rate_gbps, figure.gbps, runs,
@@ -474,14 +476,92 @@ def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[
                        confirmed, evidence, _source_label(source))
 
 
-# The expected number of healthy pairs a group may confirm by its noise alone.
-LOOK_ELSEWHERE = 0.5
+# The chance that the pairs of one attribution re-tested and judged on their re-runs together
+# confirm a healthy one (as gpudiag.analysis.noisy.FAMILY_ALPHA for the GPUs' re-tests).
+RETEST_ALPHA = 0.01
 
 
-def _pairs_sigma(pairs: int, thresholds: LinkThresholds) -> float:
-    """How many sigmas below its level a pair's mean must fall among ``pairs`` pairs: at least the
-    ``robust_z``, more where the group's count of pairs makes a chance dip that far likely."""
-    return max(-thresholds.robust_z, NormalDist().inv_cdf(1 - LOOK_ELSEWHERE / max(1, pairs)))
+@dataclass(frozen=True)
+class Retests:
+    """What the pairs run twice or more say: how many there are (``count``: the family of
+    re-runs judged, which raises the bar) and each family's run-to-run noise (Gb/s, a standard
+    deviation; gpudiag.links.levels.run_noise)."""
+
+    count: int = 0
+    run_sd_gbps: Mapping[Family, float] = field(default_factory=dict)
+
+
+def _retests(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]) -> Retests:
+    return Retests(sum(1 for runs in figures.values() for values in runs.values() if len(values) >= 2),
+                   run_noise(figures))
+
+
+@dataclass(frozen=True)
+class _Again:
+    """A slow pair's runs but the lowest, judged: their figure (Gb/s), its z against the level
+    (None where no fleet level judges it), the bar, and the verdict."""
+
+    gbps: float
+    robust_z: float | None
+    bar: float
+    confirmed: bool
+    note: str
+
+
+def _again(figure: PairFigure, reference: GroupReference, thresholds: LinkThresholds,
+           retests: Retests) -> _Again | None:
+    """The pair judged on its runs but the lowest (None: run once). The run that made it a suspect
+    was chosen for being slow, so it is biased low; which run it was is not known here (the
+    attribution is the same whatever the order of its results), and the lowest run is it or lower
+    still, so what is left is judged no more harshly than the runs after the suspicion. Their
+    figure (``judged_gbps``) must be slow, and where the fleet's own level judges it, far below
+    that level: ``robust_z`` or more, at least as many sigmas as make a chance dip among the
+    pairs run again so unlikely (``RETEST_ALPHA``), against the spread of such a figure
+    (``_again_spread``)."""
+    if len(figure.runs_gbps) < 2:
+        return None
+    others = sorted(figure.runs_gbps)[1:]
+    gbps = judged_gbps(others)
+    slow = reference.is_slow(gbps, thresholds)
+    fleet = reference.fleet_gbps
+    z, bar = None, -thresholds.robust_z
+    if fleet is not None and reference.spread_gbps and not reference.job_level \
+            and reference.judged_by(gbps, thresholds) == FLEET:
+        z = (gbps - fleet) / _again_spread(reference, len(others),
+                                           retests.run_sd_gbps.get(family(reference.group), 0.0))
+        bar = max(bar, NormalDist().inv_cdf(1 - RETEST_ALPHA / max(1, retests.count)))
+    confirmed = slow and (z is None or z <= -bar)
+    what = f"run {fixed(gbps)}" if len(others) == 1 else f"runs' figure {fixed(gbps)}"
+    words = f"its {plural(len(others), 'run')} after the lowest" if len(others) > 1 else "its other"
+    note = f"{words} {what} {UNIT}"
+    if z is not None:
+        note += f", {-z:.1f} sigma of such a figure below the level with its error (bar {bar:.1f})"
+    note += ": slow again" if confirmed else ": not slow again"
+    return _Again(gbps, z, bar, confirmed, note)
+
+
+# How far a rail's spread may exceed its run-to-run noise and still be that noise alone (as
+# gpudiag.analysis.noisy.LASTING_TOLERANCE).
+LASTING_TOLERANCE = 1.15
+
+
+def _again_spread(reference: GroupReference, runs: int, run_sd: float) -> float:
+    """The spread (Gb/s) of a pair's figure of ``runs`` runs about its rail's level: what of the
+    rail's spread lasts from run to run (pairs that differ by themselves, a cable), the run-to-run
+    noise ``run_sd`` (0: not measured) shrunk by the runs (their mean for two, their median from
+    three: pi / 2 of a mean's variance, which a median of three or four is within), and the
+    level's own error (``LEVEL_ERROR`` of the wider of the two over the square root of its pairs:
+    a rail's level from a dozen pairs is off by half a spread). Unmeasured, the rail's
+    spread unshrunk, as coarse as one run. The run that chose the pair is never among the
+    runs, so the figure is not biased low; the noise, measured on pairs run again for a low run,
+    is if anything too wide."""
+    spread = cast(float, reference.spread_gbps)
+    level = (LEVEL_ERROR * max(spread, run_sd)) ** 2 / max(1, reference.pairs)
+    if run_sd <= 0:
+        return math.sqrt(spread ** 2 + level)
+    shrunk = 1 / runs if runs <= 2 else math.pi / (2 * runs)
+    lasting = max(spread ** 2 - (LASTING_TOLERANCE * run_sd) ** 2, 0.0)
+    return math.sqrt(lasting + run_sd ** 2 * shrunk + level)
 
 
 def _source_label(source: str) -> str:

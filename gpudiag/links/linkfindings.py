@@ -39,7 +39,8 @@ def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list
     ``slow_link`` finding, its evidence saying so: with two nodes, or no partner left to re-pair
     with, it is all there is to tell."""
     findings = [_nic(v, fail_deficit_pct) if v.confirmed else _unconfirmed(v) for v in attribution.nics]
-    findings += [_link(v, fail_deficit_pct) if v.confirmed else _unconfirmed(v) for v in attribution.links]
+    findings += [_link(v, fail_deficit_pct) if v.confirmed or _not_slow_again(v) else _unconfirmed(v)
+                 for v in attribution.links]
     alone = {error.host for error in attribution.host_errors}
     findings += [_host_error(e) for e in attribution.host_errors]
     findings += [_error(e) for e in attribution.errors if not alone & {e.a, e.b}]
@@ -165,6 +166,8 @@ def _nic(suspect: NicSuspect, fail_deficit_pct: float) -> Finding:
 
 
 def _link(suspect: LinkSuspect, fail_deficit_pct: float) -> Finding:
+    """A slow pair: confirmed (a fail at ``fail_deficit_pct`` or more, else a warning), or re-tested
+    and not slow again (``_not_slow_again``: a warning resting on the re-test)."""
     severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct)
     verb, detail = action(Cause.SLOW_NETWORK_LINK, severity)
     return Finding(kind=Kind.SLOW_LINK, severity=severity, host=suspect.a, peer=suspect.b,
@@ -172,8 +175,17 @@ def _link(suspect: LinkSuspect, fail_deficit_pct: float) -> Finding:
                    reference=round(suspect.reference_gbps, 3), unit=UNIT, reference_source=suspect.reference_source,
                    deficit_pct=round(suspect.deficit_pct, 2),
                    robust_z=None if suspect.robust_z is None else round(suspect.robust_z, 2),
-                   confirmed=suspect.confirmed, basis=Basis.RETEST if suspect.confirmed else Basis.SINGLE_RUN,
+                   confirmed=suspect.confirmed,
+                   basis=Basis.RETEST if suspect.confirmed or _not_slow_again(suspect) else Basis.SINGLE_RUN,
                    evidence=suspect.evidence, action=verb, action_detail=detail)
+
+
+def _not_slow_again(suspect: LinkSuspect) -> bool:
+    """A slow pair whose ends are both fine with other partners, run again and not slow again: a
+    dip of one run (a busy node, a burst on the fabric), which the re-test measured and did not
+    repeat. Its finding is an unconfirmed ``slow_link`` warning, as a GPU's suspect whose re-test
+    did not repeat is: said, never a fail, and no reason to keep either host out of a job."""
+    return not suspect.confirmed and not suspect.undecided and len(suspect.runs_gbps) >= 2
 
 
 def _unconfirmed(suspect: NicSuspect | LinkSuspect) -> Finding:

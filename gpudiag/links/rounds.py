@@ -14,6 +14,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..hosts import fold_hosts
+from ..words import plural
 from .attribution import (
     DEFAULT_THRESHOLDS,
     LinkAttribution,
@@ -88,6 +90,32 @@ class LinkRecord:
 
 
 @dataclass(frozen=True)
+class TieBreak:
+    """What a tie-break did (gpudiag.links.tiebreak): the further ``peers`` brought in, the ``pair_tests`` run with
+    them, the bound, the ``candidates`` it could draw on, and a ``note`` in plain words where it
+    could not help (no further peer, the bound reached; None otherwise)."""
+
+    peers: tuple[str, ...]
+    pair_tests: int
+    max_pair_tests: int
+    candidates: int
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The sweep document's ``focus.extra_peers``."""
+        return {"peers": list(self.peers), "pair_tests": self.pair_tests, "max_pair_tests": self.max_pair_tests,
+                "candidates": self.candidates, "note": self.note}
+
+    def describe(self) -> str:
+        """``extra peers node[001,008]: 6 pair tests of at most 12`` (or why none)."""
+        if self.peers:
+            text = (f"extra peers {fold_hosts(self.peers)}: {plural(self.pair_tests, 'pair test')} of at most "
+                    f"{self.max_pair_tests}")
+            return text + (f" ({self.note})" if self.note else "")
+        return f"extra peers: none ({self.note})" if self.note else "extra peers: none needed"
+
+
+@dataclass(frozen=True)
 class LinkRun:
     """Every pair test a sweep ran, the verdicts from all of them, and how many rounds it took."""
 
@@ -96,6 +124,7 @@ class LinkRun:
     rounds: int
     interrupted: bool = False
     cut_short: bool = False  # the run's deadline (a --budget) ended it before its schedule did
+    tie_break: TieBreak | None = None  # further peers brought in (gpudiag.links.tiebreak), where a plan could
 
 
 class _Interrupted(Exception):

@@ -27,6 +27,8 @@ from typing import Any
 from ..analysis.thresholds import Thresholds
 from ..errors import InputError
 from ..hosts import HostSpec, fold_hosts, load_hosts
+from ..links.rounds import LinkPlan
+from ..links.tiebreak import TieBreakPlan, extra_pair_bound
 
 DEFAULT_REFERENCE_PEERS = 2
 RANK_PREFIX = "rank:"
@@ -42,10 +44,13 @@ class FocusRequest:
 
 @dataclass(frozen=True)
 class Focus:
-    """The hosts a focused sweep probes: the suspects and their reference peers (labels)."""
+    """The hosts a focused sweep probes: the suspects and their reference peers (labels); and
+    ``others``, the host list's other nodes (the job's, not probed), in the order a tie-break
+    draws further peers from them (gpudiag.links.tiebreak)."""
 
     suspects: tuple[str, ...]
     references: tuple[str, ...]
+    others: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The sweep document's ``focus``."""
@@ -63,7 +68,33 @@ def focus_hosts(hosts: Sequence[HostSpec], request: FocusRequest | None) -> tupl
     references = choose_references(labels, suspects, request.reference_peers)
     by_label = {host.label: host for host in hosts}
     order = schedule_order(suspects, references, request.reference_peers)
-    return [by_label[label] for label in order], Focus(tuple(suspects), tuple(references))
+    others = spread([label for label in labels if label not in set(order)])
+    return [by_label[label] for label in order], Focus(tuple(suspects), tuple(references), tuple(others))
+
+
+def spread(labels: Sequence[str]) -> list[str]:
+    """``labels`` in an order that spreads over the list: the middle one first, then the middles
+    of the halves, and so on (far from each other, as the references are chosen)."""
+    order: list[str] = []
+    stretches = [(0, len(labels))]
+    while stretches:
+        low, high = stretches.pop(0)
+        if low >= high:
+            continue
+        middle = (low + high) // 2
+        order.append(labels[middle])
+        stretches += [(low, middle), (middle + 1, high)]
+    return order
+
+
+def tie_break_plan(focus: Focus | None, hosts: Sequence[str], base: LinkPlan,
+                   unavailable: str | None = None) -> TieBreakPlan | None:
+    """The link phase's plan for a ``--suspects`` sweep of ``hosts`` (the probed ones that take
+    part): ``base`` with the job's other nodes as further peers, at most ``extra_pair_bound``
+    pair tests with them (``unavailable``: why none can be reached); None without a focus."""
+    if focus is None:
+        return None
+    return TieBreakPlan(base, hosts, focus.others, extra_pair_bound(len(hosts)), unavailable)
 
 
 def focused_thresholds(thresholds: Thresholds, focus: Focus | None) -> Thresholds:
@@ -141,3 +172,21 @@ def schedule_order(suspects: Sequence[str], references: Sequence[str], per_suspe
     for index, suspect in enumerate(suspects):
         order += [suspect, *references[index * per_suspect:(index + 1) * per_suspect]]
     return order + list(references[len(suspects) * per_suspect:])
+
+
+# Why a tie-break has no further peer to draw on over SSH or srun: its pair tests reach only the
+# hosts the sweep probed (their sessions carry the node's bundle).
+NO_FURTHER_SESSIONS = ("further peers are pair-tested only where the connection reaches nodes it did not probe (a "
+                       "simulated fleet); over SSH or srun, raise --reference-peers to probe more references")
+
+
+def further_peers_plan(focus: Focus | None, hosts: int) -> str:
+    """The link phase's plan in words, for a ``--suspects`` sweep of ``hosts`` probed hosts:
+    ``; up to 12 extra pair tests with further peers of the job (node[...]) where the references
+    cannot decide`` (or that there are none); empty without a focus."""
+    if focus is None:
+        return ""
+    if not focus.others:
+        return "; no further peer of the job to break a tie (every node of it is probed)"
+    return (f"; up to {extra_pair_bound(hosts)} extra pair tests with further peers of the job "
+            f"({len(focus.others)} other nodes) where the references cannot decide")

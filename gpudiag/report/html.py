@@ -31,7 +31,7 @@ from .phrasing import (
     host_group_rows,
     sort_findings,
 )
-from .summary import _impact_rows, focus_line, summary_parts
+from .summary import NOT_ANALYSED, _impact_rows, focus_line, not_analysed, summary_parts
 
 TEMPLATE_FILES = ("report.html", "report.css")
 
@@ -45,14 +45,16 @@ def render_html(document: Document) -> str:
     return string.Template(template).substitute(
         title=_e(title), css=css, contents=html_contents(document), summary=html_summary(document),
         impact=html_impact(document.get("impact")), hosts=html_hosts(document),
-        findings=html_findings(fold_findings(sort_findings(_findings(document)))), heatmap=html_heatmap(document),
+        findings=html_findings(fold_findings(sort_findings(_findings(document))), not_analysed(document)),
+        heatmap=html_heatmap(document),
         links=html_links(document), footer=_e(_footer(document)))
 
 
 def html_contents(document: Document) -> str:
     """The page's sections as links, under its title: however long the findings, the device grid,
     hosts and links are one tap away."""
-    sections = [("findings", plural(len(_findings(document)), "finding")), ("heatmap", "device grid"),
+    findings = "findings not analysed" if not_analysed(document) else plural(len(_findings(document)), "finding")
+    sections = [("findings", findings), ("heatmap", "device grid"),
                 ("hosts", "hosts by status"), ("links", "links")]
     return " · ".join(f'<a href="#{anchor}">{_e(words)}</a>' for anchor, words in sections)
 
@@ -90,14 +92,17 @@ def html_hosts(document: Document) -> str:
 FINDING_TABLE_COLUMNS = ["severity", "action", "kind", "where", "metric", "deficit", "evidence"]
 
 
-def html_findings(findings: Sequence[Mapping[str, Any]]) -> str:
+def html_findings(findings: Sequence[Mapping[str, Any]], unanalysed: bool = False) -> str:
     """The findings table (already sorted), one row per finding: severity, the action verb as a
     badge, kind, where (with the GPU's full UUID and PCI bus id; a part of the fabric, or the
     network, for a finding of no host, class ``no-host``), metric and deficit; in the last column
     the action detail, always shown (``p.action-detail``), then a ``<details>`` of its value,
     reference, robust z, basis and evidence. Every text is the text report's (``finding_row``).
     Each cell carries its column's name (``data-label``) for the narrow layout (a card per
-    finding). The table is never a scroll box of its own: every finding is in the page's scroll."""
+    finding). The table is never a scroll box of its own: every finding is in the page's scroll.
+    ``unanalysed``: the sweep stopped before its analysis, so no finding is no verdict (said as an alert)."""
+    if not findings and unanalysed:
+        return f'<p class="alert">{_e(NOT_ANALYSED[0].upper() + NOT_ANALYSED[1:])}.</p>'
     if not findings:
         return '<p class="muted">No findings.</p>'
     rows = [_finding_row(finding) for finding in findings]

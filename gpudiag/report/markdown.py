@@ -22,7 +22,7 @@ from .linkfigures import (
     slowest_pair_rows,
 )
 from .phrasing import FINDING_COLUMNS, HOST_COLUMNS, Document, _findings, finding_row, host_group_rows, sort_findings
-from .summary import _impact_rows, focus_line, summary_parts
+from .summary import NOT_ANALYSED, _impact_rows, focus_line, not_analysed, summary_parts
 
 
 def render_markdown(document: Document) -> str:
@@ -41,7 +41,7 @@ def render_markdown(document: Document) -> str:
     findings = sort_findings(_findings(document))
     sections.append("## Findings, most costly first")
     sections.append(_md_table(FINDING_COLUMNS, [finding_row(f) for f in fold_findings(findings)]) if findings
-                    else "None.")
+                    else f"{NOT_ANALYSED[0].upper()}{NOT_ANALYSED[1:]}." if not_analysed(document) else "None.")
     sections += link_sections(document)
     sections += ["## Hosts by status", _md_table(HOST_COLUMNS, host_group_rows(document))]
     return "\n\n".join(sections) + "\n"

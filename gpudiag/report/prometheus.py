@@ -46,6 +46,7 @@ from ..schema.fields import is_finite_number
 from ..schema.times import parse_time
 from . import check_writable, write_report
 from .phrasing import fabric_ends, fabric_rail, hostless_location
+from .summary import completeness_of
 
 PROM_SUFFIX = ".prom"
 GPU_LABELS = ("host", "Hostname", "gpu", "UUID", "pci_bus_id", "modelName")
@@ -126,12 +127,25 @@ def prom_text(document: Mapping[str, Any]) -> Iterator[str]:
     """The textfile's text in pieces, each family's samples formatted by prometheus_client
     (``generate_latest`` of a fresh CollectorRegistry) CHUNK_SAMPLES at a time."""
     for family in sweep_families(document):
+        _one_per_series(family)
         for start in range(0, max(len(family.samples), 1), CHUNK_SAMPLES):
             registry = CollectorRegistry()
             registry.register(_Chunk(family, family.samples[start:start + CHUNK_SAMPLES]))
             text = generate_latest(registry).decode()
             # A family's HELP and TYPE lines come once, before its first sample.
             yield text if start == 0 else text.split("\n", 2)[2]
+
+
+def _one_per_series(family: _Family) -> None:
+    """Keep the first sample of each label set: a textfile with one series twice is refused whole by
+    node_exporter's collector (and a GPU's figures already keep their lowest: ``_gpu_figures``)."""
+    seen: set[tuple[str, ...]] = set()
+    kept = []
+    for sample in family.samples:
+        if sample[0] not in seen:
+            seen.add(sample[0])
+            kept.append(sample)
+    family.samples = kept
 
 
 def sweep_families(document: Mapping[str, Any]) -> list[_Family]:
@@ -202,6 +216,7 @@ def _gpu_figures(families: Mapping[str, _Family], names: tuple[str, str, str], r
     NVML's); empty where neither knows it: after a GPU is lost CUDA renumbers the rest, and its
     number would label a healthy GPU's neighbour."""
     host, hostname, model = names
+    placed: dict[tuple[str, tuple[str, ...]], int] = {}  # where each series is: one per label set, its lowest figure
     for record in records:
         probe = str(record.get("probe"))
         cuda_index = device_index(record.get("device"))
@@ -216,8 +231,13 @@ def _gpu_figures(families: Mapping[str, _Family], names: tuple[str, str, str], r
         gpu = known.nvml_index if identity.gpu is None else identity.gpu
         extra = _GPU_GAUGES[probe][2]
         labels = (host, hostname, "" if gpu is None else str(gpu), uuid, identity.pci_bus_id, identity.model)
-        families[probe].samples.append(((*labels, str(params.get(extra, ""))) if extra else labels,
-                                        float(record["value"])))
+        series = (*labels, str(params.get(extra, ""))) if extra else labels
+        samples, at = families[probe].samples, placed.get((probe, series))
+        if at is None:
+            placed[(probe, series)] = len(samples)
+            samples.append((series, float(record["value"])))
+        else:  # records that differ in what no label shows (a shape): the lowest, so no alert is masked
+            samples[at] = (series, min(samples[at][1], float(record["value"])))
 
 
 def _links(links: Iterable[Mapping[str, Any]], hostnames: Mapping[str, str]) -> _Family:
@@ -316,7 +336,10 @@ def _last_run(document: Mapping[str, Any]) -> list[_Family]:
             _Family("gpudiag_last_run_exit_code", "The last sweep's exit status (0 all checked, 1 a fail finding, 3 "
                     "not all checked, 130 interrupted).", (), [((), float(summary.get("exit_code", 0)))]),
             _Family("gpudiag_last_run_info", "1, labelled with the last sweep's id (gpudiag report SWEEP_ID shows it).",
-                    ("sweep_id",), [((str(document.get("sweep_id") or ""),), 1.0)])]
+                    ("sweep_id",), [((str(document.get("sweep_id") or ""),), 1.0)]),
+            _Family("gpudiag_last_run_complete", "1 when the last sweep measured every host it planned and was "
+                    "analysed to its end; 0 when it was interrupted (a host with no finding is then no healthy host).",
+                    (), [((), 0.0 if completeness_of(document) is not None else 1.0)])]
 
 
 def _epoch_s(text: object) -> float | None:

@@ -6,21 +6,63 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..findings import Kind, Severity
+from ..exitcodes import ExitCode
+from ..findings import INTERRUPTED, Kind, Severity
 from ..hosts import fold_hosts
 from ..schema.fields import is_finite_number
 from ..words import deficit_text, pct, plural
 from .phrasing import OK, Document, _findings, _hosts, _is_count, finding_measure, finding_where, hosts_by_status
 
 NOT_A_PASS = "no result could be compared: this sweep is not a pass"
+# What an unanalysed sweep's findings are, in place of "none" (no finding is no pass there).
+NOT_ANALYSED = "not analysed: the sweep stopped before its analysis, so what it measured was never judged"
 # The slowest link's reference, in words (gpudiag.links.groups: fleet, baseline, line_rate).
 LINK_REFERENCE_WORDS = {"fleet": "fleet ", "baseline": "baseline ", "line_rate": "line-rate floor "}
 
 
 def summary_line(document: Document) -> str:
     """``sweep ID · 64 hosts · 61 ok · node050 unreachable · 6 findings (4 fail, 1 warn, 1 unchecked) ·
-    12 results could not be compared (...) · job slowdown ...``."""
+    12 results could not be compared (...) · job slowdown ...``; an unfinished sweep's begins with
+    how far it got (``unfinished_phrase``)."""
     return " · ".join(text for text, _ in summary_parts(document))
+
+
+def completeness_of(document: Document) -> Mapping[str, Any] | None:
+    """How far an unfinished sweep got: its ``completeness`` (a stored sweep's), or, for a document
+    an interrupt stopped, what its hosts say (every planned host has an entry; those it stopped are
+    ``interrupted``); None for a finished sweep."""
+    completeness = document.get("completeness")
+    if isinstance(completeness, Mapping):
+        return completeness
+    if (document.get("summary") or {}).get("exit_code") != ExitCode.INTERRUPTED and not document.get("interrupted"):
+        return None
+    hosts = _hosts(document)
+    return {"planned_hosts": len(hosts), "measured_hosts": sum(1 for h in hosts if h.get("status") != INTERRUPTED),
+            "analysed": document.get("finished_at") is not None, "interrupted": True}
+
+
+def unfinished_phrase(document: Document) -> str | None:
+    """``unfinished: 1 of 4 planned hosts measured, not analysed`` (a killed sweep), ``unfinished:
+    interrupted, 3 of 4 planned hosts measured, what finished analysed``; None for a finished sweep."""
+    completeness = completeness_of(document)
+    return None if completeness is None else unfinished_words(completeness)
+
+
+def unfinished_words(completeness: Mapping[str, Any]) -> str:
+    """``unfinished: 1 of 4 planned hosts measured, not analysed`` from a sweep's ``completeness``."""
+    planned, measured = completeness.get("planned_hosts"), completeness.get("measured_hosts")
+    measured = measured if _is_count(measured) else 0
+    counted = (f"{measured} of {planned} planned hosts measured" if _is_count(planned)
+               else f"{plural(measured, 'host')} measured (the hosts it planned were not stored)")
+    if not completeness.get("analysed"):
+        return f"unfinished: {counted}, not analysed"
+    return f"unfinished: interrupted, {counted}, what finished analysed"
+
+
+def not_analysed(document: Document) -> bool:
+    """Whether the sweep stopped before its analysis (its findings are no verdict, not "none")."""
+    completeness = completeness_of(document)
+    return completeness is not None and not completeness.get("analysed")
 
 
 # What each exit status says, as the verdict's first word and its meaning (gpudiag.exitcodes).
@@ -42,8 +84,12 @@ def verdict_line(document: Document, outputs: Sequence[str] = (), drained: str |
     fails = sum(1 for f in findings if f.get("severity") == Severity.FAIL)
     unchecked = unchecked_count(document)
     warns = sum(1 for f in findings if f.get("severity") == Severity.WARN) - unchecked
+    watches = sum(1 for f in findings if f.get("severity") == Severity.WATCH)
     counted = ", ".join(part for part in (f"{fails} fail" if fails else "", f"{warns} warn" if warns else "",
-                                          f"{unchecked} unchecked" if unchecked else "") if part) or "no finding"
+                                          f"{unchecked} unchecked" if unchecked else "",
+                                          f"{watches} watch" if watches else "") if part) or "no finding"
+    if not_analysed(document):
+        counted = "nothing judged (not analysed)"
     parts = [f"verdict: {word} (exit {code if _is_count(code) else '-'}: {meaning})",
              f"{counted} of {plural(len(_hosts(document)), 'host')}"]
     exclude = list((document.get("impact") or {}).get("exclude") or [])
@@ -71,8 +117,14 @@ def summary_parts(document: Document) -> list[tuple[str, bool]]:
     unchecked = unchecked_count(document)
     if unchecked:
         counts.append(f"{unchecked} {Kind.UNCHECKED}")
-    parts.append(f"{plural(len(findings), 'finding')} ({', '.join(counts)})")
-    marked = [(part, False) for part in parts] + [(phrase, True) for phrase in comparison_phrases(document)]
+    watches = sum(1 for finding in findings if finding.get("severity") == Severity.WATCH)
+    if watches:
+        counts.append(f"{watches} {Severity.WATCH}")
+    parts.append("findings not analysed" if not_analysed(document)
+                 else f"{plural(len(findings), 'finding')} ({', '.join(counts)})")
+    unfinished = unfinished_phrase(document)  # first: a killed sweep's few hosts are no clean sweep
+    marked = [*([(unfinished, True)] if unfinished else []), *((part, False) for part in parts),
+              *((phrase, True) for phrase in comparison_phrases(document))]
     impact = impact_phrase(document.get("impact"))
     if impact:
         marked.append((impact, False))
@@ -211,5 +263,18 @@ def focus_line(document: Document) -> str | None:
     focus = document.get("focus")
     if not isinstance(focus, Mapping):
         return None
-    return (f"focus: suspects {fold_hosts(focus.get('suspects') or ()) or 'none'} · "
+    line = (f"focus: suspects {fold_hosts(focus.get('suspects') or ()) or 'none'} · "
             f"references {fold_hosts(focus.get('references') or ()) or 'none'}")
+    return line + _extra_peers(focus.get("extra_peers"))
+
+
+def _extra_peers(extra: object) -> str:
+    """`` · extra peers node[006,009]: 8 pair tests of at most 12`` (or why none could break a
+    tie: `` · extra peers: none (...)``; nothing where none was needed)."""
+    if not isinstance(extra, Mapping):
+        return ""
+    peers, note = list(extra.get("peers") or ()), extra.get("note")
+    bound = f"{extra.get('pair_tests')} pair tests of at most {extra.get('max_pair_tests')}"
+    if peers:
+        return f" · extra peers {fold_hosts(peers)}: {bound}" + (f" ({note})" if note else "")
+    return f" · extra peers: none ({note})" if note else " · extra peers: none needed"

@@ -32,7 +32,7 @@ from .phrasing import (
     hosts_by_status,
     sort_findings,
 )
-from .summary import _impact_detail, focus_line, summary_line, verdict_line
+from .summary import NOT_ANALYSED, _impact_detail, focus_line, not_analysed, summary_line, verdict_line
 
 # A line of the text report is cut to this many characters (a finding's evidence is far shorter).
 LINE_CHARS = 20_000
@@ -59,7 +59,8 @@ def render_text(document: Document, outputs: Sequence[str] | None = ()) -> str:
     findings = sort_findings(_findings(document))
     folded = fold_findings(findings)
     alike = ", those alike but for their host on one line" if len(folded) < len(findings) else ""
-    lines += ["", f"findings ({len(findings)}, most costly first{alike}):" if findings else "findings: none"]
+    lines += ["", f"findings ({len(findings)}, most costly first{alike}):" if findings
+              else f"findings: {NOT_ANALYSED}" if not_analysed(document) else "findings: none"]
     lines += [f"  {finding_text(finding)}" for finding in folded]
     if outputs is not None:
         lines += ["", verdict_line(document, outputs)]

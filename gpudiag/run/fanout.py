@@ -8,6 +8,7 @@ still returns what finished; hosts not finished are ``interrupted``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import secrets
 import sys
@@ -15,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -40,8 +41,9 @@ PROBE_ERROR = "probe_error"
 UNCHECKED = Kind.UNCHECKED
 # Findings that say something could not be checked: a host, GPU or measurement, or a node pair.
 NOT_CHECKED = (UNCHECKED, Kind.LINK_ERROR)
-# Findings of no host that, not confirmed, are a gap (exit 3), never a pass: the network's, the fabric's.
-UNSETTLED_KINDS = (Kind.SLOW_NETWORK, Kind.SLOW_FABRIC_LINK, Kind.SLOW_SWITCH)
+# Findings that, not confirmed, are a gap (exit 3), never a pass: the network's, the fabric's (of no
+# host), and a pair's dip its re-test did not repeat (a warning that keeps neither end out of a job).
+UNSETTLED_KINDS = (Kind.SLOW_NETWORK, Kind.SLOW_FABRIC_LINK, Kind.SLOW_SWITCH, Kind.SLOW_LINK)
 # Exit statuses of a bundle ended by a deadline: its own watchdog and `timeout` give 124, and
 # 137 is the KILL that `timeout -k` sends when TERM was not enough.
 DEADLINE_EXITS = (124, 137)
@@ -247,6 +249,34 @@ class _HostRun:
             return HostOutcome(self.host.label, TIMEOUT, error, elapsed), self._session
 
 
+class _Slots:
+    """The fan-out: each host's worker starts when one of ``fanout`` slots is free. A slot is
+    its host's until the host's outcome is decided: by its worker, or by the watch at the host's
+    time limit, whatever its worker is still stuck in (a handshake that never answers). A stuck
+    worker never keeps the next host waiting; its own waits end by its host's time limit too."""
+
+    def __init__(self, runs: Sequence[_HostRun], fanout: int, start: Callable[[_HostRun, int], None]) -> None:
+        self._waiting = collections.deque(runs)
+        self._running: list[_HostRun] = []
+        self._fanout = max(1, fanout)
+        self._start = start
+        self._started = 0
+
+    def fill(self) -> None:
+        """Start waiting hosts while a slot is free."""
+        self._running = [run for run in self._running if not run.result.done()]
+        while self._waiting and len(self._running) < self._fanout:
+            run = self._waiting.popleft()
+            self._started += 1
+            self._start(run, self._started)
+            self._running.append(run)
+
+    def never_started(self) -> list[_HostRun]:
+        """The hosts still waiting for a slot, which now never start."""
+        waiting, self._waiting = list(self._waiting), collections.deque()
+        return waiting
+
+
 class _SweepRunner:
     def __init__(self, options: SweepOptions, connector: Connector, bundle: Bundle,
                  progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None,
@@ -260,7 +290,6 @@ class _SweepRunner:
         self._progress = progress
         self._stop = threading.Event()
         self._closed = threading.Event()
-        self._overdue = threading.Event()  # a host was ended by the watch: its worker may still be busy
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._clock = clock
@@ -270,13 +299,11 @@ class _SweepRunner:
     def run(self, hosts: Sequence[HostSpec]) -> tuple[list[HostOutcome], bool]:
         outcomes: dict[str, HostOutcome] = {}
         self._progress.start(len(hosts))
-        pool = ThreadPoolExecutor(max_workers=max(1, self._options.fanout), thread_name_prefix="sweep")
         runs = [_HostRun(host, self._clock) for host in hosts]
+        slots = _Slots(runs, self._options.fanout, self._start_host)
         interrupted = late = False
         try:
-            for run in runs:  # starting a worker thread waits for the busy ones: Ctrl-C may land here
-                pool.submit(self._probe_host, run)
-            self._gather(runs, outcomes, deadline=self._deadline)
+            self._gather(runs, outcomes, deadline=self._deadline, slots=slots)
             late = len(outcomes) < len(runs)  # the run's deadline came first
             if late:
                 self._end_late()
@@ -285,12 +312,14 @@ class _SweepRunner:
             # Ending the probes and hearing back is real processes' business: wall time, whatever the run's clock.
             deadline = time.monotonic() + CANCEL_WAIT_S
             self._interrupt(deadline)
+            for run in slots.never_started():
+                if run.claim():
+                    run.result.set_result(interrupted_host(run.host))
             try:
                 self._gather(runs, outcomes, deadline, time.monotonic)
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: stop waiting, report what is in
         finally:
-            pool.shutdown(wait=not (interrupted or late or self._overdue.is_set()), cancel_futures=True)
             self._closed.set()  # hosts that still end now are not counted on a closed display
             self._progress.close()
         started = self._started_at
@@ -305,12 +334,15 @@ class _SweepRunner:
         return (store_warning(failed),) if failed else ()
 
     def _gather(self, runs: Sequence[_HostRun], outcomes: dict[str, HostOutcome], deadline: float | None,
-                clock: Callable[[], float] | None = None) -> None:
+                clock: Callable[[], float] | None = None, slots: _Slots | None = None) -> None:
         """Collect outcomes as hosts finish, ending each host still in a phase whose time is up,
-        until every host has one or ``deadline`` (on ``clock``, else the run's) passes."""
+        until every host has one or ``deadline`` (on ``clock``, else the run's) passes; with
+        ``slots``, start the next hosts as slots come free."""
         clock = clock or self._clock
         pending = {run.result: run for run in runs if run.host.label not in outcomes}
         while pending:
+            if slots is not None:
+                slots.fill()
             # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
             done, _ = wait(list(pending), timeout=0.2, return_when=FIRST_COMPLETED)
             for future in done:
@@ -328,7 +360,6 @@ class _SweepRunner:
         now = self._clock()
         for run in runs:
             if run.overdue(now) and run.claim():
-                self._overdue.set()
                 threading.Thread(target=self._end_host, args=(run,), name="host-timeout", daemon=True).start()
 
     def _end_host(self, run: _HostRun) -> None:
@@ -359,6 +390,11 @@ class _SweepRunner:
         if ended < len(sessions):
             self._say(f"{plural(len(sessions) - ended, 'host')} did not answer in time: their probes end by their own "
                       f"deadline on the node")
+
+    def _start_host(self, run: _HostRun, number: int) -> None:
+        # A daemon: a worker stuck where nothing can end it (a handshake that never answers)
+        # after the watch gave its host a timeout never keeps the controller from exiting.
+        threading.Thread(target=self._probe_host, args=(run,), name=f"sweep-{number}", daemon=True).start()
 
     def _probe_host(self, run: _HostRun) -> None:
         host = run.host
@@ -406,7 +442,7 @@ class _SweepRunner:
         try:
             if not run.enter(CONNECTING):
                 return run.timed_out()[0]
-            session = self._connector.connect(host)
+            session = self._connector.connect(host, max(MIN_COMMAND_S, run.remaining_s()))
             held = run.hold(session)
             with self._lock:
                 self._sessions[host.label] = session

@@ -5,7 +5,9 @@ A host's identity is the controller's: the name it was reached by. What a node s
 name of another host of the sweep (the same name, or the same short name of a DNS name), or
 whose GPU UUIDs another host of the sweep reports too, is an impostor or a cloned image: its
 records are set aside (status ``identity_conflict``, no facts, no records: an ``unchecked``
-finding, exit 3), and the host it names keeps its own records, untouched in every output.
+finding, exit 3), and the host it names keeps its own records, untouched in every output. A node
+set aside for the name it gives is left out of the UUID comparison: the UUIDs it copied from the
+host it poses as cost that host nothing.
 
 Two hosts reporting one GPU UUID cannot both be right. Where the store saw that UUID on one of
 them before (``owners``), the others are set aside; where it did not, every one of them is:
@@ -47,7 +49,9 @@ def impostors(hosts: Sequence[HostOutcome], owner_of: Callable[[str], str | None
             why[host.host] = (f"its facts give the hostname {other[0]!r}, the name of {other[1]}, another host of this "
                               "sweep: its records are set aside, and that host keeps its own")
     holders: dict[str, set[str]] = defaultdict(set)
-    for host in hosts:
+    # A node that names another host already lies about who it is: the UUIDs it copied from that
+    # host accuse no one else.
+    for host in (host for host in hosts if host.host not in why):
         for uuid in gpu_uuids(host.facts):
             holders[uuid].add(host.host)
     for uuid, claimed in sorted(holders.items()):

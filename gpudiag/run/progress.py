@@ -119,7 +119,7 @@ class PlainProgress:
                 self._print()
 
     def phase(self, text: str) -> None:
-        print(f"gpudiag: {text}", file=self._stream, flush=True)
+        self._say(text)
 
     def stage(self, text: str, total: int, unit: str) -> None:
         """Stages come and go fast (a 1,000-node full round-robin has 999 rounds): a line at
@@ -146,7 +146,12 @@ class PlainProgress:
 
     def _print(self) -> None:
         self._printed_done = self._counts.done
-        print(f"gpudiag: {self._counts.line()}", file=self._stream, flush=True)
+        self._say(self._counts.line())
+
+    def _say(self, text: str) -> None:
+        # one write per line: a line another thread writes (a library's log record) never lands inside it
+        self._stream.write(f"gpudiag: {text}\n")
+        self._stream.flush()
 
 
 class StageOf:

@@ -42,9 +42,10 @@ from ..links.attribution import link_thresholds
 from ..links.impact import link_impact, with_network
 from ..links.linkfindings import link_findings
 from ..links.remote import RemotePairRunner
-from ..links.rounds import LinkRun, PairRunner, run_links
+from ..links.rounds import LinkRun, PairRunner, PlainPlan, run_links
 from ..links.schedule import SCREEN, next_stride
 from ..pause import Focus, focus_hosts, focused_thresholds
+from ..pause.focus import NO_FURTHER_SESSIONS, further_peers_plan, tie_break_plan
 from ..schema.times import iso_time
 from ..store.baselines import Baseline, chosen_baseline
 from ..store.store import Store
@@ -62,6 +63,7 @@ from .fanout import (
     new_sweep_id,
     probe_hosts,
 )
+from .impostors import set_aside
 from .progress import RoundsOf, StageOf
 from .request import AUTO_LINKS, SweepRequest
 from .runtime import Runtime
@@ -183,8 +185,10 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     started_at = datetime.now(timezone.utc)
     sweep_id = new_sweep_id(started_at)
     stride = _screen_stride(request, setup)
-    record = _recorder(setup.store, sweep_id, started_at, _options(request, setup.sweep, stride))
+    record = _recorder(setup.store, sweep_id, started_at, _options(request, setup.sweep, stride),
+                       [host.label for host in setup.hosts])
     first = _first_pass(setup, runtime, budget, record, started_at, sweep_id)
+    first = _set_aside_impostors(setup, first, record)
     interrupted = first.interrupted or runtime.gate.received
     previous, analysis = _first_analysis(setup, runtime, first, sweep_id, interrupted)
     retested = _retest_suspects(request, setup, runtime, budget, first, analysis.suspects, interrupted)
@@ -229,6 +233,40 @@ def _first_pass(setup: _Setup, runtime: Runtime, budget: RunBudget | None, recor
     if budget is not None:
         _blame_budget(first, budget)
     return dataclasses.replace(first, focus=focus)
+
+
+def _set_aside_impostors(setup: _Setup, first: SweepResult, record: Callable[[HostOutcome], None]) -> SweepResult:
+    """The first pass with each host that claims another's identity set aside (gpudiag.run.
+    impostors), before any phase reads its records: recorded again as set aside, where the store
+    recorded it as it finished, and an ``unchecked`` finding. Nothing after this sees its records:
+    no analysis, re-test, pair test (nor a reference peer's part) or output."""
+    hosts, why = set_aside(first.hosts, _owner_of(setup.store, first.sweep_id))
+    if not why:
+        return first
+    warnings = []
+    for host in (host for host in hosts if host.host in why):
+        try:
+            record(host)  # replaces the row the store wrote as the host finished
+        except StoreError as error:
+            warnings.append(f"the store could not set {host.host} aside ({error}): its stored row of this sweep "
+                            "may still hold what it claimed; the sweep document has it set aside")
+    found = tuple(unchecked(host.host, host.status, host.error) for host in hosts if host.host in why)
+    return dataclasses.replace(first, hosts=tuple(hosts), findings=(*first.findings, *found),
+                               warnings=(*first.warnings, *warnings))
+
+
+def _owner_of(store: Store | None, sweep_id: str) -> Callable[[str], str | None]:
+    """Which host the store last saw a GPU UUID on, in an analysed sweep before this one (None:
+    none, no store, or a store that cannot be read: then no claimant is believed)."""
+    def owner(uuid: str) -> str | None:
+        if store is None:
+            return None
+        try:
+            return store.last_holder(uuid, sweep_id)
+        except StoreError:
+            return None
+
+    return owner
 
 
 def _first_analysis(setup: _Setup, runtime: Runtime, first: SweepResult, sweep_id: str,
@@ -327,11 +365,14 @@ def _result(setup: _Setup, first: SweepResult, analysis: Analysis, linked: _Link
             impact.update(fabric_impact(linked.fabric, linked.topology) or {})
         impact = with_network(impact, link_run, impact.get("fabric_slowdown_pct"))
     groups = tuple(r.to_dict() for r in link_run.attribution.references) if link_run is not None else ()
+    tie = link_run.tie_break if link_run is not None else None  # further peers of a --suspects sweep
+    focus = first.focus if tie is None or first.focus is None else {**first.focus, "extra_peers": tie.to_dict()}
     return dataclasses.replace(first, findings=analysis.findings, impact=impact,
                                comparison=_comparison(analysis, link_run), links=links, link_groups=groups,
-                               references=analysis.references,
+                               references=analysis.references, focus=focus,
                                finished_at=datetime.now(timezone.utc), interrupted=interrupted,
-                               warnings=(*setup.connection.notes, *first.warnings, *notes))
+                               warnings=(*setup.connection.notes, *first.warnings, *notes,
+                                         *([tie.describe()] if tie is not None and tie.note else [])))
 
 
 def _comparison(analysis: Analysis, link_run: LinkRun | None) -> dict[str, int]:
@@ -426,7 +467,8 @@ def _links(request: SweepRequest, setup: _Setup, first: SweepResult, runtime: Ru
         return None, [out_of_budget(host, "pair tests", budget) for host in ok_hosts], None
     if len(ok_hosts) >= 2:
         over = f", over the fabric of {setup.topology.source}" if setup.topology is not None else ""
-        runtime.progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts{over}")
+        runtime.progress.phase(f"pair tests between nodes ({mode}) over {len(ok_hosts)} hosts{over}"
+                               + further_peers_plan(setup.focus, len(ok_hosts)))
     return runtime.gate.run_phase(lambda: _link_phase(request, setup, first, mode, runtime, budget, stride),
                                   lambda: (None, [], None))
 
@@ -456,9 +498,13 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult, mode: 
         thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
     plan = (FabricPlan(setup.topology, mode, thresholds, setup.baseline, pair.streams)
             if setup.topology is not None else None)
+    # A paused job's references that cannot decide: further peers from the job's other nodes, bounded.
+    tie = tie_break_plan(setup.focus, hosts, plan or PlainPlan(mode, thresholds, stride, setup.baseline),
+                         None if connection.pairs is not None else NO_FURTHER_SESSIONS)
     run = run_links(hosts, mode, runner, thresholds, parallel=connection.pairs_at_once, stride=stride,
-                    baseline=setup.baseline, deadline=_deadline(budget), clock=runtime.clock, plan=plan,
+                    baseline=setup.baseline, deadline=_deadline(budget), clock=runtime.clock, plan=tie or plan,
                     watch=RoundsOf(runtime.progress))
+    run = dataclasses.replace(run, tie_break=tie.outcome()) if tie is not None else run
     return run, missing, plan.latest if plan is not None and not (run.interrupted or run.cut_short) else None
 
 
@@ -473,13 +519,14 @@ def _last_stride(store: Store | None) -> int | None:
     return None
 
 
-def _recorder(store: Store | None, sweep_id: str, started_at: datetime,
-              options: dict[str, Any]) -> Callable[[HostOutcome], None]:
+def _recorder(store: Store | None, sweep_id: str, started_at: datetime, options: dict[str, Any],
+              planned: Sequence[str]) -> Callable[[HostOutcome], None]:
     """What each host does as it finishes (in a worker thread, while others still probe): the
-    analysis reads it, and the store records it (a StoreError is the sweep's warning)."""
+    analysis reads it, and the store records it (a StoreError is the sweep's warning). The store
+    keeps the ``planned`` hosts from the start: a sweep killed on the way says how far it got."""
     reader = SweepReader()
     if store is not None:
-        store.begin_sweep(sweep_id, iso_time(started_at), options)
+        store.begin_sweep(sweep_id, iso_time(started_at), options, planned)
 
     def done(outcome: HostOutcome) -> None:
         records = outcome.records()  # unpacked once, for both

@@ -27,7 +27,7 @@ class SimulatedConnector:
         self._lock = threading.Lock()
         self._calls: dict[str, int] = {}
 
-    def connect(self, host: HostSpec) -> SimulatedSession:
+    def connect(self, host: HostSpec, within_s: float | None = None) -> SimulatedSession:
         """A session on ``host``. Raises Unreachable for an unreachable node or one not in the fleet."""
         if host.host not in self.fleet:
             raise Unreachable(f"{host.label}: not a node of the simulated fleet {self.fleet.spec.source}")

@@ -48,7 +48,9 @@ FAULT_FIELDS: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "paused_job": (("host", "used_mib"), ("gpu", "exclusive")),
     "nic_port": (("host", "rail"), ("state", "width", "rate_gbps", "counter", "count")),
     # a node that says it is another: that host's hostname and GPU UUIDs in its facts and records
-    "impostor": (("host", "as"), ())}
+    "impostor": (("host", "as"), ()),
+    # a cloned image: its own hostname, but that host's GPU UUIDs
+    "cloned_gpus": (("host", "as"), ())}
 # GPUs that torch cannot use: a node needs at least one left.
 GONE_KINDS = ("gpu_lost", "gpu_missing")
 
@@ -158,7 +160,7 @@ def _fault(context: _FaultContext, entry: Any, path: str) -> Fault:
     for key in ("host", "a", "b", "as"):
         if key in entry:
             fields["peer" if key in ("b", "as") else "host"] = _host(context, entry, key, path)
-    if kind in ("slow_link", "impostor") and fields["host"] == fields["peer"]:
+    if kind in ("slow_link", "impostor", "cloned_gpus") and fields["host"] == fields["peer"]:
         raise read.error(f"{path}.{'b' if kind == 'slow_link' else 'as'}",
                          "a link needs two different nodes" if kind == "slow_link" else "a node cannot pose as itself")
     fields.update(_gpu_fields(context, entry, path, fields["host"]))

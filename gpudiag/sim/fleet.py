@@ -63,6 +63,8 @@ The model, per record (healthy figures from gpudiag/data/sku.json, scaled by the
   streams over their paths.
 - ``unreachable``: connecting raises ``Unreachable``. ``hang``: the bundle never finishes; ``run``
   reports a timeout at once.
+- ``impostor`` (as): the node's facts give that host's hostname and its GPUs that host's UUIDs.
+  ``cloned_gpus`` (as): its GPUs carry that host's UUIDs, under its own hostname.
 
 Noise: each measurement's run level is drawn around the true figure with the fleet file's CV
 (``gemm_cv`` for GEMM, ``membw_cv`` for memory, PCIe and NVLink copies, ``link_cv`` for the
@@ -174,9 +176,10 @@ class SimulatedFleet:
         spec = self._node_specs[host]
         faults = self._faults_by_host.get(host, [])
         missing = {f.gpu for f in faults if f.kind == "gpu_missing"}
-        # an impostor's GPUs carry the identities of the host it poses as
+        # an impostor's GPUs (and a cloned image's) carry the identities of the host it poses as
         posing = next((f.peer for f in faults if f.kind == "impostor"), None)
-        on_bus = [_apply_gpu_faults(gpu_identity(self.spec.seed, posing or host, index),
+        cloned = next((f.peer for f in faults if f.kind in ("impostor", "cloned_gpus")), None)
+        on_bus = [_apply_gpu_faults(gpu_identity(self.spec.seed, cloned or host, index),
                                     [f for f in faults if f.gpu == index or (f.kind == "paused_job" and f.gpu is None)])
                   for index in range(spec.gpus_per_node) if index not in missing]
         host_factor = min((f.factor for f in faults if f.kind == "slow_node"), default=1.0)

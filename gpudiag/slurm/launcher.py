@@ -402,14 +402,14 @@ class SlurmConnector:
                      for host in hosts}
         return cls(problems, options, allocation is not None, fallback, addresses, names)
 
-    def connect(self, host: HostSpec) -> Session:
+    def connect(self, host: HostSpec, within_s: float | None = None) -> Session:
         """A session on ``host``. Raises TransportError when srun cannot run there and there is
-        no fallback (or the fallback cannot reach it either)."""
+        no fallback (or the fallback cannot reach it either, within ``within_s`` seconds)."""
         problem = self._problems.get(host.host)
         if problem is not None:
             if self._fallback is None:
                 raise Unreachable(problem)
-            return self._fallback.connect(host)
+            return self._fallback.connect(host, within_s)
         return SlurmSession(host, self._launcher, self._stage, self._fallback)
 
     def close(self) -> None:

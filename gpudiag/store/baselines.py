@@ -1,8 +1,9 @@
 """Fleet baselines: the median and spread of every baseline key over chosen stored sweeps, kept
 by name in the store (its ``baselines`` table), and their JSON form for moving them between stores.
 
-A baseline is built only from results that no finding touched (the store leaves those out), and
-never pools two keys: one entry per key (gpudiag.analysis.keys.result_key). The spread is the MAD, the
+A baseline is built only from finished sweeps (``baseline_sources``: never one killed before its
+analysis or stopped by an interrupt), from results that no finding touched (the store leaves those
+out), and never pools two keys: one entry per key (gpudiag.analysis.keys.result_key). The spread is the MAD, the
 median absolute deviation, *unscaled*: median(|x - median(x)|). Multiply it by 1.4826 for a
 standard-deviation estimate under normal noise; the analysis applies its own floor.
 
@@ -31,6 +32,7 @@ from ..links.attribution import BACKENDS, pair_means
 from ..links.linkfindings import touched_links
 from ..links.rounds import link_results
 from ..schema.times import now_iso
+from .completeness import Completeness
 from .store import BaselineSample, Store, StoredLinks
 
 BASELINE_SCHEMA = "gpudiag.baseline/1"
@@ -95,6 +97,22 @@ def check_name(name: object, where: str = "baseline name") -> str:
 def median_absolute_deviation(values: Sequence[float], center: float) -> float:
     """median(|x - center|) over ``values``, unscaled, in their unit. Raises ValueError when empty."""
     return statistics.median(abs(value - center) for value in values)
+
+
+def baseline_sources(store: Store, sweep_ids: Sequence[str]) -> tuple[list[str], dict[str, Completeness]]:
+    """Of ``sweep_ids`` (each once, in order), those a baseline may be built from, and how far each
+    other got: a sweep killed before its analysis has no findings to leave its slow hosts out, and
+    one an interrupt stopped judged only part of what it planned, so neither is a source
+    (gpudiag.store.completeness). Raises StoreError for an unknown sweep id."""
+    sources: list[str] = []
+    skipped: dict[str, Completeness] = {}
+    for sweep_id in dict.fromkeys(sweep_ids):
+        progress = store.completeness(sweep_id)
+        if progress.finished:
+            sources.append(sweep_id)
+        else:
+            skipped[sweep_id] = progress
+    return sources, skipped
 
 
 def baseline_samples(store: Store, sweep_ids: Sequence[str]) -> Iterator[BaselineSample]:

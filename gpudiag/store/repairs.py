@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -120,3 +120,19 @@ def host_repairs(store: Store, host: str) -> list[Repair]:
     return [Repair(host=row["host"], gpu=row["gpu"], text=row["text"], operator=row["operator"],
                    recorded_at=row["recorded_at"], after_sweep_id=row["after_sweep_id"],
                    after_started_at=row["after_started_at"]) for row in rows]
+
+
+def repairs_by_host(store: Store, hosts: Iterable[str]) -> dict[str, list[Repair]]:
+    """The repairs recorded for each of ``hosts`` that has any, oldest first (one read)."""
+    wanted = set(hosts)
+    with store.reading("reading the hosts' repairs") as db:
+        rows = db.execute("SELECT * FROM repairs ORDER BY after_started_at, after_sweep_id, recorded_at,"
+                          " repair_id").fetchall()
+    found: dict[str, list[Repair]] = {}
+    for row in rows:
+        if row["host"] in wanted:
+            found.setdefault(row["host"], []).append(
+                Repair(host=row["host"], gpu=row["gpu"], text=row["text"], operator=row["operator"],
+                       recorded_at=row["recorded_at"], after_sweep_id=row["after_sweep_id"],
+                       after_started_at=row["after_started_at"]))
+    return found

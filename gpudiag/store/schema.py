@@ -25,7 +25,9 @@ BUSY_TIMEOUT_MS = 30_000
 # table stays for sweeps stored before it. Schema 4 adds the repairs an operator records
 # (gpudiag.store.repairs): not a sweep's rows, so pruning sweeps never deletes them. Schema 5 lets a
 # host's row keep only what changed since the host's newest full row (hosts.base_sweep_id;
-# gpudiag.store.hosts): telemetry that did not change is not stored again.
+# gpudiag.store.hosts): telemetry that did not change is not stored again. Schema 6 keeps the hosts a
+# sweep planned (sweeps.planned_json; NULL for a sweep stored before) and whether its analysis ran
+# (sweeps.analysed; a sweep stored before counts as analysed where it finished): gpudiag.store.completeness.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,
@@ -71,6 +73,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE hosts ADD COLUMN base_sweep_id TEXT;
     CREATE INDEX hosts_by_base ON hosts (base_sweep_id) WHERE base_sweep_id IS NOT NULL;
+    """,
+    """
+    ALTER TABLE sweeps ADD COLUMN planned_json TEXT;
+    ALTER TABLE sweeps ADD COLUMN analysed INTEGER NOT NULL DEFAULT 0;
+    UPDATE sweeps SET analysed = 1 WHERE finished_at IS NOT NULL;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -25,6 +25,7 @@ from ..errors import StoreError
 from ..exitcodes import ExitCode
 from ..findings import SWEEP_SCHEMA, Kind, cost_order
 from ..schema.jsonout import dumps as strict_dumps
+from .completeness import Completeness, sweep_completeness
 from .hosts import (
     KeyIds,
     StoredFigure,
@@ -162,14 +163,17 @@ class Store:
 
     # -- writing a sweep, as it runs ---------------------------------------------------------------
 
-    def begin_sweep(self, sweep_id: str, started_at: str, options: Mapping[str, Any]) -> None:
-        """Store a new sweep (``started_at`` ISO 8601 UTC; ``options`` as JSON). Raises StoreError
-        when the id is already stored."""
+    def begin_sweep(self, sweep_id: str, started_at: str, options: Mapping[str, Any],
+                    planned: Sequence[str] | None = None) -> None:
+        """Store a new sweep (``started_at`` ISO 8601 UTC; ``options`` as JSON; ``planned``: the
+        hosts it sets out to measure, so that a sweep killed before its end says how far it got:
+        gpudiag.store.completeness). Raises StoreError when the id is already stored."""
         with self.writing(f"beginning sweep {sweep_id}") as db:
             if _sweep_row(db, sweep_id) is not None:
                 raise StoreError(f"{self.path}: sweep {sweep_id} is already stored; a sweep id is used once")
-            db.execute("INSERT INTO sweeps (sweep_id, started_at, options_json, document_schema) VALUES (?, ?, ?, ?)",
-                       (sweep_id, started_at, _json(options), SWEEP_SCHEMA))
+            db.execute("INSERT INTO sweeps (sweep_id, started_at, options_json, document_schema, planned_json)"
+                       " VALUES (?, ?, ?, ?, ?)", (sweep_id, started_at, _json(options), SWEEP_SCHEMA,
+                                                   None if planned is None else _json(list(planned))))
 
     def record_host(self, sweep_id: str, host: Mapping[str, Any]) -> bool:
         """Store one host's outcome (HostOutcome.to_dict(), with its results) in one transaction,
@@ -253,8 +257,8 @@ class Store:
     def load_document(self, sweep_id: str) -> dict[str, Any]:
         """The sweep document as stored: hosts in their recorded order, results, links, findings,
         summary and extra fields. A sweep that never finished has ``finished_at`` None,
-        ``"interrupted": True`` and a summary of what was recorded. Raises StoreError for an
-        unknown id (naming the latest ones)."""
+        ``"interrupted": True``, a summary of what was recorded and ``completeness``: how far it got
+        (gpudiag.store.completeness). Raises StoreError for an unknown id (naming the latest ones)."""
         with self.reading(f"reading sweep {sweep_id}") as db:
             sweep = self._known_sweep(db, sweep_id)
             hosts = _load_hosts(db, sweep_id)
@@ -262,7 +266,16 @@ class Store:
                 "SELECT * FROM links WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
             findings = [_hostless(_decode(row, _FINDING_FIELDS)) for row in db.execute(
                 "SELECT * FROM findings WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
-        return _document(sweep, hosts, links, findings)
+            completeness = sweep_completeness(db, sweep)
+        document = _document(sweep, hosts, links, findings)
+        # A finished document says itself how it ended; a killed sweep's never got to say it.
+        return document if sweep["finished_at"] is not None else {**document, "completeness": completeness.to_dict()}
+
+    def completeness(self, sweep_id: str) -> Completeness:
+        """How far the stored sweep got (gpudiag.store.completeness). Raises StoreError for an
+        unknown id."""
+        with self.reading(f"reading sweep {sweep_id}") as db:
+            return sweep_completeness(db, self._known_sweep(db, sweep_id))
 
     def latest_sweep_id(self) -> str | None:
         """The id of the sweep started last, or None when none is stored."""
@@ -273,9 +286,10 @@ class Store:
     def list_sweeps(self, limit: int = 20) -> list[dict[str, Any]]:
         """The last ``limit`` sweeps, newest first: id, start and finish times, interrupted, exit
         code, options, the counts of hosts stored, hosts ok and findings, ``links`` (pair tests
-        stored, one per rail), ``links_failed`` (of them, those with no figure) and
+        stored, one per rail), ``links_failed`` (of them, those with no figure),
         ``slowest_link``: the test with the lowest figure (a, b, backend, rail, value in Gbit/s,
-        whatever its group), or None."""
+        whatever its group), or None, and ``completeness`` (None for a finished sweep: see
+        gpudiag.store.completeness)."""
         with self.reading("listing sweeps") as db:
             rows = db.execute(
                 "SELECT s.*, (SELECT count(*) FROM hosts h WHERE h.sweep_id = s.sweep_id) AS hosts_total,"
@@ -283,11 +297,13 @@ class Store:
                 " (SELECT count(*) FROM findings f WHERE f.sweep_id = s.sweep_id) AS findings"
                 " FROM sweeps s ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (limit,)).fetchall()
             links = _link_counts(db, limit)
+            progress = {row["sweep_id"]: sweep_completeness(db, row) for row in rows}
         return [{"sweep_id": row["sweep_id"], "started_at": row["started_at"], "finished_at": row["finished_at"],
                  "interrupted": bool(row["interrupted"]) or row["finished_at"] is None,
                  "exit_code": row["exit_code"], "options": json.loads(row["options_json"]),
                  "hosts_total": row["hosts_total"], "hosts_ok": row["hosts_ok"], "findings": row["findings"],
-                 **links.get(row["sweep_id"], {"links": 0, "links_failed": 0, "slowest_link": None})}
+                 **links.get(row["sweep_id"], {"links": 0, "links_failed": 0, "slowest_link": None}),
+                 "completeness": None if progress[row["sweep_id"]].finished else progress[row["sweep_id"]].to_dict()}
                 for row in rows]
 
     def host_history(self, host: str, limit: int = 20) -> list[dict[str, Any]]:
@@ -297,22 +313,46 @@ class Store:
         median and max of its ok values of the first pass over the host's GPUs, in their unit, and
         ``per_gpu``: each value as ``[GPU index, value]`` (the index None for a figure of no GPU);
         ``judged``: the GPU figures the sweep's findings judged at another value (after a re-test:
-        ``judged_values``; ``judged_figures`` applies them); and ``links``: the sweep's ``links[]``
-        items that the host is an end of, in their stored order."""
+        ``judged_values``; ``judged_figures`` applies them); ``links``: the sweep's ``links[]``
+        items that the host is an end of, in their stored order; and ``analysed``: whether the
+        sweep's analysis ran (a killed sweep measured the host but judged nothing)."""
         with self.reading(f"reading the history of {host}") as db:
             rows = db.execute(
-                "SELECT s.sweep_id, s.started_at, h.status, h.error FROM hosts h JOIN sweeps s USING (sweep_id)"
+                "SELECT s.sweep_id, s.started_at, s.analysed, h.status, h.error FROM hosts h JOIN sweeps s"
+                " USING (sweep_id)"
                 " WHERE h.host = ? ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (host, limit)).fetchall()
             return [_history_row(db, row, host) for row in rows]
+
+    def recent_figures(self, hosts: Iterable[str], sweeps: int) -> dict[str, list[dict[str, Any]]]:
+        """Each of ``hosts``' figures in the store's last ``sweeps`` sweeps (by start time, the
+        sweep being written among them) where the host has any, newest first, as
+        ``host_history`` gives them: sweep_id, started_at and ``figures`` (the first pass's),
+        nothing else. One read per sweep for every host at once (what a sweep's trends need,
+        gpudiag.store.trend); a host with no figure in any is absent."""
+        wanted = set(hosts)
+        found: dict[str, list[dict[str, Any]]] = {}
+        with self.reading("reading the hosts' recent figures") as db:
+            recent = db.execute("SELECT sweep_id, started_at FROM sweeps ORDER BY started_at DESC, sweep_id DESC"
+                                " LIMIT ?", (sweeps,)).fetchall()
+            for sweep in recent:
+                groups: dict[str, dict[str, list[StoredFigure]]] = {}
+                for host, figure in figures(db, sweep["sweep_id"]):
+                    if host in wanted:
+                        groups.setdefault(host, {}).setdefault(figure.key, []).append(figure)
+                for host, keyed in groups.items():
+                    found.setdefault(host, []).append({"sweep_id": sweep["sweep_id"], "started_at": sweep["started_at"],
+                                                       "figures": _grouped_figures(keyed.values())})
+        return found
 
     def last_holder(self, gpu_uuid: str, besides: str, sweeps: int = 20) -> str | None:
         """The host whose facts named GPU ``gpu_uuid`` in the newest of the last ``sweeps``
         stored sweeps but ``besides`` (the sweep asking) where an ok host named it; None when none
-        did. (Asked only where two hosts of a sweep claim one GPU: it reads those sweeps' facts.)"""
+        did. Only analysed sweeps count: a sweep killed before its analysis never set impostors
+        aside. (Asked only where two hosts of a sweep claim one GPU: it reads those sweeps' facts.)"""
         with self.reading(f"finding which host had GPU {gpu_uuid}") as db:
             row = db.execute(
                 "SELECT h.host FROM hosts h JOIN sweeps s USING (sweep_id) WHERE h.status = 'ok' AND s.sweep_id IN "
-                "(SELECT sweep_id FROM sweeps WHERE sweep_id != ? ORDER BY started_at DESC LIMIT ?) "
+                "(SELECT sweep_id FROM sweeps WHERE sweep_id != ? AND analysed = 1 ORDER BY started_at DESC LIMIT ?) "
                 "AND instr(h.facts_json, ?) > 0 ORDER BY s.started_at DESC LIMIT 1",
                 (besides, sweeps, json.dumps(gpu_uuid))).fetchone()
         return None if row is None else str(row["host"])
@@ -499,7 +539,7 @@ def _update_finished(db: sqlite3.Connection, sweep_id: str, document: Mapping[st
     exit_code = summary.get("exit_code") if isinstance(summary, Mapping) else None
     interrupted = bool(document.get("interrupted")) or exit_code == ExitCode.INTERRUPTED
     db.execute("UPDATE sweeps SET finished_at = ?, interrupted = ?, exit_code = ?, summary_json = ?,"
-               " document_schema = ?, layout_json = ?, extra_json = ? WHERE sweep_id = ?",
+               " document_schema = ?, layout_json = ?, extra_json = ?, analysed = 1 WHERE sweep_id = ?",
                (document.get("finished_at"), interrupted, exit_code, _json(summary),
                 document.get("schema", SWEEP_SCHEMA), _json(list(document)),
                 _extra(document, _DOCUMENT_FIELDS), sweep_id))
@@ -538,7 +578,8 @@ def _history_row(db: sqlite3.Connection, row: sqlite3.Row, host: str) -> dict[st
     links = [_decode(link, _LINK_FIELDS) for link in db.execute(
         "SELECT * FROM links WHERE sweep_id = ? AND (a = ? OR b = ?) ORDER BY ordinal", (sweep_id, host, host))]
     return {"sweep_id": sweep_id, "started_at": row["started_at"], "status": row["status"], "error": row["error"],
-            "findings": findings, "figures": figures, "judged": judged_values(host, figures, findings),
+            "analysed": bool(row["analysed"]), "findings": findings, "figures": figures,
+            "judged": judged_values(host, figures, findings),
             "links": links}
 
 
@@ -556,8 +597,13 @@ def _host_figures(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict
     groups: dict[str, list[StoredFigure]] = {}
     for _, figure in figures(db, sweep_id, host):
         groups.setdefault(figure.key, []).append(figure)
+    return _grouped_figures(groups.values())
+
+
+def _grouped_figures(groups: Iterable[Sequence[StoredFigure]]) -> list[dict[str, Any]]:
+    """Store.host_history's ``figures`` of one host in one sweep, from its figures grouped by key."""
     found = []
-    for group in groups.values():
+    for group in groups:
         first = group[0]
         found.append(_figure_entry({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params),
                                     "unit": first.unit}, [[figure.gpu, figure.value] for figure in group]))

@@ -34,6 +34,19 @@ noise would allow. A flat series with noisy sweeps, or one dip in its latest swe
 slope against a large scatter and is no degradation; a steady decline is. A trend of fewer than
 ``MIN_FIT_SWEEPS`` sweeps has no line (two points fit any line exactly): it is said to be too short, never passed.
 Every compared figure is better higher (TFLOP/s, GB/s, MHz, ratios), so a fall is a loss.
+
+A part sliding toward the line is a **watch** before it crosses it: a trend (of at least
+``min_sweeps`` sweeps) that is no slow degradation, whose slope is real at ``watch_z`` (the same
+test as above, Student-t bar and all, at a lower z: ``WATCH_SLOPE_Z``), whose fitted line reaches
+``warn_pct`` (the sweep's ``deficit_warn``) below its fitted first figure by two sweeps after the
+latest at the latest (``WATCH_HORIZON``; one already past it counts), and whose latest sweep is
+itself at least ``LATEST_SHARE`` of ``warn_pct`` below that first figure. Its ``Projection``
+says where the line crosses ``warn_pct`` and where it will be one and two sweeps on. Every
+trend's ``verdict``: ``fail`` (a slow degradation), ``watch``, ``none`` (judged: neither), or
+``too_short`` (fewer than ``min_sweeps`` sweeps, or no line). What the watch's bar costs and buys
+is measured by bench/detection.py's history rows (docs/sweep.md, "History and trends"): a lower
+bar finds a slide sooner and watches more flat parts; the noise, the sweeps and the slope alone
+decide how soon a slide can be told from noise at all.
 """
 
 from __future__ import annotations
@@ -45,6 +58,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.noisy import student_bar
+from ..analysis.thresholds import default_thresholds
+from ..findings import Action, Basis, Finding, Kind, Severity
 from ..words import plural
 from .repairs import Repair
 
@@ -63,6 +78,15 @@ OWN_NOISE_TOLERANCE = 2.5
 # figure back at its level is no degradation, however its earlier sweeps fell (a healthy GPU's
 # memory bandwidth 1.5, 3.6 and 4.7 % low over three sweeps, then 1.3 %, fitted a 5.2 % fall).
 LATEST_SHARE = 0.5
+# A watch's slope bar (sigma, raised as the slow degradation's for a noise estimated from few degrees
+# of freedom): below history_slope_z, since a watch is an early word and no verdict, yet high enough
+# that a flat part is rarely watched (bench/detection.py --scenarios history: the rates at CV 0.5,
+# 1 and 2 % over 3 to 6 sweeps, docs/sweep.md).
+WATCH_SLOPE_Z = 2.5
+# How many sweeps after the latest a watched part's fitted line reaches the warn deficit by.
+WATCH_HORIZON = 2
+# The verdicts of a trend, worst first.
+VERDICTS = ("fail", "watch", "none", "too_short")
 
 
 @dataclass(frozen=True)
@@ -116,6 +140,52 @@ class TrendFit:
         return {"sweeps": self.sweeps, "slope_per_sweep": self.slope, "slope_pct_per_sweep": self.slope_pct,
                 "fitted_first": self.first, "fitted_latest": self.latest, "fitted_change_pct": self.change_pct,
                 "noise": self.noise, "noise_pct": self.noise_pct, "noise_dof": self.dof, "slope_z": self.slope_z}
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Where a trend's fitted line goes (x: the sweep's place in its window, 0 the first): where
+    it crosses ``warn_pct`` below its fitted first figure (``crosses_at``; None where it does not
+    fall), and its figure one and two sweeps after the latest (``in_1``, ``in_2``)."""
+
+    warn_pct: float
+    crosses_at: float | None
+    sweeps: int
+    first: float
+    in_1: float
+    in_2: float
+
+    @property
+    def sweeps_to_warn(self) -> float | None:
+        """Sweeps after the latest until the line crosses ``warn_pct`` (0 or less: crossed already)."""
+        return None if self.crosses_at is None else self.crosses_at - (self.sweeps - 1)
+
+    @property
+    def in_1_pct(self) -> float:
+        """The line one sweep after the latest, in percent of the fitted first (negative: a fall)."""
+        return (self.in_1 - self.first) / self.first * 100
+
+    @property
+    def in_2_pct(self) -> float:
+        """The line two sweeps after the latest, in percent of the fitted first."""
+        return (self.in_2 - self.first) / self.first * 100
+
+    def to_dict(self) -> dict[str, Any]:
+        """``crosses_warn_at_sweep``: the sweep of the window (1: the first) where the line crosses
+        the warn deficit, fractional; ``sweeps_to_warn``: how many after the latest (0 or less:
+        past it already)."""
+        return {"warn_pct": self.warn_pct,
+                "crosses_warn_at_sweep": None if self.crosses_at is None else self.crosses_at + 1,
+                "sweeps_to_warn": self.sweeps_to_warn, "in_1_sweep": self.in_1, "in_1_sweep_pct": self.in_1_pct,
+                "in_2_sweeps": self.in_2, "in_2_sweeps_pct": self.in_2_pct}
+
+
+def project(fit: TrendFit, warn_pct: float) -> Projection | None:
+    """``fit``'s projection (None where its fitted first figure is not above 0)."""
+    if fit.first <= 0 or fit.slope_pct is None:
+        return None
+    crosses = warn_pct / -fit.slope_pct if fit.slope_pct < 0 else None
+    return Projection(warn_pct, crosses, fit.sweeps, fit.first, fit.latest + fit.slope, fit.latest + 2 * fit.slope)
 
 
 def theil_sen(values: Sequence[float]) -> tuple[float, float]:
@@ -175,7 +245,9 @@ class Trend:
     """One figure of one host over its sweeps since ``repair`` (None: no repair covers it),
     oldest first (none yet when it was repaired after its newest sweep). ``gpu``: the GPU's
     index, or None for the median of the host's GPUs. ``fit``: its line (None: fewer than
-    MIN_FIT_SWEEPS sweeps, not judged). ``degraded``: a slow degradation (see the module)."""
+    MIN_FIT_SWEEPS sweeps, not judged). ``verdict``: ``fail`` (a slow degradation), ``watch``,
+    ``none`` or ``too_short`` (see the module); ``projection``: where its line goes (None
+    without a line)."""
 
     figure: str
     unit: str | None
@@ -183,7 +255,18 @@ class Trend:
     points: tuple[TrendPoint, ...]
     repair: Repair | None
     fit: TrendFit | None
-    degraded: bool
+    verdict: str
+    projection: Projection | None = None
+
+    @property
+    def degraded(self) -> bool:
+        """A slow degradation: the ``fail`` verdict."""
+        return self.verdict == "fail"
+
+    @property
+    def watched(self) -> bool:
+        """Sliding toward the warn deficit: the ``watch`` verdict."""
+        return self.verdict == "watch"
 
     def describe(self) -> str:
         """``GPU 3's gemm.tflops bf16`` or ``the median of its GPUs' gemm.tflops bf16``."""
@@ -202,7 +285,9 @@ class Trend:
                 "first": _point(self.points[0]) if self.points else None,
                 "latest": _point(self.points[-1]) if self.points else None, "change_pct": self.change_pct,
                 "fit": None if self.fit is None else self.fit.to_dict(),
-                "since_repair": None if self.repair is None else self.repair.to_dict(), "degraded": self.degraded}
+                "since_repair": None if self.repair is None else self.repair.to_dict(), "verdict": self.verdict,
+                "degraded": self.degraded,
+                "projection": None if self.projection is None else self.projection.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -232,29 +317,50 @@ class FigureTrend:
         """The median's trend and the GPUs' that are slow degradations."""
         return tuple(trend for trend in (self.median, *self.gpus) if trend.degraded)
 
+    @property
+    def watched(self) -> tuple[Trend, ...]:
+        """The median's trend and the GPUs' that are watches."""
+        return tuple(trend for trend in (self.median, *self.gpus) if trend.watched)
+
 
 @dataclass(frozen=True)
 class HostTrends:
     """Every figure's trends on ``host``, judged with ``threshold_pct``, ``min_sweeps`` and
-    ``slope_z`` (see the module)."""
+    ``slope_z``, watched with ``warn_pct`` and ``watch_z`` (see the module)."""
 
     host: str
     threshold_pct: float
     min_sweeps: int
     slope_z: float
     figures: tuple[FigureTrend, ...]
+    warn_pct: float = 3.0
+    watch_z: float = WATCH_SLOPE_Z
 
     @property
     def degradations(self) -> tuple[Trend, ...]:
         """Every slow degradation, figure by figure (the median first, then GPUs by index)."""
         return tuple(trend for figure in self.figures for trend in figure.degraded)
 
+    @property
+    def watches(self) -> tuple[Trend, ...]:
+        """Every watch, figure by figure (the median first, then GPUs by index)."""
+        return tuple(trend for figure in self.figures for trend in figure.watched)
+
+    @property
+    def verdict(self) -> str:
+        """The worst verdict of any trend (``too_short`` where none was judged)."""
+        found = {trend.verdict for figure in self.figures for trend in (figure.median, *figure.gpus)}
+        return next((verdict for verdict in VERDICTS if verdict in found), "too_short")
+
     def to_dict(self) -> dict[str, Any]:
-        """The trends as JSON (``history --json``'s ``trend``): ``degraded``, each degradation, the
-        trends too short to fit (``unfitted``: figure, GPU, sweeps), each figure."""
+        """The trends as JSON (``history --json``'s ``trend``): the worst ``verdict``, ``degraded``,
+        each degradation, ``watched``, each watch, the trends too short to fit (``unfitted``:
+        figure, GPU, sweeps), each figure."""
         return {"threshold_pct": self.threshold_pct, "min_sweeps": self.min_sweeps, "slope_z": self.slope_z,
-                "min_fit_sweeps": MIN_FIT_SWEEPS, "degraded": bool(self.degradations),
+                "warn_pct": self.warn_pct, "watch_slope_z": self.watch_z, "watch_horizon_sweeps": WATCH_HORIZON,
+                "min_fit_sweeps": MIN_FIT_SWEEPS, "verdict": self.verdict, "degraded": bool(self.degradations),
                 "degradations": [trend.to_dict() for trend in self.degradations],
+                "watched": bool(self.watches), "watches": [trend.to_dict() for trend in self.watches],
                 "unfitted": [{"figure": trend.figure, "gpu": trend.gpu, "sweeps": len(trend.points)}
                              for figure in self.figures for trend in figure.unfitted],
                 "figures": [{"figure": figure.figure, "unit": figure.unit, "median": figure.median.to_dict(),
@@ -269,9 +375,13 @@ def figure_name(figure: Mapping[str, Any]) -> str:
 
 
 def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[Repair], threshold_pct: float,
-                min_sweeps: int, slope_z: float = 3.0) -> HostTrends:
+                min_sweeps: int, slope_z: float = 3.0, *, warn_pct: float | None = None,
+                watch_z: float = WATCH_SLOPE_Z) -> HostTrends:
     """The trends of ``host``'s figures over ``rows`` (Store.host_history, newest first) given
-    its ``repairs``; a trend is a slow degradation as the module says (``slope_z``: sigma)."""
+    its ``repairs``; a trend is a slow degradation or a watch as the module says (``slope_z``,
+    ``watch_z``: sigma; ``warn_pct``: the warn deficit, None: the shipped ``deficit_warn``)."""
+    if warn_pct is None:
+        warn_pct = default_thresholds().deficit_warn_pct
     known = list(repairs)
     series: dict[str, dict[int | None, list[TrendPoint]]] = {}
     medians: dict[str, list[TrendPoint]] = {}
@@ -287,13 +397,13 @@ def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[
                         TrendPoint(row["sweep_id"], row["started_at"], value))
     figures = []
     for name in sorted(medians):
-        judge = _Judge(name, units[name], known, threshold_pct, min_sweeps, slope_z)
+        judge = _Judge(name, units[name], known, _Rules(threshold_pct, min_sweeps, slope_z, warn_pct, watch_z))
         gpus = [judge.window(gpu, points) for gpu, points in sorted(series.get(name, {}).items())]
         # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
         pooled = pooled_noise([point.value for point in window.points] for window in gpus)
         figures.append(FigureTrend(name, units[name], judge.trend(judge.window(None, medians[name]), pooled),
                                    tuple(judge.trend(window, pooled) for window in gpus)))
-    return HostTrends(host, threshold_pct, min_sweeps, slope_z, tuple(figures))
+    return HostTrends(host, threshold_pct, min_sweeps, slope_z, tuple(figures), warn_pct, watch_z)
 
 
 def sweep_figures(figures: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str | None, dict[int | None, float]]]:
@@ -320,13 +430,39 @@ class _Window:
     repair: Repair | None
 
 
+@dataclass(frozen=True)
+class _Rules:
+    """What judges a trend: the slow degradation's fall, sweeps and slope bar; the watch's warn
+    deficit and slope bar."""
+
+    threshold_pct: float
+    min_sweeps: int
+    slope_z: float
+    warn_pct: float
+    watch_z: float
+
+    def verdict(self, fit: TrendFit | None, latest: float | None) -> str:
+        """``fail``, ``watch``, ``none`` or ``too_short`` (see the module)."""
+        if fit is None or latest is None or fit.sweeps < self.min_sweeps:
+            return "too_short"
+        if fit.change_pct is None or fit.slope >= 0:
+            return "none"
+        fallen = latest <= fit.first * (1 - LATEST_SHARE * self.threshold_pct / 100)
+        if fallen and -fit.change_pct >= self.threshold_pct and fit.slope_z <= -student_bar(self.slope_z, fit.dof):
+            return "fail"
+        projection = project(fit, self.warn_pct)
+        sliding = latest <= fit.first * (1 - LATEST_SHARE * self.warn_pct / 100)
+        if sliding and projection is not None and projection.in_2_pct <= -self.warn_pct \
+                and fit.slope_z <= -student_bar(self.watch_z, fit.dof):
+            return "watch"
+        return "none"
+
+
 class _Judge:
     """Builds the trends of one figure: the window after the covering repair, the line and the verdict."""
 
-    def __init__(self, figure: str, unit: str | None, repairs: Sequence[Repair], threshold_pct: float,
-                 min_sweeps: int, slope_z: float) -> None:
-        self.figure, self.unit, self.repairs = figure, unit, repairs
-        self.threshold_pct, self.min_sweeps, self.slope_z = threshold_pct, min_sweeps, slope_z
+    def __init__(self, figure: str, unit: str | None, repairs: Sequence[Repair], rules: _Rules) -> None:
+        self.figure, self.unit, self.repairs, self.rules = figure, unit, repairs, rules
 
     def window(self, gpu: int | None, points: Sequence[TrendPoint]) -> _Window:
         covering = [repair for repair in self.repairs if repair.covers(gpu)]
@@ -339,30 +475,47 @@ class _Judge:
         fit = fit_trend([point.value for point in window.points], pooled)
         latest = window.points[-1].value if window.points else None
         return Trend(self.figure, self.unit, window.gpu, window.points, window.repair, fit,
-                     self._degraded(fit, latest))
-
-    def _degraded(self, fit: TrendFit | None, latest: float | None) -> bool:
-        if fit is None or latest is None or fit.sweeps < self.min_sweeps or fit.change_pct is None:
-            return False
-        back = latest > fit.first * (1 - LATEST_SHARE * self.threshold_pct / 100)
-        return not back and -fit.change_pct >= self.threshold_pct and \
-            fit.slope_z <= -student_bar(self.slope_z, fit.dof)
+                     self.rules.verdict(fit, latest), None if fit is None else project(fit, self.rules.warn_pct))
 
 
 def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: float) -> str:
-    """The slow degradation in plain words: its slope a sweep, the fitted change and the sweeps
-    it rests on, the noise that makes the slope real, the first and latest sweep."""
+    """The slow degradation in plain words, its verdict (``fail``) first: its slope a sweep, the
+    fitted change and the sweeps it rests on, the noise that makes the slope real, the first and
+    latest sweep."""
     fit = trend.fit
     assert fit is not None and fit.change_pct is not None  # a degradation has a line
     first, latest = trend.points[0], trend.points[-1]
     unit = f" {trend.unit}" if trend.unit else ""
     since = "" if trend.repair is None else f", since the repair of {trend.repair.describe()}"
-    return (f"slow degradation: {host}: {trend.describe()} falls {-(fit.slope_pct or 0.0):.1f} % a sweep "
+    return (f"fail: slow degradation: {host}: {trend.describe()} falls {-(fit.slope_pct or 0.0):.1f} % a sweep "
             f"({-fit.slope:.4g}{unit}), a fitted {-fit.change_pct:.1f} % over the {fit.sweeps} sweeps it rests on "
             f"(threshold {threshold_pct:g} %), from {fit.first:.4g}{unit} (sweep {first.sweep_id}) to "
             f"{fit.latest:.4g}{unit} (sweep {latest.sweep_id}) on the fitted line; per-sweep noise "
             f"{fit.noise_pct or 0.0:.1f} %, so the slope is {-fit.slope_z:.1f} times its uncertainty "
             f"(real from {_bar_words(slope_z, fit.dof)}){since}")
+
+
+def watch_words(host: str, trend: Trend, watch_z: float) -> str:
+    """The watch in plain words: its slope a sweep and why it is real, where its fitted line is
+    at the latest sweep, where it crosses the warn deficit, and where it will be one and two
+    sweeps on."""
+    fit, projection = trend.fit, trend.projection
+    assert fit is not None and fit.change_pct is not None and projection is not None  # a watch has a line
+    assert projection.crosses_at is not None and projection.sweeps_to_warn is not None  # and it falls
+    first, latest = trend.points[0], trend.points[-1]
+    unit = f" {trend.unit}" if trend.unit else ""
+    since = "" if trend.repair is None else f", since the repair of {trend.repair.describe()}"
+    ahead = projection.sweeps_to_warn
+    crossing = (f"it crossed the warn line ({projection.warn_pct:g} % below) at sweep {projection.crosses_at + 1:.1f}"
+                f" of {fit.sweeps}" if ahead <= 0 else
+                f"it reaches the warn line ({projection.warn_pct:g} % below) {ahead:.1f} sweeps after the latest")
+    return (f"watch: {host}: {trend.describe()} falls {-(fit.slope_pct or 0.0):.1f} % a sweep "
+            f"({-fit.slope:.4g}{unit}) over {fit.sweeps} sweeps, {-fit.slope_z:.1f} times its uncertainty "
+            f"(per-sweep noise {fit.noise_pct or 0.0:.1f} %; real from {_bar_words(watch_z, fit.dof)}); "
+            f"on its fitted line from {fit.first:.4g}{unit} (sweep {first.sweep_id}) to {fit.latest:.4g}{unit} "
+            f"(sweep {latest.sweep_id}), {-fit.change_pct:.1f} % below; {crossing}; in 1 sweep "
+            f"{projection.in_1:.4g}{unit} ({-projection.in_1_pct:.1f} % below), in 2 sweeps "
+            f"{projection.in_2:.4g}{unit} ({-projection.in_2_pct:.1f} % below){since}")
 
 
 def _bar_words(slope_z: float, dof: int) -> str:
@@ -392,3 +545,42 @@ def _change_pct(first: TrendPoint, other: TrendPoint) -> float | None:
 
 def _point(point: TrendPoint) -> dict[str, Any]:
     return {"sweep_id": point.sweep_id, "started_at": point.started_at, "value": point.value}
+
+
+# How many of the store's latest sweeps (the one being written among them) a sweep's own trends
+# rest on: the windows bench/detection.py's history rows measure (3 to 6 sweeps).
+SWEEP_TREND_SWEEPS = 6
+
+
+def trend_findings(trends: HostTrends) -> list[Finding]:
+    """The sweep's ``slow_degradation`` findings of one host: one per part (the host where the
+    median of its GPUs slides, its GPUs then folded into it; else each sliding GPU), every one a
+    ``watch`` — information, never a drain and never an exit status: a part past the line on its
+    fitted trend (``fail`` in ``gpudiag history``) says so in its evidence, and this sweep's own
+    measurement is what fails it. Its figures are the worst figure's fitted line: ``value`` the
+    line at the latest sweep, ``reference`` at the first, ``deficit_pct`` the fitted fall."""
+    flagged = [trend for figure in trends.figures for trend in (figure.median, *figure.gpus)
+               if trend.verdict in ("fail", "watch")]
+    node_wide = any(trend.gpu is None for trend in flagged)
+    parts: dict[int | None, list[Trend]] = {}
+    for trend in flagged:
+        parts.setdefault(None if node_wide else trend.gpu, []).append(trend)
+    return [_trend_finding(trends, gpu, found) for gpu, found in sorted(parts.items(), key=lambda item: item[0] or -1)]
+
+
+def _trend_finding(trends: HostTrends, gpu: int | None, found: Sequence[Trend]) -> Finding:
+    ordered = sorted(found, key=lambda trend: (trend.verdict != "fail", trend.gpu is not None,
+                                               (trend.fit.change_pct or 0.0) if trend.fit else 0.0))
+    worst = ordered[0]
+    fit = worst.fit
+    assert fit is not None and fit.change_pct is not None  # a flagged trend has a line
+    words = [degradation_words(trends.host, trend, trends.threshold_pct, trends.slope_z) if trend.degraded
+             else watch_words(trends.host, trend, trends.watch_z) for trend in ordered]
+    part = f"{trends.host}:{gpu}" if gpu is not None else trends.host
+    return Finding(kind=Kind.SLOW_DEGRADATION, severity=Severity.WATCH, host=trends.host, gpu=gpu,
+                   evidence="; ".join(words), action=Action.WATCH,
+                   action_detail=(f"re-check {part} at the next sweep (gpudiag history {trends.host} shows its "
+                                  "trend) and act if it keeps falling; a watch drains nothing"),
+                   basis=Basis.HISTORY, metric=worst.figure.split(" ")[0], value=round(fit.latest, 3),
+                   reference=round(fit.first, 3), unit=worst.unit, reference_source="history",
+                   deficit_pct=round(-fit.change_pct, 2))

@@ -51,6 +51,13 @@ class HostKeyChanged(TransportError):
     status = "host_key_changed"
 
 
+class ConnectTimedOut(TransportError):
+    """The host's time ran out while it was still being connected to or logged into (a node that
+    accepts and never answers): the host is ``timeout``."""
+
+    status = "timeout"
+
+
 class RunningCommand(Protocol):
     """A command started on a node that goes on while the controller does other things (a pair
     server: its first line says where it listens, then it serves the client started elsewhere).
@@ -118,6 +125,11 @@ class Connector(Protocol):
     """Opens a session on a host; raises TransportError when it cannot. Every way of reaching
     nodes is one: SSH (a pool of them), this machine, srun, a simulated fleet."""
 
-    def connect(self, host: HostSpec) -> Session: ...
+    def connect(self, host: HostSpec, within_s: float | None = None) -> Session:
+        """A session on ``host``. ``within_s``: the seconds the host has left (its time limit in
+        a sweep); every wait of the connecting (TCP, the SSH banner and key exchange, each
+        login attempt) ends by then, and ConnectTimedOut says so. None: the transport's own
+        timeouts alone."""
+        ...
 
     def close(self) -> None: ...

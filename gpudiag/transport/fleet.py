@@ -19,8 +19,9 @@ class FleetConnector:
         # Jump hosts are resolved when first needed, each with ssh -G as the ssh -W that ssh starts for it.
         self._ssh = SshConnector(settings, resolve_jump=lambda hop, via: resolve_jump_host(hop, ssh_options, via))
 
-    def connect(self, host: HostSpec) -> Session:
-        """A session on ``host``; raises TransportError when it cannot be reached or trusted."""
+    def connect(self, host: HostSpec, within_s: float | None = None) -> Session:
+        """A session on ``host`` (within ``within_s`` seconds, as Connector says); raises
+        TransportError when it cannot be reached or trusted."""
         if host.is_local:
             return LocalSession(limits=self._output)
         problem = self._resolved.problems.get(host.label)
@@ -29,7 +30,7 @@ class FleetConnector:
         resolved = self._resolved.hosts.get(host.label)
         if resolved is None:
             raise Unreachable(f"{host.label}: no SSH settings were resolved for this host")
-        return self._ssh.connect(resolved)
+        return self._ssh.connect(resolved, within_s)
 
     def close(self) -> None:
         self._ssh.close()

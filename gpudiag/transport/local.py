@@ -93,7 +93,7 @@ class LocalConnector:
     def __init__(self, limits: OutputLimits | None = None) -> None:
         self._limits = limits or OutputLimits()
 
-    def connect(self, host: Any) -> LocalSession:
+    def connect(self, host: Any, within_s: float | None = None) -> LocalSession:
         return LocalSession(limits=self._limits)
 
     def close(self) -> None:

@@ -37,10 +37,10 @@ class SessionPool:
         self._bundles: dict[str, Bundle] = {}  # what each host's session was prepared with
         self._opening = 0  # connections being opened (they count against max_open already)
 
-    def connect(self, host: HostSpec) -> Session:
-        """The open session on ``host`` (a new one when there is none or it broke). Raises
-        TransportError when the host cannot be reached. Closing what this returns keeps the
-        connection for the next phase."""
+    def connect(self, host: HostSpec, within_s: float | None = None) -> Session:
+        """The open session on ``host`` (a new one when there is none or it broke, connected
+        within ``within_s`` seconds as Connector says). Raises TransportError when the host
+        cannot be reached. Closing what this returns keeps the connection for the next phase."""
         with self._lock:
             host_lock = self._host_locks.setdefault(host.label, threading.Lock())
             self._specs[host.label] = host
@@ -51,7 +51,7 @@ class SessionPool:
                     session.close()
                 self._make_room(host.label)
                 try:
-                    session = self._open(host)
+                    session = self._open(host, within_s)
                 finally:
                     with self._lock:
                         self._opening -= 1
@@ -91,8 +91,8 @@ class SessionPool:
             session.close()
         self._connector.close()
 
-    def _open(self, host: HostSpec) -> Session:
-        session = self._connector.connect(host)
+    def _open(self, host: HostSpec, within_s: float | None) -> Session:
+        session = self._connector.connect(host, within_s)
         with self._lock:
             bundle = self._bundles.get(host.label)
         if bundle is not None:  # connected again: its commands run in the bundle's folder

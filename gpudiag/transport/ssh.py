@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import paramiko
 
 from ..bundle import Bundle
-from . import AuthFailed, CommandResult, TransportError, Unreachable
+from . import AuthFailed, CommandResult, ConnectTimedOut, TransportError, Unreachable
 from .bounded import BoundedOutput, OutputLimits
+from .hosttransport import HostTransport
 from .jump import BastionPool, HopResolver, JumpResolver, Sock, close_transport, route_to
 from .knownhosts import KnownHosts
 from .proxy import ProxyCommands, ProxyCommandSocket
@@ -36,6 +37,12 @@ _CHUNK_BYTES = 65536
 # How long ``cancel`` waits for the PID of a command just started (its first stderr line).
 PID_WAIT_S = 3.0
 _BUNDLE_CACHE = ".cache/gpudiag"
+# The shortest wait of a connecting whose host's time is spent (seconds): it fails at once.
+MIN_WAIT_S = 0.01
+# How near its deadline a connecting that failed counts as ended by it (seconds).
+TIME_UP_MARGIN_S = 0.2
+# How much longer than the connecting paramiko's reader thread waits for the banner (seconds).
+READER_MARGIN_S = 0.5
 
 
 class ConnectionLost(TransportError):
@@ -90,46 +97,61 @@ class SshConnector:
         self._proxies = ProxyCommands()
         self._bastions = BastionPool(settings.bastion_connections, self._open_first, self._open_transport)
 
-    def connect(self, host: ResolvedHost) -> SshSession:
-        """A logged-in session on ``host``. Raises a TransportError naming the cause."""
+    def connect(self, host: ResolvedHost, within_s: float | None = None) -> SshSession:
+        """A logged-in session on ``host``, within ``within_s`` seconds where given (the host's
+        time left: the TCP connect, the banner, the key exchange and each login attempt are
+        capped by what is left of it; the shared jump-host connections are not). Raises a
+        TransportError naming the cause: ConnectTimedOut when ``within_s`` ran out first."""
+        deadline = None if within_s is None else time.monotonic() + within_s
         path = route_to(host, self._resolve_jump)
-        sock = self._bastions.channel_to(path) if len(path) > 1 else self._open_first(host)
-        transport = self._open_transport(host, sock)
+        sock = self._bastions.channel_to(path) if len(path) > 1 else self._open_first(host, deadline)
+        transport = self._open_transport(host, sock, deadline)
         return SshSession(transport, host.label, self._settings)
 
     def close(self) -> None:
         self._bastions.close()
         self._proxies.close_all()
 
-    def _open_first(self, host: ResolvedHost) -> socket.socket | ProxyCommandSocket:
-        """A connection to ``host`` without a jump host: its ProxyCommand, or TCP."""
+    def _open_first(self, host: ResolvedHost, deadline: float | None = None) -> socket.socket | ProxyCommandSocket:
+        """A connection to ``host`` without a jump host: its ProxyCommand, or TCP (within
+        ``deadline``, on time.monotonic, where given)."""
         if host.proxy_command is None:
-            return _tcp_connect(host)
+            return _tcp_connect(host, deadline)
         try:
             command = proxy_command_line(host)
         except ProxySettingError as error:
             raise Unreachable(f"{host.label}: {error}") from error
         return self._proxies.start(command, host.label)
 
-    def _open_transport(self, host: ResolvedHost, sock: Sock) -> paramiko.Transport:
-        """Log in to ``host`` over ``sock`` (closed if that fails). Raises a TransportError."""
+    def _open_transport(self, host: ResolvedHost, sock: Sock, deadline: float | None = None) -> paramiko.Transport:
+        """Log in to ``host`` over ``sock`` (closed if that fails), by ``deadline`` (on
+        time.monotonic) where given. Raises a TransportError: ConnectTimedOut past ``deadline``."""
         settings = self._settings
-        transport = paramiko.Transport(sock)
-        transport.banner_timeout = settings.banner_timeout_s
-        transport.handshake_timeout = settings.banner_timeout_s
+        transport = HostTransport(sock, host.label)
+        handshake_s = _capped(settings.banner_timeout_s, deadline)
+        # Where the host's time ends the connecting, paramiko's reader waits a little longer than
+        # this thread: a host out of time is closed here first, and its end is no error of
+        # paramiko's to log (HostTransport).
+        reader_s = handshake_s + (READER_MARGIN_S if handshake_s < settings.banner_timeout_s else 0.0)
+        transport.banner_timeout = reader_s
+        transport.handshake_timeout = reader_s
         transport.auth_timeout = settings.auth_timeout_s
         transport.channel_timeout = settings.channel_timeout_s
         try:
             security = transport.get_security_options()
             security.key_types = self._known_hosts.preferred_key_types(host, security.key_types)
-            transport.start_client(timeout=settings.banner_timeout_s)
+            transport.start_client(timeout=handshake_s)
             accept_new = settings.accept_new_host_keys or host.strict_host_key_checking in ("accept-new", "no")
             self._known_hosts.check(host, transport.get_remote_server_key(), accept_new)
-            self._authenticate(transport, host)
+            self._authenticate(transport, host, deadline)
         except TransportError:
             close_transport(transport)
             raise
         except (paramiko.SSHException, OSError, EOFError) as error:
+            if _time_up(deadline):
+                close_transport(transport)
+                raise ConnectTimedOut(f"{_address(host)}: no SSH banner and key exchange within the host's "
+                                      f"time limit") from error
             why = f"SSH handshake failed: {error or 'the connection was closed'}"
             if isinstance(sock, ProxyCommandSocket):  # the command's own words say more than paramiko's
                 why = sock.failure() + ("" if sock.closed else f" ({why})")
@@ -138,9 +160,14 @@ class SshConnector:
         transport.set_keepalive(settings.keepalive_s)
         return transport
 
-    def _authenticate(self, transport: paramiko.Transport, host: ResolvedHost) -> None:
+    def _authenticate(self, transport: paramiko.Transport, host: ResolvedHost, deadline: float | None) -> None:
+        """Offer each key in turn, each attempt within what is left before ``deadline``. Raises
+        AuthFailed when every key is refused, ConnectTimedOut when ``deadline`` passes first."""
         tried = []
         for name, key in self._keys.keys_for(host.identity_files):
+            if _time_up(deadline):
+                break
+            transport.auth_timeout = _capped(self._settings.auth_timeout_s, deadline)
             try:
                 transport.auth_publickey(host.user, key)
             except paramiko.AuthenticationException:
@@ -148,6 +175,9 @@ class SshConnector:
                 continue
             if transport.is_authenticated():
                 return
+        if _time_up(deadline):  # a key unanswered (paramiko says "Authentication timeout") is no refusal
+            raise ConnectTimedOut(f"{host.user}@{host.hostname}:{host.port}: no login within the host's time limit "
+                                  f"(keys offered: {', '.join(tried) or 'none yet'})")
         offered = ", ".join(tried) or "none (no readable identity file and no ssh-agent key)"
         raise AuthFailed(f"{host.user}@{host.hostname}:{host.port} rejected every key offered: {offered}; "
                          "add the public key to the node's authorized_keys or pass -i/--identity")
@@ -462,16 +492,35 @@ def _address(host: ResolvedHost) -> str:
     return f"port {host.port}" if host.hostname == host.label else f"{host.hostname}:{host.port}"
 
 
-def _tcp_connect(host: ResolvedHost) -> socket.socket:
+def _tcp_connect(host: ResolvedHost, deadline: float | None) -> socket.socket:
+    """A TCP connection to ``host`` within its ConnectTimeout, and by ``deadline`` (time.monotonic)
+    where given. Raises Unreachable, ConnectTimedOut when ``deadline`` came first."""
+    timeout_s = _capped(host.connect_timeout_s, deadline)
     try:
-        return socket.create_connection((host.hostname, host.port), timeout=host.connect_timeout_s)
+        return socket.create_connection((host.hostname, host.port), timeout=timeout_s)
     except socket.gaierror as error:
         name = "" if host.hostname == host.label else f"{host.hostname}: "
         raise Unreachable(f"{name}name does not resolve ({error.strerror})") from error
     except TimeoutError as error:
+        if timeout_s < host.connect_timeout_s:
+            raise ConnectTimedOut(f"{_address(host)}: no answer within the host's time limit") from error
         raise Unreachable(f"{_address(host)}: no answer within {host.connect_timeout_s:g} s") from error
     except OSError as error:
         raise Unreachable(f"{_address(host)}: {error.strerror or error}") from error
+
+
+def _capped(timeout_s: float, deadline: float | None) -> float:
+    """``timeout_s``, or what is left before ``deadline`` (time.monotonic) where that is less: at
+    least MIN_WAIT_S, so a wait past its time fails at once rather than waiting for ever."""
+    if deadline is None:
+        return timeout_s
+    return max(MIN_WAIT_S, min(timeout_s, deadline - time.monotonic()))
+
+
+def _time_up(deadline: float | None) -> bool:
+    """Whether ``deadline`` (time.monotonic) has come (or is within TIME_UP_MARGIN_S: paramiko's
+    waits end on time.time and in 0.1 s steps)."""
+    return deadline is not None and time.monotonic() >= deadline - TIME_UP_MARGIN_S
 
 
 def _ship_bundle(sftp: paramiko.SFTPClient, bundle: Bundle) -> str:

@@ -112,11 +112,18 @@ def test_the_links_table_quotes_each_pairs_figure_against_its_groups_judged_refe
 
 
 def test_the_impact_quotes_the_slowest_gpu_as_its_finding_does(swept):
+    # The slowest GPU here is the throttled one, its clock and its GEMM each about 30 % below,
+    # judged on its re-test: its finding leads with whichever fell further, and quotes the other
+    # as "also gemm.tflops −x % below". Either way the GEMM figure is the re-test's, as the impact's is.
     document = swept["document"]
     slowest = document["impact"]["slowest"]
     finding = next(f for f in document["findings"] if f["host"] == slowest["host"] and f["gpu"] == slowest["gpu"]
-                   and f["metric"] == "gemm.tflops")
-    assert (slowest["value"], slowest["reference"]) == (finding["value"], finding["reference"])
+                   and f.get("value") is not None)
+    if finding["metric"] == "gemm.tflops":
+        assert (slowest["value"], slowest["reference"]) == (finding["value"], finding["reference"])
+    else:
+        deficit = 100 * (1 - slowest["value"] / slowest["reference"])
+        assert f"also gemm.tflops {deficit_text(deficit)}" in finding["evidence"]
 
 
 def test_the_html_grid_reads_each_gpu_against_the_reference_the_sweep_judged_it_by(swept):

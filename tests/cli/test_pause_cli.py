@@ -76,8 +76,9 @@ def test_without_pause_the_same_job_makes_the_probes_fail(tmp_path):
 def test_suspects_are_probed_with_reference_peers_and_the_output_says_which(tmp_path):
     fleet = _fleet(tmp_path, {"kind": "slow_gpu", "host": "node006", "gpu": 1, "factor": 0.8})
     result, document = _sweep(tmp_path, fleet, "--pause", "--suspects", "node[003,006]")
-    assert document["focus"] == {"suspects": ["node003", "node006"],
-                                 "references": ["node001", "node004", "node005", "node008"]}
+    assert {key: document["focus"][key] for key in ("suspects", "references")} == {
+        "suspects": ["node003", "node006"], "references": ["node001", "node004", "node005", "node008"]}
+    assert document["focus"]["extra_peers"]["pair_tests"] == 0  # the references decided: no further peer
     assert sorted(h["host"] for h in document["hosts"]) == sorted(["node003", "node006", "node001", "node004",
                                                                    "node005", "node008"])
     assert result.exit_code == ExitCode.FAIL

@@ -58,6 +58,14 @@ def test_the_fanout_benchmark_runs_against_pdsh_on_real_sshd_hosts():
     assert "end-to-end sweep" in done.stdout and "4/4 ok" in done.stdout
 
 
+def test_the_hung_host_fanout_benchmark_times_every_tarpit_host_out_and_prints_its_figure():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "fanout_hung.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"sweep wall time: [\d.]+ s \(target <= 1.5 x 6.0 s = 9.0 s\)", done.stdout), done.stdout
+    assert "statuses: timeout 48 " in done.stdout and "stderr with -q: 0 lines, 0 tracebacks" in done.stdout
+
+
 def test_the_analysis_scale_and_gemm_probe_benchmarks_run_at_their_smoke_size():
     for script, *options, expected in (("analysis_scale.py", "of the 20 slow GPUs named"),
                                        ("analysis_scale.py", "whole sweep of 20 simulated nodes"),

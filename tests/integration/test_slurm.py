@@ -105,8 +105,8 @@ def test_a_fail_finding_drains_exactly_its_node_with_the_reason(clean_slurm_clus
     assert [outcome.error for outcome in outcomes] == [None]
     assert read_marker(clean_slurm_cluster.node_states()["n2"][1]) is not None  # gpudiag's own drain
     states = _unmarked_states(clean_slurm_cluster)
-    assert states["n2"] == ("drained", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -18 % below: HW thermal slowdown active in "
-                                       "95 % of samples")
+    assert states["n2"] == ("drained", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -18 % below: HW thermal slowdown "
+                                       "active in 95 % of samples")
     assert {name: state for name, (state, _) in states.items() if name != "n2"} == dict.fromkeys(
         ("n1", "n3", "n4"), "idle")
 

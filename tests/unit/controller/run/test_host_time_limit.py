@@ -44,7 +44,7 @@ class _HangingConnector:
         self.release = threading.Event()
         self.sessions: dict[str, _HungCopy] = {}
 
-    def connect(self, host: HostSpec) -> LocalSession:
+    def connect(self, host: HostSpec, within_s: float | None = None) -> LocalSession:
         if host.host == "stuck":
             self.release.wait(60.0)
             return LocalSession()
@@ -76,3 +76,42 @@ def test_hosts_stuck_connecting_or_copying_the_bundle_are_timeouts_at_their_limi
     assert sorted(done) == ["nfs", "stuck"]  # each recorded once, as it ended
     assert {f.host for f in result.findings if f.kind == "unchecked"} == {"stuck", "nfs"}
     assert int(result.exit_code) == 3
+
+
+class _DeafConnector:
+    """Every connect hangs, whatever time it is given (a transport whose handshake waits cannot
+    be cut short), until ``close``; notes the time each host was given."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.given: dict[str, float | None] = {}
+        self._lock = threading.Lock()
+
+    def connect(self, host: HostSpec, within_s: float | None = None) -> LocalSession:
+        with self._lock:
+            self.given[host.host] = within_s
+        self.release.wait(120.0)
+        raise TransportError("released")
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def test_a_host_stuck_connecting_frees_its_fanout_slot_at_its_time_limit_and_the_next_host_starts():
+    # 8 hosts at fan-out 2: four waves of the 1 s limit. A slot held until the stuck connect
+    # returned (120 s here; paramiko's banner timeout, 15 s, over SSH) would keep the second
+    # wave from ever starting while this sweep runs.
+    connector = _DeafConnector()
+    hosts = [HostSpec(f"hung{i}") for i in range(8)]
+    options = SweepOptions(ProbeOptions(names=("facts",), python=sys.executable), fanout=2, host_timeout_s=1.0)
+    started = time.monotonic()
+    try:
+        result = probe_hosts(hosts, options, connector, locate_bundle(), QuietProgress())
+    finally:
+        connector.close()
+    assert time.monotonic() - started < 60.0  # four 1 s waves; never a wave per stuck connect
+    assert [host.status for host in result.hosts] == ["timeout"] * 8
+    assert all("still connecting" in (host.error or "") for host in result.hosts)
+    # each connect was given the host's time, to end its own waits by then
+    assert sorted(connector.given) == [host.host for host in hosts]
+    assert all(given is not None and 0 < given <= 1.0 for given in connector.given.values())

@@ -44,3 +44,11 @@ def test_one_gpu_uuid_on_two_hosts_no_store_can_tell_apart_sets_aside_both():
     why = impostors(hosts, {"GPU-aa": "node09"}.get)  # seen before on a host not in this sweep: no help
     assert sorted(why) == ["node01", "node02"]
     assert all("cannot be told, so none is passed on its word" in text for text in why.values())
+
+
+def test_a_node_naming_another_host_accuses_no_one_with_the_uuids_it_copied_from_it():
+    hosts = [_host("node01", uuids=("GPU-aa",)), _host("node02", "node01", uuids=("GPU-aa",)),
+             _host("node03", uuids=("GPU-cc",))]
+    kept, why = set_aside(hosts)  # no store to say whose GPU-aa is: the name alone tells the impostor
+    assert list(why) == ["node02"] and "the name of node01" in why["node02"]
+    assert kept[0] is hosts[0] and kept[2] is hosts[2]

@@ -164,7 +164,7 @@ class _StuckConnector:
     def __init__(self) -> None:
         self.release = threading.Event()
 
-    def connect(self, host):
+    def connect(self, host, within_s=None):
         from gpudiag.transport.local import LocalSession
 
         if host.host == "stuck":

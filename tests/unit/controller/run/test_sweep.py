@@ -31,7 +31,7 @@ class ScriptedConnector:
         self.connected: list[str] = []
         self._lock = threading.Lock()
 
-    def connect(self, host: HostSpec):
+    def connect(self, host: HostSpec, within_s: float | None = None):
         with self._lock:
             self.connected.append(host.label)
         if host.label in FAILURES:

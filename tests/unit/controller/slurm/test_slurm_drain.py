@@ -78,7 +78,8 @@ def test_findings_from_a_sweep_document_drain_as_finding_objects_do() -> None:
     assert _unmarked(drain_commands([finding.to_dict() for finding in findings], now=NOW)) == _unmarked(
         drain_commands(findings, now=NOW))
     assert _unmarked(drain_commands(findings, now=NOW))[1][4] == (
-        "Reason=gpudiag: links: slow_nic link.tcp.rail0 -18 % below: HW thermal slowdown active, SM clock 1410 of 1980 MHz")
+        "Reason=gpudiag: links: slow_nic link.tcp.rail0 -18 % below: HW thermal slowdown active, SM clock 1410 of "
+        "1980 MHz")
 
 
 def test_a_node_with_several_findings_names_the_first_counts_the_rest_and_names_every_check() -> None:
@@ -141,8 +142,8 @@ def test_without_run_the_commands_come_back_unrun_to_be_printed() -> None:
     outcomes = drain(drain_commands([_finding("n1")], now=NOW), run=False)
     assert [(outcome.ran, outcome.ok, outcome.nodes) for outcome in outcomes] == [(False, True, "n1")]
     assert MARKER.sub("", outcomes[0].command) == (
-        "scontrol update NodeName=n1 State=DRAIN 'Reason=gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -18 % below: HW thermal "
-        "slowdown active, SM clock 1410 of 1980 MHz'")
+        "scontrol update NodeName=n1 State=DRAIN 'Reason=gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -18 % below: HW "
+        "thermal slowdown active, SM clock 1410 of 1980 MHz'")
 
 
 def test_a_command_with_no_time_left_in_the_budget_is_not_started_and_says_why() -> None:

@@ -1,0 +1,141 @@
+"""Further peers for a link phase whose own hosts cannot decide: a tie that a third partner can break.
+
+A paused job's suspect is pair-tested with its few reference peers (gpudiag.pause.focus). When
+those references are slow too, every pair among them is slow and no host is *known good*
+(gpudiag.links.attribution): the suspect cannot be cleared, nor the references named, from their
+pairs alone. The job's other nodes can. ``TieBreakPlan`` wraps the link phase's plan: where a
+confirm phase finds no host that passed, it brings in ``spares`` (the job's nodes not probed, in
+the order given) — one per undecided probed host, two at least — and tests each undecided host
+with its own spare and the spares with each other (a cycle, one pair for two). Healthy spares
+prove each other good; from then on the ordinary confirm rounds pair each suspect with hosts
+known good, the spares among them, until it is cleared or named.
+
+Every pair test with a spare end counts against ``max_pair_tests``, a hard bound: a pair past it
+is not run, and what it would have decided stays undecided (said in ``TieBreak.note``). Spares
+are brought in once per probed host; a spare never brings in another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..words import plural
+from .attribution import LinkAttribution
+from .rounds import LinkPlan, LinkRecord, TieBreak
+from .schedule import CONFIRM, Pair, Round, Suspects, pair_key
+
+# Extra pair tests a tie-break may run, per host the link phase started with (each undecided host
+# with its spare, the spares' cycle, and a confirm partner or two among them).
+EXTRA_PAIR_TESTS_PER_HOST = 4
+
+
+def extra_pair_bound(hosts: int) -> int:
+    """The most pair tests with further peers for a link phase of ``hosts`` probed hosts."""
+    return EXTRA_PAIR_TESTS_PER_HOST * hosts
+
+
+class TieBreakPlan:
+    """``base`` with further peers for the undecided hosts of ``probed`` (see the module); a
+    LinkPlan. Not thread-safe: the link phase calls it between rounds."""
+
+    def __init__(self, base: LinkPlan, probed: Sequence[str], spares: Sequence[str], max_pair_tests: int,
+                 unavailable: str | None = None) -> None:
+        self._base = base
+        self._probed = set(probed)
+        self._spares = [spare for spare in spares if spare not in self._probed]
+        self._max = max_pair_tests
+        self._unavailable = unavailable  # why no spare can be drawn on (None: they can)
+        self._used: list[str] = []
+        self._given: set[str] = set()  # probed hosts already given a spare
+        self._tests = 0
+        self._dropped = 0
+        self._wanted = False  # a confirm phase found no host that passed, with probed hosts undecided
+
+    def first_rounds(self, hosts: Sequence[str]) -> list[Round]:
+        return self._base.first_rounds(hosts)
+
+    def attribute(self, records: Sequence[LinkRecord]) -> LinkAttribution:
+        return self._base.attribute(records)
+
+    def confirm(self, attribution: LinkAttribution, suspects: Suspects, records: Sequence[LinkRecord]) -> list[Round]:
+        undecided = [host for host in suspects.hosts if host in self._probed and host not in self._given]
+        if undecided and not set(attribution.passed) - set(suspects.hosts):
+            self._wanted = True
+            rounds = self._bring_in(undecided)
+            if rounds:
+                return rounds
+        return self._bounded(self._base.confirm(attribution, suspects, records))
+
+    def outcome(self) -> TieBreak:
+        """What the tie-break did, once the link phase is over."""
+        note = None
+        if self._wanted and not self._used:
+            note = self._unavailable or ("no further peer: every node of the job is tested already"
+                                         if not self._spares else "the bound of extra pair tests was reached")
+        elif self._dropped:
+            note = (f"the bound was reached: {plural(self._dropped, 'further pair test')} not run, what they would "
+                    "have decided is left unchecked")
+        return TieBreak(tuple(self._used), self._tests, self._max, len(self._spares), note)
+
+    def _bring_in(self, undecided: Sequence[str]) -> list[Round]:
+        if self._unavailable is not None:
+            return []
+        fresh = [spare for spare in self._spares if spare not in self._used]
+        room = self._max - self._tests
+        count = min(len(fresh), max(2, len(undecided)))
+        while count and _cost(min(count, len(undecided)), count) > room:
+            count -= 1
+        if count == 0:
+            return []
+        spares = fresh[:count]
+        pairs = [pair_key(host, spare) for host, spare in zip(undecided[:count], spares, strict=False)]
+        pairs += _cycle(spares)
+        self._used += spares
+        self._given.update(undecided[:count])
+        self._tests += len(pairs)
+        return _rounds(pairs)
+
+    def _bounded(self, rounds: list[Round]) -> list[Round]:
+        """``rounds`` with the pairs that have a spare end counted, those past the bound dropped."""
+        used = set(self._used)
+        kept: list[Round] = []
+        for round_ in rounds:
+            pairs = []
+            for pair in round_.pairs:
+                if used & set(pair):
+                    if self._tests >= self._max:
+                        self._dropped += 1
+                        continue
+                    self._tests += 1
+                pairs.append(pair)
+            if pairs:
+                kept.append(Round(round_.phase, tuple(pairs)))
+        return kept
+
+
+def _cost(hosts: int, spares: int) -> int:
+    """Pair tests of bringing in ``spares`` for ``hosts``: one each, and the spares' cycle."""
+    return hosts + len(_cycle([str(index) for index in range(spares)]))
+
+
+def _cycle(spares: Sequence[str]) -> list[Pair]:
+    """The spares tested with each other: none for one, one pair for two, a cycle for more."""
+    if len(spares) < 2:
+        return []
+    if len(spares) == 2:
+        return [pair_key(spares[0], spares[1])]
+    return [pair_key(spares[i], spares[(i + 1) % len(spares)]) for i in range(len(spares))]
+
+
+def _rounds(pairs: Sequence[Pair]) -> list[Round]:
+    """``pairs`` packed first-fit into confirm rounds that stay matchings."""
+    rounds: list[list[Pair]] = []
+    busy: list[set[str]] = []
+    for pair in pairs:
+        index = next((i for i, taken in enumerate(busy) if not taken & set(pair)), len(rounds))
+        if index == len(rounds):
+            rounds.append([])
+            busy.append(set())
+        rounds[index].append(pair)
+        busy[index].update(pair)
+    return [Round(CONFIRM, tuple(found)) for found in rounds]

@@ -1,0 +1,96 @@
+"""A paused job's suspect whose reference peers cannot decide: further peers from the job's other
+nodes break the tie, within a bound the plan and the output state. Through ``gpudiag sweep
+--simulate F --pause --suspects ...`` on simulated jobs with slow NICs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpudiag.cli.main import main
+from gpudiag.links.tiebreak import extra_pair_bound
+
+
+def _run(*args: str) -> Result:
+    return CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args), catch_exceptions=False)
+
+
+def _sweep(folder: Path, nodes: int, seed: int, slow: list[str], suspect: str, *extra: str) -> tuple[Result, dict]:
+    fleet, out = folder / f"job{seed}.json", folder / f"job{seed}.out.json"
+    fleet.write_text(json.dumps({"nodes": nodes, "name_format": "node{:03d}", "seed": seed,
+                                 "faults": [{"kind": "slow_nic", "host": host, "factor": 0.6} for host in slow]}))
+    result = _run("sweep", "--simulate", str(fleet), "--pause", "--suspects", suspect, "--probes", "gemm",
+                  "--duration", "0.2", *extra, "--json", str(out))
+    return result, json.loads(out.read_text())
+
+
+def _named(document: dict[str, Any]) -> dict[str, set[str]]:
+    """Per host, the kinds of the findings naming it (a slow_network names none)."""
+    named: dict[str, set[str]] = {}
+    for finding in document["findings"]:
+        if finding["host"] is not None:
+            named.setdefault(finding["host"], set()).add(finding["kind"])
+    return named
+
+
+def _tested_with_others(document: dict[str, Any]) -> int:
+    """Pair tests (one per pair run, rails folded) with an end the sweep did not probe."""
+    probed = {host["host"] for host in document["hosts"]}
+    runs = {(link["a"], link["b"], link.get("phase"), i) for i, link in enumerate(document["links"])
+            if not {link["a"], link["b"]} <= probed and link.get("rail") in (0, None)}
+    return len(runs)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_healthy_suspect_with_both_references_slow_is_cleared_and_the_references_named(tmp_path, seed):
+    # 16 nodes, --suspects node005: its references are node004 and node013, both NICs at 60 %.
+    result, document = _sweep(tmp_path, 16, seed, ["node004", "node013"], "node005")
+    assert document["focus"]["references"] == ["node004", "node013"]
+    named = _named(document)
+    assert "node005" not in named, document["findings"]  # cleared: no finding, no unchecked
+    assert named["node004"] == {"slow_nic"} and named["node013"] == {"slow_nic"}
+    assert all(f["severity"] == "fail" for f in document["findings"] if f["kind"] == "slow_nic")
+    assert result.exit_code == 1
+    extra = document["focus"]["extra_peers"]
+    assert extra["max_pair_tests"] == extra_pair_bound(3) and 0 < extra["pair_tests"] <= extra["max_pair_tests"]
+    assert extra["pair_tests"] == _tested_with_others(document)
+    assert {host["host"] for host in document["hosts"]} == {"node004", "node005", "node013"}  # none probed more
+    flat = " ".join(result.output.split())
+    assert f"of at most {extra['max_pair_tests']}" in flat and "extra peers node" in flat
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_one_slow_reference_needs_no_further_peer(tmp_path, seed):
+    result, document = _sweep(tmp_path, 16, seed, ["node004"], "node005")
+    assert _named(document) == {"node004": {"slow_nic"}}
+    assert document["focus"]["extra_peers"]["pair_tests"] == 0 and _tested_with_others(document) == 0
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_a_slow_suspect_with_both_references_slow_is_never_passed_and_no_healthy_peer_is_blamed(tmp_path, seed):
+    # All three slow: the further peers are healthy. Which of the three gets named can vary (the
+    # pairs' level may read below line rate: slow_network), but the suspect is never cleared.
+    result, document = _sweep(tmp_path, 16, seed, ["node004", "node005", "node013"], "node005")
+    named = _named(document)
+    assert not set(named) - {"node004", "node005", "node013"}, named  # the further peers are healthy
+    assert result.exit_code in (1, 3)
+    assert "slow_nic" in named.get("node005", set()) or any(
+        f["kind"] == "slow_network" for f in document["findings"]), document["findings"]
+    extra = document["focus"]["extra_peers"]
+    assert 0 < extra["pair_tests"] <= extra["max_pair_tests"] and _tested_with_others(document) == extra["pair_tests"]
+
+
+def test_a_tie_with_no_further_peer_in_the_job_stays_unchecked_and_says_why(tmp_path):
+    # 4 nodes, every other node a reference: all three slow, the suspect healthy.
+    result, document = _sweep(tmp_path, 4, 1, ["node001", "node003", "node004"], "node002", "--reference-peers", "3")
+    assert result.exit_code == 3  # not a pass, and no node blamed on a tie
+    assert not any(f["severity"] == "fail" for f in document["findings"])
+    extra = document["focus"]["extra_peers"]
+    assert extra["peers"] == [] and extra["candidates"] == 0 and "no further peer" in extra["note"]
+    flat = " ".join(result.output.split())
+    assert "extra peers: none (no further peer: every node of the job is tested already)" in flat

@@ -1,0 +1,89 @@
+"""A part sliding over stored sweeps: the sweep's own ``slow_degradation`` finding (a ``watch``)
+when its store holds the earlier sweeps, ``gpudiag history``'s verdict, and a watch that never
+fails a sweep nor drains. Real stores, built by ``gpudiag sweep --simulate ... --store``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gpudiag.cli.main import main
+
+FAST = ("--probes", "gemm", "--duration", "0.2", "--links", "none", "-q")
+
+
+def _run(*args: str) -> Result:
+    return CliRunner(env={"COLUMNS": "120"}).invoke(main, list(args), catch_exceptions=False)
+
+
+def _sweeps(folder: Path, factors: list[float], seed: int, cv: float = 0.01) -> tuple[Path, list[dict[str, Any]]]:
+    """One simulated 8-node sweep per factor into one store, node003's GPU 2 at that factor, each
+    sweep with fresh noise at ``cv``; the sweep documents and their exit codes."""
+    store, documents = folder / "trend.db", []
+    for index, factor in enumerate(factors):
+        # Stored sweeps are ordered by their start time, in whole seconds: one sweep a second.
+        time.sleep(1.001 - time.time() % 1)
+        fleet, out = folder / f"fleet{index}.json", folder / f"sweep{index}.json"
+        faults = [] if factor == 1 else [{"kind": "slow_gpu", "host": "node003", "gpu": 2, "factor": factor}]
+        fleet.write_text(json.dumps({"nodes": 8, "name_format": "node{:03d}", "seed": 100 * seed + index,
+                                     "noise": {"gemm_cv": cv}, "faults": faults}))
+        result = _run("sweep", "--simulate", str(fleet), *FAST, "--store", str(store), "--json", str(out))
+        document = json.loads(out.read_text())
+        assert result.exit_code == document["summary"]["exit_code"], result.output
+        documents.append(document)
+    return store, documents
+
+
+@pytest.fixture(scope="module")
+def sliding(tmp_path_factory) -> tuple[Path, list[dict[str, Any]]]:
+    """The issue's case: a GPU at 1.00, 0.98, 0.96, 0.94 of its speed, CV 1 % a sweep."""
+    return _sweeps(tmp_path_factory.mktemp("sliding"), [1.0, 0.98, 0.96, 0.94], seed=3)
+
+
+def test_the_sliding_gpu_is_the_sweeps_own_watch_naming_its_slope_and_projection(sliding):
+    _, documents = sliding
+    latest = documents[-1]
+    watches = [f for f in latest["findings"] if f["kind"] == "slow_degradation"]
+    mine = [f for f in watches if (f["host"], f["gpu"]) == ("node003", 2)]
+    assert len(mine) == 1, [f["evidence"] for f in watches]
+    found = mine[0]
+    assert (found["severity"], found["action"], found["basis"]) == ("watch", "watch", "history")
+    assert found["metric"] == "gemm.tflops" and found["reference_source"] == "history"
+    assert found["deficit_pct"] > 3  # the fitted fall over the four sweeps, past deficit_warn
+    evidence = found["evidence"]
+    assert "% a sweep" in evidence and ("over 4 sweeps" in evidence or "over the 4 sweeps" in evidence), evidence
+    # Its first sweeps had too few points before it for a line: no trend finding there.
+    assert not [f for f in documents[0]["findings"] + documents[1]["findings"] if f["kind"] == "slow_degradation"]
+
+
+def test_a_watch_never_fails_the_sweep_nor_keeps_a_node_out(sliding):
+    _, documents = sliding
+    for document in documents:
+        others = [f for f in document["findings"] if f["severity"] != "watch"]
+        fails = any(f["severity"] == "fail" for f in others)
+        unchecked = any(f["kind"] in ("unchecked", "link_error") for f in others)
+        assert document["summary"]["exit_code"] == (1 if fails else 3 if unchecked else 0)
+        watched = {f["host"] for f in document["findings"] if f["severity"] == "watch"}
+        kept_out = set(document["impact"]["exclude"])
+        assert not (watched & kept_out) - {f["host"] for f in others if f["severity"] == "fail"}
+
+
+def test_history_names_the_watch_or_the_slow_degradation_of_the_same_gpu(sliding):
+    store, _ = sliding
+    result = _run("history", "node003", "--store", str(store), "--json", "-")
+    assert result.exit_code == 0
+    trend = json.loads(result.output)["trend"]
+    flagged = {(t["gpu"], t["verdict"]) for t in trend["degradations"] + trend["watches"]}
+    assert (2, "watch") in flagged or (2, "fail") in flagged, flagged
+    text = _run("history", "node003", "--store", str(store)).output
+    assert "node003: GPU 2's gemm.tflops bf16 falls" in " ".join(text.split())
+
+
+def test_a_sweep_without_enough_stored_sweeps_judges_no_trend(tmp_path):
+    _, documents = _sweeps(tmp_path, [1.0, 0.9], seed=5)
+    assert not [f for d in documents for f in d["findings"] if f["kind"] == "slow_degradation"]

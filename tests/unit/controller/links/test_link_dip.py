@@ -1,0 +1,56 @@
+"""A healthy pair measured slow once (one starved second on a busy node) and not slow again when
+re-tested is a warning, never a reason to keep its hosts out of a job; measured once only, it
+stays unchecked (not passed); slow again, it is the slow link. The figures are those of the
+netns link test on a busy 2-core machine (tests/integration/test_links_netns.py), where node05
+was excluded beside the real slow NIC of node03."""
+
+from __future__ import annotations
+
+from gpudiag.analysis.fleet import job_impact
+from gpudiag.findings import Basis, Kind, Severity
+from gpudiag.links.attribution import attribute_links
+from gpudiag.links.groups import LinkResult
+from gpudiag.links.linkfindings import link_findings
+from gpudiag.run.outcome import HostOutcome
+
+LINE_GBPS = 0.2
+FAIL_DEFICIT_PCT = 10.0
+# node03's port capped at a quarter; every other pair at the cap's 95 %
+MEASURED = [("node01", "node02", 0.1922), ("node03", "node04", 0.0483), ("node02", "node03", 0.0482),
+            ("node04", "node05", 0.1911), ("node01", "node06", 0.1904), ("node01", "node03", 0.0478)]
+HOSTS = [f"node0{index}" for index in range(1, 7)]
+
+
+def _judged(dip_runs: list[float]):
+    results = [LinkResult(a, b, "tcp", gbps=gbps, line_rate_gbps=LINE_GBPS) for a, b, gbps in MEASURED]
+    results += [LinkResult("node05", "node06", "tcp", gbps=gbps, line_rate_gbps=LINE_GBPS) for gbps in dip_runs]
+    findings = link_findings(attribute_links(results), FAIL_DEFICIT_PCT)
+    hosts = [HostOutcome(host, "ok", None, 1.0) for host in HOSTS]
+    return findings, job_impact({}, {}, findings, hosts).exclude
+
+
+def _about_the_pair(findings):
+    return [f for f in findings if {f.host, f.peer} == {"node05", "node06"}]
+
+
+def test_a_pair_that_dipped_once_and_was_not_slow_again_is_a_warning_and_keeps_no_host_out():
+    findings, exclude = _judged([0.17, 0.19])  # 85 % of the line rate once, then 95 %
+    (pair,) = _about_the_pair(findings)
+    assert (pair.kind, pair.severity, pair.confirmed, pair.basis) == (Kind.SLOW_LINK, Severity.WARN, False,
+                                                                      Basis.RETEST)
+    assert "not slow again" in pair.evidence
+    assert exclude == ("node03",)  # the slow NIC alone
+
+
+def test_a_pair_slow_once_and_not_run_again_is_not_passed():
+    findings, exclude = _judged([0.17])
+    (pair,) = _about_the_pair(findings)
+    assert (pair.kind, pair.severity) == (Kind.UNCHECKED, Severity.WARN)
+    assert exclude == ("node03", "node05")  # measured once and slow: never a pass
+
+
+def test_a_pair_slow_again_when_re_tested_is_the_slow_link_and_both_ends_are_kept_out():
+    findings, exclude = _judged([0.15, 0.15])
+    (pair,) = _about_the_pair(findings)
+    assert (pair.kind, pair.severity, pair.confirmed) == (Kind.SLOW_LINK, Severity.FAIL, True)
+    assert exclude == ("node03", "node05", "node06")
