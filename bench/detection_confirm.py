@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from detection_identity import _fleet, _names  # one fleet file's shape for every scenario
+
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.hostprobe import ProbeOptions
 
@@ -46,15 +48,6 @@ P2P_PROBES = ("facts", "telemetry", "gemm", "membw", "pcie", "p2p")
 GROUP_KINDS = ("fleet_shift", "software_regression")
 
 CaseFields = dict[str, Any]
-
-
-def _names(size: int) -> list[str]:
-    return [f"node{i:04d}" for i in range(1, size + 1)]
-
-
-def _fleet(size: int, cv: float, seed: int, faults: list[dict], **fields: Any) -> dict:
-    return {"nodes": size, "name_format": "node{:04d}", "gpus_per_node": GPUS, "seed": seed,
-            "noise": {"gemm_cv": cv, "membw_cv": cv, "link_cv": 2 * cv}, "faults": faults, **fields}
 
 
 def separate_case(size: int, cv: float, slowdown_pct: float, seed: int) -> CaseFields:

@@ -32,6 +32,8 @@ MODES = ("none", SCREEN, FULL)
 MAX_CONFIRM_PHASES = 3
 # After Ctrl-C, how long the pairs in flight get to end (their processes are being killed).
 CANCEL_WAIT_S = 15.0
+# The status of a further peer reached for a tie-break: a host's "ok" (gpudiag.run.outcome.OK).
+REACHED = "ok"
 
 
 class PairRunner(Protocol):
@@ -90,21 +92,42 @@ class LinkRecord:
 
 
 @dataclass(frozen=True)
+class PeerReach:
+    """How reaching one further peer of a tie-break ended: ``status`` ``ok`` (its session holds
+    the node's bundle and its facts passed the identity check: it can be pair-tested), else the
+    host status that says why not (``unreachable``, ``timeout``, ``identity_conflict``, ...)
+    and the ``error``. A peer not reached takes part in no pair test: never a pass, never blamed."""
+
+    host: str
+    status: str
+    error: str | None = None
+
+    @property
+    def reached(self) -> bool:
+        return self.status == REACHED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "status": self.status, "error": self.error}
+
+
+@dataclass(frozen=True)
 class TieBreak:
     """What a tie-break did (gpudiag.links.tiebreak): the further ``peers`` brought in, the ``pair_tests`` run with
-    them, the bound, the ``candidates`` it could draw on, and a ``note`` in plain words where it
-    could not help (no further peer, the bound reached; None otherwise)."""
+    them, the bound, the ``candidates`` it could draw on, how reaching each one it tried ended
+    (``tried``, in order), and a ``note`` in plain words where it could not help (no further
+    peer, the bound reached) or a peer could not be reached; None otherwise."""
 
     peers: tuple[str, ...]
     pair_tests: int
     max_pair_tests: int
     candidates: int
     note: str | None = None
+    tried: tuple[PeerReach, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The sweep document's ``focus.extra_peers``."""
         return {"peers": list(self.peers), "pair_tests": self.pair_tests, "max_pair_tests": self.max_pair_tests,
-                "candidates": self.candidates, "note": self.note}
+                "candidates": self.candidates, "note": self.note, "tried": [peer.to_dict() for peer in self.tried]}
 
     def describe(self) -> str:
         """``extra peers node[001,008]: 6 pair tests of at most 12`` (or why none)."""

@@ -13,20 +13,31 @@ known good, the spares among them, until it is cleared or named.
 Every pair test with a spare end counts against ``max_pair_tests``, a hard bound: a pair past it
 is not run, and what it would have decided stays undecided (said in ``TieBreak.note``). Spares
 are brought in once per probed host; a spare never brings in another.
+
+A spare is pair-tested only once a ``PeerReacher`` has reached it (over SSH or srun: connected,
+the node's bundle staged, its facts through the identity check; gpudiag.run.peers). One that
+cannot be reached is said (``TieBreak.tried``, the note), takes part in no pair test, and is
+replaced by the next spare, in at most MAX_REACH_BATCHES tries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
+from ..schema.text import one_line
 from ..words import plural
 from .attribution import LinkAttribution
-from .rounds import LinkPlan, LinkRecord, TieBreak
+from .rounds import LinkPlan, LinkRecord, PeerReach, TieBreak
 from .schedule import CONFIRM, Pair, Round, Suspects, pair_key
 
 # Extra pair tests a tie-break may run, per host the link phase started with (each undecided host
 # with its spare, the spares' cycle, and a confirm partner or two among them).
 EXTRA_PAIR_TESTS_PER_HOST = 4
+# Tries to reach spares in place of those that could not be reached, each one host time limit at most.
+MAX_REACH_BATCHES = 2
+# Characters of a peer's error the note quotes (the document's ``tried`` has it whole).
+NOTE_ERROR_CHARS = 160
 
 
 def extra_pair_bound(hosts: int) -> int:
@@ -34,17 +45,30 @@ def extra_pair_bound(hosts: int) -> int:
     return EXTRA_PAIR_TESTS_PER_HOST * hosts
 
 
+class PeerReacher(Protocol):
+    """Makes spares ready for pair tests, as the sweep made its own hosts ready (gpudiag.run.peers)."""
+
+    def reach(self, hosts: Sequence[str]) -> list[PeerReach]:
+        """One outcome per host of ``hosts``, in order: reached (it can be pair-tested now), or
+        why not. Never raises for a host; raises KeyboardInterrupt when the sweep is interrupted."""
+        ...
+
+
 class TieBreakPlan:
     """``base`` with further peers for the undecided hosts of ``probed`` (see the module); a
-    LinkPlan. Not thread-safe: the link phase calls it between rounds."""
+    LinkPlan. ``reacher``: what reaches a spare before its first pair test (None: every spare can
+    be pair-tested as it is). Not thread-safe: the link phase calls it between rounds."""
 
     def __init__(self, base: LinkPlan, probed: Sequence[str], spares: Sequence[str], max_pair_tests: int,
-                 unavailable: str | None = None) -> None:
+                 unavailable: str | None = None, reacher: PeerReacher | None = None) -> None:
         self._base = base
         self._probed = set(probed)
         self._spares = [spare for spare in spares if spare not in self._probed]
         self._max = max_pair_tests
         self._unavailable = unavailable  # why no spare can be drawn on (None: they can)
+        self._reacher = reacher
+        self._tried: list[PeerReach] = []  # every spare a reach was tried on, in order
+        self._batches = 0  # reaches tried so far (MAX_REACH_BATCHES in all)
         self._used: list[str] = []
         self._given: set[str] = set()  # probed hosts already given a spare
         self._tests = 0
@@ -68,32 +92,61 @@ class TieBreakPlan:
 
     def outcome(self) -> TieBreak:
         """What the tie-break did, once the link phase is over."""
-        note = None
+        notes = []
         if self._wanted and not self._used:
-            note = self._unavailable or ("no further peer: every node of the job is tested already"
-                                         if not self._spares else "the bound of extra pair tests was reached")
+            notes.append(self._unavailable or self._why_none())
         elif self._dropped:
-            note = (f"the bound was reached: {plural(self._dropped, 'further pair test')} not run, what they would "
-                    "have decided is left unchecked")
-        return TieBreak(tuple(self._used), self._tests, self._max, len(self._spares), note)
+            notes.append(f"the bound was reached: {plural(self._dropped, 'further pair test')} not run, what they "
+                         "would have decided is left unchecked")
+        missed = [peer for peer in self._tried if not peer.reached]
+        if missed and self._used:
+            notes.append(_not_reached(missed))
+        return TieBreak(tuple(self._used), self._tests, self._max, len(self._spares), "; ".join(notes) or None,
+                        tuple(self._tried))
+
+    def _why_none(self) -> str:
+        if not self._spares:
+            return "no further peer: every node of the job is tested already"
+        missed = [peer for peer in self._tried if not peer.reached]
+        if missed:
+            return f"no further peer could be reached: {_not_reached(missed)}"
+        return "the bound of extra pair tests was reached"
 
     def _bring_in(self, undecided: Sequence[str]) -> list[Round]:
         if self._unavailable is not None:
             return []
-        fresh = [spare for spare in self._spares if spare not in self._used]
+        tried = {peer.host for peer in self._tried}
+        fresh = [spare for spare in self._spares if spare not in tried]
         room = self._max - self._tests
         count = min(len(fresh), max(2, len(undecided)))
         while count and _cost(min(count, len(undecided)), count) > room:
             count -= 1
-        if count == 0:
+        spares = self._reach(fresh, count)
+        if not spares:
             return []
-        spares = fresh[:count]
+        count = len(spares)
         pairs = [pair_key(host, spare) for host, spare in zip(undecided[:count], spares, strict=False)]
         pairs += _cycle(spares)
         self._used += spares
         self._given.update(undecided[:count])
         self._tests += len(pairs)
         return _rounds(pairs)
+
+    def _reach(self, fresh: Sequence[str], count: int) -> list[str]:
+        """Up to ``count`` spares of ``fresh``, in order, each reached (where there is a reacher):
+        those that cannot be are replaced by the next ones, in at most MAX_REACH_BATCHES tries
+        over the whole link phase (each may take a host's time limit)."""
+        if self._reacher is None:
+            return list(fresh[:count])
+        reached: list[str] = []
+        queue = list(fresh)
+        while self._batches < MAX_REACH_BATCHES and len(reached) < count and queue:
+            batch, queue = queue[:count - len(reached)], queue[count - len(reached):]
+            self._batches += 1
+            outcomes = self._reacher.reach(batch)
+            self._tried += outcomes
+            reached += [peer.host for peer in outcomes if peer.reached]
+        return reached
 
     def _bounded(self, rounds: list[Round]) -> list[Round]:
         """``rounds`` with the pairs that have a spare end counted, those past the bound dropped."""
@@ -111,6 +164,12 @@ class TieBreakPlan:
             if pairs:
                 kept.append(Round(round_.phase, tuple(pairs)))
         return kept
+
+
+def _not_reached(peers: Sequence[PeerReach]) -> str:
+    """``node010 not reached (unreachable: ...)``, for each peer, in the note's words."""
+    return "; ".join(f"{peer.host} not reached ({peer.status}: "
+                     f"{one_line(peer.error or 'no reason given', NOTE_ERROR_CHARS)})" for peer in peers)
 
 
 def _cost(hosts: int, spares: int) -> int:

@@ -28,7 +28,7 @@ from ..analysis.thresholds import Thresholds
 from ..errors import InputError
 from ..hosts import HostSpec, fold_hosts, load_hosts
 from ..links.rounds import LinkPlan
-from ..links.tiebreak import TieBreakPlan, extra_pair_bound
+from ..links.tiebreak import PeerReacher, TieBreakPlan, extra_pair_bound
 
 DEFAULT_REFERENCE_PEERS = 2
 RANK_PREFIX = "rank:"
@@ -46,11 +46,12 @@ class FocusRequest:
 class Focus:
     """The hosts a focused sweep probes: the suspects and their reference peers (labels); and
     ``others``, the host list's other nodes (the job's, not probed), in the order a tie-break
-    draws further peers from them (gpudiag.links.tiebreak)."""
+    draws further peers from them (gpudiag.links.tiebreak), as the host list gives them (how
+    they are reached: gpudiag.run.peers)."""
 
     suspects: tuple[str, ...]
     references: tuple[str, ...]
-    others: tuple[str, ...] = ()
+    others: tuple[HostSpec, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The sweep document's ``focus``."""
@@ -69,7 +70,8 @@ def focus_hosts(hosts: Sequence[HostSpec], request: FocusRequest | None) -> tupl
     by_label = {host.label: host for host in hosts}
     order = schedule_order(suspects, references, request.reference_peers)
     others = spread([label for label in labels if label not in set(order)])
-    return [by_label[label] for label in order], Focus(tuple(suspects), tuple(references), tuple(others))
+    return ([by_label[label] for label in order],
+            Focus(tuple(suspects), tuple(references), tuple(by_label[label] for label in others)))
 
 
 def spread(labels: Sequence[str]) -> list[str]:
@@ -88,13 +90,15 @@ def spread(labels: Sequence[str]) -> list[str]:
 
 
 def tie_break_plan(focus: Focus | None, hosts: Sequence[str], base: LinkPlan,
-                   unavailable: str | None = None) -> TieBreakPlan | None:
+                   reacher: PeerReacher | None = None) -> TieBreakPlan | None:
     """The link phase's plan for a ``--suspects`` sweep of ``hosts`` (the probed ones that take
-    part): ``base`` with the job's other nodes as further peers, at most ``extra_pair_bound``
-    pair tests with them (``unavailable``: why none can be reached); None without a focus."""
+    part): ``base`` with the job's other nodes as further peers, each reached by ``reacher``
+    before its first pair test, at most ``extra_pair_bound`` pair tests with them; None without
+    a focus."""
     if focus is None:
         return None
-    return TieBreakPlan(base, hosts, focus.others, extra_pair_bound(len(hosts)), unavailable)
+    spares = [host.label for host in focus.others]
+    return TieBreakPlan(base, hosts, spares, extra_pair_bound(len(hosts)), reacher=reacher)
 
 
 def focused_thresholds(thresholds: Thresholds, focus: Focus | None) -> Thresholds:
@@ -172,12 +176,6 @@ def schedule_order(suspects: Sequence[str], references: Sequence[str], per_suspe
     for index, suspect in enumerate(suspects):
         order += [suspect, *references[index * per_suspect:(index + 1) * per_suspect]]
     return order + list(references[len(suspects) * per_suspect:])
-
-
-# Why a tie-break has no further peer to draw on over SSH or srun: its pair tests reach only the
-# hosts the sweep probed (their sessions carry the node's bundle).
-NO_FURTHER_SESSIONS = ("further peers are pair-tested only where the connection reaches nodes it did not probe (a "
-                       "simulated fleet); over SSH or srun, raise --reference-peers to probe more references")
 
 
 def further_peers_plan(focus: Focus | None, hosts: int) -> str:

@@ -41,11 +41,11 @@ from ..links.addresses import check_net_address, data_addresses
 from ..links.attribution import link_thresholds
 from ..links.impact import link_impact, with_network
 from ..links.linkfindings import link_findings
-from ..links.remote import RemotePairRunner
+from ..links.remote import PairTestOptions, RemotePairRunner
 from ..links.rounds import LinkRun, PairRunner, PlainPlan, run_links
 from ..links.schedule import SCREEN, next_stride
 from ..pause import Focus, focus_hosts, focused_thresholds
-from ..pause.focus import NO_FURTHER_SESSIONS, further_peers_plan, tie_break_plan
+from ..pause.focus import further_peers_plan, tie_break_plan
 from ..schema.times import iso_time
 from ..store.baselines import Baseline, chosen_baseline
 from ..store.store import Store
@@ -64,6 +64,7 @@ from .fanout import (
     probe_hosts,
 )
 from .impostors import set_aside
+from .peers import FurtherPeers, PeerPairRunner
 from .progress import RoundsOf, StageOf
 from .request import AUTO_LINKS, SweepRequest
 from .runtime import Runtime
@@ -480,6 +481,7 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult, mode: 
     pair = request.links.pair
     if setup.topology is not None:  # enough streams for every uplink of a leaf to carry some
         pair = dataclasses.replace(pair, streams=stream_count(setup.topology, pair.streams))
+    peers = _further_peers(request, setup, first, runtime, budget)
     if connection.pairs is not None:
         runner: PairRunner = connection.pairs(pair)
         missing: list[Finding] = []
@@ -492,20 +494,47 @@ def _link_phase(request: SweepRequest, setup: _Setup, first: SweepResult, mode: 
             budget.remaining_s() if budget is not None else None)
         hosts = [host for host in hosts if host in addresses]
         tracer = TopologyTracer(setup.topology) if setup.topology is not None else None
-        runner = RemotePairRunner(connection.session_of, addresses, pair, tracer)
+        runner = (RemotePairRunner(connection.session_of, addresses, pair, tracer) if peers is None
+                  else PeerPairRunner(connection.session_of, addresses, pair, tracer, peers))  # the peers' sessions too
+    try:
+        run, fabric = _run_link_plan(request, setup, hosts, mode, runner, runtime, budget, stride, pair, peers)
+    finally:
+        if peers is not None:
+            peers.close()
+    return run, missing, fabric
+
+
+def _further_peers(request: SweepRequest, setup: _Setup, first: SweepResult, runtime: Runtime,
+                   budget: RunBudget | None) -> FurtherPeers | None:
+    """How a --suspects sweep reaches the job's other nodes for a tie-break (gpudiag.run.peers):
+    with the request's reach, the first pass's options with the facts probe alone; None without
+    a focus or another node."""
+    if setup.focus is None or not setup.focus.others:
+        return None
+    facts = dataclasses.replace(setup.sweep, probe=dataclasses.replace(setup.sweep.probe, names=(FACTS,)),
+                                host_probes=None)
+    return FurtherPeers(setup.focus.others, lambda hosts: runtime.connect(request.reach, hosts, setup.sweep.fanout),
+                        facts, setup.bundle, first.hosts, request.links, setup.connection.ssh_addresses, runtime,
+                        budget)
+
+
+def _run_link_plan(request: SweepRequest, setup: _Setup, hosts: list[str], mode: str, runner: PairRunner,
+                   runtime: Runtime, budget: RunBudget | None, stride: int, pair: PairTestOptions,
+                   peers: FurtherPeers | None) -> tuple[LinkRun, FabricAttribution | None]:
+    """The link rounds over ``hosts``, with ``peers`` to break a tie, and the fabric's attribution."""
+    connection = setup.connection
     thresholds = dataclasses.replace(link_thresholds(setup.thresholds), whole_job=setup.focus is None)
     if request.links.pair.line_rate_gbps is not None:  # the operator's figure of what a link delivers: tcp reaches it
         thresholds = dataclasses.replace(thresholds, floor_backends=(*thresholds.floor_backends, "tcp"))
     plan = (FabricPlan(setup.topology, mode, thresholds, setup.baseline, pair.streams)
             if setup.topology is not None else None)
     # A paused job's references that cannot decide: further peers from the job's other nodes, bounded.
-    tie = tie_break_plan(setup.focus, hosts, plan or PlainPlan(mode, thresholds, stride, setup.baseline),
-                         None if connection.pairs is not None else NO_FURTHER_SESSIONS)
+    tie = tie_break_plan(setup.focus, hosts, plan or PlainPlan(mode, thresholds, stride, setup.baseline), peers)
     run = run_links(hosts, mode, runner, thresholds, parallel=connection.pairs_at_once, stride=stride,
                     baseline=setup.baseline, deadline=_deadline(budget), clock=runtime.clock, plan=tie or plan,
                     watch=RoundsOf(runtime.progress))
     run = dataclasses.replace(run, tie_break=tie.outcome()) if tie is not None else run
-    return run, missing, plan.latest if plan is not None and not (run.interrupted or run.cut_short) else None
+    return run, plan.latest if plan is not None and not (run.interrupted or run.cut_short) else None
 
 
 def _last_stride(store: Store | None) -> int | None:

@@ -19,10 +19,12 @@ def _run(*args: str) -> Result:
     return CliRunner(env={"COLUMNS": "200"}).invoke(main, list(args), catch_exceptions=False)
 
 
-def _sweep(folder: Path, nodes: int, seed: int, slow: list[str], suspect: str, *extra: str) -> tuple[Result, dict]:
+def _sweep(folder: Path, nodes: int, seed: int, slow: list[str], suspect: str, *extra: str,
+           faults: list[dict[str, Any]] | None = None) -> tuple[Result, dict]:
     fleet, out = folder / f"job{seed}.json", folder / f"job{seed}.out.json"
+    slow_nics = [{"kind": "slow_nic", "host": host, "factor": 0.6} for host in slow]
     fleet.write_text(json.dumps({"nodes": nodes, "name_format": "node{:03d}", "seed": seed,
-                                 "faults": [{"kind": "slow_nic", "host": host, "factor": 0.6} for host in slow]}))
+                                 "faults": slow_nics + (faults or [])}))
     result = _run("sweep", "--simulate", str(fleet), "--pause", "--suspects", suspect, "--probes", "gemm",
                   "--duration", "0.2", *extra, "--json", str(out))
     return result, json.loads(out.read_text())
@@ -94,3 +96,51 @@ def test_a_tie_with_no_further_peer_in_the_job_stays_unchecked_and_says_why(tmp_
     assert extra["peers"] == [] and extra["candidates"] == 0 and "no further peer" in extra["note"]
     flat = " ".join(result.output.split())
     assert "extra peers: none (no further peer: every node of the job is tested already)" in flat
+
+
+def _ends(document: dict[str, Any]) -> set[str]:
+    return {end for link in document["links"] for end in (link["a"], link["b"])}
+
+
+def test_a_further_peer_that_cannot_be_reached_or_claims_a_probed_hosts_identity_is_said_and_replaced(tmp_path):
+    # node005's further peers are drawn node009, node006, node014, node002, node008, ...: node009 does not answer,
+    # node006's facts give node005's name and GPUs. Neither is pair-tested, passed or blamed; the next ones are.
+    result, document = _sweep(tmp_path, 16, 1, ["node004", "node013"], "node005", faults=[
+        {"kind": "unreachable", "host": "node009"}, {"kind": "impostor", "host": "node006", "as": "node005"}])
+    extra = document["focus"]["extra_peers"]
+    tried = {peer["host"]: (peer["status"], peer["error"]) for peer in extra["tried"]}
+    assert tried["node009"][0] == "unreachable" and tried["node006"][0] == "identity_conflict", tried
+    assert "node005" in tried["node006"][1]
+    assert {"node014", "node002", "node008"} <= set(extra["peers"]) and not {"node009", "node006"} & set(extra["peers"])
+    assert all(tried[peer] == ("ok", None) for peer in extra["peers"])
+    assert not {"node009", "node006"} & _ends(document)  # never pair-tested
+    named = _named(document)
+    assert not {"node009", "node006"} & set(named) and "node005" not in named  # never blamed; the suspect cleared
+    assert named["node004"] == {"slow_nic"} and named["node013"] == {"slow_nic"}
+    assert result.exit_code == 1
+    flat = " ".join(result.output.split())
+    assert "node009 not reached (unreachable:" in flat and "node006 not reached (identity_conflict:" in flat
+
+
+def test_when_no_further_peer_can_be_reached_the_tie_stays_unchecked_after_a_bounded_number_of_tries(tmp_path):
+    others = [f"node{number:03d}" for number in range(1, 17) if number not in (4, 5, 13)]
+    result, document = _sweep(tmp_path, 16, 1, ["node004", "node013"], "node005",
+                              faults=[{"kind": "unreachable", "host": host} for host in others])
+    extra = document["focus"]["extra_peers"]
+    assert extra["peers"] == [] and extra["pair_tests"] == 0
+    assert 0 < len(extra["tried"]) <= 2 * 3 and all(peer["status"] == "unreachable" for peer in extra["tried"])
+    assert extra["note"].startswith("no further peer could be reached: ")
+    assert not set(others) & (_ends(document) | set(_named(document)))
+    assert not any(f["severity"] == "fail" for f in document["findings"])  # no one blamed on a tie
+    assert result.exit_code == 3  # and node005 not passed
+
+
+def test_a_further_peer_that_a_probed_host_poses_as_decides_nothing(tmp_path):
+    # node004 (a reference) gives node009's name and GPUs: node009, the first further peer, cannot be told
+    # from it, and is set aside; the next peers break the tie.
+    result, document = _sweep(tmp_path, 16, 1, ["node004", "node013"], "node005",
+                              faults=[{"kind": "impostor", "host": "node004", "as": "node009"}])
+    tried = {peer["host"]: peer for peer in document["focus"]["extra_peers"]["tried"]}
+    assert tried["node009"]["status"] == "identity_conflict" and "node004" in tried["node009"]["error"]
+    assert "node009" not in _ends(document) | set(_named(document))
+    assert "node005" not in _named(document) and result.exit_code == 1

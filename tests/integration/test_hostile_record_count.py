@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 RECORDS = 40_000
 # Measured with this test: 286 MiB peak, 22 s and 40,000 identical textfile series before the
-# bound; 177 MiB, 7 s and none after (the output itself, 12 MB, is read whole within its cap).
-PEAK_RSS_LIMIT_KIB = 240 * 1024
+# bound (the review's own measure: 467 MiB); 177-252 MiB, 7-12 s and none after, the spread from
+# how the 12 MB output arrives (it is read whole within its cap), so the limit sits above that.
+PEAK_RSS_LIMIT_KIB = 270 * 1024
 
 
 def _hostile_output(path: Path) -> Path:

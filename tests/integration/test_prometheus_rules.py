@@ -209,7 +209,7 @@ def test_a_sweep_older_than_the_threshold_alerts_stale_and_a_missing_textfile_al
     _, samples, _ = faulty
     last_run = [sample for sample in samples if sample[0].startswith("gpudiag_last_run_")]
     assert {name for name, _, _ in last_run} == {"gpudiag_last_run_timestamp_seconds", "gpudiag_last_run_exit_code",
-                                                 "gpudiag_last_run_info"}
+                                                 "gpudiag_last_run_info", "gpudiag_last_run_complete"}
     hours = STALE_HOURS + 1
     instance = SCRAPE_LABELS["instance"]
     stale = {"exp_labels": {**SCRAPE_LABELS, "severity": "warning"}, "exp_annotations": {

@@ -185,9 +185,11 @@ def test_ctrl_c_ends_the_remote_probes_through_the_proxy_and_then_the_proxy(make
     process = subprocess.Popen([sys.executable, "-m", "gpudiag", *_sweep_args(fleet, paths, python=hang)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while len(fleet.processes_matching(f"^sleep {nap}$")) < 2 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 300  # however busy the machine: both probes hang on their nodes first
+        while len(fleet.processes_matching(f"^sleep {nap}$")) < 2 and time.monotonic() < deadline \
+                and process.poll() is None:
             time.sleep(0.1)
+        assert len(fleet.processes_matching(f"^sleep {nap}$")) == 2, "the probes never started on both nodes"
         assert len(_nc_pids(fleet)) == 2
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
