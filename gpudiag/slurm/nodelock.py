@@ -107,6 +107,7 @@ def lock_nodes(names: Iterable[str], folder: Path | None = None, holder: str = "
     folder = _usable_folder(folder if folder is not None else lock_folder())
     held: dict[str, int] = {}
     note = f"pid={os.getpid()} since={datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} {holder}".strip()
+    taken = False  # every lock taken: kept; else (busy, an error, an interrupt) none is
     try:
         for name in sorted(set(names), key=_key):
             path = folder / (_key(name) + LOCK_SUFFIX)
@@ -116,13 +117,13 @@ def lock_nodes(names: Iterable[str], folder: Path | None = None, holder: str = "
             except BlockingIOError:
                 busy = Busy(name, _holder(descriptor))
                 os.close(descriptor)
-                NodeLocks(held, folder).release()
                 return busy
             held[name] = descriptor
             _write(descriptor, note)
-    except BaseException:
-        NodeLocks(held, folder).release()
-        raise
+        taken = True
+    finally:
+        if not taken:
+            NodeLocks(held, folder).release()
     return NodeLocks(held, folder)
 
 

@@ -256,16 +256,18 @@ def open_session(host: str, port: int, backend: str, secret: PairSecret, params:
     retry_until = deadline.sooner(retry_s)
     while True:
         channel = Channel(connect(host, port, deadline), deadline)
+        opened = False  # the handshake done: the channel is the caller's; else (any way out) it is closed
         try:
-            return channel, client_handshake(channel, backend, secret, params, where)
+            session = channel, client_handshake(channel, backend, secret, params, where)
+            opened = True
+            return session
         except Dropped as error:
-            channel.close()
             if retry_until.expired():
                 raise
             print(f"net-client: {error}; connecting again", file=sys.stderr)
-        except BaseException:
-            channel.close()
-            raise
+        finally:
+            if not opened:
+                channel.close()
         time.sleep(RETRY_PAUSE_S)
 
 

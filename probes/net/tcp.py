@@ -270,6 +270,7 @@ def _open_session(listener: socket.socket, channel: Channel, handshake: Handshak
     interface, rate = local_line_rate(channel.sock, options.sysfs_root)
     channel.send({"host": socket.gethostname(), "interface": interface, "line_rate_gbps": rate})
     streams: dict[int, socket.socket] = {}
+    proved = False  # every stream proved: they are the caller's; else (any way out) they are closed
     try:
         with Gate(listener, MAX_STREAM_GREETING, HANDSHAKE_S, MAX_PENDING, favoured=handshake.client,
                   plain=plain_address) as gate:
@@ -283,9 +284,10 @@ def _open_session(listener: socket.socket, channel: Channel, handshake: Handshak
                     arrival.sock.close()
                     continue
                 streams[index] = arrival.sock
-    except BaseException:
-        _close(list(streams.values()))
-        raise
+        proved = True
+    finally:
+        if not proved:
+            _close(list(streams.values()))
     return [streams[index] for index in range(count)]
 
 
