@@ -159,6 +159,7 @@ def counter_findings(telemetry: Telemetry, thresholds: Thresholds, previous: Pri
     for host in sorted(telemetry):
         for gpu in telemetry[host].values():
             gathered.add(gpu)
+    gathered.add_clean()
     for peers in gathered.groups.values():
         peers.sort()
     found: dict[tuple[str, str, str], list[CounterSuspect]] = defaultdict(list)
@@ -179,16 +180,24 @@ class _Gathered:
         self.candidates: list[tuple[rules.GpuTelemetry, Reading]] = []
         self._floors = {spec.name: float(getattr(thresholds, spec.floor)) for spec in (PCIE_REPLAYS, *NVLINK_COUNTERS)}
         self._prior = prior
+        # Without a previous sweep, the zeros of clean GPUs by (model, driver, host): counted into
+        # their groups once a host (add_clean), not once a GPU and counter.
+        self._clean_replays: dict[tuple[Any, Any, str], int] = defaultdict(int)
+        self._clean_links: dict[tuple[Any, Any, str], int] = defaultdict(int)
 
     def add(self, gpu: rules.GpuTelemetry) -> None:
         replays = gpu.value("pcie_replay_count")
+        fresh = not self._prior.gpus
         if replays is not None:
-            self._add(gpu, PCIE_REPLAYS, None, replays)
-        if not self._prior.gpus:  # every link alike and clean (nearly every GPU): counted in one look
+            if fresh and replays == 0 and type(replays) is not bool:  # nearly every GPU: a zero to count
+                self._clean_replays[(gpu.gpu_model, gpu.driver, gpu.host)] += 1
+            else:
+                self._add(gpu, PCIE_REPLAYS, None, replays)
+        if fresh:  # every link alike and clean (nearly every GPU): counted in one look
             alike = gpu.alike_wired_nvlinks()
             if alike is not None and (not alike[1] or all(alike[0].get(spec.name) == 0 for spec in NVLINK_COUNTERS)):
-                for spec in NVLINK_COUNTERS if alike[1] else ():
-                    self.groups[_group(gpu, spec, COUNT)].add_zeros(alike[1], gpu.host)
+                if alike[1]:
+                    self._clean_links[(gpu.gpu_model, gpu.driver, gpu.host)] += alike[1]
                 return
         clean = 0  # links whose every counter reads 0 (nearly all): counted, nothing to judge
         for link in gpu.wired_nvlinks():
@@ -202,6 +211,14 @@ class _Gathered:
                 self._add(gpu, spec, index, link.get(spec.name))
         for spec in NVLINK_COUNTERS if clean else ():
             self.groups[_group(gpu, spec, COUNT)].add_zeros(clean, gpu.host)
+
+    def add_clean(self) -> None:
+        """The clean GPUs' zeros into their groups (as add would have put each)."""
+        for (model, driver, host), count in self._clean_replays.items():
+            self.groups[(model, driver, PCIE_REPLAYS.name, COUNT)].add_zeros(count, host)
+        for (model, driver, host), count in self._clean_links.items():
+            for spec in NVLINK_COUNTERS:
+                self.groups[(model, driver, spec.name, COUNT)].add_zeros(count, host)
 
     def _add(self, gpu: rules.GpuTelemetry, spec: CounterSpec, link: int | None, count: object) -> None:
         if count is None or (count and not _is_count(count)):  # not kept, or not a count: not judged
