@@ -4,7 +4,7 @@ Builds the sweep's host documents in memory (the records the probes print: GEMM,
 bandwidth, PCIe both ways, SM clock, and the telemetry readings the rules use, each GPU's 18
 NVLinks with their error counters among them; with --p2p also
 the 84 NVLink pair records per node), with a few slow GPUs, then times ``analyse`` and measures
-its peak memory with tracemalloc (the input is built before tracing starts). Targets: <= 2 s and
+its peak memory with tracemalloc (the input is built before tracing starts). Targets: <= 1 s and
 <= 1 GiB. The wall time is printed as a ratio to a baseline pass over the same records done in
 the same process (a loop that only reads every value), so a noisy machine shows as both moving.
 
@@ -155,7 +155,7 @@ def analysis(nodes: int, with_p2p: bool) -> None:
     print(f"  peak memory of the analysis {peak / 2**20:.0f} MiB")
     print(f"  first pass: {len(result.suspects)} suspects on {len(suspect_hosts)} hosts; after their re-test "
           f"({second:.2f} s): {len(final.findings)} findings, {found} of the {len(slow)} slow GPUs named")
-    print("targets: <= 2 s after the last host, and <= 1 GiB")
+    print("targets: <= 1 s after the last host, and <= 1 GiB")
 
 
 # gpudiag as a child process that says, as it exits, its own peak resident memory (VmHWM of its
