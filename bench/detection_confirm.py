@@ -10,9 +10,12 @@ its suspect, separate broken GPUs are no group, and a job's network is judged as
   of the pair: both one-way figures and both ways) and the link between two neighbouring H100
   nodes (a pair the first screen tests) slow by it too. Expected: both ``slow_link`` findings
   (the GPU pair's names its host, the nodes' its first end), nothing else; exit 1 from 10 % slow.
+  ``mixedmodels nic``: one node's NIC slow by the slowdown on every rail (by the seed, an H100,
+  H200 or A100 node; at 4 % link noise a NIC 10 % slow is 2.5 sigma a pair on one rail). Expected:
+  its ``slow_nic``, nothing else (its partners' links are no findings); exit 1 from 10 % slow.
   ``mixedmodels healthy`` (printed after the rows, over ``--seeds`` sweeps at each CV): how many sweeps of a healthy
   mixed fleet name any part at ``warn`` or ``fail`` (target 0), with the confirmed slow pairs
-  and links among them.
+  and links among them and the drains (target 0).
 - ``jobnet``: a job of 2 to 64 nodes whose every pair runs at 58 % of its 400 Gbit/s line
   rate (every NIC slowed alike): one ``slow_network`` fail (``jobnet 4n`` ...), exit 1, no drain.
 
@@ -91,6 +94,16 @@ def mixed_pair_case(cv: float, slowdown_pct: float, seed: int) -> CaseFields:
             "exit_expected": 1 if slowdown_pct >= 10 else None, "request": _p2p_sweep()}
 
 
+def mixed_nic_case(cv: float, slowdown_pct: float, seed: int) -> CaseFields:
+    """A mixed fleet with one node's NIC slow on every rail."""
+    rng = random.Random(f"mixednic:{cv}:{slowdown_pct}:{seed}")
+    host = rng.choice(_names(MIXED_NODES))
+    faults = [{"kind": "slow_nic", "host": host, "factor": 1 - slowdown_pct / 100}]
+    return {"fleet": mixed_fleet(cv, seed, faults), "expected": frozenset({("slow_nic", host, None)}),
+            "exit_expected": 1 if slowdown_pct >= 10 else None,
+            "request": (("sweep", SweepOptions(probe=ProbeOptions(names=("facts", "telemetry")), fanout=64)),)}
+
+
 def mixed_healthy_case(cv: float, seed: int) -> CaseFields:
     return {"fleet": mixed_fleet(cv, seed, []), "expected": frozenset(), "request": _p2p_sweep()}
 
@@ -110,7 +123,7 @@ def confirm_builders(scenario: str) -> list[tuple[str, Callable[[float, float, i
         return [(f"separate {size}n", lambda cv, s, seed, n=size: separate_case(n, cv, s, seed))
                 for size in SEPARATE_SIZES]
     if scenario == "mixedmodels":
-        return [("mixedmodels pair", mixed_pair_case)]
+        return [("mixedmodels pair", mixed_pair_case), ("mixedmodels nic", mixed_nic_case)]
     return [(f"jobnet {size}n", lambda cv, s, seed, n=size: job_network_case(n, cv, s, seed))
             for size in JOB_NETWORK_SIZES]
 
@@ -119,7 +132,7 @@ def healthy_mixed(cvs: list[float], seeds: int, sweep: Callable[[CaseFields, Pat
     """``mixedmodels healthy``: of ``seeds`` sweeps of a healthy mixed fleet at each CV, how many
     name any part at ``warn`` or ``fail``, and the confirmed slow pairs (P2P) and links."""
     for cv in cvs:
-        named, pairs, links, exits, seconds = 0, 0, 0, 0, 0.0
+        named, pairs, links, exits, drains, seconds = 0, 0, 0, 0, 0, 0.0
         kinds: dict[str, int] = {}
         for seed in range(1, seeds + 1):
             with tempfile.TemporaryDirectory() as folder:
@@ -129,6 +142,7 @@ def healthy_mixed(cvs: list[float], seeds: int, sweep: Callable[[CaseFields, Pat
             flagged = [f for f in findings if f["severity"] in ("warn", "fail")]
             named += bool(flagged)
             exits += code != 0
+            drains += sum(1 for f in findings if f.get("action") == "drain")
             for f in flagged:
                 kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
             slow = [f for f in flagged if f["kind"] == "slow_link" and f.get("confirmed")]
@@ -136,5 +150,5 @@ def healthy_mixed(cvs: list[float], seeds: int, sweep: Callable[[CaseFields, Pat
             links += sum(1 for f in slow if str(f.get("metric", "")).startswith("link."))
         found = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())) or "none"
         print(f"{'mixedmodels healthy':<16} {cv:>5.3f} {'none':>5} sweeps naming a part {named}/{seeds}, exit != 0 "
-              f"{exits}/{seeds}; confirmed slow P2P pairs {pairs}, links {links}; findings: {found} "
+              f"{exits}/{seeds}; drains {drains}; confirmed slow P2P pairs {pairs}, links {links}; findings: {found} "
               f"({seconds / seeds:.1f} s a sweep; target 0)", flush=True)

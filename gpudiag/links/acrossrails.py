@@ -1,5 +1,6 @@
-"""A small job's slow NIC seen across its rails: the rails of one backend and line rate are the same
-hardware, so a host's pairs on all of them together show what one rail's few pairs cannot.
+"""A slow NIC (a small job's or a fleet's) and a fleet's slow link seen across their rails: the rails
+of one backend and line rate are the same hardware, so a host's pairs on all of them together show
+what one rail's few pairs cannot.
 
 In a job of fewer than ``min_hosts`` hosts each rail has a handful of pairs, judged against the
 line-rate floor and the job's own level (gpudiag.links.attribution). At 4 % link noise a NIC 8 %
@@ -21,10 +22,23 @@ a NIC exited 0. Averaged over eight rails, a pair's figure has a third of the no
   them (the best, a maximum, reads high), and its deficit against the median from that. Hosts
   slow alike (two NICs of three, every pair slow) lift nobody above them and name nobody here.
 
-Only for families whose rails have no fleet level (a fleet judges each rail on its own), of
-backends that the line rate judges (``floor_backends``), with two rails or more and three hosts
-or more. A NIC slow on one rail only is left to that rail's judging: averaged with seven healthy
-rails it would be diluted, never cleared.
+In a fleet (rails with a fleet level of their own), each rail's figures are first scaled to the
+family's level (the median of its rails' levels: a rail's own offset is no host's), and a host
+slow so is a ``NicSuspect`` confirmed once ``confirm_partners`` of its own partners are not slow
+(two slow links on one node look like its NIC until a third partner is slow with it too):
+with fewer, it is left to the confirm rounds, which give it a fresh partner, and as its best
+pair must stay slow, the fresh pair must be slow too: the pairs that made it a suspect never
+confirm it alone. Pair by pair, at 4 % link noise, a NIC 10 % slow is 2.5 sigma below its
+rail's level and was found in 12 sweeps of 20 on a 48-node fleet; over eight rails, a pair's
+mean is 7 sigma below.
+
+A fleet's link slow on every rail (both ends fine with other partners) is judged the same way
+(``links_across_rails``): its mean over the scaled rails against the median of the family's pair
+means, confirmed on each rail's runs but the lowest once its re-test has run.
+
+Only for backends that the line rate judges (``floor_backends``), with two rails or more and
+three hosts or more. A NIC slow on one rail only is left to that rail's judging: averaged with
+seven healthy rails it would be diluted, never cleared.
 """
 
 from __future__ import annotations
@@ -73,38 +87,69 @@ class SlowAcrossRails:
     pairs: tuple[PairFigure, ...]
     good: tuple[str, ...]
     rails: int
+    # In a fleet: its partners not slow (``good``) are ``confirm_partners`` or more. A small job's is
+    # always confirmed (slow with each healthy host there is).
+    confirmed: bool = True
+    fleet: bool = False
 
     @property
     def evidence(self) -> str:
         means = listed(f"{f.peer(self.host)} {fixed(f.gbps)}" for f in self.pairs)
-        return (f"{self.host} slow with every partner across {plural(self.rails, 'rail')} of {self.backend}: its "
-                f"pairs' means (each over its rails) {means} {UNIT} vs {fixed(self.level_gbps)} {UNIT}, the "
-                f"median of the other hosts' best pairs (healthy: {listed(self.good)}); "
-                f"{deficit_text(self.deficit_pct)}, {-self.robust_z:.1f} sigma of the rails' noise")
+        scaled = " (each rail scaled to the family's level)" if self.fleet else ""
+        text = (f"{self.host} slow with every partner across {plural(self.rails, 'rail')} of {self.backend}: its "
+                f"pairs' means (each over its rails{scaled}) {means} {UNIT} vs {fixed(self.level_gbps)} {UNIT}, the "
+                f"median of the other hosts' best pairs ({'its partners not slow' if self.fleet else 'healthy'}: "
+                f"{listed(self.good) or 'none'}); {deficit_text(self.deficit_pct)}, "
+                f"{-self.robust_z:.1f} sigma of the rails' noise")
+        if not self.confirmed:
+            text += f" (not yet confirmed: {plural(len(self.good), 'partner')} not slow, more wanted)"
+        return text
 
 
 def across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
                  references: Mapping[LinkGroup, GroupReference],
-                 thresholds: LinkThresholds) -> list[SlowAcrossRails]:
-    """The hosts slow with every partner across the rails of a small job's family (see the
-    module docstring), sorted by family and host."""
+                 thresholds: LinkThresholds, good_above: Mapping[Family, frozenset[str]] | None = None
+                 ) -> list[SlowAcrossRails]:
+    """The hosts slow with every partner across the rails of a family, a small job's or a fleet's
+    (see the module docstring), sorted by family and host. ``good_above``: per family (backend
+    and line rate), the hosts whose NIC a higher line rate on the backend shows good."""
     families: dict[Family, list[Mapping[Pair, Sequence[float]]]] = defaultdict(list)
+    fleets: dict[Family, list[tuple[float, Mapping[Pair, Sequence[float]]]]] = defaultdict(list)
     for group, runs in figures.items():
         reference = references.get(group)
-        if group.rail is None or group.backend not in thresholds.floor_backends or reference is None \
-                or (reference.fleet_gbps is not None and not reference.job_level):
+        if group.rail is None or group.backend not in thresholds.floor_backends or reference is None:
             continue
-        families[family(group)].append(runs)
+        if reference.fleet_gbps is not None and not reference.job_level:
+            fleets[family(group)].append((reference.fleet_gbps, runs))
+        else:
+            families[family(group)].append(runs)
     found = []
     for (backend, line_rate), rails in sorted(families.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
         if len(rails) >= MIN_RAILS:
             found += _slow_hosts(backend, line_rate, rails, thresholds)
+    for (backend, line_rate), levels in sorted(fleets.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
+        if len(levels) >= MIN_RAILS:
+            found += _slow_hosts(backend, line_rate, _scaled(levels), thresholds, thresholds.confirm_partners,
+                                 (good_above or {}).get((backend, line_rate), frozenset()))
     return found
 
 
+def _scaled(levels: Sequence[tuple[float, Mapping[Pair, Sequence[float]]]]) -> list[dict[Pair, list[float]]]:
+    """Each rail's figures (its level, its runs) scaled to the family's level, the median of its rails'."""
+    family_level = statistics.median(sorted(level for level, _ in levels))
+    return [{pair: [value * family_level / level for value in values] for pair, values in runs.items()}
+            for level, runs in levels if level > 0]
+
+
 def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[Pair, Sequence[float]]],
-                thresholds: LinkThresholds) -> list[SlowAcrossRails]:
-    """The slow hosts of one family (see the module docstring)."""
+                thresholds: LinkThresholds, partners_wanted: int | None = None,
+                good_above: frozenset[str] = frozenset()) -> list[SlowAcrossRails]:
+    """The slow hosts of one family (see the module docstring). ``partners_wanted``: in a fleet,
+    the partners not slow that confirm a host (None: a small job's rule, every host not slow).
+    In a fleet, a host with one partner in the family is never slow here (its partner could as
+    well be), nor one whose NIC a higher line rate on the backend shows good (``good_above``: a
+    400 Gb/s node paired once with a 200 Gb/s one, slow, read as slow with every partner); as a
+    partner, such a host counts as not slow only when ``good_above`` shows it good."""
     per_rail = rail_figures(rails)
     sigma, degrees = pooled_sd(per_rail.values())
     if degrees < MIN_NOISE_DEGREES:
@@ -120,7 +165,10 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
     best = {host: max(pairs, key=lambda f: (f.gbps, f.peer(host))) for host, pairs in mine.items()}
     floor = thresholds.mad_floor_pct / 100
     slow = []
+    fleet = partners_wanted is not None
     for host in sorted(mine):
+        if fleet and (len(mine[host]) < 2 or host in good_above):
+            continue
         figure = best[host]
         others = [best[other] for other in mine if other != host]
         level = statistics.median(f.gbps for f in others)
@@ -133,7 +181,8 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
         deficit, z = 100 * (level - figure.gbps) / level, (figure.gbps - level) / spread
         if deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
             slow.append((host, figure.gbps, level, deficit, z))
-    good = tuple(sorted(set(mine) - {host for host, *_ in slow}))
+    untold = {host for host, pairs in mine.items() if fleet and len(pairs) < 2 and host not in good_above}
+    good = tuple(sorted(set(mine) - {host for host, *_ in slow} - untold))
     if len(good) < MIN_GOOD:
         return []
     found = []
@@ -141,6 +190,127 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
         # its rate: the mean of its pairs with the healthy hosts (its best gated it, biased high by the max)
         with_good = [f.gbps for f in mine[host] if f.peer(host) in good]
         rate = mean_gbps(with_good) if with_good else gbps
+        partners = good if partners_wanted is None else tuple(sorted({f.peer(host) for f in mine[host]} & set(good)))
+        confirmed = partners_wanted is None or len(partners) >= partners_wanted
         found.append(SlowAcrossRails(host, backend, line_rate, rate, level, max(deficit, 100 * (level - rate) / level),
-                                     z, tuple(sorted(mine[host], key=lambda f: f.peer(host))), good, len(rails)))
+                                     z, tuple(sorted(mine[host], key=lambda f: f.peer(host))), partners, len(rails),
+                                     confirmed, partners_wanted is not None))
     return found
+
+
+@dataclass(frozen=True)
+class SlowLinkAcrossRails:
+    """The pair ``a``–``b`` of a fleet slow on every rail of ``backend`` at ``line_rate_gbps``
+    together, while both ends are fine with other partners: its mean over the rails (each rail
+    scaled to the family's level; ``runs_gbps``: each rail's figure) against ``level_gbps``, the
+    median of the family's pair means. ``again_gbps``: the mean over the rails of each rail's runs
+    but the lowest (None: some rail was run once), whose deficit and z (``again_z``, sigma of such
+    a figure) confirm it past ``bar``."""
+
+    a: str
+    b: str
+    backend: str
+    line_rate_gbps: float | None
+    gbps: float
+    runs_gbps: tuple[float, ...]
+    level_gbps: float
+    deficit_pct: float
+    robust_z: float
+    again_gbps: float | None
+    again_z: float | None
+    bar: float
+    confirmed: bool
+    rails: int
+
+    @property
+    def evidence(self) -> str:
+        text = (f"{self.a} ↔ {self.b} slow across {plural(self.rails, 'rail')} of {self.backend}: the mean of its "
+                f"rails' figures (each rail scaled to the family's level) {fixed(self.gbps)} {UNIT} vs "
+                f"{fixed(self.level_gbps)} {UNIT}, the median of the family's pairs; {deficit_text(self.deficit_pct)}, "
+                f"{-self.robust_z:.1f} sigma of the rails' noise; both ends fine with other partners")
+        if self.again_gbps is None:
+            return text + " (not yet confirmed by a re-test)"
+        verdict = "slow again" if self.confirmed else "not slow again (not yet confirmed by a re-test)"
+        return (text + f"; its runs after the lowest on each rail {fixed(self.again_gbps)} {UNIT}, "
+                f"{-(self.again_z or 0.0):.1f} sigma of such a figure below (bar {self.bar:.1f}): {verdict}")
+
+
+def links_across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
+                       references: Mapping[LinkGroup, GroupReference], thresholds: LinkThresholds,
+                       slow_hosts: frozenset[str], alpha: float) -> list[SlowLinkAcrossRails]:
+    """The pairs of a fleet's families slow on every rail together (``SlowLinkAcrossRails``), sorted.
+    Pair by pair, a link 10 % slow at 4 % link noise is 2.5 sigma below its rail's level, and a
+    48-node fleet's screen found it in 3 sweeps of 5; its mean over eight rails is 7 sigma below.
+    A pair is a suspect when that mean falls ``deficit_pct`` and ``robust_z`` sigmas (of a mean
+    over its rails) below the median of the family's pair means, while neither end is in
+    ``slow_hosts`` (NICs slow on every rail) and each has another pair not so slow. The run that
+    chose it cannot confirm it: it is confirmed on each rail's runs but the lowest (a re-test
+    gives a second run on every rail), their mean slow too, past ``robust_z`` and past the bar a
+    chance dip among the family's pairs reaches with chance ``alpha``."""
+    fleets: dict[Family, list[tuple[float, Mapping[Pair, Sequence[float]]]]] = defaultdict(list)
+    for group, runs in figures.items():
+        reference = references.get(group)
+        if group.rail is None or group.backend not in thresholds.floor_backends or reference is None \
+                or reference.fleet_gbps is None or reference.job_level:
+            continue
+        fleets[family(group)].append((reference.fleet_gbps, runs))
+    found = []
+    for (backend, line_rate), levels in sorted(fleets.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
+        if len(levels) >= MIN_RAILS:
+            found += _slow_pairs(backend, line_rate, _scaled(levels), thresholds, slow_hosts, alpha)
+    return found
+
+
+def _slow_pairs(backend: str, line_rate: float | None, rails: Sequence[Mapping[Pair, Sequence[float]]],
+                thresholds: LinkThresholds, slow_hosts: frozenset[str], alpha: float) -> list[SlowLinkAcrossRails]:
+    per_rail = rail_figures(rails)
+    sigma, degrees = pooled_sd(per_rail.values())
+    if degrees < MIN_NOISE_DEGREES or len(per_rail) < MIN_HOSTS:
+        return []
+    means = {pair: mean_gbps(values) for pair, values in per_rail.items()}
+    level = statistics.median(sorted(means.values()))
+    floor = thresholds.mad_floor_pct / 100 * level
+    level_error = sigma / math.sqrt(len(means))
+
+    def slow(gbps: float, spread: float) -> tuple[bool, float, float]:
+        deficit, z = 100 * (level - gbps) / level, (gbps - level) / spread
+        return deficit >= thresholds.deficit_pct and z <= thresholds.robust_z, deficit, z
+
+    def spread_of(count: int) -> float:
+        return math.hypot(max(sigma / math.sqrt(count), floor), level_error)
+
+    suspected = {pair: slow(gbps, spread_of(len(per_rail[pair]))) for pair, gbps in means.items()}
+    flagged = {pair for pair, (is_slow, _, _) in suspected.items() if is_slow}
+    partners: dict[str, set[Pair]] = defaultdict(set)
+    for pair in means:
+        for host in pair:
+            partners[host].add(pair)
+    bar = max(-thresholds.robust_z, statistics.NormalDist().inv_cdf(1 - alpha / max(1, len(flagged))))
+    found = []
+    for pair in sorted(flagged):
+        if slow_hosts & set(pair) or any(not (partners[host] - {pair} - flagged) for host in pair):
+            continue
+        _, deficit, z = suspected[pair]
+        again = _again_across(rails, pair)
+        again_z = None if again is None else (again - level) / spread_of(len(per_rail[pair]))
+        confirmed = again is not None and again_z is not None and \
+            100 * (level - again) / level >= thresholds.deficit_pct and again_z <= -bar
+        found.append(SlowLinkAcrossRails(pair[0], pair[1], backend, line_rate, means[pair], tuple(per_rail[pair]),
+                                         level, deficit, z, again, again_z, bar, confirmed, len(per_rail[pair])))
+    return found
+
+
+def _again_across(rails: Sequence[Mapping[Pair, Sequence[float]]], pair: Pair) -> float | None:
+    """The mean over the rails of each rail's runs of ``pair`` but the lowest (their median, the
+    mean of two); None where some rail ran it once."""
+    figures = []
+    for runs in rails:
+        values = sorted(runs.get(pair, ()))
+        if not values:
+            continue
+        if len(values) < 2:
+            return None
+        later = values[1:]
+        middle = len(later) // 2
+        figures.append(later[middle] if len(later) % 2 else mean_gbps(later[middle - 1:middle + 1]))
+    return mean_gbps(figures) if figures else None

@@ -20,6 +20,10 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    level itself falls ``deficit_pct`` below the baseline's median, one ``LinkShift`` naming the
    baseline says so (a regression the whole fabric shares), and pairs are then judged against
    the fleet (and the floor) alone, as in a group below its line rate.
+   A rail's level is found setting pairs aside by its family's spread (the rails of one backend
+   and line rate); its spread is at least the family's, pooled over every rail's pairs
+   (``family_spreads``); and the level's own error, from a rail's twenty pairs a third of a
+   spread, joins the spread in every z (``GroupReference.level_error_gbps``).
 3. A pair is slow when it falls both ``deficit_pct`` and ``robust_z`` below the fleet level, or
    both below the baseline (its MAD scaled by 1.4826, floored at ``mad_floor_pct`` of its
    median), or below the line-rate floor.
@@ -27,7 +31,10 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    slows every pair it is in) nor, where the floor alone judges, just over it (``near_floor``).
    A host slow with every partner (two or more) is a ``NicSuspect``; it is confirmed once
    ``confirm_partners`` of those partners are known good (two slow links on one node look like
-   its NIC until a third known-good partner is slow with it too), or, in a group with fewer
+   its NIC until a third known-good partner is slow with it too) and, in a group with a fleet
+   level, its pairs but the two lowest (those that made it a suspect, or lower still) are slow
+   again by their mean: a pair chosen for being slow cannot also confirm it (``_fresh_pairs``;
+   clearly fine again, it is ``cleared``, a dip). In a group with fewer
    known-good hosts than that (a small job), once it is slow with every one of them, two at
    least. Hosts slow only with each other (no known-good host among them) stay unconfirmed:
    which of them is slow cannot be told. A slow pair whose ends are not such hosts is a
@@ -47,6 +54,7 @@ Pure: the same results, in any order, give the same suspects (sorted, figures su
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
@@ -56,9 +64,10 @@ from statistics import NormalDist
 from typing import ClassVar, cast
 
 from ..analysis.noisy import LEVEL_ERROR
+from ..analysis.reference import MAD_TO_SIGMA
 from ..findings import Kind
 from ..words import deficit_text, fixed, pct, plural
-from .acrossrails import SlowAcrossRails, across_rails
+from .acrossrails import SlowAcrossRails, SlowLinkAcrossRails, across_rails, links_across_rails
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
     BACKENDS,
     BASELINE,
@@ -95,12 +104,16 @@ from .schedule import Pair, Suspects
 @dataclass(frozen=True)
 class NicSuspect:
     """``host``'s NIC on one backend and rail is slow: slow with every partner it was tested
-    with (``pairs``, two or more). ``gbps``: the median of those pairs; ``reference_gbps`` and
+    with (``pairs``, two or more). ``gbps``: the median of those pairs (in a group with a fleet
+    level, the mean of those beyond its two lowest with known-good partners); ``reference_gbps`` and
     ``deficit_pct`` (percent) against the group's reference; ``robust_z`` (sigma, None without a
     fleet level); ``known_good``: the partners whose NIC a healthy pair has shown good.
-    ``confirmed``: slow with ``confirm_partners`` known-good partners or more.
-    ``reference_source``: ``baseline`` when the stored baseline judged it, else ``fleet`` (the
-    fleet level, or the line-rate floor where there is none)."""
+    ``confirmed``: slow with ``confirm_partners`` known-good partners or more and, in a group with
+    a fleet level, slow again with those beyond the pairs that made it a suspect (then ``gbps``
+    and the deficit are theirs: ``_fresh_pairs``). ``cleared``: those further pairs are clearly
+    fine: a dip, not a NIC (said, never a warning). ``reference_source``: ``baseline`` when the
+    stored baseline judged it, else ``fleet`` (the fleet level, or the line-rate floor where there
+    is none)."""
 
     kind: ClassVar[Kind] = Kind.SLOW_NIC
     host: str
@@ -116,6 +129,7 @@ class NicSuspect:
     confirmed: bool
     evidence: str
     reference_source: str = FLEET
+    cleared: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,10 +243,20 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
     suspect_pairs = sorted({pair for outcome in outcomes for pair in outcome.suspect_pairs})
     nics = [v for outcome in outcomes for v in outcome.nics]
     confirmed = {(v.host, v.backend) for v in nics if v.confirmed}
-    nics += [_across(slow) for slow in across_rails(figures, references, thresholds)
-             if (slow.host, slow.backend) not in confirmed]  # a small job's NIC slow on every rail
+    # a NIC slow on every rail: a small job's, or a fleet's a little slow (each rail's pairs alone miss it)
+    across = [_across(slow) for slow in across_rails(figures, references, thresholds, _good_at_higher_rates(outcomes))
+              if (slow.host, slow.backend) not in confirmed]
+    nics += across
+    suspect_hosts = sorted(set(suspect_hosts) | {v.host for v in across if not v.confirmed})
+    # a link slow on every rail of a fleet, both ends fine elsewhere (each rail's pairs alone miss it)
+    slow_nics = frozenset(v.host for v in nics if v.confirmed or v.rail is None)
+    confirmed_links = {(v.a, v.b, v.backend) for outcome in outcomes for v in outcome.links if v.confirmed}
+    across_links = [_across_link(slow) for slow in links_across_rails(figures, references, thresholds, slow_nics,
+                                                                       RETEST_ALPHA)
+                    if (slow.a, slow.b, slow.backend) not in confirmed_links]
+    suspect_pairs = sorted(set(suspect_pairs) | {(v.a, v.b) for v in across_links if not v.confirmed})
     nics = tuple(sorted(nics, key=lambda v: (v.host, v.backend, rail_key(v.rail))))
-    links = tuple(sorted((v for outcome in outcomes for v in outcome.links),
+    links = tuple(sorted([v for outcome in outcomes for v in outcome.links] + across_links,
                          key=lambda v: (v.a, v.b, v.backend, rail_key(v.rail))))
     host_errors = merged(own_errors(own), host_errors_of(errors, measured))
     return LinkAttribution(
@@ -259,9 +283,11 @@ class _GroupOutcome:
 
 def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds,
                 baseline: LinkBaseline | None) -> dict[LinkGroup, GroupReference]:
-    """Each group's references (sorted by group), its spread at least its family's noise: the
-    median spread of the family's rails with a fleet level, else (a small job) the pairs'
-    run-to-run noise."""
+    """Each group's references (sorted by group). Where the family's rails have a fleet level,
+    each rail's level is found setting pairs aside by the family's spread, its spread is at least
+    the family's (``family_spreads``: every pair about its own rail's level), and the level's own
+    error (``level_error_gbps``) joins the spread in every z; a small job's spread is at least
+    the pairs' run-to-run noise."""
     jobs = job_levels(figures, thresholds)
     references = {group: group_reference(group, figures[group], thresholds,
                                          group_baseline(group, baseline, thresholds), jobs.get(family(group)))
@@ -270,27 +296,104 @@ def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thr
     for group, reference in references.items():
         if reference.spread_gbps is not None and not reference.job_level:
             spreads[family(group)].append(reference.spread_gbps)
+    trims = {key: statistics.median(sorted(values)) for key, values in spreads.items()}
+    # A rail's twenty pairs can crowd at its top by chance, with a tight spread above them; the
+    # pairs below it were then set aside and the level came out a spread high: of 4,000 healthy
+    # 17-pair rails, one in seven sat more than half a spread high, and 4 sweeps in 134 of a
+    # healthy 48-node fleet at CV 1.5-2 % drained a NIC "slow with its partners" against such a
+    # level (bench/detection_confirm.py's healthy mixed fleet). Every
+    # rail's level is found again setting pairs aside by its family's spread (as a GPU pair's key
+    # is: gpudiag.analysis.suspects.references), whatever its own spread came out.
+    for group, reference in references.items():
+        trim, level = trims.get(family(group)), reference.fleet_gbps
+        if level and trim and not reference.job_level and reference.spread_gbps is not None:
+            references[group] = group_reference(group, figures[group], thresholds,
+                                                group_baseline(group, baseline, thresholds), jobs.get(family(group)),
+                                                trim / level)
     # The run-to-run noise comes from re-tested pairs, chosen for a low first run: it is used only
     # where no rail of the family has a fleet's spread (a small job), never to widen a fleet's.
     noise = run_noise(figures)
-    floors = {key: statistics.median(sorted(spreads[key])) if spreads[key] else noise.get(key, 0.0)
-              for key in {family(group) for group in figures}}
-    # A rail's few dozen pairs can crowd at its top by chance, with a tight spread above them: its
-    # level, found again setting pairs aside by the family's spread (as a GPU pair's key is:
-    # gpudiag.analysis.suspects.references), is not a spread high.
+    pooled = family_spreads(figures, references, trims)
+    floors = {key: pooled.get(key, noise.get(key, 0.0)) for key in {family(group) for group in figures}}
+    return {group: _with_level_error(reference.widened(floors[family(group)]))
+            for group, reference in references.items()}
+
+
+# Pairs this many of their rail's spreads from its level are no rail's noise (a slow NIC's, a
+# slow link's), and pairs this many of the family's robust sigmas from it are left out of its spread.
+GROSS_SIGMAS, CLIP_SIGMAS = 5.0, 4.0
+
+
+def family_spreads(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
+                   references: Mapping[LinkGroup, GroupReference],
+                   typical: Mapping[Family, float]) -> dict[Family, float]:
+    """Each family's spread (Gb/s, a standard deviation): pooled over its rails with a fleet level
+    (not a small job's), every pair figure about its own rail's level, a rail's degrees of
+    freedom its pairs less one. Pairs ``GROSS_SIGMAS`` of their rail's own spread (the MAD of the
+    pairs its level kept, or the family's ``typical`` one, the median of its rails', where that
+    is wider) from the level are left out, and then those ``CLIP_SIGMAS`` of the family's robust
+    sigma (1.4826 × the median distance of the rest): a slow NIC's or link's pairs, half a small
+    fleet's, never widen it by their own size. The rails of one family are the same hardware: one
+    rail's MAD from twenty pairs is off by a quarter either way, and even the median of eight such
+    came out at 0.74 of the noise in a healthy sweep that then drained a NIC; the pooled figure
+    from a hundred and more pairs is within a tenth."""
+    distances: dict[Family, list[list[float]]] = defaultdict(list)
     for group, reference in references.items():
-        floor, level = floors[family(group)], reference.fleet_gbps
-        if level and not reference.job_level and reference.spread_gbps is not None and reference.spread_gbps < floor:
-            references[group] = group_reference(group, figures[group], thresholds,
-                                                group_baseline(group, baseline, thresholds), jobs.get(family(group)),
-                                                floor / level)
-    return {group: reference.widened(floors[family(group)]) for group, reference in references.items()}
+        level, spread = reference.fleet_gbps, reference.spread_gbps
+        if level is None or spread is None or reference.job_level:
+            continue
+        gross = GROSS_SIGMAS * max(spread, typical.get(family(group), 0.0))
+        distances[family(group)].append([d for d in sorted(judged_gbps(values) - level
+                                                           for values in figures[group].values()) if abs(d) <= gross])
+    spreads = {}
+    for key, rails in distances.items():
+        every = sorted(abs(d) for rail in rails for d in rail)
+        if not every:
+            continue
+        clip = CLIP_SIGMAS * MAD_TO_SIGMA * statistics.median(every)
+        kept = [[d for d in rail if abs(d) <= clip] for rail in rails]
+        degrees = sum(len(rail) - 1 for rail in kept if len(rail) >= 2)
+        if degrees:
+            spreads[key] = math.sqrt(math.fsum(sorted(d * d for rail in kept if len(rail) >= 2 for d in rail))
+                                     / degrees)
+    return spreads
+
+
+def _with_level_error(reference: GroupReference) -> GroupReference:
+    """A fleet level's own error (``LEVEL_ERROR`` spreads over the square root of its pairs: a rail's
+    level from seventeen pairs is off by 0.3 to 0.4 of a spread), carried into every z against it;
+    a small job's level, the median of a handful of pairs pooled over its rails, is judged by the
+    deficit and the floor as before."""
+    if reference.fleet_gbps is None or reference.spread_gbps is None or reference.job_level or not reference.pairs:
+        return reference
+    return dataclasses.replace(reference, level_error_gbps=LEVEL_ERROR * reference.spread_gbps
+                               / math.sqrt(reference.pairs))
 
 
 def _across(slow: SlowAcrossRails) -> NicSuspect:
-    """A NIC slow across a small job's rails (gpudiag.links.acrossrails) as a confirmed suspect."""
+    """A NIC slow across its rails (gpudiag.links.acrossrails) as a suspect: a small job's confirmed,
+    a fleet's once ``confirm_partners`` of its partners are not slow."""
     return NicSuspect(slow.host, slow.backend, None, slow.line_rate_gbps, slow.gbps, slow.level_gbps,
-                      slow.deficit_pct, slow.robust_z, slow.pairs, slow.good, True, slow.evidence)
+                      slow.deficit_pct, slow.robust_z, slow.pairs, slow.good, slow.confirmed, slow.evidence)
+
+
+def _across_link(slow: SlowLinkAcrossRails) -> LinkSuspect:
+    """A fleet's link slow across its rails (gpudiag.links.acrossrails) as a suspect (no rail: all
+    of them); its value and deficit are its rails' mean, its confirmation its runs after the lowest
+    (``runs_gbps``: that mean, and the re-test's figure once there is one)."""
+    runs = (slow.gbps,) if slow.again_gbps is None else (slow.gbps, slow.again_gbps)  # run once, or re-tested
+    return LinkSuspect(slow.a, slow.b, slow.backend, None, slow.line_rate_gbps, slow.gbps, runs,
+                       slow.level_gbps, slow.deficit_pct, slow.robust_z, (), slow.confirmed, slow.evidence)
+
+
+def _good_at_higher_rates(outcomes: Sequence[_GroupOutcome]) -> dict[Family, frozenset[str]]:
+    """Per family (backend and line rate), the hosts whose NIC a group of a higher line rate on the
+    same backend shows good (any rail)."""
+    families = {family(outcome.reference.group) for outcome in outcomes}
+    return {(backend, rate): frozenset(host for outcome in outcomes for host in outcome.good
+                                       if (other := outcome.reference.group).backend == backend
+                                       and other.line_rate_gbps is not None and other.line_rate_gbps > rate)
+            for backend, rate in families if rate is not None}
 
 
 def _good_above(group: LinkGroup, outcomes: Sequence[_GroupOutcome]) -> frozenset[str]:
@@ -328,7 +431,7 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], referen
         trusted = known_good & at_floor
         doubting = _doubting_shift(mine, at_floor, trusted, thresholds, reference)
     # ``alone``: slow with the one partner it had, so its NIC is not known either way yet
-    suspect_hosts = {v.host for v in nics if not v.confirmed} | alone | doubting | \
+    suspect_hosts = {v.host for v in nics if not v.confirmed and not v.cleared} | alone | doubting | \
         {host for v in links for host in v.undecided if host in unproven}
     suspect_pairs = {(v.a, v.b) for v in links if not v.confirmed}
     clean = frozenset(host for host, pairs in mine.items() if not any(f.slow for f in pairs))
@@ -416,25 +519,88 @@ def _nic_suspect(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     # pair that makes the host a suspect is a healthy one dipping under the job's level.
     firm = all(reference.judged_by(f.gbps, thresholds) != FLEET for f in ordered)
     repeated = sum(1 for f in ordered if len(f.runs_gbps) >= 2 and f.peer(host) in known_good)
-    gbps = statistics.median(sorted(f.gbps for f in ordered))
-    source = reference.judged_by(gbps, thresholds)
-    confirmed = len(good) >= wanted and (not reference.job_level or firm or repeated >= 2)
+    fresh = _fresh_pairs(host, ordered, known_good, reference, thresholds)
+    gbps = fresh.gbps if fresh is not None else statistics.median(sorted(f.gbps for f in ordered))
+    source = FLEET if fresh is not None else reference.judged_by(gbps, thresholds)
+    if reference.fleet_gbps is not None and not reference.job_level:
+        confirmed = len(good) >= wanted and fresh is not None and fresh.verdict == SLOW_AGAIN
+    else:
+        confirmed = len(good) >= wanted and (not reference.job_level or firm or repeated >= 2)
+    cleared = len(good) >= wanted and fresh is not None and fresh.verdict == FINE_AGAIN
     deficit = reference.deficit_pct(gbps, source)
     figures = listed(f"{f.peer(host)} {fixed(f.gbps)}" for f in ordered)
     slow = sum(1 for f in ordered if f.slow)
     partners = (f"slow with all {plural(len(ordered), 'partner')}" if slow == len(ordered) else
                 f"slow with {slow} of its {plural(len(ordered), 'partner')} and below the level with the rest "
                 "(median of its pairs)")
-    evidence = (f"{host} {partners} on {group.describe()}: {figures} {UNIT} "
-                f"vs {reference.describe(source)}; {deficit_text(deficit)}")
+    evidence = f"{host} {partners} on {group.describe()}: {figures} {UNIT} vs {reference.describe(source)}"
+    evidence += f"; {fresh.note}" if fresh is not None else f"; {deficit_text(deficit)}"
     if not confirmed and len(good) < wanted:
         evidence += f" (not yet confirmed: {len(good)} of its partners known good, {wanted} wanted)"
-    elif not confirmed:
+    elif not confirmed and fresh is None and reference.fleet_gbps is not None and not reference.job_level:
+        evidence += " (not yet confirmed: no pair with a known-good partner beyond those that made it a suspect)"
+    elif not confirmed and not cleared and fresh is not None:
+        evidence += " (not yet confirmed: neither slow again nor clearly fine with its further partners)"
+    elif not confirmed and not cleared:
         evidence += (" (not yet confirmed: against a small group's own level, two of its pairs with known-good "
                      "partners are run twice)")
     return NicSuspect(host, group.backend, group.rail, group.line_rate_gbps, gbps, reference.value_gbps(source),
                       deficit, reference.robust_z(gbps, source), ordered, good, confirmed, evidence,
-                      _source_label(source))
+                      _source_label(source), cleared)
+
+
+# The pairs that make a NIC a suspect: the screen tests every host with two partners, and a host
+# slow with both is re-paired with a host that passed (gpudiag.links.schedule.confirm_rounds).
+CHOOSING_PAIRS = 2
+# A NIC's further pairs (``_fresh_pairs``) are slow again, fine again, or neither yet.
+SLOW_AGAIN, FINE_AGAIN, UNSETTLED = "slow again", "fine again", "neither slow again nor clearly fine"
+
+
+@dataclass(frozen=True)
+class _Fresh:
+    """A NIC suspect's pairs but its CHOOSING_PAIRS lowest, with known-good partners: their mean
+    (Gb/s), its z against the level (sigma of such a mean, the level's error with it), and the verdict."""
+
+    gbps: float
+    robust_z: float
+    verdict: str
+    note: str
+
+
+def _fresh_pairs(host: str, pairs: Sequence[PairFigure], known_good: frozenset[str], reference: GroupReference,
+                 thresholds: LinkThresholds) -> _Fresh | None:
+    """A NIC suspect in a group with a fleet level, judged on its pairs but the CHOOSING_PAIRS
+    lowest, those with known-good partners (None: no such pair, or no fleet level). The pairs that
+    made it a suspect were chosen for being slow: two healthy pairs a little low by chance, against
+    a rail's level a spread high, made a healthy NIC "slow with every partner", and a third
+    partner, merely below the level, confirmed it by the median of the three. Which pairs chose it
+    is not known here (the attribution is the same whatever the order of its results); its lowest
+    two are those or lower still, so what is left is judged no more harshly than the pairs after
+    the suspicion. Their mean must fall ``deficit_pct`` and ``robust_z`` sigmas of such a mean (the
+    rail's spread over the square root of the pairs, and the level's own error) below the level:
+    slow again. Less than half of either: fine again (a dip, not a NIC). Else neither yet."""
+    if reference.fleet_gbps is None or reference.job_level or reference.spread_gbps is None:
+        return None
+    later = sorted(pairs, key=lambda f: (f.gbps, f.peer(host)))[CHOOSING_PAIRS:]
+    fresh = [f for f in later if f.peer(host) in known_good]
+    if not fresh:
+        return None
+    gbps = mean_gbps(f.gbps for f in fresh)
+    spread = math.hypot(reference.spread_gbps / math.sqrt(len(fresh)), reference.level_error_gbps)
+    z = (gbps - reference.fleet_gbps) / spread
+    deficit = reference.deficit_pct(gbps, FLEET)
+    bar = -thresholds.robust_z
+    if deficit >= thresholds.deficit_pct and z <= -bar:
+        verdict = SLOW_AGAIN
+    elif deficit < thresholds.deficit_pct / 2 or z > -bar / 2:
+        verdict = FINE_AGAIN
+    else:
+        verdict = UNSETTLED
+    partners = listed(f.peer(host) for f in fresh)
+    note = (f"with {partners} beyond the two lowest pairs (those that made it a suspect, or lower still): "
+            f"{'mean ' if len(fresh) > 1 else ''}{fixed(gbps)} {UNIT}, {deficit_text(deficit)}, "
+            f"{-z:.1f} sigma of such a figure below the level with its error (bar {bar:.1f}): {verdict}")
+    return _Fresh(gbps, z, verdict, note)
 
 
 def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[str],
@@ -478,7 +644,7 @@ def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[
 
 # The chance that the pairs of one attribution re-tested and judged on their re-runs together
 # confirm a healthy one (as gpudiag.analysis.noisy.FAMILY_ALPHA for the GPUs' re-tests).
-RETEST_ALPHA = 0.01
+RETEST_ALPHA = 0.001
 
 
 @dataclass(frozen=True)

@@ -277,6 +277,9 @@ class GroupReference:
     baseline_shifted: bool = False
     members: tuple[str, ...] = ()  # the hosts of its pairs, sorted
     job_level: bool = False  # ``fleet_gbps`` is a small group's level (``job_level``), not a fleet's
+    # The fleet level's own error (Gb/s, a standard deviation): a level from a rail's twenty pairs is
+    # off by a third of a spread, and every z against it carries that (gpudiag.links.attribution).
+    level_error_gbps: float = 0.0
 
     @property
     def reference_gbps(self) -> float | None:
@@ -355,13 +358,15 @@ class GroupReference:
         return 100 * (level - gbps) / level
 
     def robust_z(self, gbps: float, source: str | None = None) -> float | None:
-        """Sigmas from the baseline's median (``source`` BASELINE), else from the fleet level;
-        None without that reference."""
+        """Sigmas from the baseline's median (``source`` BASELINE), else from the fleet level (a
+        sigma of the pairs' spread and the level's own error together); None without that
+        reference."""
         if source == BASELINE and self.baseline is not None:
             return self.baseline.robust_z(gbps)
         if self.fleet_gbps is None or self.spread_gbps is None:
             return None
-        return (gbps - self.fleet_gbps) / self.spread_gbps
+        # the pairs' spread and the level's own error together
+        return (gbps - self.fleet_gbps) / math.hypot(self.spread_gbps, self.level_error_gbps)
 
     def is_slow(self, gbps: float, thresholds: LinkThresholds) -> bool:
         """Both far (robust z) and materially (deficit) below the fleet level or the baseline,

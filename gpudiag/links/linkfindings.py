@@ -2,7 +2,9 @@
 ``slow_link`` and ``link_error`` both ends (``host`` and ``peer``), a line-rate shift the
 hosts of its group. A pair that could not be tested is never a pass: ``link_error`` is a
 warning, so the sweep exits 3 at least. A slow NIC or pair the re-tests could not confirm is an
-``unchecked`` naming it (the NIC's host, or both ends), never a warning that exits 0.
+``unchecked`` naming it (the NIC's host, or both ends), never a warning that exits 0. A NIC or
+pair the re-tests cleared (measured again, and not slow again) is a ``watch``: said, never a
+warning, as a GPU's suspect whose re-test did not repeat is dropped.
 
 ``touched_links`` reads findings back (from a stored sweep) to tell which pair figures a link
 finding touched: those stay out of a baseline."""
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.actions import Cause, action
-from ..findings import Basis, Finding, Kind, Severity
+from ..findings import Action, Basis, Finding, Kind, Severity
 from ..hosts import fold_hosts
 from ..words import deficit_text, fixed, plural
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkSuspect, NicSuspect
@@ -38,7 +40,7 @@ def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list
     that partner only (``undecided``: its NIC may be the cause as well as the link) is still a
     ``slow_link`` finding, its evidence saying so: with two nodes, or no partner left to re-pair
     with, it is all there is to tell."""
-    findings = [_nic(v, fail_deficit_pct) if v.confirmed else _unconfirmed(v) for v in attribution.nics]
+    findings = [_nic(v, fail_deficit_pct) if v.confirmed or v.cleared else _unconfirmed(v) for v in attribution.nics]
     findings += [_link(v, fail_deficit_pct) if v.confirmed or _not_slow_again(v) else _unconfirmed(v)
                  for v in attribution.links]
     alone = {error.host for error in attribution.host_errors}
@@ -58,9 +60,10 @@ def _never_every_host(findings: list[Finding], attribution: LinkAttribution) -> 
         groups = [r for r in attribution.references if r.group.backend == backend]
         members = {host for reference in groups for host in reference.members}
         suspects = [f for f in findings if f.kind in (Kind.UNCHECKED, Kind.SLOW_LINK) and f.basis != Basis.COMPARISON
-                    and _where(f.metric)[0] == backend and {f.host, f.peer} & members]
+                    and f.severity != Severity.WATCH and _where(f.metric)[0] == backend and {f.host, f.peer} & members]
         named = {end for f in suspects for end in (f.host, f.peer) if end is not None}
-        if len(members) < 2 or not members <= named or any(f.kind == Kind.SLOW_NIC for f in findings):
+        if len(members) < 2 or not members <= named or any(f.kind == Kind.SLOW_NIC and f.severity != Severity.WATCH
+                                                           for f in findings):
             continue
         findings = [f for f in findings if f not in suspects] + [_network_unsettled(backend, members, suspects)]
     return findings
@@ -129,7 +132,8 @@ def _rails_words(group: Sequence[Finding]) -> str:
 
 def _folded(kind: Kind, host: str, peer: str | None, group: list[Finding]) -> Finding:
     confirmed = [f for f in group if f.kind == kind and f.confirmed]
-    basis = confirmed or group
+    # a rail left unchecked is never hidden under one the re-tests cleared (a watch)
+    basis = confirmed or [f for f in group if f.severity != Severity.WATCH] or group
     worst = max(basis, key=lambda f: (f.deficit_pct or 0.0, f.metric or ""))
     evidence = f"on {_rails_words(group)}; worst: {worst.evidence}"
     if not confirmed:
@@ -145,8 +149,19 @@ def _folded(kind: Kind, host: str, peer: str | None, group: list[Finding]) -> Fi
                                metric=(worst.metric or "").rsplit(".rail", 1)[0], evidence=evidence)
 
 
-def _severity(confirmed: bool, deficit_pct: float, fail_deficit_pct: float) -> Severity:
+def _severity(confirmed: bool, deficit_pct: float, fail_deficit_pct: float, cleared: bool = False) -> Severity:
+    """``fail`` for a confirmed deficit of ``fail_deficit_pct`` or more, ``watch`` for a suspect the
+    re-tests cleared, else ``warn``."""
+    if cleared:
+        return Severity.WATCH
     return Severity.FAIL if confirmed and deficit_pct >= fail_deficit_pct else Severity.WARN
+
+
+def _action(cause: Cause, severity: Severity) -> tuple[Action, str]:
+    """The finding's action; a ``watch`` (a suspect the re-tests cleared) is watched, never acted on."""
+    if severity == Severity.WATCH:
+        return Action.WATCH, "measured slow, and not slow again when re-tested: re-check at the next sweep"
+    return action(cause, severity)
 
 
 def _metric(backend: str, rail: int | None) -> str:
@@ -154,22 +169,25 @@ def _metric(backend: str, rail: int | None) -> str:
 
 
 def _nic(suspect: NicSuspect, fail_deficit_pct: float) -> Finding:
-    severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct)
-    verb, detail = action(Cause.SLOW_NIC, severity)
+    """A slow NIC: confirmed (a fail at ``fail_deficit_pct`` or more, else a warning), or cleared by
+    its further partners (a ``watch`` resting on the re-test)."""
+    severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct, suspect.cleared)
+    verb, detail = _action(Cause.SLOW_NIC, severity)
     return Finding(kind=Kind.SLOW_NIC, severity=severity, host=suspect.host,
                    metric=_metric(suspect.backend, suspect.rail), value=round(suspect.gbps, 3),
                    reference=round(suspect.reference_gbps, 3), unit=UNIT,
                    reference_source=suspect.reference_source, deficit_pct=round(suspect.deficit_pct, 2),
                    robust_z=None if suspect.robust_z is None else round(suspect.robust_z, 2),
-                   confirmed=suspect.confirmed, basis=Basis.RETEST if suspect.confirmed else Basis.SINGLE_RUN,
+                   confirmed=suspect.confirmed,
+                   basis=Basis.RETEST if suspect.confirmed or suspect.cleared else Basis.SINGLE_RUN,
                    evidence=suspect.evidence, action=verb, action_detail=detail)
 
 
 def _link(suspect: LinkSuspect, fail_deficit_pct: float) -> Finding:
     """A slow pair: confirmed (a fail at ``fail_deficit_pct`` or more, else a warning), or re-tested
-    and not slow again (``_not_slow_again``: a warning resting on the re-test)."""
-    severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct)
-    verb, detail = action(Cause.SLOW_NETWORK_LINK, severity)
+    and not slow again (``_not_slow_again``: a ``watch`` resting on the re-test)."""
+    severity = _severity(suspect.confirmed, suspect.deficit_pct, fail_deficit_pct, _not_slow_again(suspect))
+    verb, detail = _action(Cause.SLOW_NETWORK_LINK, severity)
     return Finding(kind=Kind.SLOW_LINK, severity=severity, host=suspect.a, peer=suspect.b,
                    metric=_metric(suspect.backend, suspect.rail), value=round(suspect.gbps, 3),
                    reference=round(suspect.reference_gbps, 3), unit=UNIT, reference_source=suspect.reference_source,
@@ -183,8 +201,10 @@ def _link(suspect: LinkSuspect, fail_deficit_pct: float) -> Finding:
 def _not_slow_again(suspect: LinkSuspect) -> bool:
     """A slow pair whose ends are both fine with other partners, run again and not slow again: a
     dip of one run (a busy node, a burst on the fabric), which the re-test measured and did not
-    repeat. Its finding is an unconfirmed ``slow_link`` warning, as a GPU's suspect whose re-test
-    did not repeat is: said, never a fail, and no reason to keep either host out of a job."""
+    repeat. Its finding is an unconfirmed ``slow_link`` at ``watch``: said, never a warning nor a
+    fail, and no reason to keep either host out of a job (a GPU's suspect whose re-test did not
+    repeat is dropped). A healthy 48-node fleet at 4 % link noise had such a warning in one
+    sweep in twenty."""
     return not suspect.confirmed and not suspect.undecided and len(suspect.runs_gbps) >= 2
 
 

@@ -5,6 +5,7 @@ documents whose noise is known: per-run noise averages out, noise that stays wit
 import dataclasses
 import json
 import random
+import statistics
 
 import pytest
 
@@ -126,8 +127,8 @@ def test_a_key_of_one_result_a_host_takes_its_metrics_run_noise_pooled_over_its_
 
 
 def test_the_bar_rises_with_the_results_judged_and_the_runs_with_the_noise_up_to_the_threshold(tmp_path):
-    assert confirmation_bar(1, THRESHOLDS) == 3.0  # never below robust_z
-    assert 4.2 < confirmation_bar(1000, THRESHOLDS) < 4.4 < confirmation_bar(100_000, THRESHOLDS)
+    assert 3.0 <= confirmation_bar(1, THRESHOLDS) < 3.1  # never below robust_z
+    assert 4.7 < confirmation_bar(1000, THRESHOLDS) < 4.8 < confirmation_bar(100_000, THRESHOLDS)
     bar = confirmation_bar(1000, THRESHOLDS)
     runs = [planned_runs(_reference(spread), bar, THRESHOLDS) for spread in (1.35, 2.0, 2.5, 3.0, 6.0)]
     assert runs == sorted(runs) and runs[0] >= 2 and runs[-1] == THRESHOLDS.retest_max_runs
@@ -263,3 +264,16 @@ def test_one_node_printing_wild_figures_run_after_run_neither_hides_a_slow_gpu_n
 
 def _m(value: float) -> Measurement:
     return Measurement("a", "cuda:0", None, KeyInfo("k", "gemm", "tflops", {}, "TFLOP/s", "H100"), value)
+
+
+def test_a_models_one_gemm_key_sits_at_its_median_when_a_crowd_at_its_top_set_values_aside():
+    # A model's one GEMM key is its metric's only key, so no typical spread sets values aside: by
+    # the spread above a crowd at its top, 16 hosts' 128 healthy values at 2 % noise sat up to
+    # half a spread over their median (9 keys of 200 over a fifth), and a healthy GPU's re-test
+    # mean, 3.6 sigma low by chance among a thousand judged, was confirmed slow. Found again by
+    # the spread of the values it kept, the level sits at the median.
+    for seed in range(1, 201):
+        first = _Fleet(16, per_run=0.02, seed=seed).run(1)
+        values = [r["value"] for host in first for r in host["results"]]
+        (entry,) = [e for e in analyse(first, THRESHOLDS).references if e["probe"] == "gemm"]
+        assert entry["reference"] - statistics.median(values) < 0.1 * NOMINAL * 0.02, seed

@@ -1,5 +1,6 @@
 """Link attribution on synthetic pair matrices: slow NIC, slow link, link error, a fleet below line rate."""
 
+import math
 import random
 
 import pytest
@@ -510,3 +511,55 @@ def test_a_slow_pair_with_an_end_tested_with_it_alone_does_not_also_say_both_end
     [link] = attribute_links(results).links
     assert "tested with this partner only" in link.evidence and "both ends fine" not in link.evidence
 
+
+
+def _slow_with_its_screen_partners(fresh_gbps: float):
+    """A 20-node rail at 3 % noise (196 Gb/s healthy) whose node07 was slow with both its screen
+    partners, and the confirm round's pair with a fresh partner at ``fresh_gbps``."""
+    results = [r for r in measure(screen_rounds(names(20)), seed=1, noise=0.03, line=200.0, healthy=196.0)
+               if "node07" not in (r.a, r.b)]
+    results += [LinkResult("node06", "node07", "perftest", 0, 176.0, 200.0),
+                LinkResult("node07", "node08", "perftest", 0, 174.0, 200.0)]
+    first = attribute_links(results)
+    rounds = confirm_rounds(first.suspects, first.passed, [r.pair for r in results])
+    (pair,) = [p for p in rounds[0].pairs if "node07" in p]
+    results.append(LinkResult(*pair, "perftest", 0, fresh_gbps, 200.0))
+    return first, attribute_links(results)
+
+
+def test_a_nic_is_confirmed_by_its_fresh_partner_never_by_the_pairs_that_made_it_a_suspect():
+    # Two pairs chosen for being slow, and a third partner merely 4 % below the level, confirmed a
+    # healthy NIC by the median of the three: a drain in 4 of 134 healthy 48-node sweeps.
+    first, attribution = _slow_with_its_screen_partners(187.8)
+    assert [(v.host, v.confirmed) for v in first.nics] == [("node07", False)]
+    assert not [f for f in link_findings(attribution, 10.0) if f.host == "node07" and f.severity in ("warn", "fail")]
+    assert not [v for v in attribution.nics if v.confirmed]
+    _, attribution = _slow_with_its_screen_partners(172.5)  # 12 % slow with its fresh partner too
+    (nic,) = attribution.nics
+    # judged on its pairs but the two lowest (whichever chose it): here a screen pair, 176.0
+    assert (nic.host, nic.confirmed) == ("node07", True) and nic.gbps == 176.0
+    assert "beyond the two lowest pairs" in nic.evidence and ": slow again" in nic.evidence
+
+
+# One rail's 22 pair figures of a healthy 48-node fleet at 3 % link noise (A100 rail 7, 196 Gb/s
+# true: bench/detection_confirm.py's healthy mixed fleet, CV 1.5 %, seed 36). Nine crowd at the top.
+CROWDED_RAIL = [178.2, 183.0, 185.1, 187.9, 188.0, 188.2, 188.7, 189.3, 192.1, 193.7, 195.9, 196.4, 196.7, 197.8,
+                199.5, 202.6, 203.0, 203.8, 205.3, 206.1, 206.3, 208.9]
+
+
+def test_a_rail_whose_pairs_crowd_at_its_top_takes_a_level_at_its_median_and_its_familys_spread():
+    # By the spread above the crowd, the level came out 201.3 (a spread high), and a healthy NIC
+    # slow with its two partners against it was drained.
+    rng = random.Random(36)
+    results = [LinkResult(f"n{i:02d}", f"n{i + 1:02d}", "perftest", 7, gbps, 200.0)
+               for i, gbps in enumerate(CROWDED_RAIL)]
+    results += [LinkResult(f"n{i:02d}", f"n{i + 1:02d}", "perftest", rail, 196.0 * rng.gauss(1, 0.03), 200.0)
+                for rail in range(7) for i in range(len(CROWDED_RAIL))]
+    attribution = attribute_links(results)
+    (rail,) = [r for r in attribution.references if r.group.rail == 7]
+    assert rail.fleet_gbps == pytest.approx(196.4, abs=1.0)
+    spreads = [r.spread_gbps for r in attribution.references]
+    # at least the family's spread, pooled over its rails: 3 % noise (a rail's own may be wider)
+    assert min(spreads) == pytest.approx(196.0 * 0.03, rel=0.12) and rail.spread_gbps >= min(spreads)
+    assert rail.level_error_gbps == pytest.approx(1.8 * rail.spread_gbps / math.sqrt(22))
+    assert attribution.nics == () and attribution.links == ()
