@@ -38,8 +38,9 @@ else:  # pragma: no cover - Python 3.10: StrEnum's behaviour
 
 class Severity(Words):
     """How much a finding matters: ``fail`` (act on it), ``warn`` (watch it, or it could not be
-    checked) or ``watch`` (a part sliding over the stored sweeps: information, never a drain,
-    never an exit status of its own)."""
+    checked) or ``watch`` (information, never a drain, never an exit status of its own: a part
+    sliding over the stored sweeps, a pair slow once and not on its re-test, a NIC suspect its
+    other pairs cleared)."""
 
     FAIL = "fail"
     WARN = "warn"
