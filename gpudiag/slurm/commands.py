@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from ..transport.groupproc import run_grouped
 
 # Seconds a Slurm client command gets: slurmctld answers in milliseconds, or retries for
 # MessageTimeout (10 s by default) when it is down.
@@ -21,8 +22,6 @@ COMMAND_TIMEOUT_S = 60.0
 # A command is not started with less time than this left before its deadline (seconds): it
 # could not even reach slurmctld.
 MIN_COMMAND_S = 0.5
-# Seconds to collect what an ended command printed before its pipes are given up.
-_REAP_S = 2.0
 
 
 class SlurmCommandError(Exception):
@@ -74,39 +73,16 @@ def run_slurm(argv: Sequence[str], timeout_s: float = COMMAND_TIMEOUT_S, check: 
     argv = tuple(argv)
     environment = {**os.environ, **env} if env else None
     try:
-        process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True, env=environment)
+        done = run_grouped(argv, timeout_s, environment)  # ended with its children at the limit or an interrupt
     except FileNotFoundError as error:
         raise SlurmCommandError(f"{argv[0]} not found: install Slurm's client commands on this machine "
                                 f"(Debian: slurm-client) or put them on PATH") from error
     except OSError as error:
         raise SlurmCommandError(f"{shlex.join(argv)} could not run: {error}") from error
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired as error:
-        _end(process)  # its children too, even where the command itself has exited
         raise SlurmCommandError(f"{shlex.join(argv)} did not answer within {timeout_s:.3g} s and was ended "
                                 f"(is slurmctld up?)") from error
-    finally:
-        if process.poll() is None:  # Ctrl-C while it ran: it must not outlive us
-            _end(process)
-    output = SlurmOutput(argv, process.returncode, stdout, stderr)
-    if check and process.returncode != 0:
+    output = SlurmOutput(argv, done.returncode, done.stdout, done.stderr)
+    if check and done.returncode != 0:
         raise SlurmCommandError(f"{output.command} failed: {output.why()}")
     return output
-
-
-def _end(process: subprocess.Popen[str]) -> None:
-    """Kill the command's process group (the command and whatever it started) and reap it."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        process.communicate(timeout=_REAP_S)
-    except subprocess.TimeoutExpired:
-        # a child that left the group still holds the pipes: give them up, the command is dead
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
-        process.wait()

@@ -7,18 +7,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 # How long the pipes of an ended command are drained before they are given up.
 REAP_S = 2.0
 
 
-def run_grouped(argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` (no stdin; stdout and stderr as text) in a new process group. Raises
-    subprocess.TimeoutExpired once its group is ended when it runs past ``timeout_s`` seconds,
-    and OSError where it cannot start. An interrupt while it runs ends its group too."""
+def run_grouped(argv: Sequence[str], timeout_s: float,
+                env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` (no stdin; stdout and stderr as text; ``env``: its whole environment, None:
+    this process's) in a new process group. Raises subprocess.TimeoutExpired once its group is
+    ended when it runs past ``timeout_s`` seconds, and OSError where it cannot start. An
+    interrupt while it runs ends its group too."""
     process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
