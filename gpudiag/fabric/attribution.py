@@ -10,7 +10,10 @@ what is left for the NICs and pairs (gpudiag.links.attribution) to explain.
    and, where the streams were not traced, the parts the slow pairs share (with ECMP every
    uplink of a leaf is on every one of its pairs' paths, so such a culprit names the set).
 4. A leaf every one of whose nodes (three or more) is a slow NIC is the leaf, a slow switch:
-   those nodes are not drained for it. A slow pair a culprit explains is no slow link.
+   those nodes are not drained for it. A slow pair a culprit explains is no slow link: a slow
+   stream of it crossed the culprit, or none of its streams was traced, the culprit is on its
+   likely path and the pair ran no slower than the culprit's streams do (a trace that timed out
+   does not make a slow path a slow pair).
 
 Each culprit is ``confirmed`` when the confirm rounds' observations alone (runs other than the
 ones that flagged it) show it slow again; where confirm runs crossed it and were fine, it is
@@ -21,14 +24,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..links.attribution import LinkAttribution, LinkBaseline, LinkResult, LinkThresholds, NicSuspect, attribute_links
 from ..links.schedule import CONFIRM, Pair, pair_key
 from .elements import UPLINKS, Element
 from .model import LEAF, Topology
-from .observe import Measured, Observed, Planes, adjusted, explained_pairs, pair_observations, stream_observations
+from .observe import (
+    Measured,
+    Observed,
+    Planes,
+    adjusted,
+    crossed,
+    explained_pairs,
+    pair_observations,
+    stream_observations,
+)
 from .paths import PathModel
 from .tomography import Culprit, Observation, find_culprits, z_bar
 
@@ -88,11 +100,9 @@ def attribute_fabric(measured: Sequence[Measured], topology: Topology, threshold
     second = _culprits(pairs, material, traced=False, min_hosts=3)
     found = [*first, *second]
     leaf_culprits, nics = _leaves_of_nics(links.nics, topology, hosts)
-    explained: set[Pair] = set()
-    for suspect in found:
-        rows = (streams if suspect.traced else pairs).get((suspect.backend, suspect.rail), [])
-        explained |= explained_pairs(rows, suspect.elements)
-    links = dataclasses.replace(links, nics=nics, links=tuple(v for v in links.links if (v.a, v.b) not in explained))
+    explained = _explained(measured, planes, found, streams, pairs)
+    links = dataclasses.replace(links, nics=nics, links=tuple(
+        v for v in links.links if v.gbps < explained.get((v.a, v.b), math.inf) * v.reference_gbps))
     rates = _line_rates(measured, planes)
     suspects = []
     for suspect in found:
@@ -101,6 +111,33 @@ def attribute_fabric(measured: Sequence[Measured], topology: Topology, threshold
             (suspect.backend, suspect.rail)), clear_pairs=_clear_pairs(rows, suspect.elements, material)))
     suspects += leaf_culprits
     return FabricAttribution(tuple(suspects), links)
+
+
+def _explained(measured: Sequence[Measured], planes: Planes, found: Sequence[FabricSuspect], streams: Observed,
+               pairs: Observed) -> dict[Pair, float]:
+    """The pairs the culprits explain, each with the share of its reference below which it is slower
+    than they explain (0: whatever it ran at). A pair is explained by a traced culprit that one
+    of its slow traced streams crossed (any figure), or, none of its streams traced, that is on its
+    likely path (a figure down to the culprit's own share: what it leaves of a pair whose every
+    stream it carries); by an untraced culprit, through a slow pair figure (any)."""
+    explained: dict[Pair, float] = {}
+
+    def explain(found_pairs: Iterable[Pair], share: float) -> None:
+        for pair in found_pairs:
+            explained[pair] = min(explained.get(pair, math.inf), share)
+
+    untraced = [r for _, r in measured if not any(s.hops is not None for s in (*r.streams, *r.back_streams))]
+    for suspect in found:
+        key = (suspect.backend, suspect.rail)
+        if not suspect.traced:
+            explain(explained_pairs(pairs.get(key, []), suspect.elements), 0.0)
+            continue
+        explain(explained_pairs(streams.get(key, []), suspect.elements), 0.0)
+        parts = frozenset(suspect.elements)
+        explain((pair_key(r.a, r.b) for r in untraced if r.backend == suspect.backend
+                 and (model := planes.model(r.rail)) is not None and model.plane.rail == suspect.rail
+                 and crossed(r, model, parts)), suspect.culprit.share_pct / 100)
+    return explained
 
 
 def _leaves_ok(result: LinkResult, model: PathModel, hops: Sequence[str]) -> bool:

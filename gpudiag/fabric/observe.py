@@ -7,21 +7,29 @@
   ratios are measured over every traced stream of the plane and backend.
 - ``pair_observations``: each pair test's figure as a collective sees it (its streams' count ×
   the slowest of those not already explained), against the centre of its group (backend, rail,
-  line rate): what a leaf whose every uplink is slow, or an untraced pair's slow path, shows.
+  line rate): what a leaf whose every uplink is slow, or an untraced pair's slow path, shows. An
+  untraced pair with a culprit on its likely path is left out: the culprit may explain it.
 - ``nic_figure``: the figure the NIC attribution judges a pair by where the fabric is known: its
   own (the sum of its streams: what a slow path leaves of the NIC's rate, the other streams take
   up), or none where every stream of a direction crossed a culprit — such a pair says nothing
   of its NICs, and a slow path does not read as a slow NIC at either end.
+- ``adjusted``: those figures, each pair that crossed a culprit (a traced stream through it, or
+  untraced with the culprit on its likely path) raised by what the culprit costs such pairs: the
+  median of the crossing pairs against the median of the rest of their group. The other streams
+  take up most but not all of what a slow path leaves, so every pair through it runs a few
+  percent low; a NIC whose pairs all crossed it is judged against that, not against pairs that
+  avoided it (a NIC slower still is slow against it too).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..links.groups import LinkResult, StreamFigure
+from ..links.groups import LinkGroup, LinkResult, StreamFigure
 from ..links.schedule import pair_key
 from .elements import Element
 from .model import Topology
@@ -150,10 +158,13 @@ def pair_observations(measured: Iterable[Measured], planes: Planes, blamed: Mapp
         if model is None or result.gbps is None or left_out & {result.a, result.b}:
             continue
         paths = model.of_pair(result.a, result.b)
-        figure = collective_figure(result, model, blamed.get(model.plane.rail, frozenset()))
+        parts = blamed.get(model.plane.rail, frozenset())
+        figure = collective_figure(result, model, parts)
         if paths is None or figure is None or figure <= 0:
             continue
         elements = pair_elements(model, paths, len(result.streams) or 1)
+        if parts and elements & parts and not any(s.hops is not None for s in (*result.streams, *result.back_streams)):
+            continue  # an untraced pair a culprit may explain says nothing of the parts beside it
         group = (result.backend, result.rail, result.line_rate_gbps, model.plane.rail)
         rows[group].append((phase, result, math.log(figure), elements))
     observed: Observed = defaultdict(list)
@@ -164,20 +175,66 @@ def pair_observations(measured: Iterable[Measured], planes: Planes, blamed: Mapp
     return dict(observed)
 
 
+def crossed(result: LinkResult, model: PathModel, blamed: frozenset[Element]) -> bool:
+    """Whether ``result`` went through a ``blamed`` part: a traced stream did, or, with none of its
+    streams traced, the part is on its likely path (``pair_elements``)."""
+    if not blamed:
+        return False
+    streams = [*result.streams, *result.back_streams]
+    if any(s.hops is not None for s in streams):
+        return any(len(unexplained([s], model, blamed)) == 0 for s in streams if s.hops is not None)
+    paths = model.of_pair(result.a, result.b)
+    return paths is not None and bool(pair_elements(model, paths, len(result.streams) or 1) & blamed)
+
+
+# Pairs that crossed a culprit, and the hosts among them, below which their median says too
+# little of what the culprit costs a pair (then their figures stand as measured).
+MIN_CROSSING_PAIRS = 3
+MIN_CROSSING_HOSTS = 4
+
+
 def adjusted(measured: Iterable[Measured], planes: Planes,
              blamed: Mapping[int | None, frozenset[Element]]) -> list[LinkResult]:
-    """The results as the NIC attribution judges them: each figure its ``nic_figure``; a result
+    """The results as the NIC attribution judges them (see the module): each figure its
+    ``nic_figure``, raised by its group's crossing cost where it crossed a culprit; a result
     whose every stream a culprit explains is left out."""
-    kept = []
+    rows: list[tuple[LinkResult, float | None, bool]] = []
     for _, result in measured:
-        if result.gbps is None:
-            kept.append(result)
-            continue
         model = planes.model(result.rail)
-        figure = nic_figure(result, model, blamed.get(model.plane.rail, frozenset()) if model else frozenset())
+        parts = blamed.get(model.plane.rail, frozenset()) if model else frozenset()
+        if result.gbps is None or model is None:
+            rows.append((result, result.gbps, False))
+            continue
+        figure = nic_figure(result, model, parts)
         if figure is not None:
-            kept.append(dataclasses.replace(result, gbps=figure))
-    return kept
+            rows.append((result, figure, crossed(result, model, parts)))
+    cost = _crossing_costs(rows)
+    return [result if figure is None else dataclasses.replace(
+        result, gbps=figure / cost.get(result.group, 1.0) if through else figure)
+        for result, figure, through in rows]
+
+
+def _crossing_costs(rows: Sequence[tuple[LinkResult, float | None, bool]]) -> dict[LinkGroup, float]:
+    """Each group's share (at most 1) the pairs that crossed a culprit reached of the rest's
+    median; groups with too few crossing pairs or none to compare with are left out."""
+    through: dict[LinkGroup, list[LinkResult]] = defaultdict(list)
+    clear: dict[LinkGroup, list[float]] = defaultdict(list)
+    for result, figure, crossing in rows:
+        if figure is not None:
+            if crossing:
+                through[result.group].append(dataclasses.replace(result, gbps=figure))
+            else:
+                clear[result.group].append(figure)
+    costs = {}
+    for group, results in through.items():
+        hosts = {host for r in results for host in (r.a, r.b)}
+        if len(results) < MIN_CROSSING_PAIRS or len(hosts) < MIN_CROSSING_HOSTS or not clear[group]:
+            continue
+        level = statistics.median(clear[group])
+        share = statistics.median(r.gbps or 0.0 for r in results) / level if level > 0 else 1.0
+        if 0 < share < 1:
+            costs[group] = share
+    return costs
 
 
 def explained_pairs(observations: Iterable[Observation], elements: Iterable[Element]) -> set[tuple[str, str]]:

@@ -5,12 +5,13 @@ and an error that is one end's own blames that end alone (LinkResult.fault)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from gpudiag.findings import Severity
-from gpudiag.links import LinkResult, attribute_links
+from gpudiag.links import LinkResult, attribute_links, remote
 from gpudiag.links.addresses import address_refusal, impossible_address
 from gpudiag.links.linkfindings import link_findings
 from gpudiag.links.protocol import (
@@ -135,6 +136,18 @@ def test_a_clients_records_that_cannot_be_figures_are_a_problem_naming_it(lines:
 
 
 # --- the command lines ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("streams", "kept"), [
+    ([2.4, 2.4, 2.3, 2.3], True),    # one measurement: the sum is the figure
+    ([6.0, 6.0, 1.0, 1.0], True),    # two streams on a slow path finished late: their sum runs 1.5 x the figure
+    ([9.4, 9.4, 9.4, 9.4], False),   # four times the figure: not the streams of this measurement
+    ([1.0, 1.0, 1.0, 1.0], False),   # well below it: neither
+])
+def test_a_directions_streams_stand_where_they_can_be_that_measurement(streams: list[float], kept: bool):
+    record = _record(value=9.4)
+    record = dataclasses.replace(record, details={"stream_gbps": streams})
+    assert (remote._stream_figures(record) == streams) is kept
+
 
 def test_the_pair_command_lines_carry_the_secret_the_bind_and_the_lifeline():
     options = PairTestOptions(backend="tcp", python="python3")
