@@ -28,7 +28,7 @@ BASIS_WORDS = {
     Basis.SINGLE_RUN: "single run, not re-tested",
     Basis.TELEMETRY: "NVML telemetry",
     Basis.FACTS: "host facts",
-    Basis.HOST_STATUS: "could not be probed",
+    Basis.HOST_STATUS: "no usable measurements",
     Basis.ERROR_RECORD: "probe error",
     Basis.COMPARISON: "nothing to compare with",
 }

@@ -139,9 +139,11 @@ def _cut(line: str) -> str:
 def host_group_lines(document: Document) -> list[str]:
     """``ok           61  node[001-049,052-064]``; other statuses add their first host's error."""
     errors = {str(h.get("host")): h.get("error") for h in _hosts(document)}
+    groups = hosts_by_status(document)
+    width = max([16, *(len(status) for status in groups)])  # the counts stay in one column
     lines = []
-    for status, labels in hosts_by_status(document).items():
-        line = f"{status:<16} {len(labels):>5}  {fold_hosts(labels)}"
+    for status, labels in groups.items():
+        line = f"{status:<{width}} {len(labels):>5}  {fold_hosts(labels)}"
         if status != OK and errors.get(labels[0]):
             line += f": {errors[labels[0]]}"
         lines.append(line)

@@ -86,6 +86,11 @@ def test_a_node_posing_as_another_is_set_aside_and_the_other_is_untouched_in_eve
                                                           ("gpudiag_host_status", "identity_conflict")]
     assert all(labels.get("host") == "node003" for _, labels in series
                if labels.get("Hostname") == "node003" or labels.get("UUID") in _uuids(fleet, "node003"))
+    # the screen: its hosts row keeps the counts in one column, and it was probed: its records were set aside
+    rows = [line for line in result.output.splitlines() if re.match(r"  (ok|identity_conflict) +\d+  ", line)]
+    assert len(rows) == 2 and len({re.match(r"  \S+ +\d+", row).end() for row in rows}) == 1, result.output
+    unchecked_line = next(line for line in result.output.splitlines() if "unchecked node002" in line)
+    assert "could not be probed" not in unchecked_line and "no usable measurements" in unchecked_line
     # the store, and the reports read back from it
     report = _run("report", "--store", store)
     assert "node002 identity_conflict" in report.output.splitlines()[0]

@@ -432,7 +432,7 @@ def test_text_shows_units_gpu_ids_action_verb_and_basis_of_a_new_finding():
         "warn unchecked node022:1 (00000000:1B:00.0) · membw.bandwidth · probe error · action: inspect — free")
     assert lines["unchecked node023:0"].startswith(
         "warn unchecked node023:0 · gemm.tflops 700.1 TFLOP/s · nothing to compare with · action: watch — store")
-    assert lines["unchecked node024"].startswith("warn unchecked node024 · could not be probed · action: inspect — ")
+    assert lines["unchecked node024"].startswith("warn unchecked node024 · no usable measurements · action: inspect — ")
     assert lines["throttled node017:3"].startswith(
         "warn throttled node017:3 (GPU-1a2b3c4d…, 00000000:5D:00.0) · NVML telemetry · action: reset_gpu — reset")
     assert UUID not in text  # shortened in text
@@ -474,7 +474,7 @@ def test_markdown_row_of_a_new_finding_has_units_ids_verb_basis_and_detail():
     assert by_where["node017:3↔5 (3: GPU-1a2b3c4d…)"][5:7] == ["210.0 GB/s", "baseline 380.0 GB/s"]
     assert {row[1] for row in rows} == {"drain", "inspect", "watch", "reboot", "reset_gpu"}
     assert [row[9] for row in rows if row[2] == "unchecked"] == [
-        "probe error", "nothing to compare with", "could not be probed"]
+        "probe error", "nothing to compare with", "no usable measurements"]
     headline = render_report(make_new_document(), "md").split("\n\n")[1]
     assert "8 findings (2 fail, 3 warn, 3 unchecked)" in headline and "12 results could not be compared" in headline
 
@@ -496,7 +496,7 @@ def test_html_findings_show_the_full_uuid_the_verb_as_a_badge_and_the_basis():
     assert '<td data-label="action" class="action act-reset_gpu">' in text
     assert "node[001-032] (share 72 % of hosts)" in [row[3] for row in rows[1:]]
     for basis in ("confirmed by re-test", "single run, not re-tested", "host facts", "probe error",
-                  "nothing to compare with", "could not be probed", "NVML telemetry"):
+                  "nothing to compare with", "no usable measurements", "NVML telemetry"):
         assert any(f"basis{basis}" in row[6] for row in rows[1:]), basis
     summary = re.search(r'<p class="summary" id="summary">(.*?)</p>', text)
     assert summary is not None and "8 findings (2 fail, 3 warn, 3 unchecked)" in summary.group(1)
