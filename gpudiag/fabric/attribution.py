@@ -65,6 +65,7 @@ class FabricSuspect:
     confirm: Culprit | None = None
     line_rate_gbps: float | None = None
     clear_pairs: int = 0  # pairs of its plane that avoid it, none of whose figures was slow
+    retested: int = 0  # observations of its confirm runs through it
 
     @property
     def elements(self) -> tuple[Element, ...]:
@@ -188,12 +189,31 @@ def _judged(suspect: FabricSuspect, observations: Sequence[Observation], materia
     if not again:
         return suspect
     redone = find_culprits(again, material, CONFIRM_Z, min_pairs=1, min_hosts=1, min_observations=2)
-    confirm = next((c for c in redone if set(c.elements) & wanted), None)
+    confirm = next((c for c in redone if set(c.elements) & wanted), None) or _slow_again(suspect, again, material)
     if confirm is not None:
-        return dataclasses.replace(suspect, confirmed=True, confirm=confirm)
+        return dataclasses.replace(suspect, confirmed=True, confirm=confirm, retested=len(again))
     healthy = sorted(row.log_ratio for row in again)
     median = healthy[len(healthy) // 2]
-    return dataclasses.replace(suspect, cleared=median > material / 2)
+    return dataclasses.replace(suspect, cleared=median > material / 2, retested=len(again))
+
+
+def _slow_again(suspect: FabricSuspect, again: Sequence[Observation], material: float) -> Culprit | None:
+    """The suspect as its confirm runs through it show it, where they are slow again on their own
+    (two or more, their median past the material cut, their z past CONFIRM_Z): a re-test need not
+    split it from the parts those runs also crossed (every pair of them crossed both ends' leaves),
+    only show it slow again; the runs of every round together chose it over those parts."""
+    if len(again) < 2:
+        return None
+    ratios = sorted(row.log_ratio for row in again)
+    median = ratios[len(ratios) // 2]
+    z = math.fsum(row.z for row in again) / math.sqrt(len(again))
+    if median > material or z > -CONFIRM_Z:
+        return None
+    slow = [row for row in again if row.log_ratio <= material]
+    pairs = tuple(sorted({pair_key(*row.pair) for row in again}))
+    slow_pairs = tuple(sorted({pair_key(*row.pair) for row in slow}))
+    return Culprit(suspect.elements, median, z, len(again), len(slow), pairs, slow_pairs,
+                   tuple(sorted({host for pair in slow_pairs for host in pair})))
 
 
 def _leaves_of_nics(nics: Sequence[NicSuspect], topology: Topology,

@@ -100,6 +100,9 @@ def _evidence(suspect: FabricSuspect, plane: Plane) -> str:
         evidence += f"; {plural(suspect.clear_pairs, 'pair')} that avoid it were fine"
     if suspect.confirmed and suspect.confirm is not None:
         evidence += f"; confirmed by its confirm runs alone ({suspect.confirm.share_pct:.1f} %)"
+    elif not suspect.confirmed and suspect.retested:
+        evidence += (f" (not yet confirmed: the {suspect.retested} {what} of its confirm runs through it neither "
+                     "showed it slow again nor cleared it; not a pass)")
     elif not suspect.confirmed:
         evidence += " (not yet confirmed: no confirm run re-tested it; not a pass)"
     hosts = _behind(suspect.elements, plane)

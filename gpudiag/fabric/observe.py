@@ -7,8 +7,10 @@
   ratios are measured over every traced stream of the plane and backend.
 - ``pair_observations``: each pair test's figure as a collective sees it (its streams' count ×
   the slowest of those not already explained), against the centre of its group (backend, rail,
-  line rate): what a leaf whose every uplink is slow, or an untraced pair's slow path, shows. An
-  untraced pair with a culprit on its likely path is left out: the culprit may explain it.
+  line rate): what a leaf whose every uplink is slow, or an untraced pair's slow path, shows. A
+  pair that crossed a culprit is left out (the culprit explains it, and the figure its other
+  streams took up says nothing of the parts beside it), and so is the untraced direction of a
+  pair with a culprit on its likely path.
 - ``nic_figure``: the figure the NIC attribution judges a pair by where the fabric is known: its
   own (the sum of its streams: what a slow path leaves of the NIC's rate, the other streams take
   up), or none where every stream of a direction crossed a culprit — such a pair says nothing
@@ -124,14 +126,17 @@ def unexplained(streams: Sequence[StreamFigure], model: PathModel, blamed: froze
     return kept
 
 
-def collective_figure(result: LinkResult, model: PathModel, blamed: frozenset[Element]) -> float | None:
+def collective_figure(result: LinkResult, model: PathModel, blamed: frozenset[Element],
+                      untraced_explained: bool = False) -> float | None:
     """The pair's figure as a collective sees it, the streams a culprit explains left out: per
-    direction, its streams' count × the slowest of the rest; the slower direction. Without
-    streams, the pair's own figure."""
+    direction, its streams' count × the slowest of the rest; the slower direction. A direction
+    none of whose streams was traced is left out where ``untraced_explained`` (a culprit is on
+    its likely path). Without streams, the pair's own figure (None where ``untraced_explained``)."""
     if not result.streams and not result.back_streams:
-        return result.gbps
+        return None if untraced_explained else result.gbps
     figures = [len(direction) * min(s.gbps for s in kept) for direction in (result.streams, result.back_streams)
-               if direction and (kept := unexplained(direction, model, blamed))]
+               if direction and not (untraced_explained and all(s.hops is None for s in direction))
+               and (kept := unexplained(direction, model, blamed))]
     return min(figures) if figures else None
 
 
@@ -158,13 +163,16 @@ def pair_observations(measured: Iterable[Measured], planes: Planes, blamed: Mapp
         if model is None or result.gbps is None or left_out & {result.a, result.b}:
             continue
         paths = model.of_pair(result.a, result.b)
-        parts = blamed.get(model.plane.rail, frozenset())
-        figure = collective_figure(result, model, parts)
-        if paths is None or figure is None or figure <= 0:
+        if paths is None:
             continue
+        parts = blamed.get(model.plane.rail, frozenset())
+        if crossed(result, model, parts):
+            continue  # the culprit explains it, and what its other streams took up says nothing of the rest
         elements = pair_elements(model, paths, len(result.streams) or 1)
-        if parts and elements & parts and not any(s.hops is not None for s in (*result.streams, *result.back_streams)):
-            continue  # an untraced pair a culprit may explain says nothing of the parts beside it
+        # an untraced direction a culprit may explain says nothing of the parts beside it
+        figure = collective_figure(result, model, parts, untraced_explained=bool(elements & parts))
+        if figure is None or figure <= 0:
+            continue
         group = (result.backend, result.rail, result.line_rate_gbps, model.plane.rail)
         rows[group].append((phase, result, math.log(figure), elements))
     observed: Observed = defaultdict(list)
