@@ -27,7 +27,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..links.attribution import LinkAttribution, LinkBaseline, LinkResult, LinkThresholds, NicSuspect, attribute_links
+from ..links.attribution import LinkAttribution, LinkBaseline, LinkThresholds, NicSuspect, attribute_links
 from ..links.schedule import CONFIRM, Pair, pair_key
 from .elements import UPLINKS, Element
 from .model import LEAF, Topology
@@ -41,7 +41,6 @@ from .observe import (
     pair_observations,
     stream_observations,
 )
-from .paths import PathModel
 from .tomography import Culprit, Observation, find_culprits, z_bar
 
 # The z a culprit's confirm runs must reach on their own (a targeted re-test: one part, a few pairs).
@@ -92,7 +91,7 @@ def attribute_fabric(measured: Sequence[Measured], topology: Topology, threshold
     planes = Planes(topology)
     material = math.log(1 - thresholds.deficit_pct / 100)
     hosts = {host for _, r in measured for host in (r.a, r.b)}
-    streams = stream_observations(measured, planes, _leaves_ok)
+    streams = stream_observations(measured, planes)
     first = _culprits(streams, material, traced=True)
     blamed = _blamed(first)
     links = attribute_links(adjusted(measured, planes, blamed), thresholds, baseline=baseline)
@@ -141,16 +140,11 @@ def _explained(measured: Sequence[Measured], planes: Planes, found: Sequence[Fab
     return explained
 
 
-def _leaves_ok(result: LinkResult, model: PathModel, hops: Sequence[str]) -> bool:
-    """A trace starts at the client's leaf and ends at the server's (as the topology places them)."""
-    return bool(hops) and hops[0] == model.plane.leaf_of(result.a) and hops[-1] == model.plane.leaf_of(result.b)
-
-
 def _culprits(observed: Observed, material: float, *, traced: bool, min_hosts: int = 2) -> list[FabricSuspect]:
     """The culprits of each backend and plane's observations (screen and confirm runs together)."""
     found = []
     for (backend, rail), rows in observed.items():
-        parts = len({element for row in rows for element in row.elements})
+        parts = len(frozenset().union(*(row.elements for row in rows)))
         for culprit in find_culprits(rows, material, z_bar(parts), min_hosts=min_hosts):
             found.append(FabricSuspect(backend, rail, culprit, traced))
     return found

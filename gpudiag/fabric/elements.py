@@ -18,17 +18,25 @@ class Element:
     names: tuple[str, ...]
     rail: int | None = None
 
+    def __hash__(self) -> int:
+        # taken millions of times by the attribution's indexes: kept, not recomputed
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.kind, self.names, self.rail))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @classmethod
     def link(cls, key: tuple[str, str], rail: int | None) -> Element:
-        return cls(LINK, key, rail)
+        return _known(cls, LINK, tuple(key), rail)
 
     @classmethod
     def switch(cls, name: str, rail: int | None) -> Element:
-        return cls(SWITCH, (name,), rail)
+        return _known(cls, SWITCH, (name,), rail)
 
     @classmethod
     def uplinks(cls, leaf: str, rail: int | None) -> Element:
-        return cls(UPLINKS, (leaf,), rail)
+        return _known(cls, UPLINKS, (leaf,), rail)
 
     def touches(self, switch: str) -> bool:
         return switch in self.names
@@ -40,3 +48,19 @@ class Element:
         if self.kind == UPLINKS:
             return f"the uplinks of {self.names[0]}"
         return f"switch {self.names[0]}"
+
+
+# One Element for each part, so that the attribution's indexes find it by identity, not by
+# comparing fields (millions of lookups a sweep); bounded, as a fabric's parts are.
+_KNOWN: dict[tuple[str, tuple[str, ...], int | None], Element] = {}
+_KNOWN_MAX = 1 << 18
+
+
+def _known(cls: type[Element], kind: str, names: tuple[str, ...], rail: int | None) -> Element:
+    key = (kind, names, rail)
+    found = _KNOWN.get(key)
+    if found is None or type(found) is not cls:
+        if len(_KNOWN) >= _KNOWN_MAX:
+            _KNOWN.clear()
+        found = _KNOWN[key] = cls(kind, names, rail)
+    return found

@@ -282,10 +282,11 @@ class Topology:
             raise TopologyError(f"{self.source}: {which} is given twice")
         if not self.planes:
             raise TopologyError(f"{self.source}: no plane (no switch with a node under it)")
+        object.__setattr__(self, "_by_rail", {plane.rail: plane for plane in self.planes})
 
     def plane(self, rail: int | None) -> Plane | None:
         """The plane of ``rail``: its own, else the shared one (None when neither exists)."""
-        by_rail = {plane.rail: plane for plane in self.planes}
+        by_rail: dict[int | None, Plane] = self.__dict__["_by_rail"]
         return by_rail.get(rail, by_rail.get(None))
 
     @property

@@ -29,7 +29,8 @@ import dataclasses
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import cast
 
 from ..links.groups import LinkGroup, LinkResult, StreamFigure
 from ..links.schedule import pair_key
@@ -72,11 +73,10 @@ def traced_elements(model: PathModel, hops: Sequence[str]) -> frozenset[Element]
 Observed = dict[tuple[str, int | None], list[Observation]]
 
 
-def stream_observations(measured: Iterable[Measured], planes: Planes,
-                        leaves_ok: Callable[[LinkResult, PathModel, Sequence[str]], bool]) -> Observed:
+def stream_observations(measured: Iterable[Measured], planes: Planes) -> Observed:
     """Every traced stream's observation (see the module), each plane and backend centred on its
-    own streams. ``leaves_ok(result, model, hops)``: the trace starts and ends at the leaves the
-    topology gives the pair (a trace from elsewhere is left out)."""
+    own streams. A trace must start at the client's leaf and end at the server's, as the topology
+    places them (a trace from elsewhere is left out)."""
     rows: dict[tuple[str, int | None], list[tuple[str, LinkResult, float, frozenset[Element]]]] = defaultdict(list)
     for phase, result in measured:
         model = planes.model(result.rail)
@@ -86,12 +86,17 @@ def stream_observations(measured: Iterable[Measured], planes: Planes,
         top = math.fsum(s.gbps for s in result.streams) / len(result.streams)
         if top <= 0:
             continue
+        first, last = model.plane.leaf_of(result.a), model.plane.leaf_of(result.b)
+        group = rows[(result.backend, model.plane.rail)]
         for stream in traced:
-            assert stream.hops is not None
-            elements = traced_elements(model, stream.hops) if leaves_ok(result, model, stream.hops) else None
-            if elements is None or stream.gbps <= 0:
+            hops = stream.hops
+            assert hops is not None
+            if not hops or hops[0] != first or hops[-1] != last or stream.gbps <= 0:
                 continue
-            rows[(result.backend, model.plane.rail)].append((phase, result, math.log(stream.gbps / top), elements))
+            elements = traced_elements(model, hops)
+            if elements is not None:
+                group.append((phase, result, math.log(stream.gbps / top), elements))
+    rows = {key: found for key, found in rows.items() if found}
     observed: Observed = {}
     for group in sorted(rows, key=lambda key: (key[0], -1 if key[1] is None else key[1])):
         centre, spread = robust_centre([ratio for _, _, ratio, _ in rows[group]], STREAM_SPREAD_FLOOR)
@@ -102,9 +107,17 @@ def stream_observations(measured: Iterable[Measured], planes: Planes,
 
 def pair_elements(model: PathModel, paths: PathSet, streams: int) -> frozenset[Element]:
     """The parts a pair of ``streams`` streams is taken to cross (see HIT_CHANCE), its leaves'
-    uplinks as parts of their own where it leaves its leaf."""
+    uplinks as parts of their own where it leaves its leaf (one answer a plane, leaf pair and
+    stream count)."""
+    key = ("pair_elements", paths.source, paths.target, max(1, streams))
+    found = model.memo.get(key)
+    if found is None:
+        found = model.memo[key] = _pair_elements(model, paths, max(1, streams))
+    return cast(frozenset[Element], found)
+
+
+def _pair_elements(model: PathModel, paths: PathSet, count: int) -> frozenset[Element]:
     rail = model.plane.rail
-    count = max(1, streams)
     found = {Element.switch(name, rail) for name, share in paths.switch_share.items()
              if 1 - (1 - share) ** count >= HIT_CHANCE}
     found |= {Element.link(key, rail) for key, share in paths.link_share.items()

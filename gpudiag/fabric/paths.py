@@ -79,6 +79,8 @@ class PathModel:
         self.between = lru_cache(maxsize=65536)(self._between)
         self.elements_of = lru_cache(maxsize=65536)(self._elements_of)
         self._steps: dict[tuple[str, str, _State], tuple[tuple[tuple[_State, int], ...], int]] = {}
+        # what callers work out from this plane's paths alone, kept with it (observe.pair_elements)
+        self.memo: dict[tuple[object, ...], object] = {}
 
     def of_pair(self, a: str, b: str) -> PathSet | None:
         """The paths between nodes ``a`` and ``b``; None when the plane does not place either, or

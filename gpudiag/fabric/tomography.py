@@ -30,6 +30,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import NamedTuple
 
 from ..links.schedule import Pair
 from .elements import LINK, SWITCH, UPLINKS, Element
@@ -44,11 +45,11 @@ MIN_OBSERVATIONS = 3
 SWITCH_FINE_SHARE = 0.05
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(NamedTuple):
     """One figure: the ``pair`` it belongs to (client first), how far below the centre it fell
     (``log_ratio``, natural log), that in spreads (``z``), the parts it crossed (``elements``)
-    and the ``phase`` (screen, confirm) of the run that measured it."""
+    and the ``phase`` (screen, confirm) of the run that measured it. (A tuple: a sweep makes one
+    for every traced stream.)"""
 
     pair: Pair
     log_ratio: float
@@ -99,9 +100,11 @@ def find_culprits(observations: Iterable[Observation], material: float, bar: flo
     culprits: list[Culprit] = []
     while remaining and len(culprits) < MAX_CULPRITS:
         index = _index(remaining)
-        stats = {element: _stats(remaining, rows, material) for element, rows in index.items()}
+        # the z first: the median and the rest only for the parts it leaves (few, but for a culprit's)
+        stats = {element: _stats(remaining, rows, material) for element, rows in index.items()
+                 if len(rows) >= min_observations and _z(remaining, rows) <= -bar}
         eligible = [element for element, stat in stats.items()
-                    if stat.count >= min_observations and stat.median <= material and stat.z <= -bar
+                    if stat.median <= material
                     and _enough(remaining, index[element], material, min_pairs, min_hosts)
                     and (element.kind == LINK or stat.fine <= SWITCH_FINE_SHARE * stat.count)]
         if not eligible:
@@ -129,15 +132,23 @@ def _order(row: Observation) -> tuple[object, ...]:
 
 
 def _index(rows: Sequence[Observation]) -> dict[Element, tuple[int, ...]]:
-    index: dict[Element, list[int]] = defaultdict(list)
+    """Each part's rows, in order. Rows of one path share one set of parts: grouped by it first."""
+    by_parts: dict[frozenset[Element], list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
-        for element in row.elements:
-            index[element].append(i)
-    return {element: tuple(found) for element, found in index.items()}
+        by_parts[row.elements].append(i)
+    index: dict[Element, list[int]] = defaultdict(list)
+    for elements, found in by_parts.items():
+        for element in elements:
+            index[element].extend(found)
+    return {element: tuple(sorted(found)) for element, found in index.items()}
+
+
+def _z(rows: Sequence[Observation], found: Sequence[int]) -> float:
+    return math.fsum(rows[i].z for i in found) / math.sqrt(len(found))
 
 
 def _stats(rows: Sequence[Observation], found: Sequence[int], material: float) -> _Stat:
-    z = math.fsum(rows[i].z for i in found) / math.sqrt(len(found))
+    z = _z(rows, found)
     fine = sum(1 for i in found if rows[i].log_ratio > material / 2)
     return _Stat(len(found), z, statistics.median(rows[i].log_ratio for i in found), fine)
 
