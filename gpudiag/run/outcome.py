@@ -25,6 +25,13 @@ _FIELDS = ("host", "status", "error", "duration_s", "facts", "results")
 ERROR_CHARS = 2000
 
 
+def _pack(records: tuple[ProbeResult, ...]) -> bytes:
+    return zlib.compress(pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL), _PACK_LEVEL)
+
+
+_PACKED_NONE = _pack(())
+
+
 class HostOutcome(Mapping[str, Any]):
     """How one host's part of the sweep ended (``status``, ``error``), in how many seconds, its
     facts and what it measured. Also a read-only mapping of its sweep-document entry (``host``,
@@ -49,7 +56,7 @@ class HostOutcome(Mapping[str, Any]):
         # The facts record is the facts above; the document carries it once.
         records = tuple(result for result in results if result.probe != "facts")
         self._count = len(records)
-        self._packed = zlib.compress(pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL), _PACK_LEVEL)
+        self._packed = _pack(records) if records else _PACKED_NONE  # (an unreachable host's: none)
 
     @property
     def ok(self) -> bool:

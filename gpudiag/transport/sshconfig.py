@@ -426,13 +426,28 @@ def _raw_from_ssh_g(values: Mapping[str, Sequence[str]], spec: HostSpec, options
     known_hosts = first("userknownhostsfile")
     timeout = first("connecttimeout")
     jump = _none_is_none(first("proxyjump"))
-    return _RawConfig(hostname=hostname, user=user, port=port, identity_files=identities, proxy_jump=jump,
+    return _RawConfig(hostname=hostname, user=user, port=port, identity_files=_shared(identities), proxy_jump=jump,
                       proxy_command=None if jump else _none_is_none(first("proxycommand")),
                       connect_timeout=None if timeout in (None, "none") else timeout,
-                      known_hosts_files=known_hosts_files(known_hosts.split() if known_hosts else None),
+                      known_hosts_files=_shared(known_hosts_files(known_hosts.split() if known_hosts else None)),
                       strict_host_key_checking=_strict(first("stricthostkeychecking")),
-                      global_known_hosts_files=global_known_hosts_files(first("globalknownhostsfile")),
+                      global_known_hosts_files=_shared(global_known_hosts_files(first("globalknownhostsfile"))),
                       known_hosts_command=_none_is_none(first("knownhostscommand")))
+
+
+# Path lists nearly every host of a fleet resolves alike (ssh -G lists seven default identity
+# files): one tuple for all of them, not one a host (bounded: a fleet has few).
+_SHARED_PATHS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_SHARED_PATHS_MAX = 4096
+
+
+def _shared(paths: tuple[str, ...]) -> tuple[str, ...]:
+    found = _SHARED_PATHS.get(paths)
+    if found is None:
+        if len(_SHARED_PATHS) >= _SHARED_PATHS_MAX:
+            _SHARED_PATHS.clear()
+        found = _SHARED_PATHS[paths] = paths
+    return found
 
 
 def _ssh_message(stderr: str) -> str:
