@@ -51,6 +51,7 @@ from .sshpaths import (
     home_directory,
     known_hosts_files,
     local_user,
+    shared_paths,
 )
 
 SSH_G_TIMEOUT_S = 10.0
@@ -297,10 +298,12 @@ def _apply_options(spec: HostSpec, options: SshOptions, raw: _RawConfig) -> Reso
     if raw.connect_timeout is not None:
         timeout_s = _parse_seconds(raw.connect_timeout)
     return ResolvedHost(label=spec.label, hostname=raw.hostname, user=raw.user, port=raw.port,
-                        identity_files=identities, proxy_jump=raw.proxy_jump, connect_timeout_s=timeout_s,
-                        known_hosts_files=known_hosts, strict_host_key_checking=raw.strict_host_key_checking,
+                        identity_files=shared_paths(identities), proxy_jump=raw.proxy_jump,
+                        connect_timeout_s=timeout_s,
+                        known_hosts_files=shared_paths(known_hosts),
+                        strict_host_key_checking=raw.strict_host_key_checking,
                         proxy_command=raw.proxy_command, original_host=spec.host,
-                        global_known_hosts_files=raw.global_known_hosts_files,
+                        global_known_hosts_files=shared_paths(raw.global_known_hosts_files),
                         known_hosts_command=raw.known_hosts_command)
 
 
@@ -426,28 +429,13 @@ def _raw_from_ssh_g(values: Mapping[str, Sequence[str]], spec: HostSpec, options
     known_hosts = first("userknownhostsfile")
     timeout = first("connecttimeout")
     jump = _none_is_none(first("proxyjump"))
-    return _RawConfig(hostname=hostname, user=user, port=port, identity_files=_shared(identities), proxy_jump=jump,
+    return _RawConfig(hostname=hostname, user=user, port=port, identity_files=identities, proxy_jump=jump,
                       proxy_command=None if jump else _none_is_none(first("proxycommand")),
                       connect_timeout=None if timeout in (None, "none") else timeout,
-                      known_hosts_files=_shared(known_hosts_files(known_hosts.split() if known_hosts else None)),
+                      known_hosts_files=known_hosts_files(known_hosts.split() if known_hosts else None),
                       strict_host_key_checking=_strict(first("stricthostkeychecking")),
-                      global_known_hosts_files=_shared(global_known_hosts_files(first("globalknownhostsfile"))),
+                      global_known_hosts_files=global_known_hosts_files(first("globalknownhostsfile")),
                       known_hosts_command=_none_is_none(first("knownhostscommand")))
-
-
-# Path lists nearly every host of a fleet resolves alike (ssh -G lists seven default identity
-# files): one tuple for all of them, not one a host (bounded: a fleet has few).
-_SHARED_PATHS: dict[tuple[str, ...], tuple[str, ...]] = {}
-_SHARED_PATHS_MAX = 4096
-
-
-def _shared(paths: tuple[str, ...]) -> tuple[str, ...]:
-    found = _SHARED_PATHS.get(paths)
-    if found is None:
-        if len(_SHARED_PATHS) >= _SHARED_PATHS_MAX:
-            _SHARED_PATHS.clear()
-        found = _SHARED_PATHS[paths] = paths
-    return found
 
 
 def _ssh_message(stderr: str) -> str:

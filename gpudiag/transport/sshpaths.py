@@ -70,3 +70,19 @@ def global_known_hosts_files(value: str | None) -> tuple[str, ...]:
     if [path.lower() for path in paths] == ["none"]:
         return ()
     return tuple(expand_home(path) for path in paths)
+
+
+# Path lists nearly every host of a fleet resolves alike (ssh -G lists seven default identity
+# files): one tuple for all of them, not one a host (bounded: a fleet has few).
+_SHARED_PATHS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_SHARED_PATHS_MAX = 4096
+
+
+def shared_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """``paths``, as the one tuple of those paths every caller shares."""
+    found = _SHARED_PATHS.get(paths)
+    if found is None:
+        if len(_SHARED_PATHS) >= _SHARED_PATHS_MAX:
+            _SHARED_PATHS.clear()
+        found = _SHARED_PATHS[paths] = paths
+    return found

@@ -427,3 +427,14 @@ def test_tilde_and_percent_d_are_the_password_database_home_not_dollar_home(
     assert node.identity_files[:2] == (f"{home}/given", f"{home}/.ssh/cluster_key")
     assert node.known_hosts_files[1] == f"{home}/.ssh/kh2"
     assert replaced.known_hosts_files == (f"{home}/fleet_kh",)
+
+
+@needs_ssh
+def test_hosts_that_resolve_alike_share_one_list_of_paths(config: str) -> None:
+    # a fleet's hosts nearly all resolve the same identity and known-hosts files: kept once, not once a host
+    first, second = (resolve_host(HostSpec(name), options(config, known_hosts=None), "ssh")
+                     for name in ("node1", "node2"))
+    assert first.identity_files == second.identity_files and first.identity_files is second.identity_files
+    assert first.known_hosts_files is second.known_hosts_files
+    strict = resolve_host(HostSpec("strict"), options(config), "ssh")
+    assert strict.identity_files != first.identity_files  # each list its own where they differ
