@@ -2,21 +2,18 @@
 (``jump.py``, ``proxy.py``), and commands that run under a deadline on the node itself.
 
 Nothing is installed on nodes: the probe bundle goes over SFTP into a content-hashed folder
-of the remote user's cache, once per bundle version.
+of the remote user's cache, once per bundle version (``bundleship.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import select
 import shlex
 import socket
-import stat
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -25,18 +22,18 @@ import paramiko
 from ..bundle import Bundle
 from . import AuthFailed, CommandResult, ConnectTimedOut, TransportError, Unreachable
 from .bounded import BoundedOutput, OutputLimits
+from .bundleship import ship_bundle
 from .hosttransport import HostTransport
 from .jump import BastionPool, HopResolver, JumpResolver, Sock, close_transport, route_to
 from .knownhosts import KnownHosts
 from .proxy import ProxyCommands, ProxyCommandSocket
-from .remotefolder import UnsafeFolder, check_bundle_folder
+from .remotefolder import UnsafeFolder
 from .remotepid import ErrorOutput, new_pid_marker
 from .sshconfig import ProxySettingError, ResolvedHost, proxy_command_line
 
 _CHUNK_BYTES = 65536
 # How long ``cancel`` waits for the PID of a command just started (its first stderr line).
 PID_WAIT_S = 3.0
-_BUNDLE_CACHE = ".cache/gpudiag"
 # The shortest wait of a connecting whose host's time is spent (seconds): it fails at once.
 MIN_WAIT_S = 0.01
 # How near its deadline a connecting that failed counts as ended by it (seconds).
@@ -207,7 +204,7 @@ class SshSession:
         timeout_s = self._settings.sftp_timeout_s
         try:
             with self._sftp() as sftp:
-                self._bundle_dir = _ship_bundle(sftp, bundle)
+                self._bundle_dir = ship_bundle(sftp, bundle)
         except UnsafeFolder as unsafe:
             raise BundleShipError(f"{self._label}: the probe bundle will not run from there: {unsafe}; remove it "
                                   f"(or make it the remote user's, mode 0700) and run again") from unsafe
@@ -521,83 +518,3 @@ def _time_up(deadline: float | None) -> bool:
     """Whether ``deadline`` (time.monotonic) has come (or is within TIME_UP_MARGIN_S: paramiko's
     waits end on time.time and in 0.1 s steps)."""
     return deadline is not None and time.monotonic() >= deadline - TIME_UP_MARGIN_S
-
-
-def _ship_bundle(sftp: paramiko.SFTPClient, bundle: Bundle) -> str:
-    """Upload into a staging folder of its own and rename it into place, so a half-copied bundle is
-    never used. Hosts that share a home (NFS) race to rename: the loser removes its staging folder
-    and uses the winner's. Returns the absolute remote folder. Raises UnsafeFolder when the cache
-    folders, or a bundle folder found there, are not only the remote user's (gpudiag.transport.
-    remotefolder), OSError (staging removed), TimeoutError at once when the server stops
-    answering (nothing more can be done over it)."""
-    name = f"bundle-{bundle.content_hash[:16]}"
-    home = sftp.normalize(".")
-    final = f"{home}/{_BUNDLE_CACHE}/{name}"
-    cache = tuple(f"{home}/{'/'.join(_BUNDLE_CACHE.split('/')[:depth])}"
-                  for depth in range(1, _BUNDLE_CACHE.count("/") + 2))
-    if _exists(sftp, f"{final}/.complete"):
-        check_bundle_folder(sftp, home, cache, final)  # a folder of that name is not ours by its name
-        return final
-    _makedirs(sftp, f"{home}/{_BUNDLE_CACHE}")
-    check_bundle_folder(sftp, home, cache, None)
-    staging = f"{final}.tmp-{uuid.uuid4().hex[:8]}"
-    try:
-        _upload(sftp, bundle, staging)
-        sftp.posix_rename(staging, final)
-    except TimeoutError:
-        raise
-    except OSError:
-        won_by_another = _exists(sftp, f"{final}/.complete")
-        _remove_tree(sftp, staging)
-        if not won_by_another:
-            raise  # not a lost race with another host or sweep: a real failure (disk full, ...)
-        check_bundle_folder(sftp, home, (), final)
-    return final
-
-
-def _upload(sftp: paramiko.SFTPClient, bundle: Bundle, staging: str) -> None:
-    for folder in sorted({str(p.parent) for p in bundle.files} | {"."}):
-        _makedirs(sftp, f"{staging}/{folder}")
-    for relative, data in bundle.contents.items():
-        sftp.putfo(io.BytesIO(data), f"{staging}/{relative.as_posix()}")
-    sftp.putfo(io.BytesIO(bundle.content_hash.encode()), f"{staging}/.complete")
-
-
-def _remove_tree(sftp: paramiko.SFTPClient, path: str) -> None:
-    """Remove the folder ``path`` and everything in it, as far as it goes: a staging folder left
-    behind is litter, not a failure of the host."""
-    try:
-        entries = sftp.listdir_attr(path)
-    except OSError:
-        return  # never made, or gone already
-    for entry in entries:
-        child = f"{path}/{entry.filename}"
-        try:
-            if stat.S_ISDIR(entry.st_mode or 0):
-                _remove_tree(sftp, child)
-            else:
-                sftp.remove(child)
-        except OSError:
-            continue
-    with contextlib.suppress(OSError):
-        sftp.rmdir(path)
-
-
-def _exists(sftp: paramiko.SFTPClient, path: str) -> bool:
-    try:
-        sftp.stat(path)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-def _makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
-    parts = path.strip("/").split("/")
-    for depth in range(1, len(parts) + 1):
-        partial = "/" + "/".join(parts[:depth])
-        if not _exists(sftp, partial):
-            try:
-                sftp.mkdir(partial, mode=0o700)
-            except OSError:
-                if not _exists(sftp, partial):  # another sweep made it meanwhile
-                    raise
