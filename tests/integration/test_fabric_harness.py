@@ -193,7 +193,11 @@ def test_stop_leaves_no_namespace_link_or_process():
     try:
         fabric.run_in("node01", ["sleep", "60"])
         leaf_sleep = subprocess.Popen(["ip", "netns", "exec", fabric.switches["leaf2"].namespace, "sleep", "60"])
-        assert fabric.processes_matching(r"^sleep 60") and len(fabric.process_ids()) >= 4  # two sshd, two sleeps
+        # `ip netns exec` enters the namespace and then runs sleep: until both have, neither is found there
+        deadline = time.monotonic() + 10
+        while len(fabric.processes_matching(r"^sleep 60$")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(fabric.processes_matching(r"^sleep 60$")) == 2 and len(fabric.process_ids()) >= 4  # two sshd
         pids, directory = fabric.process_ids(), fabric.directory
         assert fabric.prefix in _names_shown()
         started = time.monotonic()
