@@ -27,7 +27,8 @@ from typing import TextIO
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 
-from .errors import InputError
+from ..errors import InputError
+from .fold import fold_labels
 
 STDIN_NAME = "<stdin>"
 
@@ -195,7 +196,7 @@ def load_hosts(argument: str, stdin: TextIO) -> list[HostSpec]:
 
 
 def fold_hosts(labels: Iterable[str]) -> str:
-    """Labels folded into ClusterShell's compact form, e.g. ``node[001-062,064]``.
+    """Labels folded into node-set form, e.g. ``node[001-062,064]`` (gpudiag.hostfold).
 
     Deterministic: the same set of labels always folds to the same text, whatever their order. Labels
     that a node set cannot hold (IPv6 literals) follow the folded part, sorted, comma-separated.
@@ -208,7 +209,7 @@ def fold_hosts(labels: Iterable[str]) -> str:
             foldable.append(label)
         else:
             others.add(label)
-    parts = [str(NodeSet.fromlist(foldable, resolver=RESOLVER_NOGROUP))] if foldable else []
+    parts = [fold_labels(foldable)] if foldable else []
     return ",".join(parts + sorted(others))
 
 
