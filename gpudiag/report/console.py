@@ -237,9 +237,9 @@ def render_sweep_table(result: Any, console: Console) -> None:
     """A compact per-host table of the measured hosts (min / median / max over each host's GPUs)
     within the console's width, the hosts its findings name first; the caption names any column
     left out for want of room and the rows left out."""
-    findings = _findings_by_host(result.findings)
     measured = [host for host in result.hosts if host.results_count]  # only the rows shown are unpacked
     if measured:
+        findings = _findings_by_host(result.findings)
         ordered = sorted(measured, key=lambda host: not findings.get(host.host))
         print_tables(console, [fit_table(sweep_table(ordered, findings), console.width, hint="see --json")])
 

@@ -23,7 +23,7 @@ Nothing is judged from the document: the analysis reads the full records in memo
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from ..records import device_index
@@ -41,17 +41,20 @@ ALL_GPUS = -1
 NIC_PORT = "nic_port"
 
 
-def flagged_gpus(findings: Iterable[Mapping[str, Any]]) -> dict[str, set[int]]:
-    """The GPU indexes each host's findings name; ALL_GPUS for a finding about the whole host."""
-    flagged: dict[str, set[int]] = defaultdict(set)
+def flagged_gpus(findings: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[int]]:
+    """The GPU indexes each host's findings name; ALL_GPUS for a finding about the whole host.
+    Hosts flagged alike share one set (a fleet of unreachable hosts: one for all)."""
+    flagged: dict[str, frozenset[int]] = {}
+    alike: dict[frozenset[int], frozenset[int]] = {}
     for finding in findings:
         host, gpu = finding.get("host"), finding.get("gpu")
         if isinstance(host, str):
-            flagged[host].add(gpu if isinstance(gpu, int) else ALL_GPUS)
+            marks = flagged.get(host, frozenset()) | {gpu if isinstance(gpu, int) else ALL_GPUS}
+            flagged[host] = alike.setdefault(marks, marks)
     return flagged
 
 
-def compact_host(entry: Mapping[str, Any], flagged: set[int]) -> dict[str, Any]:
+def compact_host(entry: Mapping[str, Any], flagged: Set[int]) -> dict[str, Any]:
     """The compact form of one host's document entry (see the module); ``flagged`` its GPUs that
     a finding names (ALL_GPUS: every one)."""
     results, p2p, telemetry, ports = [], [], [], []
@@ -101,7 +104,7 @@ def port_table(records: Sequence[Mapping[str, Any]]) -> Any:
     return columns(rows)
 
 
-def _trimmed(record: Mapping[str, Any], flagged: set[int]) -> Mapping[str, Any]:
+def _trimmed(record: Mapping[str, Any], flagged: Set[int]) -> Mapping[str, Any]:
     details = record.get("details") or {}
     long = sorted(name for name, value in details.items() if isinstance(value, list) and len(value) > LONG_LIST)
     if not long or ALL_GPUS in flagged or device_index(record.get("device")) in flagged:

@@ -42,20 +42,27 @@ def document_chunks(result: SweepResult, detail: str = COMPACT,
     ``parts`` are fields a use case adds after the sweep's own (a pre-flight's ``preflight``).
     Strict JSON: a non-finite figure is null (gpudiag.schema.jsonout), never a bare NaN or
     Infinity."""
-    skeleton = {**result.to_dict(records=False), **(parts or {})}
-    flagged = flagged_gpus(skeleton["findings"])
+    # The hosts and the findings are written one at a time: a fleet's worth of their dicts, or of
+    # their JSON in one string, is never held at once.
+    skeleton = {**result.to_dict(records=False, items=False), **(parts or {})}
+    flagged = flagged_gpus(finding.to_dict() for finding in result.findings) if detail == COMPACT else {}
     fields = list(skeleton)
     fields.insert(fields.index("hosts"), "json_detail")
     skeleton["json_detail"] = detail
     yield "{"
     for index, name in enumerate(fields):
         yield ("" if index == 0 else ", ") + strict_dumps(name) + ": "
-        if name != "hosts":
+        if name == "hosts":
+            entries: Iterator[Mapping[str, Any]] = (
+                host.to_dict() if detail == FULL else compact_host(host, flagged.get(host.host, frozenset()))
+                for host in result.hosts)
+        elif name == "findings":
+            entries = (finding.to_dict() for finding in result.findings)
+        else:
             yield strict_dumps(skeleton[name])
             continue
         yield "["
-        for number, host in enumerate(result.hosts):
-            entry = host.to_dict() if detail == FULL else compact_host(host, flagged.get(host.host, set()))
+        for number, entry in enumerate(entries):
             yield ("" if number == 0 else ", ") + strict_dumps(entry)
         yield "]"
     yield "}\n"

@@ -122,18 +122,19 @@ class SweepResult:
         return decide_exit_code(has_fail=any(f.severity == Severity.FAIL for f in self.findings),
                                 has_unchecked=has_unchecked, interrupted=self.interrupted)
 
-    def to_dict(self, *, records: bool = True) -> dict[str, Any]:
+    def to_dict(self, *, records: bool = True, items: bool = True) -> dict[str, Any]:
         """The sweep document, every record in full; without ``records``, each host's entry has
         ``results_count`` instead of its records (what a report of hosts and findings needs,
-        without unpacking every host)."""
+        without unpacking every host); without ``items``, ``hosts`` and ``findings`` are empty
+        lists, where a writer takes them one at a time from ``hosts`` and ``findings``."""
         return {
             "schema": SWEEP_SCHEMA,
             "sweep_id": self.sweep_id,
             "started_at": iso_time(self.started_at),
             "finished_at": iso_time(self.finished_at),
-            "hosts": [host.to_dict() if records else host.summary_dict() for host in self.hosts],
+            "hosts": [host.to_dict() if records else host.summary_dict() for host in self.hosts] if items else [],
             "links": [dict(link) for link in self.links],
-            "findings": [finding.to_dict() for finding in self.findings],
+            "findings": [finding.to_dict() for finding in self.findings] if items else [],
             **({"impact": dict(self.impact)} if self.impact is not None else {}),
             **({"warnings": list(self.warnings)} if self.warnings else {}),
             **({"focus": dict(self.focus)} if self.focus is not None else {}),
@@ -253,25 +254,30 @@ class _Slots:
     """The fan-out: each host's worker starts when one of ``fanout`` slots is free. A slot is
     its host's until the host's outcome is decided: by its worker, or by the watch at the host's
     time limit, whatever its worker is still stuck in (a handshake that never answers). A stuck
-    worker never keeps the next host waiting; its own waits end by its host's time limit too."""
+    worker never keeps the next host waiting; its own waits end by its host's time limit too.
+    A host's run record is made when its slot starts it and let go once its outcome is taken:
+    the waiting hosts cost a reference each, however many there are."""
 
-    def __init__(self, runs: Sequence[_HostRun], fanout: int, start: Callable[[_HostRun, int], None]) -> None:
-        self._waiting = collections.deque(runs)
-        self._running: list[_HostRun] = []
+    def __init__(self, hosts: Sequence[HostSpec], fanout: int, start: Callable[[_HostRun, int], None],
+                 clock: Callable[[], float]) -> None:
+        self._waiting = collections.deque(hosts)
+        self.running: dict[Future[HostOutcome], _HostRun] = {}
         self._fanout = max(1, fanout)
         self._start = start
+        self._clock = clock
         self._started = 0
 
     def fill(self) -> None:
         """Start waiting hosts while a slot is free."""
-        self._running = [run for run in self._running if not run.result.done()]
-        while self._waiting and len(self._running) < self._fanout:
-            run = self._waiting.popleft()
+        busy = sum(not result.done() for result in self.running)
+        while self._waiting and busy < self._fanout:
+            run = _HostRun(self._waiting.popleft(), self._clock)
             self._started += 1
+            self.running[run.result] = run
             self._start(run, self._started)
-            self._running.append(run)
+            busy += 1
 
-    def never_started(self) -> list[_HostRun]:
+    def never_started(self) -> list[HostSpec]:
         """The hosts still waiting for a slot, which now never start."""
         waiting, self._waiting = list(self._waiting), collections.deque()
         return waiting
@@ -299,12 +305,11 @@ class _SweepRunner:
     def run(self, hosts: Sequence[HostSpec]) -> tuple[list[HostOutcome], bool]:
         outcomes: dict[str, HostOutcome] = {}
         self._progress.start(len(hosts))
-        runs = [_HostRun(host, self._clock) for host in hosts]
-        slots = _Slots(runs, self._options.fanout, self._start_host)
+        slots = _Slots(hosts, self._options.fanout, self._start_host, self._clock)
         interrupted = late = False
         try:
-            self._gather(runs, outcomes, deadline=self._deadline, slots=slots)
-            late = len(outcomes) < len(runs)  # the run's deadline came first
+            self._gather(slots, outcomes, deadline=self._deadline, start=True)
+            late = len(outcomes) < len(hosts)  # the run's deadline came first
             if late:
                 self._end_late()
         except KeyboardInterrupt:
@@ -312,11 +317,10 @@ class _SweepRunner:
             # Ending the probes and hearing back is real processes' business: wall time, whatever the run's clock.
             deadline = time.monotonic() + CANCEL_WAIT_S
             self._interrupt(deadline)
-            for run in slots.never_started():
-                if run.claim():
-                    run.result.set_result(interrupted_host(run.host))
+            for host in slots.never_started():
+                outcomes[host.label] = interrupted_host(host)
             try:
-                self._gather(runs, outcomes, deadline, time.monotonic)
+                self._gather(slots, outcomes, deadline, time.monotonic)
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: stop waiting, report what is in
         finally:
@@ -333,16 +337,18 @@ class _SweepRunner:
             failed = dict(self._not_stored)
         return (store_warning(failed),) if failed else ()
 
-    def _gather(self, runs: Sequence[_HostRun], outcomes: dict[str, HostOutcome], deadline: float | None,
-                clock: Callable[[], float] | None = None, slots: _Slots | None = None) -> None:
+    def _gather(self, slots: _Slots, outcomes: dict[str, HostOutcome], deadline: float | None,
+                clock: Callable[[], float] | None = None, start: bool = False) -> None:
         """Collect outcomes as hosts finish, ending each host still in a phase whose time is up,
-        until every host has one or ``deadline`` (on ``clock``, else the run's) passes; with
-        ``slots``, start the next hosts as slots come free."""
+        until every started host (with ``start``, every host: the next start as slots come free)
+        has one or ``deadline`` (on ``clock``, else the run's) passes."""
         clock = clock or self._clock
-        pending = {run.result: run for run in runs if run.host.label not in outcomes}
-        while pending:
-            if slots is not None:
+        pending = slots.running
+        while True:
+            if start:
                 slots.fill()
+            if not pending:
+                return
             # A short wait keeps the main thread responsive to Ctrl-C and SIGTERM.
             done, _ = wait(list(pending), timeout=0.2, return_when=FIRST_COMPLETED)
             for future in done:

@@ -132,3 +132,12 @@ def test_the_import_graph_figures_are_printed_with_no_circle():
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "modules:" in done.stdout and "rooms:" in done.stdout and "longest chain: gpudiag." in done.stdout
+
+
+def test_the_host_scale_benchmark_folds_both_kinds_of_labels_and_projects_a_sweeps_memory():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "host_scale.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.strip().startswith(("node names", "addresses"))]
+    assert len(rows) == 2 and all("same text" in row for row in rows), done.stdout
+    assert re.search(r"a host costs [\d.]+ KiB; projected at 100000 hosts: \d+ MiB", done.stdout), done.stdout
