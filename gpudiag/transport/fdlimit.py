@@ -78,7 +78,8 @@ def plan_open_files(hosts: int, fds_per_connection: int, fanout: int) -> FdPlan:
     in_use = fds_per_connection + IN_USE_EXTRA
     capped = max(2, min(fanout, budget // (2 * in_use)))
     connections = max(2, (budget - capped * IN_USE_EXTRA) // fds_per_connection)
+    fewer = f"fan-out {capped} instead of {fanout}, and " if capped < fanout else ""
     notes.append(f"the open-file limit ({soft}, hard {hard}) holds {connections} connections, not the {hosts} this "
-                 f"sweep keeps: fan-out {capped} instead of {fanout}, and connections are closed between phases and "
-                 f"opened again (raise the limit with `ulimit -n {need}` or in limits.conf)")
+                 f"sweep keeps: {fewer}connections are closed between phases and opened again (raise the limit with "
+                 f"`ulimit -n {need}` or in limits.conf)")
     return FdPlan(capped, max(1, capped // 2), connections, tuple(notes))
