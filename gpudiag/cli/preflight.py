@@ -156,7 +156,7 @@ def _write_outputs(run: PreflightRun, json_path: str | None, json_detail: str, e
     if exclude_file is not None:
         errors += _written(lambda: write_exclude_list(result, exclude_file), "--exclude-file")
     if prom_file is not None:
-        errors += _written(lambda: write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file),
+        errors += _written(lambda: write_prom_file(result.summary(), prom_file),
                            "--prom-file")
     return errors
 
@@ -176,7 +176,7 @@ def _print_report(run: PreflightRun, to_stderr: bool, output_errors: list[str]) 
     stream = sys.stderr if to_stderr else sys.stdout
     if stream.isatty():  # the per-host figures first: the findings and the summary line end the screen
         render_sweep_table(run.result, make_console(stderr=to_stderr))
-    echo_text(render_report(run.result.to_dict(records=False), "text", outputs=None), err=to_stderr)
+    echo_text(render_report(run.result.summary(), "text", outputs=None), err=to_stderr)
     for warning in run.result.warnings:
         click.echo(f"gpudiag: warning: {warning}", err=True)
     for line in action_lines(run):

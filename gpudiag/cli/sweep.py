@@ -142,14 +142,14 @@ def sweep(hosts_argument: str | None, probe_list: str, duration: float,
                 ("the sweep document", json_path), ("the exclude list", exclude_file)) if path) or "the report"))
         _write_outputs(result, json_path, exclude_file, json_detail)
         if prom_file is not None:  # its hosts read one at a time, from the sweep's packed outcomes
-            write_prom_file({**result.to_dict(records=False), "hosts": result.hosts}, prom_file)
+            write_prom_file(result.summary(), prom_file)
         # the per-host figures first: the findings and the verdict end what a terminal shows
         render_sweep_table(result, make_console(stderr=json_path == "-"))
         for warning in result.warnings:
             click.echo(f"gpudiag: warning: {warning}", err=True)
         outputs = output_words(json_path, exclude_file, prom_file, judging.store_path)
         click.echo(err=json_path == "-")
-        echo_text(render_report(result.to_dict(records=False), "text", outputs=outputs), err=json_path == "-")
+        echo_text(render_report(result.summary(), "text", outputs=outputs), err=json_path == "-")
     # An interrupt that came after the last remote phase left the outputs whole, and still asked to stop.
     return ExitCode.INTERRUPTED if gate.received else result.exit_code
 

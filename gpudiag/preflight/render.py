@@ -62,7 +62,7 @@ def summary_line(run: PreflightRun, output_errors: Sequence[str] = ()) -> str:
     ``gpudiag preflight: FAIL n2, exit 1, in 41 s of a 60 s budget: n2 slow_gpu GPU 3 gemm.tflops -30%. Drained n2``
     ``gpudiag preflight: healthy n[1-4], exit 0, in 12 s of a 120 s budget``
     ``gpudiag preflight: inconclusive, exit 3, in 55 s of a 60 s budget: n3 unchecked: .... Nothing drained``"""
-    document = run.result.to_dict(records=False)
+    document = run.result.summary()
     code = run.exit_code
     timing = f"in {run.elapsed_s:.0f} s of a {run.plan.budget_s:g} s budget"
     if code == ExitCode.OK:

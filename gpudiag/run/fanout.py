@@ -147,6 +147,13 @@ class SweepResult:
                         "exit_code": int(self.exit_code)},
         }
 
+    def summary(self) -> dict[str, Any]:
+        """The document without records, for a reader in this process (a report, the textfile, the
+        store): its hosts are the packed outcomes themselves (mappings that unpack what is read),
+        not a copy of each. Not JSON as it stands: ``to_dict`` is."""
+        return {**self.to_dict(records=False, items=False), "hosts": self.hosts,
+                "findings": [finding.to_dict() for finding in self.findings]}
+
 
 def new_sweep_id(now: datetime) -> str:
     """``20261121T101500Z-3f2a``: sortable by time, unique by its random tail."""

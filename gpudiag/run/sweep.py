@@ -414,7 +414,7 @@ def _finish(store: Store | None, result: SweepResult, runtime: Runtime) -> Sweep
         runtime.progress.phase(f"storing the sweep in {store.path}")
     try:
         # The hosts as they are (lazy mappings): the store adds only those it has not recorded yet.
-        store.finish_sweep(result.sweep_id, {**result.to_dict(records=False), "hosts": result.hosts})
+        store.finish_sweep(result.sweep_id, result.summary())
     except StoreError as error:
         warning = f"the store could not keep this sweep ({error}); the sweep document and exclude list still hold it"
         runtime.gate.say(f"warning: {warning}")
