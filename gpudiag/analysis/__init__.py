@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -180,10 +179,11 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     telemetry = with_wiring(readings.telemetry, wired)
     previous = previous_hosts if isinstance(previous_hosts, PriorCounts) else prior_counts(previous_hosts or ())
     grouped = by_key(found)
-    refs = references(grouped, thresholds, baseline, skus)
+    refs = references(grouped, thresholds, baseline, skus, readings.values)
     shifts = group_shifts(grouped, refs, thresholds, baseline)  # a group's level judges its parts
     judging = judging_references(refs, shifts, thresholds)
-    suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging, thresholds)]
+    by_host = readings.by_host
+    suspects = [_identified(s, readings.identities) for s in find_suspects(found, judging, thresholds, by_host)]
     # Each node as one: its GPUs' median against the fleet's node medians (gpudiag.analysis.nodes).
     medians = [m for m, gpus in readings.medians if gpus >= thresholds.sibling_min_gpus]  # read host by host
     suspects += find_suspects(medians, references(by_key(medians), thresholds, None, no_figures), thresholds)
@@ -198,9 +198,6 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     # A noisy key's wide screen alone says nothing until the re-test confirms (gpudiag.analysis.noisy).
     judged = [s for s in suspects if s.confirmed or not s.screened]
     facts = {h.host: h.facts for h in hosts if h.status == "ok"}
-    by_host: dict[str, list[Measurement]] = defaultdict(list)
-    for m in found:
-        by_host[m.host].append(m)
     context = Context(thresholds, telemetry, facts, refs, found, by_host, readings.identities,
                       clock_costs=typical_clock_costs(grouped, readings.clock_costs))
     findings = (speed_findings(judged, context) + rule_findings(telemetry, thresholds, readings.quiet)

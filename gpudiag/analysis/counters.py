@@ -23,6 +23,8 @@ counter, its value, the peers' median and the NVLink index.
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
@@ -157,8 +159,7 @@ def counter_findings(telemetry: Telemetry, thresholds: Thresholds, previous: Pri
     growth."""
     gathered = _Gathered(thresholds, previous or PriorCounts())
     for host in sorted(telemetry):
-        for gpu in telemetry[host].values():
-            gathered.add(gpu)
+        gathered.add_host(telemetry[host])
     gathered.add_clean()
     for peers in gathered.groups.values():
         peers.sort()
@@ -184,6 +185,21 @@ class _Gathered:
         # their groups once a host (add_clean), not once a GPU and counter.
         self._clean_replays: dict[tuple[Any, Any, str], int] = defaultdict(int)
         self._clean_links: dict[tuple[Any, Any, str], int] = defaultdict(int)
+
+    def add_host(self, gpus: Mapping[str, rules.GpuTelemetry]) -> None:
+        """One host's GPUs (``add``, each), those whose counters all read 0 counted in one look
+        (``zero_counters``, worked out as the host was read) where no previous sweep is given."""
+        fresh = not self._prior.gpus
+        for gpu in gpus.values():
+            zeros = gpu.zero_counters if fresh else None
+            if zeros is None:
+                self.add(gpu)
+                continue
+            clean = (gpu.gpu_model, gpu.driver, gpu.host)
+            if zeros[0]:
+                self._clean_replays[clean] += zeros[0]
+            if zeros[1]:
+                self._clean_links[clean] += zeros[1]
 
     def add(self, gpu: rules.GpuTelemetry) -> None:
         replays = gpu.value("pcie_replay_count")
@@ -233,6 +249,32 @@ class _Gathered:
         self.groups[_group(gpu, spec, figure)].add(judged, gpu.host)
         if judged and judged >= self._floors[spec.name]:
             self.candidates.append((gpu, Reading(spec, link, value, growth)))
+
+
+def zero_counters(gpu: rules.GpuTelemetry) -> tuple[int, int] | None:
+    """Where every error counter ``gpu`` keeps reads 0 (its PCIe replay counter, if read, and
+    each wired NVLink's alike: nearly every GPU), what ``_Gathered.add`` counts as zeros without
+    a previous sweep: (replay counters read, 0 or 1; wired NVLinks); None otherwise."""
+    replays = gpu.value("pcie_replay_count")
+    if replays is not None and not (replays == 0 and type(replays) is not bool):
+        return None
+    alike = gpu.alike_wired_nvlinks()
+    if alike is None or (alike[1] and not all(alike[0].get(spec.name) == 0 for spec in NVLINK_COUNTERS)):
+        return None
+    return _zeros(int(replays is not None), alike[1])
+
+
+@functools.lru_cache(maxsize=256)
+def _zeros(replays: int, links: int) -> tuple[int, int]:
+    """One tuple for every GPU alike (80,000 GPUs, a few shapes)."""
+    return replays, links
+
+
+def with_zero_counters(gpu: rules.GpuTelemetry) -> rules.GpuTelemetry:
+    """``gpu`` with its ``zero_counters`` worked out (done as each host is read, in the sweep's
+    worker threads, so that the analysis after the last host judges 80,000 clean GPUs in one
+    look each)."""
+    return dataclasses.replace(gpu, zero_counters=zero_counters(gpu))
 
 
 def gpu_counters(gpu: rules.GpuTelemetry) -> Iterator[tuple[CounterSpec, int | None, float]]:

@@ -31,7 +31,7 @@ from .actions import Cause, action
 from .identity import HostGpus
 from .measurements import Measurement
 from .nodes import gpu_key
-from .reference import BASELINE, FLEET, SKU, SMALL_FLEET_HOSTS, SMALL_FLEET_MIN_VALUES, KeyReferences
+from .reference import BASELINE, FLEET, SKU, SMALL_FLEET_HOSTS, SMALL_FLEET_MIN_VALUES, KeyReferences, Reference
 from .thresholds import Thresholds
 
 # Probes that need a GPU; on a host without one their skips are expected, not gaps.
@@ -243,13 +243,17 @@ def below_the_sku_alone(medians: Iterable[Measurement], refs: Mapping[str, KeyRe
     named = {(f.host, f.metric) for f in findings} | {(f.host, None) for f in findings if f.severity == Severity.FAIL}
     skipped = set(shifted)
     gaps = []
+    sku_alone: dict[str, Reference | None] = {}  # each key's SKU figure where nothing else judges it
     for m in medians:
-        key_refs = refs.get(gpu_key(m.key))
-        if key_refs is None or any(ref.source in (FLEET, BASELINE) for ref in key_refs.references):
+        if m.key not in sku_alone:
+            key_refs = refs.get(gpu_key(m.key))
+            sku_alone[m.key] = None if key_refs is None or any(ref.source in (FLEET, BASELINE)
+                                                               for ref in key_refs.references) else key_refs.get(SKU)
+        sku = sku_alone[m.key]
+        if sku is None:
             continue
-        sku = key_refs.get(SKU)
         metric = f"{m.probe}.{m.metric}"
-        if sku is None or sku.deficit_pct(m.value) < thresholds.deficit_fail_pct or m.host in skipped \
+        if sku.deficit_pct(m.value) < thresholds.deficit_fail_pct or m.host in skipped \
                 or {(m.host, metric), (m.host, None)} & named:
             continue
         evidence = (f"{metric}: the median of its GPUs {figure(m.value, m.unit)} is "

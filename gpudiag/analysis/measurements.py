@@ -5,6 +5,7 @@ compared by every reference)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..records import device_index
@@ -100,3 +101,27 @@ def by_key(found: Iterable[Measurement]) -> dict[str, list[Measurement]]:
         else:
             same.append(m)
     return grouped
+
+
+def values_by_key(found: Iterable[Measurement]) -> dict[str, list[float]]:
+    """The values of ``found`` by baseline key, each key's in order (one host's, as it is read:
+    gpudiag.analysis.suspects.SweepReader)."""
+    values: dict[str, list[float]] = {}
+    for m in found:
+        key = m.info.key
+        same = values.get(key)
+        if same is None:
+            values[key] = [m.value]
+        else:
+            same.append(m.value)
+    return values
+
+
+@dataclass
+class KeyValues:
+    """One key's values over a sweep, in the order of its measurements (``by_key``'s), and how
+    many each host gave (host -> count): joined from the values each host's reading kept, so that
+    the references of a key of 80,000 values need not read them out of its measurements."""
+
+    values: list[float] = field(default_factory=list)
+    per_host: dict[str, int] = field(default_factory=dict)

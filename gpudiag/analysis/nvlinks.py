@@ -45,8 +45,9 @@ def with_wiring(telemetry: Telemetry, wired: WiredLookup) -> dict[str, dict[str,
                            if gpu.nvlink_wiring != peers.get((gpu.host, gpu.gpu_uuid))})
             continue
         by_sku = _sku_wiring(count)
-        # A GPU wired so already (as each host was read: prewired) is kept as it is.
-        wiring.update({(gpu.host, gpu.gpu_uuid): by_sku for gpu in gpus if gpu.nvlink_wiring != by_sku})
+        # A GPU wired so already (as each host was read: prewired, with this very object) is kept as it is.
+        wiring.update({(gpu.host, gpu.gpu_uuid): by_sku for gpu in gpus
+                       if gpu.nvlink_wiring is not by_sku and gpu.nvlink_wiring != by_sku})
     if not wiring:
         return {host: dict(gpus) for host, gpus in telemetry.items()}
     return {host: {uuid: _wired(gpu, wiring[(host, uuid)]) if (host, uuid) in wiring else gpu

@@ -70,6 +70,10 @@ class GpuTelemetry:
     gpu_model: str | None = None
     driver: str | None = None
     nvlink_wiring: NvlinkWiring | None = None
+    # Where every error counter it keeps reads 0 under this wiring (nearly every GPU), as the host
+    # was read: (PCIe replay counters read, 0 or 1; wired NVLinks); None: not worked out, or not all
+    # 0 (gpudiag.analysis.counters.zero_counters). A GPU wired anew is a new object, without it.
+    zero_counters: tuple[int, int] | None = field(default=None, compare=False, repr=False)
 
     def value(self, metric: str) -> float | None:
         readings = self.readings

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import math
 import statistics
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,9 +17,10 @@ from typing import Any, Protocol
 from ..findings import Finding
 from ..records import HostRecords, ProbeResult
 from . import coverage, rules
+from .counters import with_zero_counters
 from .identity import HostGpus
 from .keys import COMPARED_PROBES, host_keys
-from .measurements import HOST_DEVICES, KeyInfo, Measurement
+from .measurements import HOST_DEVICES, KeyInfo, KeyValues, Measurement, values_by_key
 from .nodes import counted_medians, node_medians
 from .noisy import (
     MIN_RUN_DOF,
@@ -94,6 +96,10 @@ class Readings:
     quiet: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     # Each host's GPUs' clock costs under load (HostReading.clock_costs).
     clock_costs: dict[str, Mapping[str, float | None]] = dataclasses.field(default_factory=dict)
+    # Each key's values, joined from the hosts' (HostReading.values), for its references.
+    values: dict[str, KeyValues] = dataclasses.field(default_factory=dict)
+    # Each host's measurements (those of ``found``, in order).
+    by_host: dict[str, list[Measurement]] = dataclasses.field(default_factory=lambda: defaultdict(list))
 
 
 # Measurement from one tuple, without the generated __new__'s keyword handling (a million calls).
@@ -124,6 +130,8 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
     medians: list[tuple[Measurement, int]] = []
     quiet: dict[str, frozenset[str]] = {}
     clock_costs: dict[str, Mapping[str, float | None]] = {}
+    values: dict[str, KeyValues] = {}
+    by_host: dict[str, list[Measurement]] = defaultdict(list)
     for host in hosts:
         if host.status != "ok":
             continue
@@ -132,6 +140,8 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
             reading = reader.read(host, with_telemetry)
         name = reading.host
         found += reading.found
+        if reading.found:
+            by_host[name] += reading.found
         if reading.unkeyed:
             unkeyed[name] = reading.unkeyed
         if with_telemetry:
@@ -145,8 +155,14 @@ def read_sweep(hosts: Iterable[HostRecords], with_telemetry: bool,
         medians += reading.medians
         quiet[name] = reading.quiet
         clock_costs[name] = reading.clock_costs
+        for key, key_values in reading.values.items():
+            joined = values.get(key)
+            if joined is None:
+                joined = values[key] = KeyValues()
+            joined.values += key_values
+            joined.per_host[name] = joined.per_host.get(name, 0) + len(key_values)
     return Readings(found, telemetry, gaps, unkeyed, failed, identities, ports, xid_hosts, medians, quiet,
-                    clock_costs)
+                    clock_costs, values, by_host)
 
 
 @dataclass(frozen=True)
@@ -170,6 +186,8 @@ class HostReading:
     quiet: frozenset[str] = frozenset()
     # Each GPU's clock cost under load (UUID -> percent, None: no clocks: rules.clock_cost_pct).
     clock_costs: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    # The values of ``found`` by key, in order (measurements.values_by_key): for the references.
+    values: Mapping[str, list[float]] = dataclasses.field(default_factory=dict)
 
 
 class SweepReader:
@@ -196,9 +214,12 @@ class SweepReader:
         gaps = coverage.record_gaps(name, not_ok, facts, identities) if collector is not None else []
         xid = any(result.probe == XID_PROBE for result in results)
         quiet = frozenset(uuid for uuid, gpu in gpus.items() if is_quiet(gpu))
-        return HostReading(name, found, prewired(gpus, wired_nvlinks), gaps, unkeyed.get(name, 0), not_ok,
+        wired = {uuid: with_zero_counters(gpu) for uuid, gpu in prewired(gpus, wired_nvlinks).items()}
+        # Keyed by the very UUID strings of ``found``: a key's 80,000 look-ups find them at once.
+        costs = {self._shared.text(uuid): rules.clock_cost_pct(gpu.under_load) for uuid, gpu in gpus.items()}
+        return HostReading(name, found, wired, gaps, unkeyed.get(name, 0), not_ok,
                            identities, ports, xid, tuple(counted_medians(found, self._median_infos)), quiet,
-                           {uuid: rules.clock_cost_pct(gpu.under_load) for uuid, gpu in gpus.items()})
+                           costs, values_by_key(found))
 
 
 # The probes whose records the telemetry collector reads (telemetry, and the load evidence).
@@ -263,27 +284,36 @@ class _Shared:
 
 
 def references(grouped: Mapping[str, Sequence[Measurement]], thresholds: Thresholds,
-               baseline: BaselineLookup | None = None, skus: SkuFigures = floors_for) -> dict[str, KeyReferences]:
+               baseline: BaselineLookup | None = None, skus: SkuFigures = floors_for,
+               values: Mapping[str, KeyValues] | None = None) -> dict[str, KeyReferences]:
     """The references of every key of ``grouped`` (measurements by key: measurements.by_key)
     that has any (see gpudiag.reference). Each host weighs once in a key's fleet level: a value
     weighs 1 / (its host's values of the key). A key of fewer than ``TRIM_POOLED_BELOW`` values
     which set values aside has its level found again, setting values aside by the wider of its
     metric's typical spread and its own fleet spread (that of the values it kept; see
-    gpudiag.analysis.reference's module)."""
+    gpudiag.analysis.reference's module). ``values``: each key's values and hosts as the sweep's
+    readings joined them (Readings.values), the same as its measurements' (a key whose count
+    differs is read from its measurements)."""
     figures: dict[str | None, Mapping[FloorKey, float]] = {}
     inputs: dict[str, Callable[[float], KeyReferences | None]] = {}
     refs = {}
     for key, same in grouped.items():
-        m, key_values, hosts = same[0], [one.value for one in same], [one.host for one in same]
+        m = same[0]
         if m.gpu_model not in figures:
             figures[m.gpu_model] = skus(m.gpu_model) if m.device not in HOST_DEVICES else {}
         figure = figures[m.gpu_model].get(floor_key(m.probe, m.metric, m.params))
-        per_host = Counter(hosts)
-        weights = None if len(set(per_host.values())) == 1 else [1 / per_host[host] for host in hosts]
+        given = values.get(key) if values is not None else None
+        if given is not None and len(given.values) == len(same):
+            # As fresh floats side by side (the same values): sorting 80,000 floats scattered over
+            # a sweep's heap waits on memory (a quarter of the time of the key's level).
+            key_values, per_host = array("d", given.values).tolist(), given.per_host
+        else:
+            key_values, per_host = [one.value for one in same], Counter(one.host for one in same)
+        weights = None if len(set(per_host.values())) == 1 else [1 / per_host[one.host] for one in same]
         by_host: dict[str, list[float]] = defaultdict(list)
         if len(per_host) < SMALL_FLEET_HOSTS:
-            for host, value in zip(hosts, key_values, strict=True):
-                by_host[host].append(value)
+            for one in same:
+                by_host[one.host].append(one.value)
         inputs[key] = functools.partial(key_references, key_values, len(per_host),
                                         baseline.get(key) if baseline else None, figure, thresholds, weights,
                                         list(by_host.values()) or None)
@@ -307,38 +337,44 @@ def references(grouped: Mapping[str, Sequence[Measurement]], thresholds: Thresho
 
 
 def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences],
-                  thresholds: Thresholds) -> list[Suspect]:
+                  thresholds: Thresholds, by_host: Mapping[str, Sequence[Measurement]] | None = None) -> list[Suspect]:
     """Results both far (robust z) and materially (deficit) below one of their references (fleet,
     baseline, SKU), or, where their key has no fleet or baseline, below their siblings (the other
     GPUs of their node: gpudiag.analysis.siblings); a suspect their siblings flag too carries that
     judgement (``sibling``). Every spread is at least the
     host's samples' CV of that probe and metric (capped at ``sample_cv_cap``). On a noisy key
     (gpudiag.analysis.noisy) a GPU ``deficit_warn`` below is a suspect too (``screened``), and
-    every suspect of such a key asks for several re-test runs."""
+    every suspect of such a key asks for several re-test runs. ``by_host``: ``found`` by host
+    (Readings.by_host), so that the siblings of a few hundred hosts are gathered without reading
+    every result again."""
     # Each key's references, screen (None: not noisy, found at its first GPU result) and whether
     # its siblings judge alone; a result above every cutoff its key has is fine (most are), and
     # the siblings and each host's noise are gathered only for the hosts of the rest.
     # (Keyed by key and whether the device is a GPU: a host's own figure has no screen.)
     per_key: dict[tuple[str, bool], tuple[KeyReferences | None, Screen | None, bool, float]] = {}
+    # Each key's highest cutoff over both kinds of device, once a GPU of it was judged and its key
+    # is not noisy (every GPU result of a noisy key is counted below): one comparison a result.
+    tops: dict[str, float] = {}
     family: list[tuple[str, str]] = []  # the GPU results of noisy keys: those a re-test in several runs may judge
     candidates: list[tuple[Measurement, tuple[KeyReferences | None, Screen | None, bool, float]]] = []
     for m in found:
         info = m.info
+        top = tops.get(info.key)
+        if top is not None and m.value > top:
+            continue
         place = (info.key, m.device not in HOST_DEVICES)
         judging = per_key.get(place)
         if judging is None:
-            key_refs = refs.get(info.key)
-            screen = key_screen(key_refs, info.probe, m.device, thresholds) if key_refs and place[1] else None
-            alone = siblings_alone(key_refs)
-            top = math.inf if alone or key_refs is None else max(
-                key_refs.cutoff, screen.cutoff if screen is not None else -math.inf)
-            judging = per_key[place] = (key_refs, screen, alone, top)
+            judging = per_key[place] = _judging(refs.get(info.key), info.probe, m.device, place[1], thresholds)
+            if place[1] and judging[1] is None:
+                tops[info.key] = max(judging[3], _judging(judging[0], info.probe, "host", False, thresholds)[3])
         if judging[1] is not None:
             family.append((m.host, info.key))
         if m.value <= judging[3]:
             candidates.append((m, judging))
     hosts = {m.host for m, _ in candidates}
-    groups = HostGroups(m for m in found if m.host in hosts)
+    groups = HostGroups(m for m in found if m.host in hosts) if by_host is None else \
+        HostGroups(m for host in hosts for m in by_host.get(host, ()))
     cap = thresholds.sample_cv_cap_pct / 100
     suspects = []
     for m, (key_refs, screen, alone, _) in candidates:
@@ -360,6 +396,18 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
                                     sibling=against_siblings(m, groups, key_refs, noise, thresholds),
                                     screened=True))
     return with_runs(suspects, thresholds, family_size(family))
+
+
+def _judging(key_refs: KeyReferences | None, probe: str, device: str, on_gpu: bool,
+             thresholds: Thresholds) -> tuple[KeyReferences | None, Screen | None, bool, float]:
+    """How ``find_suspects`` judges a key's results on a GPU (``on_gpu``) or a host-wide device:
+    its references, its noisy screen (None: not noisy; never for a host-wide one), whether its
+    siblings judge alone, and the highest value any of them may flag."""
+    screen = key_screen(key_refs, probe, device, thresholds) if key_refs and on_gpu else None
+    alone = siblings_alone(key_refs)
+    top = math.inf if alone or key_refs is None else max(
+        key_refs.cutoff, screen.cutoff if screen is not None else -math.inf)
+    return key_refs, screen, alone, top
 
 
 def with_runs(suspects: Sequence[Suspect], thresholds: Thresholds, family: int = 0) -> list[Suspect]:

@@ -417,6 +417,17 @@ def test_job_impact_and_exclusions():
     assert [f.kind for f in analysis.findings] == ["slow_gpu", "unchecked"]
 
 
+def test_the_slowest_gpu_of_a_job_is_the_first_host_and_device_among_those_equally_slow():
+    hosts = _fleet()
+    for host, gpu in (("node009", 5), ("node002", 7), ("node009", 1)):
+        hosts[int(host[4:])]["results"][gpu]["value"] = 500.0
+    slowest = analyse(hosts, default_thresholds()).impact.slowest
+    assert (slowest["host"], slowest["gpu"], slowest["value"]) == ("node002", 7, 500.0)
+    hosts[2]["results"][7]["value"] = 500.5
+    slowest = analyse(hosts, default_thresholds()).impact.slowest
+    assert (slowest["host"], slowest["gpu"]) == ("node009", 1)  # cuda:1 before cuda:5
+
+
 def test_a_thresholds_file_overrides_a_subset_and_keeps_the_other_defaults(tmp_path):
     from gpudiag.analysis.thresholds import load_thresholds
 

@@ -172,3 +172,33 @@ def test_a_host_slow_as_a_whole_is_set_aside_from_a_small_fleets_spread_and_its_
     # a host 2 % low is no slow host: nothing is set aside, and the spread is the plain one
     mild = [700 * 0.98 * rng.gauss(1, 0.02) for _ in range(8)]
     assert small_fleet_reference([*healthy, mild], 0.5, 3.0) == small_fleet_reference([*healthy, mild], 0.5)
+
+
+def _gemm_host(name: str, values: list[float], dtype: str = "bf16") -> dict:
+    params = {"dtype": dtype, "m": 8192, "n": 8192, "k": 8192, "mode": "concurrent"}
+    return {"host": name, "status": "ok", "error": None, "facts": {"gpu_model": "NVIDIA H100 80GB HBM3"},
+            "results": [{"probe": "gemm", "device": f"cuda:{gpu}", "gpu_uuid": f"GPU-{name}-{gpu}", "metric": "tflops",
+                         "value": value, "unit": "TFLOP/s", "samples": 20, "cv": 0.004, "status": "ok",
+                         "reason": None, "params": params, "details": {}} for gpu, value in enumerate(values)]}
+
+
+@pytest.mark.parametrize("short_host", [False, True])
+def test_the_references_from_the_values_joined_as_each_host_was_read_are_those_from_the_measurements(short_host):
+    from gpudiag.analysis import read_sweep, references
+    from gpudiag.analysis.measurements import by_key
+    from gpudiag.records import host_records
+
+    rng = random.Random(4)
+    hosts = [_gemm_host(f"node{i:03d}", [740 * rng.gauss(1, 0.01) * (0.8 if i < 9 else 1) for _ in range(8)])
+             for i in range(40)]
+    hosts += [_gemm_host(f"node{i:03d}", [700 * rng.gauss(1, 0.02) for _ in range(8)], "fp16") for i in range(4)]
+    if short_host:  # a host with GPUs missing: each host weighs once, its values more
+        hosts[5]["results"] = hosts[5]["results"][:3]
+    readings = read_sweep([host_records(host) for host in hosts], True)
+    grouped = by_key(readings.found)
+    assert {key: len(joined.values) for key, joined in readings.values.items()} == {
+        key: len(same) for key, same in grouped.items()}
+    thresholds = small_fleet_thresholds(default_thresholds(), 4)  # the fp16 key's 4 hosts: a small fleet's level
+    from_values = references(grouped, thresholds, values=readings.values)
+    assert from_values == references(grouped, thresholds)
+    assert len(from_values) == 2 and all(refs.get("fleet") is not None for refs in from_values.values())

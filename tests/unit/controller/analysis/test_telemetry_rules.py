@@ -168,6 +168,19 @@ def test_nvlink_error_counters_far_above_the_peers_name_the_link_and_counter():
     assert (finding.metric, finding.value, finding.action) == ("telemetry.nvlink_crc_errors", 20000, "inspect")
 
 
+def test_links_counted_clean_as_each_host_was_read_are_counted_again_under_the_wiring_the_analysis_is_given():
+    # A host's clean links are counted as it is read, under the SKU table's wiring (18 on an H100);
+    # wired another way by the analysis (12), its peers are the 12 wired links of each GPU.
+    hosts = _fleet(12, **{f"h{i}": {"links": _all_links(18, 18)} for i in range(12)})
+    hosts[8] = _host("node008", links=_all_links(18, 18, g2={"crc_errors": {7: 20000}}))
+    (by_sku,) = _findings(hosts)
+    (by_twelve,) = _findings(hosts, wired=lambda model: 12)
+    assert "(1727 links of this model and driver)" in by_sku.evidence  # 12 hosts x 8 GPUs x 18, less its own
+    assert "(1151 links of this model and driver)" in by_twelve.evidence  # x 12
+    hosts[8] = _host("node008", links=_all_links(18, 18, g2={"crc_errors": {15: 20000}}))
+    assert _findings(hosts, wired=lambda model: 12) == []  # link 15 is not wired there
+
+
 def test_counters_of_link_slots_the_sku_does_not_wire_are_not_judged():
     links = {0: _links(0, 24, 18, crc_errors={20: 10**6})}
     assert _findings(_fleet(12, h1={"links": links})) == []
