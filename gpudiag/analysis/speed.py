@@ -25,8 +25,11 @@ from .thresholds import Thresholds
 
 
 def finding_order(finding: Finding) -> tuple[Any, ...]:
-    """What a finding costs a job first (gpudiag.findings.cost_order, as reports sort them)."""
-    return cost_order(finding.to_dict())
+    """What a finding costs a job first (gpudiag.findings.cost_order, as reports sort them), from
+    the fields that order reads (a sort keeps every key: not a whole document object each)."""
+    return cost_order({"severity": finding.severity, "deficit_pct": finding.deficit_pct, "kind": finding.kind,
+                       "host": finding.host, "peer": finding.peer, "gpu": finding.gpu, "metric": finding.metric,
+                       "evidence": finding.evidence})
 
 
 @dataclass(frozen=True)

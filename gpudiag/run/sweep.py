@@ -233,7 +233,9 @@ def _first_pass(setup: _Setup, runtime: Runtime, budget: RunBudget | None, recor
                            none_started)
     if budget is not None:
         _blame_budget(first, budget)
-    return dataclasses.replace(first, focus=focus)
+    # Each host that did not finish gets its `unchecked` finding from the analysis, which always
+    # runs: the first pass keeps none of its own (a fleet-sized set through every phase).
+    return dataclasses.replace(first, focus=focus, findings=())
 
 
 def _set_aside_impostors(setup: _Setup, first: SweepResult, record: Callable[[HostOutcome], None]) -> SweepResult:
