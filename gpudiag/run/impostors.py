@@ -17,10 +17,14 @@ PCI bus ids are not compared: every node of a model has GPUs at the same bus ids
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from ..errors import StoreError
 from ..hosts import another_host_named
+from ..store.store import Store
+from .fanout import SweepResult
 from .outcome import HostOutcome
 
 IDENTITY_CONFLICT = "identity_conflict"
@@ -78,3 +82,37 @@ def gpu_uuids(facts: Mapping[str, object]) -> set[str]:
 
 def _strings(value: object) -> Iterable[str]:
     return (item for item in value if isinstance(item, str)) if isinstance(value, list) else ()
+
+
+def set_aside_impostors(first: SweepResult, store: Store | None,
+                        record: Callable[[HostOutcome], None]) -> SweepResult:
+    """The first pass with each host that claims another's identity set aside, before any phase
+    reads its records: recorded again as set aside (``record``), where the store recorded it as
+    it finished; the analysis gives it its ``unchecked`` finding, as any host not ``ok``. Nothing
+    after this sees its records: no analysis, re-test, pair test (nor a reference peer's part)
+    or output."""
+    hosts, why = set_aside(first.hosts, _owner_of(store, first.sweep_id))
+    if not why:
+        return first
+    warnings = []
+    for host in (host for host in hosts if host.host in why):
+        try:
+            record(host)  # replaces the row the store wrote as the host finished
+        except StoreError as error:
+            warnings.append(f"the store could not set {host.host} aside ({error}): its stored row of this sweep "
+                            "may still hold what it claimed; the sweep document has it set aside")
+    return dataclasses.replace(first, hosts=tuple(hosts), warnings=(*first.warnings, *warnings))
+
+
+def _owner_of(store: Store | None, sweep_id: str) -> Callable[[str], str | None]:
+    """Which host the store last saw a GPU UUID on, in an analysed sweep before this one (None:
+    none, no store, or a store that cannot be read: then no claimant is believed)."""
+    def owner(uuid: str) -> str | None:
+        if store is None:
+            return None
+        try:
+            return store.last_holder(uuid, sweep_id)
+        except StoreError:
+            return None
+
+    return owner

@@ -63,7 +63,7 @@ from .fanout import (
     new_sweep_id,
     probe_hosts,
 )
-from .impostors import set_aside
+from .impostors import set_aside_impostors
 from .peers import FurtherPeers, PeerPairRunner
 from .progress import RoundsOf, StageOf
 from .request import AUTO_LINKS, SweepRequest
@@ -189,7 +189,7 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     record = _recorder(setup.store, sweep_id, started_at, _options(request, setup.sweep, stride),
                        [host.label for host in setup.hosts])
     first = _first_pass(setup, runtime, budget, record, started_at, sweep_id)
-    first = _set_aside_impostors(setup, first, record)
+    first = set_aside_impostors(first, setup.store, record)
     interrupted = first.interrupted or runtime.gate.received
     previous, analysis = _first_analysis(setup, runtime, first, sweep_id, interrupted)
     retested = _retest_suspects(request, setup, runtime, budget, first, analysis.suspects, interrupted)
@@ -236,40 +236,6 @@ def _first_pass(setup: _Setup, runtime: Runtime, budget: RunBudget | None, recor
     # Each host that did not finish gets its `unchecked` finding from the analysis, which always
     # runs: the first pass keeps none of its own (a fleet-sized set through every phase).
     return dataclasses.replace(first, focus=focus, findings=())
-
-
-def _set_aside_impostors(setup: _Setup, first: SweepResult, record: Callable[[HostOutcome], None]) -> SweepResult:
-    """The first pass with each host that claims another's identity set aside (gpudiag.run.
-    impostors), before any phase reads its records: recorded again as set aside, where the store
-    recorded it as it finished, and an ``unchecked`` finding. Nothing after this sees its records:
-    no analysis, re-test, pair test (nor a reference peer's part) or output."""
-    hosts, why = set_aside(first.hosts, _owner_of(setup.store, first.sweep_id))
-    if not why:
-        return first
-    warnings = []
-    for host in (host for host in hosts if host.host in why):
-        try:
-            record(host)  # replaces the row the store wrote as the host finished
-        except StoreError as error:
-            warnings.append(f"the store could not set {host.host} aside ({error}): its stored row of this sweep "
-                            "may still hold what it claimed; the sweep document has it set aside")
-    found = tuple(unchecked(host.host, host.status, host.error) for host in hosts if host.host in why)
-    return dataclasses.replace(first, hosts=tuple(hosts), findings=(*first.findings, *found),
-                               warnings=(*first.warnings, *warnings))
-
-
-def _owner_of(store: Store | None, sweep_id: str) -> Callable[[str], str | None]:
-    """Which host the store last saw a GPU UUID on, in an analysed sweep before this one (None:
-    none, no store, or a store that cannot be read: then no claimant is believed)."""
-    def owner(uuid: str) -> str | None:
-        if store is None:
-            return None
-        try:
-            return store.last_holder(uuid, sweep_id)
-        except StoreError:
-            return None
-
-    return owner
 
 
 def _first_analysis(setup: _Setup, runtime: Runtime, first: SweepResult, sweep_id: str,
