@@ -373,8 +373,9 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
         if m.value <= judging[3]:
             candidates.append((m, judging))
     hosts = {m.host for m, _ in candidates}
-    groups = HostGroups(m for m in found if m.host in hosts) if by_host is None else \
-        HostGroups(m for host in hosts for m in by_host.get(host, ()))
+    theirs = ((m for m in found if m.host in hosts) if by_host is None
+              else (m for host in hosts for m in by_host.get(host, ())))
+    groups = HostGroups(theirs)
     cap = thresholds.sample_cv_cap_pct / 100
     suspects = []
     for m, (key_refs, screen, alone, _) in candidates:
