@@ -111,12 +111,15 @@ def srun_argv(nodes: Sequence[str], command: Sequence[str], folder: str, timeout
     of ``nodes`` from ``folder``: one task per node, laid out as ``task_layout`` says;
     ``--overlap`` inside an allocation (the job's own steps may hold the CPUs), ``--immediate``
     outside one (never wait in the queue); ``--kill-on-bad-exit=0`` so a node whose probes fail
-    does not end the others'. The command's stdin is srun's, forwarded to task 0, with
+    does not end the others'; ``--propagate=NONE`` so the node runs under its own resource limits,
+    as over SSH, not the controller shell's (a login node's ``ulimit -v`` or ``-l`` would fail a
+    node's allocations or its RDMA's locked memory). The command's stdin is srun's, forwarded to task 0, with
     ``live_stdin`` (a started command: it reaches EOF when the controller closes it or dies),
     else ``/dev/null``."""
     count = len(nodes)
     argv = [options.srun, f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
             f"--nodelist={fold_hosts(nodes)}", "--distribution=arbitrary", "--kill-on-bad-exit=0",
+            "--propagate=NONE",
             f"--time={step_minutes(timeout_s, options.kill_grace_s)}", "--label",
             "--input=0" if live_stdin else "--input=none", f"--job-name={options.job_name}"]
     argv.append("--overlap" if in_allocation else f"--immediate={options.immediate_s}")

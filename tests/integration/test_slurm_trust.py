@@ -180,6 +180,8 @@ if [ "$1" = -c ] && [ "$SLURMD_NODENAME" = n4 ]; then exec cat /dev/zero; fi""")
     assert ("never said where it runs; the node printed more unframed output than the cap (16 MiB of output"
             in hosts["n4"]["error"]) and hosts["n4"]["error"].isprintable()
     assert _records(hosts["n1"]) == _records(_hosts(clean)["n1"]) == _records(_hosts(clean)["n4"])
+    # the nodes run under their own limits, not the controller's address-space cap: membw measures
+    assert {record["status"] for record in hosts["n1"]["results"]} == {"ok"}, hosts["n1"]["results"]
     assert seconds < 150  # the step ended once the others were done, not at the 200 s host limit
     assert code == clean_code == 3
     # the controller kept no more than the caps: its peak is the clean sweep's, give or take the caps
