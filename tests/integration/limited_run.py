@@ -20,6 +20,21 @@ from pathlib import Path
 
 GIB = 1 << 30
 DEFAULT_ADDRESS_SPACE = 3 * GIB
+# ``python -c TRACED PEAK_FILE ARGS...`` runs ``gpudiag ARGS...`` with tracemalloc on and writes, as it
+# exits, the peak of the memory Python allocated (bytes) to PEAK_FILE: unlike the resident peak, it does
+# not move with how the allocator's arenas fragment on a busy machine.
+TRACED = """\
+import sys, tracemalloc
+peak_file = sys.argv.pop(1)
+sys.argv[0] = "gpudiag"
+tracemalloc.start()
+try:
+    from gpudiag.cli.main import main
+    main()
+finally:
+    with open(peak_file, "w") as out:
+        out.write(str(tracemalloc.get_traced_memory()[1]))
+"""
 
 
 @dataclass(frozen=True)
