@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,7 +137,7 @@ UNCHECKED_ACTIONS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     """One conclusion about a host, a GPU, a GPU pair, a link between two hosts, a part of the
     fabric between switches (``host`` None, ``fabric`` naming it), or the fleet.
@@ -178,6 +178,7 @@ class Finding:
             object.__setattr__(self, name, words(getattr(self, name)))
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding's JSON object (``FindingView`` reads the same without making it)."""
         return {"kind": self.kind, "severity": self.severity, "host": self.host, "peer": self.peer,
                 "gpu": self.gpu, "peer_gpu": self.peer_gpu, "gpu_uuid": self.gpu_uuid,
                 "pci_bus_id": self.pci_bus_id, "metric": self.metric, "value": self.value,
@@ -197,6 +198,53 @@ class Finding:
         if part.switch is not None:
             return {"fabric_link": None, "switch": part.switch, "rail": part.rail}
         return {"fabric_link": part.to_dict(), "switch": None}
+
+
+# The fields of Finding.to_dict that are the finding's own attributes, in the JSON object's order.
+_PLAIN_FIELDS = ("kind", "severity", "host", "peer", "gpu", "peer_gpu", "gpu_uuid", "pci_bus_id", "metric", "value",
+                 "reference", "unit", "reference_source", "deficit_pct", "robust_z", "share_pct", "confirmed",
+                 "basis", "evidence", "action", "action_detail")
+_PLAIN = frozenset(_PLAIN_FIELDS)
+
+
+class FindingView(Mapping[str, Any]):
+    """A finding read as its JSON object (``Finding.to_dict``, key for key) without making the dict:
+    a report or the store reading a fleet's findings in this process holds 56 bytes a finding, not
+    a dict of some twenty keys. Not JSON itself: ``dict(view)`` is."""
+
+    __slots__ = ("finding",)
+
+    def __init__(self, finding: Finding) -> None:
+        self.finding = finding
+
+    def __getitem__(self, name: str) -> Any:
+        if name in _PLAIN:
+            return getattr(self.finding, name)
+        return self.finding._fabric_dict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from _PLAIN_FIELDS
+        yield from self.finding._fabric_dict()
+
+    def __len__(self) -> int:
+        return len(_PLAIN_FIELDS) + len(self.finding._fabric_dict())
+
+
+class FindingViews(Sequence[FindingView]):
+    """``findings`` as FindingViews, each made when it is read."""
+
+    __slots__ = ("_findings",)
+
+    def __init__(self, findings: Sequence[Finding]) -> None:
+        self._findings = findings
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [FindingView(finding) for finding in self._findings[index]]
+        return FindingView(self._findings[index])
+
+    def __len__(self) -> int:
+        return len(self._findings)
 
 
 def cost_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:

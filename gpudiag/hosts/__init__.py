@@ -68,7 +68,7 @@ FIX_LONG_HOST_NAME = "name each host as DNS or your SSH config does (at most 253
 SHOWN_CHARS = 80
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostSpec:
     """One host as the user gave it.
 
@@ -82,15 +82,18 @@ class HostSpec:
     user: str | None = None
     port: int | None = None
     net_address: str | None = field(default=None, compare=False)
+    # The host's identity in results: ``host``, or ``host:port`` when a port was given (made once:
+    # every table keyed by host shares the one string).
+    label: str = field(init=False, compare=False, repr=False)
 
-    @property
-    def label(self) -> str:
-        """The host's identity in results: ``host``, or ``host:port`` when a port was given."""
+    def __post_init__(self) -> None:
         if self.port is None:
-            return self.host
-        if ":" in self.host:
-            return f"[{self.host}]:{self.port}"
-        return f"{self.host}:{self.port}"
+            label = self.host
+        elif ":" in self.host:
+            label = f"[{self.host}]:{self.port}"
+        else:
+            label = f"{self.host}:{self.port}"
+        object.__setattr__(self, "label", label)
 
     @property
     def is_local(self) -> bool:

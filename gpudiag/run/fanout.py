@@ -24,7 +24,7 @@ from typing import Any
 from ..bundle import Bundle
 from ..errors import ProbeOutputError, StoreError
 from ..exitcodes import ExitCode, decide_exit_code
-from ..findings import INTERRUPTED, SWEEP_SCHEMA, Finding, Kind, Severity, unchecked
+from ..findings import INTERRUPTED, SWEEP_SCHEMA, Finding, FindingViews, Kind, Severity, unchecked
 from ..hosts import HostSpec
 from ..records import ProbeResult
 from ..schema.times import iso_time
@@ -150,9 +150,10 @@ class SweepResult:
     def summary(self) -> dict[str, Any]:
         """The document without records, for a reader in this process (a report, the textfile, the
         store): its hosts are the packed outcomes themselves (mappings that unpack what is read),
-        not a copy of each. Not JSON as it stands: ``to_dict`` is."""
+        its findings views of the findings (gpudiag.findings.FindingView), not a copy of each. Not
+        JSON as it stands: ``to_dict`` is."""
         return {**self.to_dict(records=False, items=False), "hosts": self.hosts,
-                "findings": [finding.to_dict() for finding in self.findings]}
+                "findings": FindingViews(self.findings)}
 
 
 def new_sweep_id(now: datetime) -> str:

@@ -39,7 +39,7 @@ class HostOutcome(Mapping[str, Any]):
     ``stray_output`` where the bundle printed lines that were no record), which is what the
     store and the JSON writer read; the analysis reads it typed (a gpudiag.records.HostRecords)."""
 
-    __slots__ = ("host", "status", "error", "duration_s", "facts", "stray", "reading", "_packed", "_count")
+    __slots__ = ("host", "status", "error", "duration_s", "_facts", "stray", "reading", "_packed", "_count")
 
     def __init__(self, host: str, status: str, error: str | None, duration_s: float,
                  facts: Mapping[str, Any] | None = None, results: Iterable[ProbeResult] = (),
@@ -49,7 +49,7 @@ class HostOutcome(Mapping[str, Any]):
         # An error may quote what the node said (its stderr's last line): one line, no control character.
         self.error = one_line(error, ERROR_CHARS) if error else error
         self.duration_s = duration_s
-        self.facts: Mapping[str, Any] = dict(facts or {})
+        self.facts = facts or {}
         self.stray = stray
         # What the analysis read of it as it finished (gpudiag.analysis.SweepReader), or None.
         self.reading: Any = None
@@ -57,6 +57,17 @@ class HostOutcome(Mapping[str, Any]):
         records = tuple(result for result in results if result.probe != "facts")
         self._count = len(records)
         self._packed = _pack(records) if records else _PACKED_NONE  # (an unreachable host's: none)
+
+    @property
+    def facts(self) -> Mapping[str, Any]:
+        """What the node said of itself (its facts record's details); empty for a host that said nothing."""
+        return self._facts if self._facts is not None else {}
+
+    @facts.setter
+    def facts(self, facts: Mapping[str, Any]) -> None:
+        # a copy of its own; none at all for the empty facts of a host that never answered (most of a
+        # large sweep's unreachable hosts: a dict each is 64 bytes a host for nothing)
+        self._facts = dict(facts) if facts else None
 
     @property
     def ok(self) -> bool:
@@ -109,7 +120,7 @@ class HostOutcome(Mapping[str, Any]):
         copy = object.__new__(HostOutcome)
         for name in HostOutcome.__slots__:
             object.__setattr__(copy, name, getattr(self, name))
-        copy.facts = dict(facts)
+        copy.facts = facts
         copy.reading = None  # read with other facts, it would read otherwise
         return copy
 

@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -83,7 +84,7 @@ class SshOptions:
     connect_timeout_s: float = 10.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResolvedHost:
     """Everything needed to open an SSH connection to one host.
 
@@ -297,11 +298,13 @@ def _apply_options(spec: HostSpec, options: SshOptions, raw: _RawConfig) -> Reso
     timeout_s = options.connect_timeout_s
     if raw.connect_timeout is not None:
         timeout_s = _parse_seconds(raw.connect_timeout)
-    return ResolvedHost(label=spec.label, hostname=raw.hostname, user=raw.user, port=raw.port,
+    # (the strings every host has alike, and its own name, are shared rather than one copy a host)
+    return ResolvedHost(label=spec.label, hostname=spec.host if raw.hostname == spec.host else raw.hostname,
+                        user=sys.intern(raw.user), port=raw.port,
                         identity_files=shared_paths(identities), proxy_jump=raw.proxy_jump,
                         connect_timeout_s=timeout_s,
                         known_hosts_files=shared_paths(known_hosts),
-                        strict_host_key_checking=raw.strict_host_key_checking,
+                        strict_host_key_checking=sys.intern(raw.strict_host_key_checking),
                         proxy_command=raw.proxy_command, original_host=spec.host,
                         global_known_hosts_files=shared_paths(raw.global_known_hosts_files),
                         known_hosts_command=raw.known_hosts_command)

@@ -69,8 +69,8 @@ def test_40000_records_differing_only_in_a_parameter_are_one_error_record_and_co
     hosts = fleet.write_hosts_file(tmp_path / "hosts.txt")
     document, prom = tmp_path / "sweep.json", tmp_path / "sweep.prom"
     peak_file = tmp_path / "traced-peak"
-    run = run_limited([sys.executable, "-c", TRACED, str(peak_file), "sweep", "--hosts", str(hosts), "--ssh-config", str(config),
-                       "--known-hosts", str(known), "--python",
+    run = run_limited([sys.executable, "-c", TRACED, str(peak_file), "sweep", "--hosts", str(hosts),
+                       "--ssh-config", str(config), "--known-hosts", str(known), "--python",
                        _wrapper(tmp_path, fleet, _hostile_output(tmp_path / "hostile.jsonl")),
                        "--probes", "facts,gemm", "--links", "none", "--no-store", "--json", str(document),
                        "--thresholds", str(_no_comparison(tmp_path)),

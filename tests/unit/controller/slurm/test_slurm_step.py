@@ -72,7 +72,8 @@ def test_the_srun_step_has_one_task_per_node_laid_out_by_us_and_overlaps_only_in
                      SrunOptions(output=SMALL), in_allocation=True)
     assert argv[:argv.index("python3")] == [
         "srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--nodelist=n[1-3]", "--distribution=arbitrary",
-        "--kill-on-bad-exit=0", "--propagate=NONE", "--time=12", "--label", "--input=none", "--job-name=gpudiag", "--overlap"]
+        "--kill-on-bad-exit=0", "--propagate=NONE", "--time=12", "--label", "--input=none", "--job-name=gpudiag",
+        "--overlap"]
     assert argv[argv.index("python3"):] == ["python3", "-c", node_task_source(), "/shared/bundle", "635", "5",
                                             str(64 * KIB), str(8 * KIB), "--", "python3", "-m", "probes", "facts"]
     outside = srun_argv(["n1"], ["python3"], "/b", 10.0, SrunOptions(immediate_s=30), in_allocation=False)
