@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+Item = TypeVar("Item")
 
 # The sweep document's schema: the name and version of the JSON contract (docs/document.md).
 SWEEP_SCHEMA = "gpudiag.sweep/1"
@@ -247,17 +249,39 @@ class FindingViews(Sequence[FindingView]):
         return len(self._findings)
 
 
+_SEVERITY_RANK = {Severity.FAIL: 0, Severity.WARN: 1, Severity.WATCH: 2}
+# The parts of a finding's sort key (cost_order), most significant first.
+_COST_PARTS: tuple[Callable[[Mapping[str, Any]], Any], ...] = (
+    lambda finding: _SEVERITY_RANK.get(str(finding.get("severity")), 3),
+    lambda finding: finding.get("deficit_pct") is None,
+    lambda finding: -(finding.get("deficit_pct") or 0.0),
+    lambda finding: str(finding.get("kind", "")),
+    lambda finding: str(finding.get("host", "")),
+    lambda finding: finding.get("peer") is not None,
+    lambda finding: str(finding.get("peer") or ""),
+    lambda finding: finding.get("gpu") is None,
+    lambda finding: finding.get("gpu") if finding.get("gpu") is not None else 0,
+    lambda finding: str(finding.get("metric") or ""),
+    lambda finding: str(finding.get("evidence") or ""),
+)
+
+
 def cost_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:
     """Sort key of a finding (its JSON object): what it costs a job first. ``fail`` before
     ``warn`` before ``watch``, the largest deficit first (None last), then kind, host, peer, GPU
     and metric, so the order is the same whatever order the findings came in."""
-    severity_rank = {Severity.FAIL: 0, Severity.WARN: 1, Severity.WATCH: 2}.get(str(finding.get("severity")), 3)
-    deficit = finding.get("deficit_pct")
-    gpu = finding.get("gpu")
-    return (severity_rank, deficit is None, -(deficit or 0.0), str(finding.get("kind", "")),
-            str(finding.get("host", "")), finding.get("peer") is not None, str(finding.get("peer") or ""),
-            gpu is None, gpu if gpu is not None else 0, str(finding.get("metric") or ""),
-            str(finding.get("evidence") or ""))
+    return tuple(part(finding) for part in _COST_PARTS)
+
+
+def sort_by_cost(items: Iterable[Item], view: Callable[[Item], Mapping[str, Any]]) -> list[Item]:
+    """``items`` in cost_order of ``view(item)`` (its JSON object, or a FindingView), sorted on one
+    part of the key at a time, the least significant first (the sort is stable): the same order,
+    without a key tuple for every item held at once (a fleet of unreachable hosts is a finding
+    each)."""
+    ordered = list(items)
+    for part in reversed(_COST_PARTS):
+        ordered.sort(key=lambda item: part(view(item)))  # noqa: B023 - used within this pass
+    return ordered
 
 
 def unchecked(host: str, status: str, error: str | None) -> Finding:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from ..findings import Finding, unchecked
+from ..findings import Finding, FindingView, sort_by_cost, unchecked
 from ..records import HostRecords, host_records
 from . import coverage
 from .clocks import typical_clock_costs
@@ -215,7 +215,7 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     findings += coverage.not_compared(hosts_by_metric(not_compared), thresholds)
     findings += [unchecked(h.host, h.status, h.error) for h in hosts if h.status != "ok"]
     findings += extra
-    ordered = tuple(sorted(findings, key=finding_order))
+    ordered = tuple(sort_by_cost(findings, FindingView))
     impact = job_impact(grouped, refs, ordered, hosts, readings.identities, judged)
     return Analysis(ordered, tuple(suspects), impact, len(found) - len(not_compared),
                     len(not_compared) + sum(readings.unkeyed.values()), not_retested, reference_entries(grouped, refs))

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from ..findings import Basis, Finding, Kind, Severity, cost_order
+from ..findings import Basis, Finding, FindingView, Kind, Severity, cost_order
 from ..words import deficit_text, figure, plural
 from . import actions, clocks, coverage, rules
 from .actions import Cause
@@ -25,11 +25,9 @@ from .thresholds import Thresholds
 
 
 def finding_order(finding: Finding) -> tuple[Any, ...]:
-    """What a finding costs a job first (gpudiag.findings.cost_order, as reports sort them), from
-    the fields that order reads (a sort keeps every key: not a whole document object each)."""
-    return cost_order({"severity": finding.severity, "deficit_pct": finding.deficit_pct, "kind": finding.kind,
-                       "host": finding.host, "peer": finding.peer, "gpu": finding.gpu, "metric": finding.metric,
-                       "evidence": finding.evidence})
+    """What a finding costs a job first (gpudiag.findings.cost_order, as reports sort them), read
+    through a view (a sort keeps every key: not a whole document object each)."""
+    return cost_order(FindingView(finding))
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from itertools import pairwise
 from typing import Any
 
-from ..findings import FABRIC_KINDS, Action, Basis, Kind, cost_order
+from ..findings import FABRIC_KINDS, Action, Basis, Kind, cost_order, sort_by_cost
 from ..hosts import fold_hosts
 from ..words import deficit_text, figure
 from .folding import host_count_words
@@ -44,8 +45,17 @@ HOST_COLUMNS = ["status", "hosts", "count", "example error"]
 
 def sort_findings(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Findings ordered by what they cost a job: ``fail`` before ``warn``, then the largest
-    ``deficit_pct`` first (None last), then kind, host, peer and GPU, so the order is deterministic."""
-    return sorted(findings, key=cost_order)
+    ``deficit_pct`` first (None last), then kind, host, peer and GPU, so the order is deterministic.
+    Findings already in that order (a sweep's own: its analysis sorted them) are kept as they are,
+    checked pair by pair without a key for every finding held at once."""
+    listed = list(findings)
+    if all(cost_order(first) <= cost_order(second) for first, second in pairwise(listed)):
+        return listed
+    return sort_by_cost(listed, _itself)
+
+
+def _itself(finding: Mapping[str, Any]) -> Mapping[str, Any]:
+    return finding
 
 
 def hosts_by_status(document: Document) -> dict[str, list[str]]:

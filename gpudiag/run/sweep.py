@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..analysis import Analysis, PriorCounts, SweepReader, analyse, prior_counts
-from ..analysis.speed import finding_order, not_retested
+from ..analysis.speed import not_retested
 from ..analysis.suspects import Suspect, single_runs
 from ..analysis.thresholds import Thresholds, load_thresholds, small_fleet_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
@@ -35,7 +35,7 @@ from ..fabric.plan import FabricPlan
 from ..fabric.readers import chosen_topology
 from ..fabric.schedule import stream_count
 from ..fabric.tracing import TopologyTracer
-from ..findings import Finding, unchecked
+from ..findings import Finding, FindingView, sort_by_cost, unchecked
 from ..hosts import HostSpec, load_hosts
 from ..links.addresses import check_net_address, data_addresses
 from ..links.attribution import link_thresholds
@@ -368,7 +368,7 @@ def _with_trends(setup: _Setup, result: SweepResult, runtime: Runtime) -> SweepR
         return dataclasses.replace(result, warnings=(*result.warnings, warning))
     if not watches:
         return result
-    return dataclasses.replace(result, findings=tuple(sorted((*result.findings, *watches), key=finding_order)))
+    return dataclasses.replace(result, findings=tuple(sort_by_cost((*result.findings, *watches), FindingView)))
 
 
 def _finish(store: Store | None, result: SweepResult, runtime: Runtime) -> SweepResult:

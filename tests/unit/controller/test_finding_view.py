@@ -5,12 +5,15 @@ hands its findings over so, and renders, stores and exports as it did with the d
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 
+from gpudiag import findings as order
 from gpudiag.findings import Action, Basis, FabricPart, Finding, FindingView, FindingViews, Kind, Severity, unchecked
 from gpudiag.report import render_report
+from gpudiag.report.phrasing import sort_findings
 from gpudiag.report.prometheus import prom_text
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.hostprobe import ProbeOptions
@@ -79,3 +82,17 @@ def test_the_summarys_views_render_store_and_export_as_the_documents_dicts(tmp_p
         store.finish_sweep(result.sweep_id, summary)
         stored = store.load_document(result.sweep_id)["findings"]
     assert stored == [finding.to_dict() for finding in result.findings] == document["findings"]
+
+
+def test_sorting_one_part_of_the_key_at_a_time_gives_the_order_of_the_whole_key():
+    rng = random.Random(7)
+    findings = [Finding(kind=rng.choice([Kind.SLOW_GPU, Kind.UNCHECKED, Kind.SLOW_LINK]),
+                        severity=rng.choice(list(Severity)), host=rng.choice(["n1", "n2", "n10", None]),
+                        peer=rng.choice([None, "n3", "n1"]), gpu=rng.choice([None, 0, 3, 7]),
+                        metric=rng.choice([None, "gemm.tflops", "membw.bandwidth"]),
+                        deficit_pct=rng.choice([None, 0.0, 4.5, 12.0, 12.0]), evidence=rng.choice("abc"),
+                        action=Action.INSPECT) for _ in range(400)]
+    assert order.sort_by_cost(findings, FindingView) == sorted(findings, key=lambda f: order.cost_order(f.to_dict()))
+    dicts = [finding.to_dict() for finding in reversed(findings)]
+    by_key = sorted(dicts, key=order.cost_order)
+    assert sort_findings(dicts) == by_key == sort_findings(by_key)
