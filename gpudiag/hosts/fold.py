@@ -54,8 +54,14 @@ def _vectors(values: set[tuple[str, ...]]) -> list[tuple[Axis, ...]]:
         return [(*((run,) for run in some[:axis]), _ordered({value[axis] for value in values}),
                  *((run,) for run in some[axis + 1:]))]
     singles: dict[str, Axis] = {}
-    vectors = [tuple(singles.setdefault(run, (run,)) for run in value) for value in values]
-    for axis in reversed(varying):
+    # the last run that varies, folded straight from the labels' runs (no vector a label first)
+    last = varying[-1]
+    rows: dict[tuple[str, ...], set[str]] = {}
+    for value in values:
+        rows.setdefault(value[:last] + value[last + 1:], set()).add(value[last])
+    vectors = [(*(singles.setdefault(run, (run,)) for run in rest[:last]), _ordered(runs),
+                *(singles.setdefault(run, (run,)) for run in rest[last:])) for rest, runs in rows.items()]
+    for axis in reversed(varying[:-1]):
         merged: dict[tuple[Axis, ...], set[str]] = {}
         for vector in vectors:
             merged.setdefault(vector[:axis] + vector[axis + 1:], set()).update(vector[axis])
