@@ -165,7 +165,7 @@ def probe_hosts(hosts: Sequence[HostSpec], options: SweepOptions, connector: Con
               progress: SweepProgress, on_host_done: Callable[[HostOutcome], None] | None = None,
               started_at: datetime | None = None, sweep_id: str | None = None,
               say: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
-              deadline: float | None = None) -> SweepResult:
+              deadline: float | None = None, unchecked_findings: bool = True) -> SweepResult:
     """Probe every host once; returns one outcome per host, in the order given, with an
     ``unchecked`` finding for each host that could not be probed. ``on_host_done`` is called
     from worker threads as each host finishes (to store it at once); a StoreError it raises is
@@ -173,11 +173,13 @@ def probe_hosts(hosts: Sequence[HostSpec], options: SweepOptions, connector: Con
     doing (a line on stderr). ``clock`` is the run's (gpudiag.run.runtime.Runtime: every host's
     time limit and duration are read on it); ``deadline``, a time on it by which every host has
     finished (a run-wide budget): a host still connecting, preparing or probing then is ended
-    and ``timeout``; None: no such limit. The caller closes ``connector``."""
+    and ``timeout``; None: no such limit. Without ``unchecked_findings`` the result has no findings (a
+    caller whose analysis gives each such host its own: not a fleet-sized set made only to be dropped).
+    The caller closes ``connector``."""
     started_at = started_at or datetime.now(timezone.utc)
     runner = _SweepRunner(options, connector, bundle, progress, on_host_done, say or _silent, clock, deadline)
     outcomes, interrupted = runner.run(hosts)
-    findings = tuple(unchecked(o.host, o.status, o.error) for o in outcomes if not o.ok)
+    findings = tuple(unchecked(o.host, o.status, o.error) for o in outcomes if not o.ok) if unchecked_findings else ()
     return SweepResult(sweep_id=sweep_id or new_sweep_id(started_at), started_at=started_at,
                        finished_at=datetime.now(timezone.utc), hosts=tuple(outcomes), findings=findings,
                        interrupted=interrupted, warnings=runner.warnings())

@@ -35,7 +35,7 @@ from ..fabric.plan import FabricPlan
 from ..fabric.readers import chosen_topology
 from ..fabric.schedule import stream_count
 from ..fabric.tracing import TopologyTracer
-from ..findings import Finding, FindingView, sort_by_cost, unchecked
+from ..findings import Finding, FindingView, sort_by_cost
 from ..hosts import HostSpec, load_hosts
 from ..links.addresses import check_net_address, data_addresses
 from ..links.attribution import link_thresholds
@@ -223,18 +223,18 @@ def _first_pass(setup: _Setup, runtime: Runtime, budget: RunBudget | None, recor
 
     def none_started() -> SweepResult:
         outcomes = tuple(interrupted_host(host) for host in setup.hosts)
-        return SweepResult(sweep_id, started_at, datetime.now(timezone.utc), outcomes,
-                           tuple(unchecked(o.host, o.status, o.error) for o in outcomes), interrupted=True)
+        return SweepResult(sweep_id, started_at, datetime.now(timezone.utc), outcomes, (), interrupted=True)
 
     options = _within(setup.sweep, budget)
     first = gate.run_phase(lambda: probe_hosts(setup.hosts, options, setup.connector, setup.bundle, runtime.progress,
                                                on_host_done=record, started_at=started_at, sweep_id=sweep_id,
-                                               say=gate.say, clock=runtime.clock, deadline=_deadline(budget)),
+                                               say=gate.say, clock=runtime.clock, deadline=_deadline(budget),
+                                               unchecked_findings=False),
                            none_started)
     if budget is not None:
         _blame_budget(first, budget)
     # Each host that did not finish gets its `unchecked` finding from the analysis, which always
-    # runs: the first pass keeps none of its own (a fleet-sized set through every phase).
+    # runs: the first pass makes none of its own (a fleet-sized set, made only to be dropped).
     return dataclasses.replace(first, focus=focus, findings=())
 
 
