@@ -300,9 +300,8 @@ def _apply_options(spec: HostSpec, options: SshOptions, raw: _RawConfig) -> Reso
         timeout_s = _parse_seconds(raw.connect_timeout)
     # (the strings every host has alike, and its own name, are shared rather than one copy a host)
     return ResolvedHost(label=spec.label, hostname=spec.host if raw.hostname == spec.host else raw.hostname,
-                        user=sys.intern(raw.user), port=raw.port,
-                        identity_files=shared_paths(identities), proxy_jump=raw.proxy_jump,
-                        connect_timeout_s=timeout_s,
+                        user=sys.intern(raw.user), port=raw.port, identity_files=shared_paths(identities),
+                        proxy_jump=raw.proxy_jump, connect_timeout_s=timeout_s,
                         known_hosts_files=shared_paths(known_hosts),
                         strict_host_key_checking=sys.intern(raw.strict_host_key_checking),
                         proxy_command=raw.proxy_command, original_host=spec.host,
