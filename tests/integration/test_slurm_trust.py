@@ -169,9 +169,11 @@ sys.stdout.buffer.write(b"@n3\\n")
 while True: sys.stdout.buffer.write(b"O+" + b"x" * 700 + b"\\n")'
 fi
 if [ "$1" = -c ] && [ "$SLURMD_NODENAME" = n4 ]; then exec cat /dev/zero; fi""")
-    # (both with the same generous host time limit: on a busy machine the default one can run out before
-    # membw starts, and a skipped probe is no measure of what the flood cost)
-    clean_code, clean, clean_stderr, _ = _sweep(clean_slurm_cluster, tmp_path, "n[1-4]", "--host-timeout", "200")
+    # (both with the same Python, the wrapper's own, and the same generous host time limit: the node's default
+    # python3 may lack torch, and on a busy machine the default limit can run out before membw starts; a
+    # skipped probe is no measure of what the flood cost)
+    clean_code, clean, clean_stderr, _ = _sweep(clean_slurm_cluster, tmp_path, "n[1-4]", "--python", sys.executable,
+                                                "--host-timeout", "200")
     code, document, stderr, seconds = _sweep(clean_slurm_cluster, tmp_path, "n[1-4]", "--python", str(python),
                                              "--host-timeout", "200")
     hosts = _hosts(document)
