@@ -40,8 +40,8 @@ finally:
 @dataclass(frozen=True)
 class LimitedRun:
     """How the child ended: exit status (negative: the signal that ended it), its output, its peak
-    resident memory (KiB, the kernel's ru_maxrss of it and the children it waited for) and the
-    wall time (s)."""
+    resident memory (KiB: its VmHWM, read while it ran; the kernel's ru_maxrss where none was read)
+    and the wall time (s)."""
 
     returncode: int
     stdout: str
@@ -62,26 +62,43 @@ def run_limited(argv: Sequence[str], *, address_space_bytes: int = DEFAULT_ADDRE
         started = time.monotonic()
         process = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=cwd,
                                    preexec_fn=limit, start_new_session=True)
-        status, usage = _wait(process.pid, started + timeout_s)
+        status, usage, peak_kib = _wait(process.pid, started + timeout_s, [str(word) for word in argv])
         wall_s = time.monotonic() - started
         process.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
         out.seek(0)
         err.seek(0)
         return LimitedRun(process.returncode, out.read().decode(errors="replace"),
-                          err.read().decode(errors="replace"), usage.ru_maxrss, wall_s)
+                          err.read().decode(errors="replace"), peak_kib or usage.ru_maxrss, wall_s)
 
 
-def _wait(pid: int, deadline: float) -> tuple[int, resource.struct_rusage]:
-    """(wait status, resource usage) of ``pid`` once it ended; killed with its group at ``deadline``."""
+def _wait(pid: int, deadline: float, argv: list[str]) -> tuple[int, resource.struct_rusage, int]:
+    """(wait status, resource usage, peak resident KiB) of ``pid`` once it ended; killed with its group
+    at ``deadline``. The peak is the largest VmHWM read while it ran ``argv`` (every 20 ms): the
+    kernel's ru_maxrss also counts the forking parent's resident memory from before the exec (a
+    pytest worker's, a benchmark's), which is not the controller's; 0 when none was read."""
+    peak_kib = 0
     while True:
+        peak_kib = max(peak_kib, _hwm_kib(pid, argv))
         done, status, usage = os.wait4(pid, os.WNOHANG)
         if done == pid:
-            return status, usage
+            return status, usage, peak_kib
         if time.monotonic() > deadline:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             _, status, usage = os.wait4(pid, 0)
-            return status, usage
-        time.sleep(0.05)
+            return status, usage, peak_kib
+        time.sleep(0.02)
+
+
+def _hwm_kib(pid: int, argv: list[str]) -> int:
+    """VmHWM of ``pid`` once it runs ``argv`` (not the parent's copy it was forked as); 0 before."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            if cmdline.read().split(b"\0")[:len(argv)] != [word.encode() for word in argv]:
+                return 0
+        with open(f"/proc/{pid}/status") as status:
+            return next((int(line.split()[1]) for line in status if line.startswith("VmHWM:")), 0)
+    except (OSError, ValueError):
+        return 0

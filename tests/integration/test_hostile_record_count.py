@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 UUID = "GPU-11111111-2222-3333-4444-555555555555"
 RECORDS = 40_000
 # Measured with this test (alone; tracemalloc on): with every record kept, 618 MiB resident and 204 MiB
-# allocated by Python at the peak, 27 s; with the bound, 176 MiB and 58 MiB, 3-6 s. The resident peak of
-# the bounded controller moved from 176 to 281 MiB on a busy machine (how the allocator's per-thread arenas
-# fragment), so the bound is held by what Python allocated; the resident limit only keeps the machine safe.
+# allocated by Python at the peak, 27 s; with the bound, 176 MiB and 58 MiB, 3-6 s. In the suite the
+# resident peak once read 281 MiB: the kernel's ru_maxrss counted the forking pytest worker's memory
+# (limited_run now reads the controller's own VmHWM). The bound is held by what Python allocated, which no
+# neighbour moves; the resident limit only keeps the machine safe.
 TRACED_LIMIT_MIB = 100
 PEAK_RSS_LIMIT_KIB = 400 * 1024
 
