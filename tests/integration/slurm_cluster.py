@@ -195,6 +195,8 @@ class SlurmCluster(Started):
         self.directory.chmod(0o755)  # munged wants its socket's folder reachable by everyone
         for sub in ("state", "spool"):
             (self.directory / sub).mkdir()
+        for name in self.node_names():  # each slurmd's spool folder made here: one slurmd once found none
+            (self.directory / "spool" / name).mkdir()
         key = self.directory / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
