@@ -51,11 +51,7 @@ def sort_findings(findings: Iterable[Mapping[str, Any]]) -> list[Mapping[str, An
     listed = list(findings)
     if all(cost_order(first) <= cost_order(second) for first, second in pairwise(listed)):
         return listed
-    return sort_by_cost(listed, _itself)
-
-
-def _itself(finding: Mapping[str, Any]) -> Mapping[str, Any]:
-    return finding
+    return sort_by_cost(listed)
 
 
 def hosts_by_status(document: Document) -> dict[str, list[str]]:
