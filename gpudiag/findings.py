@@ -275,10 +275,9 @@ def cost_order(finding: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def sort_by_cost(items: Iterable[Item], view: Callable[[Item], Mapping[str, Any]] | None = None) -> list[Item]:
     """``items`` in cost_order of ``view(item)`` (a FindingView; without ``view``, each item is a
-    finding's JSON object itself), sorted on one
-    part of the key at a time, the least significant first (the sort is stable): the same order,
-    without a key tuple for every item held at once (a fleet of unreachable hosts is a finding
-    each)."""
+    finding's JSON object itself), sorted on one part of the key at a time, the least significant
+    first (the sort is stable): the same order, without a key tuple for every item held at once (a
+    fleet of unreachable hosts is a finding each)."""
     ordered = list(items)
     for part in reversed(_COST_PARTS):
         ordered.sort(key=part if view is None else lambda item: part(view(item)))  # noqa: B023 - this pass
