@@ -63,8 +63,13 @@ FAMILY_ALPHA = 0.001
 POWER_Z = 1.645
 # The most results of one key that one host counts in the bar's family (a node has at most 16 GPUs).
 FAMILY_PER_HOST_KEY = 16
-# How far a fleet's spread may exceed its run-to-run noise and still be that noise alone.
+# How far a fleet's spread may exceed its run-to-run noise and still be that noise alone, at the
+# least (a fleet of thousands of values): a smaller fleet's spread is itself less sure
+# (``lasting_tolerance``).
 LASTING_TOLERANCE = 1.15
+# The variance of the log of a MAD-based spread of n normal values, times n (the MAD's asymptotic
+# variance, 0.62 sigma² / n, over its square, 0.455 sigma²).
+MAD_LOG_VARIANCE = 1.36
 # Degrees of freedom the pooled run-to-run noise needs before it narrows a mean's spread.
 MIN_RUN_DOF = 10
 # A fleet level's own error, in its spreads × 1 / √(values it rests on): the densest-window level
@@ -220,8 +225,8 @@ def family_size(results: Iterable[tuple[str, str]]) -> int:
 def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: float) -> float:
     """The spread of a mean of ``runs`` re-test runs about ``ref``: what of ``ref``'s spread is not
     run-to-run noise (GPUs that differ by themselves), plus the run-to-run noise over ``runs``.
-    A fleet's spread within ``LASTING_TOLERANCE`` of its run-to-run noise is all that noise: the
-    two estimates differ by that much by chance (a few hundred values each), and the difference of
+    A fleet's spread within ``lasting_tolerance`` of its run-to-run noise is all that noise: the
+    two estimates differ by that much by chance (1.15 with thousands of values), and the difference of
     their squares would otherwise keep half the fleets' means as coarse as two runs.
     Without enough runs to measure the noise, as coarse as one run. Plus the reference level's own
     error (``LEVEL_ERROR``, of the wider of the fleet's spread and the measured noise: a level found
@@ -235,8 +240,48 @@ def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: fl
     level = (LEVEL_ERROR * max(ref.spread, per_run)) ** 2 / ref.level_values if ref.level_values > 0 else 0.0
     if not measured:
         return max(math.sqrt(ref.spread ** 2 + level), floor)
-    lasting = max(ref.spread ** 2 - (LASTING_TOLERANCE * per_run) ** 2, 0.0)
-    return max(math.sqrt(lasting + per_run ** 2 / runs + level), floor)
+    return max(math.sqrt(lasting_variance(ref.spread, per_run, ref.level_values, noise.dof)
+                         + per_run ** 2 / runs + level), floor)
+
+
+def lasting_tolerance(values: float, dof: int | None) -> float:
+    """How far a spread measured over ``values`` values may exceed a run-to-run noise measured
+    with ``dof`` degrees of freedom (None: many) and still be that noise alone: the two estimates'
+    one-sided 95 % ratio, at least ``LASTING_TOLERANCE``. A 4-node job's spread from 32 values is
+    off by a fifth, and 1.15 kept a part of it as lasting in one job of ten at 3 % noise (all of it
+    run-to-run): a 10 %-slow GPU's mean of six runs was then judged as coarse as two runs, and
+    missed. A fleet of thousands of values keeps 1.15. ``values`` 0 (not known): 1.15."""
+    if values <= 0:
+        return LASTING_TOLERANCE
+    log_variance = MAD_LOG_VARIANCE / values + (1 / (2 * dof) if dof else 0.0)
+    return max(LASTING_TOLERANCE, math.exp(POWER_Z * math.sqrt(log_variance)))
+
+
+def lasting_variance(spread: float, run_sd: float, values: float, dof: int | None) -> float:
+    """What of a ``spread`` (over ``values`` values) outlasts a run-to-run noise ``run_sd`` (with
+    ``dof`` degrees of freedom), as a variance in the square of their unit: 0 where the spread is
+    within ``lasting_tolerance`` of the noise (the two estimates differ that much by chance)."""
+    return max(spread ** 2 - (lasting_tolerance(values, dof) * run_sd) ** 2, 0.0)
+
+
+def with_fleet_spread(ref: Reference, noise: RunNoise | None) -> RunNoise | None:
+    """``noise`` (a key's measured run-to-run noise) pooled with ``ref``'s spread where that
+    spread is all run-to-run noise (within ``lasting_tolerance`` of it): then both estimate one
+    sigma, the spread of ``level_values`` values with the degrees of freedom a MAD of as many
+    normal values has (``MAD_LOG_VARIANCE``: a third of them). Two re-tested hosts measure the
+    noise with 15 degrees of freedom, which raised a 3.4-sigma bar to 4.3, and a GPU 5 % slow at
+    1 % noise, its re-test 4.1 sigma below, passed; the fleet's 128 values knew that noise with
+    47 more. ``noise`` unchanged where the spread outlasts it, where the runs scatter more than
+    the fleet's spread allows (the noise of the re-test is its own), or where either is not
+    measured."""
+    if noise is None or noise.dof < MIN_RUN_DOF or ref.level_values <= 0 or ref.value == 0:
+        return noise
+    fleet_sd, tolerance = ref.spread / abs(ref.value), lasting_tolerance(ref.level_values, noise.dof)
+    if not noise.relative_sd / tolerance <= fleet_sd <= tolerance * noise.relative_sd:
+        return noise  # the spread outlasts the runs, or the runs scatter more than the fleet did
+    fleet_dof = int(ref.level_values / (2 * MAD_LOG_VARIANCE))
+    dof = noise.dof + fleet_dof
+    return RunNoise(math.sqrt((noise.relative_sd ** 2 * noise.dof + fleet_sd ** 2 * fleet_dof) / dof), dof)
 
 
 @dataclass(frozen=True)
@@ -258,6 +303,7 @@ def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, 
     is below ``ref``)."""
     figures = list(values)
     mean = statistics.fmean(figures)
+    noise = with_fleet_spread(ref, noise)
     spread = mean_spread(ref, len(figures), noise, thresholds.mad_floor_pct)
     deficit = ref.deficit_pct(mean)
     z = (mean - ref.value) / spread

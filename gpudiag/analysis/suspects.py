@@ -420,12 +420,23 @@ def with_runs(suspects: Sequence[Suspect], thresholds: Thresholds, family: int =
     bar = confirmation_bar(max(family, sum(noisy)), thresholds)
     planned = []
     for suspect, is_noisy_one in zip(suspects, noisy, strict=True):
-        runs = planned_runs(suspect.reference, bar, thresholds) if is_noisy_one else 1
+        runs = planned_runs(suspect.reference, bar, thresholds) if is_noisy_one else _quiet_runs(suspect, thresholds)
         sibling = siblings_judge(suspect)
         if sibling is not None:
             runs = max(runs, planned_runs(sibling, abs(thresholds.robust_z), thresholds))
         planned.append(dataclasses.replace(suspect, runs=runs) if runs > 1 else suspect)
     return planned
+
+
+def _quiet_runs(suspect: Suspect, thresholds: Thresholds) -> int:
+    """The re-test runs of a suspect on a quiet key: two where it is judged on its runs alone
+    (``_on_its_runs``) and its first run is not past ``deficit_fail`` by two of its spreads
+    (one run of a GPU 5 % slow at 1 % noise read under ``retest_deficit`` one time in
+    fifteen, and the GPU passed; its first run, chosen low, had read 6.3 %); else one."""
+    spread_pct = 100 * suspect.reference.spread / abs(suspect.reference.value) if suspect.reference.value else 0.0
+    if not _on_its_runs(suspect) or suspect.deficit_pct >= thresholds.deficit_fail_pct + 2 * spread_pct:
+        return 1
+    return min(2, thresholds.retest_max_runs)
 
 
 def single_runs(suspects: Sequence[Suspect]) -> list[Suspect]:

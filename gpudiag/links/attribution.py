@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import ClassVar, cast
 
-from ..analysis.noisy import LEVEL_ERROR
+from ..analysis.noisy import LEVEL_ERROR, lasting_variance
 from ..analysis.reference import MAD_TO_SIGMA
 from ..findings import Kind
 from ..words import deficit_text, fixed, pct, plural
@@ -706,11 +706,6 @@ def _again(figure: PairFigure, reference: GroupReference, thresholds: LinkThresh
     return _Again(gbps, z, bar, confirmed, note)
 
 
-# How far a rail's spread may exceed its run-to-run noise and still be that noise alone (as
-# gpudiag.analysis.noisy.LASTING_TOLERANCE).
-LASTING_TOLERANCE = 1.15
-
-
 def _again_spread(reference: GroupReference, runs: int, run_sd: float) -> float:
     """The spread (Gb/s) of a pair's figure of ``runs`` runs about its rail's level: what of the
     rail's spread lasts from run to run (pairs that differ by themselves, a cable), the run-to-run
@@ -726,8 +721,7 @@ def _again_spread(reference: GroupReference, runs: int, run_sd: float) -> float:
     if run_sd <= 0:
         return math.sqrt(spread ** 2 + level)
     shrunk = 1 / runs if runs <= 2 else math.pi / (2 * runs)
-    lasting = max(spread ** 2 - (LASTING_TOLERANCE * run_sd) ** 2, 0.0)
-    return math.sqrt(lasting + run_sd ** 2 * shrunk + level)
+    return math.sqrt(lasting_variance(spread, run_sd, reference.pairs, None) + run_sd ** 2 * shrunk + level)
 
 
 def _source_label(source: str) -> str:

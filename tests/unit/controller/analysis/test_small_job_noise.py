@@ -1,0 +1,46 @@
+"""A 4-node job at 3 % noise through the simulated fleet and the whole sweep (first pass, re-test,
+analysis): separate GPUs 10 % slow are each named, as a GPU, and a healthy job names nothing. A
+MAD over 32 values is off by a fifth, and a spread read wide was kept as GPUs that differ by
+themselves, so a slow GPU's mean of six runs was judged as coarse as two; and a node whose median
+read 3.3 % low was named slow as a whole for its one slow GPU (4 of 20 such jobs missed a GPU)."""
+
+import json
+import random
+from pathlib import Path
+
+from gpudiag.run.fanout import SweepOptions
+from gpudiag.run.hostprobe import ProbeOptions
+from gpudiag.run.request import Reach, SweepRequest
+from gpudiag.run.sweep import run_sweep
+from gpudiag.sim import FleetFile
+
+PROBES = ("facts", "telemetry", "gemm", "membw")
+
+
+def _named(tmp_path: Path, seed: int, slow: list[tuple[str, int]]) -> set[tuple[str, str, int | None]]:
+    fleet = {"nodes": 4, "name_format": "node{:04d}", "gpus_per_node": 8, "seed": seed,
+             "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.06},
+             "faults": [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": 0.9} for host, gpu in slow]}
+    path = tmp_path / f"fleet{seed}.json"
+    path.write_text(json.dumps(fleet))
+    request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(path))),
+                           sweep=SweepOptions(probe=ProbeOptions(names=PROBES), fanout=8))
+    findings = run_sweep(request).findings
+    return {(f.kind, f.host, f.gpu) for f in findings if f.severity in ("fail", "warn")}
+
+
+def test_separate_gpus_10_pct_slow_in_a_4_node_job_at_3_pct_noise_are_named_in_19_of_20_jobs_and_nothing_else(
+        tmp_path):
+    # 10 % at 3 % noise is 3.3 sigma in the first pass: the issue's bar is 19 jobs of 20.
+    missed, wrong = [], []
+    for seed in range(20):
+        rng = random.Random(f"small-job:{seed}")
+        slow = {("slow_gpu", host, rng.randrange(8)) for host in rng.sample([f"node{i:04d}" for i in range(1, 5)], 2)}
+        named = _named(tmp_path, seed, [(host, gpu) for _, host, gpu in slow])
+        wrong += [(seed, part) for part in named - slow]
+        missed += [(seed, part) for part in slow - named]
+    assert wrong == [] and len({seed for seed, _ in missed}) <= 1, (missed, wrong)
+
+
+def test_a_healthy_4_node_job_at_3_pct_noise_names_nothing(tmp_path):
+    assert [seed for seed in range(100, 120) if _named(tmp_path, seed, [])] == []
