@@ -103,7 +103,7 @@ def test_after_the_node_probes_progress_says_each_phase(tmp_path: Path):
     said = [line for line in result.stderr.splitlines() if line.startswith("gpudiag: ")]
     phases = [line for line in said if "hosts done" not in line]
     assert phases[0] == "gpudiag: analysing 8 hosts", said
-    assert re.fullmatch(r"gpudiag: re-testing \d+ suspects? on \d+ hosts?", phases[1]), said
+    assert re.fullmatch(r"gpudiag: re-testing \d+ suspects? on \d+ hosts?(, up to \d+ runs)?", phases[1]), said
     assert phases[2].startswith("gpudiag: pair tests between nodes (screen) over 8 hosts")
     assert phases[3] == f"gpudiag: storing the sweep in {tmp_path / 'g.db'}"
 
