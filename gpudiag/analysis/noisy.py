@@ -77,6 +77,8 @@ MIN_RUN_DOF = 10
 # 1.8 of that, and sat 0.03 to 0.13 spreads high (a plain median: 1.25).
 LEVEL_ERROR = 1.8
 _NORMAL = statistics.NormalDist()
+# A median of n normal values scatters this many times a mean's sigma / √n (√(π / 2)).
+MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 
 
 def is_noisy(ref: Reference, probe: str, device: str, thresholds: Thresholds) -> bool:

@@ -18,14 +18,12 @@ from . import actions, clocks, coverage, rules
 from .actions import Cause
 from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, NODE_MEDIAN, Measurement
+from .noisy import MEDIAN_EFFICIENCY
 from .pairs import Pair, attribute_pairs
 from .reference import MAD_TO_SIGMA, SKU, KeyReferences
 from .suspects import COMPUTE_PROBES, Suspect
 from .suspicion import below_its_siblings
 from .thresholds import Thresholds
-
-# A median of n normal values scatters this many times a mean's sigma / √n (√(π / 2)).
-MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 
 
 def finding_order(finding: Finding) -> tuple[Any, ...]:

@@ -40,7 +40,15 @@ A part sliding toward the line is a **watch** before it crosses it: a trend (of 
 test as above, Student-t bar and all, at a lower z: ``WATCH_SLOPE_Z``), whose fitted line reaches
 ``warn_pct`` (the sweep's ``deficit_warn``) below its fitted first figure by two sweeps after the
 latest at the latest (``WATCH_HORIZON``; one already past it counts), and whose latest sweep is
-itself at least ``LATEST_SHARE`` of ``warn_pct`` below that first figure. Its ``Projection``
+itself at least ``LATEST_SHARE`` of ``warn_pct`` below that first figure. A GPU is also watched
+when it slides away from its siblings (gpudiag.store.trendfit.SiblingSlope: its figure over the
+median of the host's other GPUs', its start held to their level within what the host's GPUs
+differ by themselves; a GPU off its siblings from its first sweep is not held): the same bar,
+its latest sweep ``LATEST_SHARE`` of ``warn_pct`` under them, its line ``warn_pct`` under them
+by ``WATCH_HORIZON`` sweeps (its words say "against the median of its siblings"). Its own line
+cannot tell where a GPU started, and at 2 % noise lost a GPU sliding 2 % a sweep over four
+sweeps 12 times in 20. The median of the host's GPUs is judged with the noise of a median of
+them (trendfit.median_noise), not one GPU's. Its ``Projection``
 says where the line crosses ``warn_pct`` and where it will be one and two sweeps on. Every
 trend's ``verdict``: ``fail`` (a slow degradation), ``watch``, ``none`` (judged: neither), or
 ``too_short`` (fewer than ``min_sweeps`` sweeps, or no line). What the watch's bar costs and buys
@@ -51,29 +59,31 @@ decide how soon a slide can be told from noise at all.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..analysis.noisy import student_bar
 from ..analysis.thresholds import default_thresholds
 from ..findings import Action, Basis, Finding, Kind, Severity
 from ..words import plural
 from .repairs import Repair
+from .trendfit import (
+    MIN_FIT_SWEEPS,
+    Noise,
+    SiblingSlope,
+    TrendFit,
+    TrendPoint,
+    fit_trend,
+    median_noise,
+    pooled_noise,
+    sibling_ratios,
+    sibling_slopes,
+)
 
 # Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).
 HISTORY_PARAMS = ("dtype", "direction", "memory")
-# A line needs three sweeps: two fit any line exactly and say nothing of the noise.
-MIN_FIT_SWEEPS = 3
-# The least per-sweep noise a trend is judged with (percent of its level): a series that repeats
-# itself exactly (a figure the hardware pins) still has a slope that is finitely sure.
-NOISE_FLOOR_PCT = 0.1
-# How far a trend's own scatter may exceed its host's pooled one and still be the luck of a few
-# sweeps (an estimate from 1 or 2 degrees of freedom, 3 or 4 sweeps, exceeds 2.5 times the truth
-# about once in 80 or 500 series).
-OWN_NOISE_TOLERANCE = 2.5
 # The share of the threshold the latest sweep's own figure must fall below the fitted first: a
 # figure back at its level is no degradation, however its earlier sweeps fell (a healthy GPU's
 # memory bandwidth 1.5, 3.6 and 4.7 % low over three sweeps, then 1.3 %, fitted a 5.2 % fall).
@@ -87,59 +97,8 @@ WATCH_SLOPE_Z = 2.5
 WATCH_HORIZON = 2
 # The verdicts of a trend, worst first.
 VERDICTS = ("fail", "watch", "none", "too_short")
-
-
-@dataclass(frozen=True)
-class TrendPoint:
-    """One sweep's figure (in the trend's unit)."""
-
-    sweep_id: str
-    started_at: str
-    value: float
-
-
-@dataclass(frozen=True)
-class TrendFit:
-    """A robust straight line through a trend's sweeps, x the sweep's place (0: the first):
-    ``slope`` in the trend's unit a sweep (Theil–Sen), ``first`` and ``latest`` the line at the
-    first and the latest sweep, ``noise`` the per-sweep scatter around it (the unit; see the
-    module), ``sweeps`` the sweeps it rests on (3 or more)."""
-
-    slope: float
-    first: float
-    latest: float
-    noise: float
-    sweeps: int
-    # The degrees of freedom the noise was estimated with (0: none, a floor).
-    dof: int = 0
-
-    @property
-    def change_pct(self) -> float | None:
-        """The fitted change from the first to the latest sweep, in percent of the fitted first
-        (negative: a fall); None where the fitted first is not above 0."""
-        return None if self.first <= 0 else (self.latest - self.first) / self.first * 100
-
-    @property
-    def slope_pct(self) -> float | None:
-        """The slope in percent of the fitted first figure, a sweep (None as ``change_pct``)."""
-        return None if self.first <= 0 else self.slope / self.first * 100
-
-    @property
-    def noise_pct(self) -> float | None:
-        """The per-sweep noise in percent of the fitted first figure (None as ``change_pct``)."""
-        return None if self.first <= 0 else self.noise / self.first * 100
-
-    @property
-    def slope_z(self) -> float:
-        """The slope over its uncertainty (noise / √Σ(x − x̄)²): below -3, a fall that noise
-        alone makes about once in 700 lines."""
-        spread = math.sqrt(sum((x - (self.sweeps - 1) / 2) ** 2 for x in range(self.sweeps)))
-        return self.slope / (self.noise / spread)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sweeps": self.sweeps, "slope_per_sweep": self.slope, "slope_pct_per_sweep": self.slope_pct,
-                "fitted_first": self.first, "fitted_latest": self.latest, "fitted_change_pct": self.change_pct,
-                "noise": self.noise, "noise_pct": self.noise_pct, "noise_dof": self.dof, "slope_z": self.slope_z}
+# _Rules.verdict's word for a watch its slope against its siblings made (a ``watch`` on the Trend).
+SIBLINGS_WATCH = "watch:siblings"
 
 
 @dataclass(frozen=True)
@@ -188,58 +147,6 @@ def project(fit: TrendFit, warn_pct: float) -> Projection | None:
     return Projection(warn_pct, crosses, fit.sweeps, fit.first, fit.latest + fit.slope, fit.latest + 2 * fit.slope)
 
 
-def theil_sen(values: Sequence[float]) -> tuple[float, float]:
-    """(slope, intercept) of the robust line through ``values`` at x = 0, 1, ...: the median of
-    the pairwise slopes, and the median of value − slope × x. Raises ValueError for fewer than 2."""
-    if len(values) < 2:
-        raise ValueError("a line needs two values")
-    slope = statistics.median((values[j] - values[i]) / (j - i)
-                              for i in range(len(values)) for j in range(i + 1, len(values)))
-    return slope, statistics.median(value - slope * x for x, value in enumerate(values))
-
-
-def residual_squares(values: Sequence[float]) -> float:
-    """The sum of squared distances of ``values`` (x = 0, 1, ...) from their least-squares line."""
-    count = len(values)
-    middle, mean = (count - 1) / 2, math.fsum(values) / count
-    spread = math.fsum((x - middle) ** 2 for x in range(count))
-    slope = math.fsum((x - middle) * (value - mean) for x, value in enumerate(values)) / spread if spread else 0.0
-    return math.fsum((value - mean - slope * (x - middle)) ** 2 for x, value in enumerate(values))
-
-
-@dataclass(frozen=True)
-class Noise:
-    """A per-sweep noise (a standard deviation, the unit) and the degrees of freedom it rests on."""
-
-    sigma: float
-    dof: int
-
-
-def pooled_noise(series: Iterable[Sequence[float]]) -> Noise:
-    """The per-sweep noise of every series of at least MIN_FIT_SWEEPS values around its own
-    least-squares line, pooled (squares over degrees of freedom); 0 with none."""
-    squares, dof = 0.0, 0
-    for values in series:
-        if len(values) >= MIN_FIT_SWEEPS:
-            squares += residual_squares(values)
-            dof += len(values) - 2
-    return Noise(math.sqrt(squares / dof) if dof else 0.0, dof)
-
-
-def fit_trend(values: Sequence[float], pooled: Noise | None = None) -> TrendFit | None:
-    """The TrendFit of ``values`` (oldest first); None with fewer than MIN_FIT_SWEEPS values. Its
-    noise is ``pooled`` (the host's GPUs': see the module), or its own where there is no pool
-    or its own is more than OWN_NOISE_TOLERANCE times the pool's."""
-    if len(values) < MIN_FIT_SWEEPS:
-        return None
-    slope, intercept = theil_sen(values)
-    own = Noise(math.sqrt(residual_squares(values) / (len(values) - 2)), len(values) - 2)
-    noise = own if pooled is None or pooled.dof == 0 or own.sigma > OWN_NOISE_TOLERANCE * pooled.sigma else pooled
-    floor = abs(intercept) * NOISE_FLOOR_PCT / 100
-    return TrendFit(slope, intercept, intercept + slope * (len(values) - 1), max(noise.sigma, floor, 1e-12),
-                    len(values), noise.dof if noise.sigma >= floor else 0)
-
-
 @dataclass(frozen=True)
 class Trend:
     """One figure of one host over its sweeps since ``repair`` (None: no repair covers it),
@@ -257,6 +164,10 @@ class Trend:
     fit: TrendFit | None
     verdict: str
     projection: Projection | None = None
+    # The GPU's slope against its siblings (None: a node's median, or too few siblings), and
+    # whether it, not the GPU's own line, made the watch.
+    siblings: SiblingSlope | None = None
+    by_siblings: bool = False
 
     @property
     def degraded(self) -> bool:
@@ -287,7 +198,8 @@ class Trend:
                 "fit": None if self.fit is None else self.fit.to_dict(),
                 "since_repair": None if self.repair is None else self.repair.to_dict(), "verdict": self.verdict,
                 "degraded": self.degraded,
-                "projection": None if self.projection is None else self.projection.to_dict()}
+                "projection": None if self.projection is None else self.projection.to_dict(),
+                "siblings": None if self.siblings is None else self.siblings.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -386,9 +298,11 @@ def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[
     series: dict[str, dict[int | None, list[TrendPoint]]] = {}
     medians: dict[str, list[TrendPoint]] = {}
     units: dict[str, str | None] = {}
+    counts: dict[str, list[int]] = {}
     for row in reversed(rows):
         for name, (unit, per_gpu) in sweep_figures(row.get("figures") or ()).items():
             units.setdefault(name, unit)
+            counts.setdefault(name, []).append(len(per_gpu))
             medians.setdefault(name, []).append(
                 TrendPoint(row["sweep_id"], row["started_at"], statistics.median(per_gpu.values())))
             for gpu, value in per_gpu.items():
@@ -401,8 +315,11 @@ def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[
         gpus = [judge.window(gpu, points) for gpu, points in sorted(series.get(name, {}).items())]
         # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
         pooled = pooled_noise([point.value for point in window.points] for window in gpus)
-        figures.append(FigureTrend(name, units[name], judge.trend(judge.window(None, medians[name]), pooled),
-                                   tuple(judge.trend(window, pooled) for window in gpus)))
+        siblings = sibling_slopes(sibling_ratios([(cast(int, window.gpu), window.points) for window in gpus]))
+        figures.append(FigureTrend(name, units[name], judge.trend(judge.window(None, medians[name]),
+                                                                  median_noise(pooled, counts[name])),
+                                   tuple(judge.trend(window, pooled, siblings.get(cast(int, window.gpu)))
+                                         for window in gpus)))
     return HostTrends(host, threshold_pct, min_sweeps, slope_z, tuple(figures), warn_pct, watch_z)
 
 
@@ -441,7 +358,7 @@ class _Rules:
     warn_pct: float
     watch_z: float
 
-    def verdict(self, fit: TrendFit | None, latest: float | None) -> str:
+    def verdict(self, fit: TrendFit | None, latest: float | None, siblings: SiblingSlope | None = None) -> str:
         """``fail``, ``watch``, ``none`` or ``too_short`` (see the module)."""
         if fit is None or latest is None or fit.sweeps < self.min_sweeps:
             return "too_short"
@@ -455,7 +372,17 @@ class _Rules:
         if sliding and projection is not None and projection.in_2_pct <= -self.warn_pct \
                 and fit.slope_z <= -student_bar(self.watch_z, fit.dof):
             return "watch"
-        return "none"
+        return SIBLINGS_WATCH if siblings is not None and self.sliding_from_siblings(siblings) else "none"
+
+    def sliding_from_siblings(self, siblings: SiblingSlope) -> bool:
+        """A GPU sliding away from its siblings (``SiblingSlope``): over ``min_sweeps`` or more,
+        its slope real at ``watch_z`` (the Student bar of its noise's degrees of freedom), its
+        latest sweep at least ``LATEST_SHARE`` of ``warn_pct`` under its siblings, and its line
+        ``warn_pct`` under theirs by ``WATCH_HORIZON`` sweeps after the latest."""
+        horizon = siblings.ratios[-1][0] + WATCH_HORIZON
+        return (siblings.sweeps >= self.min_sweeps and siblings.z <= -student_bar(self.watch_z, siblings.dof)
+                and siblings.latest <= -LATEST_SHARE * self.warn_pct / 100
+                and siblings.at(horizon) <= -self.warn_pct / 100)
 
 
 class _Judge:
@@ -470,12 +397,16 @@ class _Judge:
         return _Window(gpu, tuple(p for p in points if latest is None or latest.precedes(p.sweep_id, p.started_at)),
                        latest)
 
-    def trend(self, window: _Window, pooled: Noise) -> Trend:
-        """The trend of ``window``, its noise ``pooled`` unless its own is far larger (fit_trend)."""
+    def trend(self, window: _Window, pooled: Noise, siblings: SiblingSlope | None = None) -> Trend:
+        """The trend of ``window``, its noise ``pooled`` unless its own is far larger (fit_trend),
+        and a GPU's slope against its ``siblings``."""
         fit = fit_trend([point.value for point in window.points], pooled)
         latest = window.points[-1].value if window.points else None
+        verdict = self.rules.verdict(fit, latest, siblings)
         return Trend(self.figure, self.unit, window.gpu, window.points, window.repair, fit,
-                     self.rules.verdict(fit, latest), None if fit is None else project(fit, self.rules.warn_pct))
+                     "watch" if verdict == SIBLINGS_WATCH else verdict,
+                     None if fit is None else project(fit, self.rules.warn_pct), siblings,
+                     by_siblings=verdict == SIBLINGS_WATCH)
 
 
 def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: float) -> str:
@@ -498,7 +429,9 @@ def degradation_words(host: str, trend: Trend, threshold_pct: float, slope_z: fl
 def watch_words(host: str, trend: Trend, watch_z: float) -> str:
     """The watch in plain words: its slope a sweep and why it is real, where its fitted line is
     at the latest sweep, where it crosses the warn deficit, and where it will be one and two
-    sweeps on."""
+    sweeps on (against its siblings where they made it)."""
+    if trend.by_siblings and trend.siblings is not None:
+        return _sibling_watch_words(host, trend, trend.siblings, watch_z)
     fit, projection = trend.fit, trend.projection
     assert fit is not None and fit.change_pct is not None and projection is not None  # a watch has a line
     assert projection.crosses_at is not None and projection.sweeps_to_warn is not None  # and it falls
@@ -516,6 +449,21 @@ def watch_words(host: str, trend: Trend, watch_z: float) -> str:
             f"(sweep {latest.sweep_id}), {-fit.change_pct:.1f} % below; {crossing}; in 1 sweep "
             f"{projection.in_1:.4g}{unit} ({-projection.in_1_pct:.1f} % below), in 2 sweeps "
             f"{projection.in_2:.4g}{unit} ({-projection.in_2_pct:.1f} % below){since}")
+
+
+def _sibling_watch_words(host: str, trend: Trend, siblings: SiblingSlope, watch_z: float) -> str:
+    """A watch its siblings made, in plain words: how far under its siblings it slides a sweep and
+    why that is real, where it is now, and where its line will be one and two sweeps on."""
+    last = siblings.ratios[-1][0]
+    held = (f"its start held to its siblings' level within {100 * siblings.spread:.1f} %, what the host's GPUs "
+            "differ by themselves" if siblings.held else "fitted freely")
+    return (f"watch: {host}: {trend.describe()} falls {-100 * siblings.slope:.1f} % a sweep against the median of "
+            f"its siblings over {siblings.sweeps} sweeps ({held}), {-siblings.z:.1f} times its uncertainty "
+            f"(per-sweep noise {100 * siblings.noise:.1f} %; real from {_bar_words(watch_z, siblings.dof)}); "
+            f"{-100 * siblings.latest:.1f} % under its siblings at the latest sweep, on its line "
+            f"{-100 * siblings.at(last + 1):.1f} % under in 1 sweep and {-100 * siblings.at(last + 2):.1f} % in 2 "
+            f"(the warn line: {trend.projection.warn_pct if trend.projection else 0:g} %)"
+            + ("" if trend.repair is None else f", since the repair of {trend.repair.describe()}"))
 
 
 def _bar_words(slope_z: float, dof: int) -> str:

@@ -9,7 +9,8 @@ import random
 import pytest
 
 from gpudiag.analysis.noisy import student_bar as slope_bar
-from gpudiag.store.trend import Noise, fit_trend, host_trends, pooled_noise, theil_sen
+from gpudiag.store.trend import host_trends
+from gpudiag.store.trendfit import Noise, fit_trend, pooled_noise, theil_sen
 
 LEVEL = 740.0  # TFLOP/s
 

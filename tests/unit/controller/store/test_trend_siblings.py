@@ -1,0 +1,118 @@
+"""A GPU's slide against its siblings, and a node median's own noise (gpudiag.store.trend): a GPU's
+own line cannot tell where it started, so at 2 % noise a slide of 2 % a sweep over four sweeps is
+2.2 standard errors and was watched 8 times in 20; against its siblings, with its start held to
+their level, it is 3.4. A node's median scatters 1.25 / √8 of one GPU, and was judged with one
+GPU's noise. Series are built as ``Store.host_history`` rows, newest first."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from gpudiag.analysis.noisy import MEDIAN_EFFICIENCY
+from gpudiag.store.trend import host_trends, trend_findings
+from gpudiag.store.trendfit import Noise, TrendPoint, median_noise, sibling_ratios, sibling_slopes
+
+LEVEL = 740.0
+
+
+def _rows(series: dict[int, list[float]]) -> list[dict]:
+    sweeps = len(next(iter(series.values())))
+    rows = []
+    for index in range(sweeps):
+        per_gpu = [[gpu, values[index]] for gpu, values in sorted(series.items())]
+        figure = {"metric": "gemm.tflops", "params": {"dtype": "bf16"}, "unit": "TFLOP/s", "per_gpu": per_gpu}
+        rows.append({"sweep_id": f"2026010{index}T000000Z-{index:04x}", "started_at": f"2026-01-0{index + 1}T00:00:00Z",
+                     "status": "ok", "error": None, "figures": [figure]})
+    return list(reversed(rows))
+
+
+def _trends(series: dict[int, list[float]]):
+    return host_trends("node001", _rows(series), [], threshold_pct=5.0, min_sweeps=3, slope_z=3.0, warn_pct=3.0)
+
+
+def _noisy(rng: random.Random, factors: list[float], cv: float) -> list[float]:
+    return [LEVEL * factor * rng.gauss(1.0, cv) for factor in factors]
+
+
+def _points(values: list[float]) -> list[TrendPoint]:
+    return [TrendPoint(f"sweep{index}", f"2026-01-0{index + 1}T00:00:00Z", value) for index, value in enumerate(values)]
+
+
+def _watched(series: dict[int, list[float]]) -> set[int | None]:
+    return {trend.gpu for trend in _trends(series).watches}
+
+
+def test_a_gpu_falling_away_from_flat_siblings_is_watched_and_says_so_against_them():
+    rng = random.Random(2)
+    series = {gpu: _noisy(rng, [1.0] * 4, 0.002) for gpu in range(7)}
+    series[7] = [LEVEL * f for f in (1.0, 0.98, 0.96, 0.94)]
+    assert sibling_ratios([(7, _points(series[7]))]) == {}  # alone, it has no siblings
+    slide = _trends(series).figures[0].gpus[7]
+    assert slide.siblings is not None and slide.siblings.held
+    assert slide.siblings.slope * 100 == pytest.approx(-2.0, abs=0.15) and slide.siblings.z < -10
+    assert slide.to_dict()["siblings"]["held_to_siblings"] is True
+
+
+def test_at_2_pct_noise_a_gpu_losing_2_pct_a_sweep_over_4_sweeps_is_watched_nearly_always():
+    # Its own line alone: 11 of these 40 (2.2 standard errors, a bar of 2.8 for 16 degrees of
+    # freedom); against its siblings (3.4 with their median's own noise) 24.
+    watched, flat = 0, 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        series = {gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(7)}
+        series[7] = _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.02)
+        trends = _trends(series)
+        gpus = {trend.gpu for trend in trends.watches + trends.degradations}
+        watched += 7 in gpus
+        flat += len(gpus - {7, None})
+    assert watched >= 20 and flat <= 6  # of 40 slides; of 280 flat GPUs
+
+
+def test_a_gpu_that_started_below_its_siblings_and_stays_there_is_no_slide():
+    # Held to its siblings' level, a GPU 5 % under them on every sweep would fit a fall; its free
+    # line starts far off them, so it is not held, and a flat line is flat.
+    rng = random.Random(4)
+    series = {gpu: _noisy(rng, [1.0] * 4, 0.005) for gpu in range(7)}
+    series[7] = _noisy(rng, [0.95] * 4, 0.005)
+    slow = _trends(series).figures[0].gpus[7]
+    assert slow.siblings is not None and not slow.siblings.held and abs(slow.siblings.z) < 3
+    assert slow.verdict == "none"
+
+
+def test_the_siblings_spread_of_gpus_that_differ_by_themselves_loosens_the_hold():
+    # GPUs 2 % apart by themselves at 0.3 % noise: the hold is as loose as they differ.
+    rng = random.Random(6)
+    offsets = [rng.gauss(1.0, 0.02) for _ in range(8)]
+    series = {gpu: _noisy(rng, [offsets[gpu]] * 4, 0.003) for gpu in range(8)}
+    slopes = sibling_slopes(sibling_ratios([(gpu, _points(values)) for gpu, values in series.items()]))
+    assert all(0.01 < slope.spread < 0.04 for slope in slopes.values())
+    assert _watched(series) == set()
+
+
+def test_a_sibling_watch_is_a_watch_finding_of_that_gpu_that_drains_nothing():
+    for seed in range(40):
+        rng = random.Random(seed)
+        series = {gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(7)}
+        series[7] = _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.02)
+        trends = _trends(series)
+        if any(trend.by_siblings for trend in trends.watches):
+            break
+    (finding,) = trend_findings(trends)
+    assert (finding.kind, finding.gpu, finding.severity, finding.action) == (
+        "slow_degradation", 7, "watch", "watch")
+    assert "against the median of its siblings" in finding.evidence and "its start held" in finding.evidence
+
+
+def test_a_node_median_is_judged_by_a_medians_noise_not_one_gpus():
+    assert median_noise(Noise(0.02, 16), [8, 8, 8]).sigma == pytest.approx(0.02 * MEDIAN_EFFICIENCY / math.sqrt(8))
+    assert median_noise(Noise(0.02, 16), [1]).sigma == 0.02  # a median of one is that one
+    # A whole node losing 2 % a sweep over 4 sweeps at 2 % noise: watched or failed as a node.
+    found = 0
+    for seed in range(20):
+        rng = random.Random(100 + seed)
+        trends = _trends({gpu: _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.02) for gpu in range(8)})
+        found += trends.figures[0].median.verdict in ("watch", "fail")
+    assert found >= 19
