@@ -14,7 +14,10 @@ healthy partners to be confirmed against (issue 16).
   boundary node is a ``slow_nic``.
 - ``pauseref``: an 8-node job paused, ``--suspects`` one node with its two reference peers;
   ``nic``: a reference peer's NIC slow (its ``slow_nic``, the suspect not blamed); ``node``:
-  the suspect slow on every GPU (one ``slow_node``, no per-GPU verdict, no shift).
+  the suspect slow on every GPU (one ``slow_node``, no per-GPU verdict, no shift); ``refs8``,
+  ``refs16``: an 8- and a 16-node job whose two reference peers both have slow NICs and whose
+  suspect is healthy (issue 31): a tie the job's further peers break, so both references'
+  ``slow_nic`` and nothing on the suspect, never three nodes left unchecked.
 
 Each builder returns the fields of a detection.Case (scored as (kind, host, None) places).
 """
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudiag.pause import FocusRequest
+from gpudiag.pause.focus import DEFAULT_REFERENCE_PEERS, choose_references
 from gpudiag.run.fanout import SweepOptions
 from gpudiag.run.hostprobe import ProbeOptions
 
@@ -76,16 +80,22 @@ def mixed_rails_case(cv: float, slowdown_pct: float, seed: int, size: int = 16) 
 
 def pause_reference_case(kind: str, cv: float, slowdown_pct: float, seed: int) -> CaseFields:
     """A paused 8-node job swept as ``--pause --suspects node0005``: a reference peer's NIC slow
-    (``nic``) or the suspect slow on every GPU (``node``)."""
+    (``nic``) or the suspect slow on every GPU (``node``); or an 8- or 16-node job whose two
+    reference peers' NICs are both slow (``refs8``, ``refs16``)."""
     factor = 1 - slowdown_pct / 100
-    if kind == "nic":
+    size = 16 if kind == "refs16" else 8
+    if kind.startswith("refs"):
+        references = choose_references(_names(size), [PAUSE_SUSPECT], DEFAULT_REFERENCE_PEERS)
+        faults = [{"kind": "slow_nic", "host": host, "factor": factor} for host in references]
+        expected = {("slow_nic", host, None) for host in references}
+    elif kind == "nic":
         faults = [{"kind": "slow_nic", "host": SLOW_REFERENCE, "factor": factor}]
         expected = {("slow_nic", SLOW_REFERENCE, None)}
     else:
         faults = [{"kind": "slow_gpu", "host": PAUSE_SUSPECT, "gpu": gpu, "factor": factor} for gpu in range(GPUS)]
         expected = {("slow_node", PAUSE_SUSPECT, None)}
     sweep = SweepOptions(probe=ProbeOptions(names=PAUSE_PROBES, pause=True), fanout=64)
-    return {"fleet": _fleet(8, cv, seed, faults), "expected": frozenset(expected),
+    return {"fleet": _fleet(size, cv, seed, faults), "expected": frozenset(expected),
             "exit_expected": 1 if slowdown_pct >= 8 else None,
             "request": (("focus", FocusRequest(PAUSE_SUSPECT)), ("sweep", sweep))}
 
@@ -99,4 +109,4 @@ def link_builders(scenario: str) -> list[tuple[str, Callable[[float, float, int]
     if scenario == "mixedrails":
         return [("mixedrails", mixed_rails_case)]
     return [(f"pauseref {kind}", lambda cv, s, seed, k=kind: pause_reference_case(k, cv, s, seed))
-            for kind in ("nic", "node")]
+            for kind in ("nic", "node", "refs8", "refs16")]

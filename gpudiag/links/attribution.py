@@ -360,14 +360,15 @@ def family_spreads(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
 
 
 def _with_level_error(reference: GroupReference) -> GroupReference:
-    """A fleet level's own error (``LEVEL_ERROR`` spreads over the square root of its pairs: a rail's
-    level from seventeen pairs is off by 0.3 to 0.4 of a spread), carried into every z against it;
+    """A fleet level's own error (``LEVEL_ERROR`` spreads over the square root of the pairs it
+    rests on: a rail's level from seventeen pairs is off by 0.3 to 0.4 of a spread), carried into
+    every z against it;
     a small job's level, the median of a handful of pairs pooled over its rails, is judged by the
     deficit and the floor as before."""
     if reference.fleet_gbps is None or reference.spread_gbps is None or reference.job_level or not reference.pairs:
         return reference
     return dataclasses.replace(reference, level_error_gbps=LEVEL_ERROR * reference.spread_gbps
-                               / math.sqrt(reference.pairs))
+                               / math.sqrt(reference.level_count))
 
 
 def _across(slow: SlowAcrossRails) -> NicSuspect:
@@ -717,11 +718,11 @@ def _again_spread(reference: GroupReference, runs: int, run_sd: float) -> float:
     runs, so the figure is not biased low; the noise, measured on pairs run again for a low run,
     is if anything too wide."""
     spread = cast(float, reference.spread_gbps)
-    level = (LEVEL_ERROR * max(spread, run_sd)) ** 2 / max(1, reference.pairs)
+    level = (LEVEL_ERROR * max(spread, run_sd)) ** 2 / max(1, reference.level_count)
     if run_sd <= 0:
         return math.sqrt(spread ** 2 + level)
     shrunk = 1 / runs if runs <= 2 else math.pi / (2 * runs)
-    return math.sqrt(lasting_variance(spread, run_sd, reference.pairs, None) + run_sd ** 2 * shrunk + level)
+    return math.sqrt(lasting_variance(spread, run_sd, reference.level_count, None) + run_sd ** 2 * shrunk + level)
 
 
 def _source_label(source: str) -> str:

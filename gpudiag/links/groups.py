@@ -280,6 +280,14 @@ class GroupReference:
     # The fleet level's own error (Gb/s, a standard deviation): a level from a rail's twenty pairs is
     # off by a third of a spread, and every z against it carries that (gpudiag.links.attribution).
     level_error_gbps: float = 0.0
+    # The pair figures the fleet level rests on (slow ones set aside; 0: ``pairs``): a rail of 11
+    # pairs whose level rested on its 4 healthy ones was as sure as 11, and failed a healthy pair.
+    level_pairs: float = 0.0
+
+    @property
+    def level_count(self) -> float:
+        """The pairs the fleet level rests on (``level_pairs``, else ``pairs``)."""
+        return self.level_pairs or self.pairs
 
     @property
     def reference_gbps(self) -> float | None:
@@ -575,7 +583,7 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     # The fleet level itself materially below the baseline: a regression the fabric shares.
     below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
     return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,
-                          below_baseline, members)
+                          below_baseline, members, level_pairs=fleet.level_values)
 
 
 # Pair figures within this ratio of each other run alike: one cause they share slows them all.
