@@ -87,7 +87,6 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     PairFigure,
     family,
     group_baseline,
-    group_reference,
     host_link_figures,
     judged_gbps,
     link_thresholds,
@@ -95,7 +94,7 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     pair_means,
     rail_key,
 )
-from .levels import job_levels, run_noise
+from .levels import group_reference, job_levels, run_noise
 from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, own_errors
 from .linkerrors import host_errors as host_errors_of
 from .schedule import Pair, Suspects

@@ -1,7 +1,7 @@
-"""A small job's own level and the rails' noise: each pair's figures pooled over the rails of its
-family (backend and line rate: the same hardware and the same measurement), and the spread of
-figures that should be equal pooled over many small samples (gpudiag.links.attribution,
-gpudiag.links.acrossrails)."""
+"""A group's levels: its fleet level and spread (``group_reference``), a small job's own level
+and the rails' noise: each pair's figures pooled over the rails of its family (backend and line
+rate: the same hardware and the same measurement), and the spread of figures that should be
+equal pooled over many small samples (gpudiag.links.attribution, gpudiag.links.acrossrails)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,18 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from .groups import Family, LinkGroup, LinkThresholds, family, host_bests, judged_gbps, mean_gbps
+from ..analysis.reference import fleet_reference
+from .groups import (
+    Family,
+    GroupBaseline,
+    GroupReference,
+    LinkGroup,
+    LinkThresholds,
+    family,
+    judged_gbps,
+    line_rate_floor,
+    mean_gbps,
+)
 from .schedule import Pair
 
 
@@ -76,3 +87,74 @@ def rail_figures(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> dict[Pair, 
             if values:
                 pooled[pair].append(judged_gbps(values))
     return pooled
+
+
+# A line-rate floor within this many sigmas of the healthy level cuts into healthy noise; told
+# only from this many pairs above it (a spread from a handful of pairs is too rough to tell).
+FLOOR_CUT_SIGMAS = 3.0
+FLOOR_CUT_PAIRS = 24
+
+
+def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
+                    baseline: GroupBaseline | None = None, job: float | None = None,
+                    trim_spread: float = 0.0) -> GroupReference:
+    """The group's references (see GroupReference). ``job``: the small groups' level of its
+    family (``job_levels``), used where the group has too few hosts for a fleet level, unless
+    that level is itself below the line-rate floor or the baseline's cutoff (every host is then
+    slow with every partner: which of them cannot be told, and the floor and the baseline judge
+    alone). ``trim_spread``: the least spread (a fraction of the level) the fleet level sets
+    pairs aside by (gpudiag.analysis.reference.fleet_reference)."""
+    means = sorted(judged_gbps(values) for values in runs.values())
+    best = host_bests(runs)
+    floor = line_rate_floor(group, thresholds)
+    members = tuple(sorted(best))
+    if len(best) < thresholds.min_hosts and thresholds.whole_job and network_below(means, floor):
+        # Every pair alike and below the line rate: the job's network as a whole (a LinkShift),
+        # its pairs judged among themselves only beyond what "alike" allows.
+        level = statistics.median(means)
+        return GroupReference(group, len(best), len(means), level, level * (ALIKE - 1) / 3, floor, shifted=True,
+                              baseline=baseline, members=members, job_level=True)
+    if len(best) < thresholds.min_hosts:
+        if job is None or len(best) < 3 or (floor is not None and job < floor) or (
+                baseline is not None and job < baseline.cutoff_gbps):
+            return GroupReference(group, len(best), len(means), None, None, floor, baseline=baseline, members=members)
+        return GroupReference(group, len(best), len(means), job, job * thresholds.mad_floor_pct / 100, floor,
+                              baseline=baseline, members=members, job_level=True)
+    # A host's best pair is healthy unless its own NIC (or every partner's) is slow: if even the
+    # best figures sit below the floor, the whole group is below its line rate.
+    best_level = fleet_reference(sorted(best.values()), len(best), thresholds.mad_floor_pct).value
+    shifted = floor is not None and best_level < floor
+    basis = means if floor is None or shifted else [value for value in means if value >= floor] or means
+    fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
+    if basis is not means and len(basis) >= FLOOR_CUT_PAIRS and fleet.value - FLOOR_CUT_SIGMAS * fleet.spread <= floor:
+        # The floor cuts into the healthy pairs' own noise (at 12 % run-to-run noise a fifth of
+        # them fall under it): leaving out the pairs under it lifted the level and shrank the
+        # spread, and healthy pairs became slow links. Then every pair is the basis (the level
+        # is found from the top, slow pairs set aside by their distance from it). Where the
+        # floor lies far below the healthy cluster, it only sets aside slow pairs: in a small
+        # fabric most pairs may touch a slow NIC, and the cut keeps them out of the level.
+        fleet = fleet_reference(means, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
+    # The fleet level itself materially below the baseline: a regression the fabric shares.
+    below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
+    return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,
+                          below_baseline, members, level_pairs=fleet.level_values)
+
+
+# Pair figures within this ratio of each other run alike: one cause they share slows them all.
+ALIKE = 1.15
+
+
+def network_below(means: Sequence[float], floor: float | None) -> bool:
+    """Whether a small group's pair figures (``means``, sorted) all fall below the line-rate
+    ``floor`` and run alike (the fastest within ALIKE of the slowest): its network as a whole is
+    slow — the fabric, or every one of its NICs — which no part of it can be told from."""
+    return floor is not None and bool(means) and means[0] > 0 and means[-1] < floor and means[-1] <= means[0] * ALIKE
+
+
+def host_bests(runs: Mapping[Pair, Sequence[float]]) -> dict[str, float]:
+    """Each host's best pair figure (a pair's judged figure: the median of its runs), Gb/s."""
+    best: dict[str, float] = {}
+    for pair, values in runs.items():
+        for host in pair:
+            best[host] = max(best.get(host, 0.0), judged_gbps(values))
+    return best
