@@ -20,7 +20,7 @@ from .identity import NO_GPU, GpuIdentity, HostGpus
 from .measurements import HOST_DEVICES, NODE_MEDIAN, Measurement
 from .noisy import MEDIAN_EFFICIENCY
 from .pairs import Pair, attribute_pairs
-from .reference import MAD_TO_SIGMA, SKU, KeyReferences
+from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SKU, KeyReferences
 from .suspects import COMPUTE_PROBES, Suspect
 from .suspicion import below_its_siblings
 from .thresholds import Thresholds
@@ -185,8 +185,10 @@ def _node_wide(host: str, group: Sequence[Suspect], context: Context) -> bool:
     like_its_node = bool(alike) and all(s.deficit_pct - node_deficit < tolerance for s in alike)
     # The node's own deficit must be more than its median's noise makes by chance: at 3 % noise a
     # median of 8 GPUs scatters 1.3 %, and a healthy node with one 10 %-slow GPU read 3.3 % low.
-    relative = 100 * first.reference.spread / abs(first.reference.value) if first.reference.value else 0.0
-    chance = abs(context.thresholds.robust_z) * MEDIAN_EFFICIENCY * relative / math.sqrt(len(values))
+    # One GPU's noise: a measured reference's spread, else (a SKU figure's is fixed) the node's own.
+    measured = first.reference.source in (FLEET, BASELINE) and first.reference.value
+    noise = 100 * first.reference.spread / abs(first.reference.value) if measured else scatter
+    chance = abs(context.thresholds.robust_z) * MEDIAN_EFFICIENCY * noise / math.sqrt(len(values))
     return len(values) >= context.thresholds.sibling_min_gpus and like_its_node and node_deficit >= max(warn, chance)
 
 

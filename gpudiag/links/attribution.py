@@ -361,9 +361,8 @@ def family_spreads(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
 def _with_level_error(reference: GroupReference) -> GroupReference:
     """A fleet level's own error (``LEVEL_ERROR`` spreads over the square root of the pairs it
     rests on: a rail's level from seventeen pairs is off by 0.3 to 0.4 of a spread), carried into
-    every z against it;
-    a small job's level, the median of a handful of pairs pooled over its rails, is judged by the
-    deficit and the floor as before."""
+    every z against it; a small job's level, the median of a handful of pairs pooled over its
+    rails, is judged by the deficit and the floor as before."""
     if reference.fleet_gbps is None or reference.spread_gbps is None or reference.job_level or not reference.pairs:
         return reference
     return dataclasses.replace(reference, level_error_gbps=LEVEL_ERROR * reference.spread_gbps
