@@ -267,7 +267,8 @@ def test_the_node_task_frames_long_lines_binary_and_stderr_and_reports_its_statu
 
 
 def test_the_node_task_ends_a_command_past_its_time(tmp_path: Path) -> None:
-    labelled = _run_node_task(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(60)\n", timeout_s=1.0)
+    # 8 s: the child must start and print first, and a loaded machine took more than 1 s to start Python
+    labelled = _run_node_task(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(60)\n", timeout_s=8.0)
     task = _output(labelled, 1).tasks[0]
     assert task.timed_out and task.exit_status == 128 + 15 and task.stdout.text() == "started\n"
     assert _result(labelled).timed_out
