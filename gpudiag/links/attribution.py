@@ -59,15 +59,13 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from statistics import NormalDist
-from typing import ClassVar, cast
+from dataclasses import dataclass
 
-from ..analysis.noisy import LEVEL_ERROR, lasting_variance
+from ..analysis.noisy import LEVEL_ERROR
 from ..analysis.reference import MAD_TO_SIGMA
-from ..findings import Kind
 from ..words import deficit_text, fixed, pct, plural
 from .acrossrails import SlowAcrossRails, SlowLinkAcrossRails, across_rails, links_across_rails
+from .again import RETEST_ALPHA, Retests, judge_again, retests_of
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
     BACKENDS,
     BASELINE,
@@ -95,116 +93,10 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     rail_key,
 )
 from .levels import group_reference, job_levels, run_noise
-from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, own_errors
+from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, own_errors  # noqa: F401 - API too
 from .linkerrors import host_errors as host_errors_of
 from .schedule import Pair, Suspects
-
-
-@dataclass(frozen=True)
-class NicSuspect:
-    """``host``'s NIC on one backend and rail is slow: slow with every partner it was tested
-    with (``pairs``, two or more). ``gbps``: the median of those pairs (in a group with a fleet
-    level, the mean of those beyond its two lowest with known-good partners); ``reference_gbps`` and
-    ``deficit_pct`` (percent) against the group's reference; ``robust_z`` (sigma, None without a
-    fleet level); ``known_good``: the partners whose NIC a healthy pair has shown good.
-    ``confirmed``: slow with ``confirm_partners`` known-good partners or more and, in a group with
-    a fleet level, slow again with those beyond the pairs that made it a suspect (then ``gbps``
-    and the deficit are theirs: ``_fresh_pairs``). ``cleared``: those further pairs are clearly
-    fine: a dip, not a NIC (said, never a warning). ``reference_source``: ``baseline`` when the
-    stored baseline judged it, else ``fleet`` (the fleet level, or the line-rate floor where there
-    is none)."""
-
-    kind: ClassVar[Kind] = Kind.SLOW_NIC
-    host: str
-    backend: str
-    rail: int | None
-    line_rate_gbps: float | None
-    gbps: float
-    reference_gbps: float
-    deficit_pct: float
-    robust_z: float | None
-    pairs: tuple[PairFigure, ...]
-    known_good: tuple[str, ...]
-    confirmed: bool
-    evidence: str
-    reference_source: str = FLEET
-    cleared: bool = False
-
-
-@dataclass(frozen=True)
-class LinkSuspect:
-    """The pair ``a``–``b`` is slow on one backend and rail while neither end is slow with
-    every partner. ``gbps``: the mean of ``runs_gbps``; ``reference_gbps``, ``deficit_pct``
-    (percent), ``robust_z`` (sigma, None without a fleet level) as for ``NicSuspect``.
-    ``undecided``: ends tested with this one partner only, whose NIC could equally be the
-    cause (empty: a ``slow_link``). ``confirmed``: two runs or more slow, and their mean.
-    ``reference_source`` as for ``NicSuspect``."""
-
-    kind: ClassVar[Kind] = Kind.SLOW_LINK
-    a: str
-    b: str
-    backend: str
-    rail: int | None
-    line_rate_gbps: float | None
-    gbps: float
-    runs_gbps: tuple[float, ...]
-    reference_gbps: float
-    deficit_pct: float
-    robust_z: float | None
-    undecided: tuple[str, ...]
-    confirmed: bool
-    evidence: str
-    reference_source: str = FLEET
-
-
-@dataclass(frozen=True)
-class LinkShift:
-    """A whole group runs below what it should reach: below its line rate — the fleet level
-    ``fleet_gbps`` is under the floor ``floor_gbps`` (``line_rate_gbps`` × the efficiency) — or,
-    with ``baseline_gbps``, ``deficit_pct`` or more below the median of the stored baseline
-    ``baseline_name`` (``floor_gbps`` then that cutoff). ``pairs_below`` of ``pairs`` pairs fall
-    below ``floor_gbps``. A cause the fabric shares, not one NIC. ``confirmed``: every host below
-    it was tested with ``confirm_partners`` partners or more (a few faults at once, seen from two
-    partners each, can look like a shift)."""
-
-    kind: ClassVar[Kind] = Kind.FLEET_SHIFT
-    backend: str
-    rail: int | None
-    line_rate_gbps: float | None
-    fleet_gbps: float
-    floor_gbps: float
-    pairs_below: int
-    pairs: int
-    confirmed: bool
-    evidence: str
-    baseline_gbps: float | None = None
-    baseline_name: str | None = None
-
-    @property
-    def source(self) -> str:
-        """LINE_RATE or BASELINE: what the group falls below."""
-        return LINE_RATE if self.baseline_gbps is None else BASELINE
-
-    @property
-    def reference_gbps(self) -> float:
-        """The figure its deficit is measured from: the baseline's median, else the line rate."""
-        return cast(float, self.line_rate_gbps if self.baseline_gbps is None else self.baseline_gbps)
-
-
-@dataclass(frozen=True)
-class LinkAttribution:
-    """Every suspect and error (sorted), each group's references, what is left to confirm (``suspects``)
-    and the hosts that ``passed`` (known good in every compared group they are in, not suspect:
-    those with no slow pair at all first, then the rest; by name within each)."""
-
-    nics: tuple[NicSuspect, ...] = ()
-    links: tuple[LinkSuspect, ...] = ()
-    errors: tuple[LinkError, ...] = ()
-    host_errors: tuple[HostLinkError, ...] = ()
-    shifts: tuple[LinkShift, ...] = ()
-    references: tuple[GroupReference, ...] = ()
-    suspects: Suspects = field(default_factory=Suspects)
-    passed: tuple[str, ...] = ()
+from .verdicts import LinkAttribution, LinkShift, LinkSuspect, NicSuspect
 
 
 def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = DEFAULT_THRESHOLDS, *,
@@ -225,7 +117,7 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
         else:
             figures[result.group][result.pair].append(result.gbps)
     references = _references(figures, thresholds, baseline)
-    retests = _retests(figures)  # each slow pair run again is judged on its runs after the lowest
+    retests = retests_of(figures)  # each slow pair run again is judged on its runs after the lowest
     outcomes = [_judge_group(group, figures[group], reference, thresholds, retests=retests)
                 for group, reference in references.items()]
     # A pair between two line rates runs in the lower rate's group, where the faster end has
@@ -609,8 +501,8 @@ def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[
     runs = figure.runs_gbps
     source = reference.judged_by(figure.gbps, thresholds)
     # A run chosen for being slow cannot also confirm the pair: it is confirmed on its runs but
-    # the lowest (the one that chose it, or one lower still: ``_again``), their figure slow too.
-    again = _again(figure, reference, thresholds, retests)
+    # the lowest (the one that chose it, or one lower still: ``judge_again``), their figure slow too.
+    again = judge_again(figure, reference, thresholds, retests)
     confirmed = again is not None and again.confirmed and figure.slow and not unproven & set(undecided)
     deficit = reference.deficit_pct(figure.gbps, source)
     measured = f"{fixed(figure.gbps)} {UNIT}"
@@ -639,88 +531,6 @@ def _link_suspect(figure: PairFigure, undecided: tuple[str, ...], unproven: set[
     return LinkSuspect(figure.a, figure.b, group.backend, group.rail, group.line_rate_gbps, figure.gbps, runs,
                        reference.value_gbps(source), deficit, reference.robust_z(figure.gbps, source), undecided,
                        confirmed, evidence, _source_label(source))
-
-
-# The chance that the pairs of one attribution re-tested and judged on their re-runs together
-# confirm a healthy one (as gpudiag.analysis.noisy.FAMILY_ALPHA for the GPUs' re-tests).
-RETEST_ALPHA = 0.001
-
-
-@dataclass(frozen=True)
-class Retests:
-    """What the pairs run twice or more say: how many there are (``count``: the family of
-    re-runs judged, which raises the bar) and each family's run-to-run noise (Gb/s, a standard
-    deviation; gpudiag.links.levels.run_noise)."""
-
-    count: int = 0
-    run_sd_gbps: Mapping[Family, float] = field(default_factory=dict)
-
-
-def _retests(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]) -> Retests:
-    return Retests(sum(1 for runs in figures.values() for values in runs.values() if len(values) >= 2),
-                   run_noise(figures))
-
-
-@dataclass(frozen=True)
-class _Again:
-    """A slow pair's runs but the lowest, judged: their figure (Gb/s), its z against the level
-    (None where no fleet level judges it), the bar, and the verdict."""
-
-    gbps: float
-    robust_z: float | None
-    bar: float
-    confirmed: bool
-    note: str
-
-
-def _again(figure: PairFigure, reference: GroupReference, thresholds: LinkThresholds,
-           retests: Retests) -> _Again | None:
-    """The pair judged on its runs but the lowest (None: run once). The run that made it a suspect
-    was chosen for being slow, so it is biased low; which run it was is not known here (the
-    attribution is the same whatever the order of its results), and the lowest run is it or lower
-    still, so what is left is judged no more harshly than the runs after the suspicion. Their
-    figure (``judged_gbps``) must be slow, and where the fleet's own level judges it, far below
-    that level: ``robust_z`` or more, at least as many sigmas as make a chance dip among the
-    pairs run again so unlikely (``RETEST_ALPHA``), against the spread of such a figure
-    (``_again_spread``)."""
-    if len(figure.runs_gbps) < 2:
-        return None
-    others = sorted(figure.runs_gbps)[1:]
-    gbps = judged_gbps(others)
-    slow = reference.is_slow(gbps, thresholds)
-    fleet = reference.fleet_gbps
-    z, bar = None, -thresholds.robust_z
-    if fleet is not None and reference.spread_gbps and not reference.job_level \
-            and reference.judged_by(gbps, thresholds) == FLEET:
-        z = (gbps - fleet) / _again_spread(reference, len(others),
-                                           retests.run_sd_gbps.get(family(reference.group), 0.0))
-        bar = max(bar, NormalDist().inv_cdf(1 - RETEST_ALPHA / max(1, retests.count)))
-    confirmed = slow and (z is None or z <= -bar)
-    what = f"run {fixed(gbps)}" if len(others) == 1 else f"runs' figure {fixed(gbps)}"
-    words = f"its {plural(len(others), 'run')} after the lowest" if len(others) > 1 else "its other"
-    note = f"{words} {what} {UNIT}"
-    if z is not None:
-        note += f", {-z:.1f} sigma of such a figure below the level with its error (bar {bar:.1f})"
-    note += ": slow again" if confirmed else ": not slow again"
-    return _Again(gbps, z, bar, confirmed, note)
-
-
-def _again_spread(reference: GroupReference, runs: int, run_sd: float) -> float:
-    """The spread (Gb/s) of a pair's figure of ``runs`` runs about its rail's level: what of the
-    rail's spread lasts from run to run (pairs that differ by themselves, a cable), the run-to-run
-    noise ``run_sd`` (0: not measured) shrunk by the runs (their mean for two, their median from
-    three: pi / 2 of a mean's variance, which a median of three or four is within), and the
-    level's own error (``LEVEL_ERROR`` of the wider of the two over the square root of its pairs:
-    a rail's level from a dozen pairs is off by half a spread). Unmeasured, the rail's
-    spread unshrunk, as coarse as one run. The run that chose the pair is never among the
-    runs, so the figure is not biased low; the noise, measured on pairs run again for a low run,
-    is if anything too wide."""
-    spread = cast(float, reference.spread_gbps)
-    level = (LEVEL_ERROR * max(spread, run_sd)) ** 2 / max(1, reference.level_count)
-    if run_sd <= 0:
-        return math.sqrt(spread ** 2 + level)
-    shrunk = 1 / runs if runs <= 2 else math.pi / (2 * runs)
-    return math.sqrt(lasting_variance(spread, run_sd, reference.level_count, None) + run_sd ** 2 * shrunk + level)
 
 
 def _source_label(source: str) -> str:
