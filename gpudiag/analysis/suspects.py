@@ -342,18 +342,20 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
     baseline, SKU), or, where their key has no fleet or baseline, below their siblings (the other
     GPUs of their node: gpudiag.analysis.siblings); a suspect their siblings flag too carries that
     judgement (``sibling``). Every spread is at least the
-    host's samples' CV of that probe and metric (capped at ``sample_cv_cap``). On a noisy key
-    (gpudiag.analysis.noisy) a GPU ``deficit_warn`` below is a suspect too (``screened``), and
-    every suspect of such a key asks for several re-test runs. ``by_host``: ``found`` by host
+    host's samples' CV of that probe and metric (capped at ``sample_cv_cap``). On a key whose
+    ``robust_z`` cut lies deeper than ``deficit_warn`` (gpudiag.analysis.noisy.screens) a GPU
+    ``deficit_warn`` below is a suspect too (``screened``), and every suspect of a noisy key asks
+    for several re-test runs. ``by_host``: ``found`` by host
     (Readings.by_host), so that the siblings of a few hundred hosts are gathered without reading
     every result again."""
-    # Each key's references, screen (None: not noisy, found at its first GPU result) and whether
+    # Each key's references, screen (None: none, found at its first GPU result) and whether
     # its siblings judge alone; a result above every cutoff its key has is fine (most are), and
     # the siblings and each host's noise are gathered only for the hosts of the rest.
     # (Keyed by key and whether the device is a GPU: a host's own figure has no screen.)
     per_key: dict[tuple[str, bool], tuple[KeyReferences | None, Screen | None, bool, float]] = {}
     # Each key's highest cutoff over both kinds of device, once a GPU of it was judged and its key
-    # is not noisy (every GPU result of a noisy key is counted below): one comparison a result.
+    # is not noisy (every GPU result of a noisy key is counted below; a screen's cutoff is in the
+    # top): one comparison a result.
     tops: dict[str, float] = {}
     family: list[tuple[str, str]] = []  # the GPU results of noisy keys: those a re-test in several runs may judge
     candidates: list[tuple[Measurement, tuple[KeyReferences | None, Screen | None, bool, float]]] = []
@@ -366,9 +368,9 @@ def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences
         judging = per_key.get(place)
         if judging is None:
             judging = per_key[place] = _judging(refs.get(info.key), info.probe, m.device, place[1], thresholds)
-            if place[1] and judging[1] is None:
+            if place[1] and (judging[1] is None or not judging[1].noisy):
                 tops[info.key] = max(judging[3], _judging(judging[0], info.probe, "host", False, thresholds)[3])
-        if judging[1] is not None:
+        if judging[1] is not None and judging[1].noisy:
             family.append((m.host, info.key))
         if m.value <= judging[3]:
             candidates.append((m, judging))
@@ -420,7 +422,8 @@ def with_runs(suspects: Sequence[Suspect], thresholds: Thresholds, family: int =
     bar = confirmation_bar(max(family, sum(noisy)), thresholds)
     planned = []
     for suspect, is_noisy_one in zip(suspects, noisy, strict=True):
-        runs = planned_runs(suspect.reference, bar, thresholds) if is_noisy_one else _quiet_runs(suspect, thresholds)
+        runs = (planned_runs(suspect.reference, bar, thresholds) if is_noisy_one
+                else _quiet_runs(suspect, bar, thresholds))
         sibling = siblings_judge(suspect)
         if sibling is not None:
             runs = max(runs, planned_runs(sibling, abs(thresholds.robust_z), thresholds))
@@ -428,15 +431,19 @@ def with_runs(suspects: Sequence[Suspect], thresholds: Thresholds, family: int =
     return planned
 
 
-def _quiet_runs(suspect: Suspect, thresholds: Thresholds) -> int:
-    """The re-test runs of a suspect on a quiet key: two where it is judged on its runs alone
-    (``_on_its_runs``) and its first run is not past ``deficit_fail`` by two of its spreads
-    (one run of a GPU 5 % slow at 1 % noise read under ``retest_deficit`` one time in
-    fifteen, and the GPU passed; its first run, chosen low, had read 6.3 %); else one."""
-    spread_pct = 100 * suspect.reference.spread / abs(suspect.reference.value) if suspect.reference.value else 0.0
-    if not _on_its_runs(suspect) or suspect.deficit_pct >= thresholds.deficit_fail_pct + 2 * spread_pct:
+def _quiet_runs(suspect: Suspect, bar: float, thresholds: Thresholds) -> int:
+    """The re-test runs of a suspect on a quiet key, where it is judged on its runs alone
+    (``_on_its_runs``): as many as show a deficit in the warn band (gpudiag.analysis.noisy.planned_runs:
+    one run of a GPU 5 % slow at 1 % noise read under ``retest_deficit`` one time in fifteen, and
+    the GPU passed; its first run, chosen low, had read 6.3 %). One where its first run is past
+    ``deficit_fail`` by two of its spreads, or it is not judged on its runs."""
+    if not _on_its_runs(suspect):
         return 1
-    return min(2, thresholds.retest_max_runs)
+    ref = suspect.reference
+    spread_pct = 100 * ref.spread / abs(ref.value) if ref.value else 0.0
+    if suspect.deficit_pct >= thresholds.deficit_fail_pct + 2 * spread_pct:
+        return 1
+    return planned_runs(ref, bar, thresholds)
 
 
 def single_runs(suspects: Sequence[Suspect]) -> list[Suspect]:
@@ -549,7 +556,7 @@ def _noisy_in_runs(runs: Mapping[tuple[str, ...], Sequence[Measurement]], suspec
         if first.key not in screens:
             screens[first.key] = key_screen(refs[first.key], first.probe, first.device, thresholds)
         screen = screens[first.key]
-        if screen is not None:
+        if screen is not None and screen.noisy:
             found[key] = screen
     return found
 

@@ -17,11 +17,11 @@ from gpudiag.sim import FleetFile
 PROBES = ("facts", "telemetry", "gemm", "membw")
 
 
-def _named(tmp_path: Path, seed: int, slow: list[tuple[str, int]], faults: tuple[dict, ...] = ()
-           ) -> set[tuple[str, str, int | None]]:
+def _named(tmp_path: Path, seed: int, slow: list[tuple[str, int]], faults: tuple[dict, ...] = (),
+           cv: float = 0.03, factor: float = 0.9) -> set[tuple[str, str, int | None]]:
     fleet = {"nodes": 4, "name_format": "node{:04d}", "gpus_per_node": 8, "seed": seed,
-             "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.06},
-             "faults": [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": 0.9} for host, gpu in slow]
+             "noise": {"gemm_cv": cv, "membw_cv": cv, "link_cv": 2 * cv},
+             "faults": [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": factor} for host, gpu in slow]
              + list(faults)}
     path = tmp_path / f"fleet{seed}.json"
     path.write_text(json.dumps(fleet))
@@ -31,17 +31,33 @@ def _named(tmp_path: Path, seed: int, slow: list[tuple[str, int]], faults: tuple
     return {(f.kind, f.host, f.gpu) for f in findings if f.severity in ("fail", "warn")}
 
 
+def _separate(tmp_path: Path, seeds: range, cv: float, factor: float) -> tuple[list, list]:
+    """Two GPUs slow by ``factor`` on two nodes of a 4-node job, a job a seed: the parts missed
+    and the parts named wrongly, each with its seed."""
+    missed, wrong = [], []
+    for seed in seeds:
+        rng = random.Random(f"small-job:{seed}")
+        slow = {("slow_gpu", host, rng.randrange(8)) for host in rng.sample([f"node{i:04d}" for i in range(1, 5)], 2)}
+        named = _named(tmp_path, seed, [(host, gpu) for _, host, gpu in slow], cv=cv, factor=factor)
+        wrong += [(seed, part) for part in named - slow]
+        missed += [(seed, part) for part in slow - named]
+    return missed, wrong
+
+
 def test_separate_gpus_10_pct_slow_in_a_4_node_job_at_3_pct_noise_are_named_in_19_of_20_jobs_and_nothing_else(
         tmp_path):
     # 10 % at 3 % noise is 3.3 sigma in the first pass: the issue's bar is 19 jobs of 20.
-    missed, wrong = [], []
-    for seed in range(20):
-        rng = random.Random(f"small-job:{seed}")
-        slow = {("slow_gpu", host, rng.randrange(8)) for host in rng.sample([f"node{i:04d}" for i in range(1, 5)], 2)}
-        named = _named(tmp_path, seed, [(host, gpu) for _, host, gpu in slow])
-        wrong += [(seed, part) for part in named - slow]
-        missed += [(seed, part) for part in slow - named]
+    missed, wrong = _separate(tmp_path, range(20), 0.03, 0.9)
     assert wrong == [] and len({seed for seed, _ in missed}) <= 1, (missed, wrong)
+
+
+def test_separate_gpus_5_pct_slow_in_a_4_node_job_at_1_pct_noise_are_named_in_37_of_40(tmp_path):
+    # 32 values at 1 % noise spread 0.8 to 1.3 % by chance: at 1.25 % a GPU 5 % slow had to read
+    # 3.75 % low to be a suspect at all (the wide screen began at 1.29 %), and two re-test runs
+    # planned for a 6 % deficit judged it at a bar of 4.5 sigma (6 or more of these 40 passed).
+    # What is left: a first run under deficit_warn (2 % of them) is never a suspect.
+    missed, wrong = _separate(tmp_path, range(20), 0.01, 0.95)
+    assert wrong == [] and len(missed) <= 3, (missed, wrong)
 
 
 def test_a_healthy_4_node_job_at_3_pct_noise_names_nothing(tmp_path):
