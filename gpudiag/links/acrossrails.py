@@ -7,13 +7,16 @@ line-rate floor and the job's own level (gpudiag.links.attribution). At 4 % link
 slow sits around the floor: pair by pair it passed as often as not, and a 3-node job with such
 a NIC exited 0. Averaged over eight rails, a pair's figure has a third of the noise.
 
-- Each pair's figure is the mean over the rails it was measured on (each rail's figure the mean
-  of its runs there); the noise of one rail's figure is pooled from how those figures scatter
-  about their pair's mean (every pair measured on two rails or more; ``MIN_NOISE_DEGREES`` at
-  least), so a rail that differs from the others makes the bar wider, never narrower.
+- Each pair's figure is the mean over the rails it was measured on (each rail's figure the
+  median of its runs there); the noise of one run is pooled from how those figures scatter
+  about their pair's mean, each weighted by its runs (gpudiag.links.levels.run_sd: every pair
+  measured on two rails or more; ``MIN_NOISE_DEGREES`` at least), so a rail that differs from
+  the others makes the bar wider, never narrower, and a pair's mean has the noise of its own
+  runs (a pair re-run is surer than one run once).
 - A pair runs at its slower end, so a host's *best* pair (its highest mean) is its NIC's rate
   whenever one partner is healthy. Each host is held against the median of the other hosts'
-  bests (one lucky pair is the best of both its ends, and would set the bar alone).
+  bests (one lucky pair is the best of both its ends, and would set the bar alone), at most the
+  line rate (no pair runs faster: a level above it is luck).
 - A host whose best falls ``deficit_pct`` below that median and ``robust_z`` sigmas of the
   difference (each mean's noise over its rails, at least ``mad_floor_pct`` of the level: the
   rails of one pair share its two hosts) below it is slow with every partner, by more than
@@ -21,6 +24,8 @@ a NIC exited 0. Averaged over eight rails, a pair's figure has a third of the no
   hosts are not such (its known-good partners). Its rate is then the mean of its pairs with
   them (the best, a maximum, reads high), and its deficit against the median from that. Hosts
   slow alike (two NICs of three, every pair slow) lift nobody above them and name nobody here.
+  In a small job, a host ``HALF_WAY`` there with a partner not yet paired with it is an
+  unconfirmed one, for the confirm rounds to pair further.
 
 In a fleet (rails with a fleet level of their own), each rail's figures are first scaled to the
 family's level (the median of its rails' levels: a rail's own offset is no host's), and a host
@@ -60,11 +65,15 @@ from .groups import (
     family,
     mean_gbps,
 )
-from .levels import MIN_NOISE_DEGREES, pooled_sd, rail_figures
+from .levels import MIN_NOISE_DEGREES, mean_sd, rail_runs, run_sd
 from .linkerrors import listed
 from .schedule import Pair
 
 MIN_RAILS = 2
+# A small job's host this share of ``robust_z`` below (and ``deficit_pct``), with partners in the
+# job not yet paired with it, is a suspect to pair further, not yet a verdict: at 6 % link noise a
+# 4-node job's screen paired a NIC 10 % slow with two partners, 3.0 sigma below, and it passed.
+HALF_WAY = 0.5
 MIN_HOSTS = 3
 # Hosts not slow that a slow NIC's verdict needs: slow with each healthy host there is, two at least.
 MIN_GOOD = 2
@@ -134,6 +143,16 @@ def across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     return found
 
 
+def _rail_means(rails: Sequence[Mapping[Pair, Sequence[float]]]
+                ) -> tuple[dict[Pair, list[float]], float, int, dict[Pair, float]]:
+    """Each pair's figures on ``rails``, the noise of one run (gpudiag.links.levels.run_sd) and
+    its degrees of freedom, and the noise of each pair's mean over its rails and their runs."""
+    counted = rail_runs(rails)
+    sigma, degrees = run_sd(counted.values())
+    return ({pair: [value for value, _ in group] for pair, group in counted.items()}, sigma, degrees,
+            {pair: mean_sd(sigma, [runs for _, runs in group]) for pair, group in counted.items()})
+
+
 def _scaled(levels: Sequence[tuple[float, Mapping[Pair, Sequence[float]]]]) -> list[dict[Pair, list[float]]]:
     """Each rail's figures (its level, its runs) scaled to the family's level, the median of its rails'."""
     family_level = statistics.median(sorted(level for level, _ in levels))
@@ -150,8 +169,7 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
     well be), nor one whose NIC a higher line rate on the backend shows good (``good_above``: a
     400 Gb/s node paired once with a 200 Gb/s one, slow, read as slow with every partner); as a
     partner, such a host counts as not slow only when ``good_above`` shows it good."""
-    per_rail = rail_figures(rails)
-    sigma, degrees = pooled_sd(per_rail.values())
+    per_rail, sigma, degrees, noise = _rail_means(rails)
     if degrees < MIN_NOISE_DEGREES:
         return []
     figures = {pair: PairFigure(pair[0], pair[1], mean_gbps(values), tuple(sorted(values)), True, True)
@@ -171,27 +189,31 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
             continue
         figure = best[host]
         others = [best[other] for other in mine if other != host]
-        level = statistics.median(f.gbps for f in others)
+        # No pair runs faster than its line rate: a level above it is a lucky pair's (one that is
+        # the best of both its ends set it alone, 5.6 % over the line, and a healthy NIC was drained).
+        level = min(statistics.median(f.gbps for f in others), line_rate or math.inf)
         if level <= 0:  # the others measured nothing: no level to fall below
             continue
-        rails_of_others = statistics.median(len(f.runs_gbps) for f in others)
-        # each mean's noise over its rails, at least mad_floor of the level: rails of one pair share its hosts
-        spread = math.hypot(max(sigma / math.sqrt(len(figure.runs_gbps)), floor * level),
-                            max(sigma / math.sqrt(rails_of_others), floor * level))
+        others_noise = statistics.median(noise[(f.a, f.b)] for f in others)
+        # each mean's noise over its rails and runs, at least mad_floor of the level: rails of one pair share its hosts
+        spread = math.hypot(max(noise[(figure.a, figure.b)], floor * level), max(others_noise, floor * level))
         deficit, z = 100 * (level - figure.gbps) / level, (figure.gbps - level) / spread
         if deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
-            slow.append((host, figure.gbps, level, deficit, z))
+            slow.append((host, figure.gbps, level, deficit, z, True))
+        elif not fleet and deficit >= thresholds.deficit_pct and z <= HALF_WAY * thresholds.robust_z \
+                and len(mine[host]) < len(mine) - 1:
+            slow.append((host, figure.gbps, level, deficit, z, False))  # half-way: pair it further first
     untold = {host for host, pairs in mine.items() if fleet and len(pairs) < 2 and host not in good_above}
     good = tuple(sorted(set(mine) - {host for host, *_ in slow} - untold))
     if len(good) < MIN_GOOD:
         return []
     found = []
-    for host, gbps, level, deficit, z in slow:
+    for host, gbps, level, deficit, z, past_bar in slow:
         # its rate: the mean of its pairs with the healthy hosts (its best gated it, biased high by the max)
         with_good = [f.gbps for f in mine[host] if f.peer(host) in good]
         rate = mean_gbps(with_good) if with_good else gbps
         partners = good if partners_wanted is None else tuple(sorted({f.peer(host) for f in mine[host]} & set(good)))
-        confirmed = partners_wanted is None or len(partners) >= partners_wanted
+        confirmed = past_bar and (partners_wanted is None or len(partners) >= partners_wanted)
         found.append(SlowAcrossRails(host, backend, line_rate, rate, level, max(deficit, 100 * (level - rate) / level),
                                      z, tuple(sorted(mine[host], key=lambda f: f.peer(host))), partners, len(rails),
                                      confirmed, partners_wanted is not None))
@@ -263,8 +285,7 @@ def links_across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]
 
 def _slow_pairs(backend: str, line_rate: float | None, rails: Sequence[Mapping[Pair, Sequence[float]]],
                 thresholds: LinkThresholds, slow_hosts: frozenset[str], alpha: float) -> list[SlowLinkAcrossRails]:
-    per_rail = rail_figures(rails)
-    sigma, degrees = pooled_sd(per_rail.values())
+    per_rail, sigma, degrees, noise = _rail_means(rails)
     if degrees < MIN_NOISE_DEGREES or len(per_rail) < MIN_HOSTS:
         return []
     means = {pair: mean_gbps(values) for pair, values in per_rail.items()}
@@ -276,10 +297,10 @@ def _slow_pairs(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
         deficit, z = 100 * (level - gbps) / level, (gbps - level) / spread
         return deficit >= thresholds.deficit_pct and z <= thresholds.robust_z, deficit, z
 
-    def spread_of(count: int) -> float:
-        return math.hypot(max(sigma / math.sqrt(count), floor), level_error)
+    def spread_of(pair: Pair) -> float:
+        return math.hypot(max(noise[pair], floor), level_error)
 
-    suspected = {pair: slow(gbps, spread_of(len(per_rail[pair]))) for pair, gbps in means.items()}
+    suspected = {pair: slow(gbps, spread_of(pair)) for pair, gbps in means.items()}
     flagged = {pair for pair, (is_slow, _, _) in suspected.items() if is_slow}
     partners: dict[str, set[Pair]] = defaultdict(set)
     for pair in means:
@@ -292,7 +313,7 @@ def _slow_pairs(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
             continue
         _, deficit, z = suspected[pair]
         again = _again_across(rails, pair)
-        again_z = None if again is None else (again - level) / spread_of(len(per_rail[pair]))
+        again_z = None if again is None else (again - level) / spread_of(pair)
         confirmed = again is not None and again_z is not None and \
             100 * (level - again) / level >= thresholds.deficit_pct and again_z <= -bar
         found.append(SlowLinkAcrossRails(pair[0], pair[1], backend, line_rate, means[pair], tuple(per_rail[pair]),

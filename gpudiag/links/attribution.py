@@ -22,7 +22,7 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    the fleet (and the floor) alone, as in a group below its line rate.
    A rail's level is found setting pairs aside by its family's spread (the rails of one backend
    and line rate); its spread is at least the family's, pooled over every rail's pairs
-   (``family_spreads``); and the level's own error, from a rail's twenty pairs a third of a
+   (``levels.family_spreads``); and the level's own error, from a rail's twenty pairs a third of a
    spread, joins the spread in every z (``GroupReference.level_error_gbps``).
 3. A pair is slow when it falls both ``deficit_pct`` and ``robust_z`` below the fleet level, or
    both below the baseline (its MAD scaled by 1.4826, floored at ``mad_floor_pct`` of its
@@ -54,15 +54,12 @@ Pure: the same results, in any order, give the same suspects (sorted, figures su
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..analysis.noisy import LEVEL_ERROR
-from ..analysis.reference import MAD_TO_SIGMA
 from ..words import deficit_text, fixed, pct, plural
 from .acrossrails import SlowAcrossRails, SlowLinkAcrossRails, across_rails, links_across_rails
 from .again import RETEST_ALPHA, Retests, judge_again, retests_of
@@ -92,7 +89,7 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
     pair_means,
     rail_key,
 )
-from .levels import group_reference, job_levels, run_noise
+from .levels import group_references
 from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, own_errors  # noqa: F401 - API too
 from .linkerrors import host_errors as host_errors_of
 from .schedule import Pair, Suspects
@@ -116,7 +113,7 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
             failures[(result.backend, result.rail, result.pair)].add(str(result.error))
         else:
             figures[result.group][result.pair].append(result.gbps)
-    references = _references(figures, thresholds, baseline)
+    references = group_references(figures, thresholds, baseline)
     retests = retests_of(figures)  # each slow pair run again is judged on its runs after the lowest
     outcomes = [_judge_group(group, figures[group], reference, thresholds, retests=retests)
                 for group, reference in references.items()]
@@ -170,95 +167,6 @@ class _GroupOutcome:
     clean: frozenset[str]  # hosts with no slow pair
     hosts: frozenset[str]
     good: frozenset[str] = frozenset()  # a pair clearly good (not even half-way slow), no NIC suspect
-
-
-def _references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds,
-                baseline: LinkBaseline | None) -> dict[LinkGroup, GroupReference]:
-    """Each group's references (sorted by group). Where the family's rails have a fleet level,
-    each rail's level is found setting pairs aside by the family's spread, its spread is at least
-    the family's (``family_spreads``: every pair about its own rail's level), and the level's own
-    error (``level_error_gbps``) joins the spread in every z; a small job's spread is at least
-    the pairs' run-to-run noise."""
-    jobs = job_levels(figures, thresholds)
-    references = {group: group_reference(group, figures[group], thresholds,
-                                         group_baseline(group, baseline, thresholds), jobs.get(family(group)))
-                  for group in sorted(figures, key=LinkGroup.sort_key)}
-    spreads: dict[Family, list[float]] = defaultdict(list)
-    for group, reference in references.items():
-        if reference.spread_gbps is not None and not reference.job_level:
-            spreads[family(group)].append(reference.spread_gbps)
-    trims = {key: statistics.median(sorted(values)) for key, values in spreads.items()}
-    # A rail's twenty pairs can crowd at its top by chance, with a tight spread above them; the
-    # pairs below it were then set aside and the level came out a spread high: of 4,000 healthy
-    # 17-pair rails, one in seven sat more than half a spread high, and 4 sweeps in 134 of a
-    # healthy 48-node fleet at CV 1.5-2 % drained a NIC "slow with its partners" against such a
-    # level (bench/detection_confirm.py's healthy mixed fleet). Every
-    # rail's level is found again setting pairs aside by its family's spread (as a GPU pair's key
-    # is: gpudiag.analysis.suspects.references), whatever its own spread came out.
-    for group, reference in references.items():
-        trim, level = trims.get(family(group)), reference.fleet_gbps
-        if level and trim and not reference.job_level and reference.spread_gbps is not None:
-            references[group] = group_reference(group, figures[group], thresholds,
-                                                group_baseline(group, baseline, thresholds), jobs.get(family(group)),
-                                                trim / level)
-    # The run-to-run noise comes from re-tested pairs, chosen for a low first run: it is used only
-    # where no rail of the family has a fleet's spread (a small job), never to widen a fleet's.
-    noise = run_noise(figures)
-    pooled = family_spreads(figures, references, trims)
-    floors = {key: pooled.get(key, noise.get(key, 0.0)) for key in {family(group) for group in figures}}
-    return {group: _with_level_error(reference.widened(floors[family(group)]))
-            for group, reference in references.items()}
-
-
-# Pairs this many of their rail's spreads from its level are no rail's noise (a slow NIC's, a
-# slow link's), and pairs this many of the family's robust sigmas from it are left out of its spread.
-GROSS_SIGMAS, CLIP_SIGMAS = 5.0, 4.0
-
-
-def family_spreads(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
-                   references: Mapping[LinkGroup, GroupReference],
-                   typical: Mapping[Family, float]) -> dict[Family, float]:
-    """Each family's spread (Gb/s, a standard deviation): pooled over its rails with a fleet level
-    (not a small job's), every pair figure about its own rail's level, a rail's degrees of
-    freedom its pairs less one. Pairs ``GROSS_SIGMAS`` of their rail's own spread (the MAD of the
-    pairs its level kept, or the family's ``typical`` one, the median of its rails', where that
-    is wider) from the level are left out, and then those ``CLIP_SIGMAS`` of the family's robust
-    sigma (1.4826 × the median distance of the rest): a slow NIC's or link's pairs, half a small
-    fleet's, never widen it by their own size. The rails of one family are the same hardware: one
-    rail's MAD from twenty pairs is off by a quarter either way, and even the median of eight such
-    came out at 0.74 of the noise in a healthy sweep that then drained a NIC; the pooled figure
-    from a hundred and more pairs is within a tenth."""
-    distances: dict[Family, list[list[float]]] = defaultdict(list)
-    for group, reference in references.items():
-        level, spread = reference.fleet_gbps, reference.spread_gbps
-        if level is None or spread is None or reference.job_level:
-            continue
-        gross = GROSS_SIGMAS * max(spread, typical.get(family(group), 0.0))
-        distances[family(group)].append([d for d in sorted(judged_gbps(values) - level
-                                                           for values in figures[group].values()) if abs(d) <= gross])
-    spreads = {}
-    for key, rails in distances.items():
-        every = sorted(abs(d) for rail in rails for d in rail)
-        if not every:
-            continue
-        clip = CLIP_SIGMAS * MAD_TO_SIGMA * statistics.median(every)
-        kept = [[d for d in rail if abs(d) <= clip] for rail in rails]
-        degrees = sum(len(rail) - 1 for rail in kept if len(rail) >= 2)
-        if degrees:
-            spreads[key] = math.sqrt(math.fsum(sorted(d * d for rail in kept if len(rail) >= 2 for d in rail))
-                                     / degrees)
-    return spreads
-
-
-def _with_level_error(reference: GroupReference) -> GroupReference:
-    """A fleet level's own error (``LEVEL_ERROR`` spreads over the square root of the pairs it
-    rests on: a rail's level from seventeen pairs is off by 0.3 to 0.4 of a spread), carried into
-    every z against it; a small job's level, the median of a handful of pairs pooled over its
-    rails, is judged by the deficit and the floor as before."""
-    if reference.fleet_gbps is None or reference.spread_gbps is None or reference.job_level or not reference.pairs:
-        return reference
-    return dataclasses.replace(reference, level_error_gbps=LEVEL_ERROR * reference.spread_gbps
-                               / math.sqrt(reference.level_count))
 
 
 def _across(slow: SlowAcrossRails) -> NicSuspect:

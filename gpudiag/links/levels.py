@@ -5,19 +5,23 @@ equal pooled over many small samples (gpudiag.links.attribution, gpudiag.links.a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..analysis.reference import fleet_reference
+from ..analysis.noisy import LEVEL_ERROR
+from ..analysis.reference import MAD_TO_SIGMA, fleet_reference
 from .groups import (
     Family,
     GroupBaseline,
     GroupReference,
+    LinkBaseline,
     LinkGroup,
     LinkThresholds,
     family,
+    group_baseline,
     judged_gbps,
     line_rate_floor,
     mean_gbps,
@@ -64,6 +68,65 @@ def run_noise(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]) -> di
         samples[family(group)] += runs.values()
     pooled = {key: pooled_sd(values) for key, values in samples.items()}
     return {key: sd for key, (sd, degrees) in pooled.items() if degrees >= MIN_NOISE_DEGREES}
+
+
+# A pair's figure on one rail this many robust sigmas from its figures' median is a rail's own
+# fault (a NIC slow on one rail), never the rails' noise.
+RAIL_CLIP_SIGMAS = 4.0
+
+
+def rail_runs(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> dict[Pair, list[tuple[float, int]]]:
+    """Each pair's figure on each of ``rails`` (as ``rail_figures``) with the runs it rests on."""
+    pooled: dict[Pair, list[tuple[float, int]]] = defaultdict(list)
+    for runs in rails:
+        for pair, values in runs.items():
+            if values:
+                pooled[pair].append((judged_gbps(values), len(values)))
+    return pooled
+
+
+def run_sd(figures: Iterable[Sequence[tuple[float, int]]]) -> tuple[float, int]:
+    """The noise of one run (Gb/s, a standard deviation) from figures that should be equal
+    (each group of ``figures``: a pair's on its rails, each with the runs it rests on): each
+    figure's squared distance from its group's mean weighted by its runs (a figure of k runs
+    scatters by a k-th of a run's variance), pooled, and the degrees of freedom (groups of two
+    figures or more). A pair re-run on its rails and pairs run once, pooled alike, made the
+    noise of one run 17.5 Gb/s where it was 23.5, and a healthy 4-node job's NIC was drained."""
+    squares, degrees = 0.0, 0
+    for group in figures:
+        if len(group) < 2:
+            continue
+        weight = sum(runs for _, runs in group)
+        centre = math.fsum(value * runs for value, runs in group) / weight
+        squares += math.fsum(runs * (value - centre) ** 2 for value, runs in group)
+        degrees += len(group) - 1
+    return (math.sqrt(squares / degrees), degrees) if degrees else (0.0, 0)
+
+
+def mean_sd(sigma: float, runs: Sequence[int]) -> float:
+    """The noise of a mean of figures each resting on ``runs`` runs, ``sigma`` a run's."""
+    return sigma * math.sqrt(math.fsum(1 / count for count in runs)) / len(runs) if runs else 0.0
+
+
+def rail_noise(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> tuple[float, int]:
+    """The noise of one run of a pair in a family of ``rails`` (the same hardware), Gb/s, and
+    its degrees of freedom: how each pair's figures on the rails scatter about their mean
+    (``run_sd``), leaving out a figure ``RAIL_CLIP_SIGMAS`` robust sigmas (the median distance
+    from its pair's median, over all pairs) from its pair's median. A small job re-runs a
+    handful of pairs: their run-to-run noise, from five degrees of freedom, came out at 7 Gb/s
+    where the runs scatter by 16 (4 % noise), and a healthy pair's re-run 6.6 % low failed as a
+    slow link. Its eight rails give every pair seven."""
+    pooled = rail_runs(rails)
+    distances = sorted(abs(value - statistics.median(v for v, _ in group)) for group in pooled.values()
+                       if len(group) >= 2 for value, _ in group)
+    if not distances:
+        return 0.0, 0
+    clip = RAIL_CLIP_SIGMAS * MAD_TO_SIGMA * statistics.median(distances)
+    kept = []
+    for group in pooled.values():
+        centre = statistics.median(v for v, _ in group)
+        kept.append([(value, runs) for value, runs in group if abs(value - centre) <= clip])
+    return run_sd(kept)
 
 
 def pooled_sd(samples: Iterable[Sequence[float]]) -> tuple[float, int]:
@@ -121,9 +184,12 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
         return GroupReference(group, len(best), len(means), job, job * thresholds.mad_floor_pct / 100, floor,
                               baseline=baseline, members=members, job_level=True)
     # A host's best pair is healthy unless its own NIC (or every partner's) is slow: if even the
-    # best figures sit below the floor, the whole group is below its line rate.
-    best_level = fleet_reference(sorted(best.values()), len(best), thresholds.mad_floor_pct).value
-    shifted = floor is not None and best_level < floor
+    # best figures sit below the floor, the whole group is below its line rate. Not where half the
+    # hosts or more reach it with each other: three slow NICs among six hosts left their densest
+    # level below the floor on half the rails, and the fabric was blamed beside the three NICs.
+    bests = sorted(best.values())
+    best_level = fleet_reference(bests, len(best), thresholds.mad_floor_pct).value
+    shifted = floor is not None and best_level < floor and statistics.median(bests[len(bests) // 2:]) < floor
     basis = means if floor is None or shifted else [value for value in means if value >= floor] or means
     fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
     if basis is not means and len(basis) >= FLOOR_CUT_PAIRS and fleet.value - FLOOR_CUT_SIGMAS * fleet.spread <= floor:
@@ -151,6 +217,27 @@ def network_below(means: Sequence[float], floor: float | None) -> bool:
     return floor is not None and bool(means) and means[0] > 0 and means[-1] < floor and means[-1] <= means[0] * ALIKE
 
 
+def slow_on_this_rail(runs: Mapping[Pair, Sequence[float]], elsewhere: Mapping[Pair, Sequence[float]],
+                      sigma: float, floor: float, robust_z: float) -> bool:
+    """Whether a small job's rail whose pairs all run alike below the line-rate ``floor``
+    (``network_below``) is slow as a whole: every pair that reaches the floor on the family's
+    other rails (``elsewhere``: its figure on each) falls here below its figure there by more
+    than chance, ``robust_z`` sigmas of the rails' noise (``sigma``, a run's; 0: not known, and
+    the rail is taken as it reads). In a 3-node job with one NIC 10 % slow at 6 % link noise, the
+    healthy pair dipped under the floor beside the NIC's two on some rail in half such jobs, and
+    the fabric was failed as a whole."""
+    if sigma <= 0:
+        return True
+    for pair, values in runs.items():
+        there = elsewhere.get(pair, ())
+        if not values or not there or mean_gbps(there) < floor:
+            continue  # slow on the other rails too: its NIC's, or the whole network's
+        spread = sigma * math.sqrt(1 / len(values) + 1 / len(there))
+        if (judged_gbps(values) - mean_gbps(there)) / spread > robust_z:
+            return False
+    return True
+
+
 def host_bests(runs: Mapping[Pair, Sequence[float]]) -> dict[str, float]:
     """Each host's best pair figure (a pair's judged figure: the median of its runs), Gb/s."""
     best: dict[str, float] = {}
@@ -158,3 +245,116 @@ def host_bests(runs: Mapping[Pair, Sequence[float]]) -> dict[str, float]:
         for host in pair:
             best[host] = max(best.get(host, 0.0), judged_gbps(values))
     return best
+
+
+def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds,
+                     baseline: LinkBaseline | None) -> dict[LinkGroup, GroupReference]:
+    """Each group's references (sorted by group; gpudiag.links.attribution). Where the family's
+    rails have a fleet level, each rail's level is found setting pairs aside by the family's
+    spread, its spread is at least the family's (``family_spreads``: every pair about its own
+    rail's level), and the level's own error (``level_error_gbps``) joins the spread in every z.
+    A small job's spread is at least the noise its rails show (``rail_noise``), else its pairs'
+    run-to-run noise; and a rail of it whose pairs all run alike below the floor is slow as a
+    whole only where that is no chance dip of pairs that reach the floor on its other rails
+    (``slow_on_this_rail``)."""
+    jobs = job_levels(figures, thresholds)
+    references = {group: group_reference(group, figures[group], thresholds,
+                                         group_baseline(group, baseline, thresholds), jobs.get(family(group)))
+                  for group in sorted(figures, key=LinkGroup.sort_key)}
+    spreads: dict[Family, list[float]] = defaultdict(list)
+    for group, reference in references.items():
+        if reference.spread_gbps is not None and not reference.job_level:
+            spreads[family(group)].append(reference.spread_gbps)
+    trims = {key: statistics.median(sorted(values)) for key, values in spreads.items()}
+    # A rail's twenty pairs can crowd at its top by chance, with a tight spread above them; the
+    # pairs below it were then set aside and the level came out a spread high: of 4,000 healthy
+    # 17-pair rails, one in seven sat more than half a spread high, and 4 sweeps in 134 of a
+    # healthy 48-node fleet at CV 1.5-2 % drained a NIC "slow with its partners" against such a
+    # level (bench/detection_confirm.py's healthy mixed fleet). Every
+    # rail's level is found again setting pairs aside by its family's spread (as a GPU pair's key
+    # is: gpudiag.analysis.suspects.references), whatever its own spread came out.
+    for group, reference in references.items():
+        trim, level = trims.get(family(group)), reference.fleet_gbps
+        if level and trim and not reference.job_level and reference.spread_gbps is not None:
+            references[group] = group_reference(group, figures[group], thresholds,
+                                                group_baseline(group, baseline, thresholds), jobs.get(family(group)),
+                                                trim / level)
+    # Where no rail of the family has a fleet's spread (a small job), the spread of one rail's
+    # figure about its pair's other rails (``rail_noise``), else the run-to-run noise of the
+    # re-tested pairs (chosen for a low first run, and few): never to widen a fleet's.
+    noise = run_noise(figures)
+    pooled = family_spreads(figures, references, trims)
+    floors = {key: pooled.get(key) or _small_job_noise(figures, key) or noise.get(key, 0.0)
+              for key in {family(group) for group in figures}}
+    for group, reference in references.items():
+        if reference.shifted and reference.job_level and reference.floor_gbps is not None and not slow_on_this_rail(
+                figures[group], _elsewhere(figures, group), floors[family(group)], reference.floor_gbps,
+                thresholds.robust_z):
+            references[group] = group_reference(group, figures[group], dataclasses.replace(thresholds, whole_job=False),
+                                                group_baseline(group, baseline, thresholds), jobs.get(family(group)))
+    return {group: _with_level_error(reference.widened(floors[family(group)]))
+            for group, reference in references.items()}
+
+
+def _elsewhere(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
+               group: LinkGroup) -> dict[Pair, list[float]]:
+    """Each pair's figure on the other rails of ``group``'s family."""
+    return rail_figures(runs for other, runs in figures.items() if other != group and family(other) == family(group))
+
+
+def _small_job_noise(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], key: Family) -> float:
+    """The rails' noise of the family ``key`` (gpudiag.links.levels.rail_noise); 0.0 with fewer
+    than ``MIN_NOISE_DEGREES`` degrees of freedom."""
+    sigma, degrees = rail_noise(runs for group, runs in figures.items() if family(group) == key)
+    return sigma if degrees >= MIN_NOISE_DEGREES else 0.0
+
+
+# Pairs this many of their rail's spreads from its level are no rail's noise (a slow NIC's, a
+# slow link's), and pairs this many of the family's robust sigmas from it are left out of its spread.
+GROSS_SIGMAS, CLIP_SIGMAS = 5.0, 4.0
+
+
+def family_spreads(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
+                   references: Mapping[LinkGroup, GroupReference],
+                   typical: Mapping[Family, float]) -> dict[Family, float]:
+    """Each family's spread (Gb/s, a standard deviation): pooled over its rails with a fleet level
+    (not a small job's), every pair figure about its own rail's level, a rail's degrees of
+    freedom its pairs less one. Pairs ``GROSS_SIGMAS`` of their rail's own spread (the MAD of the
+    pairs its level kept, or the family's ``typical`` one, the median of its rails', where that
+    is wider) from the level are left out, and then those ``CLIP_SIGMAS`` of the family's robust
+    sigma (1.4826 × the median distance of the rest): a slow NIC's or link's pairs, half a small
+    fleet's, never widen it by their own size. The rails of one family are the same hardware: one
+    rail's MAD from twenty pairs is off by a quarter either way, and even the median of eight such
+    came out at 0.74 of the noise in a healthy sweep that then drained a NIC; the pooled figure
+    from a hundred and more pairs is within a tenth."""
+    distances: dict[Family, list[list[float]]] = defaultdict(list)
+    for group, reference in references.items():
+        level, spread = reference.fleet_gbps, reference.spread_gbps
+        if level is None or spread is None or reference.job_level:
+            continue
+        gross = GROSS_SIGMAS * max(spread, typical.get(family(group), 0.0))
+        distances[family(group)].append([d for d in sorted(judged_gbps(values) - level
+                                                           for values in figures[group].values()) if abs(d) <= gross])
+    spreads = {}
+    for key, rails in distances.items():
+        every = sorted(abs(d) for rail in rails for d in rail)
+        if not every:
+            continue
+        clip = CLIP_SIGMAS * MAD_TO_SIGMA * statistics.median(every)
+        kept = [[d for d in rail if abs(d) <= clip] for rail in rails]
+        degrees = sum(len(rail) - 1 for rail in kept if len(rail) >= 2)
+        if degrees:
+            spreads[key] = math.sqrt(math.fsum(sorted(d * d for rail in kept if len(rail) >= 2 for d in rail))
+                                     / degrees)
+    return spreads
+
+
+def _with_level_error(reference: GroupReference) -> GroupReference:
+    """A fleet level's own error (``LEVEL_ERROR`` spreads over the square root of the pairs it
+    rests on: a rail's level from seventeen pairs is off by 0.3 to 0.4 of a spread), carried into
+    every z against it; a small job's level, the median of a handful of pairs pooled over its
+    rails, is judged by the deficit and the floor as before."""
+    if reference.fleet_gbps is None or reference.spread_gbps is None or reference.job_level or not reference.pairs:
+        return reference
+    return dataclasses.replace(reference, level_error_gbps=LEVEL_ERROR * reference.spread_gbps
+                               / math.sqrt(reference.level_count))

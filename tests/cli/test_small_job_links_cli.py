@@ -9,6 +9,7 @@ blamed; a suspect slow on every GPU against its reference peers is one ``slow_no
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -184,12 +185,31 @@ def test_a_nic_8_percent_slow_in_a_small_job_is_found_and_drained_alone(tmp_path
     # one finding on the NIC, its rails folded into it; no pair of it taken for a slow link
     assert _named(document, *LINK_BLAME, "unchecked") == {("slow_nic", f"n{nodes}", None)}
     [nic] = [f for f in document["findings"] if f["kind"] == "slow_nic"]
-    assert nic["severity"] == "fail" and nic["action"] == "drain" and nic["evidence"].startswith("on 8 rails")
+    # on its rails, or across them together (a rail's pairs judged against the rails' own noise)
+    assert nic["severity"] == "fail" and nic["action"] == "drain"
+    assert re.match(r"on ([2-8] rails|all its rails together)", nic["evidence"]), nic["evidence"]
 
 
-@pytest.mark.parametrize(("nodes", "link_cv"), [(3, 0.03), (4, 0.03), (3, 0.06), (5, 0.06)])
+@pytest.mark.parametrize("seed", [1, 8])
+def test_a_nic_10_pct_slow_half_way_below_in_a_4_node_job_is_paired_further_never_passed(tmp_path, seed):
+    # At 6 % link noise the screen paired node0004 with two partners: its best pair 3.0 sigma of
+    # the rails' noise below the others' (the bar: 3), and the job passed, exit 0. Half-way below
+    # with a partner not yet paired, it is a suspect: paired with it, it is found (seed 1), or
+    # said unchecked (seed 8), never passed.
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"nodes": 4, "name_format": "node{:04d}", "gpus_per_node": 8, "seed": seed,
+                                "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.06},
+                                "faults": [_slow_nic("node0004", 0.9)]}))
+    code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
+    assert code in (ExitCode.FAIL, ExitCode.UNCHECKED), output
+    assert {f["host"] for f in document["findings"] if f["severity"] != "info"} == {"node0004"}, output
+
+
+@pytest.mark.parametrize(("nodes", "link_cv"), [(3, 0.03), (4, 0.03), (3, 0.06), (4, 0.06), (5, 0.06)])
 def test_a_healthy_small_job_on_a_noisy_fabric_blames_nothing(tmp_path, nodes, link_cv):
-    # at 6 % a pair's figure is often under the floor: a suspect is unchecked, never blamed
+    # at 6 % a pair's figure is often under the floor: a suspect is unchecked, never blamed. (4
+    # nodes, seed 5: one pair ran 5.6 % over the line rate on its eight rails, the best of both
+    # its ends, and n4 was drained as slow across its rails against it.)
     for seed in range(1, 6):
         path = tmp_path / "fleet.json"
         path.write_text(json.dumps({"nodes": nodes, "name_format": "n{}", "seed": seed,
@@ -197,6 +217,23 @@ def test_a_healthy_small_job_on_a_noisy_fabric_blames_nothing(tmp_path, nodes, l
         code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
         assert not [f for f in document["findings"] if f["kind"] in LINK_BLAME], output
         assert code in ((ExitCode.OK,) if link_cv < 0.05 else (ExitCode.OK, ExitCode.UNCHECKED)), output
+
+
+@pytest.mark.parametrize("seed", [8, 12])
+def test_the_four_400_gbps_hosts_of_a_healthy_6_node_fleet_at_4_pct_link_noise_blame_nothing(tmp_path, seed):
+    # Two H100, two H200 (400 Gb/s a rail) and two A100 (200): the four fast hosts are judged
+    # against their own level. Its spread was the 1 % floor (their few re-runs too few to measure
+    # a noise), and a healthy pair whose re-run read 6.6 % low failed as a slow link (seed 12), or
+    # two hosts were left unchecked, exit 3 (seed 8). Their rails show the noise: 4 %.
+    names = [f"node{i:04d}" for i in range(1, 7)]
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({
+        "nodes": 6, "name_format": "node{:04d}", "seed": seed,
+        "noise": {"gemm_cv": 0.02, "membw_cv": 0.02, "link_cv": 0.04}, "faults": [],
+        "overrides": [{"hosts": names[2:4], "gpu_model": "NVIDIA H200"},
+                      {"hosts": names[4:], "gpu_model": "NVIDIA A100-SXM4-80GB"}]}))
+    code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
+    assert code == ExitCode.OK and not [f for f in document["findings"] if f["severity"] != "info"], output
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
