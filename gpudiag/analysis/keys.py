@@ -111,6 +111,22 @@ def hardware_key(key: str) -> str:
     return strict_dumps({**data, "facts": facts}, sort_keys=True, separators=(",", ":"))
 
 
+# The parameters that name one GPU pair of a P2P key: keys differing only in them are one
+# metric measured between different GPUs of the same hosts.
+PAIR_PARAMS = ("src", "dst")
+
+
+@functools.lru_cache(maxsize=4096)
+def pairless_key(key: str) -> str | None:
+    """``key`` without the GPU pair it names (``PAIR_PARAMS``), or None for a key that names none."""
+    data = json.loads(key)
+    params = data.get("params") or {}
+    if not all(name in params for name in PAIR_PARAMS):
+        return None
+    rest = {name: value for name, value in params.items() if name not in PAIR_PARAMS}
+    return strict_dumps({**data, "params": rest}, sort_keys=True, separators=(",", ":"))
+
+
 def software_change(old_key: str, new_key: str) -> str:
     """The software two keys of one hardware differ in, in plain words: ``driver 550.54.15 ->
     560.35.03`` (each differing version, old first); empty when they do not differ."""

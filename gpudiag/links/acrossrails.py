@@ -135,7 +135,8 @@ def across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     found = []
     for (backend, line_rate), rails in sorted(families.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
         if len(rails) >= MIN_RAILS:
-            found += _slow_hosts(backend, line_rate, rails, thresholds)
+            found += _slow_hosts(backend, line_rate, rails, thresholds,
+                                 good_above=(good_above or {}).get((backend, line_rate), frozenset()))
     for (backend, line_rate), levels in sorted(fleets.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
         if len(levels) >= MIN_RAILS:
             found += _slow_hosts(backend, line_rate, _scaled(levels), thresholds, thresholds.confirm_partners,
@@ -166,8 +167,9 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
     """The slow hosts of one family (see the module docstring). ``partners_wanted``: in a fleet,
     the partners not slow that confirm a host (None: a small job's rule, every host not slow).
     In a fleet, a host with one partner in the family is never slow here (its partner could as
-    well be), nor one whose NIC a higher line rate on the backend shows good (``good_above``: a
-    400 Gb/s node paired once with a 200 Gb/s one, slow, read as slow with every partner); as a
+    well be). In a fleet or a small job, nor is one whose NIC a higher line rate on the backend
+    shows good (``good_above``: a 400 Gb/s node paired once with a 200 Gb/s one, slow, read as
+    slow with every partner; in a 6-node job of two models such a node was left unchecked); as a
     partner, such a host counts as not slow only when ``good_above`` shows it good."""
     per_rail, sigma, degrees, noise = _rail_means(rails)
     if degrees < MIN_NOISE_DEGREES:
@@ -185,7 +187,7 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
     slow = []
     fleet = partners_wanted is not None
     for host in sorted(mine):
-        if fleet and (len(mine[host]) < 2 or host in good_above):
+        if host in good_above or fleet and len(mine[host]) < 2:
             continue
         figure = best[host]
         others = [best[other] for other in mine if other != host]
