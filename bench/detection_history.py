@@ -23,8 +23,9 @@ and failed, per part and per node (a node with any).
 
 How soon a slide can be told from noise is bound by the slope's own uncertainty: ``z``, the
 expected slope of a part's own line over its standard error (step × √Σ(x − x̄)² / CV; Theil–Sen's
-is ~7 % wider), is printed in the label where it is under 4, where no bar that keeps flat parts
-quiet finds the part 19 times in 20 on its own line. A GPU is also judged against its siblings
+is 5-8 % wider, and the trend's z says so: gpudiag.store.trendfit.THEIL_SEN_SPREAD), is printed
+in the label where it is under 4, where no bar that keeps flat parts quiet finds the part 19
+times in 20 on its own line. A GPU is also judged against its siblings
 with its start held to their level (gpudiag.store.trendfit.SiblingSlope): there the slope's z is
 step × √Σx² / (CV × ~1.1, the siblings' median's own noise), 1.5 to 1.7 times as far; a node's
 median has no siblings, but a median's noise (CV × 1.25 / √8), 2.3 times as far.

@@ -26,7 +26,8 @@ A trend is a **slow degradation** when it rests on at least ``min_sweeps`` sweep
 change is a fall of ``threshold_pct`` or more, its latest sweep is itself at least half that
 (``LATEST_SHARE``) below the fitted first figure (one back at its level is no degradation now),
 and its slope is real: at least ``slope_z``
-times its uncertainty (the noise / √Σ(x − x̄)², as a least-squares slope's) below 0 — where
+times its uncertainty (the noise / √Σ(x − x̄)², as a least-squares slope's, times how much
+wider Theil–Sen's slope scatters: 5-8 % from 4 sweeps on, trendfit.THEIL_SEN_SPREAD) below 0 — where
 the noise is itself an estimate from few degrees of freedom, the bar is raised to the Student t
 quantile of the same tail (``student_bar``, gpudiag.analysis.noisy: 3 sigma becomes 4.3 with 8
 degrees of freedom, 3.5 with 16), so a healthy GPU's flat series crosses it as rarely as a known

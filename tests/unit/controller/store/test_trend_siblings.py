@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 
 from gpudiag.analysis.noisy import MEDIAN_EFFICIENCY
 from gpudiag.store.trend import host_trends, trend_findings
-from gpudiag.store.trendfit import Noise, TrendPoint, median_noise, sibling_ratios, sibling_slopes
+from gpudiag.store.trendfit import (
+    Noise,
+    TrendPoint,
+    fit_trend,
+    median_noise,
+    sibling_ratios,
+    sibling_slopes,
+    theil_sen,
+    theil_sen_spread,
+)
 
 LEVEL = 740.0
 
@@ -116,3 +126,19 @@ def test_a_node_median_is_judged_by_a_medians_noise_not_one_gpus():
         trends = _trends({gpu: _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.02) for gpu in range(8)})
         found += trends.figures[0].median.verdict in ("watch", "fail")
     assert found >= 19
+
+
+def test_a_theil_sen_slope_is_judged_by_its_own_spread_not_the_least_squares_one():
+    # Over 60,000 flat normal series of 5 sweeps, Theil–Sen's slope scattered 1.07 times the
+    # least-squares slope's error; judged by that error, flat parts crossed the bar more often
+    # than it says. The fit's z carries the factor; three sweeps have none (1.00).
+    rng = random.Random(4)
+    slopes = []
+    for _ in range(4000):
+        slope, _ = theil_sen([rng.gauss(0, 1) for _ in range(5)])
+        slopes.append(slope)
+    least_squares = 1 / math.sqrt(10)  # 1 / √Σ(x − x̄)² at five sweeps
+    assert 1.02 < statistics.pstdev(slopes) / least_squares < 1.12
+    assert theil_sen_spread(3) == 1.0 and 1.05 < theil_sen_spread(5) < 1.09 and theil_sen_spread(40) > 1.04
+    fit = fit_trend([100.0, 99.0, 98.0, 97.0, 96.0], Noise(1.0, 1000))
+    assert fit.slope_z == pytest.approx(-1.0 * math.sqrt(10) / theil_sen_spread(5))
