@@ -144,12 +144,7 @@ def pooled_sd(samples: Iterable[Sequence[float]]) -> tuple[float, int]:
 def rail_figures(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> dict[Pair, list[float]]:
     """Each pair's figure on each of ``rails`` (the median of its runs there, as it is judged), pooled: the rails of
     one family are the same hardware (job_levels, gpudiag.links.acrossrails)."""
-    pooled: dict[Pair, list[float]] = defaultdict(list)
-    for runs in rails:
-        for pair, values in runs.items():
-            if values:
-                pooled[pair].append(judged_gbps(values))
-    return pooled
+    return {pair: [value for value, _ in group] for pair, group in rail_runs(rails).items()}
 
 
 # A line-rate floor within this many sigmas of the healthy level cuts into healthy noise; told
