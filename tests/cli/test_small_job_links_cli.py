@@ -219,17 +219,19 @@ def test_a_healthy_small_job_on_a_noisy_fabric_blames_nothing(tmp_path, nodes, l
         assert code in ((ExitCode.OK,) if link_cv < 0.05 else (ExitCode.OK, ExitCode.UNCHECKED)), output
 
 
-@pytest.mark.parametrize("seed", [8, 12])
-def test_the_four_400_gbps_hosts_of_a_healthy_6_node_fleet_at_4_pct_link_noise_blame_nothing(tmp_path, seed):
+@pytest.mark.parametrize(("seed", "cv"), [(8, 0.02), (12, 0.02), (9, 0.03)])
+def test_the_four_400_gbps_hosts_of_a_healthy_6_node_fleet_blame_nothing(tmp_path, seed, cv):
     # Two H100, two H200 (400 Gb/s a rail) and two A100 (200): the four fast hosts are judged
     # against their own level. Its spread was the 1 % floor (their few re-runs too few to measure
     # a noise), and a healthy pair whose re-run read 6.6 % low failed as a slow link (seed 12), or
-    # two hosts were left unchecked, exit 3 (seed 8). Their rails show the noise: 4 %.
+    # two hosts were left unchecked, exit 3 (seed 8). Their rails show the noise: 4 %. At 6 %
+    # (seed 9) a 400 Gb/s host paired only with the 200 Gb/s ones read half-way slow among them,
+    # and was left unchecked though its NIC was shown good at 400.
     names = [f"node{i:04d}" for i in range(1, 7)]
     path = tmp_path / "fleet.json"
     path.write_text(json.dumps({
         "nodes": 6, "name_format": "node{:04d}", "seed": seed,
-        "noise": {"gemm_cv": 0.02, "membw_cv": 0.02, "link_cv": 0.04}, "faults": [],
+        "noise": {"gemm_cv": cv, "membw_cv": cv, "link_cv": 2 * cv}, "faults": [],
         "overrides": [{"hosts": names[2:4], "gpu_model": "NVIDIA H200"},
                       {"hosts": names[4:], "gpu_model": "NVIDIA A100-SXM4-80GB"}]}))
     code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
