@@ -4,7 +4,8 @@ A group is one baseline key's measurements: the same hardware, software, probe a
 Its level is its live fleet reference where ``min_peers`` hosts have the key; a smaller group of
 ``MIN_GROUP_HOSTS`` or more hosts has the level of its own values (the same robust estimate),
 used only when every one of its hosts is low, and its GPU-pair keys (one figure a host) only
-when their pairs together are (``_pairs_held``). The level is judged, in this order, against
+when their pairs together are (``_pairs_not_held``). The level is judged, in this order,
+against
 
 1. the level of the same hardware under other software (driver, CUDA, torch) in this sweep,
    itself not shifted: flagged as a part would be (``deficit_warn`` and ``robust_z`` against
@@ -105,9 +106,8 @@ def group_shifts(grouped: Mapping[str, Sequence[Measurement]], refs: Mapping[str
               if (level := _level(group, refs.get(key), thresholds)) is not None}
     absolute = {key: _absolute_shift(groups[key], level, refs.get(key), baseline, thresholds)
                 for key, level in levels.items()}
-    for key, held in _pairs_held(grouped, groups, refs, baseline, thresholds).items():
-        if key in absolute and not held:
-            absolute[key] = None
+    for key in _pairs_not_held(grouped, groups, refs, absolute, baseline, thresholds):
+        absolute[key] = None
     siblings: dict[str, list[str]] = defaultdict(list)
     for key in sorted(levels):
         siblings[hardware_key(key)].append(key)
@@ -138,27 +138,29 @@ def judging_references(refs: Mapping[str, KeyReferences], shifts: Mapping[str, G
     return judging
 
 
-def _pairs_held(grouped: Mapping[str, Sequence[Measurement]], groups: Mapping[str, Group],
-                refs: Mapping[str, KeyReferences], baseline: BaselineLookup | None,
-                thresholds: Thresholds) -> dict[str, bool]:
-    """For each GPU-pair key of a small group (no fleet level: keys.pairless_key), whether the
-    group's pairs together are shifted: one metric between the GPUs of the same hosts, each host
-    its median over every pair. A pair key has one figure a host, and over three hosts one pair
-    of 56 fell 7 % under the SKU figure by chance in one healthy sweep of twenty at 3 % noise:
-    a fleet_shift of a healthy group."""
+def _pairs_not_held(grouped: Mapping[str, Sequence[Measurement]], groups: Mapping[str, Group],
+                    refs: Mapping[str, KeyReferences], absolute: Mapping[str, GroupShift | None],
+                    baseline: BaselineLookup | None, thresholds: Thresholds) -> list[str]:
+    """The shifted GPU-pair keys of small groups (no fleet level: keys.pairless_key) whose pairs
+    together are not shifted: one metric between the GPUs of the same hosts, each host its
+    median over every pair. A pair key has one figure a host, and over three hosts one pair of 56
+    fell 7 % under the SKU figure by chance in one healthy sweep of twenty at 3 % noise: a
+    fleet_shift of a healthy group."""
     members: dict[str, list[str]] = defaultdict(list)
     for key in groups:
         key_refs = refs.get(key)
         if (key_refs is None or key_refs.get(FLEET) is None) and (pooled := pairless_key(key)) is not None:
             members[pooled].append(key)
-    held = {}
+    dropped = []
     for keys in members.values():
+        shifted = [key for key in keys if absolute.get(key) is not None]
+        if not shifted:
+            continue  # nothing of it to hold
         whole = Group(keys[0], [m for key in keys for m in grouped[key]])
         level = _level(whole, None, thresholds)
-        shifted = level is not None and _absolute_shift(whole, level, refs.get(keys[0]), baseline,
-                                                       thresholds) is not None
-        held.update((key, shifted) for key in keys)
-    return held
+        if level is None or _absolute_shift(whole, level, refs.get(keys[0]), baseline, thresholds) is None:
+            dropped += shifted
+    return dropped
 
 
 def _groups(grouped: Mapping[str, Sequence[Measurement]]) -> dict[str, Group]:

@@ -65,7 +65,7 @@ from .groups import (
     family,
     mean_gbps,
 )
-from .levels import MIN_NOISE_DEGREES, mean_sd, rail_figures, rail_runs, run_sd
+from .levels import MIN_NOISE_DEGREES, mean_sd, rail_runs, run_sd
 from .linkerrors import listed
 from .schedule import Pair
 
@@ -150,7 +150,7 @@ def _rail_means(rails: Sequence[Mapping[Pair, Sequence[float]]]
     its degrees of freedom, and the noise of each pair's mean over its rails and their runs."""
     counted = rail_runs(rails)
     sigma, degrees = run_sd(counted.values())
-    return (rail_figures(rails), sigma, degrees,
+    return ({pair: [value for value, _ in group] for pair, group in counted.items()}, sigma, degrees,
             {pair: mean_sd(sigma, [runs for _, runs in group]) for pair, group in counted.items()})
 
 

@@ -131,14 +131,8 @@ def rail_noise(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> tuple[float, 
 
 def pooled_sd(samples: Iterable[Sequence[float]]) -> tuple[float, int]:
     """The standard deviation pooled over ``samples`` of two values or more, each about its own
-    mean, and its degrees of freedom (0.0, 0 without any)."""
-    squares, degrees = 0.0, 0
-    for values in samples:
-        if len(values) >= 2:
-            centre = mean_gbps(values)
-            squares += math.fsum((value - centre) ** 2 for value in sorted(values))
-            degrees += len(values) - 1
-    return (math.sqrt(squares / degrees), degrees) if degrees else (0.0, 0)
+    mean, and its degrees of freedom (0.0, 0 without any): ``run_sd`` of single runs."""
+    return run_sd([(value, 1) for value in values] for values in samples)
 
 
 def rail_figures(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> dict[Pair, list[float]]:
@@ -298,8 +292,8 @@ def _elsewhere(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
 
 
 def _small_job_noise(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], key: Family) -> float:
-    """The rails' noise of the family ``key`` (gpudiag.links.levels.rail_noise); 0.0 with fewer
-    than ``MIN_NOISE_DEGREES`` degrees of freedom."""
+    """The rails' noise of the family ``key`` (``rail_noise``); 0.0 with fewer than
+    ``MIN_NOISE_DEGREES`` degrees of freedom."""
     sigma, degrees = rail_noise(runs for group, runs in figures.items() if family(group) == key)
     return sigma if degrees >= MIN_NOISE_DEGREES else 0.0
 

@@ -31,6 +31,20 @@ MIN_SIBLINGS = 3
 START_Z = 2.0
 
 
+# How much wider Theil–Sen's slope scatters than the least-squares slope over the same normal
+# noise, by sweeps (60,000 simulated flat series each; from 9 sweeps on, about 1.065, tending to
+# 1.047, the square root of its 0.912 efficiency). Judged with the least-squares error, a flat
+# part's slope crossed the bar a quarter to a half more often than the bar says (at 2 % noise,
+# 0.1-0.3 % of flat parts failed as a slow degradation over 4-6 sweeps).
+THEIL_SEN_SPREAD = {3: 1.0, 4: 1.055, 5: 1.07, 6: 1.083, 7: 1.083, 8: 1.068}
+THEIL_SEN_SPREAD_MANY = 1.065
+
+
+def theil_sen_spread(sweeps: int) -> float:
+    """``THEIL_SEN_SPREAD`` for a line of ``sweeps`` sweeps."""
+    return THEIL_SEN_SPREAD.get(sweeps, THEIL_SEN_SPREAD_MANY if sweeps > 8 else 1.0)
+
+
 @dataclass(frozen=True)
 class TrendPoint:
     """One sweep's figure (in the trend's unit)."""
@@ -83,19 +97,6 @@ class TrendFit:
         return {"sweeps": self.sweeps, "slope_per_sweep": self.slope, "slope_pct_per_sweep": self.slope_pct,
                 "fitted_first": self.first, "fitted_latest": self.latest, "fitted_change_pct": self.change_pct,
                 "noise": self.noise, "noise_pct": self.noise_pct, "noise_dof": self.dof, "slope_z": self.slope_z}
-
-# How much wider Theil–Sen's slope scatters than the least-squares slope over the same normal
-# noise, by sweeps (60,000 simulated flat series each; from 9 sweeps on, about 1.065, tending to
-# 1.047, the square root of its 0.912 efficiency). Judged with the least-squares error, a flat
-# part's slope crossed the bar a quarter to a half more often than the bar says (at 2 % noise,
-# 0.1-0.3 % of flat parts failed as a slow degradation over 4-6 sweeps).
-THEIL_SEN_SPREAD = {3: 1.0, 4: 1.055, 5: 1.07, 6: 1.083, 7: 1.083, 8: 1.068}
-THEIL_SEN_SPREAD_MANY = 1.065
-
-
-def theil_sen_spread(sweeps: int) -> float:
-    """``THEIL_SEN_SPREAD`` for a line of ``sweeps`` sweeps."""
-    return THEIL_SEN_SPREAD.get(sweeps, THEIL_SEN_SPREAD_MANY if sweeps > 8 else 1.0)
 
 
 def theil_sen(values: Sequence[float]) -> tuple[float, float]:
