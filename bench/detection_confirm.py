@@ -18,6 +18,8 @@ its suspect, separate broken GPUs are no group, and a job's network is judged as
   and links among them and the drains (target 0).
 - ``jobnet``: a job of 2 to 64 nodes whose every pair runs at 58 % of its 400 Gbit/s line
   rate (every NIC slowed alike): one ``slow_network`` fail (``jobnet 4n`` ...), exit 1, no drain.
+  ``jobnet 4n+nic`` (3 to 8 nodes): the same, with one NIC (by the seed) at 46 %: the network's
+  ``slow_network`` and that NIC's ``slow_nic``, exit 1, that host drained alone.
 
 Each runs at ``--cvs`` (these cases sat between the benchmark's noise levels: the issue measured
 them at CV 1, 1.5, 2 and 3 %). Each builder returns the fields of a detection.Case.
@@ -41,9 +43,11 @@ GPUS = 8
 CONFIRM_SCENARIOS = ("separate", "mixedmodels", "jobnet")
 SEPARATE_SIZES = (4, 8, 16)
 JOB_NETWORK_SIZES = (2, 4, 8, 16, 32, 64)
+JOB_NETWORK_NIC_SIZES = (3, 4, 5, 8)
 # A pair's share of its line rate in the ``jobnet`` rows, and the rate the simulator gives a
 # healthy 400 Gbit/s rail (gpudiag/data/sku.json: rail_gbps).
 JOB_NETWORK_SHARE = 0.58
+SLOWER_NIC_SHARE = 0.46  # a NIC slower still in the ``jobnet +nic`` rows
 RAIL_GBPS, LINE_RATE_GBPS = 392.0, 400.0
 MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB")
 MIXED_NODES = 48
@@ -117,6 +121,17 @@ def job_network_case(size: int, cv: float, slowdown_pct: float, seed: int) -> Ca
             "exit_expected": 1}
 
 
+def job_network_nic_case(size: int, cv: float, seed: int) -> CaseFields:
+    """A ``size``-node job whose every pair runs at JOB_NETWORK_SHARE of its line rate, and one
+    NIC (by the seed) at SLOWER_NIC_SHARE."""
+    slower = random.Random(f"jobnet-nic:{size}:{cv}:{seed}").choice(_names(size))
+    faults = [{"kind": "slow_nic", "host": host,
+               "factor": round((SLOWER_NIC_SHARE if host == slower else JOB_NETWORK_SHARE) * LINE_RATE_GBPS / RAIL_GBPS,
+                               4)} for host in _names(size)]
+    return {"fleet": _fleet(size, cv, seed, faults),
+            "expected": frozenset({("slow_network", None, None), ("slow_nic", slower, None)}), "exit_expected": 1}
+
+
 def confirm_builders(scenario: str) -> list[tuple[str, Callable[[float, float, int], CaseFields]]]:
     """(label, build(cv, slowdown_pct, seed)) for each row of ``scenario`` (one of CONFIRM_SCENARIOS)."""
     if scenario == "separate":
@@ -124,8 +139,10 @@ def confirm_builders(scenario: str) -> list[tuple[str, Callable[[float, float, i
                 for size in SEPARATE_SIZES]
     if scenario == "mixedmodels":
         return [("mixedmodels pair", mixed_pair_case), ("mixedmodels nic", mixed_nic_case)]
-    return [(f"jobnet {size}n", lambda cv, s, seed, n=size: job_network_case(n, cv, s, seed))
-            for size in JOB_NETWORK_SIZES]
+    return [*((f"jobnet {size}n", lambda cv, s, seed, n=size: job_network_case(n, cv, s, seed))
+              for size in JOB_NETWORK_SIZES),
+            *((f"jobnet {size}n+nic", lambda cv, s, seed, n=size: job_network_nic_case(n, cv, seed))
+              for size in JOB_NETWORK_NIC_SIZES)]
 
 
 def healthy_mixed(cvs: list[float], seeds: int, sweep: Callable[[CaseFields, Path], tuple[list[dict], int]]) -> None:

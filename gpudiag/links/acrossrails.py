@@ -24,8 +24,8 @@ a NIC exited 0. Averaged over eight rails, a pair's figure has a third of the no
   hosts are not such (its known-good partners). Its rate is then the mean of its pairs with
   them (the best, a maximum, reads high), and its deficit against the median from that. Hosts
   slow alike (two NICs of three, every pair slow) lift nobody above them and name nobody here.
-  In a small job, a host ``HALF_WAY`` there with a partner not yet paired with it is an
-  unconfirmed one, for the confirm rounds to pair further.
+  A host ``HALF_WAY`` there with a partner not yet paired with it is an unconfirmed one, for
+  the confirm rounds to pair further.
 
 In a fleet (rails with a fleet level of their own), each rail's figures are first scaled to the
 family's level (the median of its rails' levels: a rail's own offset is no host's), and a host
@@ -33,9 +33,10 @@ slow so is a ``NicSuspect`` confirmed once ``confirm_partners`` of its own partn
 (two slow links on one node look like its NIC until a third partner is slow with it too):
 with fewer, it is left to the confirm rounds, which give it a fresh partner, and as its best
 pair must stay slow, the fresh pair must be slow too: the pairs that made it a suspect never
-confirm it alone. Pair by pair, at 4 % link noise, a NIC 10 % slow is 2.5 sigma below its
-rail's level and was found in 12 sweeps of 20 on a 48-node fleet; over eight rails, a pair's
-mean is 7 sigma below.
+confirm it alone. A host below on its best pair, or half-way there, is then judged again on
+the mean of its pairs with partners not themselves below (``_on_pair_means``). Pair by pair,
+at 4 % link noise, a NIC 10 % slow is 2.5 sigma below its rail's level and was found in 12
+sweeps of 20 on a 48-node fleet; over eight rails, a pair's mean is 7 sigma below.
 
 A fleet's link slow on every rail (both ends fine with other partners) is judged the same way
 (``links_across_rails``): its mean over the scaled rails against the median of the family's pair
@@ -54,6 +55,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..analysis.noisy import MEDIAN_EFFICIENCY
 from ..words import deficit_text, fixed, plural
 from .groups import (
     UNIT,
@@ -161,6 +163,77 @@ def _scaled(levels: Sequence[tuple[float, Mapping[Pair, Sequence[float]]]]) -> l
             for level, runs in levels if level > 0]
 
 
+def _on_pair_means(mine: Mapping[str, Sequence[PairFigure]], below: Sequence[_Below], noise: Mapping[Pair, float],
+                   line_rate: float | None, thresholds: LinkThresholds) -> list[_Below]:
+    """A fleet's hosts ``below`` (``_below``, and those half-way with every partner paired),
+    judged again on the mean of their pairs with partners not below, against the median of the
+    pairs among those (a host's best pair, a maximum, reads high, and may be its pair with
+    another slow host: three NICs 10 % slow in a paused 16-node job at 4 % link noise, each with
+    three healthy partners, read 6-8 % and 2 sigma low on their best pairs, and the job passed,
+    exit 0). A host with no partner not below keeps its verdict; one whose pairs with them reach
+    the level is below no more."""
+    doubtful = {host for host, *_ in below}
+    kept = [(a, b) for a, b in {(f.a, f.b) for pairs in mine.values() for f in pairs}
+            if a not in doubtful and b not in doubtful]
+    if not doubtful or len(kept) < MIN_HOSTS:
+        return [entry for entry in below if entry[-1] is not None]
+    means = {(f.a, f.b): f.gbps for pairs in mine.values() for f in pairs}
+    level = min(statistics.median(means[pair] for pair in kept), line_rate or math.inf)
+    level_noise = statistics.median(noise[pair] for pair in kept) * MEDIAN_EFFICIENCY / math.sqrt(len(kept))
+    floor = thresholds.mad_floor_pct / 100 * level
+    judged = []
+    for host, gbps, old_level, deficit, z, past_bar in below:
+        trusted = [f for f in mine[host] if f.peer(host) not in doubtful]
+        if not trusted:
+            if past_bar is not None:
+                judged.append((host, gbps, old_level, deficit, z, past_bar))
+            continue
+        rate = mean_gbps(f.gbps for f in trusted)
+        own = math.sqrt(math.fsum(noise[(f.a, f.b)] ** 2 for f in trusted)) / len(trusted)
+        spread = math.hypot(max(own, floor), level_noise)
+        deficit, z = 100 * (level - rate) / level, (rate - level) / spread
+        if deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
+            judged.append((host, rate, level, deficit, z, True))
+        elif deficit >= thresholds.deficit_pct and z <= HALF_WAY * thresholds.robust_z \
+                and len(mine[host]) < len(mine) - 1:
+            judged.append((host, rate, level, deficit, z, False))
+    return judged
+
+
+# A host below the others: host, figure, level, deficit, z, and whether past the bar (False:
+# half-way, with a partner not yet paired with it; None: half-way with every partner paired).
+_Below = tuple[str, float, float, float, float, bool | None]
+
+
+def _below(mine: Mapping[str, Sequence[PairFigure]], best: Mapping[str, PairFigure], noise: Mapping[Pair, float],
+           line_rate: float | None, thresholds: LinkThresholds, fleet: bool,
+           good_above: frozenset[str]) -> list[_Below]:
+    """The hosts below the others' level on their best pairs (see the module docstring)."""
+    floor = thresholds.mad_floor_pct / 100
+    slow = []
+    for host in sorted(mine):
+        if host in good_above or fleet and len(mine[host]) < 2:
+            continue
+        figure = best[host]
+        others = [best[other] for other in mine if other != host]
+        # No pair runs faster than its line rate: a level above it is a lucky pair's (one that is
+        # the best of both its ends set it alone, 5.6 % over the line, and a healthy NIC was drained).
+        level = min(statistics.median(f.gbps for f in others), line_rate or math.inf)
+        if level <= 0:  # the others measured nothing: no level to fall below
+            continue
+        others_noise = statistics.median(noise[(f.a, f.b)] for f in others)
+        # each mean's noise over its rails and runs, at least mad_floor of the level: rails of one pair share its hosts
+        spread = math.hypot(max(noise[(figure.a, figure.b)], floor * level), max(others_noise, floor * level))
+        deficit, z = 100 * (level - figure.gbps) / level, (figure.gbps - level) / spread
+        if deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
+            slow.append((host, figure.gbps, level, deficit, z, True))
+        elif deficit >= thresholds.deficit_pct and z <= HALF_WAY * thresholds.robust_z:
+            # half-way: pair it further first; with every partner paired, only a doubt (None)
+            paired = len(mine[host]) >= len(mine) - 1
+            slow.append((host, figure.gbps, level, deficit, z, None if paired else False))
+    return slow
+
+
 def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[Pair, Sequence[float]]],
                 thresholds: LinkThresholds, partners_wanted: int | None = None,
                 good_above: frozenset[str] = frozenset()) -> list[SlowAcrossRails]:
@@ -182,29 +255,11 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
         mine[figure.b].append(figure)
     if len(mine) < MIN_HOSTS:
         return []
-    best = {host: max(pairs, key=lambda f: (f.gbps, f.peer(host))) for host, pairs in mine.items()}
-    floor = thresholds.mad_floor_pct / 100
-    slow = []
     fleet = partners_wanted is not None
-    for host in sorted(mine):
-        if host in good_above or fleet and len(mine[host]) < 2:
-            continue
-        figure = best[host]
-        others = [best[other] for other in mine if other != host]
-        # No pair runs faster than its line rate: a level above it is a lucky pair's (one that is
-        # the best of both its ends set it alone, 5.6 % over the line, and a healthy NIC was drained).
-        level = min(statistics.median(f.gbps for f in others), line_rate or math.inf)
-        if level <= 0:  # the others measured nothing: no level to fall below
-            continue
-        others_noise = statistics.median(noise[(f.a, f.b)] for f in others)
-        # each mean's noise over its rails and runs, at least mad_floor of the level: rails of one pair share its hosts
-        spread = math.hypot(max(noise[(figure.a, figure.b)], floor * level), max(others_noise, floor * level))
-        deficit, z = 100 * (level - figure.gbps) / level, (figure.gbps - level) / spread
-        if deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
-            slow.append((host, figure.gbps, level, deficit, z, True))
-        elif not fleet and deficit >= thresholds.deficit_pct and z <= HALF_WAY * thresholds.robust_z \
-                and len(mine[host]) < len(mine) - 1:
-            slow.append((host, figure.gbps, level, deficit, z, False))  # half-way: pair it further first
+    best = {host: max(pairs, key=lambda f: (f.gbps, f.peer(host))) for host, pairs in mine.items()}
+    slow = _below(mine, best, noise, line_rate, thresholds, fleet, good_above)
+    slow = _on_pair_means(mine, slow, noise, line_rate, thresholds) if fleet else \
+        [entry for entry in slow if entry[-1] is not None]
     untold = {host for host, pairs in mine.items() if fleet and len(pairs) < 2 and host not in good_above}
     good = tuple(sorted(set(mine) - {host for host, *_ in slow} - untold))
     if len(good) < MIN_GOOD:

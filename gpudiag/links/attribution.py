@@ -152,7 +152,9 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
         shifts=tuple(outcome.shift for outcome in outcomes if outcome.shift is not None),
         references=tuple(outcome.reference for outcome in outcomes),
         suspects=Suspects(tuple(suspect_hosts), tuple(suspect_pairs)),
-        passed=_passed(outcomes, set(suspect_hosts) | {v.host for v in nics} | set(own)))
+        passed=_passed(outcomes, set(suspect_hosts) | {v.host for v in nics} | set(own)),
+        at_level=tuple(sorted({host for outcome in outcomes if outcome.reference.shifted for host in outcome.good}
+                              - set(suspect_hosts) - {v.host for v in nics} - set(own))))
 
 
 @dataclass(frozen=True)

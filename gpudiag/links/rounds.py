@@ -130,7 +130,7 @@ class TieBreak:
                 "candidates": self.candidates, "note": self.note, "tried": [peer.to_dict() for peer in self.tried]}
 
     def describe(self) -> str:
-        """``extra peers node[001,008]: 6 pair tests of at most 12`` (or why none)."""
+        """``extra peers node[001,008]: 6 pair tests of at most 18`` (or why none)."""
         if self.peers:
             text = (f"extra peers {fold_hosts(self.peers)}: {plural(self.pair_tests, 'pair test')} of at most "
                     f"{self.max_pair_tests}")
@@ -199,7 +199,7 @@ class PlainPlan:
         if not suspects:
             return []
         tested = [r.result.pair for r in records]  # with repeats: re-runs go round the partners
-        return confirm_rounds(suspects, attribution.passed, tested)
+        return confirm_rounds(suspects, attribution.partners, tested)
 
 
 class RoundWatch(Protocol):

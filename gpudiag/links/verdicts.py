@@ -117,3 +117,14 @@ class LinkAttribution:
     references: tuple[GroupReference, ...] = ()
     suspects: Suspects = field(default_factory=Suspects)
     passed: tuple[str, ...] = ()
+    # Hosts that run at the level of a group below its line rate as a whole (no slow pair against
+    # it, not suspect): none passes there, yet each is as good a partner as the job has.
+    at_level: tuple[str, ...] = ()
+
+    @property
+    def partners(self) -> tuple[str, ...]:
+        """The hosts a suspect is re-paired with (gpudiag.links.schedule.confirm_rounds): those
+        that ``passed``, else those ``at_level``. A 5-node job at 58 % of its line rate with one
+        NIC slower still re-ran a host's pair with that NIC, never paired it with a third host,
+        and its network as a whole stayed unconfirmed."""
+        return self.passed or self.at_level

@@ -180,7 +180,7 @@ def schedule_order(suspects: Sequence[str], references: Sequence[str], per_suspe
 
 def further_peers_plan(focus: Focus | None, hosts: int) -> str:
     """The link phase's plan in words, for a ``--suspects`` sweep of ``hosts`` probed hosts:
-    ``; up to 12 extra pair tests with further peers of the job (node[...]) where the references
+    ``; up to 18 extra pair tests with further peers of the job (node[...]) where the references
     cannot decide`` (or that there are none); empty without a focus."""
     if focus is None:
         return ""

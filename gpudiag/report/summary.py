@@ -269,7 +269,7 @@ def focus_line(document: Document) -> str | None:
 
 
 def _extra_peers(extra: object) -> str:
-    """`` · extra peers node[006,009]: 8 pair tests of at most 12`` (or why none could break a
+    """`` · extra peers node[006,009]: 8 pair tests of at most 18`` (or why none could break a
     tie: `` · extra peers: none (...)``; nothing where none was needed)."""
     if not isinstance(extra, Mapping):
         return ""

@@ -20,11 +20,12 @@ def _run(*args: str) -> Result:
 
 
 def _sweep(folder: Path, nodes: int, seed: int, slow: list[str], suspect: str, *extra: str,
-           faults: list[dict[str, Any]] | None = None) -> tuple[Result, dict]:
+           faults: list[dict[str, Any]] | None = None, factor: float = 0.6,
+           noise: dict[str, float] | None = None) -> tuple[Result, dict]:
     fleet, out = folder / f"job{seed}.json", folder / f"job{seed}.out.json"
-    slow_nics = [{"kind": "slow_nic", "host": host, "factor": 0.6} for host in slow]
+    slow_nics = [{"kind": "slow_nic", "host": host, "factor": factor} for host in slow]
     fleet.write_text(json.dumps({"nodes": nodes, "name_format": "node{:03d}", "seed": seed,
-                                 "faults": slow_nics + (faults or [])}))
+                                 "faults": slow_nics + (faults or []), **({"noise": noise} if noise else {})}))
     result = _run("sweep", "--simulate", str(fleet), "--pause", "--suspects", suspect, "--probes", "gemm",
                   "--duration", "0.2", *extra, "--json", str(out))
     return result, json.loads(out.read_text())
@@ -85,6 +86,22 @@ def test_a_slow_suspect_with_both_references_slow_is_never_passed_and_no_healthy
         f["kind"] == "slow_network" for f in document["findings"]), document["findings"]
     extra = document["focus"]["extra_peers"]
     assert 0 < extra["pair_tests"] <= extra["max_pair_tests"] and _tested_with_others(document) == extra["pair_tests"]
+
+
+@pytest.mark.parametrize("factor, link_cv, seed", [(0.6, 0.02, 7), (0.6, 0.02, 11), (0.6, 0.04, 7), (0.6, 0.04, 12),
+                                                   (0.8, 0.04, 6), (0.8, 0.04, 11), (0.8, 0.04, 12)])
+def test_a_slow_suspect_with_both_references_slow_is_named_with_them_within_the_bound(tmp_path, factor, link_cv, seed):
+    # The further peers clear each other and then meet each of the three: its third good partner
+    # was one pair past the bound (4 a probed host), or never met when the repeats of pairs took
+    # the last tests; and a NIC 10 % slow whose best pair was its lucky one with another slow NIC
+    # (2 sigma) passed where its three pairs with healthy peers were 9 % down.
+    result, document = _sweep(tmp_path, 16, seed, ["node004", "node005", "node013"], "node005", factor=factor,
+                              noise={"link_cv": link_cv})
+    named = _named(document)
+    assert named == {host: {"slow_nic"} for host in ("node004", "node005", "node013")}, document["findings"]
+    assert result.exit_code == 1
+    extra = document["focus"]["extra_peers"]
+    assert extra["max_pair_tests"] == extra_pair_bound(3) and _tested_with_others(document) == extra["pair_tests"]
 
 
 def test_a_tie_with_no_further_peer_in_the_job_stays_unchecked_and_says_why(tmp_path):

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from gpudiag.cli.main import main
 from gpudiag.exitcodes import ExitCode
+from gpudiag.hosts import fold_hosts
 from gpudiag.links import LinkResult, attribute_links
 from gpudiag.links.linkfindings import link_findings
 
@@ -272,3 +273,19 @@ def test_at_4_pct_link_noise_a_slow_nic_is_found_across_the_jobs_rails(tmp_path,
     nics = [f for f in document["findings"] if f["kind"] == "slow_nic"]
     assert [f["host"] for f in nics] == ["n1"] and nics[0]["confirmed"], output
     assert not [f for f in document["findings"] if f["action"] == "drain" and f["host"] != "n1"]
+
+
+@pytest.mark.parametrize("nodes, slower", [(3, ("n2",)), (4, ("n3",)), (5, ("n1", "n4"))])
+def test_a_job_network_below_its_line_rate_with_a_nic_slower_still_names_both_and_drains_only_that_nic(
+        tmp_path, nodes, slower):
+    # every NIC at 58 % of the line rate, the slower ones at 46 %: the three others were left
+    # unchecked and the network unnamed, where the job's level is clear from most of its hosts
+    faults = [_slow_nic(f"n{index}", 0.47 if f"n{index}" in slower else 0.59) for index in range(1, nodes + 1)]
+    code, document, output = _preflight(tmp_path, _fleet(tmp_path, nodes, *faults))
+    assert code == ExitCode.FAIL, output
+    assert _named(document, *LINK_BLAME, "unchecked") == {("slow_nic", host, None) for host in slower}, output
+    (network,) = [f for f in document["findings"] if f["kind"] == "slow_network"]
+    assert (network["severity"], network["host"], network["confirmed"]) == ("fail", None, True)
+    assert sorted(document["impact"]["exclude"]) == sorted(slower)
+    assert [drain["command"].split("NodeName=")[1].split()[0].strip("'") for drain in document["preflight"]["drain"]] \
+        == [fold_hosts(slower)]

@@ -1,0 +1,47 @@
+"""A fleet's NICs slow across their rails judged on their pairs with partners not themselves
+below (gpudiag.links.acrossrails): a host's best pair, a maximum, may be its lucky pair with
+another slow NIC."""
+
+import itertools
+import random
+
+from gpudiag.links import LinkResult, attribute_links
+from gpudiag.links.acrossrails import across_rails
+from gpudiag.links.attribution import DEFAULT_THRESHOLDS
+from gpudiag.links.levels import group_references
+
+RAILS = 8
+HEALTHY = 392.0
+SLOW = ("n1", "n2", "n3")
+
+
+def _results(seed: int, cv: float, factor: float) -> list[LinkResult]:
+    # a paused job's suspect and its two references (all three 10 % slow), each paired with the
+    # other two and with three healthy further peers, which are paired with each other
+    rng = random.Random(seed)
+    spares = ("n4", "n5", "n6")
+    pairs = [*itertools.combinations(SLOW, 2), *itertools.product(SLOW, spares), *itertools.combinations(spares, 2)]
+    return [LinkResult(a, b, "perftest", rail, HEALTHY * (factor if a in SLOW or b in SLOW else 1.0)
+                       * rng.gauss(1.0, cv), 400.0) for a, b in pairs for rail in range(RAILS)]
+
+
+def test_three_nics_10_pct_slow_each_with_three_healthy_partners_are_all_found():
+    missed = 0
+    for seed in range(1, 41):
+        results = _results(seed, 0.04, 0.9)
+        figures: dict = {}
+        for result in results:
+            figures.setdefault(result.group, {}).setdefault(result.pair, []).append(result.gbps)
+        found = across_rails(figures, group_references(figures, DEFAULT_THRESHOLDS, None), DEFAULT_THRESHOLDS)
+        confirmed = {slow.host for slow in found if slow.confirmed}
+        assert confirmed <= set(SLOW), (seed, confirmed)  # never a healthy peer
+        missed += len(set(SLOW) - confirmed)
+        named = {nic.host for nic in attribute_links(results).nics}
+        assert named <= set(SLOW)
+    assert missed <= 2, missed  # of 120; judged on their best pairs, 6
+
+
+def test_healthy_hosts_of_such_a_job_are_never_below_on_their_pair_means():
+    for seed in range(1, 41):
+        results = _results(seed, 0.04, 1.0)
+        assert not attribute_links(results).nics, seed
