@@ -509,11 +509,16 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
             kept.append(dataclasses.replace(suspect, note=_retest_gap(suspect.measurement, host),
                                             retest_failed=host is not None))
             continue
-        sibling = sibling_judged(suspect)
+        sibling, cleared = sibling_judged(suspect), None
         if sibling is not None:  # on the re-test runs alone, against the re-test's siblings
             measured = noise.get(suspect.measurement.key)
-            sibling = below_siblings_again(sibling, again, again_groups, thresholds, len(runs[key]),
-                                           measured.relative_sd if measured and measured.dof >= MIN_RUN_DOF else 0.0)
+            again_sibling = below_siblings_again(sibling, again, again_groups, thresholds, len(runs[key]),
+                                                 measured.relative_sd if measured and measured.dof >= MIN_RUN_DOF
+                                                 else 0.0)
+            # Not below them again: a screen its re-test did not confirm (suspicion.cleared_by_siblings),
+            # kept on the suspect so that its node knows its siblings cleared it.
+            cleared = dataclasses.replace(sibling, screened=True, confirmed=False) if again_sibling is None else None
+            sibling = again_sibling
         if _on_its_runs(suspect):
             repeated = _repeated_runs(suspect, runs[key], noise.get(suspect.measurement.key), bar, thresholds)
         elif suspect.reference.source == SIBLINGS:
@@ -521,7 +526,7 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
         else:
             repeated = repeated_once(suspect, again, thresholds)
         if repeated is not None:
-            kept.append(repeated if repeated is sibling else dataclasses.replace(repeated, sibling=sibling))
+            kept.append(repeated if repeated is sibling else dataclasses.replace(repeated, sibling=sibling or cleared))
         elif sibling is not None and suspect.reference.source not in (FLEET, BASELINE):
             kept.append(sibling)  # below its siblings again, no longer below the SKU figure (siblings_alone)
     cap = thresholds.sample_cv_cap_pct / 100

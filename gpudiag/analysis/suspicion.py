@@ -48,8 +48,13 @@ def sibling_judged(suspect: Suspect) -> Suspect | None:
 def below_its_siblings(suspect: Suspect) -> Suspect | None:
     """``suspect`` as its siblings judge it, where that is a verdict: not a screen the re-test
     did not confirm (gpudiag.analysis.siblings.sibling_screen)."""
+    return None if cleared_by_siblings(suspect) else sibling_judged(suspect)
+
+
+def cleared_by_siblings(suspect: Suspect) -> bool:
+    """Whether ``suspect``'s siblings screened it and its re-test did not confirm it below them."""
     sibling = sibling_judged(suspect)
-    return None if sibling is None or sibling.screened and not sibling.confirmed else sibling
+    return sibling is not None and sibling.screened and not sibling.confirmed
 
 
 def repeated_once(suspect: Suspect, again: Measurement, thresholds: Thresholds) -> Suspect | None:

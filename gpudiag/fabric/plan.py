@@ -46,7 +46,7 @@ class FabricPlan:
         """The NIC and pair confirm rounds, with pairs that re-test each fabric suspect not yet
         re-tested (once each) fitted in."""
         tested = [r.result.pair for r in records]
-        nic_rounds = confirm_rounds(suspects, attribution.partners, tested) if suspects else []
+        nic_rounds = confirm_rounds(suspects, attribution.partners, tested, attribution.line_rates) if suspects else []
         wanted = [s.elements for s in (self.latest.suspects if self.latest else ())
                   if not s.confirmed and not s.cleared and s.elements not in self._confirming]
         if not wanted:

@@ -163,6 +163,40 @@ def _scaled(levels: Sequence[tuple[float, Mapping[Pair, Sequence[float]]]]) -> l
             for level, runs in levels if level > 0]
 
 
+def _with_every_partner(mine: Mapping[str, Sequence[PairFigure]], below: Sequence[_Below],
+                        noise: Mapping[Pair, float], line_rate: float | None, thresholds: LinkThresholds
+                        ) -> list[_Below]:
+    """A small job's hosts ``below`` (``_below``), those half-way with every partner paired judged
+    on the mean of all their pairs against the median of the job's pairs without them: no pair is
+    set aside, so none is chosen for the judging (a host's best pair, a maximum, reads higher the
+    more partners it has: a NIC 10 % slow at 6 % link noise, paired with all three partners of a
+    4-node job, was no longer half-way below, and passed). Past the bar, slow; else passed."""
+    judged = [entry for entry in below if entry[-1] is not None]
+    for host, *_ in (entry for entry in below if entry[-1] is None):
+        rest = [f for other, pairs in mine.items() if other != host for f in pairs if host not in (f.a, f.b)]
+        if len(rest) < 2:
+            continue
+        # each pair of the rest is listed once per end: its median is the pairs' median
+        level = min(statistics.median(f.gbps for f in rest), line_rate or math.inf)
+        count = len({(f.a, f.b) for f in rest})
+        floor = thresholds.mad_floor_pct / 100 * level
+        own = math.sqrt(math.fsum(noise[(f.a, f.b)] ** 2 for f in mine[host])) / len(mine[host])
+        level_noise = statistics.median(noise[(f.a, f.b)] for f in rest) * MEDIAN_EFFICIENCY / math.sqrt(count)
+        rate = mean_gbps(f.gbps for f in mine[host])
+        deficit, z = 100 * (level - rate) / level, (rate - level) / math.hypot(max(own, floor), level_noise)
+        if deficit >= thresholds.deficit_pct and z <= -_family_bar(thresholds.robust_z, len(mine)):
+            judged.append((host, rate, level, deficit, z, True))
+    return judged
+
+
+def _family_bar(robust_z: float, hosts: int) -> float:
+    """``robust_z``'s one-sided tail shared among ``hosts`` hosts, each judged once (Bonferroni):
+    the sigmas one host must fall below so that a healthy job names none as often as one host
+    alone would cross ``robust_z``."""
+    tail = 0.5 * math.erfc(abs(robust_z) / math.sqrt(2))
+    return statistics.NormalDist().inv_cdf(1 - tail / max(hosts, 1))
+
+
 def _on_pair_means(mine: Mapping[str, Sequence[PairFigure]], below: Sequence[_Below], noise: Mapping[Pair, float],
                    line_rate: float | None, thresholds: LinkThresholds) -> list[_Below]:
     """A fleet's hosts ``below`` (``_below``, and those half-way with every partner paired),
@@ -259,7 +293,7 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
     best = {host: max(pairs, key=lambda f: (f.gbps, f.peer(host))) for host, pairs in mine.items()}
     slow = _below(mine, best, noise, line_rate, thresholds, fleet, good_above)
     slow = _on_pair_means(mine, slow, noise, line_rate, thresholds) if fleet else \
-        [entry for entry in slow if entry[-1] is not None]
+        _with_every_partner(mine, slow, noise, line_rate, thresholds)
     untold = {host for host, pairs in mine.items() if fleet and len(pairs) < 2 and host not in good_above}
     good = tuple(sorted(set(mine) - {host for host, *_ in slow} - untold))
     if len(good) < MIN_GOOD:

@@ -153,8 +153,8 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
         references=tuple(outcome.reference for outcome in outcomes),
         suspects=Suspects(tuple(suspect_hosts), tuple(suspect_pairs)),
         passed=_passed(outcomes, set(suspect_hosts) | {v.host for v in nics} | set(own)),
-        at_level=tuple(sorted({host for outcome in outcomes if outcome.reference.shifted for host in outcome.good}
-                              - set(suspect_hosts) - {v.host for v in nics} - set(own))))
+        good=tuple(sorted({host for outcome in outcomes for host in outcome.good}
+                          - set(suspect_hosts) - {v.host for v in nics} - set(own))))
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,7 @@ class PlainPlan:
         if not suspects:
             return []
         tested = [r.result.pair for r in records]  # with repeats: re-runs go round the partners
-        return confirm_rounds(suspects, attribution.partners, tested)
+        return confirm_rounds(suspects, attribution.partners, tested, attribution.line_rates)
 
 
 class RoundWatch(Protocol):

@@ -152,7 +152,8 @@ def full_rounds(hosts: Sequence[str]) -> list[Round]:
     return rounds
 
 
-def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[Pair] = ()) -> list[Round]:
+def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[Pair] = (),
+                   rates: Mapping[str, float] | None = None) -> list[Round]:
     """Confirm rounds for what the screen could not settle, in as few rounds as possible.
 
     Policy:
@@ -176,6 +177,10 @@ def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[P
       run is all there is to learn).
     - A partner not yet tested is preferred even when it costs a further round: repeating a
       pair the host already had adds no evidence about the host's NIC.
+    - With ``rates`` (each host's line rate), a partner at the suspect's rate or above comes
+      before any slower one: a 400 Gb/s NIC paired with a 200 Gb/s host runs at 200 and tells
+      nothing of its own rate (a healthy 5-node fleet of three models left a 400 Gb/s host half-way
+      below unchecked, its fresh partner a 200 Gb/s one).
 
     ``tested``: pairs already measured (either order). Returns [] when there are no suspects.
     """
@@ -186,7 +191,7 @@ def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[P
     good = [host for host in _distinct(passed) if host not in set(suspects.hosts)]
     if good:
         for host in sorted(set(suspects.hosts)):
-            builder.place_with_partner(host, good, done)
+            builder.place_with_partner(host, good, done, rates)
     else:
         _pair_suspects_together(sorted(set(suspects.hosts)), done, builder)
     return [Round(CONFIRM, pairs) for pairs in builder.rounds]
@@ -254,24 +259,31 @@ class _RoundBuilder:
         index = next((i for i, busy in enumerate(self._busy) if not busy & set(pair)), len(self.rounds))
         self._add(index, pair)
 
-    def place_with_partner(self, host: str, partners: Sequence[str], done: Mapping[Pair, int]) -> None:
+    def place_with_partner(self, host: str, partners: Sequence[str], done: Mapping[Pair, int],
+                           rates: Mapping[str, float] | None = None) -> None:
         """Pair ``host`` with a partner from ``partners`` in the first round where both are free:
         a partner not yet tested with ``host`` if any round has one, else the partner it was
         tested with the fewest times (``done``: how many results each pair has), so that re-runs
-        go round its partners."""
-        fresh = [p for p in partners if p != host and pair_key(host, p) not in done]
-        again = sorted((p for p in partners if p != host), key=lambda p: done.get(pair_key(host, p), 0))
-        for candidates in (fresh, again):
-            if not candidates:
-                continue
-            for index in range(len(self.rounds) + 1):
-                busy = self._busy[index] if index < len(self.rounds) else set()
-                if host in busy:
+        go round its partners; partners at ``host``'s line rate or above (``rates``) before any
+        slower one."""
+        others = [p for p in partners if p != host]
+        rate = (rates or {}).get(host)
+        able = [p for p in others if rate is None or (rates or {}).get(p, 0.0) >= rate]
+        slower = [p for p in others if p not in able]
+        for group in (able, slower):
+            fresh = [p for p in group if pair_key(host, p) not in done]
+            again = sorted(group, key=lambda p: done.get(pair_key(host, p), 0))
+            for candidates in (fresh, again):
+                if not candidates:
                     continue
-                partner = next((p for p in candidates if p not in busy), None)
-                if partner is not None:
-                    self._add(index, pair_key(host, partner))
-                    return
+                for index in range(len(self.rounds) + 1):
+                    busy = self._busy[index] if index < len(self.rounds) else set()
+                    if host in busy:
+                        continue
+                    partner = next((p for p in candidates if p not in busy), None)
+                    if partner is not None:
+                        self._add(index, pair_key(host, partner))
+                        return
 
     def _add(self, index: int, pair: Pair) -> None:
         if index == len(self.rounds):

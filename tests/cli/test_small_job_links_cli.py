@@ -239,6 +239,25 @@ def test_the_four_400_gbps_hosts_of_a_healthy_6_node_fleet_blame_nothing(tmp_pat
     assert code == ExitCode.OK and not [f for f in document["findings"] if f["severity"] != "info"], output
 
 
+def test_a_400_gbps_host_half_way_below_meets_another_400_gbps_host_not_only_the_one_that_passed(tmp_path):
+    # One H100 pair, one H200 and one A100 (200 Gb/s) among five hosts at 6 % link noise: the one
+    # host that passed every rail was the A100, and the H200, half-way below on its one 400 Gb/s
+    # pair, was re-paired with it three times (at 200) and left unchecked, exit 3. A host good on
+    # some rail at its line rate is a partner too, and one at its rate comes first.
+    names = [f"node{i:04d}" for i in range(1, 6)]
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({
+        "nodes": 5, "name_format": "node{:04d}", "seed": 11, "gpus_per_node": 8,
+        "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.06}, "faults": [],
+        "overrides": [{"hosts": names[1:2], "gpu_model": "NVIDIA H200"},
+                      {"hosts": names[2:3], "gpu_model": "NVIDIA A100-SXM4-80GB"}]}))
+    code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
+    assert code == ExitCode.OK and not [f for f in document["findings"] if f["severity"] != "info"], output
+    with_h200 = {link["b"] if link["a"] == "node0002" else link["a"] for link in document["links"]
+                 if "node0002" in (link["a"], link["b"]) and link["line_rate_gbps"] == 400}
+    assert len(with_h200) >= 2, with_h200
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_two_reference_peers_10_pct_slow_never_get_the_healthy_suspect_blamed(tmp_path, seed):
     # Every pair of n5, n2 and n7 runs at about 87 % of the line rate, around the 90 % floor.

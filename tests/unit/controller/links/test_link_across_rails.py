@@ -82,6 +82,18 @@ def test_healthy_small_jobs_at_6_pct_noise_name_nobody_across_the_rails():
         assert _slow_across(_results(hosts, {}, 0.06, seed=seed)) == [], (hosts, seed)
 
 
+def test_a_small_jobs_nic_paired_with_every_partner_is_judged_on_all_its_pairs_not_its_best():
+    # A NIC 10 % slow at 6 % link noise, paired with every host of a 3- to 5-host job: its best
+    # pair (a maximum, higher the more partners it has) was within half-way of the others' in 39
+    # of 120 such jobs, and it passed. All its pairs against the job's pairs without it (no pair
+    # set aside, none chosen for the judging), at a bar shared among the job's hosts.
+    found = sum(_slow_across(_results(hosts, {"n2": 0.9}, 0.06, seed=seed)) == ["n2"]
+                for hosts, seed in itertools.product((3, 4, 5), range(1, 41)))
+    assert found >= 95, found  # of 120; 81 on the best pair alone
+    for hosts, seed in itertools.product((3, 4, 5), range(41, 81)):  # and healthy jobs, beside those above
+        assert _slow_across(_results(hosts, {}, 0.06, seed=seed)) == [], (hosts, seed)
+
+
 def test_a_nic_slow_on_one_rail_is_left_to_that_rails_judging():
     # averaged with seven healthy rails it is diluted: the rail's own pairs find it, not the rails together
     results = _results(4, {}, 0.01, seed=2, rail_factors={("n1", 5): 0.6})

@@ -149,6 +149,23 @@ def test_confirm_uses_an_earlier_partner_only_when_every_passed_node_was_one():
     assert all_pairs(rounds) == [("p", "s")]
 
 
+def test_a_suspect_is_paired_at_its_line_rate_before_a_fresh_slower_partner():
+    # h1 (400 Gb/s) had h2 (400) already; h3 and h4 run at 200: a pair with either runs at 200
+    # and tells nothing of h1's 400 Gb/s NIC, so h1 runs with h2 again, fresh as h3 is
+    rates = {"h1": 400.0, "h2": 400.0, "h3": 200.0, "h4": 200.0}
+    [round_] = confirm_rounds(Suspects(hosts=("h1",)), ["h3", "h4", "h2"], [("h1", "h2")], rates)
+    assert round_.pairs == (("h1", "h2"),)
+    # a fresh partner at its rate or above comes first of all; a slower one only with none such
+    rates["h5"] = 800.0
+    [round_] = confirm_rounds(Suspects(hosts=("h1",)), ["h3", "h4", "h2", "h5"], [("h1", "h2")], rates)
+    assert round_.pairs == (("h1", "h5"),)
+    [round_] = confirm_rounds(Suspects(hosts=("h1",)), ["h3", "h4"], [("h1", "h2")], rates)
+    assert round_.pairs == (("h1", "h3"),)
+    # without rates, the first fresh partner as before
+    [round_] = confirm_rounds(Suspects(hosts=("h1",)), ["h3", "h4", "h2"], [("h1", "h2")])
+    assert round_.pairs == (("h1", "h3"),)
+
+
 def test_re_runs_with_earlier_partners_go_round_them_fewest_runs_first():
     # a small job: every passed node was a partner already; the pair run the fewest times goes next
     tested = [("p1", "s"), ("p1", "s"), ("p2", "s"), ("p3", "s"), ("p3", "s")]
