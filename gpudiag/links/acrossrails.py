@@ -163,6 +163,32 @@ def _scaled(levels: Sequence[tuple[float, Mapping[Pair, Sequence[float]]]]) -> l
             for level, runs in levels if level > 0]
 
 
+def _under_the_floor(mine: Mapping[str, Sequence[PairFigure]], best: Mapping[str, PairFigure], named: set[str],
+                     line_rate: float | None, thresholds: LinkThresholds,
+                     good_above: frozenset[str]) -> list[_Below]:
+    """A small job's hosts not ``named`` whose every pair, each the mean of its rails, sits under
+    the line-rate floor while two other hosts reach it with each other: a suspect, never passed
+    (half-way, False), whatever the others' level says. In a 4-node job at 6 % link noise with
+    two NICs 10 % slow, the one healthy pair read 4 % under the line, the slow NICs' pairs 88-89 %
+    of it, and with every partner paired neither was even half-way below that level: the job
+    passed, exit 0. (A fleet has a level of its own, and one near the floor would make many.)"""
+    floor = None if line_rate is None else line_rate * thresholds.line_rate_efficiency_pct / 100
+    if floor is None:
+        return []
+    reaching = [f for pairs in mine.values() for f in pairs
+                if f.gbps >= floor and f.a not in named and f.b not in named]
+    found = []
+    for host in sorted(set(mine) - named - good_above):
+        if not mine[host] or any(f.gbps >= floor for f in mine[host]):
+            continue
+        # and the others' pair above its best by link_deficit: one just over the floor by chance is no level
+        above = best[host].gbps * (1 + thresholds.deficit_pct / 100)
+        if any(host not in (f.a, f.b) and f.gbps >= above for f in reaching):
+            figure = best[host]
+            found.append((host, figure.gbps, floor, 100 * (floor - figure.gbps) / floor, 0.0, False))
+    return found
+
+
 def _with_every_partner(mine: Mapping[str, Sequence[PairFigure]], below: Sequence[_Below],
                         noise: Mapping[Pair, float], line_rate: float | None, thresholds: LinkThresholds
                         ) -> list[_Below]:
@@ -294,6 +320,8 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
     slow = _below(mine, best, noise, line_rate, thresholds, fleet, good_above)
     slow = _on_pair_means(mine, slow, noise, line_rate, thresholds) if fleet else \
         _with_every_partner(mine, slow, noise, line_rate, thresholds)
+    if not fleet:
+        slow += _under_the_floor(mine, best, {host for host, *_ in slow}, line_rate, thresholds, good_above)
     untold = {host for host, pairs in mine.items() if fleet and len(pairs) < 2 and host not in good_above}
     good = tuple(sorted(set(mine) - {host for host, *_ in slow} - untold))
     if len(good) < MIN_GOOD:

@@ -94,6 +94,24 @@ def test_a_small_jobs_nic_paired_with_every_partner_is_judged_on_all_its_pairs_n
         assert _slow_across(_results(hosts, {}, 0.06, seed=seed)) == [], (hosts, seed)
 
 
+def test_a_small_jobs_hosts_whose_every_pair_is_under_the_floor_are_never_passed():
+    # Two NICs 10 % slow of four at 6 % link noise, every pair run: the one healthy pair read 4 %
+    # under the line (377 Gb/s), the slow NICs' pairs 88-89 % of it, and neither NIC was even
+    # half-way below that level: the job passed. Under the floor with every partner, beside a pair
+    # that reaches it 5 % above their best, each is a suspect at least.
+    means = {("n1", "n2"): 377.0, ("n3", "n4"): 352.0, ("n2", "n3"): 352.0, ("n1", "n4"): 351.0,
+             ("n1", "n3"): 358.0, ("n2", "n4"): 350.0}
+    scatter = [1.06, 0.94, 1.0, 1.08, 0.92, 1.03, 0.97, 1.0]
+    results = [LinkResult(a, b, "perftest", rail, mean * scatter[(rail + index) % RAILS], 400.0)
+               for index, ((a, b), mean) in enumerate(means.items()) for rail in range(RAILS)]
+    assert set(_slow_across(results)) == {"n3", "n4"}
+    attribution = attribute_links(results)
+    assert not {"n3", "n4"} & set(attribution.passed)
+    assert {"n3", "n4"} <= set(attribution.suspects.hosts) | {v.host for v in attribution.nics if v.confirmed}
+    # a pair just over the floor by chance is no level: two slow NICs of three name nobody here
+    assert _slow_across(_results(3, {"n1": 0.9, "n2": 0.9}, 0.04, seed=3)) == []
+
+
 def test_a_nic_slow_on_one_rail_is_left_to_that_rails_judging():
     # averaged with seven healthy rails it is diluted: the rail's own pairs find it, not the rails together
     results = _results(4, {}, 0.01, seed=2, rail_factors={("n1", 5): 0.6})
