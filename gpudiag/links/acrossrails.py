@@ -204,15 +204,27 @@ def _with_every_partner(mine: Mapping[str, Sequence[PairFigure]], below: Sequenc
             continue
         # each pair of the rest is listed once per end: its median is the pairs' median
         level = min(statistics.median(f.gbps for f in rest), line_rate or math.inf)
-        count = len({(f.a, f.b) for f in rest})
-        floor = thresholds.mad_floor_pct / 100 * level
-        own = math.sqrt(math.fsum(noise[(f.a, f.b)] ** 2 for f in mine[host])) / len(mine[host])
-        level_noise = statistics.median(noise[(f.a, f.b)] for f in rest) * MEDIAN_EFFICIENCY / math.sqrt(count)
-        rate = mean_gbps(f.gbps for f in mine[host])
-        deficit, z = 100 * (level - rate) / level, (rate - level) / math.hypot(max(own, floor), level_noise)
+        pairs = sorted({(f.a, f.b) for f in rest})
+        rate, deficit, z = _on_pairs(mine[host], level, _median_noise(pairs, noise), noise, thresholds)
         if deficit >= thresholds.deficit_pct and z <= -_family_bar(thresholds.robust_z, len(mine)):
             judged.append((host, rate, level, deficit, z, True))
     return judged
+
+
+def _on_pairs(pairs: Sequence[PairFigure], level: float, level_noise: float, noise: Mapping[Pair, float],
+              thresholds: LinkThresholds) -> tuple[float, float, float]:
+    """The mean of ``pairs`` (each the mean of its rails) against ``level`` (its noise
+    ``level_noise``): that mean, its deficit and its z (the mean's noise at least ``mad_floor_pct``
+    of the level)."""
+    rate = mean_gbps(f.gbps for f in pairs)
+    own = math.sqrt(math.fsum(noise[(f.a, f.b)] ** 2 for f in pairs)) / len(pairs)
+    spread = math.hypot(max(own, thresholds.mad_floor_pct / 100 * level), level_noise)
+    return rate, 100 * (level - rate) / level, (rate - level) / spread
+
+
+def _median_noise(pairs: Sequence[Pair], noise: Mapping[Pair, float]) -> float:
+    """The noise of the median of ``pairs``' means (a median of n: MEDIAN_EFFICIENCY / √n of one)."""
+    return statistics.median(noise[pair] for pair in pairs) * MEDIAN_EFFICIENCY / math.sqrt(len(pairs))
 
 
 def _family_bar(robust_z: float, hosts: int) -> float:
@@ -239,8 +251,7 @@ def _on_pair_means(mine: Mapping[str, Sequence[PairFigure]], below: Sequence[_Be
         return [entry for entry in below if entry[-1] is not None]
     means = {(f.a, f.b): f.gbps for pairs in mine.values() for f in pairs}
     level = min(statistics.median(means[pair] for pair in kept), line_rate or math.inf)
-    level_noise = statistics.median(noise[pair] for pair in kept) * MEDIAN_EFFICIENCY / math.sqrt(len(kept))
-    floor = thresholds.mad_floor_pct / 100 * level
+    level_noise = _median_noise(kept, noise)
     judged = []
     for host, gbps, old_level, deficit, z, past_bar in below:
         trusted = [f for f in mine[host] if f.peer(host) not in doubtful]
@@ -248,10 +259,7 @@ def _on_pair_means(mine: Mapping[str, Sequence[PairFigure]], below: Sequence[_Be
             if past_bar is not None:
                 judged.append((host, gbps, old_level, deficit, z, past_bar))
             continue
-        rate = mean_gbps(f.gbps for f in trusted)
-        own = math.sqrt(math.fsum(noise[(f.a, f.b)] ** 2 for f in trusted)) / len(trusted)
-        spread = math.hypot(max(own, floor), level_noise)
-        deficit, z = 100 * (level - rate) / level, (rate - level) / spread
+        rate, deficit, z = _on_pairs(trusted, level, level_noise, noise, thresholds)
         if deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
             judged.append((host, rate, level, deficit, z, True))
         elif deficit >= thresholds.deficit_pct and z <= HALF_WAY * thresholds.robust_z \

@@ -233,10 +233,7 @@ def level_below(figures: Mapping[Pair, float], floor: float | None) -> float | N
         return statistics.median(means)
     if floor is None or not means or means[0] <= 0 or means[-1] >= floor:
         return None
-    bests: dict[str, float] = {}
-    for pair, value in figures.items():
-        for host in pair:
-            bests[host] = max(bests.get(host, 0.0), value)
+    bests = host_bests({pair: [value] for pair, value in figures.items()})
     top = max(bests.values())
     alike = {host for host, best in bests.items() if best * ALIKE >= top}
     among = [value for (a, b), value in figures.items() if a in alike and b in alike]
