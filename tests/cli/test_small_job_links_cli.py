@@ -308,3 +308,34 @@ def test_a_job_network_below_its_line_rate_with_a_nic_slower_still_names_both_an
     assert sorted(document["impact"]["exclude"]) == sorted(slower)
     assert [drain["command"].split("NodeName=")[1].split()[0].strip("'") for drain in document["preflight"]["drain"]] \
         == [fold_hosts(slower)]
+
+
+@pytest.mark.parametrize(("nodes", "seed"), [(3, 3), (5, 2), (5, 4)])
+def test_a_whole_rail_20_pct_slow_in_a_small_job_at_4_pct_link_noise_is_its_network_on_that_rail(
+        tmp_path, nodes, seed):
+    # Every NIC 20 % slow on rail 3 alone. Judged pair by pair against its other rails, one pair of
+    # five sat within chance now and then and the job passed, exit 0; and the rail's own dip,
+    # near the outlier clip, widened the noise it was judged by (7 % for 4 %): a 3-node job passed.
+    names = [f"node{i:04d}" for i in range(1, nodes + 1)]
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({
+        "nodes": nodes, "name_format": "node{:04d}", "gpus_per_node": 8, "seed": seed,
+        "noise": {"gemm_cv": 0.02, "membw_cv": 0.02, "link_cv": 0.04},
+        "faults": [{"kind": "slow_nic", "host": host, "rail": 3, "factor": 0.8} for host in names]}))
+    code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
+    assert code == ExitCode.FAIL, output
+    (network,) = [f for f in document["findings"] if f["kind"] == "slow_network"]
+    assert (network["severity"], network["metric"]) == ("fail", "link.perftest.rail3"), network
+    assert not [f for f in document["findings"] if f["host"] is not None and f["severity"] != "info"], output
+
+
+def test_a_2_node_jobs_pair_dipping_under_the_floor_on_one_rail_at_6_pct_link_noise_fails_no_network(tmp_path):
+    # One pair is all a 2-node job has: its rails' noise rests on seven degrees of freedom, and a
+    # dip 3.1 of such sigmas deep on rail 7 failed the network as a whole. The Student bar holds it.
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({
+        "nodes": 2, "name_format": "node{:04d}", "gpus_per_node": 8, "seed": 10,
+        "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.06}, "faults": []}))
+    code, document, output = _sweep(tmp_path, str(path), "--probes", "facts")
+    assert not [f for f in document["findings"] if f["kind"] == "slow_network"], output
+    assert code == ExitCode.OK, output
