@@ -176,8 +176,7 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     if below is not None:
         # Every pair below the line rate, alike or with a NIC slower still: the job's network as a
         # whole (a LinkShift), its pairs judged among themselves only beyond what "alike" allows.
-        level = below
-        return GroupReference(group, len(best), len(means), level, level * (ALIKE - 1) / 3, floor, shifted=True,
+        return GroupReference(group, len(best), len(means), below, below * (ALIKE - 1) / 3, floor, shifted=True,
                               baseline=baseline, members=members, job_level=True)
     if len(best) < thresholds.min_hosts:
         if job is None or len(best) < 3 or (floor is not None and job < floor) or (
@@ -282,8 +281,8 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
     spread, its spread is at least the family's (``family_spreads``: every pair about its own
     rail's level), and the level's own error (``level_error_gbps``) joins the spread in every z.
     A small job's spread is at least the noise its rails show (``rail_noise``), else its pairs'
-    run-to-run noise; and a rail of it whose pairs all run alike below the floor is slow as a
-    whole only where that is no chance dip of pairs that reach the floor on its other rails
+    run-to-run noise; and a rail of it whose pairs all run below the floor is slow as a whole
+    only where that is no chance dip of pairs that reach the floor on its other rails
     (``slow_on_this_rail``)."""
     jobs = job_levels(figures, thresholds)
     references = {group: group_reference(group, figures[group], thresholds,

@@ -158,14 +158,14 @@ class TieBreakPlan:
         pair, of that pair alone). Re-tests of pairs among spares and suspects took the last
         tests of the bound, and a suspect slow with two good partners never met the third."""
         used = set(self._used)
-        counted = [pair for round_ in rounds for pair in round_.pairs if used & set(pair)]
+        # each pair test with a spare end, by where it sits (a pair may run in two rounds: two tests)
+        counted = [(index, pair) for index, round_ in enumerate(rounds) for pair in round_.pairs if used & set(pair)]
         room = max(0, self._max - self._tests)
-        allowed = set(sorted(counted, key=lambda pair: pair in tested)[:room])
+        allowed = set(sorted(counted, key=lambda test: test[1] in tested)[:room])
         self._dropped += len(counted) - len(allowed)
         self._tests += len(allowed)
-        kept = [Round(round_.phase, pairs) for round_ in rounds
-                if (pairs := tuple(pair for pair in round_.pairs if not used & set(pair) or pair in allowed))]
-        return kept
+        return [Round(round_.phase, pairs) for index, round_ in enumerate(rounds)
+                if (pairs := tuple(pair for pair in round_.pairs if not used & set(pair) or (index, pair) in allowed))]
 
 
 def _not_reached(peers: Sequence[PeerReach]) -> str:
