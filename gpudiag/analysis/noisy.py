@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from .measurements import HOST_DEVICES, Measurement
 from .reference import BASELINE, FLEET, KeyReferences, Reference
+from .tails import MAD_LOG_VARIANCE, spread_dof, student_bar
 from .thresholds import Thresholds
 
 # Per-GPU probes, one figure per GPU and key, whose noise averages out over runs: a noisy key of
@@ -70,9 +71,6 @@ FAMILY_PER_HOST_KEY = 16
 # least (a fleet of thousands of values): a smaller fleet's spread is itself less sure
 # (``lasting_tolerance``).
 LASTING_TOLERANCE = 1.15
-# The variance of the log of a MAD-based spread of n normal values, times n (the MAD's asymptotic
-# variance, 0.62 sigma² / n, over its square, 0.455 sigma²).
-MAD_LOG_VARIANCE = 1.36
 # Degrees of freedom the pooled run-to-run noise needs before it narrows a mean's spread.
 MIN_RUN_DOF = 10
 # A fleet level's own error, in its spreads × 1 / √(values it rests on): the densest-window level
@@ -129,23 +127,6 @@ def screens(ref: Reference, thresholds: Thresholds) -> bool:
     in ten did not), where a key 1.3 % wide screened at 3 %."""
     return ref.source in (FLEET, BASELINE) and \
         abs(thresholds.robust_z) * ref.spread > thresholds.deficit_warn_pct / 100 * abs(ref.value)
-
-
-def student_bar(z: float, dof: int) -> float:
-    """The sigmas a figure must fall below its reference when its noise is estimated with ``dof``
-    degrees of freedom: the Student t quantile of the normal tail beyond ``z`` (a Cornish–Fisher
-    expansion; exact for 1 and 2 degrees of freedom; within 1 % of ``z`` from a few hundred on).
-    ``z`` itself for a noise known (``dof`` 0: a floor). (Also gpudiag.store.trend's slope bar.)"""
-    if dof <= 0:
-        return z
-    tail = 0.5 * math.erfc(z / math.sqrt(2))
-    if dof == 1:
-        return math.tan(math.pi * (0.5 - tail))
-    if dof == 2:
-        p = 1 - tail
-        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    return (z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
-            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * dof ** 3))
 
 
 def confirmation_bar(count: int, thresholds: Thresholds) -> float:
@@ -311,7 +292,7 @@ def with_fleet_spread(ref: Reference, noise: RunNoise | None) -> RunNoise | None
     fleet_sd, tolerance = ref.spread / abs(ref.value), lasting_tolerance(ref.level_values, noise.dof)
     if not noise.relative_sd / tolerance <= fleet_sd <= tolerance * noise.relative_sd:
         return noise  # the spread outlasts the runs, or the runs scatter more than the fleet did
-    fleet_dof = int(ref.level_values / (2 * MAD_LOG_VARIANCE))
+    fleet_dof = spread_dof(ref.level_values)
     dof = noise.dof + fleet_dof
     return RunNoise(math.sqrt((noise.relative_sd ** 2 * noise.dof + fleet_sd ** 2 * fleet_dof) / dof), dof)
 
@@ -343,6 +324,10 @@ def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, 
     if noise is not None and noise.dof >= MIN_RUN_DOF:
         measured = f"run-to-run noise {100 * noise.relative_sd:.1f} % over {noise.dof} degrees of freedom"
         bar = student_bar(bar, noise.dof)  # an estimated noise: the t quantile of the same tail
+    elif ref.spread_dof > 0:
+        # The reference's spread alone: a MAD of its values, as unsure as they are few.
+        measured += f", the {ref.source}'s from {ref.level_values:g} values"
+        bar = student_bar(bar, ref.spread_dof)
     confirmed = deficit >= thresholds.retest_deficit_pct and (ref.fleet_below or z <= -bar)
     what, such = ("re-test", "run") if len(figures) == 1 else (f"mean of {len(figures)} re-test runs", "mean")
     note = f"the {what} {deficit:.1f} % below, {-z:.1f} sigma of such a {such} (bar {bar:.1f}; {measured})"

@@ -49,6 +49,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .tails import spread_dof, student_bar
 from .thresholds import Thresholds
 
 MAD_TO_SIGMA = 1.4826
@@ -68,6 +69,9 @@ SMALL_FLEET_HOSTS = 8
 # The fewest values such a key's level rests on: a level from a handful (a GPU pair's key, one
 # value a host: a 4-node job's P2P keys) is off by half a spread, and named healthy pairs.
 SMALL_FLEET_MIN_VALUES = 12
+# A measured spread of fewer degrees of freedom (a MAD of fewer than 28 values: a baseline stored
+# from one or two nodes) rests on hardly more than a node's own siblings, who judge beside it.
+FEW_SPREAD_DOF = 10
 FLEET, BASELINE, SKU, SIBLINGS = "fleet", "baseline", "sku", "siblings"
 SOURCE_ORDER = (FLEET, BASELINE, SKU, SIBLINGS)
 
@@ -88,6 +92,9 @@ class Reference:
     # How many values the level was found from (fleet: each host's weighing as one; baseline: its
     # measurements), for the level's own uncertainty (noisy.mean_spread); 0: a fixed figure (SKU).
     level_values: float = 0.0
+    # The degrees of freedom its spread rests on where they are few enough to matter (a baseline's
+    # MAD of its stored values: tails.spread_dof); 0: a spread of many values, or a fixed one.
+    spread_dof: int = 0
 
     def deficit_pct(self, value: float) -> float:
         """How far ``value`` falls below this reference, in percent (negative: above it)."""
@@ -104,13 +111,23 @@ class Reference:
 
     def far_below(self, robust_z: float, thresholds: Thresholds) -> bool:
         """Whether ``robust_z`` is far enough below (always, when the fleet's level is below)."""
-        return self.fleet_below or robust_z <= thresholds.robust_z
+        return self.fleet_below or robust_z <= self.bar(thresholds.robust_z)
+
+    def bar(self, z: float) -> float:
+        """The z a value must reach below this reference for a normal tail beyond ``z``: further
+        where its spread rests on few values (the Student bar of ``spread_dof``)."""
+        return -student_bar(-z, self.spread_dof) if z < 0 else student_bar(z, self.spread_dof)
 
     def widened(self, noise: float) -> Reference:
         """This reference with a spread of at least ``noise`` (a fraction of its value, e.g. the
         samples' CV of the result judged): a result cannot be judged finer than it was measured."""
         floor = abs(self.value) * noise
-        return self if floor <= self.spread else dataclasses.replace(self, spread=floor)
+        return self if floor <= self.spread else dataclasses.replace(self, spread=floor, spread_dof=0)
+
+    def rests_on_many(self) -> bool:
+        """Whether this is a measured level (fleet, baseline) whose spread rests on far more values
+        than a node's siblings: not a baseline stored from a node or two (``FEW_SPREAD_DOF``)."""
+        return self.source in (FLEET, BASELINE) and not 0 < self.spread_dof < FEW_SPREAD_DOF
 
 
 @dataclass(frozen=True)
@@ -164,7 +181,7 @@ def key_references(values: Sequence[float], hosts: int, stored: object | None, f
         mad = float(stored.mad)  # type: ignore[attr-defined]
         count = int(stored.count)  # type: ignore[attr-defined]
         found.append(Reference(median, spread(MAD_TO_SIGMA * mad, median, thresholds), BASELINE, count,
-                               level_values=count))
+                               level_values=count, spread_dof=spread_dof(count)))
     if figure is not None and figure > 0:
         found.append(Reference(figure, max(abs(figure) * thresholds.sku_spread_pct / 100,
                                            spread(0.0, figure, thresholds)), SKU, 0))
@@ -226,7 +243,7 @@ def _cutoff(ref: Reference, thresholds: Thresholds) -> float:
     """The highest value ``ref`` flags: ``deficit_warn`` below it, and ``robust_z`` spreads below
     unless the fleet's level is already below it. A hair above, so rounding never hides a suspect."""
     by_deficit = ref.value * (1 - thresholds.deficit_warn_pct / 100)
-    by_z = math.inf if ref.fleet_below else ref.value + thresholds.robust_z * ref.spread
+    by_z = math.inf if ref.fleet_below else ref.value + ref.bar(thresholds.robust_z) * ref.spread
     return min(by_deficit, by_z) + 1e-9 * abs(ref.value)
 
 

@@ -102,11 +102,13 @@ class HostGroups:
 
 def siblings_alone(key_refs: KeyReferences | None) -> bool:
     """Whether a GPU's siblings judge it alone where no other reference flags it: only where its
-    key has no measured reference (fleet, baseline). Where it has one, that level rests on far
-    more values than a node's seven siblings: judging every GPU twice at the same z would double
-    the dips flagged, and a GPU slower than fast siblings but not below its fleet costs a job
-    nothing. There the siblings only tell a broken GPU from its slow host (``Suspect.sibling``)."""
-    return key_refs is None or all(ref.source not in (FLEET, BASELINE) for ref in key_refs.references)
+    key has no measured reference (fleet, baseline) resting on many values (Reference.rests_on_many).
+    Where it has one, that level rests on far more values than a node's seven siblings: judging
+    every GPU twice at the same z would double the dips flagged, and a GPU slower than fast
+    siblings but not below its fleet costs a job nothing. There the siblings only tell a broken
+    GPU from its slow host (``Suspect.sibling``). A baseline stored from one node's eight GPUs
+    does not: its spread's Student bar is beyond what a GPU 20 % slow reaches."""
+    return key_refs is None or not any(ref.rests_on_many() for ref in key_refs.references)
 
 
 def against_siblings(m: Measurement, groups: HostGroups, key_refs: KeyReferences | None, noise: float,

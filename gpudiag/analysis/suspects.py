@@ -527,8 +527,9 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
             repeated = repeated_once(suspect, again, thresholds)
         if repeated is not None:
             kept.append(repeated if repeated is sibling else dataclasses.replace(repeated, sibling=sibling or cleared))
-        elif sibling is not None and suspect.reference.source not in (FLEET, BASELINE):
-            kept.append(sibling)  # below its siblings again, no longer below the SKU figure (siblings_alone)
+        elif sibling is not None and not suspect.reference.rests_on_many():
+            # below its siblings again, no longer below the SKU figure or a baseline of a node (siblings_alone)
+            kept.append(sibling)
     cap = thresholds.sample_cv_cap_pct / 100
     for key, screen in in_runs.items():
         values = runs[key]

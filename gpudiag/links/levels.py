@@ -11,8 +11,9 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..analysis.noisy import LEVEL_ERROR, student_bar
+from ..analysis.noisy import LEVEL_ERROR
 from ..analysis.reference import MAD_TO_SIGMA, fleet_reference
+from ..analysis.tails import student_bar
 from .groups import (
     Family,
     GroupBaseline,

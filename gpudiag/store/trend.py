@@ -66,7 +66,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ..analysis.noisy import student_bar
+from ..analysis.tails import student_bar
 from ..analysis.thresholds import default_thresholds
 from ..findings import Action, Basis, Finding, Kind, Severity
 from ..words import plural

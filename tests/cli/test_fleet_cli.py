@@ -63,13 +63,6 @@ def test_job_impact_and_the_exclude_file(demo_sweep):
     assert impact["recovered_pct"] == pytest.approx(impact["slowdown_pct"] - uplink["loss_pct"], abs=0.02)
 
 
-def test_the_same_simulated_sweep_gives_byte_identical_findings(demo_sweep, tmp_path: Path):
-    again = tmp_path / "again.json"
-    _run("sweep", "--simulate", str(demo_fleet_path()), "--no-store", "--json", str(again), "--links", "full", "-q")
-    first = json.dumps(demo_sweep["document"]["findings"])
-    assert json.dumps(json.loads(again.read_text())["findings"]) == first
-
-
 def test_reports_from_the_store_and_from_the_document(demo_sweep, tmp_path: Path):
     store = str(demo_sweep["store"])
     text = _run("report", "--store", store)
@@ -137,12 +130,16 @@ def test_a_corrupt_store_is_refused_and_left_as_it_was(tmp_path: Path):
     assert store.read_bytes() == before
 
 
-def test_the_demo_without_output_names_its_kept_folder_and_the_readme_says_what_it_plants(tmp_path: Path,
-                                                                                          monkeypatch):
+def test_the_demo_without_output_names_its_kept_folder_and_finds_what_the_same_sweep_found_byte_for_byte(
+        demo_sweep, tmp_path: Path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp makes the demo's folder
     result = _run("demo", "-q")
     assert result.exit_code == 0, result.output
     [folder] = list(tmp_path.glob("gpudiag-demo-*"))
+    # the demo sweeps the demo fleet as `gpudiag sweep --simulate ... --links full` did: the same findings
+    again = json.loads((folder / "sweep.json").read_text())
+    assert json.dumps(again["findings"]) == json.dumps(demo_sweep["document"]["findings"])
+    assert again["sweep_id"] != demo_sweep["document"]["sweep_id"]
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("verdict (a real sweep with these findings would exit so): FAIL")
     assert f"all kept in {folder} (" in last and f"MiB; remove them with rm -r {folder}, or give --output DIR)" in last

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from gpudiag.analysis.noisy import student_bar as slope_bar
+from gpudiag.analysis.tails import student_bar as slope_bar
 from gpudiag.store.trend import host_trends
 from gpudiag.store.trendfit import Noise, fit_trend, pooled_noise, theil_sen
 
