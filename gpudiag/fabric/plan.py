@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..links.attribution import LinkAttribution, LinkBaseline, LinkThresholds
-from ..links.rounds import LinkRecord
-from ..links.schedule import FULL, Round, Suspects, confirm_rounds, full_rounds
+from ..links.rounds import MAX_CONFIRM_PHASES, LinkRecord
+from ..links.schedule import FULL, Round, Suspects, confirm_rounds, full_rounds, pair_levels
 from .attribution import FabricAttribution, attribute_fabric
 from .elements import Element
 from .model import Topology
@@ -33,6 +33,10 @@ class FabricPlan:
         self.fabric_rounds = 0  # confirm rounds that re-tested a fabric suspect
         self._confirming: set[tuple[Element, ...]] = set()  # fabric suspects a confirm round took up
 
+    @property
+    def confirm_phases(self) -> int:
+        return MAX_CONFIRM_PHASES
+
     def first_rounds(self, hosts: Sequence[str]) -> list[Round]:
         """The fabric's screen (gpudiag.fabric.schedule), or every pair for ``full``."""
         return full_rounds(hosts) if self.mode == FULL else fabric_screen_rounds(hosts, self.topology)
@@ -46,7 +50,9 @@ class FabricPlan:
         """The NIC and pair confirm rounds, with pairs that re-test each fabric suspect not yet
         re-tested (once each) fitted in."""
         tested = [r.result.pair for r in records]
-        nic_rounds = confirm_rounds(suspects, attribution.partners, tested, attribution.line_rates) if suspects else []
+        levels = pair_levels((r.result.pair, r.result.gbps) for r in records)
+        nic_rounds = confirm_rounds(suspects, attribution.partners, tested, attribution.line_rates,
+                                    levels) if suspects else []
         wanted = [s.elements for s in (self.latest.suspects if self.latest else ())
                   if not s.confirmed and not s.cleared and s.elements not in self._confirming]
         if not wanted:

@@ -25,7 +25,18 @@ from .attribution import (
     attribute_links,
 )
 from .groups import MAX_STREAMS, StreamFigure
-from .schedule import FULL, SCREEN, Pair, Round, Suspects, confirm_rounds, full_rounds, pair_key, screen_rounds
+from .schedule import (
+    FULL,
+    SCREEN,
+    Pair,
+    Round,
+    Suspects,
+    confirm_rounds,
+    full_rounds,
+    pair_key,
+    pair_levels,
+    screen_rounds,
+)
 
 MODES = ("none", SCREEN, FULL)
 # Confirm phases at most: each settles what the last could not (a suspect with a new partner).
@@ -167,6 +178,12 @@ class LinkPlan(Protocol):
     round robin), the attribution of everything measured so far, and the confirm rounds that
     follow it. ``PlainPlan`` is the plan without a topology; gpudiag.fabric has the one with."""
 
+    @property
+    def confirm_phases(self) -> int:
+        """The confirm phases the link phase may run (``MAX_CONFIRM_PHASES``), besides the last one
+        for suspects none of them took up."""
+        ...
+
     def first_rounds(self, hosts: Sequence[str]) -> list[Round]: ...
 
     def attribute(self, records: Sequence[LinkRecord]) -> LinkAttribution: ...
@@ -187,6 +204,10 @@ class PlainPlan:
     stride: int = 1
     baseline: LinkBaseline | None = None
 
+    @property
+    def confirm_phases(self) -> int:
+        return MAX_CONFIRM_PHASES
+
     def first_rounds(self, hosts: Sequence[str]) -> list[Round]:
         if self.mode == FULL:
             return full_rounds(hosts)
@@ -199,7 +220,8 @@ class PlainPlan:
         if not suspects:
             return []
         tested = [r.result.pair for r in records]  # with repeats: re-runs go round the partners
-        return confirm_rounds(suspects, attribution.partners, tested, attribution.line_rates)
+        return confirm_rounds(suspects, attribution.partners, tested, attribution.line_rates,
+                              pair_levels((r.result.pair, r.result.gbps) for r in records))
 
 
 class RoundWatch(Protocol):
@@ -239,9 +261,9 @@ def run_links(hosts: Sequence[str], mode: str, runner: PairRunner,
         attribution = plan.attribute(records)
         rounds = len(first)
         retested: set[str] = set()  # suspect hosts and pairs a confirm phase took up
-        for phase in range(MAX_CONFIRM_PHASES + 1):
+        for phase in range(plan.confirm_phases + 1):
             suspects = attribution.suspects
-            if phase == MAX_CONFIRM_PHASES:
+            if phase == plan.confirm_phases:
                 # One more phase only for suspects no phase took up yet: the last re-judging (more
                 # runs move the level and spread a little) may raise a pair measured once.
                 suspects = Suspects(tuple(h for h in suspects.hosts if h not in retested),

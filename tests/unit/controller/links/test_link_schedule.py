@@ -6,7 +6,7 @@ from itertools import combinations
 import pytest
 
 from gpudiag.links import CONFIRM, FULL, SCREEN, Round, Suspects, confirm_rounds, full_rounds, pair_key, screen_rounds
-from gpudiag.links.schedule import next_stride
+from gpudiag.links.schedule import next_stride, pair_levels
 
 SIZES = [*range(2, 18), 31, 64, 65, 128]
 
@@ -179,6 +179,24 @@ def test_suspects_with_no_fresh_partner_and_no_passed_node_re_run_their_least_ru
     tested = [("a", "b"), ("a", "b"), ("a", "c"), ("b", "c"), ("b", "c")]
     rounds = confirm_rounds(Suspects(hosts=("a", "b", "c")), [], tested)
     assert all_pairs(rounds) == [("a", "c")]
+
+
+def test_among_pairs_run_as_often_the_fastest_is_run_again_first():
+    # four hosts, every pair run once, none passed (two NICs at 60 %, and the healthy pair dipped
+    # under the floor on one rail): its second run is what can clear both of its ends
+    tested = list(combinations(["a", "b", "c", "d"], 2))
+    levels = pair_levels([(("a", "b"), 230.0), (("a", "c"), 231.0), (("b", "c"), 385.0), (("b", "c"), 352.0),
+                          (("a", "d"), 220.0), (("b", "d"), 229.0), (("c", "d"), 232.0), (("a", "b"), None)])
+    assert levels[("b", "c")] == pytest.approx(368.5) and levels[("a", "b")] == 230.0
+    rounds = confirm_rounds(Suspects(hosts=("a", "b", "c", "d")), [], tested, levels=levels)
+    assert sorted(all_pairs(rounds)) == [("a", "d"), ("b", "c")]
+    # without levels, by name as before: the healthy pair waits
+    by_name = confirm_rounds(Suspects(hosts=("a", "b", "c", "d")), [], tested)
+    assert sorted(all_pairs(by_name)) == [("a", "b"), ("c", "d")]
+    # fewer runs still come first
+    tested.append(("b", "c"))
+    assert ("b", "c") not in all_pairs(confirm_rounds(Suspects(hosts=("a", "b", "c", "d")), [], tested,
+                                                      levels=levels))
 
 
 def test_with_no_passed_node_suspects_are_paired_with_suspects_they_have_not_had():
