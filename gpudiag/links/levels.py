@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..analysis.noisy import LEVEL_ERROR
+from ..analysis.noisy import LEVEL_ERROR, MEDIAN_EFFICIENCY
 from ..analysis.reference import MAD_TO_SIGMA, fleet_reference
 from ..analysis.tails import student_bar
 from .groups import (
@@ -202,10 +202,23 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
         # floor lies far below the healthy cluster, it only sets aside slow pairs: in a small
         # fabric most pairs may touch a slow NIC, and the cut keeps them out of the level.
         fleet = fleet_reference(means, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
-    # The fleet level itself materially below the baseline: a regression the fabric shares.
+    # The fleet level itself materially below the baseline: a regression the fabric shares (past
+    # both levels' own errors: group_references, once the family's spread is known).
     below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
     return GroupReference(group, len(best), len(means), fleet.value, fleet.spread, floor, shifted, baseline,
                           below_baseline, members, level_pairs=fleet.level_values)
+
+
+def below_past_errors(level: float, spread: float, values: float, baseline: GroupBaseline, robust_z: float) -> bool:
+    """Whether a fleet ``level`` (of ``values`` pair figures, ``spread`` Gb/s apart) sits below
+    ``baseline``'s median by more than the two levels' own errors allow, ``robust_z`` of them
+    together: the fleet's, ``LEVEL_ERROR`` of its spread over √values; the baseline's, a median's
+    (``MEDIAN_EFFICIENCY``) of its spread over √count. A baseline of 16 pair figures at 6 % link
+    noise sits 2 % off by itself; a rail of a healthy 32-node fleet at 2.5 % below it read 6 % below
+    its 3.7 %-high baseline, and was a `fleet_shift` (1 sweep in 10 of that bench row at CV 3 %)."""
+    error = math.hypot(LEVEL_ERROR * spread / math.sqrt(max(values, 1.0)),
+                       MEDIAN_EFFICIENCY * baseline.spread_gbps / math.sqrt(max(baseline.count, 1)))
+    return error <= 0 or (level - baseline.median_gbps) / error <= robust_z
 
 
 # Pair figures within this ratio of each other run alike: one cause they share slows them all.
@@ -330,8 +343,21 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
                 floor=reference.floor_gbps, robust_z=thresholds.robust_z):
             references[group] = group_reference(group, figures[group], dataclasses.replace(thresholds, whole_job=False),
                                                 group_baseline(group, baseline, thresholds), jobs.get(family(group)))
-    return {group: _with_level_error(reference.widened(floors[family(group)]))
+    return {group: _past_errors(_with_level_error(reference.widened(floors[family(group)])), thresholds)
             for group, reference in references.items()}
+
+
+def _past_errors(reference: GroupReference, thresholds: LinkThresholds) -> GroupReference:
+    """``reference`` below its baseline only where its level is past both levels' own errors
+    (``below_past_errors``), each judged with the family's spread at least: the baseline measured
+    the same hardware, and its own MAD of a few pair figures is rough."""
+    base, level, spread = reference.baseline, reference.fleet_gbps, reference.spread_gbps
+    if not reference.baseline_shifted or base is None or level is None or spread is None:
+        return reference
+    wide = dataclasses.replace(base, spread_gbps=max(base.spread_gbps, spread))
+    if below_past_errors(level, spread, reference.level_count, wide, thresholds.robust_z):
+        return reference
+    return dataclasses.replace(reference, baseline_shifted=False)
 
 
 def _elsewhere(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],

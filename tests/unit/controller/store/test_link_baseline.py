@@ -348,3 +348,25 @@ def test_history_of_a_host_shows_its_pair_figures_per_sweep(tmp_path: Path):
     assert listed.exit_code == 0 and "slowest link" in listed.output
     assert re.search(r"s1 +│ 4/4 +│ 0 +│ 6 +│ n1–n3 ", listed.output), listed.output
     assert "1 failed" in listed.output and "r0 60.0 Gbit/s" in listed.output
+
+
+
+def _noisy(rounds: list[Round], level: float, noise: float, seed: int) -> list[LinkResult]:
+    rng = random.Random(seed)
+    return [LinkResult(a, b, "tcp", None, level * (1 + rng.gauss(0, noise)), None)
+            for round_ in rounds for a, b in round_.pairs]
+
+
+def test_a_fleet_under_a_baseline_of_sixteen_pairs_by_less_than_their_errors_is_no_shift():
+    # a baseline of 16 pair figures (MAD 1.9 %) and a fleet at 6 % link noise whose level rests on
+    # the 32 pairs of its screen, 5.6 % under it: within what the two levels are off by themselves
+    # (the fleet's spread judges both: the baseline's few figures are rough). Once a fleet_shift.
+    rng = random.Random(3)
+    high = _baseline({TCP: [97.3 * (1 + rng.gauss(0, 0.025)) for _ in range(16)]})
+    rounds = screen_rounds(names(32))
+    healthy = attribute_links(_noisy(rounds, 91.0, 0.06, 1), baseline=high)
+    assert healthy.references[0].baseline.deficit_pct(healthy.references[0].fleet_gbps) >= 5
+    assert healthy.shifts == () and not healthy.references[0].baseline_shifted
+    # a fabric 15 % down is still one shift against it
+    [shift] = attribute_links(_noisy(rounds, 0.85 * 97.3, 0.06, 1), baseline=high).shifts
+    assert shift.source == "baseline" and shift.baseline_name == "nightly"
