@@ -104,6 +104,7 @@ def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[Pro
     that only its peers find short is ``unchecked`` (see the module docstring)."""
     ok = [h for h in hosts if h.status == "ok" and h.facts]
     peer_counts = _peer_counts(ok)
+    undecided = _undecided_counts(ok, peer_counts)
     previous = previous or {}
     findings: list[Finding] = []
     for host in ok:
@@ -123,7 +124,31 @@ def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[Pro
             evidence = f"{seen} GPUs usable (torch), expected {most}: {sources}"
             findings.append(_short_of_peers(host.host, evidence) if _only_peers_expect_more(facts, expected)
                             else _missing(host.host, evidence, Basis.FACTS))
+        elif seen < undecided.get(host.host, 0) and not lost:
+            findings.append(unchecked_finding(
+                host.host, f"{seen} GPUs usable (torch), where a peer of the same model and platform has "
+                f"{undecided[host.host]}; too few peers agree on a count to tell GPUs gone from the bus from a peer "
+                "that counts wrong: not compared, not passed", Basis.FACTS))
     return findings
+
+
+def _undecided_counts(hosts: Sequence[HostRecords], peer_counts: Mapping[PeerGroup, int]) -> dict[str, int]:
+    """For each host of a GPU model and platform whose peers agree on no count (``_peer_counts``
+    has none: a 2-node job of 7 GPUs and 8), the most GPUs another of them has. A GPU gone from
+    the bus and the PCI bus too left a 2-node job's host at 7 beside its peer's 8, and nothing
+    was said; which of the two counts right their majority cannot tell, so the smaller is
+    ``unchecked``, never drained on its one peer's word."""
+    groups: dict[PeerGroup, list[tuple[str, int]]] = defaultdict(list)
+    for host in hosts:
+        if host.facts.get("gpu_model"):
+            groups[(host.facts["gpu_model"], _platform(host.facts))].append((host.host, _gpu_count(host.facts)))
+    found: dict[str, int] = {}
+    for group, members in groups.items():
+        if group in peer_counts or len(members) < 2:
+            continue
+        for name, _ in members:
+            found[name] = max(count for other, count in members if other != name)
+    return found
 
 
 def _only_peers_expect_more(facts: Mapping[str, Any], expected: Mapping[str, int]) -> bool:
