@@ -103,3 +103,15 @@ def test_a_2_node_jobs_node_10_pct_slow_on_every_gpu_is_its_slow_node_when_a_gpu
     code, document = _run("sweep", str(path), "--probes", "facts,telemetry,gemm,membw,pcie", "--links", "none")
     assert _places(f for f in document["findings"] if f["severity"] != "info") == {("slow_node", "node0002", None)}
     assert code == 1
+
+
+@pytest.mark.parametrize(("nodes", "slow", "seed"), [(4, ("node001", "node004"), 8), (4, ("node002", "node003"), 3),
+                                                    (6, ("node001", "node003", "node005"), 2)])
+def test_half_a_small_jobs_nodes_slow_are_each_named_against_the_faster_half(tmp_path: Path, nodes: int,
+                                                                              slow: tuple[str, ...], seed: int):
+    # fail-slows only pull values down: where the hosts split in half, the faster half is the level
+    # (before, the median of four host medians sat between the halves, each 5 % off it, and the job passed)
+    faults = [fault for host in slow for fault in _slow_node(host, 0.9)]
+    code, document = _run("sweep", _fleet(tmp_path, nodes, faults, seed=seed), "--links", "none")
+    assert _places(document["findings"]) == {("slow_node", host, None) for host in slow}
+    assert all(f["severity"] == "fail" for f in document["findings"]) and code == 1
