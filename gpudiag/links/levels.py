@@ -161,13 +161,17 @@ FLOOR_CUT_PAIRS = 24
 
 def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
                     baseline: GroupBaseline | None = None, job: float | None = None,
-                    trim_spread: float = 0.0) -> GroupReference:
+                    trim_spread: float = 0.0, good_elsewhere: frozenset[str] = frozenset()) -> GroupReference:
     """The group's references (see GroupReference). ``job``: the small groups' level of its
     family (``job_levels``), used where the group has too few hosts for a fleet level, unless
     that level is itself below the line-rate floor or the baseline's cutoff (every host is then
     slow with every partner: which of them cannot be told, and the floor and the baseline judge
     alone). ``trim_spread``: the least spread (a fraction of the level) the fleet level sets
-    pairs aside by (gpudiag.analysis.reference.fleet_reference)."""
+    pairs aside by (gpudiag.analysis.reference.fleet_reference). ``good_elsewhere``: hosts whose
+    NIC a group of a higher line rate shows good; their best pairs here are their partners' and
+    say nothing of the group's level (an 8-node fleet of four 400 and four 200 Gb/s hosts, two of
+    the 200s at 75 %: the 400s' only 200 Gb/s pairs were with those two, and the group's best pairs
+    read it below its line rate, a slow_network, in 12 sweeps of 20)."""
     means = sorted(judged_gbps(values) for values in runs.values())
     best = host_bests(runs)
     floor = line_rate_floor(group, thresholds)
@@ -189,8 +193,8 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     # best figures sit below the floor, the whole group is below its line rate. Not where half the
     # hosts or more reach it with each other: three slow NICs among six hosts left their densest
     # level below the floor on half the rails, and the fabric was blamed beside the three NICs.
-    bests = sorted(best.values())
-    best_level = fleet_reference(bests, len(best), thresholds.mad_floor_pct).value
+    bests = sorted(value for host, value in best.items() if host not in good_elsewhere) or sorted(best.values())
+    best_level = fleet_reference(bests, len(bests), thresholds.mad_floor_pct).value
     shifted = floor is not None and best_level < floor and statistics.median(bests[len(bests) // 2:]) < floor
     basis = means if floor is None or shifted else [value for value in means if value >= floor] or means
     fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
@@ -298,7 +302,8 @@ def host_bests(runs: Mapping[Pair, Sequence[float]]) -> dict[str, float]:
 
 
 def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds,
-                     baseline: LinkBaseline | None) -> dict[LinkGroup, GroupReference]:
+                     baseline: LinkBaseline | None, good_elsewhere: Mapping[LinkGroup, frozenset[str]] | None = None
+                     ) -> dict[LinkGroup, GroupReference]:
     """Each group's references (sorted by group; gpudiag.links.attribution). Where the family's
     rails have a fleet level, each rail's level is found setting pairs aside by the family's
     spread, its spread is at least the family's (``family_spreads``: every pair about its own
@@ -306,10 +311,13 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
     A small job's spread is at least the noise its rails show (``rail_noise``), else its pairs'
     run-to-run noise; and a rail of it whose pairs all run below the floor is slow as a whole
     only where that is no chance dip of pairs that reach the floor on its other rails
-    (``slow_on_this_rail``)."""
+    (``slow_on_this_rail``). ``good_elsewhere``: per group, the hosts a higher line rate shows
+    good (group_reference)."""
+    good = good_elsewhere or {}
     jobs = job_levels(figures, thresholds)
     references = {group: group_reference(group, figures[group], thresholds,
-                                         group_baseline(group, baseline, thresholds), jobs.get(family(group)))
+                                         group_baseline(group, baseline, thresholds), jobs.get(family(group)),
+                                         good_elsewhere=good.get(group, frozenset()))
                   for group in sorted(figures, key=LinkGroup.sort_key)}
     spreads: dict[Family, list[float]] = defaultdict(list)
     for group, reference in references.items():
@@ -328,7 +336,7 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
         if level and trim and not reference.job_level and reference.spread_gbps is not None:
             references[group] = group_reference(group, figures[group], thresholds,
                                                 group_baseline(group, baseline, thresholds), jobs.get(family(group)),
-                                                trim / level)
+                                                trim / level, good.get(group, frozenset()))
     # Where no rail of the family has a fleet's spread (a small job), the spread of one rail's
     # figure about its pair's other rails (``rail_noise``), else the run-to-run noise of the
     # re-tested pairs (chosen for a low first run, and few): never to widen a fleet's.
@@ -342,7 +350,8 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
                 *_relative_noise(figures, group, floors, reference.fleet_gbps),
                 floor=reference.floor_gbps, robust_z=thresholds.robust_z):
             references[group] = group_reference(group, figures[group], dataclasses.replace(thresholds, whole_job=False),
-                                                group_baseline(group, baseline, thresholds), jobs.get(family(group)))
+                                                group_baseline(group, baseline, thresholds), jobs.get(family(group)),
+                                                good_elsewhere=good.get(group, frozenset()))
     return {group: _past_errors(_with_level_error(reference.widened(floors[family(group)])), thresholds)
             for group, reference in references.items()}
 
