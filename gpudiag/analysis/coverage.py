@@ -103,8 +103,9 @@ def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[Pro
     host's records that are not ok (where a lost GPU's telemetry is). A host of no known platform
     that only its peers find short is ``unchecked`` (see the module docstring)."""
     ok = [h for h in hosts if h.status == "ok" and h.facts]
-    peer_counts = _peer_counts(ok)
-    undecided = _undecided_counts(ok, peer_counts)
+    groups = _count_groups(ok)
+    peer_counts = _peer_counts(groups)
+    undecided = _undecided_counts(groups, peer_counts)
     previous = previous or {}
     findings: list[Finding] = []
     for host in ok:
@@ -132,19 +133,16 @@ def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[Pro
     return findings
 
 
-def _undecided_counts(hosts: Sequence[HostRecords], peer_counts: Mapping[PeerGroup, int]) -> dict[str, int]:
+def _undecided_counts(groups: Mapping[PeerGroup, Sequence[tuple[str, int]]],
+                      peer_counts: Mapping[PeerGroup, int]) -> dict[str, int]:
     """For each host of a GPU model and platform whose peers agree on no count (``_peer_counts``
     has none: a 2-node job of 7 GPUs and 8), the most GPUs another of them has. A GPU gone from
     the bus and the PCI bus too left a 2-node job's host at 7 beside its peer's 8, and nothing
     was said; which of the two counts right their majority cannot tell, so the smaller is
     ``unchecked``, never drained on its one peer's word."""
-    groups: dict[PeerGroup, list[tuple[str, int]]] = defaultdict(list)
-    for host in hosts:
-        if host.facts.get("gpu_model"):
-            groups[(host.facts["gpu_model"], _platform(host.facts))].append((host.host, _gpu_count(host.facts)))
     found: dict[str, int] = {}
     for group, members in groups.items():
-        if group in peer_counts or len(members) < 2:
+        if group[0] is None or group in peer_counts or len(members) < 2:
             continue
         for name, _ in members:
             found[name] = max(count for other, count in members if other != name)
@@ -188,23 +186,28 @@ def _platform(facts: Mapping[str, Any]) -> str | None:
     return platform if isinstance(platform, str) and platform else None
 
 
-def _peer_counts(hosts: Sequence[HostRecords]) -> dict[PeerGroup, int]:
-    """The GPU count most hosts of each GPU model and platform have (model None: over every host
-    with GPUs of the platform), where at least two hosts agree and they are at least half of that
-    group's hosts. GPU counts are compared only within a platform: a 4-GPU board is no 8-GPU
-    board short of four."""
-    by_group: dict[PeerGroup, list[int]] = defaultdict(list)
+def _count_groups(hosts: Sequence[HostRecords]) -> dict[PeerGroup, list[tuple[str, int]]]:
+    """Each host with GPUs and its GPU count, by GPU model and platform, and by platform alone
+    (model None)."""
+    groups: dict[PeerGroup, list[tuple[str, int]]] = defaultdict(list)
     for host in hosts:
         facts = host.facts
-        count = _gpu_count(facts)
         if facts.get("gpu_model"):
-            platform = _platform(facts)
-            by_group[(facts["gpu_model"], platform)].append(count)
-            by_group[(None, platform)].append(count)
+            platform, counted = _platform(facts), (host.host, _gpu_count(facts))
+            groups[(facts["gpu_model"], platform)].append(counted)
+            groups[(None, platform)].append(counted)
+    return groups
+
+
+def _peer_counts(groups: Mapping[PeerGroup, Sequence[tuple[str, int]]]) -> dict[PeerGroup, int]:
+    """The GPU count most hosts of each GPU model and platform have (``groups``: _count_groups;
+    model None: over every host with GPUs of the platform), where at least two hosts agree and
+    they are at least half of that group's hosts. GPU counts are compared only within a
+    platform: a 4-GPU board is no 8-GPU board short of four."""
     modes = {}
-    for group, counts in by_group.items():
-        count, hosts_with_it = Counter(counts).most_common(1)[0]
-        if hosts_with_it >= 2 and 2 * hosts_with_it >= len(counts):
+    for group, members in groups.items():
+        count, hosts_with_it = Counter(count for _, count in members).most_common(1)[0]
+        if hosts_with_it >= 2 and 2 * hosts_with_it >= len(members):
             modes[group] = count
     return modes
 

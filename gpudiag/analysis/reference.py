@@ -116,7 +116,7 @@ class Reference:
     def bar(self, z: float) -> float:
         """The z a value must reach below this reference for a normal tail beyond ``z``: further
         where its spread rests on few values (the Student bar of ``spread_dof``)."""
-        return -student_bar(-z, self.spread_dof) if z < 0 else student_bar(z, self.spread_dof)
+        return math.copysign(student_bar(abs(z), self.spread_dof), z)
 
     def widened(self, noise: float) -> Reference:
         """This reference with a spread of at least ``noise`` (a fraction of its value, e.g. the

@@ -50,9 +50,8 @@ class FabricPlan:
         """The NIC and pair confirm rounds, with pairs that re-test each fabric suspect not yet
         re-tested (once each) fitted in."""
         tested = [r.result.pair for r in records]
-        levels = pair_levels((r.result.pair, r.result.gbps) for r in records)
         nic_rounds = confirm_rounds(suspects, attribution.partners, tested, attribution.line_rates,
-                                    levels) if suspects else []
+                                    pair_levels((r.result.pair, r.result.gbps) for r in records)) if suspects else []
         wanted = [s.elements for s in (self.latest.suspects if self.latest else ())
                   if not s.confirmed and not s.cleared and s.elements not in self._confirming]
         if not wanted:

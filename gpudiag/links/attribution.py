@@ -292,9 +292,7 @@ def _slow_again(figure: PairFigure, reference: GroupReference, thresholds: LinkT
     the median leaves that run out). A 4-node job's one healthy pair beside two NICs at 60 %, 336
     then 376 Gb/s on one rail at 4 % link noise, stayed under the 360 floor on the mean of both,
     and its two ends were left unchecked, slow with every partner there."""
-    if len(figure.runs_gbps) != 2:
-        return figure.slow
-    return figure.slow and reference.is_slow(_again_gbps(figure), thresholds)
+    return figure.slow and (len(figure.runs_gbps) != 2 or reference.is_slow(_again_gbps(figure), thresholds))
 
 
 def _again_gbps(figure: PairFigure) -> float:

@@ -213,7 +213,7 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
                           below_baseline, members, level_pairs=fleet.level_values)
 
 
-def below_past_errors(level: float, spread: float, values: float, baseline: GroupBaseline, robust_z: float) -> bool:
+def _below_past_errors(level: float, spread: float, values: float, baseline: GroupBaseline, robust_z: float) -> bool:
     """Whether a fleet ``level`` (of ``values`` pair figures, ``spread`` Gb/s apart) sits below
     ``baseline``'s median by more than the two levels' own errors allow, ``robust_z`` of them
     together: the fleet's, ``LEVEL_ERROR`` of its spread over √values; the baseline's, a median's
@@ -358,13 +358,13 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
 
 def _past_errors(reference: GroupReference, thresholds: LinkThresholds) -> GroupReference:
     """``reference`` below its baseline only where its level is past both levels' own errors
-    (``below_past_errors``), each judged with the family's spread at least: the baseline measured
+    (``_below_past_errors``), each judged with the family's spread at least: the baseline measured
     the same hardware, and its own MAD of a few pair figures is rough."""
     base, level, spread = reference.baseline, reference.fleet_gbps, reference.spread_gbps
     if not reference.baseline_shifted or base is None or level is None or spread is None:
         return reference
     wide = dataclasses.replace(base, spread_gbps=max(base.spread_gbps, spread))
-    if below_past_errors(level, spread, reference.level_count, wide, thresholds.robust_z):
+    if _below_past_errors(level, spread, reference.level_count, wide, thresholds.robust_z):
         return reference
     return dataclasses.replace(reference, baseline_shifted=False)
 
