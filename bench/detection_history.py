@@ -3,8 +3,8 @@ seen by ``gpudiag history``'s trend (gpudiag.store.trend) as a ``watch`` before 
 line, or a ``fail`` (a slow degradation) once past it; and how often a flat part is either.
 
 A series: an 8-node fleet swept 6 times, each sweep with a fleet seed of its own (fresh noise at
-the row's CV, in GEMM and memory bandwidth alike), through the real pipeline into the real Store
-(one store per sweep: a store orders sweeps by their start time in whole seconds). After a
+the row's CV, in GEMM and memory bandwidth alike), through the real pipeline into one real Store,
+back to back (several sweeps start in the same second: their ids keep their order). After a
 healthy first sweep, one GPU of one node loses ``step`` percent of its GEMM speed a sweep
 (``gpu``), and every GPU of another node does too (``node``: the node's median is the part);
 both chosen by the seed. The other six nodes are flat. Each host's rows are read back as
@@ -107,21 +107,18 @@ def history_rows(folder: Path, seed: int, cv: float, step: float, sweeps: int,
                  parts: Planted) -> dict[str, list[dict]]:
     """Each host's history rows (newest first) over ``sweeps`` simulated sweeps, ``parts``
     losing ``step`` percent a sweep after the first."""
-    rows: dict[str, list[dict]] = {name: [] for name in _names()}
+    store = folder / "history.db"
     for index in range(sweeps):
         fleet = folder / f"fleet{index}.json"
         fleet.write_text(json.dumps({"nodes": NODES, "name_format": "node{:04d}", "gpus_per_node": GPUS,
                                      "seed": 1000 * seed + index, "noise": {"gemm_cv": cv, "membw_cv": cv},
                                      "faults": parts.faults(index * step)}))
-        store = folder / f"sweep{index}.db"
         request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))),
                                judging=Judging(store_path=str(store)), links=LinkOptions(mode="none"),
                                sweep=SweepOptions(probe=ProbeOptions(names=HISTORY_PROBES, duration_s=0.2)))
         run_sweep(request)
-        with Store.open(store, readonly=True) as opened:
-            for name in rows:
-                rows[name] = opened.host_history(name, 1) + rows[name]
-    return rows
+    with Store.open(store, readonly=True) as opened:
+        return {name: opened.host_history(name, sweeps) for name in _names()}
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import secrets
 import sys
 import threading
 import time
@@ -53,6 +52,8 @@ CANCEL_WAIT_S = 15.0
 LATE_CANCEL_WAIT_S = 2.0
 # Hosts named in a warning about hosts the store could not record (the rest are counted).
 HOSTS_NAMED = 5
+# A sweep id's tail: the start's fraction of a second in this many parts (four hex digits).
+SWEEP_ID_TICKS = 0x10000
 # The phases of a host's part of the sweep, in the words of a timeout's message. Every phase is
 # inside the host's time limit (SweepOptions.command_timeout_s), counted from its start.
 CONNECTING = "connecting"
@@ -157,8 +158,11 @@ class SweepResult:
 
 
 def new_sweep_id(now: datetime) -> str:
-    """``20261121T101500Z-3f2a``: sortable by time, unique by its random tail."""
-    return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+    """``20261121T101500Z-3f2a``: the start's second, then its fraction in 65,536ths (about 15 µs).
+    A store orders sweeps by their start time, kept in whole seconds, then by id: so sweeps that
+    start in the same second (a small simulated fleet's take a fraction of one) keep their order,
+    and two ids are the same only for sweeps started within the same 15 µs."""
+    return f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond * SWEEP_ID_TICKS // 1_000_000:04x}"
 
 
 def probe_hosts(hosts: Sequence[HostSpec], options: SweepOptions, connector: Connector, bundle: Bundle,

@@ -3,9 +3,9 @@ seed, CV 1 %), through the real pipeline and the real Store: node0002's GPU 3 lo
 4 sweeps after a healthy one; every other GPU of the 4 nodes is flat with noise. The first-against-
 latest rule this replaced flagged a GPU losing 2 % a sweep in 1 of 3 seeds.
 
-Each sweep goes into a store of its own (a store orders sweeps by their start time in whole seconds,
-and these take a fraction of one); the host's rows are then read back from each store as
-``Store.host_history`` gives them, and judged by ``gpudiag.store.trend.host_trends``."""
+The sweeps go into one store back to back, several in the same second (their ids keep their
+order); the hosts' rows are then read back as ``Store.host_history`` gives them, and judged by
+``gpudiag.store.trend.host_trends``."""
 
 from __future__ import annotations
 
@@ -27,21 +27,18 @@ DECLINE = (None, 0.98, 0.96, 0.94, 0.92)  # GPU 3 of node0002: healthy, then 2 %
 
 def _history(folder: Path, seed: int, factors: tuple[float | None, ...], cv: float) -> dict[str, list[dict]]:
     """Each host's history rows (newest first) over one simulated sweep per factor."""
-    rows: dict[str, list[dict]] = {host: [] for host in HOSTS}
+    store = folder / "history.db"
     for index, factor in enumerate(factors):
         faults = [] if factor is None else [{"kind": "slow_gpu", "host": "node0002", "gpu": 3, "factor": factor}]
         fleet = folder / f"fleet{index}.json"
         fleet.write_text(json.dumps({"nodes": len(HOSTS), "name_format": "node{:04d}", "seed": 1000 * seed + index,
                                      "noise": {"gemm_cv": cv, "membw_cv": cv}, "faults": faults}))
-        store = folder / f"sweep{index}.db"
         request = SweepRequest(hosts_argument=None, reach=Reach(stand_in=FleetFile(str(fleet))),
                                judging=Judging(store_path=str(store)), links=LinkOptions(mode="none"),
                                sweep=SweepOptions(probe=ProbeOptions(names=("gemm", "membw"), duration_s=0.2)))
         run_sweep(request)
-        with Store.open(store, readonly=True) as opened:
-            for host in HOSTS:
-                rows[host] = opened.host_history(host, 1) + rows[host]
-    return rows
+    with Store.open(store, readonly=True) as opened:
+        return {host: opened.host_history(host, len(factors)) for host in HOSTS}
 
 
 def test_a_gpu_losing_2_percent_a_sweep_is_flagged_and_no_flat_gpu_is(tmp_path: Path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,6 @@ def _flat(text: str) -> str:
 def _sweep(folder: Path, store: Path, factor: float | None, name: str) -> dict[str, Any]:
     """One simulated sweep of 4 nodes into ``store``, node002's GPU 3 at ``factor`` of its speed
     (None: healthy); returns its sweep id and that GPU's GEMM figure."""
-    # Stored sweeps are ordered by their start time, in whole seconds: one sweep a second.
-    time.sleep(1.001 - time.time() % 1)
     faults = [] if factor is None else [{"kind": "slow_gpu", "host": "node002", "gpu": 3, "factor": factor}]
     fleet, document = folder / f"{name}.json", folder / f"{name}.out.json"
     fleet.write_text(json.dumps({"nodes": 4, "seed": 7, "faults": faults}))

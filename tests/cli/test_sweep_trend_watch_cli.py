@@ -5,7 +5,6 @@ fails a sweep nor drains. Real stores, built by ``gpudiag sweep --simulate ... -
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,6 @@ def _sweeps(folder: Path, factors: list[float], seed: int, cv: float = 0.01) -> 
     sweep with fresh noise at ``cv``; the sweep documents and their exit codes."""
     store, documents = folder / "trend.db", []
     for index, factor in enumerate(factors):
-        # Stored sweeps are ordered by their start time, in whole seconds: one sweep a second.
-        time.sleep(1.001 - time.time() % 1)
         fleet, out = folder / f"fleet{index}.json", folder / f"sweep{index}.json"
         faults = [] if factor == 1 else [{"kind": "slow_gpu", "host": "node003", "gpu": 2, "factor": factor}]
         fleet.write_text(json.dumps({"nodes": 8, "name_format": "node{:03d}", "seed": 100 * seed + index,

@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 import threading
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from gpudiag.errors import StoreError
 from gpudiag.exitcodes import ExitCode
 from gpudiag.findings import Finding
 from gpudiag.records import ProbeResult
-from gpudiag.run.fanout import HostOutcome
+from gpudiag.run.fanout import HostOutcome, new_sweep_id
 from gpudiag.store.schema import MIGRATIONS, SCHEMA_VERSION
 from gpudiag.store.store import Store, default_store_path
 
@@ -497,3 +498,25 @@ def test_finishing_keeps_recorded_hosts_and_adds_those_never_recorded(tmp_path: 
     assert [h["host"] for h in loaded["hosts"]] == ["node001", "node002", "node003"]
     assert loaded["hosts"][0]["results"] == document["hosts"][0]["results"]
     assert loaded["hosts"][1:] == document["hosts"][1:]
+
+
+def test_sweeps_started_in_the_same_second_keep_the_order_they_started_in(tmp_path: Path) -> None:
+    # A store keeps start times in whole seconds; a small simulated fleet's sweep takes a fraction
+    # of one, so several begin in the same second and only their ids can order them.
+    second = datetime(2026, 11, 21, 10, 15, 0, tzinfo=timezone.utc)
+    moments = [second + timedelta(microseconds=micro) for micro in (0, 16, 40, 250_000, 500_001, 999_999)]
+    ids = [new_sweep_id(moment) for moment in moments]
+    with Store.open(tmp_path / "gpudiag.db") as store:
+        for sweep_id, gemm in zip(ids, (742.0, 735.0, 728.0, 721.0, 714.0, 707.0), strict=True):
+            document = {**sweep_document(), "sweep_id": sweep_id,
+                        "hosts": [_host("node001", (gemm, 741.0), (3012.5, 3008.0))]}
+            _record_as_it_runs(store, {**document, "findings": []})
+        listed = [row["sweep_id"] for row in store.list_sweeps()]
+        history = store.host_history("node001")
+        latest = store.latest_sweep_id()
+    assert len(set(ids)) == len(ids)
+    assert listed == ids[::-1]
+    assert [row["sweep_id"] for row in history] == ids[::-1]
+    gemm = [next(figure for figure in row["figures"] if figure["metric"] == "gemm.tflops") for row in history]
+    assert [figure["per_gpu"][0][1] for figure in gemm][:2] == [707.0, 714.0]
+    assert latest == ids[-1]
