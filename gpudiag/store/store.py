@@ -352,8 +352,9 @@ class Store:
         with self.reading(f"finding which host had GPU {gpu_uuid}") as db:
             row = db.execute(
                 "SELECT h.host FROM hosts h JOIN sweeps s USING (sweep_id) WHERE h.status = 'ok' AND s.sweep_id IN "
-                "(SELECT sweep_id FROM sweeps WHERE sweep_id != ? AND analysed = 1 ORDER BY started_at DESC LIMIT ?) "
-                "AND instr(h.facts_json, ?) > 0 ORDER BY s.started_at DESC LIMIT 1",
+                "(SELECT sweep_id FROM sweeps WHERE sweep_id != ? AND analysed = 1"
+                " ORDER BY started_at DESC, sweep_id DESC LIMIT ?) AND instr(h.facts_json, ?) > 0"
+                " ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT 1",
                 (besides, sweeps, json.dumps(gpu_uuid))).fetchone()
         return None if row is None else str(row["host"])
 
