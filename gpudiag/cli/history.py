@@ -26,8 +26,10 @@ from ..schema.jsonout import dumps as strict_dumps
 from ..store.repairs import Repair, host_repairs, operator_name, record_repair
 from ..store.schema import refuse_unusable
 from ..store.store import Store, judged_figures
+from ..store.sweeptrends import store_fleet_noise
 from ..store.trend import (
     MIN_FIT_SWEEPS,
+    SIBLING_WATCH_MARGIN,
     WATCH_HORIZON,
     FigureTrend,
     HostTrends,
@@ -83,8 +85,9 @@ def history(host: str | None, limit: int, repair_text: str | None, gpu: int | No
         if not rows:
             raise InputError(f"{host}: not in any stored sweep of {store_location(store_path)}")
         repairs = host_repairs(store, host)
+        fleet = store_fleet_noise(store, len(rows))
     trends = host_trends(host, rows, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps,
-                         thresholds.history_slope_z, warn_pct=thresholds.deficit_warn_pct)
+                         thresholds.history_slope_z, warn_pct=thresholds.deficit_warn_pct, fleet_noise=fleet)
     if json_path is not None:
         emit_json(strict_dumps({"host": host, "sweeps": [_json_row(host, row) for row in rows],
                                 "repairs": [r.to_dict() for r in repairs], "trend": trends.to_dict()}, indent=1)
@@ -370,8 +373,8 @@ def _trend_words(trends: HostTrends) -> list[str]:
     since = "since its last repair" if any(trend.repair for trend in series) else "in the sweeps shown"
     rule = (f"a fitted fall of {trends.threshold_pct:g} % or more over {trends.min_sweeps} or more sweeps, "
             f"its slope {trends.slope_z:g} times its noise")
-    watch = (f"its slope {trends.watch_z:g} times its noise and its line {trends.warn_pct:g} % down within "
-             f"{plural(WATCH_HORIZON, 'sweep')}")
+    watch = (f"its slope {trends.watch_z:g} times its noise ({trends.watch_z + SIBLING_WATCH_MARGIN:g} against its "
+             f"siblings) and its line {trends.warn_pct:g} % down within {plural(WATCH_HORIZON, 'sweep')}")
     if longest < trends.min_sweeps:
         return [f"no trend judged yet: {longest} sweep{'' if longest == 1 else 's'} of {trends.host} {since}; "
                 f"slow degradation ({rule}) and watch ({watch}) need {max(trends.min_sweeps, MIN_FIT_SWEEPS)}"]

@@ -323,13 +323,13 @@ class Store:
                 " WHERE h.host = ? ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (host, limit)).fetchall()
             return [_history_row(db, row, host) for row in rows]
 
-    def recent_figures(self, hosts: Iterable[str], sweeps: int) -> dict[str, list[dict[str, Any]]]:
-        """Each of ``hosts``' figures in the store's last ``sweeps`` sweeps (by start time, the
-        sweep being written among them) where the host has any, newest first, as
-        ``host_history`` gives them: sweep_id, started_at and ``figures`` (the first pass's),
+    def recent_figures(self, hosts: Iterable[str] | None, sweeps: int) -> dict[str, list[dict[str, Any]]]:
+        """Each of ``hosts``' (None: every host's) figures in the store's last ``sweeps`` sweeps
+        (by start time, the sweep being written among them) where the host has any, newest first,
+        as ``host_history`` gives them: sweep_id, started_at and ``figures`` (the first pass's),
         nothing else. One read per sweep for every host at once (what a sweep's trends need,
         gpudiag.store.trend); a host with no figure in any is absent."""
-        wanted = set(hosts)
+        wanted = None if hosts is None else set(hosts)
         found: dict[str, list[dict[str, Any]]] = {}
         with self.reading("reading the hosts' recent figures") as db:
             recent = db.execute("SELECT sweep_id, started_at FROM sweeps ORDER BY started_at DESC, sweep_id DESC"
@@ -337,7 +337,7 @@ class Store:
             for sweep in recent:
                 groups: dict[str, dict[str, list[StoredFigure]]] = {}
                 for host, figure in figures(db, sweep["sweep_id"]):
-                    if host in wanted:
+                    if wanted is None or host in wanted:
                         groups.setdefault(host, {}).setdefault(figure.key, []).append(figure)
                 for host, keyed in groups.items():
                     found.setdefault(host, []).append({"sweep_id": sweep["sweep_id"], "started_at": sweep["started_at"],

@@ -9,24 +9,34 @@ from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import SWEEP_TREND_SWEEPS, host_trends, trend_findings
+from .trend import SWEEP_TREND_SWEEPS, fleet_ratio_noise, host_trends, trend_findings
+from .trendfit import Noise
 
 
 def sweep_trend_findings(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> list[Finding]:
     """The ``slow_degradation`` watches of ``hosts`` (those the sweep ``sweep_id`` measured, its
     figures already recorded) over the store's last SWEEP_TREND_SWEEPS sweeps; none for a host
-    this sweep has no figure of, or with fewer sweeps than ``history_min_sweeps``. Raises
-    StoreError where the store cannot be read."""
+    this sweep has no figure of, or with fewer sweeps than ``history_min_sweeps``. A GPU's slide
+    against its siblings is judged with their scatter pooled over the hosts judged
+    (fleet_ratio_noise). Raises StoreError where the store cannot be read."""
     wanted = list(hosts)
     histories = store.recent_figures(wanted, SWEEP_TREND_SWEEPS)
     repairs = repairs_by_host(store, histories)
+    judged = {host: rows for host in wanted if len(rows := histories.get(host, [])) >= thresholds.history_min_sweeps
+              and rows[0]["sweep_id"] == sweep_id}
+    fleet = fleet_ratio_noise(judged, repairs)
     found: list[Finding] = []
-    for host in wanted:
-        rows = histories.get(host, [])
-        if len(rows) < thresholds.history_min_sweeps or rows[0]["sweep_id"] != sweep_id:
-            continue
+    for host, rows in judged.items():
         trends = host_trends(host, rows, repairs.get(host, []), thresholds.history_degradation_pct,
                              thresholds.history_min_sweeps, thresholds.history_slope_z,
-                             warn_pct=thresholds.deficit_warn_pct)
+                             warn_pct=thresholds.deficit_warn_pct, fleet_noise=fleet)
         found += trend_findings(trends)
     return found
+
+
+def store_fleet_noise(store: Store, sweeps: int) -> dict[str, Noise]:
+    """fleet_ratio_noise over every host of the store's last ``sweeps`` sweeps: what ``gpudiag
+    history HOST`` judges a GPU's slide against its siblings with, as the sweep does. Raises
+    StoreError where the store cannot be read."""
+    histories = store.recent_figures(None, sweeps)
+    return fleet_ratio_noise(histories, repairs_by_host(store, histories))

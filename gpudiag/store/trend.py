@@ -44,9 +44,13 @@ latest at the latest (``WATCH_HORIZON``; one already past it counts), and whose 
 itself at least ``LATEST_SHARE`` of ``warn_pct`` below that first figure. A GPU is also watched
 when it slides away from its siblings (gpudiag.store.trendfit.SiblingSlope: its figure over the
 median of the host's other GPUs', its start held to their level within what the host's GPUs
-differ by themselves; a GPU off its siblings from its first sweep is not held): the same bar,
-its latest sweep ``LATEST_SHARE`` of ``warn_pct`` under them, its line ``warn_pct`` under them
-by ``WATCH_HORIZON`` sweeps (its words say "against the median of its siblings"). Its own line
+differ by themselves; a GPU off its siblings from its first sweep is not held): a bar
+``SIBLING_WATCH_MARGIN`` higher (a host has one such test for every GPU and figure), the noise
+of GPUs against their siblings pooled over the fleet's hosts where the host's own is not far
+wider (``fleet_noise``, fleet_ratio_noise: hundreds of degrees of freedom, where a host's own 16
+raise a 3.5-sigma bar to 4.4), its latest sweep ``LATEST_SHARE`` of ``warn_pct`` under them, its
+line ``warn_pct`` under them by ``WATCH_HORIZON`` sweeps (its words say "against the median of
+its siblings"). Its own line
 cannot tell where a GPU started, and at 2 % noise lost a GPU sliding 2 % a sweep over four
 sweeps 12 times in 20; a GPU with siblings is watched against them only (its own line still
 judges the slow degradation). The median of the host's GPUs is judged with the noise of a median of
@@ -80,6 +84,8 @@ from .trendfit import (
     fit_trend,
     median_noise,
     pooled_noise,
+    pooled_noises,
+    ratio_noise,
     sibling_ratios,
     sibling_slopes,
 )
@@ -95,6 +101,13 @@ LATEST_SHARE = 0.5
 # that a flat part is rarely watched (bench/detection.py --scenarios history: the rates at CV 0.5,
 # 1 and 2 % over 3 to 6 sweeps, docs/sweep.md).
 WATCH_SLOPE_Z = 2.5
+# How much higher (sigma) the bar of a GPU's slide against its siblings is than ``watch_z``. A host
+# has one such test for every GPU and figure (16 on 8 GPUs with GEMM and memory bandwidth), judged
+# with the fleet's noise (fleet_ratio_noise): at the watch's own 2.5, 0.5-1 % of flat GPUs were
+# watched, a flat GPU in every other 8-node sweep of 4-6 sweeps; at 3.5 about 0.05 %, while a GPU
+# losing 2 % a sweep over 4 sweeps at 1 % noise (a slope 6.8 times its error) is still found
+# (bench/detection.py --scenarios history).
+SIBLING_WATCH_MARGIN = 1.0
 # How many sweeps after the latest a watched part's fitted line reaches the warn deficit by.
 WATCH_HORIZON = 2
 # The verdicts of a trend, worst first.
@@ -290,39 +303,72 @@ def figure_name(figure: Mapping[str, Any]) -> str:
 
 def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[Repair], threshold_pct: float,
                 min_sweeps: int, slope_z: float = 3.0, *, warn_pct: float | None = None,
-                watch_z: float = WATCH_SLOPE_Z) -> HostTrends:
+                watch_z: float = WATCH_SLOPE_Z, fleet_noise: Mapping[str, Noise] | None = None) -> HostTrends:
     """The trends of ``host``'s figures over ``rows`` (Store.host_history, newest first) given
     its ``repairs``; a trend is a slow degradation or a watch as the module says (``slope_z``,
-    ``watch_z``: sigma; ``warn_pct``: the warn deficit, None: the shipped ``deficit_warn``)."""
+    ``watch_z``: sigma; ``warn_pct``: the warn deficit, None: the shipped ``deficit_warn``;
+    ``fleet_noise``: per figure, its GPUs' noise against their siblings pooled over the fleet,
+    fleet_ratio_noise, None: the host's own alone)."""
     if warn_pct is None:
         warn_pct = default_thresholds().deficit_warn_pct
     known = list(repairs)
-    series: dict[str, dict[int | None, list[TrendPoint]]] = {}
-    medians: dict[str, list[TrendPoint]] = {}
-    units: dict[str, str | None] = {}
-    counts: dict[str, list[int]] = {}
-    for row in reversed(rows):
-        for name, (unit, per_gpu) in sweep_figures(row.get("figures") or ()).items():
-            units.setdefault(name, unit)
-            counts.setdefault(name, []).append(len(per_gpu))
-            medians.setdefault(name, []).append(
-                TrendPoint(row["sweep_id"], row["started_at"], statistics.median(per_gpu.values())))
-            for gpu, value in per_gpu.items():
-                if gpu is not None:
-                    series.setdefault(name, {}).setdefault(gpu, []).append(
-                        TrendPoint(row["sweep_id"], row["started_at"], value))
+    series = _Series.of(rows)
     figures = []
-    for name in sorted(medians):
-        judge = _Judge(name, units[name], known, _Rules(threshold_pct, min_sweeps, slope_z, warn_pct, watch_z))
-        gpus = [judge.window(gpu, points) for gpu, points in sorted(series.get(name, {}).items())]
+    for name in sorted(series.medians):
+        judge = _Judge(name, series.units[name], known, _Rules(threshold_pct, min_sweeps, slope_z, warn_pct, watch_z))
+        gpus = [judge.window(gpu, points) for gpu, points in sorted(series.gpus.get(name, {}).items())]
         # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
         pooled = pooled_noise([point.value for point in window.points] for window in gpus)
-        siblings = sibling_slopes(sibling_ratios([(cast(int, window.gpu), window.points) for window in gpus]))
-        figures.append(FigureTrend(name, units[name], judge.trend(judge.window(None, medians[name]),
-                                                                  median_noise(pooled, counts[name])),
+        siblings = sibling_slopes(_ratios(gpus), (fleet_noise or {}).get(name))
+        figures.append(FigureTrend(name, series.units[name], judge.trend(judge.window(None, series.medians[name]),
+                                                                         median_noise(pooled, series.counts[name])),
                                    tuple(judge.trend(window, pooled, siblings.get(cast(int, window.gpu)))
                                          for window in gpus)))
     return HostTrends(host, threshold_pct, min_sweeps, slope_z, tuple(figures), warn_pct, watch_z)
+
+
+def fleet_ratio_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]],
+                      repairs: Mapping[str, Sequence[Repair]]) -> dict[str, Noise]:
+    """Per figure, the per-sweep noise of GPUs against their siblings (trendfit.ratio_noise),
+    pooled over the hosts of ``histories`` (each host's Store.host_history rows, newest first),
+    each trend after the ``repairs`` that cover it, as host_trends windows them: what
+    ``host_trends``' ``fleet_noise`` takes. A host's own 8 GPUs over 4 sweeps give 16 degrees of
+    freedom, and its slope bar, the Student quantile of them, is 3.5 where 3 sigma is meant; the
+    fleet's give hundreds, and a bar near the sigma it means."""
+    found: dict[str, list[Noise]] = {}
+    for host, rows in histories.items():
+        series = _Series.of(rows)
+        for name, per_gpu in series.gpus.items():
+            windows = [_window(repairs.get(host, ()), gpu, points) for gpu, points in sorted(per_gpu.items())]
+            found.setdefault(name, []).append(ratio_noise(_ratios(windows)))
+    return {name: pooled for name, noises in found.items() if (pooled := pooled_noises(noises)).dof}
+
+
+@dataclass(frozen=True)
+class _Series:
+    """A host's figures over its sweeps, oldest first: per figure name, each GPU's points, the
+    median of its GPUs in each sweep, the unit, and how many GPUs each median rests on."""
+
+    gpus: dict[str, dict[int, list[TrendPoint]]]
+    medians: dict[str, list[TrendPoint]]
+    units: dict[str, str | None]
+    counts: dict[str, list[int]]
+
+    @classmethod
+    def of(cls, rows: Sequence[Mapping[str, Any]]) -> _Series:
+        """The series of Store.host_history ``rows`` (newest first)."""
+        series = cls({}, {}, {}, {})
+        for row in reversed(rows):
+            for name, (unit, per_gpu) in sweep_figures(row.get("figures") or ()).items():
+                series.units.setdefault(name, unit)
+                series.counts.setdefault(name, []).append(len(per_gpu))
+                series.medians.setdefault(name, []).append(
+                    TrendPoint(row["sweep_id"], row["started_at"], statistics.median(per_gpu.values())))
+                for gpu, value in per_gpu.items():
+                    if gpu is not None:
+                        series.gpus.setdefault(name, {}).setdefault(gpu, []).append(
+                            TrendPoint(row["sweep_id"], row["started_at"], value))
+        return series
 
 
 def sweep_figures(figures: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str | None, dict[int | None, float]]]:
@@ -383,13 +429,27 @@ class _Rules:
 
     def sliding_from_siblings(self, siblings: SiblingSlope) -> bool:
         """A GPU sliding away from its siblings (``SiblingSlope``): over ``min_sweeps`` or more,
-        its slope real at ``watch_z`` (the Student bar of its noise's degrees of freedom), its
-        latest sweep at least ``LATEST_SHARE`` of ``warn_pct`` under its siblings, and its line
-        ``warn_pct`` under theirs by ``WATCH_HORIZON`` sweeps after the latest."""
+        its slope real at ``watch_z`` + SIBLING_WATCH_MARGIN (the Student bar of its noise's degrees
+        of freedom), its latest sweep at least ``LATEST_SHARE`` of ``warn_pct`` under its siblings,
+        and its line ``warn_pct`` under theirs by ``WATCH_HORIZON`` sweeps after the latest."""
         horizon = siblings.ratios[-1][0] + WATCH_HORIZON
-        return (siblings.sweeps >= self.min_sweeps and siblings.z <= -student_bar(self.watch_z, siblings.dof)
+        return (siblings.sweeps >= self.min_sweeps
+                and siblings.z <= -student_bar(self.watch_z + SIBLING_WATCH_MARGIN, siblings.dof)
                 and siblings.latest <= -LATEST_SHARE * self.warn_pct / 100
                 and siblings.at(horizon) <= -self.warn_pct / 100)
+
+
+def _window(repairs: Sequence[Repair], gpu: int | None, points: Sequence[TrendPoint]) -> _Window:
+    """``gpu``'s points (None: the median's) after the latest of ``repairs`` that covers it."""
+    covering = [repair for repair in repairs if repair.covers(gpu)]
+    latest = max(covering, key=lambda r: (r.after_started_at, r.after_sweep_id, r.recorded_at), default=None)
+    return _Window(gpu, tuple(p for p in points if latest is None or latest.precedes(p.sweep_id, p.started_at)),
+                   latest)
+
+
+def _ratios(windows: Sequence[_Window]) -> dict[int, tuple[tuple[int, float], ...]]:
+    """Each GPU window's ratios to its siblings (trendfit.sibling_ratios)."""
+    return sibling_ratios([(cast(int, window.gpu), window.points) for window in windows])
 
 
 class _Judge:
@@ -399,10 +459,7 @@ class _Judge:
         self.figure, self.unit, self.repairs, self.rules = figure, unit, repairs, rules
 
     def window(self, gpu: int | None, points: Sequence[TrendPoint]) -> _Window:
-        covering = [repair for repair in self.repairs if repair.covers(gpu)]
-        latest = max(covering, key=lambda r: (r.after_started_at, r.after_sweep_id, r.recorded_at), default=None)
-        return _Window(gpu, tuple(p for p in points if latest is None or latest.precedes(p.sweep_id, p.started_at)),
-                       latest)
+        return _window(self.repairs, gpu, points)
 
     def trend(self, window: _Window, pooled: Noise, siblings: SiblingSlope | None = None) -> Trend:
         """The trend of ``window``, its noise ``pooled`` unless its own is far larger (fit_trend),
@@ -466,7 +523,8 @@ def _sibling_watch_words(host: str, trend: Trend, siblings: SiblingSlope, watch_
             "differ by themselves" if siblings.held else "fitted freely")
     return (f"watch: {host}: {trend.describe()} falls {-100 * siblings.slope:.1f} % a sweep against the median of "
             f"its siblings over {siblings.sweeps} sweeps ({held}), {-siblings.z:.1f} times its uncertainty "
-            f"(per-sweep noise {100 * siblings.noise:.1f} %; real from {_bar_words(watch_z, siblings.dof)}); "
+            f"(per-sweep noise {100 * siblings.noise:.1f} %; real from "
+            f"{_bar_words(watch_z + SIBLING_WATCH_MARGIN, siblings.dof)}); "
             f"{-100 * siblings.latest:.1f} % under its siblings at the latest sweep, on its line "
             f"{-100 * siblings.at(last + 1):.1f} % under in 1 sweep and {-100 * siblings.at(last + 2):.1f} % in 2 "
             f"(the warn line: {trend.projection.warn_pct if trend.projection else 0:g} %)"

@@ -25,6 +25,11 @@ OWN_NOISE_TOLERANCE = 2.5
 # The fewest siblings (the host's other GPUs measured in the same sweep) a GPU's figure is set
 # against in every sweep of its window for a sibling slope (``SiblingSlope``).
 MIN_SIBLINGS = 3
+# How far a host's GPUs may scatter against their siblings beyond the fleet's (pooled over its hosts,
+# the same figure) and still be judged with the fleet's scatter: from 16 degrees of freedom (8 GPUs,
+# 4 sweeps) a host's own estimate exceeds 1.5 times the truth about once in 200 hosts. A host past
+# it is judged by its own; one below the fleet's by the fleet's, which rests on far more sweeps.
+HOST_NOISE_TOLERANCE = 1.5
 # How many of its standard errors a GPU's freely fitted first level may sit from its siblings'
 # (and their own spread) and still be held to it: one already off its siblings when its window
 # began is judged on its own line alone.
@@ -219,11 +224,32 @@ def sibling_ratios(windows: Sequence[tuple[int, Sequence[TrendPoint]]]) -> dict[
     return found
 
 
-def sibling_slopes(ratios: Mapping[int, tuple[tuple[int, float], ...]]) -> dict[int, SiblingSlope]:
-    """The SiblingSlope of every GPU of ``ratios`` (sibling_ratios), the noise pooled over them."""
-    pooled = pooled_noise([ratio for _, ratio in series] for series in ratios.values())
+def ratio_noise(ratios: Mapping[int, tuple[tuple[int, float], ...]]) -> Noise:
+    """The per-sweep noise of a host's GPUs against their siblings (``ratios``: sibling_ratios),
+    pooled over them."""
+    return pooled_noise([ratio for _, ratio in series] for series in ratios.values())
+
+
+def pooled_noises(noises: Iterable[Noise]) -> Noise:
+    """Several noise estimates of one scatter pooled: their squares weighted by their degrees of
+    freedom (0 with none)."""
+    squares, dof = 0.0, 0
+    for noise in noises:
+        squares += noise.sigma ** 2 * noise.dof
+        dof += noise.dof
+    return Noise(math.sqrt(squares / dof) if dof else 0.0, dof)
+
+
+def sibling_slopes(ratios: Mapping[int, tuple[tuple[int, float], ...]], fleet: Noise | None = None
+                   ) -> dict[int, SiblingSlope]:
+    """The SiblingSlope of every GPU of ``ratios`` (sibling_ratios), the noise pooled over them,
+    or ``fleet``'s (the same figure's, pooled over the fleet's hosts) where that rests on more
+    degrees of freedom and the host's own is not past HOST_NOISE_TOLERANCE times it."""
+    pooled = ratio_noise(ratios)
     if pooled.dof == 0:
         return {}
+    if fleet is not None and fleet.dof > pooled.dof and pooled.sigma <= HOST_NOISE_TOLERANCE * fleet.sigma:
+        pooled = fleet
     means = {gpu: (math.fsum(r for _, r in series) / len(series), len(series)) for gpu, series in ratios.items()}
     slopes = {}
     for gpu, series in ratios.items():

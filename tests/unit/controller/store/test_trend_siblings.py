@@ -13,12 +13,14 @@ import statistics
 import pytest
 
 from gpudiag.analysis.noisy import MEDIAN_EFFICIENCY
-from gpudiag.store.trend import host_trends, trend_findings
+from gpudiag.store.trend import fleet_ratio_noise, host_trends, trend_findings
 from gpudiag.store.trendfit import (
+    HOST_NOISE_TOLERANCE,
     Noise,
     TrendPoint,
     fit_trend,
     median_noise,
+    ratio_noise,
     sibling_ratios,
     sibling_slopes,
     theil_sen,
@@ -66,19 +68,61 @@ def test_a_gpu_falling_away_from_flat_siblings_is_watched_and_says_so_against_th
     assert slide.to_dict()["siblings"]["held_to_siblings"] is True
 
 
-def test_at_2_pct_noise_a_gpu_losing_2_pct_a_sweep_over_4_sweeps_is_watched_nearly_always():
-    # Its own line alone: 11 of these 40 (2.2 standard errors, a bar of 2.8 for 16 degrees of
-    # freedom); against its siblings (3.4 with their median's own noise) 24.
+def _slides(cv: float, fleet_hosts: int, fleet_cv: float | None = None, seeds: int = 40) -> tuple[int, int]:
+    """Of ``seeds`` hosts whose GPU 7 loses 2 % a sweep over 4 sweeps at ``cv`` noise: how many
+    have it watched or failed, and how many flat GPUs are, judged with the noise of a fleet of
+    ``fleet_hosts`` more flat hosts at ``fleet_cv`` (default ``cv``; 0 hosts: the host's own)."""
     watched, flat = 0, 0
-    for seed in range(40):
+    for seed in range(seeds):
         rng = random.Random(seed)
-        series = {gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(7)}
-        series[7] = _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.02)
-        trends = _trends(series)
+        series = {gpu: _noisy(rng, [1.0] * 4, cv) for gpu in range(7)}
+        series[7] = _noisy(rng, [1.0, 0.98, 0.96, 0.94], cv)
+        histories = {f"node{100 + host}": _rows({gpu: _noisy(rng, [1.0] * 4, fleet_cv or cv) for gpu in range(8)})
+                     for host in range(fleet_hosts)}
+        histories["node001"] = _rows(series)
+        fleet = fleet_ratio_noise(histories, {}) if fleet_hosts else None
+        trends = host_trends("node001", _rows(series), [], threshold_pct=5.0, min_sweeps=3, slope_z=3.0,
+                             warn_pct=3.0, fleet_noise=fleet)
         gpus = {trend.gpu for trend in trends.watches + trends.degradations}
         watched += 7 in gpus
         flat += len(gpus - {7, None})
-    assert watched >= 20 and flat <= 6  # of 40 slides; of 280 flat GPUs
+    return watched, flat
+
+
+def test_at_1_pct_noise_a_gpu_losing_2_pct_a_sweep_over_4_sweeps_is_watched_nearly_always():
+    # Against its siblings its slope is 6.8 standard errors (its own line's: 4.4).
+    assert _slides(0.01, fleet_hosts=15) >= (38, 0)
+
+
+def test_the_fleets_noise_lowers_a_gpus_bar_to_the_sigma_it_means():
+    # A host's own 16 degrees of freedom raise the 3.5-sigma bar to 4.4: at 1.5 % noise (the slide
+    # 4.5 standard errors) a 16-host fleet's noise finds it 33 times in 40, the host's own 20.
+    with_fleet, flat = _slides(0.015, fleet_hosts=15)
+    alone, _ = _slides(0.015, fleet_hosts=0)
+    assert with_fleet >= 30 and with_fleet >= alone + 8 and flat == 0
+    assert fleet_ratio_noise({"node001": _rows({0: [1.0] * 4})}, {}) == {}  # one GPU has no siblings
+
+
+def test_a_host_noisier_than_its_fleet_is_judged_by_its_own_noise():
+    # Flat GPUs at 2 % noise among hosts at 0.5 %: judged by the fleet's, flat GPUs of the host
+    # would slide; past HOST_NOISE_TOLERANCE times it, the host's own decides.
+    rng = random.Random(9)
+    noisy = {gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(8)}
+    quiet = {f"node{100 + host}": _rows({gpu: _noisy(rng, [1.0] * 4, 0.005) for gpu in range(8)})
+             for host in range(15)}
+    fleet = fleet_ratio_noise({**quiet, "node001": _rows(noisy)}, {})
+    own = ratio_noise(sibling_ratios([(gpu, _points(values)) for gpu, values in noisy.items()]))
+    assert own.sigma > HOST_NOISE_TOLERANCE * fleet["gemm.tflops bf16"].sigma
+    slopes = sibling_slopes(sibling_ratios([(gpu, _points(values)) for gpu, values in noisy.items()]),
+                            fleet["gemm.tflops bf16"])
+    assert all(slope.noise == pytest.approx(own.sigma) and slope.dof == own.dof for slope in slopes.values())
+    # A host as quiet as its fleet takes the fleet's noise, with its degrees of freedom.
+    (name, pooled), = fleet_ratio_noise(quiet, {}).items()
+    host_rows = quiet["node100"]
+    ratios = sibling_ratios([(gpu, _points([row["figures"][0]["per_gpu"][gpu][1] for row in reversed(host_rows)]))
+                             for gpu in range(8)])
+    assert ratio_noise(ratios).dof < pooled.dof and ratio_noise(ratios).sigma <= HOST_NOISE_TOLERANCE * pooled.sigma
+    assert all(slope.dof == pooled.dof for slope in sibling_slopes(ratios, pooled).values())
 
 
 def test_a_gpu_that_started_below_its_siblings_and_stays_there_is_no_slide():
