@@ -27,7 +27,7 @@ OWN_NOISE_TOLERANCE = 2.5
 MIN_SIBLINGS = 3
 # How far a host's GPUs may scatter against their siblings beyond the fleet's (pooled over its hosts,
 # the same figure) and still be judged with the fleet's scatter: from 16 degrees of freedom (8 GPUs,
-# 4 sweeps) a host's own estimate exceeds 1.5 times the truth about once in 200 hosts. A host past
+# 4 sweeps) a host's own estimate exceeds 1.5 times the truth about once in 350 hosts. A host past
 # it is judged by its own; one below the fleet's by the fleet's, which rests on far more sweeps.
 HOST_NOISE_TOLERANCE = 1.5
 # How many of its standard errors a GPU's freely fitted first level may sit from its siblings'
