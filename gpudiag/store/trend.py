@@ -53,7 +53,9 @@ line ``warn_pct`` under them by ``WATCH_HORIZON`` sweeps (its words say "against
 its siblings"). Its own line
 cannot tell where a GPU started, and at 2 % noise lost a GPU sliding 2 % a sweep over four
 sweeps 12 times in 20; a GPU with siblings is watched against them only (its own line still
-judges the slow degradation). The median of the host's GPUs is judged with the noise of a median of
+judges the slow degradation, where its slope against its siblings is real at their bar too: a flat
+GPU's own line past 3 sigma was mostly one whose first sweep was high by chance, and a whole
+node's slide is its median's). The median of the host's GPUs is judged with the noise of a median of
 them (trendfit.median_noise), not one GPU's. Its ``Projection``
 says where the line crosses ``warn_pct`` and where it will be one and two sweeps on. Every
 trend's ``verdict``: ``fail`` (a slow degradation), ``watch``, ``none`` (judged: neither), or
@@ -413,7 +415,8 @@ class _Rules:
         if fit.change_pct is None or fit.slope >= 0:
             return "none"
         fallen = latest <= fit.first * (1 - LATEST_SHARE * self.threshold_pct / 100)
-        if fallen and -fit.change_pct >= self.threshold_pct and fit.slope_z <= -student_bar(self.slope_z, fit.dof):
+        if fallen and -fit.change_pct >= self.threshold_pct and fit.slope_z <= -student_bar(self.slope_z, fit.dof) \
+                and (siblings is None or self.real_against_siblings(siblings)):
             return "fail"
         if siblings is not None:
             # A GPU with siblings is watched against them only: its own line, which cannot tell
@@ -427,14 +430,18 @@ class _Rules:
             return "watch"
         return "none"
 
+    def real_against_siblings(self, siblings: SiblingSlope) -> bool:
+        """Whether a GPU's slope against its siblings is real at ``watch_z`` + SIBLING_WATCH_MARGIN
+        (the Student bar of its noise's degrees of freedom)."""
+        return siblings.z <= -student_bar(self.watch_z + SIBLING_WATCH_MARGIN, siblings.dof)
+
     def sliding_from_siblings(self, siblings: SiblingSlope) -> bool:
         """A GPU sliding away from its siblings (``SiblingSlope``): over ``min_sweeps`` or more,
         its slope real at ``watch_z`` + SIBLING_WATCH_MARGIN (the Student bar of its noise's degrees
         of freedom), its latest sweep at least ``LATEST_SHARE`` of ``warn_pct`` under its siblings,
         and its line ``warn_pct`` under theirs by ``WATCH_HORIZON`` sweeps after the latest."""
         horizon = siblings.ratios[-1][0] + WATCH_HORIZON
-        return (siblings.sweeps >= self.min_sweeps
-                and siblings.z <= -student_bar(self.watch_z + SIBLING_WATCH_MARGIN, siblings.dof)
+        return (siblings.sweeps >= self.min_sweeps and self.real_against_siblings(siblings)
                 and siblings.latest <= -LATEST_SHARE * self.warn_pct / 100
                 and siblings.at(horizon) <= -self.warn_pct / 100)
 

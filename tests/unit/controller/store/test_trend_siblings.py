@@ -202,3 +202,29 @@ def test_a_flat_gpu_with_siblings_is_watched_against_them_only_not_on_its_own_li
             own_alone += trend.watched and not trend.by_siblings
     assert own_alone == 0  # every GPU here has siblings: none is watched on its own line
     assert watched / judged < 0.008, (watched, judged)
+
+
+def test_a_gpus_slow_degradation_is_a_fall_against_its_siblings_too():
+    # A flat GPU's own line crosses the 3-sigma bar about as often as the bar says (0.12 % of
+    # GPUs at 2 % noise over 4 sweeps: 29 of these 24,000), mostly where its first sweep was high
+    # by chance; against its siblings, its start held to their level, few of those fall at all.
+    rng = random.Random(7)
+    hosts = [{gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(8)} for _ in range(3000)]
+    fleet = fleet_ratio_noise({f"node{index:04d}": _rows(series) for index, series in enumerate(hosts[:64])}, {})
+    failed = own_line = 0
+    for series in hosts:
+        trends = host_trends("node001", _rows(series), [], threshold_pct=5.0, min_sweeps=3, slope_z=3.0,
+                             warn_pct=3.0, fleet_noise=fleet)
+        failed += len(trends.degradations)
+        own_line += sum(1 for trend in trends.figures[0].gpus if trend.fit.slope_z <= -3.54
+                        and -trend.fit.change_pct >= 5.0 and trend.points[-1].value <= trend.fit.first * 0.975)
+    assert own_line >= 15 and failed <= 4
+    # A GPU losing 3 % a sweep among flat siblings is one; a whole node losing 3 % a sweep is its
+    # median's, each GPU flat against the others.
+    slide = {gpu: _noisy(rng, [1.0] * 4, 0.01) for gpu in range(7)}
+    slide[7] = _noisy(rng, [1.0, 0.97, 0.94, 0.91], 0.01)
+    assert [trend.gpu for trend in _trends(slide).degradations] == [7]
+    node = _trends({gpu: _noisy(rng, [1.0, 0.97, 0.94, 0.91], 0.01) for gpu in range(8)})
+    assert [trend.gpu for trend in node.degradations] == [None]
+    (finding,) = trend_findings(node)
+    assert finding.gpu is None and finding.host == "node001"
