@@ -33,12 +33,10 @@ from ..store.trend import (
     WATCH_HORIZON,
     FigureTrend,
     HostTrends,
-    degradation_words,
     figure_name,
     host_trends,
-    unfitted_words,
-    watch_words,
 )
+from ..store.trendwords import degradation_words, unfitted_words, watch_words
 from ..words import deficit_text, plural
 from ..words import figure as figure_text
 from .helptext import USAGE_ROW, epilog

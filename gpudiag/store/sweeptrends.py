@@ -9,8 +9,13 @@ from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import SWEEP_TREND_SWEEPS, fleet_ratio_noise, host_trends, trend_findings
+from .trend import fleet_ratio_noise, host_trends
 from .trendfit import Noise
+from .trendwords import trend_findings
+
+# How many of the store's latest sweeps (the one being written among them) a sweep's own trends
+# rest on: the windows bench/detection.py's history rows measure (3 to 6 sweeps).
+SWEEP_TREND_SWEEPS = 6
 
 
 def sweep_trend_findings(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> list[Finding]:

@@ -13,7 +13,7 @@ import statistics
 import pytest
 
 from gpudiag.analysis.noisy import MEDIAN_EFFICIENCY
-from gpudiag.store.trend import fleet_ratio_noise, host_trends, trend_findings
+from gpudiag.store.trend import fleet_ratio_noise, host_trends
 from gpudiag.store.trendfit import (
     HOST_NOISE_TOLERANCE,
     Noise,
@@ -26,6 +26,7 @@ from gpudiag.store.trendfit import (
     theil_sen,
     theil_sen_spread,
 )
+from gpudiag.store.trendwords import trend_findings
 
 LEVEL = 740.0
 
