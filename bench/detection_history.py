@@ -56,7 +56,7 @@ from gpudiag.run.request import Judging, LinkOptions, Reach, SweepRequest
 from gpudiag.run.sweep import run_sweep
 from gpudiag.sim import FleetFile
 from gpudiag.store.store import Store
-from gpudiag.store.trend import WATCH_SLOPE_Z, fleet_ratio_noise, host_trends
+from gpudiag.store.trend import WATCH_SLOPE_Z, fleet_trends
 
 NODES = 8
 GPUS = 8
@@ -153,12 +153,10 @@ def judge(rows: dict[str, list[dict]], window: int, parts: Planted, watch_z: flo
     verdicts: dict[str, str] = {}
     flags: list[tuple[str, str, str, int | None]] = []
     healthy = Healthy()
-    windows = {host: history[-window:] for host, history in rows.items()}
-    fleet = fleet_ratio_noise(windows, {})  # as the sweep judges its hosts
-    for host, history in windows.items():
-        trends = host_trends(host, history, [], thresholds.history_degradation_pct,
-                             thresholds.history_min_sweeps, thresholds.history_slope_z,
-                             warn_pct=thresholds.deficit_warn_pct, watch_z=watch_z, fleet_noise=fleet)
+    hosts = fleet_trends({host: history[-window:] for host, history in rows.items()}, {},  # as a sweep judges
+                          thresholds.history_degradation_pct, thresholds.history_min_sweeps,
+                          thresholds.history_slope_z, warn_pct=thresholds.deficit_warn_pct, watch_z=watch_z)
+    for host, trends in hosts.items():
         judged = [trend for figure in trends.figures for trend in (figure.median, *figure.gpus)]
         for trend in judged:
             part = parts.part(host, trend.figure, trend.gpu)

@@ -38,16 +38,15 @@ are wired), ``counters`` (error counters against peers), ``coverage`` (what coul
 from __future__ import annotations
 
 import dataclasses
-import functools
-import gc
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from ..findings import Finding, FindingView, sort_by_cost, unchecked
 from ..records import HostRecords, host_records
 from . import coverage
 from .clocks import typical_clock_costs
+from .collector import collector_paused
 from .counters import PriorCounts, counter_findings
 from .fleet import Impact, fleet_shifts, job_impact
 from .groups import group_shifts, judging_references, shift_findings
@@ -134,28 +133,7 @@ def _identified(suspect: Suspect, identities: Mapping[str, HostGpus]) -> Suspect
     return dataclasses.replace(suspect, identity=gpus.of(m.device, m.gpu_uuid))
 
 
-_Analyser = TypeVar("_Analyser", bound=Callable[..., Any])
-
-
-def _collector_paused(function: _Analyser) -> _Analyser:
-    """``function`` run with the cyclic garbage collector off: the analysis makes millions of
-    objects and no cycles, and each collection would walk them all (a third of its time at
-    10,000 nodes). Reference counting still frees everything as before."""
-
-    @functools.wraps(function)
-    def paused(*args: Any, **kwargs: Any) -> Any:
-        was_on = gc.isenabled()
-        gc.disable()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            if was_on:
-                gc.enable()
-
-    return cast(_Analyser, paused)
-
-
-@_collector_paused
+@collector_paused
 def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Thresholds, *,
             baseline: BaselineLookup | None = None, skus: SkuFigures = floors_for,
             retest_hosts: Sequence[HostRecords | dict[str, Any]] | None = None, retested: bool = False,

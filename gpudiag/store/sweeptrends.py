@@ -9,7 +9,7 @@ from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import fleet_ratio_noise, host_trends
+from .trend import fleet_ratio_noise, fleet_trends
 from .trendfit import Noise
 from .trendwords import trend_findings
 
@@ -23,20 +23,15 @@ def sweep_trend_findings(store: Store, sweep_id: str, hosts: Iterable[str], thre
     figures already recorded) over the store's last SWEEP_TREND_SWEEPS sweeps; none for a host
     this sweep has no figure of, or with fewer sweeps than ``history_min_sweeps``. A GPU's slide
     against its siblings is judged with their scatter pooled over the hosts judged
-    (fleet_ratio_noise). Raises StoreError where the store cannot be read."""
+    (fleet_trends). Raises StoreError where the store cannot be read."""
     wanted = list(hosts)
     histories = store.recent_figures(wanted, SWEEP_TREND_SWEEPS)
     repairs = repairs_by_host(store, histories)
     judged = {host: rows for host in wanted if len(rows := histories.get(host, [])) >= thresholds.history_min_sweeps
               and rows[0]["sweep_id"] == sweep_id}
-    fleet = fleet_ratio_noise(judged, repairs)
-    found: list[Finding] = []
-    for host, rows in judged.items():
-        trends = host_trends(host, rows, repairs.get(host, []), thresholds.history_degradation_pct,
-                             thresholds.history_min_sweeps, thresholds.history_slope_z,
-                             warn_pct=thresholds.deficit_warn_pct, fleet_noise=fleet)
-        found += trend_findings(trends)
-    return found
+    trends = fleet_trends(judged, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps,
+                          thresholds.history_slope_z, warn_pct=thresholds.deficit_warn_pct)
+    return [finding for host in judged for finding in trend_findings(trends[host])]
 
 
 def store_fleet_noise(store: Store, sweeps: int) -> dict[str, Noise]:

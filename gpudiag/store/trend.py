@@ -72,6 +72,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from ..analysis.collector import collector_paused
 from ..analysis.tails import student_bar
 from ..analysis.thresholds import default_thresholds
 from .repairs import Repair
@@ -108,6 +109,9 @@ WATCH_SLOPE_Z = 2.5
 # losing 2 % a sweep over 4 sweeps at 1 % noise (a slope 6.8 times its error) is still found
 # (bench/detection.py --scenarios history).
 SIBLING_WATCH_MARGIN = 1.0
+# The most hosts a fleet's noise against the siblings is pooled over (fleet_ratio_noise): 256 hosts
+# of 8 GPUs over 4 sweeps give 4,096 degrees of freedom, and a fleet of 10,000 is read once for it.
+FLEET_NOISE_HOSTS = 256
 # How many sweeps after the latest a watched part's fitted line reaches the warn deficit by.
 WATCH_HORIZON = 2
 # The verdicts of a trend, worst first.
@@ -311,64 +315,99 @@ def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[
     fleet_ratio_noise, None: the host's own alone)."""
     if warn_pct is None:
         warn_pct = default_thresholds().deficit_warn_pct
-    known = list(repairs)
-    series = _Series.of(rows)
-    figures = []
-    for name in sorted(series.medians):
-        judge = _Judge(name, series.units[name], known, _Rules(threshold_pct, min_sweeps, slope_z, warn_pct, watch_z))
-        gpus = [judge.window(gpu, points) for gpu, points in sorted(series.gpus.get(name, {}).items())]
-        # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
-        pooled = pooled_noise([point.value for point in window.points] for window in gpus)
-        siblings = sibling_slopes(_ratios(gpus), (fleet_noise or {}).get(name))
-        figures.append(FigureTrend(name, series.units[name], judge.trend(judge.window(None, series.medians[name]),
-                                                                         median_noise(pooled, series.counts[name])),
-                                   tuple(judge.trend(window, pooled, siblings.get(cast(int, window.gpu)))
-                                         for window in gpus)))
-    return HostTrends(host, threshold_pct, min_sweeps, slope_z, tuple(figures), warn_pct, watch_z)
+    rules = _Rules(threshold_pct, min_sweeps, slope_z, warn_pct, watch_z)
+    return _judged(host, _windowed(rows, list(repairs)), rules, fleet_noise or {})
+
+
+@collector_paused
+def fleet_trends(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: Mapping[str, Sequence[Repair]],
+                 threshold_pct: float, min_sweeps: int, slope_z: float = 3.0, *, warn_pct: float | None = None,
+                 watch_z: float = WATCH_SLOPE_Z) -> dict[str, HostTrends]:
+    """host_trends of every host of ``histories`` (each its Store.host_history rows, newest
+    first), their GPUs' noise against their siblings pooled over the fleet (fleet_ratio_noise)."""
+    if warn_pct is None:
+        warn_pct = default_thresholds().deficit_warn_pct
+    rules = _Rules(threshold_pct, min_sweeps, slope_z, warn_pct, watch_z)
+    fleet, sampled = _fleet_noise(histories, repairs)
+    return {host: _judged(host, sampled.get(host) or _windowed(rows, repairs.get(host, ())), rules, fleet)
+            for host, rows in histories.items()}
 
 
 def fleet_ratio_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]],
                       repairs: Mapping[str, Sequence[Repair]]) -> dict[str, Noise]:
     """Per figure, the per-sweep noise of GPUs against their siblings (trendfit.ratio_noise),
-    pooled over the hosts of ``histories`` (each host's Store.host_history rows, newest first),
-    each trend after the ``repairs`` that cover it, as host_trends windows them: what
-    ``host_trends``' ``fleet_noise`` takes. A host's own 8 GPUs over 4 sweeps give 16 degrees of
-    freedom, and its slope bar, the Student quantile of them, is 3.5 where 3 sigma is meant; the
-    fleet's give hundreds, and a bar near the sigma it means."""
+    pooled over the hosts of ``histories`` (each host's Store.host_history rows, newest first;
+    FLEET_NOISE_HOSTS of them at most, spread over their names), each trend after the
+    ``repairs`` that cover it, as host_trends windows them: what ``host_trends``' ``fleet_noise``
+    takes. A host's own 8 GPUs over 4 sweeps give 16 degrees of freedom, and its slope bar, the
+    Student quantile of them, is 3.5 where 3 sigma is meant; the fleet's give hundreds, and a bar
+    near the sigma it means."""
+    return _fleet_noise(histories, repairs)[0]
+
+
+def _fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: Mapping[str, Sequence[Repair]]
+                 ) -> tuple[dict[str, Noise], dict[str, dict[str, _Figure]]]:
+    """fleet_ratio_noise, and the windowed figures of the hosts it rests on (_windowed)."""
+    names = sorted(histories)
+    chosen = names[::max(1, len(names) // FLEET_NOISE_HOSTS)][:FLEET_NOISE_HOSTS]
+    sampled = {host: _windowed(histories[host], repairs.get(host, ())) for host in chosen}
     found: dict[str, list[Noise]] = {}
-    for host, rows in histories.items():
-        series = _Series.of(rows)
-        for name, per_gpu in series.gpus.items():
-            windows = [_window(repairs.get(host, ()), gpu, points) for gpu, points in sorted(per_gpu.items())]
-            found.setdefault(name, []).append(ratio_noise(_ratios(windows)))
-    return {name: pooled for name, noises in found.items() if (pooled := pooled_noises(noises)).dof}
+    for figures in sampled.values():
+        for name, figure in figures.items():
+            found.setdefault(name, []).append(ratio_noise(figure.ratios))
+    return {name: pooled for name, noises in found.items() if (pooled := pooled_noises(noises)).dof}, sampled
 
 
 @dataclass(frozen=True)
-class _Series:
-    """A host's figures over its sweeps, oldest first: per figure name, each GPU's points, the
-    median of its GPUs in each sweep, the unit, and how many GPUs each median rests on."""
+class _Figure:
+    """One figure of a host over its sweeps, each trend after the repair that covers it: the
+    median of its GPUs (and how many GPUs each sweep's median rests on), each GPU, and each GPU's
+    ratios to its siblings (trendfit.sibling_ratios)."""
 
-    gpus: dict[str, dict[int, list[TrendPoint]]]
-    medians: dict[str, list[TrendPoint]]
-    units: dict[str, str | None]
-    counts: dict[str, list[int]]
+    unit: str | None
+    median: _Window
+    counts: tuple[int, ...]
+    gpus: tuple[_Window, ...]
+    ratios: dict[int, tuple[tuple[int, float], ...]]
 
-    @classmethod
-    def of(cls, rows: Sequence[Mapping[str, Any]]) -> _Series:
-        """The series of Store.host_history ``rows`` (newest first)."""
-        series = cls({}, {}, {}, {})
-        for row in reversed(rows):
-            for name, (unit, per_gpu) in sweep_figures(row.get("figures") or ()).items():
-                series.units.setdefault(name, unit)
-                series.counts.setdefault(name, []).append(len(per_gpu))
-                series.medians.setdefault(name, []).append(
-                    TrendPoint(row["sweep_id"], row["started_at"], statistics.median(per_gpu.values())))
-                for gpu, value in per_gpu.items():
-                    if gpu is not None:
-                        series.gpus.setdefault(name, {}).setdefault(gpu, []).append(
-                            TrendPoint(row["sweep_id"], row["started_at"], value))
-        return series
+
+def _windowed(rows: Sequence[Mapping[str, Any]], repairs: Sequence[Repair]) -> dict[str, _Figure]:
+    """The figures of Store.host_history ``rows`` (newest first) by name, windowed after ``repairs``."""
+    gpus: dict[str, dict[int, list[TrendPoint]]] = {}
+    medians: dict[str, list[TrendPoint]] = {}
+    units: dict[str, str | None] = {}
+    counts: dict[str, list[int]] = {}
+    for row in reversed(rows):
+        for name, (unit, per_gpu) in sweep_figures(row.get("figures") or ()).items():
+            units.setdefault(name, unit)
+            counts.setdefault(name, []).append(len(per_gpu))
+            medians.setdefault(name, []).append(
+                TrendPoint(row["sweep_id"], row["started_at"], statistics.median(per_gpu.values())))
+            for gpu, value in per_gpu.items():
+                if gpu is not None:
+                    gpus.setdefault(name, {}).setdefault(gpu, []).append(
+                        TrendPoint(row["sweep_id"], row["started_at"], value))
+    figures = {}
+    for name in sorted(medians):
+        windows = tuple(_window(repairs, gpu, points) for gpu, points in sorted(gpus.get(name, {}).items()))
+        figures[name] = _Figure(units[name], _window(repairs, None, medians[name]), tuple(counts[name]), windows,
+                                sibling_ratios([(cast(int, window.gpu), window.points) for window in windows]))
+    return figures
+
+
+def _judged(host: str, figures: Mapping[str, _Figure], rules: _Rules, fleet: Mapping[str, Noise]) -> HostTrends:
+    """The HostTrends of ``host``'s windowed ``figures`` by ``rules``, with the ``fleet``'s noise."""
+    trends = []
+    for name, figure in figures.items():
+        judge = _Judge(name, figure.unit, rules)
+        # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
+        pooled = pooled_noise([point.value for point in window.points] for window in figure.gpus)
+        siblings = sibling_slopes(figure.ratios, fleet.get(name))
+        trends.append(FigureTrend(name, figure.unit, judge.trend(figure.median, median_noise(pooled, figure.counts)),
+                                  tuple(judge.trend(window, pooled, siblings.get(cast(int, window.gpu)))
+                                        for window in figure.gpus)))
+    return HostTrends(host, rules.threshold_pct, rules.min_sweeps, rules.slope_z, tuple(trends), rules.warn_pct,
+                      rules.watch_z)
 
 
 def sweep_figures(figures: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str | None, dict[int | None, float]]]:
@@ -452,19 +491,11 @@ def _window(repairs: Sequence[Repair], gpu: int | None, points: Sequence[TrendPo
                    latest)
 
 
-def _ratios(windows: Sequence[_Window]) -> dict[int, tuple[tuple[int, float], ...]]:
-    """Each GPU window's ratios to its siblings (trendfit.sibling_ratios)."""
-    return sibling_ratios([(cast(int, window.gpu), window.points) for window in windows])
-
-
 class _Judge:
-    """Builds the trends of one figure: the window after the covering repair, the line and the verdict."""
+    """Judges the trends of one figure: the line and the verdict."""
 
-    def __init__(self, figure: str, unit: str | None, repairs: Sequence[Repair], rules: _Rules) -> None:
-        self.figure, self.unit, self.repairs, self.rules = figure, unit, repairs, rules
-
-    def window(self, gpu: int | None, points: Sequence[TrendPoint]) -> _Window:
-        return _window(self.repairs, gpu, points)
+    def __init__(self, figure: str, unit: str | None, rules: _Rules) -> None:
+        self.figure, self.unit, self.rules = figure, unit, rules
 
     def trend(self, window: _Window, pooled: Noise, siblings: SiblingSlope | None = None) -> Trend:
         """The trend of ``window``, its noise ``pooled`` unless its own is far larger (fit_trend),
