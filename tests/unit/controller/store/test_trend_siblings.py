@@ -13,7 +13,7 @@ import statistics
 import pytest
 
 from gpudiag.analysis.noisy import MEDIAN_EFFICIENCY
-from gpudiag.store.trend import fleet_ratio_noise, host_trends
+from gpudiag.store.trend import FLEET_NOISE_HOSTS, fleet_ratio_noise, fleet_trends, host_trends
 from gpudiag.store.trendfit import (
     HOST_NOISE_TOLERANCE,
     Noise,
@@ -229,3 +229,19 @@ def test_a_gpus_slow_degradation_is_a_fall_against_its_siblings_too():
     assert [trend.gpu for trend in node.degradations] == [None]
     (finding,) = trend_findings(node)
     assert finding.gpu is None and finding.host == "node001"
+
+
+def test_a_sweep_judges_each_host_as_history_does_with_the_fleets_noise_from_256_hosts_at_most():
+    rng = random.Random(11)
+    histories = {f"node{index:03d}": _rows({gpu: _noisy(rng, [1.0] * 4, 0.01) for gpu in range(8)})
+                 for index in range(300)}
+    histories["node007"] = _rows({**{gpu: _noisy(rng, [1.0] * 4, 0.01) for gpu in range(7)},
+                                  7: _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.01)})
+    fleet = fleet_ratio_noise(histories, {})
+    (noise,) = fleet.values()
+    assert noise.dof == FLEET_NOISE_HOSTS * 8 * 2 and noise.sigma == pytest.approx(0.0107, rel=0.1)
+    swept = fleet_trends(histories, {}, 5.0, 3, 3.0, warn_pct=3.0)
+    for host in ("node007", "node123", "node299"):
+        alone = host_trends(host, histories[host], [], 5.0, 3, 3.0, warn_pct=3.0, fleet_noise=fleet)
+        assert swept[host].to_dict() == alone.to_dict()
+    assert [trend.gpu for trend in swept["node007"].watches + swept["node007"].degradations] == [7]
