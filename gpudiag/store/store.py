@@ -68,6 +68,8 @@ _FINDING_FIELDS = ("kind", "severity", "host", "peer", "gpu", "metric", "value",
                    "robust_z", "confirmed", "evidence", "action")
 _JSON_FIELDS = frozenset({"facts", "params", "details"})
 _BOOL_FIELDS = frozenset({"confirmed"})
+# Store.recent_figures reads this many hosts or fewer host by host, more with every host's rows.
+HOSTS_READ_ALONE = 256
 
 
 @dataclass(frozen=True)
@@ -330,19 +332,30 @@ class Store:
         nothing else. One read per sweep for every host at once (what a sweep's trends need,
         gpudiag.store.trend); a host with no figure in any is absent."""
         wanted = None if hosts is None else set(hosts)
+        # A few hosts are read host by host (by the figures' key); many, with every host's rows.
+        alone = sorted(wanted) if wanted is not None and len(wanted) <= HOSTS_READ_ALONE else None
         found: dict[str, list[dict[str, Any]]] = {}
         with self.reading("reading the hosts' recent figures") as db:
             recent = db.execute("SELECT sweep_id, started_at FROM sweeps ORDER BY started_at DESC, sweep_id DESC"
                                 " LIMIT ?", (sweeps,)).fetchall()
             for sweep in recent:
                 groups: dict[str, dict[str, list[StoredFigure]]] = {}
-                for host, figure in figures(db, sweep["sweep_id"]):
+                read = (figures(db, sweep["sweep_id"]) if alone is None
+                        else (pair for host in alone for pair in figures(db, sweep["sweep_id"], host)))
+                for host, figure in read:
                     if wanted is None or host in wanted:
                         groups.setdefault(host, {}).setdefault(figure.key, []).append(figure)
                 for host, keyed in groups.items():
                     found.setdefault(host, []).append({"sweep_id": sweep["sweep_id"], "started_at": sweep["started_at"],
                                                        "figures": _grouped_figures(keyed.values())})
         return found
+
+    def recent_hosts(self, sweeps: int) -> list[str]:
+        """The hosts that answered in any of the store's last ``sweeps`` sweeps, by name."""
+        with self.reading("listing the hosts of the recent sweeps") as db:
+            return [row[0] for row in db.execute(
+                "SELECT DISTINCT host FROM hosts WHERE status = 'ok' AND sweep_id IN (SELECT sweep_id FROM sweeps"
+                " ORDER BY started_at DESC, sweep_id DESC LIMIT ?) ORDER BY host", (sweeps,))]
 
     def last_holder(self, gpu_uuid: str, besides: str, sweeps: int = 20) -> str | None:
         """The host whose facts named GPU ``gpu_uuid`` in the newest of the last ``sweeps``

@@ -9,7 +9,7 @@ from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import fleet_ratio_noise, fleet_trends
+from .trend import fleet_ratio_noise, fleet_trends, noise_hosts
 from .trendfit import Noise
 from .trendwords import trend_findings
 
@@ -38,5 +38,8 @@ def store_fleet_noise(store: Store, sweeps: int) -> dict[str, Noise]:
     """fleet_ratio_noise over every host of the store's last ``sweeps`` sweeps: what ``gpudiag
     history HOST`` judges a GPU's slide against its siblings with, as the sweep does. Raises
     StoreError where the store cannot be read."""
-    histories = store.recent_figures(None, sweeps)
+    names = store.recent_hosts(sweeps)
+    chosen = noise_hosts(names)
+    # Read host by host, a few hundred hosts take as long as a thousand in one read.
+    histories = store.recent_figures(chosen if len(chosen) * 4 <= len(names) else None, sweeps)
     return fleet_ratio_noise(histories, repairs_by_host(store, histories))

@@ -345,12 +345,17 @@ def fleet_ratio_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]],
     return _fleet_noise(histories, repairs)[0]
 
 
+def noise_hosts(hosts: Iterable[str]) -> list[str]:
+    """The hosts a fleet's noise against the siblings is pooled over: FLEET_NOISE_HOSTS at most,
+    spread over the hosts' names."""
+    names = sorted(hosts)
+    return names[::max(1, len(names) // FLEET_NOISE_HOSTS)][:FLEET_NOISE_HOSTS]
+
+
 def _fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: Mapping[str, Sequence[Repair]]
                  ) -> tuple[dict[str, Noise], dict[str, dict[str, _Figure]]]:
     """fleet_ratio_noise, and the windowed figures of the hosts it rests on (_windowed)."""
-    names = sorted(histories)
-    chosen = names[::max(1, len(names) // FLEET_NOISE_HOSTS)][:FLEET_NOISE_HOSTS]
-    sampled = {host: _windowed(histories[host], repairs.get(host, ())) for host in chosen}
+    sampled = {host: _windowed(histories[host], repairs.get(host, ())) for host in noise_hosts(histories)}
     found: dict[str, list[Noise]] = {}
     for figures in sampled.values():
         for name, figure in figures.items():

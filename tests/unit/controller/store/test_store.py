@@ -520,3 +520,19 @@ def test_sweeps_started_in_the_same_second_keep_the_order_they_started_in(tmp_pa
     gemm = [next(figure for figure in row["figures"] if figure["metric"] == "gemm.tflops") for row in history]
     assert [figure["per_gpu"][0][1] for figure in gemm][:2] == [707.0, 714.0]
     assert latest == ids[-1]
+
+
+def test_recent_figures_read_host_by_host_are_those_of_the_whole_read(tmp_path: Path) -> None:
+    second = datetime(2026, 11, 21, 10, 15, 0, tzinfo=timezone.utc)
+    with Store.open(tmp_path / "gpudiag.db") as store:
+        for index in range(3):
+            document = sweep_document()
+            document["sweep_id"] = new_sweep_id(second + timedelta(seconds=index))
+            document["started_at"] = f"2026-11-21T10:15:0{index}Z"
+            _record_as_it_runs(store, document)
+        everyone = store.recent_figures(None, 2)
+        alone = store.recent_figures(["node002"], 2)
+        hosts = store.recent_hosts(2)
+    assert hosts == ["node001", "node002"]  # node003 never answered
+    assert set(everyone) == {"node001", "node002"} and len(everyone["node002"]) == 2
+    assert alone == {"node002": everyone["node002"]}
