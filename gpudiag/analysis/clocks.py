@@ -50,7 +50,7 @@ class _ClockCosts(Mapping[str, float]):
         if not same or same[0].probe not in COMPUTE_PROBES:
             return []
         by_host, none = self._by_host, {}
-        every = same[::max(1, len(same) // TYPICAL_COST_GPUS)]
+        every = same[::-(-len(same) // TYPICAL_COST_GPUS)]  # the stride rounded up: that many at most
         return [cost for m in every if (cost := by_host.get(m.host, none).get(m.gpu_uuid or "")) is not None]
 
     def __getitem__(self, key: str) -> float:

@@ -349,7 +349,7 @@ def noise_hosts(hosts: Iterable[str]) -> list[str]:
     """The hosts a fleet's noise against the siblings is pooled over: FLEET_NOISE_HOSTS at most,
     spread over the hosts' names."""
     names = sorted(hosts)
-    return names[::max(1, len(names) // FLEET_NOISE_HOSTS)][:FLEET_NOISE_HOSTS]
+    return names[::-(-len(names) // FLEET_NOISE_HOSTS) or 1]  # the stride rounded up: that many at most
 
 
 def _fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: Mapping[str, Sequence[Repair]]

@@ -13,7 +13,7 @@ import statistics
 import pytest
 
 from gpudiag.analysis.noisy import MEDIAN_EFFICIENCY
-from gpudiag.store.trend import FLEET_NOISE_HOSTS, fleet_ratio_noise, fleet_trends, host_trends
+from gpudiag.store.trend import FLEET_NOISE_HOSTS, fleet_ratio_noise, fleet_trends, host_trends, noise_hosts
 from gpudiag.store.trendfit import (
     HOST_NOISE_TOLERANCE,
     Noise,
@@ -231,7 +231,7 @@ def test_a_gpus_slow_degradation_is_a_fall_against_its_siblings_too():
     assert finding.gpu is None and finding.host == "node001"
 
 
-def test_a_sweep_judges_each_host_as_history_does_with_the_fleets_noise_from_256_hosts_at_most():
+def test_a_sweep_judges_each_host_as_history_does_with_the_fleets_noise_from_256_hosts_at_most_spread():
     rng = random.Random(11)
     histories = {f"node{index:03d}": _rows({gpu: _noisy(rng, [1.0] * 4, 0.01) for gpu in range(8)})
                  for index in range(300)}
@@ -239,7 +239,9 @@ def test_a_sweep_judges_each_host_as_history_does_with_the_fleets_noise_from_256
                                   7: _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.01)})
     fleet = fleet_ratio_noise(histories, {})
     (noise,) = fleet.values()
-    assert noise.dof == FLEET_NOISE_HOSTS * 8 * 2 and noise.sigma == pytest.approx(0.0107, rel=0.1)
+    chosen = noise_hosts(histories)
+    assert len(chosen) == 150 <= FLEET_NOISE_HOSTS and chosen[:2] == ["node000", "node002"]  # every other host
+    assert noise.dof == len(chosen) * 8 * 2 and noise.sigma == pytest.approx(0.0107, rel=0.1)
     swept = fleet_trends(histories, {}, 5.0, 3, 3.0, warn_pct=3.0)
     for host in ("node007", "node123", "node299"):
         alone = host_trends(host, histories[host], [], 5.0, 3, 3.0, warn_pct=3.0, fleet_noise=fleet)
