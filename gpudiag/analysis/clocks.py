@@ -24,7 +24,7 @@ from .thresholds import Thresholds
 SLOWING_REASONS = rules.HARDWARE_REASONS + rules.SOFTWARE_REASONS
 # The most GPUs a key's typical clock cost is the median of (every n-th of its measurements, in
 # their order): 4,096 put a median within about 2 % of the costs' spread of the whole key's, and a
-# key of 80,000 GPUs was read in 40 ms of the analysis after the last host, now 2.
+# key of 80,000 GPUs was read in 40 ms of the analysis after the last host, now a twentieth of them.
 TYPICAL_COST_GPUS = 4096
 
 
