@@ -23,9 +23,10 @@ from ..links.rounds import link_results
 from ..report.phrasing import finding_location
 from ..report.tables import Column, TableSpec, fit_table, make_console, print_tables
 from ..schema.jsonout import dumps as strict_dumps
+from ..store.historyrows import judged_figures
 from ..store.repairs import Repair, host_repairs, operator_name, record_repair
 from ..store.schema import refuse_unusable
-from ..store.store import Store, judged_figures
+from ..store.store import Store
 from ..store.sweeptrends import store_fleet_noise
 from ..store.trend import (
     MIN_FIT_SWEEPS,

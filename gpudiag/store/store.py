@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import statistics
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -23,9 +22,9 @@ from typing import Any
 
 from ..errors import StoreError
 from ..exitcodes import ExitCode
-from ..findings import SWEEP_SCHEMA, Kind, cost_order
-from ..schema.jsonout import dumps as strict_dumps
+from ..findings import SWEEP_SCHEMA, Kind
 from .completeness import Completeness, sweep_completeness
+from .historyrows import grouped_figures, history_row
 from .hosts import (
     KeyIds,
     StoredFigure,
@@ -37,6 +36,18 @@ from .hosts import (
     one_host_results,
     packed_for,
     release_bases,
+)
+from .rows import (
+    DOCUMENT_FIELDS,
+    FINDING_FIELDS,
+    HOST_FIELDS,
+    LINK_FIELDS,
+    RESULT_FIELDS,
+    decode,
+    extra_json,
+    insert_rows,
+    json_text,
+    loads,
 )
 from .schema import (
     SCHEMA_VERSION,
@@ -53,21 +64,6 @@ LATEST_SHOWN = 5
 # Findings about the link between two hosts (or a pair that could not be tested): they say
 # nothing about either host's GPUs.
 LINK_KINDS = frozenset({Kind.SLOW_LINK, Kind.SLOW_NIC, Kind.LINK_ERROR})
-# Findings about a group of hosts, the fleet or the network: none is one host's verdict, even where
-# its host field lists that host (a fleet shift's folded hosts) or its evidence names hosts behind it.
-SHARED_KINDS = frozenset({Kind.FLEET_SHIFT, Kind.SOFTWARE_REGRESSION, Kind.SLOW_NETWORK, Kind.SLOW_FABRIC_LINK,
-                          Kind.SLOW_SWITCH})
-_DOCUMENT_FIELDS = ("schema", "sweep_id", "started_at", "finished_at", "hosts", "links", "findings", "summary")
-# Each table's document fields, one column each; a field in _JSON_FIELDS is stored as JSON in
-# ``<field>_json`` (NULL when absent). Other fields of an item are kept in its extra_json.
-_HOST_FIELDS = ("host", "status", "error", "duration_s", "facts")
-_RESULT_FIELDS = ("probe", "device", "gpu_uuid", "metric", "value", "unit", "samples", "cv", "status", "reason",
-                  "params", "details")
-_LINK_FIELDS = ("a", "b", "rail", "backend", "metric", "value", "phase", "details")
-_FINDING_FIELDS = ("kind", "severity", "host", "peer", "gpu", "metric", "value", "reference", "deficit_pct",
-                   "robust_z", "confirmed", "evidence", "action")
-_JSON_FIELDS = frozenset({"facts", "params", "details"})
-_BOOL_FIELDS = frozenset({"confirmed"})
 # Store.recent_figures reads this many hosts or fewer host by host, more with every host's rows.
 HOSTS_READ_ALONE = 256
 
@@ -174,8 +170,8 @@ class Store:
             if _sweep_row(db, sweep_id) is not None:
                 raise StoreError(f"{self.path}: sweep {sweep_id} is already stored; a sweep id is used once")
             db.execute("INSERT INTO sweeps (sweep_id, started_at, options_json, document_schema, planned_json)"
-                       " VALUES (?, ?, ?, ?, ?)", (sweep_id, started_at, _json(options), SWEEP_SCHEMA,
-                                                   None if planned is None else _json(list(planned))))
+                       " VALUES (?, ?, ?, ?, ?)", (sweep_id, started_at, json_text(options), SWEEP_SCHEMA,
+                                                   None if planned is None else json_text(list(planned))))
 
     def record_host(self, sweep_id: str, host: Mapping[str, Any]) -> bool:
         """Store one host's outcome (HostOutcome.to_dict(), with its results) in one transaction,
@@ -245,7 +241,7 @@ class Store:
         """The host's row, its records packed (gpudiag.store.hosts) and its compared figures."""
         results = host.get("results") or []
         packed, base_sweep_id = packed_for(db, sweep_id, host["host"], results)
-        _insert(db, "hosts", _HOST_FIELDS, [({"sweep_id": sweep_id, "ordinal": ordinal, "results_z": packed,
+        insert_rows(db, "hosts", HOST_FIELDS, [({"sweep_id": sweep_id, "ordinal": ordinal, "results_z": packed,
                                               "base_sweep_id": base_sweep_id}, host)],
                 ignored=("results",))
         try:
@@ -264,9 +260,9 @@ class Store:
         with self.reading(f"reading sweep {sweep_id}") as db:
             sweep = self._known_sweep(db, sweep_id)
             hosts = _load_hosts(db, sweep_id)
-            links = [_decode(row, _LINK_FIELDS) for row in db.execute(
+            links = [decode(row, LINK_FIELDS) for row in db.execute(
                 "SELECT * FROM links WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
-            findings = [_hostless(_decode(row, _FINDING_FIELDS)) for row in db.execute(
+            findings = [_hostless(decode(row, FINDING_FIELDS)) for row in db.execute(
                 "SELECT * FROM findings WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
             completeness = sweep_completeness(db, sweep)
         document = _document(sweep, hosts, links, findings)
@@ -323,7 +319,7 @@ class Store:
                 "SELECT s.sweep_id, s.started_at, s.analysed, h.status, h.error FROM hosts h JOIN sweeps s"
                 " USING (sweep_id)"
                 " WHERE h.host = ? ORDER BY s.started_at DESC, s.sweep_id DESC LIMIT ?", (host, limit)).fetchall()
-            return [_history_row(db, row, host) for row in rows]
+            return [history_row(db, row, host) for row in rows]
 
     def recent_figures(self, hosts: Iterable[str] | None, sweeps: int) -> dict[str, list[dict[str, Any]]]:
         """Each of ``hosts``' (None: every host's) figures in the store's last ``sweeps`` sweeps
@@ -347,7 +343,7 @@ class Store:
                         groups.setdefault(host, {}).setdefault(figure.key, []).append(figure)
                 for host, keyed in groups.items():
                     found.setdefault(host, []).append({"sweep_id": sweep["sweep_id"], "started_at": sweep["started_at"],
-                                                       "figures": _grouped_figures(keyed.values())})
+                                                       "figures": grouped_figures(keyed.values())})
         return found
 
     def recent_hosts(self, sweeps: int) -> list[str]:
@@ -377,7 +373,7 @@ class Store:
         store only when asked for, one host at a time."""
         with self.reading("finding the hosts' previous sweeps") as db:
             found = latest_ok(db, hosts, before)
-        return [StoredHost(self._host_results, sweep_id, host, "ok", _loads(facts) or {})
+        return [StoredHost(self._host_results, sweep_id, host, "ok", loads(facts) or {})
                 for host, sweep_id, facts in found]
 
     def _host_results(self, sweep_id: str, host: str) -> list[dict[str, Any]]:
@@ -438,7 +434,7 @@ class Store:
 
     def _stored_links(self, sweep_id: str) -> StoredLinks:
         with self.reading(f"reading the links of sweep {sweep_id}") as db:
-            links = tuple(_decode(row, _LINK_FIELDS) for row in db.execute(
+            links = tuple(decode(row, LINK_FIELDS) for row in db.execute(
                 "SELECT * FROM links WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,)))
             findings = tuple(dict(row) for row in db.execute(
                 "SELECT kind, host, peer, metric FROM findings WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,)))
@@ -462,19 +458,6 @@ class Store:
 # -- rows --------------------------------------------------------------------------------------------
 
 
-def _json(value: object) -> str:
-    return strict_dumps(value, separators=(",", ":"))
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
-
-
-def _extra(item: Mapping[str, Any], known: Sequence[str]) -> str | None:
-    extra = {name: item[name] for name in item if name not in known}  # a lazy mapping reads only these
-    return _json(extra) if extra else None
-
-
 def _sweep_row(db: sqlite3.Connection, sweep_id: str) -> sqlite3.Row | None:
     row: sqlite3.Row | None = db.execute("SELECT * FROM sweeps WHERE sweep_id = ?", (sweep_id,)).fetchone()
     return row
@@ -491,44 +474,8 @@ def _next_ordinal(db: sqlite3.Connection, table: str, sweep_id: str) -> int:
                           (sweep_id,)).fetchone()[0])
 
 
-def _column(field: str) -> str:
-    return f"{field}_json" if field in _JSON_FIELDS else field
-
-
-def _insert(db: sqlite3.Connection, table: str, fields: Sequence[str],
-            rows: Sequence[tuple[dict[str, Any], Mapping[str, Any]]], ignored: Sequence[str] = ()) -> None:
-    """Insert one row per (fixed columns, item): the fixed columns, a column per field, and the
-    item's other fields (not ``ignored``) as extra_json. ``table`` and the names are this module's
-    literals, never user input."""
-    if not rows:
-        return
-    columns = [*rows[0][0], *(_column(field) for field in fields), "extra_json"]
-    db.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                   [[*fixed.values(), *(_encode(item, field) for field in fields),
-                     _extra(item, (*fields, *ignored))] for fixed, item in rows])
-
-
-def _encode(item: Mapping[str, Any], field: str) -> Any:
-    if field in _JSON_FIELDS:
-        return _json(item[field]) if field in item else None
-    return bool(item.get(field)) if field in _BOOL_FIELDS else item.get(field)
-
-
-def _decode(row: sqlite3.Row, fields: Sequence[str]) -> dict[str, Any]:
-    """The item a row was stored from: a JSON field that was absent stays absent."""
-    item: dict[str, Any] = {}
-    for field in fields:
-        value = row[_column(field)]
-        if field in _JSON_FIELDS:
-            if value is not None:
-                item[field] = json.loads(value)
-        else:
-            item[field] = bool(value) if field in _BOOL_FIELDS else value
-    return {**item, **(_loads(row["extra_json"]) or {})}
-
-
 def _insert_links(db: sqlite3.Connection, sweep_id: str, first: int, links: Sequence[Mapping[str, Any]]) -> None:
-    _insert(db, "links", _LINK_FIELDS, [({"sweep_id": sweep_id, "ordinal": first + index}, link)
+    insert_rows(db, "links", LINK_FIELDS, [({"sweep_id": sweep_id, "ordinal": first + index}, link)
                                         for index, link in enumerate(links)])
 
 
@@ -536,7 +483,7 @@ def _replace_findings(db: sqlite3.Connection, sweep_id: str, findings: Sequence[
     """The sweep's findings, in order; a finding of no host (the fabric's) is stored with the
     empty host name, which no host has, and read back as None."""
     db.execute("DELETE FROM findings WHERE sweep_id = ?", (sweep_id,))
-    _insert(db, "findings", _FINDING_FIELDS, [({"sweep_id": sweep_id, "ordinal": index},
+    insert_rows(db, "findings", FINDING_FIELDS, [({"sweep_id": sweep_id, "ordinal": index},
                                                finding if finding.get("host") is not None else {**finding, "host": ""})
                                               for index, finding in enumerate(findings)])
 
@@ -554,24 +501,24 @@ def _update_finished(db: sqlite3.Connection, sweep_id: str, document: Mapping[st
     interrupted = bool(document.get("interrupted")) or exit_code == ExitCode.INTERRUPTED
     db.execute("UPDATE sweeps SET finished_at = ?, interrupted = ?, exit_code = ?, summary_json = ?,"
                " document_schema = ?, layout_json = ?, extra_json = ?, analysed = 1 WHERE sweep_id = ?",
-               (document.get("finished_at"), interrupted, exit_code, _json(summary),
-                document.get("schema", SWEEP_SCHEMA), _json(list(document)),
-                _extra(document, _DOCUMENT_FIELDS), sweep_id))
+               (document.get("finished_at"), interrupted, exit_code, json_text(summary),
+                document.get("schema", SWEEP_SCHEMA), json_text(list(document)),
+                extra_json(document, DOCUMENT_FIELDS), sweep_id))
 
 
 def _load_hosts(db: sqlite3.Connection, sweep_id: str) -> list[dict[str, Any]]:
     legacy: dict[str, list[dict[str, Any]]] = {}  # the rows of a sweep stored before schema 3
     for row in db.execute("SELECT * FROM results WHERE sweep_id = ? ORDER BY host, ordinal", (sweep_id,)):
-        legacy.setdefault(row["host"], []).append(_decode(row, _RESULT_FIELDS))
-    return [{**_decode(row, _HOST_FIELDS), "results": host_results(db, row, legacy)}
+        legacy.setdefault(row["host"], []).append(decode(row, RESULT_FIELDS))
+    return [{**decode(row, HOST_FIELDS), "results": host_results(db, row, legacy)}
             for row in db.execute("SELECT * FROM hosts WHERE sweep_id = ? ORDER BY ordinal", (sweep_id,))]
 
 
 def _document(sweep: sqlite3.Row, hosts: list[dict[str, Any]], links: list[dict[str, Any]],
               findings: list[dict[str, Any]]) -> dict[str, Any]:
     """The document in the field order it was stored with; extra fields where they stood."""
-    extra: dict[str, Any] = _loads(sweep["extra_json"]) or {}
-    summary = _loads(sweep["summary_json"])
+    extra: dict[str, Any] = loads(sweep["extra_json"]) or {}
+    summary = loads(sweep["summary_json"])
     if sweep["finished_at"] is None:  # never finished: the controller died, was stopped, or is still running
         extra = {**extra, "interrupted": True}
         summary = summary or {"hosts_total": len(hosts), "hosts_ok": sum(h["status"] == "ok" for h in hosts),
@@ -579,98 +526,9 @@ def _document(sweep: sqlite3.Row, hosts: list[dict[str, Any]], links: list[dict[
     fields = {"schema": sweep["document_schema"], "sweep_id": sweep["sweep_id"], "started_at": sweep["started_at"],
               "finished_at": sweep["finished_at"], "hosts": hosts, "links": links, "findings": findings,
               "summary": summary, **extra}
-    layout: list[str] = _loads(sweep["layout_json"]) or []
+    layout: list[str] = loads(sweep["layout_json"]) or []
     order = [*layout, *(name for name in fields if name not in layout)]
     return {name: fields[name] for name in order if name in fields}
-
-
-def _history_row(db: sqlite3.Connection, row: sqlite3.Row, host: str) -> dict[str, Any]:
-    """One sweep of ``host``'s history (Store.host_history)."""
-    sweep_id = row["sweep_id"]
-    findings = host_findings(db, sweep_id, host)
-    figures = _host_figures(db, sweep_id, host)
-    links = [_decode(link, _LINK_FIELDS) for link in db.execute(
-        "SELECT * FROM links WHERE sweep_id = ? AND (a = ? OR b = ?) ORDER BY ordinal", (sweep_id, host, host))]
-    return {"sweep_id": sweep_id, "started_at": row["started_at"], "status": row["status"], "error": row["error"],
-            "analysed": bool(row["analysed"]), "findings": findings, "figures": figures,
-            "judged": judged_values(host, figures, findings),
-            "links": links}
-
-
-def host_findings(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict[str, Any]]:
-    """The sweep's findings that name ``host``, most costly first (gpudiag.findings.cost_order): its
-    own and those of a link it is an end of (``peer``); not a fleet's, a group's or the network's
-    (SHARED_KINDS), whatever hosts they list."""
-    found = [_decode(row, _FINDING_FIELDS) for row in db.execute(
-        "SELECT * FROM findings WHERE sweep_id = ? AND (host = ? OR peer = ?) ORDER BY ordinal",
-        (sweep_id, host, host))]
-    return sorted((finding for finding in found if finding.get("kind") not in SHARED_KINDS), key=cost_order)
-
-
-def _host_figures(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict[str, Any]]:
-    groups: dict[str, list[StoredFigure]] = {}
-    for _, figure in figures(db, sweep_id, host):
-        groups.setdefault(figure.key, []).append(figure)
-    return _grouped_figures(groups.values())
-
-
-def _grouped_figures(groups: Iterable[Sequence[StoredFigure]]) -> list[dict[str, Any]]:
-    """Store.host_history's ``figures`` of one host in one sweep, from its figures grouped by key."""
-    found = []
-    for group in groups:
-        first = group[0]
-        found.append(_figure_entry({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params),
-                                    "unit": first.unit}, [[figure.gpu, figure.value] for figure in group]))
-    return sorted(found, key=lambda figure: (figure["metric"], _json(figure["params"])))
-
-
-def _figure_entry(name: Mapping[str, Any], per_gpu: list[list[Any]]) -> dict[str, Any]:
-    """A figure of Store.host_history: its ``name`` (metric, params, unit), then count, min,
-    median and max of ``per_gpu`` (``[GPU index, value]`` each), and per_gpu."""
-    values = [value for _, value in per_gpu]
-    return {**name, "count": len(values), "min": min(values), "median": statistics.median(values),
-            "max": max(values), "per_gpu": per_gpu}
-
-
-def judged_values(host: str, host_figures: Sequence[Mapping[str, Any]],
-                  findings: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each of ``host``'s GPU figures (Store.host_history's ``figures``: the first pass's) that the
-    sweep judged at another value: where a finding of the host names the GPU and the figure, its
-    ``value`` is what the sweep judged (after a re-test, the mean that confirmed it:
-    gpudiag.analysis.suspects.confirm). A finding names one figure where the GPU has one figure of
-    its metric (and unit); of several (P2P pairs, PCIe directions) which one it judged is not
-    stored, and none is taken. Two findings judging one figure differently leave it as it is.
-    Each as metric, params, gpu, ``first_pass`` and ``value``, in the figures' order."""
-    named: dict[tuple[str, int], list[tuple[Mapping[str, Any], float]]] = {}
-    for entry in host_figures:
-        for gpu, value in entry["per_gpu"]:
-            if gpu is not None:
-                named.setdefault((entry["metric"], gpu), []).append((entry, value))
-    values: dict[tuple[str, int], set[float]] = {}
-    for finding in findings:
-        gpu, metric = finding.get("gpu"), str(finding.get("metric"))
-        candidates = named.get((metric, gpu), []) if isinstance(gpu, int) else []
-        if (finding.get("host") == host and finding.get("value") is not None and len(candidates) == 1
-                and finding.get("unit") in (None, candidates[0][0]["unit"])):
-            values.setdefault((metric, gpu), set()).add(float(finding["value"]))
-    judged = []
-    for (metric, gpu), found in values.items():
-        (entry, first_pass), = named[(metric, gpu)]
-        # A finding's figure may be rounded (to 3 decimals): the first pass's, so rounded, is the first pass's.
-        if len(found) == 1 and not found & {first_pass, round(first_pass, 3)}:
-            judged.append({"metric": metric, "params": entry["params"], "gpu": gpu, "first_pass": first_pass,
-                           "value": found.pop()})
-    return sorted(judged, key=lambda item: (item["metric"], _json(item["params"]), item["gpu"]))
-
-
-def judged_figures(row: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A Store.host_history row's figures with each GPU at the value the sweep judged it
-    (its ``judged``), count, min, median and max over them."""
-    judged = {(item["metric"], _json(item["params"]), item["gpu"]): item["value"] for item in row.get("judged") or ()}
-    return [_figure_entry({name: entry[name] for name in ("metric", "params", "unit")},
-                          [[gpu, judged.get((entry["metric"], _json(entry["params"]), gpu), value)]
-                           for gpu, value in entry["per_gpu"]])
-            for entry in row["figures"]]
 
 
 def _link_counts(db: sqlite3.Connection, limit: int) -> dict[str, dict[str, Any]]:

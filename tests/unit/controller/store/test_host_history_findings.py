@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpudiag.store.store import Store, judged_figures
+from gpudiag.store.historyrows import judged_figures
+from gpudiag.store.store import Store
 
 FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 2, "driver": "550.54.15",
          "driver_version": "550.54.15", "cuda_version": "12.4", "torch_version": "2.4.1", "gpu_memory_mib": 81559}
