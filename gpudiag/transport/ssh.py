@@ -124,7 +124,9 @@ class SshConnector:
         """Log in to ``host`` over ``sock`` (closed if that fails), by ``deadline`` (on
         time.monotonic) where given. Raises a TransportError: ConnectTimedOut past ``deadline``."""
         settings = self._settings
-        transport = HostTransport(sock, host.label)
+        # from the moment the connecting counts as out of time (_time_up), paramiko's words on it
+        # are DEBUG: the host's outcome says it
+        transport = HostTransport(sock, host.label, None if deadline is None else deadline - TIME_UP_MARGIN_S)
         handshake_s = _capped(settings.banner_timeout_s, deadline)
         # Where the host's time ends the connecting, paramiko's reader waits a little longer than
         # this thread: a host out of time is closed here first, and its end is no error of
