@@ -111,6 +111,15 @@ def hardware_key(key: str) -> str:
     return strict_dumps({**data, "facts": facts}, sort_keys=True, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=4096)
+def key_model(key: str) -> str | None:
+    """The GPU model of ``key`` (its CPU model for a CPU result; None for a link group, or a key
+    that names neither)."""
+    facts = json.loads(key).get("facts") or {}
+    model = facts.get("gpu_model") or facts.get("cpu_model")
+    return str(model) if model else None
+
+
 # The parameters that name one GPU pair of a P2P key: keys differing only in them are one
 # metric measured between different GPUs of the same hosts.
 PAIR_PARAMS = ("src", "dst")

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..analysis.keys import key_model
 from ..findings import Kind, cost_order
 from .hosts import StoredFigure, figures
 from .rows import FINDING_FIELDS, LINK_FIELDS, decode, json_text
@@ -55,12 +56,13 @@ def grouped_figures(groups: Iterable[Sequence[StoredFigure]]) -> list[dict[str, 
     for group in groups:
         first = group[0]
         found.append(figure_entry({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params),
-                                    "unit": first.unit}, [[figure.gpu, figure.value] for figure in group]))
+                                    "unit": first.unit, "model": key_model(first.key)},
+                                   [[figure.gpu, figure.value] for figure in group]))
     return sorted(found, key=lambda figure: (figure["metric"], json_text(figure["params"])))
 
 
 def figure_entry(name: Mapping[str, Any], per_gpu: list[list[Any]]) -> dict[str, Any]:
-    """A figure of Store.host_history: its ``name`` (metric, params, unit), then count, min,
+    """A figure of Store.host_history: its ``name`` (metric, params, unit, the GPU model), then count, min,
     median and max of ``per_gpu`` (``[GPU index, value]`` each), and per_gpu."""
     values = [value for _, value in per_gpu]
     return {**name, "count": len(values), "min": min(values), "median": statistics.median(values),
@@ -103,7 +105,7 @@ def judged_figures(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     (its ``judged``), count, min, median and max over them."""
     judged = {(item["metric"], json_text(item["params"]), item["gpu"]): item["value"]
               for item in row.get("judged") or ()}
-    return [figure_entry({name: entry[name] for name in ("metric", "params", "unit")},
+    return [figure_entry({name: entry.get(name) for name in ("metric", "params", "unit", "model")},
                          [[gpu, judged.get((entry["metric"], json_text(entry["params"]), gpu), value)]
                           for gpu, value in entry["per_gpu"]])
             for entry in row["figures"]]

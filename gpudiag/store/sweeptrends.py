@@ -9,7 +9,7 @@ from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import fleet_ratio_noise, fleet_trends, noise_hosts
+from .trend import NoiseKey, fleet_ratio_noise, fleet_trends, noise_hosts
 from .trendfit import Noise
 from .trendwords import trend_findings
 
@@ -34,7 +34,7 @@ def sweep_trend_findings(store: Store, sweep_id: str, hosts: Iterable[str], thre
     return [finding for host in judged for finding in trend_findings(trends[host])]
 
 
-def store_fleet_noise(store: Store, sweeps: int) -> dict[str, Noise]:
+def store_fleet_noise(store: Store, sweeps: int) -> dict[NoiseKey, Noise]:
     """fleet_ratio_noise over every host of the store's last ``sweeps`` sweeps: what ``gpudiag
     history HOST`` judges a GPU's slide against its siblings with, as the sweep does. Raises
     StoreError where the store cannot be read."""

@@ -67,6 +67,7 @@ decide how soon a slide can be told from noise at all.
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,9 @@ SIBLING_WATCH_MARGIN = 1.0
 # The most hosts a fleet's noise against the siblings is pooled over (fleet_ratio_noise): 256 hosts
 # of 8 GPUs over 4 sweeps give 4,096 degrees of freedom, and a fleet of 10,000 is read once for it.
 FLEET_NOISE_HOSTS = 256
+# What a fleet's noise against the siblings is pooled by: the GPU model (None: not stored) and the
+# figure's name.
+NoiseKey = tuple[str | None, str]
 # How many sweeps after the latest a watched part's fitted line reaches the warn deficit by.
 WATCH_HORIZON = 2
 # The verdicts of a trend, worst first.
@@ -307,12 +311,12 @@ def figure_name(figure: Mapping[str, Any]) -> str:
 
 def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[Repair], threshold_pct: float,
                 min_sweeps: int, slope_z: float = 3.0, *, warn_pct: float | None = None,
-                watch_z: float = WATCH_SLOPE_Z, fleet_noise: Mapping[str, Noise] | None = None) -> HostTrends:
+                watch_z: float = WATCH_SLOPE_Z, fleet_noise: Mapping[NoiseKey, Noise] | None = None) -> HostTrends:
     """The trends of ``host``'s figures over ``rows`` (Store.host_history, newest first) given
     its ``repairs``; a trend is a slow degradation or a watch as the module says (``slope_z``,
     ``watch_z``: sigma; ``warn_pct``: the warn deficit, None: the shipped ``deficit_warn``;
-    ``fleet_noise``: per figure, its GPUs' noise against their siblings pooled over the fleet,
-    fleet_ratio_noise, None: the host's own alone)."""
+    ``fleet_noise``: per GPU model and figure, its GPUs' noise against their siblings pooled over
+    the fleet, fleet_ratio_noise, None: the host's own alone)."""
     if warn_pct is None:
         warn_pct = default_thresholds().deficit_warn_pct
     rules = _Rules(threshold_pct, min_sweeps, slope_z, warn_pct, watch_z)
@@ -334,42 +338,55 @@ def fleet_trends(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: 
 
 
 def fleet_ratio_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]],
-                      repairs: Mapping[str, Sequence[Repair]]) -> dict[str, Noise]:
-    """Per figure, the per-sweep noise of GPUs against their siblings (trendfit.ratio_noise),
-    pooled over the hosts of ``histories`` (each host's Store.host_history rows, newest first;
-    FLEET_NOISE_HOSTS of them at most, spread over their names), each trend after the
-    ``repairs`` that cover it, as host_trends windows them: what ``host_trends``' ``fleet_noise``
-    takes. A host's own 8 GPUs over 4 sweeps give 16 degrees of freedom, and its slope bar, the
-    Student quantile of them, is 3.5 where 3 sigma is meant; the fleet's give hundreds, and a bar
-    near the sigma it means."""
+                      repairs: Mapping[str, Sequence[Repair]]) -> dict[NoiseKey, Noise]:
+    """Per GPU model and figure (NoiseKey), the per-sweep noise of GPUs against their siblings
+    (trendfit.ratio_noise), pooled over the hosts of ``histories`` (each host's Store.host_history
+    rows, newest first; FLEET_NOISE_HOSTS of them at most: noise_hosts) that have that
+    model, each trend after the ``repairs`` that cover it, as host_trends windows them: what
+    ``host_trends``' ``fleet_noise`` takes. Models are not pooled: a quiet model's noise would
+    judge a noisy one's GPUs (at 0.5 and 2 %, pooled to 1.5 %, a noisy model's bar of 3.5 sigma
+    was 2.6 of its own); a model none of whose hosts was sampled has none, and its hosts are judged
+    by their own. A host's own 8 GPUs over 4 sweeps give 16 degrees of freedom, and its slope bar,
+    the Student quantile of them, is 3.5 where 3 sigma is meant; the fleet's give hundreds, and a
+    bar near the sigma it means."""
     return _fleet_noise(histories, repairs)[0]
 
 
 def noise_hosts(hosts: Iterable[str]) -> list[str]:
-    """The hosts a fleet's noise against the siblings is pooled over: FLEET_NOISE_HOSTS at most,
-    spread over the hosts' names."""
-    names = sorted(hosts)
-    return names[::-(-len(names) // FLEET_NOISE_HOSTS) or 1]  # the stride rounded up: that many at most
+    """The hosts a fleet's noise against the siblings is pooled over, by name: every host up to
+    FLEET_NOISE_HOSTS; of more, those first by a hash of their names (the same every time). A
+    stride over the sorted names took every other host of a fleet whose models alternate by name,
+    and one model's noise judged the other's GPUs; by the hash each model has about its share."""
+    names = sorted(set(hosts))
+    if len(names) <= FLEET_NOISE_HOSTS:
+        return names
+    return sorted(sorted(names, key=_name_hash)[:FLEET_NOISE_HOSTS])
+
+
+def _name_hash(name: str) -> bytes:
+    return hashlib.blake2b(name.encode(), digest_size=8).digest()
 
 
 def _fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: Mapping[str, Sequence[Repair]]
-                 ) -> tuple[dict[str, Noise], dict[str, dict[str, _Figure]]]:
+                 ) -> tuple[dict[NoiseKey, Noise], dict[str, dict[str, _Figure]]]:
     """fleet_ratio_noise, and the windowed figures of the hosts it rests on (_windowed)."""
     sampled = {host: _windowed(histories[host], repairs.get(host, ())) for host in noise_hosts(histories)}
-    found: dict[str, list[Noise]] = {}
+    found: dict[NoiseKey, list[Noise]] = {}
     for figures in sampled.values():
         for name, figure in figures.items():
-            found.setdefault(name, []).append(ratio_noise(figure.ratios))
-    return {name: pooled for name, noises in found.items() if (pooled := pooled_noises(noises)).dof}, sampled
+            found.setdefault((figure.model, name), []).append(ratio_noise(figure.ratios))
+    return {key: pooled for key, noises in found.items() if (pooled := pooled_noises(noises)).dof}, sampled
 
 
 @dataclass(frozen=True)
 class _Figure:
     """One figure of a host over its sweeps, each trend after the repair that covers it: the
     median of its GPUs (and how many GPUs each sweep's median rests on), each GPU, and each GPU's
-    ratios to its siblings (trendfit.sibling_ratios)."""
+    ratios to its siblings (trendfit.sibling_ratios); ``model``: the GPU model of its latest
+    sweep (None: not stored)."""
 
     unit: str | None
+    model: str | None
     median: _Window
     counts: tuple[int, ...]
     gpus: tuple[_Window, ...]
@@ -381,8 +398,11 @@ def _windowed(rows: Sequence[Mapping[str, Any]], repairs: Sequence[Repair]) -> d
     gpus: dict[str, dict[int, list[TrendPoint]]] = {}
     medians: dict[str, list[TrendPoint]] = {}
     units: dict[str, str | None] = {}
+    models: dict[str, str | None] = {}
     counts: dict[str, list[int]] = {}
     for row in reversed(rows):
+        for figure in row.get("figures") or ():
+            models[figure_name(figure)] = figure.get("model")  # the latest sweep's, oldest first
         for name, (unit, per_gpu) in sweep_figures(row.get("figures") or ()).items():
             units.setdefault(name, unit)
             counts.setdefault(name, []).append(len(per_gpu))
@@ -395,19 +415,20 @@ def _windowed(rows: Sequence[Mapping[str, Any]], repairs: Sequence[Repair]) -> d
     figures = {}
     for name in sorted(medians):
         windows = tuple(_window(repairs, gpu, points) for gpu, points in sorted(gpus.get(name, {}).items()))
-        figures[name] = _Figure(units[name], _window(repairs, None, medians[name]), tuple(counts[name]), windows,
+        figures[name] = _Figure(units[name], models.get(name), _window(repairs, None, medians[name]),
+                                tuple(counts[name]), windows,
                                 sibling_ratios([(cast(int, window.gpu), window.points) for window in windows]))
     return figures
 
 
-def _judged(host: str, figures: Mapping[str, _Figure], rules: _Rules, fleet: Mapping[str, Noise]) -> HostTrends:
+def _judged(host: str, figures: Mapping[str, _Figure], rules: _Rules, fleet: Mapping[NoiseKey, Noise]) -> HostTrends:
     """The HostTrends of ``host``'s windowed ``figures`` by ``rules``, with the ``fleet``'s noise."""
     trends = []
     for name, figure in figures.items():
         judge = _Judge(name, figure.unit, rules)
         # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
         pooled = pooled_noise([point.value for point in window.points] for window in figure.gpus)
-        siblings = sibling_slopes(figure.ratios, fleet.get(name))
+        siblings = sibling_slopes(figure.ratios, fleet.get((figure.model, name)))
         trends.append(FigureTrend(name, figure.unit, judge.trend(figure.median, median_noise(pooled, figure.counts)),
                                   tuple(judge.trend(window, pooled, siblings.get(cast(int, window.gpu)))
                                         for window in figure.gpus)))

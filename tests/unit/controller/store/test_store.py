@@ -190,10 +190,11 @@ def test_host_history_gives_each_sweeps_figures_over_the_hosts_gpus(tmp_path: Pa
         unreachable = store.host_history("node003")
     assert [h["sweep_id"] for h in history] == [second["sweep_id"], first["sweep_id"]]
     assert history[1]["figures"] == [
-        {"metric": "gemm.tflops", "params": GEMM_PARAMS, "unit": "TFLOP/s", "count": 2,
-         "min": 611.0, "median": 676.5, "max": 742.0, "per_gpu": [[0, 742.0], [1, 611.0]]},
-        {"metric": "membw.gbps", "params": MEMBW_PARAMS, "unit": "GB/s", "count": 2,
-         "min": 3010.1, "median": pytest.approx(3010.9), "max": 3011.7, "per_gpu": [[0, 3010.1], [1, 3011.7]]}]
+        {"metric": "gemm.tflops", "params": GEMM_PARAMS, "unit": "TFLOP/s", "model": "NVIDIA H100 80GB HBM3",
+         "count": 2, "min": 611.0, "median": 676.5, "max": 742.0, "per_gpu": [[0, 742.0], [1, 611.0]]},
+        {"metric": "membw.gbps", "params": MEMBW_PARAMS, "unit": "GB/s", "model": "NVIDIA H100 80GB HBM3",
+         "count": 2, "min": 3010.1, "median": pytest.approx(3010.9), "max": 3011.7,
+         "per_gpu": [[0, 3010.1], [1, 3011.7]]}]
     assert [(h["status"], h["figures"]) for h in unreachable] == [("unreachable", [])] * 2
 
 

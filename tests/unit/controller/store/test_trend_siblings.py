@@ -31,12 +31,14 @@ from gpudiag.store.trendwords import trend_findings
 LEVEL = 740.0
 
 
-def _rows(series: dict[int, list[float]]) -> list[dict]:
+def _rows(series: dict[int, list[float]], model: str | None = None) -> list[dict]:
     sweeps = len(next(iter(series.values())))
     rows = []
     for index in range(sweeps):
         per_gpu = [[gpu, values[index]] for gpu, values in sorted(series.items())]
         figure = {"metric": "gemm.tflops", "params": {"dtype": "bf16"}, "unit": "TFLOP/s", "per_gpu": per_gpu}
+        if model is not None:
+            figure["model"] = model
         rows.append({"sweep_id": f"2026010{index}T000000Z-{index:04x}", "started_at": f"2026-01-0{index + 1}T00:00:00Z",
                      "status": "ok", "error": None, "figures": [figure]})
     return list(reversed(rows))
@@ -113,9 +115,9 @@ def test_a_host_noisier_than_its_fleet_is_judged_by_its_own_noise():
              for host in range(15)}
     fleet = fleet_ratio_noise({**quiet, "node001": _rows(noisy)}, {})
     own = ratio_noise(sibling_ratios([(gpu, _points(values)) for gpu, values in noisy.items()]))
-    assert own.sigma > HOST_NOISE_TOLERANCE * fleet["gemm.tflops bf16"].sigma
+    assert own.sigma > HOST_NOISE_TOLERANCE * fleet[(None, "gemm.tflops bf16")].sigma
     slopes = sibling_slopes(sibling_ratios([(gpu, _points(values)) for gpu, values in noisy.items()]),
-                            fleet["gemm.tflops bf16"])
+                            fleet[(None, "gemm.tflops bf16")])
     assert all(slope.noise == pytest.approx(own.sigma) and slope.dof == own.dof for slope in slopes.values())
     # A host as quiet as its fleet takes the fleet's noise, with its degrees of freedom.
     (name, pooled), = fleet_ratio_noise(quiet, {}).items()
@@ -231,7 +233,7 @@ def test_a_gpus_slow_degradation_is_a_fall_against_its_siblings_too():
     assert finding.gpu is None and finding.host == "node001"
 
 
-def test_a_sweep_judges_each_host_as_history_does_with_the_fleets_noise_from_256_hosts_at_most_spread():
+def test_a_sweep_judges_each_host_as_history_does_with_the_fleets_noise_from_256_hosts_at_most():
     rng = random.Random(11)
     histories = {f"node{index:03d}": _rows({gpu: _noisy(rng, [1.0] * 4, 0.01) for gpu in range(8)})
                  for index in range(300)}
@@ -240,10 +242,39 @@ def test_a_sweep_judges_each_host_as_history_does_with_the_fleets_noise_from_256
     fleet = fleet_ratio_noise(histories, {})
     (noise,) = fleet.values()
     chosen = noise_hosts(histories)
-    assert len(chosen) == 150 <= FLEET_NOISE_HOSTS and chosen[:2] == ["node000", "node002"]  # every other host
+    assert len(chosen) == FLEET_NOISE_HOSTS < len(histories) and chosen == noise_hosts(reversed(histories))
+    assert 100 <= sum(int(host[4:]) < 150 for host in chosen) <= 156  # about half from each half of the names
     assert noise.dof == len(chosen) * 8 * 2 and noise.sigma == pytest.approx(0.0107, rel=0.1)
     swept = fleet_trends(histories, {}, 5.0, 3, 3.0, warn_pct=3.0)
     for host in ("node007", "node123", "node299"):
         alone = host_trends(host, histories[host], [], 5.0, 3, 3.0, warn_pct=3.0, fleet_noise=fleet)
         assert swept[host].to_dict() == alone.to_dict()
     assert [trend.gpu for trend in swept["node007"].watches + swept["node007"].degradations] == [7]
+
+
+@pytest.mark.parametrize("alternate", [False, True], ids=["models_in_halves", "models_alternating"])
+def test_each_gpu_model_is_judged_by_its_own_models_noise_not_the_fleets_pooled(alternate: bool):
+    # Half the fleet's hosts are a model at 2 % noise, half one at 0.5 %: pooled over both (1.5 %),
+    # a noisy model's flat GPU was judged at 2.6 of its own sigma where 3.5 is meant, and a quiet
+    # model's GPU losing 1 % a sweep (7 of its standard errors, 2.5 of the pooled) was seldom seen.
+    # Where the models alternate by name, a stride over the names had sampled one model alone.
+    rng = random.Random(13)
+    noisy, quiet = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+    names = [f"node{index:03d}" for index in range(400)]
+    noisy_hosts = names[0::2] if alternate else names[:200]
+    quiet_hosts = names[1::2] if alternate else names[200:]
+    histories = {host: _rows({gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(8)}, noisy) for host in noisy_hosts}
+    histories.update({host: _rows({gpu: _noisy(rng, [1.0] * 4, 0.005) for gpu in range(8)}, quiet)
+                      for host in quiet_hosts})
+    sliding = quiet_hosts[::20]
+    for host in sliding:
+        histories[host] = _rows({**{gpu: _noisy(rng, [1.0] * 4, 0.005) for gpu in range(7)},
+                                 7: _noisy(rng, [1.0, 0.99, 0.98, 0.97], 0.005)}, quiet)
+    fleet = fleet_ratio_noise(histories, {})
+    assert set(fleet) == {(noisy, "gemm.tflops bf16"), (quiet, "gemm.tflops bf16")}
+    assert fleet[(noisy, "gemm.tflops bf16")].sigma > 3 * fleet[(quiet, "gemm.tflops bf16")].sigma
+    trends = fleet_trends(histories, {}, 5.0, 3, 3.0, warn_pct=0.5)
+    flagged = {host: {trend.gpu for trend in found.watches + found.degradations} for host, found in trends.items()}
+    # 1,600 flat GPUs of the noisy model at 3.5 sigma: one or two by chance (pooled: about 9)
+    assert sum(len(flagged[host]) for host in noisy_hosts) <= 3, {host: flagged[host] for host in noisy_hosts}
+    assert sum(flagged[host] == {7} for host in sliding) >= 9, {host: flagged[host] for host in sliding}
