@@ -147,7 +147,8 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     elsewhere (the link phase), ordered and excluded with the rest. ``wired``: how many NVLinks a
     GPU model wires (None: unknown, peers decide). ``previous_hosts``: the hosts of the previous
     sweep of these hosts (the store's), so that error counters are judged on their growth since
-    then (gpudiag.analysis.counters), and a GPU gone since is missing (gpudiag.analysis.coverage).
+    then (gpudiag.analysis.counters), and a GPU gone since is missing (gpudiag.analysis.coverage);
+    a PriorCounts may also hold the GPUs Slurm is configured to give each host.
     ``interrupted``: the sweep was cut short before its re-test could run, so a dip seen once is
     no finding (a sweep that finished would have dropped it unless it repeated); those suspects
     are only counted."""
@@ -186,7 +187,8 @@ def analyse(hosts: Sequence[HostRecords | dict[str, Any]], thresholds: Threshold
     findings += shift_findings(shifts, grouped, telemetry, context.clock_costs, thresholds)
     findings += fleet_shifts(judged, grouped, thresholds) + port_findings(readings.ports, thresholds, previous)
     findings += xid_findings([h for h in hosts if h.host in readings.xid_hosts])  # read again: only these
-    findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok, previous.gpu_counts)
+    findings += readings.gaps + coverage.missing_gpus(hosts, readings.not_ok, previous.gpu_counts,
+                                                      previous.slurm_gpus)
     findings += unkeyed(readings.unkeyed)
     findings += [unmeasured_retest(s) for s in suspects if s.retest_failed]
     not_compared = [m for key, same in grouped.items() if key not in refs for m in same]  # (order: any)

@@ -311,6 +311,9 @@ class PriorCounts:
     # The GPUs each host could use then, and its board (host -> (count, DMI product name or None)):
     # a GPU gone from the bus since is missing, in a job of one node too (gpudiag.analysis.coverage).
     gpu_counts: dict[str, tuple[int, str | None]] = field(default_factory=dict)
+    # The GPUs Slurm is configured to give each host (its Gres=, asked by a pre-flight as it
+    # starts): known before the sweep as the previous sweep's are.
+    slurm_gpus: dict[str, int] = field(default_factory=dict)
 
     def before(self, host: str, uuid: str, counter: str, link: int | None) -> float | None:
         """The counter's previous count (0 where it read 0), None where its GPU was not read."""

@@ -96,17 +96,20 @@ def add_gpu_count(counts: dict[str, tuple[int, str | None]], host: HostRecords) 
 
 
 def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[ProbeResult]],
-                 previous: Mapping[str, tuple[int, str | None]] | None = None) -> list[Finding]:
+                 previous: Mapping[str, tuple[int, str | None]] | None = None,
+                 configured: Mapping[str, int] | None = None) -> list[Finding]:
     """``missing_gpu`` findings: each GPU NVML reports lost, and each host that sees fewer GPUs
-    than its PCI bus, NVML, most of its peers of the same GPU model and platform, or its own
-    previous sweep on the same board (``previous``: add_gpu_count's). ``not_ok`` holds each
+    than its PCI bus, NVML, most of its peers of the same GPU model and platform, its own
+    previous sweep on the same board (``previous``: add_gpu_count's) or the GPUs Slurm is
+    configured to give it (``configured``: host -> its ``Gres=`` GPUs, gpudiag.slurm.nodes; a GPU
+    gone from the bus of a 1-node job with no stored sweep). ``not_ok`` holds each
     host's records that are not ok (where a lost GPU's telemetry is). A host of no known platform
     that only its peers find short is ``unchecked`` (see the module docstring)."""
     ok = [h for h in hosts if h.status == "ok" and h.facts]
     groups = _count_groups(ok)
     peer_counts = _peer_counts(groups)
     undecided = _undecided_counts(groups, peer_counts)
-    previous = previous or {}
+    previous, configured = previous or {}, configured or {}
     findings: list[Finding] = []
     for host in ok:
         lost = _lost_gpus(host.host, not_ok.get(host.host, ()))
@@ -119,6 +122,8 @@ def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[Pro
         before = previous.get(host.host)
         if before is not None and before[1] == _platform(facts):
             expected[PREVIOUS] = before[0]
+        if host.host in configured:
+            expected[CONFIGURED] = configured[host.host]
         most = max(expected.values(), default=0)
         if seen < most and len(lost) < most - seen:
             sources = "; ".join(f"{what} {count}" for what, count in expected.items())
@@ -151,11 +156,11 @@ def _undecided_counts(groups: Mapping[PeerGroup, Sequence[tuple[str, int]]],
 
 def _only_peers_expect_more(facts: Mapping[str, Any], expected: Mapping[str, int]) -> bool:
     """True where the platform is unknown and the host's PCI bus and NVML both count what torch
-    sees: only peers (maybe of another board) expect more."""
+    sees: only peers (maybe of another board) expect more, not its previous sweep nor Slurm."""
     seen = _gpu_count(facts)
     own = [facts.get("pci_gpu_count"), facts.get("nvml_gpu_count")]
     return not _platform(facts) and all(isinstance(count, int) and count == seen for count in own) and \
-        expected.get(PEERS, 0) > seen >= expected.get(PREVIOUS, 0)
+        expected.get(PEERS, 0) > seen >= max(expected.get(PREVIOUS, 0), expected.get(CONFIGURED, 0))
 
 
 def _short_of_peers(host: str, evidence: str) -> Finding:
@@ -179,6 +184,7 @@ def _lost_gpus(host: str, records: Iterable[ProbeResult]) -> list[Finding]:
 PeerGroup = tuple[str | None, str | None]
 PEERS = "peers of the same model and platform have"
 PREVIOUS = "its previous sweep on this board counted"
+CONFIGURED = "Slurm's configuration (Gres) gives it"
 
 
 def _platform(facts: Mapping[str, Any]) -> str | None:

@@ -26,7 +26,7 @@ from ..report.tables import make_console
 from ..run.interrupts import InterruptGate
 from ..run.request import Judging, LinkOptions, Reach
 from ..run.runtime import Runtime
-from ..slurm.nodelist import job_hosts_argument
+from ..slurm.nodelist import in_slurm_job, job_hosts_argument
 from .connect import connect
 from .groups import judging_options, link_options, reach_options
 from .helptext import SectionedCommand, epilog
@@ -116,7 +116,7 @@ def preflight(hosts_argument: str | None, reach: Reach, budget_s: float, drain: 
         hosts_argument=hosts_argument, budget_s=budget_s, reach=reach, judging=judging, links=links,
         python=python, dtype=dtype, max_gpu_mem_mib=max_gpu_mem,
         probes=listed_probe_names(probe_list) if probe_list else DEFAULT_PROBES, deadline_s=deadline,
-        drain=drain, undrain=undrain, scontrol=scontrol)
+        drain=drain, undrain=undrain, scontrol=scontrol, slurm_gpus=undrain or in_slurm_job(os.environ))
     check_request(request)
     names, hosts_stdin = host_text(request, stdin)
     if reach.here and len(names) != 1:

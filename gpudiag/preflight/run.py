@@ -38,6 +38,7 @@ from ..run.runtime import Runtime
 from ..run.sweep import run_sweep
 from ..slurm.drain import CommandOutcome, UndrainResult, check_start, drain, drain_commands, undrain
 from ..slurm.nodelock import Busy, NodeLockError, NodeLocks, lock_nodes
+from ..slurm.resume import CheckStart
 from .checked import host_checks
 from .planner import DEFAULT_PROBES, PreflightPlan, plan_preflight
 
@@ -60,7 +61,9 @@ class PreflightRequest:
     and judged and the pair tests run (the sweep's own ``Reach``, ``Judging`` and
     ``LinkOptions``: its ``mode`` as a sweep's --links, auto and screen screen, full tests every
     pair), which probes to plan (as a sweep's ``--probes``), what the probes may use, and
-    whether to ``drain`` and ``undrain`` through ``scontrol``. The budget plans the rest
+    whether to ``drain`` and ``undrain`` through ``scontrol``, and whether to ask Slurm for the
+    GPUs each node is configured with (``slurm_gpus``: in a job or a prolog; a node that sees
+    fewer is ``missing_gpu``, in a 1-node job with no stored sweep too). The budget plans the rest
     (gpudiag.preflight.planner): the probes' load and deadline, whether the link tests run and
     how long each pair is tested."""
 
@@ -77,6 +80,7 @@ class PreflightRequest:
     drain: bool = False
     undrain: bool = False
     scontrol: str = "scontrol"
+    slurm_gpus: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,18 +188,37 @@ def run_preflight(request: PreflightRequest, plan: PreflightPlan, runtime: Runti
                        "two checks never run on one node at once: check again once the other has ended", started)
     with locks:
         deadline = scontrol_deadline(request.budget_s, started)
-        # Slurm's view before the first measurement: a drain newer than it is never resumed by this run
+        # Slurm's view before the first measurement: a drain newer than it is never resumed by this
+        # run; each node's configured GPUs
         start = check_start(names, request.scontrol, min(deadline, time.monotonic() + START_QUERY_S)) \
-            if request.undrain else None
-        result = run_sweep(sweep_request(request, plan), runtime)
+            if request.undrain or request.slurm_gpus else None
+        result = _run_sweep(request, plan, runtime, start)
         interrupted = result.interrupted or runtime.gate.received
         deadline = scontrol_deadline(request.budget_s, started)
         commands = drain_commands(result.findings, scontrol=request.scontrol) if not interrupted else []
         drains = tuple(drain(commands, run=request.drain, deadline=deadline))
         undrained = None
-        if start is not None and not interrupted:
+        if start is not None and request.undrain and not interrupted:
             undrained = undrain(host_checks(result), start, run=True, scontrol=request.scontrol, deadline=deadline)
     return PreflightRun(plan, result, drains, undrained, request.drain, time.monotonic() - started)
+
+
+def _run_sweep(request: PreflightRequest, plan: PreflightPlan, runtime: Runtime, start: CheckStart | None
+               ) -> SweepResult:
+    """The plan's sweep, each node judged with the GPUs Slurm is configured to give it where it
+    was asked (``start``); a question Slurm did not answer is a warning, and the GPU counts are
+    judged without it."""
+    sweep = sweep_request(request, plan)
+    if start is None or not request.slurm_gpus:
+        return run_sweep(sweep, runtime)
+    if start.error is not None:
+        warning = (f"Slurm did not say how many GPUs each node is configured with ({start.error}): the GPU counts "
+                   "are judged without it")
+        result = run_sweep(sweep, runtime)
+        return dataclasses.replace(result, warnings=(*result.warnings, warning))
+    configured = {name: node.gpus for name, node in start.nodes.items() if node.gpus is not None}
+    return run_sweep(dataclasses.replace(sweep, judging=dataclasses.replace(sweep.judging, slurm_gpus=configured)),
+                     runtime)
 
 
 def _lock(request: PreflightRequest, names: Sequence[str]) -> NodeLocks | Busy:

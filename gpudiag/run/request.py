@@ -6,7 +6,8 @@ same objects."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from ..links.remote import PairTestOptions
 from ..links.schedule import FULL, SCREEN
@@ -43,12 +44,15 @@ class Reach:
 class Judging:
     """Where results are kept (``store_path``; None: nowhere) and how they are judged: the
     thresholds file (None: the shipped ones), the stored baseline's name (None: 'default', if
-    stored), and whether suspects are re-tested."""
+    stored), whether suspects are re-tested, and the GPUs Slurm is configured to give each host
+    (``slurm_gpus``, host -> count: a pre-flight's, gpudiag.slurm.nodes; a host that sees fewer
+    is ``missing_gpu``)."""
 
     store_path: str | None = None
     thresholds_path: str | None = None
     baseline_name: str | None = None
     retest: bool = True
+    slurm_gpus: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

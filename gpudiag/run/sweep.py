@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -191,7 +191,7 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     first = _first_pass(setup, runtime, budget, record, started_at, sweep_id)
     first = set_aside_impostors(first, setup.store, record)
     interrupted = first.interrupted or runtime.gate.received
-    previous, analysis = _first_analysis(setup, runtime, first, sweep_id, interrupted)
+    previous, analysis = _first_analysis(setup, runtime, first, sweep_id, interrupted, request.judging.slurm_gpus)
     retested = _retest_suspects(request, setup, runtime, budget, first, analysis.suspects, interrupted)
     interrupted = interrupted or retested.interrupted
     linked = _Linked() if interrupted else _link_tests(request, setup, runtime, budget, first, stride)
@@ -239,10 +239,11 @@ def _first_pass(setup: _Setup, runtime: Runtime, budget: RunBudget | None, recor
 
 
 def _first_analysis(setup: _Setup, runtime: Runtime, first: SweepResult, sweep_id: str,
-                    interrupted: bool) -> tuple[PriorCounts, Analysis]:
+                    interrupted: bool, slurm_gpus: Mapping[str, int]) -> tuple[PriorCounts, Analysis]:
     """The first pass analysed (each host a mapping whose records are unpacked one host at a
     time), and the error counters of each host's last stored sweep (their growth since then
-    decides: they count since the driver loaded)."""
+    decides: they count since the driver loaded), with the GPUs Slurm is configured to give each
+    host (``slurm_gpus``)."""
     finished = sum(h.ok for h in first.hosts)
     if interrupted:
         runtime.gate.say(f"analysing the {plural(finished, 'host')} that finished" if finished
@@ -251,6 +252,7 @@ def _first_analysis(setup: _Setup, runtime: Runtime, first: SweepResult, sweep_i
         runtime.progress.phase(f"analysing {plural(finished, 'host')}")
     previous = prior_counts(setup.store.previous_hosts([h.host for h in first.hosts if h.ok], sweep_id)
                             if setup.store else ())
+    previous.slurm_gpus.update(slurm_gpus)
     return previous, analyse(first.hosts, setup.thresholds, baseline=setup.baseline, interrupted=interrupted,
                              previous_hosts=previous)
 

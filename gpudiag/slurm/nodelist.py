@@ -56,6 +56,11 @@ def job_hosts(environ: Mapping[str, str]) -> list[HostSpec]:
     return nodelist_hosts(nodelist, "$SLURM_JOB_NODELIST")
 
 
+def in_slurm_job(environ: Mapping[str, str]) -> bool:
+    """Whether this process runs in a Slurm job or its prolog ($SLURM_JOB_ID is set)."""
+    return bool(environ.get("SLURM_JOB_ID", "").strip())
+
+
 def job_hosts_argument(environ: Mapping[str, str]) -> tuple[str, io.StringIO] | None:
     """The hosts of the job this process runs in, as a ``--hosts`` argument: ``-`` and a stdin that
     holds the node list as its one line, so a list that happens to name a file here is never read

@@ -24,6 +24,8 @@ _UNUSABLE = frozenset({"DOWN", "FAIL", "FAILING", "NOT_RESPONDING", "FUTURE", "P
 # Flags that keep a new job off a node (a step inside a job that holds the node still runs).
 _NO_NEW_JOBS = frozenset({"DRAIN", "DRAINED", "DRAINING", "MAINTENANCE", "RESERVED"})
 _KEY = re.compile(r"([A-Za-z][A-Za-z0-9_:]*)=(.*)")
+# A GRES type that names a MIG profile (``1g.10gb``): Slurm then counts slices, not GPUs.
+_MIG_TYPE = re.compile(r"\d+g\.\d+gb", re.IGNORECASE)
 _REASON_STAMP = re.compile(r"\s*\[([^\[\]@]*)@([^\[\]]*)\]\s*$")
 # scontrol prints every time (the reason's stamp too) as seconds since the epoch with this.
 EPOCH_TIME_FORMAT = {"SLURM_TIME_FORMAT": "%s"}
@@ -61,13 +63,21 @@ class ReasonStamp:
 class NodeState:
     """One node as Slurm sees it. ``state`` as scontrol prints it (``IDLE+DRAIN``); ``reason``
     without its ``[user@time]`` stamp, None when none is set; ``address`` the NodeAddr;
-    ``stamp`` who set the reason and when (None: no reason, or Slurm printed no stamp)."""
+    ``stamp`` who set the reason and when (None: no reason, or Slurm printed no stamp); ``gres``
+    the node's configured generic resources as scontrol prints them (``gpu:h100:8(S:0-1)``; None:
+    none)."""
 
     name: str
     state: str
     reason: str | None = None
     address: str | None = None
     stamp: ReasonStamp | None = None
+    gres: str | None = None
+
+    @property
+    def gpus(self) -> int | None:
+        """The GPUs Slurm is configured to give this node (configured_gpus), None where it does not say."""
+        return configured_gpus(self.gres)
 
     @property
     def words(self) -> frozenset[str]:
@@ -114,9 +124,30 @@ def parse_show_node(text: str) -> dict[str, NodeState]:
             continue
         fields, reason, stamp = _fields(line)
         name = fields["NodeName"]
+        gres = fields.get("Gres")
         nodes[name] = NodeState(name=name, state=fields.get("State", "UNKNOWN"), reason=reason,
-                                address=fields.get("NodeAddr") or None, stamp=stamp if reason else None)
+                                address=fields.get("NodeAddr") or None, stamp=stamp if reason else None,
+                                gres=None if gres in (None, "", "(null)") else gres)
     return nodes
+
+
+def configured_gpus(gres: str | None) -> int | None:
+    """The GPUs a node's configured ``Gres=`` gives: the sum of its ``gpu`` entries' counts
+    (``gpu:h100:8(S:0-1)``: 8; ``gpu:a100:2,gpu:h100:2``: 4). None where it names no GPU, where a
+    count is not a whole number, or where a type names a MIG profile (``gpu:1g.10gb:7`` counts
+    slices, not GPUs)."""
+    if not gres:
+        return None
+    total, found = 0, False
+    for entry in re.sub(r"\([^)]*\)", "", gres).split(","):  # (S:0-1): the sockets, which may hold commas
+        name, *rest = entry.strip().split(":")
+        if name != "gpu":
+            continue
+        count = rest[-1] if rest else "1"  # a bare ``gpu`` is one
+        if not count.isdigit() or any(_MIG_TYPE.fullmatch(kind) for kind in rest[:-1]):
+            return None
+        total, found = total + int(count), True
+    return total if found else None
 
 
 def _fields(line: str) -> tuple[dict[str, str], str | None, ReasonStamp | None]:

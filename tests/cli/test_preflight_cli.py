@@ -36,7 +36,7 @@ def _fleet(tmp_path: Path, *faults: dict[str, Any], nodes: int = 4) -> Path:
 
 def _preflight(*args: str, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(main, ["preflight", "--no-store", "-q", *args], catch_exceptions=False,
-                              env={"SLURM_JOB_NODELIST": "", "SLURM_NODELIST": "", **(env or {})})
+                              env={"SLURM_JOB_NODELIST": "", "SLURM_NODELIST": "", "SLURM_JOB_ID": "", **(env or {})})
 
 
 def _lines(result: Result) -> list[str]:
@@ -224,6 +224,46 @@ def test_undrain_never_resumes_a_node_on_a_run_that_could_not_see_its_fault(tmp_
     assert (f"left drained: n1: drained by gpudiag for {missing}; this run made and passed no {missing} check on "
             f"it, so it could not see that fault: left drained") in _lines(result)
     assert _lines(result)[-1].endswith(". Left drained n1")
+
+
+GONE_N1 = {"kind": "gpu_missing", "host": "n1", "gpu": 2}
+
+
+def test_in_a_job_a_gpu_gone_from_a_lone_nodes_bus_is_missing_by_the_gpus_slurm_gives_it(tmp_path, monkeypatch):
+    # One node, no store: its PCI bus, NVML and torch all count 7, and only Slurm's Gres says 8.
+    folder, calls = _fake_scontrol(tmp_path, "NodeName=n1 Arch=x86_64 Gres=gpu:h100:8(S:0-1) NodeAddr=n1 State=IDLE")
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    fleet = str(_fleet(tmp_path, GONE_N1, nodes=1))
+    outside = _preflight("--simulate", fleet, "--hosts", "n1")
+    assert outside.exit_code == 0 and not calls.exists(), outside.output  # outside a job Slurm is not asked
+    result = _preflight("--simulate", fleet, "--hosts", "n1", "--drain", "--json", str(tmp_path / "doc.json"),
+                        env={"SLURM_JOB_ID": "7"})
+    assert result.exit_code == 1, result.output
+    ran = calls.read_text().splitlines()
+    assert ran[0] == "show node -o n1" and ran[1].startswith("update NodeName=n1 State=DRAIN Reason=gpudiag: ")
+    (finding,) = json.loads((tmp_path / "doc.json").read_text())["findings"]
+    assert (finding["kind"], finding["severity"], finding["host"]) == ("missing_gpu", "fail", "n1")
+    assert finding["evidence"].endswith("expected 8: on the PCI bus 7; counted by NVML 7; "
+                                        "Slurm's configuration (Gres) gives it 8")
+    # every GPU there: nothing found, and Slurm asked once
+    whole = _preflight("--simulate", str(_fleet(tmp_path, nodes=1)), "--hosts", "n1", env={"SLURM_JOB_ID": "7"})
+    assert whole.exit_code == 0, whole.output
+    assert calls.read_text().splitlines()[2:] == ["show node -o n1"]
+
+
+def test_a_slurm_that_does_not_say_the_nodes_gpus_is_a_warning_never_a_missing_gpu(tmp_path, monkeypatch):
+    folder, calls = _fake_scontrol(tmp_path, "")
+    (folder / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n'
+                                     'echo "slurm_load_node error: Unable to contact slurm controller" >&2\nexit 1\n')
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    result = _preflight("--simulate", str(_fleet(tmp_path, nodes=1)), "--hosts", "n1", "--json",
+                        str(tmp_path / "doc.json"), env={"SLURM_JOB_ID": "7"})
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "doc.json").read_text())
+    assert document["findings"] == []
+    (warning,) = [w for w in document["warnings"] if "GPUs each node is configured with" in w]
+    assert "Unable to contact slurm controller" in warning and warning.endswith("judged without it")
+    assert calls.read_text().splitlines() == ["show node -o n1"]
 
 
 PRINTS_NOTHING = "/bin/true"

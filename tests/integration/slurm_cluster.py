@@ -81,12 +81,15 @@ class SlurmCluster(Started):
     for none. ``health_check``: a script each slurmd runs at its start and then every ``health_check_interval``
     seconds on the nodes ``health_check_node_state`` names (``HealthCheckProgram=``, ``HealthCheckInterval=``,
     ``HealthCheckNodeState=``), None for none; a cluster with one is started once every node has registered,
-    idle or drained (its check may drain a node). A context manager: ``with SlurmCluster(4) as cluster:`` starts
-    and stops it.
+    idle or drained (its check may drain a node). ``gpus``: the GPUs a node is configured with, by node name
+    (``Gres=gpu:N``, ``GresTypes=gpu``; a node not named has none), their gres.conf naming empty files of the
+    cluster's folder as their devices (slurmd refuses a count-only ``gpu``). A context manager:
+    ``with SlurmCluster(4) as cluster:`` starts and stops it.
     """
 
     def __init__(self, count: int = 4, *, prolog: str | None = None, health_check: str | None = None,
                  health_check_interval: int = 5, health_check_node_state: str = "IDLE",
+                 gpus: Mapping[str, int] | None = None,
                  start_timeout_s: float = 60.0) -> None:
         if count < 1:
             raise ValueError("a cluster needs a node")
@@ -95,6 +98,7 @@ class SlurmCluster(Started):
         self.health_check = health_check
         self.health_check_interval = health_check_interval
         self.health_check_node_state = health_check_node_state
+        self.gpus = dict(gpus or {})
         self.start_timeout_s = start_timeout_s
         self.hostname = socket.gethostname()
         self.directory: Path | None = None
@@ -205,6 +209,11 @@ class SlurmCluster(Started):
                                f"--seed-file={self._dir / 'munged.seed'}"])
         self._wait_munge()
         ports = [_free_port() for _ in range(self.count + 1)]
+        if self.gpus:
+            for index in range(max(self.gpus.values())):
+                (self._dir / f"gpu{index}").write_text("")
+            (self._dir / "gres.conf").write_text("".join(
+                f"NodeName={name} Name=gpu File={self._dir}/gpu[0-{count - 1}]\n" for name, count in self.gpus.items()))
         self.conf_path.write_text(self.config_text(ports[0], ports[1:]))
         self._spawn("slurmctld", [str(DAEMONS["slurmctld"]), "-D", "-i"])
         for name in self.node_names():
@@ -216,13 +225,15 @@ class SlurmCluster(Started):
         """The cluster's slurm.conf: its own ports, files under its directory, munge on its own socket."""
         directory = self._dir
         nodes = "".join(f"NodeName={name} NodeHostname={self.hostname} NodeAddr={self.hostname} Port={port} "
-                        f"CPUs=1 State=UNKNOWN\n" for name, port in zip(self.node_names(), node_ports, strict=True))
+                        f"CPUs=1 {f'Gres=gpu:{self.gpus[name]} ' if name in self.gpus else ''}State=UNKNOWN\n"
+                        for name, port in zip(self.node_names(), node_ports, strict=True))
         prolog = f"Prolog={self.prolog}\n" if self.prolog else ""
         if self.health_check:
             prolog += (f"HealthCheckProgram={self.health_check}\nHealthCheckInterval={self.health_check_interval}\n"
                        f"HealthCheckNodeState={self.health_check_node_state}\n")
+        gres_types = "GresTypes=gpu\n" if self.gpus else ""
         return f"""\
-ClusterName=gpudiagtest
+{gres_types}ClusterName=gpudiagtest
 SlurmctldHost={self.hostname}
 SlurmctldPort={controller_port}
 SlurmdPort={node_ports[0]}

@@ -1,10 +1,12 @@
 """``gpudiag preflight`` as a real Slurm prolog and health check, and its --drain/--undrain against the real
 ``scontrol`` (the cluster of slurm_cluster.py, its prolog the shipped examples/slurm/prolog.sh).
 
-The nodes are those of a simulated fleet named as the cluster's nodes (n1..n4): on n2 a GPU is 30 % slow
-(a ``fail`` finding), on n3 the probes hang (``unchecked``, exit 3: inconclusive); n1 and n4 are healthy. The
-prolog on each node runs ``gpudiag preflight --simulate FLEET --hosts $SLURMD_NODENAME --drain``: everything a
-real prolog does but reaching a GPU.
+The nodes are those of a simulated fleet named as the cluster's nodes (n1..n5): on n2 a GPU is 30 % slow
+(a ``fail`` finding), on n3 the probes hang (``unchecked``, exit 3: inconclusive), on n5 a GPU is gone from
+the bus (its PCI bus and NVML count 7; Slurm gives n5 8 GPUs, ``Gres=gpu:8``, and no other node any, as some
+tests probe this machine, which has none); n1 and n4 are healthy. The prolog on each node runs
+``gpudiag preflight --simulate FLEET --hosts $SLURMD_NODENAME --drain``: everything a real prolog does but
+reaching a GPU.
 """
 
 from __future__ import annotations
@@ -33,15 +35,17 @@ pytestmark = requires_slurm
 ROOT = Path(__file__).resolve().parents[2]
 PROLOG = ROOT / "examples" / "slurm" / "prolog.sh"
 HEALTHCHECK = ROOT / "examples" / "slurm" / "healthcheck.sh"
-FLEET = {"nodes": 4, "name_format": "n{}", "faults": [
+FLEET = {"nodes": 5, "name_format": "n{}", "faults": [
     {"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7},
     {"kind": "hang", "host": "n3"},
+    {"kind": "gpu_missing", "host": "n5", "gpu": 6},
 ]}
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmCluster, Path]]:
-    """A four-node cluster whose prolog is the shipped one, reading its settings from ``folder/prolog.conf``."""
+    """A five-node cluster (n5 with 8 GPUs in Slurm) whose prolog is the shipped one, reading its settings
+    from ``folder/prolog.conf``."""
     folder = tmp_path_factory.mktemp("preflight")
     folder.chmod(0o755)
     (folder / "fleet.json").write_text(json.dumps(FLEET))
@@ -53,7 +57,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmClust
     wrapper = folder / "prolog"
     wrapper.write_text(f"#!/bin/sh\nGPUDIAG_PROLOG_CONFIG={folder / 'prolog.conf'} exec {PROLOG}\n")
     wrapper.chmod(0o755)
-    cluster = SlurmCluster(4, prolog=str(wrapper)).start()
+    cluster = SlurmCluster(5, prolog=str(wrapper), gpus={"n5": 8}).start()
     pids: set[int] = set()
     try:
         yield cluster, folder
@@ -165,6 +169,18 @@ def test_a_fail_finding_drains_the_node_with_its_reason_and_the_job_does_not_run
     assert "gpudiag preflight: FAIL n2, exit 1, " in log and "drained: scontrol update NodeName=n2" in log
 
 
+def test_a_gpu_gone_from_the_bus_drains_the_node_by_the_gpus_slurm_gives_it(cluster: SlurmCluster, folder: Path):
+    # The prolog checks n5 alone with no store: nothing on the node counts the lost GPU, and no peer or
+    # stored sweep does; Slurm's own Gres=gpu:8 does (the prolog runs in the job: $SLURM_JOB_ID).
+    job, out = _job(cluster, folder, "n5", 1)
+    fields = _wait_job(cluster, job)
+    assert _requeued_held(fields), (fields, _log(folder))
+    assert "ran on n5" not in (out.read_text() if out.exists() else "")
+    state, reason = cluster.node_states()["n5"]
+    assert state == "drained" and "missing_gpu: 7 GPUs usable" in reason, (state, reason)
+    assert "gpudiag preflight: FAIL n5, exit 1, " in _log(folder)
+
+
 def test_an_inconclusive_check_drains_nothing_and_the_job_runs(cluster: SlurmCluster, folder: Path):
     job, out = _job(cluster, folder, "n3", 1)
     fields = _wait_job(cluster, job)
@@ -228,8 +244,9 @@ def test_a_fail_whose_drain_hangs_is_ended_within_the_budget_and_holds_no_job(cl
     assert "drain failed: scontrol" not in log  # the command is the wrapper's
     assert f"drain failed: {hung} update NodeName=n2 State=DRAIN" in log and "was ended" in log
     assert f"job {job} node n2: inconclusive: gpudiag found a FAIL but the node carries no gpudiag drain" in log
-    started_pids = [int(pid) for pid in pids.read_text().split()]
-    assert len(started_pids) == 2 and running_after(started_pids) == []
+    assert "Slurm did not say how many GPUs each node is configured with" in log  # it hung at the start too
+    started_pids = [int(pid) for pid in pids.read_text().split()]  # the node query as it began, then the drain
+    assert len(started_pids) == 4 and running_after(started_pids) == []
 
 
 def test_node_error_text_drains_with_a_safe_reason_and_a_one_line_summary(cluster: SlurmCluster, folder: Path):

@@ -4,7 +4,7 @@ import json
 import random
 from types import SimpleNamespace
 
-from gpudiag.analysis import analyse
+from gpudiag.analysis import PriorCounts, analyse
 from gpudiag.analysis.keys import result_key
 from gpudiag.analysis.sku import floor_key, floors_for, load_skus
 from gpudiag.analysis.thresholds import default_thresholds, small_fleet_thresholds
@@ -352,6 +352,25 @@ def test_missing_gpus_are_fail_findings():
     assert "7 GPUs usable (torch), expected 8: peers of the same model and platform have 8" in findings[0].evidence
     (alone,) = analyse(lone, default_thresholds()).findings
     assert alone.kind == "missing_gpu" and "on the PCI bus 8" in alone.evidence
+
+
+def test_a_gpu_gone_from_the_bus_of_a_lone_node_is_missing_by_the_gpus_slurm_gives_it():
+    # No peer, no stored sweep, and its PCI bus and NVML count 7 too: only Slurm's Gres says 8.
+    gone = {**H100, "gpu_count": 7, "pci_gpu_count": 7, "nvml_gpu_count": 7}
+    lone = [_host("solo", [740] * 7, facts=gone)]
+    assert not analyse(lone, default_thresholds()).findings  # nothing to count it against
+    (finding,) = analyse(lone, default_thresholds(), previous_hosts=PriorCounts(slurm_gpus={"solo": 8})).findings
+    assert (finding.kind, finding.severity, finding.host, finding.action) == ("missing_gpu", "fail", "solo", "reboot")
+    assert finding.evidence.endswith("expected 8: on the PCI bus 7; counted by NVML 7; "
+                                     "Slurm's configuration (Gres) gives it 8")
+    for configured in ({"solo": 7}, {"solo": 4}, {"other": 8}):  # as many, fewer, or another node's
+        assert not analyse(lone, default_thresholds(), previous_hosts=PriorCounts(slurm_gpus=configured)).findings
+    # Of unknown boards, where only peers expect more the host is unchecked; Slurm's 8 makes it missing.
+    small = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_count": 4, "pci_gpu_count": 4, "nvml_gpu_count": 4}
+    pair = [_host("big1", [740] * 8), _host("big2", [740] * 8), _host("small", [740] * 4, facts=small)]
+    assert [(f.kind, f.host) for f in analyse(pair, default_thresholds()).findings] == [("unchecked", "small")]
+    told = analyse(pair, default_thresholds(), previous_hosts=PriorCounts(slurm_gpus={"small": 8})).findings
+    assert [(f.kind, f.severity, f.host) for f in told] == [("missing_gpu", "fail", "small")]
 
 
 def _pair(src: int, dst: int, value: float) -> dict:

@@ -8,10 +8,18 @@ from pathlib import Path
 import pytest
 
 from gpudiag.errors import InputError
-from gpudiag.slurm.nodelist import expand_nodelist, job_hosts, job_nodelist
-from gpudiag.slurm.nodes import NodeState, ReasonStamp, launch_problems, parse_show_node, query_nodes
+from gpudiag.slurm.nodelist import expand_nodelist, in_slurm_job, job_hosts, job_nodelist
+from gpudiag.slurm.nodes import (
+    NodeState,
+    ReasonStamp,
+    configured_gpus,
+    launch_problems,
+    parse_show_node,
+    query_nodes,
+)
 
 SHOW_NODE = (Path(__file__).parents[3] / "data" / "slurm" / "scontrol-show-node.txt").read_text()
+SHOW_NODE_GRES = (Path(__file__).parents[3] / "data" / "slurm" / "scontrol-show-node-gres.txt").read_text()
 
 
 @pytest.mark.parametrize(("nodelist", "nodes"), [
@@ -59,6 +67,27 @@ def test_scontrol_show_node_gives_state_reason_and_address() -> None:
     assert stamp.epoch == time.mktime((2026, 11, 25, 1, 30, 40, 0, 0, -1))  # this machine's time zone, as scontrol's
     assert nodes["n2"].drained and not nodes["n1"].drained
     assert nodes["n3"].reason == "cable pulled" and nodes["n3"].words == {"DOWN"}
+
+
+def test_each_nodes_configured_gpus_come_from_its_gres_and_mig_slices_are_no_gpus() -> None:
+    nodes = parse_show_node(SHOW_NODE_GRES)
+    assert {name: (node.gres, node.gpus) for name, node in nodes.items()} == {
+        "n1": ("gpu:h100:8(S:0)", 8), "n2": ("gpu:8", 8), "n3": ("gpu:a100:2,gpu:h100:2", 4),
+        "n4": ("gpu:1g.10gb:7,shard:1g.10gb:16", None)}  # seven MIG slices: not seven GPUs
+    assert {node.gpus for node in parse_show_node(SHOW_NODE).values()} == {None}  # Gres=(null)
+    assert nodes["n1"].state == "IDLE" and nodes["n1"].address == "vm"
+
+
+@pytest.mark.parametrize(("gres", "gpus"), [
+    ("gpu:h100:4(S:0,2),gpu:h100:4(S:1,3)", 8), ("gpu", 1), ("shard:8", None), ("gpu:no_consume:4", 4),
+    ("gpu:4K", None), ("gpu:3g.40gb:2,gpu:a100:1", None), ("mps:200,gpu:2(S:0-1)", 2), (None, None), ("", None)])
+def test_configured_gpus_read_every_form_of_gres(gres: str | None, gpus: int | None) -> None:
+    assert configured_gpus(gres) == gpus
+
+
+def test_a_job_or_its_prolog_is_told_by_slurm_job_id() -> None:
+    assert in_slurm_job({"SLURM_JOB_ID": "42"}) and not in_slurm_job({"SLURM_JOB_ID": " "})
+    assert not in_slurm_job({"SLURM_NODELIST": "n1"})
 
 
 def test_what_keeps_srun_off_a_node_depends_on_the_allocation() -> None:
