@@ -130,27 +130,36 @@ def missing_gpus(hosts: Sequence[HostRecords], not_ok: Mapping[str, Sequence[Pro
             evidence = f"{seen} GPUs usable (torch), expected {most}: {sources}"
             findings.append(_short_of_peers(host.host, evidence) if _only_peers_expect_more(facts, expected)
                             else _missing(host.host, evidence, Basis.FACTS))
-        elif seen < undecided.get(host.host, 0) and not lost:
+        elif host.host in undecided and seen < undecided[host.host][0] and not lost:
+            top, agreed = undecided[host.host]
+            most = "too few peers agree on a count" if agreed is None else f"most have {agreed}, too few to be sure"
             findings.append(unchecked_finding(
-                host.host, f"{seen} GPUs usable (torch), where a peer of the same model and platform has "
-                f"{undecided[host.host]}; too few peers agree on a count to tell GPUs gone from the bus from a peer "
-                "that counts wrong: not compared, not passed", Basis.FACTS))
+                host.host, f"{seen} GPUs usable (torch), where a peer of the same model and platform has {top}; "
+                f"{most} to tell GPUs gone from the bus from a board that holds fewer: not compared, not passed",
+                Basis.FACTS))
     return findings
 
 
 def _undecided_counts(groups: Mapping[PeerGroup, Sequence[tuple[str, int]]],
-                      peer_counts: Mapping[PeerGroup, int]) -> dict[str, int]:
-    """For each host of a GPU model and platform whose peers agree on no count (``_peer_counts``
-    has none: a 2-node job of 7 GPUs and 8), the most GPUs another of them has. A GPU gone from
-    the bus and the PCI bus too left a 2-node job's host at 7 beside its peer's 8, and nothing
-    was said; which of the two counts right their majority cannot tell, so the smaller is
-    ``unchecked``, never drained on its one peer's word."""
-    found: dict[str, int] = {}
+                      peer_counts: Mapping[PeerGroup, int]) -> dict[str, tuple[int, int | None]]:
+    """For each host of a GPU model and platform below the most GPUs another of them has, where
+    its peers' count does not already make it short: (that most, the count most of them agree on,
+    None where they agree on none). A GPU gone from the bus and the PCI bus too left a 2-node job's
+    host at 7 beside its peer's 8, and nothing was said; in a 3-node job of 7, 7 and 8 the 7s were
+    most and passed. Which count is the board's so few cannot tell, so a host below a peer is
+    ``unchecked``, never drained on that peer's word. Where at least TRUSTED_AGREEMENT hosts agree,
+    their count stands (a fleet's few boards that hold more are no sign that the rest lost GPUs)."""
+    found: dict[str, tuple[int, int | None]] = {}
     for group, members in groups.items():
-        if group[0] is None or group in peer_counts or len(members) < 2:
+        if group[0] is None or len(members) < 2:
             continue
-        for name, _ in members:
-            found[name] = max(count for other, count in members if other != name)
+        agreed = peer_counts.get(group)
+        if agreed is not None and sum(count == agreed for _, count in members) >= TRUSTED_AGREEMENT:
+            continue
+        for name, count in members:
+            top = max(other_count for other, other_count in members if other != name)
+            if count < top and (agreed is None or count >= agreed):
+                found[name] = (top, agreed)
     return found
 
 
@@ -184,6 +193,9 @@ def _lost_gpus(host: str, records: Iterable[ProbeResult]) -> list[Finding]:
 PeerGroup = tuple[str | None, str | None]
 PEERS = "peers of the same model and platform have"
 PREVIOUS = "its previous sweep on this board counted"
+# How many hosts of a GPU model and platform must agree on a GPU count for it to stand beside a
+# peer that has more (_undecided_counts): two of a 3-node job's 7, 7 and 8 are too few.
+TRUSTED_AGREEMENT = 3
 CONFIGURED = "Slurm's configuration (Gres) gives it"
 
 
@@ -208,12 +220,16 @@ def _count_groups(hosts: Sequence[HostRecords]) -> dict[PeerGroup, list[tuple[st
 def _peer_counts(groups: Mapping[PeerGroup, Sequence[tuple[str, int]]]) -> dict[PeerGroup, int]:
     """The GPU count most hosts of each GPU model and platform have (``groups``: _count_groups;
     model None: over every host with GPUs of the platform), where at least two hosts agree and
-    they are at least half of that group's hosts. GPU counts are compared only within a
-    platform: a 4-GPU board is no 8-GPU board short of four."""
+    they are at least half of that group's hosts, and no other count has as many (of 7, 7, 8 and
+    8, which came first had decided whether the 7s were missing or the count they agree on).
+    GPU counts are compared only within a platform: a 4-GPU board is no 8-GPU board short of
+    four."""
     modes = {}
     for group, members in groups.items():
-        count, hosts_with_it = Counter(count for _, count in members).most_common(1)[0]
-        if hosts_with_it >= 2 and 2 * hosts_with_it >= len(members):
+        ranked = Counter(count for _, count in members).most_common(2)
+        count, hosts_with_it = ranked[0]
+        tied = len(ranked) > 1 and ranked[1][1] == hosts_with_it
+        if hosts_with_it >= 2 and 2 * hosts_with_it >= len(members) and not tied:
             modes[group] = count
     return modes
 
