@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -49,7 +49,7 @@ from ..pause.focus import further_peers_plan, tie_break_plan
 from ..schema.times import iso_time
 from ..store.baselines import Baseline, chosen_baseline
 from ..store.store import Store
-from ..store.sweeptrends import sweep_trend_findings
+from ..store.sweeptrends import sweep_trend_findings, trend_candidates
 from ..words import plural
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .connection import Connection
@@ -68,6 +68,7 @@ from .peers import FurtherPeers, PeerPairRunner
 from .progress import RoundsOf, StageOf
 from .request import AUTO_LINKS, SweepRequest
 from .runtime import Runtime
+from .trendretest import TREND_RETEST_RUNS, plan_trend_retest, retest_means
 
 FACTS = "facts"
 
@@ -194,12 +195,14 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     previous, analysis = _first_analysis(setup, runtime, first, sweep_id, interrupted, request.judging.slurm_gpus)
     retested = _retest_suspects(request, setup, runtime, budget, first, analysis.suspects, interrupted)
     interrupted = interrupted or retested.interrupted
+    slides = _retest_slides(request, setup, runtime, budget, first, interrupted)
+    interrupted = interrupted or slides.interrupted
     linked = _Linked() if interrupted else _link_tests(request, setup, runtime, budget, first, stride)
     interrupted = interrupted or runtime.gate.received or linked.interrupted
     extra = [*retested.unretested, *linked.findings]
     if retested.ran or extra:
         analysis = _final_analysis(setup, first, previous, retested, extra, interrupted)
-    result = _result(setup, first, analysis, linked, interrupted, (*retested.notes, *linked.notes))
+    result = _result(setup, first, analysis, linked, interrupted, (*retested.notes, *slides.notes, *linked.notes))
     return _finish(setup.store, _with_trends(setup, result, runtime), runtime)
 
 
@@ -269,6 +272,48 @@ def _retest_suspects(request: SweepRequest, setup: _Setup, runtime: Runtime, bud
                            + (f", up to {runs} runs" if runs > 1 else ""))
     hosts, interrupted = _retest(setup, chosen, first, runtime, budget)
     return _Retested(True, hosts, tuple(unretested), tuple(notes), interrupted)
+
+
+@dataclass(frozen=True)
+class _SlidesRetested:
+    """The re-test of GPUs sliding against their siblings (gpudiag.run.trendretest): what it
+    skipped or left out (the run's notes) and whether an interrupt ended it."""
+
+    notes: tuple[str, ...] = ()
+    interrupted: bool = False
+
+
+def _retest_slides(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudget | None,
+                   first: SweepResult, interrupted: bool) -> _SlidesRetested:
+    """The GPUs whose slide against their siblings one run cannot settle (a sweep with a store,
+    suspects re-tested, no --budget), their hosts' probes run TREND_RETEST_RUNS times more, and
+    the means kept in the store for the sweep's trends (gpudiag.run.trendretest). A run within a
+    budget (a pre-flight) leaves its time to the checks it planned: a watch drains nothing. A
+    store that cannot be read or written for it is a note: the trends are judged on the first
+    run."""
+    store = setup.store
+    if store is None or not request.judging.retest or interrupted or budget is not None:
+        return _SlidesRetested()
+    ok = [host.host for host in first.hosts if host.ok]
+    try:
+        plan = plan_trend_retest(trend_candidates(store, first.sweep_id, ok, setup.thresholds), len(ok))
+    except StoreError as error:
+        return _SlidesRetested((f"the stored sweeps could not be read for the re-test of sliding GPUs ({error})",))
+    if not plan.probes:
+        return _SlidesRetested()
+    notes = [note] if (note := plan.note()) is not None else []
+    runtime.progress.phase(plan.describe())
+    outcomes, stopped = _probe_again(setup, [plan.probes] * TREND_RETEST_RUNS, first, runtime, budget,
+                                     "trend re-test run")
+    if stopped:
+        return _SlidesRetested(tuple(notes), True)
+    try:
+        for host, figures in retest_means(outcomes or (), plan.probes).items():
+            store.record_retests(first.sweep_id, host, figures)
+    except StoreError as error:
+        notes.append(f"the re-test of sliding GPUs could not be stored ({error}): their trends are judged on the "
+                     "first run")
+    return _SlidesRetested(tuple(notes))
 
 
 def _to_retest(asked: bool, budget: RunBudget | None, first: SweepResult, suspects: Sequence[Suspect],
@@ -544,23 +589,34 @@ def _retest(setup: _Setup, suspects: Sequence[Suspect], first: SweepResult, runt
     or more (gpudiag.analysis.noisy), with their probes, on their hosts. Returns every re-tested
     host of every run (any status, with its first-pass facts) and whether the re-test was
     interrupted."""
+    runs: list[dict[str, set[str]]] = []
+    for run in range(1, max((s.runs for s in suspects), default=0) + 1):
+        by_host: dict[str, set[str]] = defaultdict(set)
+        for s in suspects:  # each host its own suspects' probes (a P2P run costs a GEMM host nothing)
+            if s.runs >= run:
+                by_host[s.measurement.host].add(s.measurement.probe)
+        runs.append(by_host)
+    return _probe_again(setup, runs, first, runtime, budget, "re-test run")
+
+
+def _probe_again(setup: _Setup, runs: Sequence[Mapping[str, Iterable[str]]], first: SweepResult, runtime: Runtime,
+                 budget: RunBudget | None, label: str) -> tuple[list[HostOutcome] | None, bool]:
+    """Each of ``runs`` (per host, the probes to run there) in turn, in the first pass's mode,
+    each host's time limit within the budget; a run after the first starts only while the budget
+    leaves MIN_PHASE_S. Returns every host of every run (any status, with its first-pass facts;
+    None: a run was interrupted before any of its hosts started) and whether it was interrupted."""
     gate, deadline = runtime.gate, _deadline(budget)
     facts = {host.host: host.facts for host in first.hosts}
     outcomes: list[HostOutcome] = []
     sweep = _within(setup.sweep, budget)
-    runs = max((s.runs for s in suspects), default=0)
-    for run in range(1, runs + 1):
+    for run, by_host in enumerate(runs, start=1):
         if run > 1 and deadline is not None and runtime.clock() + MIN_PHASE_S > deadline:
             break  # the budget is spent: the runs that finished judge (gpudiag.analysis.noisy)
-        wanted = [s for s in suspects if s.runs >= run]
-        by_host: dict[str, set[str]] = defaultdict(set)
-        for s in wanted:  # each host its own suspects' probes (a P2P run costs a GEMM host nothing)
-            by_host[s.measurement.host].add(s.measurement.probe)
         probes = tuple(sorted({probe for names in by_host.values() for probe in names}))
         options = dataclasses.replace(sweep, probe=dataclasses.replace(sweep.probe, names=probes),
                                       host_probes={host: tuple(sorted(names)) for host, names in by_host.items()})
         specs = [host for host in setup.hosts if host.label in by_host]
-        shown = StageOf(runtime.progress, f"re-test run {run} of {runs}")
+        shown = StageOf(runtime.progress, f"{label} {run} of {len(runs)}")
         again = gate.run_phase(lambda specs=specs, options=options, shown=shown: probe_hosts(
             specs, options, setup.connector, setup.bundle, shown, say=gate.say, clock=runtime.clock,
             deadline=deadline), lambda: None)

@@ -12,6 +12,7 @@ from typing import Any
 from ..analysis.keys import key_model
 from ..findings import Kind, cost_order
 from .hosts import StoredFigure, figures
+from .retests import read_retests, retest_entry
 from .rows import FINDING_FIELDS, LINK_FIELDS, decode, json_text
 
 # Findings about a group of hosts, the fleet or the network: none is one host's verdict, even where
@@ -47,17 +48,22 @@ def host_figures(db: sqlite3.Connection, sweep_id: str, host: str) -> list[dict[
     groups: dict[str, list[StoredFigure]] = {}
     for _, figure in figures(db, sweep_id, host):
         groups.setdefault(figure.key, []).append(figure)
-    return grouped_figures(groups.values())
+    return grouped_figures(groups.values(), read_retests(db, sweep_id, host).get(host, {}))
 
 
-def grouped_figures(groups: Iterable[Sequence[StoredFigure]]) -> list[dict[str, Any]]:
-    """Store.host_history's ``figures`` of one host in one sweep, from its figures grouped by key."""
+def grouped_figures(groups: Iterable[Sequence[StoredFigure]],
+                    retests: Mapping[str, tuple[int, Mapping[int, float]]] | None = None) -> list[dict[str, Any]]:
+    """Store.host_history's ``figures`` of one host in one sweep, from its figures grouped by key,
+    each with its ``retest`` where the sweep re-tested it for a trend (``retests``:
+    gpudiag.store.retests.read_retests' of the host)."""
     found = []
     for group in groups:
         first = group[0]
-        found.append(figure_entry({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params),
-                                    "unit": first.unit, "model": key_model(first.key)},
-                                   [[figure.gpu, figure.value] for figure in group]))
+        entry = figure_entry({"metric": f"{first.probe}.{first.metric}", "params": dict(first.params),
+                              "unit": first.unit, "model": key_model(first.key)},
+                             [[figure.gpu, figure.value] for figure in group])
+        again = retest_entry(retests or {}, first.key)
+        found.append(entry if again is None else {**entry, "retest": again})
     return sorted(found, key=lambda figure: (figure["metric"], json_text(figure["params"])))
 
 
@@ -102,10 +108,12 @@ def judged_values(host: str, host_figures: Sequence[Mapping[str, Any]],
 
 def judged_figures(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """A Store.host_history row's figures with each GPU at the value the sweep judged it
-    (its ``judged``), count, min, median and max over them."""
+    (its ``judged``), count, min, median and max over them, and the figure's ``retest`` where the
+    sweep re-tested it for a trend."""
     judged = {(item["metric"], json_text(item["params"]), item["gpu"]): item["value"]
               for item in row.get("judged") or ()}
-    return [figure_entry({name: entry.get(name) for name in ("metric", "params", "unit", "model")},
-                         [[gpu, judged.get((entry["metric"], json_text(entry["params"]), gpu), value)]
-                          for gpu, value in entry["per_gpu"]])
+    return [{**figure_entry({name: entry.get(name) for name in ("metric", "params", "unit", "model")},
+                            [[gpu, judged.get((entry["metric"], json_text(entry["params"]), gpu), value)]
+                             for gpu, value in entry["per_gpu"]]),
+             **({"retest": entry["retest"]} if entry.get("retest") else {})}
             for entry in row["figures"]]

@@ -34,7 +34,7 @@ RUNNING_WINDOW = timedelta(days=1)
 # A sweep's rows, children before their parents (the foreign keys cascade too; deleting each
 # table explicitly does not depend on PRAGMA foreign_keys being on). Not ``repairs``: an
 # operator's record of a repair is kept whatever is pruned (it names its sweep, not a row of it).
-SWEEP_TABLES = ("figures", "results", "hosts", "links", "findings", "sweeps")
+SWEEP_TABLES = ("retests", "figures", "results", "hosts", "links", "findings", "sweeps")
 
 
 class KeepReason(enum.Enum):
@@ -228,7 +228,7 @@ def baseline_sources(db: sqlite3.Connection, path: Path) -> frozenset[str]:
 
 def delete_sweeps(db: sqlite3.Connection, sweep_ids: Sequence[str]) -> int:
     """Delete the sweeps' rows from every table, inside the caller's transaction, then the
-    ``result_keys`` rows no figure uses any more; returns how many keys went."""
+    ``result_keys`` rows no figure (nor re-tested figure) uses any more; returns how many keys went."""
     if not sweep_ids:
         return 0
     release_bases(db, sweep_ids)  # a kept sweep's host rows may keep only what changed since a pruned one's
@@ -236,7 +236,8 @@ def delete_sweeps(db: sqlite3.Connection, sweep_ids: Sequence[str]) -> int:
     for table in SWEEP_TABLES:  # one of this module's literals, never user input
         db.executemany(f"DELETE FROM {table} WHERE sweep_id = ?", rows)
     # figures has no index on key_id: NOT IN reads it once, where NOT EXISTS would scan it per key.
-    return db.execute("DELETE FROM result_keys WHERE key_id NOT IN (SELECT key_id FROM figures)").rowcount
+    return db.execute("DELETE FROM result_keys WHERE key_id NOT IN (SELECT key_id FROM figures"
+                      " UNION SELECT key_id FROM retests)").rowcount
 
 
 def vacuum(store: Store) -> str | None:

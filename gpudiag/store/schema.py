@@ -28,6 +28,7 @@ BUSY_TIMEOUT_MS = 30_000
 # gpudiag.store.hosts): telemetry that did not change is not stored again. Schema 6 keeps the hosts a
 # sweep planned (sweeps.planned_json; NULL for a sweep stored before) and whether its analysis ran
 # (sweeps.analysed; a sweep stored before counts as analysed where it finished): gpudiag.store.completeness.
+# Schema 7 keeps the figures a sweep re-tested for a trend (gpudiag.store.retests).
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,
@@ -78,6 +79,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sweeps ADD COLUMN planned_json TEXT;
     ALTER TABLE sweeps ADD COLUMN analysed INTEGER NOT NULL DEFAULT 0;
     UPDATE sweeps SET analysed = 1 WHERE finished_at IS NOT NULL;
+    """,
+    """
+    CREATE TABLE retests (sweep_id TEXT NOT NULL, host TEXT NOT NULL,
+        key_id INTEGER NOT NULL REFERENCES result_keys (key_id), gpu INTEGER NOT NULL, value NOT NULL,
+        runs INTEGER NOT NULL, PRIMARY KEY (sweep_id, host, key_id, gpu),
+        FOREIGN KEY (sweep_id, host) REFERENCES hosts (sweep_id, host) ON DELETE CASCADE) WITHOUT ROWID;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

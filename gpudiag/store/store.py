@@ -37,6 +37,7 @@ from .hosts import (
     packed_for,
     release_bases,
 )
+from .retests import Retested, insert_retests, read_retests
 from .rows import (
     DOCUMENT_FIELDS,
     FINDING_FIELDS,
@@ -335,6 +336,7 @@ class Store:
             recent = db.execute("SELECT sweep_id, started_at FROM sweeps ORDER BY started_at DESC, sweep_id DESC"
                                 " LIMIT ?", (sweeps,)).fetchall()
             for sweep in recent:
+                retests = read_retests(db, sweep["sweep_id"])
                 groups: dict[str, dict[str, list[StoredFigure]]] = {}
                 read = (figures(db, sweep["sweep_id"]) if alone is None
                         else (pair for host in alone for pair in figures(db, sweep["sweep_id"], host)))
@@ -343,8 +345,16 @@ class Store:
                         groups.setdefault(host, {}).setdefault(figure.key, []).append(figure)
                 for host, keyed in groups.items():
                     found.setdefault(host, []).append({"sweep_id": sweep["sweep_id"], "started_at": sweep["started_at"],
-                                                       "figures": grouped_figures(keyed.values())})
+                                                       "figures": grouped_figures(keyed.values(),
+                                                                                  retests.get(host))})
         return found
+
+    def record_retests(self, sweep_id: str, host: str, figures: Iterable[Retested]) -> None:
+        """Keep the figures the sweep re-tested on ``host`` for its trends (gpudiag.store.retests),
+        replacing any it kept; the host must be recorded in the sweep."""
+        with self.writing(f"recording the re-test of host {host} in sweep {sweep_id}") as db:
+            self._known_sweep(db, sweep_id)
+            insert_retests(db, self._keys, sweep_id, host, figures)
 
     def recent_hosts(self, sweeps: int) -> list[str]:
         """The hosts that answered in any of the store's last ``sweeps`` sweeps, by name."""

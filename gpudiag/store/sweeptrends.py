@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import NoiseKey, fleet_ratio_noise, fleet_trends, noise_hosts
+from .trend import LATEST_SHARE, HostTrends, NoiseKey, fleet_ratio_noise, fleet_trends, noise_hosts
 from .trendfit import Noise
 from .trendwords import trend_findings
 
+# How far (standard errors of its slope) a GPU slides against its siblings before its sweep
+# re-tests it (trend_candidates): a watch needs WATCH_SLOPE_Z + SIBLING_WATCH_MARGIN (3.5). A GPU
+# losing 2 % a sweep over 4 sweeps at 2 % noise is 3.4 of them on its first runs: reached 8 times
+# in 20 then; 2 screens it 9 times in 10, and its latest sweep re-tested in 3 runs weighs three.
+RETEST_SLIDE_Z = 2.0
 # How many of the store's latest sweeps (the one being written among them) a sweep's own trends
 # rest on: the windows bench/detection.py's history rows measure (3 to 6 sweeps).
 SWEEP_TREND_SWEEPS = 6
@@ -23,15 +29,53 @@ def sweep_trend_findings(store: Store, sweep_id: str, hosts: Iterable[str], thre
     figures already recorded) over the store's last SWEEP_TREND_SWEEPS sweeps; none for a host
     this sweep has no figure of, or with fewer sweeps than ``history_min_sweeps``. A GPU's slide
     against its siblings is judged with their scatter pooled over the hosts judged
-    (fleet_trends). Raises StoreError where the store cannot be read."""
+    (fleet_trends), and with the sweep's re-test of it where it had one (gpudiag.store.retests).
+    Raises StoreError where the store cannot be read."""
+    trends = _sweep_trends(store, sweep_id, hosts, thresholds)
+    return [finding for host_trends in trends.values() for finding in trend_findings(host_trends)]
+
+
+@dataclass(frozen=True)
+class SlideToRetest:
+    """A GPU whose figure slides against its siblings far enough that its sweep re-tests it
+    (trend_candidates): the host, the probe to run again, the GPU, the figure's name and the
+    slope's z against the siblings."""
+
+    host: str
+    probe: str
+    gpu: int
+    figure: str
+    z: float
+
+
+def trend_candidates(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> list[SlideToRetest]:
+    """The GPUs of ``hosts`` whose slide against their siblings over the store's last sweeps (the
+    sweep ``sweep_id``'s first pass the latest) is at least RETEST_SLIDE_Z of its standard errors
+    and whose latest sweep is at least LATEST_SHARE of ``deficit_warn`` under them: a watch that
+    one run cannot settle either way. Steepest first. Raises StoreError where the store cannot
+    be read."""
+    found = []
+    for host, host_trends in _sweep_trends(store, sweep_id, hosts, thresholds).items():
+        for figure in host_trends.figures:
+            for trend in figure.gpus:
+                siblings = trend.siblings
+                if (trend.gpu is not None and siblings is not None and siblings.z <= -RETEST_SLIDE_Z
+                        and -100 * siblings.latest >= LATEST_SHARE * thresholds.deficit_warn_pct):
+                    found.append(SlideToRetest(host, figure.figure.split(".", 1)[0], trend.gpu, figure.figure,
+                                               siblings.z))
+    return sorted(found, key=lambda slide: (slide.z, slide.host, slide.figure, slide.gpu))
+
+
+def _sweep_trends(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> dict[str, HostTrends]:
+    """fleet_trends of ``hosts`` over the store's last SWEEP_TREND_SWEEPS sweeps, for each host
+    whose latest is the sweep ``sweep_id`` and that has at least ``history_min_sweeps``."""
     wanted = list(hosts)
     histories = store.recent_figures(wanted, SWEEP_TREND_SWEEPS)
     repairs = repairs_by_host(store, histories)
     judged = {host: rows for host in wanted if len(rows := histories.get(host, [])) >= thresholds.history_min_sweeps
               and rows[0]["sweep_id"] == sweep_id}
-    trends = fleet_trends(judged, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps,
-                          thresholds.history_slope_z, warn_pct=thresholds.deficit_warn_pct)
-    return [finding for host in judged for finding in trend_findings(trends[host])]
+    return fleet_trends(judged, repairs, thresholds.history_degradation_pct, thresholds.history_min_sweeps,
+                        thresholds.history_slope_z, warn_pct=thresholds.deficit_warn_pct)
 
 
 def store_fleet_noise(store: Store, sweeps: int) -> dict[NoiseKey, Noise]:

@@ -374,7 +374,7 @@ def _fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: 
     found: dict[NoiseKey, list[Noise]] = {}
     for figures in sampled.values():
         for name, figure in figures.items():
-            found.setdefault((figure.model, name), []).append(ratio_noise(figure.ratios))
+            found.setdefault((figure.model, name), []).append(ratio_noise(figure.ratios, figure.runs()))
     return {key: pooled for key, noises in found.items() if (pooled := pooled_noises(noises)).dof}, sampled
 
 
@@ -392,6 +392,11 @@ class _Figure:
     gpus: tuple[_Window, ...]
     ratios: dict[int, tuple[tuple[int, float], ...]]
 
+    def runs(self) -> dict[int, tuple[int, ...]]:
+        """For each GPU of ``ratios``, the runs each of its ratios is the mean of (its points')."""
+        windows = {window.gpu: window.points for window in self.gpus}
+        return {gpu: tuple(point.runs for point in windows[gpu][:len(series)]) for gpu, series in self.ratios.items()}
+
 
 def _windowed(rows: Sequence[Mapping[str, Any]], repairs: Sequence[Repair]) -> dict[str, _Figure]:
     """The figures of Store.host_history ``rows`` (newest first) by name, windowed after ``repairs``."""
@@ -403,15 +408,19 @@ def _windowed(rows: Sequence[Mapping[str, Any]], repairs: Sequence[Repair]) -> d
     for row in reversed(rows):
         for figure in row.get("figures") or ():
             models[figure_name(figure)] = figure.get("model")  # the latest sweep's, oldest first
+        retests = sweep_retests(row.get("figures") or ())
         for name, (unit, per_gpu) in sweep_figures(row.get("figures") or ()).items():
+            runs, again = retests.get(name, (1, {}))
+            per_gpu = {**per_gpu, **again}  # a GPU the sweep re-tested: the mean of its re-test runs
             units.setdefault(name, unit)
             counts.setdefault(name, []).append(len(per_gpu))
-            medians.setdefault(name, []).append(
-                TrendPoint(row["sweep_id"], row["started_at"], statistics.median(per_gpu.values())))
+            medians.setdefault(name, []).append(TrendPoint(row["sweep_id"], row["started_at"],
+                                                           statistics.median(per_gpu.values()),
+                                                           runs if per_gpu.keys() <= again.keys() else 1))
             for gpu, value in per_gpu.items():
                 if gpu is not None:
                     gpus.setdefault(name, {}).setdefault(gpu, []).append(
-                        TrendPoint(row["sweep_id"], row["started_at"], value))
+                        TrendPoint(row["sweep_id"], row["started_at"], value, runs if gpu in again else 1))
     figures = {}
     for name in sorted(medians):
         windows = tuple(_window(repairs, gpu, points) for gpu, points in sorted(gpus.get(name, {}).items()))
@@ -427,8 +436,9 @@ def _judged(host: str, figures: Mapping[str, _Figure], rules: _Rules, fleet: Map
     for name, figure in figures.items():
         judge = _Judge(name, figure.unit, rules)
         # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
-        pooled = pooled_noise([point.value for point in window.points] for window in figure.gpus)
-        siblings = sibling_slopes(figure.ratios, fleet.get((figure.model, name)))
+        pooled = pooled_noise([[point.value for point in window.points] for window in figure.gpus],
+                              [[point.runs for point in window.points] for window in figure.gpus])
+        siblings = sibling_slopes(figure.ratios, fleet.get((figure.model, name)), figure.runs())
         trends.append(FigureTrend(name, figure.unit, judge.trend(figure.median, median_noise(pooled, figure.counts)),
                                   tuple(judge.trend(window, pooled, siblings.get(cast(int, window.gpu)))
                                         for window in figure.gpus)))
@@ -448,6 +458,26 @@ def sweep_figures(figures: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str |
         for gpu, value in figure.get("per_gpu") or ():
             per_gpu.setdefault(gpu, []).append(float(value))
     return {name: (units[name], {gpu: statistics.median(found) for gpu, found in per_gpu.items()})
+            for name, per_gpu in values.items() if per_gpu}
+
+
+def sweep_retests(figures: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, dict[int, float]]]:
+    """One sweep's re-tested figures by name (those whose ``retest`` the store keeps:
+    gpudiag.store.trendretest): the fewest runs any of its keys had, and per GPU the median over
+    the folded keys of each one's mean over its runs."""
+    values: dict[str, dict[int, list[float]]] = {}
+    runs: dict[str, int] = {}
+    for figure in figures:
+        again = figure.get("retest")
+        if not again:
+            continue
+        name = figure_name(figure)
+        runs[name] = min(runs.get(name, again["runs"]), again["runs"])
+        per_gpu = values.setdefault(name, {})
+        for gpu, value in again.get("per_gpu") or ():
+            if gpu is not None:
+                per_gpu.setdefault(gpu, []).append(float(value))
+    return {name: (runs[name], {gpu: statistics.median(found) for gpu, found in per_gpu.items()})
             for name, per_gpu in values.items() if per_gpu}
 
 
@@ -526,7 +556,7 @@ class _Judge:
     def trend(self, window: _Window, pooled: Noise, siblings: SiblingSlope | None = None) -> Trend:
         """The trend of ``window``, its noise ``pooled`` unless its own is far larger (fit_trend),
         and a GPU's slope against its ``siblings``."""
-        fit = fit_trend([point.value for point in window.points], pooled)
+        fit = fit_trend([point.value for point in window.points], pooled, [point.runs for point in window.points])
         latest = window.points[-1].value if window.points else None
         verdict = self.rules.verdict(fit, latest, siblings)
         return Trend(self.figure, self.unit, window.gpu, window.points, window.repair, fit,

@@ -52,11 +52,13 @@ def theil_sen_spread(sweeps: int) -> float:
 
 @dataclass(frozen=True)
 class TrendPoint:
-    """One sweep's figure (in the trend's unit)."""
+    """One sweep's figure (in the trend's unit); ``runs``: how many runs it is the mean of (more
+    than 1 where the sweep re-tested the figure: gpudiag.store.trendretest)."""
 
     sweep_id: str
     started_at: str
     value: float
+    runs: int = 1
 
 
 @dataclass(frozen=True)
@@ -114,13 +116,28 @@ def theil_sen(values: Sequence[float]) -> tuple[float, float]:
     return slope, statistics.median(value - slope * x for x, value in enumerate(values))
 
 
-def residual_squares(values: Sequence[float]) -> float:
-    """The sum of squared distances of ``values`` (x = 0, 1, ...) from their least-squares line."""
+def residual_squares(values: Sequence[float], runs: Sequence[int] | None = None) -> float:
+    """The sum of squared distances of ``values`` (x = 0, 1, ...) from their least-squares line;
+    with ``runs`` (how many runs each value is the mean of), the weighted line's, each square
+    weighed by its runs: a per-run scatter, as a value of one run has."""
+    if runs is not None and any(weight != 1 for weight in runs):
+        return _weighted_residual_squares(values, [float(weight) for weight in runs])
     count = len(values)
     middle, mean = (count - 1) / 2, math.fsum(values) / count
     spread = math.fsum((x - middle) ** 2 for x in range(count))
     slope = math.fsum((x - middle) * (value - mean) for x, value in enumerate(values)) / spread if spread else 0.0
     return math.fsum((value - mean - slope * (x - middle)) ** 2 for x, value in enumerate(values))
+
+
+def _weighted_residual_squares(values: Sequence[float], weights: Sequence[float]) -> float:
+    total = math.fsum(weights)
+    middle = math.fsum(w * x for x, w in enumerate(weights)) / total
+    mean = math.fsum(w * v for w, v in zip(weights, values, strict=True)) / total
+    spread = math.fsum(w * (x - middle) ** 2 for x, w in enumerate(weights))
+    slope = math.fsum(w * (x - middle) * (v - mean) for x, (w, v) in enumerate(zip(weights, values, strict=True)))
+    slope = slope / spread if spread else 0.0
+    return math.fsum(w * (v - mean - slope * (x - middle)) ** 2
+                     for x, (w, v) in enumerate(zip(weights, values, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -131,25 +148,28 @@ class Noise:
     dof: int
 
 
-def pooled_noise(series: Iterable[Sequence[float]]) -> Noise:
+def pooled_noise(series: Iterable[Sequence[float]], runs: Iterable[Sequence[int] | None] | None = None) -> Noise:
     """The per-sweep noise of every series of at least MIN_FIT_SWEEPS values around its own
-    least-squares line, pooled (squares over degrees of freedom); 0 with none."""
+    least-squares line, pooled (squares over degrees of freedom); 0 with none. ``runs``: for each
+    series, how many runs each value is the mean of (residual_squares; None: one each)."""
     squares, dof = 0.0, 0
-    for values in series:
+    for values, weights in zip(series, runs, strict=False) if runs is not None else ((v, None) for v in series):
         if len(values) >= MIN_FIT_SWEEPS:
-            squares += residual_squares(values)
+            squares += residual_squares(values, weights)
             dof += len(values) - 2
     return Noise(math.sqrt(squares / dof) if dof else 0.0, dof)
 
 
-def fit_trend(values: Sequence[float], pooled: Noise | None = None) -> TrendFit | None:
+def fit_trend(values: Sequence[float], pooled: Noise | None = None, runs: Sequence[int] | None = None
+              ) -> TrendFit | None:
     """The TrendFit of ``values`` (oldest first); None with fewer than MIN_FIT_SWEEPS values. Its
     noise is ``pooled`` (the host's GPUs': see the module), or its own where there is no pool
-    or its own is more than OWN_NOISE_TOLERANCE times the pool's."""
+    or its own is more than OWN_NOISE_TOLERANCE times the pool's (``runs``: each value's, as
+    residual_squares takes them)."""
     if len(values) < MIN_FIT_SWEEPS:
         return None
     slope, intercept = theil_sen(values)
-    own = Noise(math.sqrt(residual_squares(values) / (len(values) - 2)), len(values) - 2)
+    own = Noise(math.sqrt(residual_squares(values, runs) / (len(values) - 2)), len(values) - 2)
     noise = own if pooled is None or pooled.dof == 0 or own.sigma > OWN_NOISE_TOLERANCE * pooled.sigma else pooled
     floor = abs(intercept) * NOISE_FLOOR_PCT / 100
     return TrendFit(slope, intercept, intercept + slope * (len(values) - 1), max(noise.sigma, floor, 1e-12),
@@ -180,6 +200,8 @@ class SiblingSlope:
     dof: int
     spread: float
     held: bool
+    # The runs each ratio is the mean of (empty: one each); a re-tested sweep's weigh more.
+    runs: tuple[int, ...] = ()
 
     @property
     def sweeps(self) -> int:
@@ -198,7 +220,8 @@ class SiblingSlope:
         return {"sweeps": self.sweeps, "slope_pct_per_sweep": 100 * self.slope, "start_pct": 100 * self.start,
                 "latest_pct": 100 * self.latest, "slope_z": self.z, "noise_pct": 100 * self.noise,
                 "noise_dof": self.dof, "siblings_spread_pct": 100 * self.spread, "held_to_siblings": self.held,
-                "ratios_pct": [[x + 1, 100 * ratio] for x, ratio in self.ratios]}
+                "ratios_pct": [[x + 1, 100 * ratio] for x, ratio in self.ratios],
+                **({"runs": list(self.runs)} if self.runs else {})}
 
 
 def sibling_ratios(windows: Sequence[tuple[int, Sequence[TrendPoint]]]) -> dict[int, tuple[tuple[int, float], ...]]:
@@ -224,10 +247,12 @@ def sibling_ratios(windows: Sequence[tuple[int, Sequence[TrendPoint]]]) -> dict[
     return found
 
 
-def ratio_noise(ratios: Mapping[int, tuple[tuple[int, float], ...]]) -> Noise:
+def ratio_noise(ratios: Mapping[int, tuple[tuple[int, float], ...]],
+                runs: Mapping[int, Sequence[int]] | None = None) -> Noise:
     """The per-sweep noise of a host's GPUs against their siblings (``ratios``: sibling_ratios),
-    pooled over them."""
-    return pooled_noise([ratio for _, ratio in series] for series in ratios.values())
+    pooled over them (``runs``: as sibling_slopes takes them)."""
+    return pooled_noise([[ratio for _, ratio in series] for series in ratios.values()],
+                        [(runs or {}).get(gpu) for gpu in ratios])
 
 
 def pooled_noises(noises: Iterable[Noise]) -> Noise:
@@ -240,12 +265,14 @@ def pooled_noises(noises: Iterable[Noise]) -> Noise:
     return Noise(math.sqrt(squares / dof) if dof else 0.0, dof)
 
 
-def sibling_slopes(ratios: Mapping[int, tuple[tuple[int, float], ...]], fleet: Noise | None = None
-                   ) -> dict[int, SiblingSlope]:
+def sibling_slopes(ratios: Mapping[int, tuple[tuple[int, float], ...]], fleet: Noise | None = None,
+                   runs: Mapping[int, Sequence[int]] | None = None) -> dict[int, SiblingSlope]:
     """The SiblingSlope of every GPU of ``ratios`` (sibling_ratios), the noise pooled over them,
     or ``fleet``'s (the same figure's, pooled over the fleet's hosts) where that rests on more
-    degrees of freedom and the host's own is not past HOST_NOISE_TOLERANCE times it."""
-    pooled = ratio_noise(ratios)
+    degrees of freedom and the host's own is not past HOST_NOISE_TOLERANCE times it. ``runs``:
+    for a GPU, how many runs each of its ratios is the mean of (none given: one each); a ratio of
+    k runs weighs k in the fit, its noise the per-run noise over √k."""
+    pooled = ratio_noise(ratios, runs)
     if pooled.dof == 0:
         return {}
     if fleet is not None and fleet.dof > pooled.dof and pooled.sigma <= HOST_NOISE_TOLERANCE * fleet.sigma:
@@ -255,19 +282,26 @@ def sibling_slopes(ratios: Mapping[int, tuple[tuple[int, float], ...]], fleet: N
     for gpu, series in ratios.items():
         others = [mean ** 2 - pooled.sigma ** 2 / count for other, (mean, count) in means.items() if other != gpu]
         spread = math.sqrt(max(0.0, math.fsum(others) / len(others))) if others else math.inf
-        slopes[gpu] = _held_slope(series, pooled, spread)
+        weights = tuple((runs or {}).get(gpu) or ())
+        counted = len(weights) == len(series) and any(weight != 1 for weight in weights)
+        slopes[gpu] = _held_slope(series, pooled, spread, weights if counted else None)
     return slopes
 
 
-def _held_slope(series: Sequence[tuple[int, float]], pooled: Noise, spread: float) -> SiblingSlope:
-    """``series``' slope with its start held to 0 within ``spread`` (see SiblingSlope)."""
+def _held_slope(series: Sequence[tuple[int, float]], pooled: Noise, spread: float,
+                weights: Sequence[int] | None = None) -> SiblingSlope:
+    """``series``' slope with its start held to 0 within ``spread`` (see SiblingSlope), each
+    ratio weighing its ``weights`` (the runs it is the mean of; None: one each)."""
     values = [ratio for _, ratio in series]
-    own = Noise(math.sqrt(residual_squares(values) / (len(values) - 2)), len(values) - 2)
+    own = Noise(math.sqrt(residual_squares(values, weights) / (len(values) - 2)), len(values) - 2)
     noise = own if own.sigma > OWN_NOISE_TOLERANCE * pooled.sigma else pooled
     sigma = max(noise.sigma, NOISE_FLOOR_PCT / 100)
+    ws = [float(w) for w in weights] if weights is not None else [1.0] * len(series)
     xs = [x for x, _ in series]
-    count, sx, sxx = len(xs), math.fsum(xs), math.fsum(x * x for x in xs)
-    sr, sxr = math.fsum(values), math.fsum(x * r for x, r in series)
+    count, sx, sxx = math.fsum(ws), math.fsum(w * x for w, x in zip(ws, xs, strict=True)), \
+        math.fsum(w * x * x for w, x in zip(ws, xs, strict=True))
+    sr = math.fsum(w * r for w, r in zip(ws, values, strict=True))
+    sxr = math.fsum(w * x * r for w, (x, r) in zip(ws, series, strict=True))
     # The free least-squares line: its start, and that start's standard error.
     free_d = count * sxx - sx * sx
     free_start = (sxx * sr - sx * sxr) / free_d
@@ -280,7 +314,8 @@ def _held_slope(series: Sequence[tuple[int, float]], pooled: Noise, spread: floa
     start = (sxx * sr - sx * sxr) / d
     z = slope / (sigma * math.sqrt(n / d))
     return SiblingSlope(tuple(series), slope, start, z, sigma, noise.dof if noise.sigma >= NOISE_FLOOR_PCT / 100
-                        else 0, spread, held)
+                        else 0, spread, held, tuple(int(w) for w in ws) if weights is not None else ())
+
 
 def median_noise(pooled: Noise, counts: Sequence[int]) -> Noise:
     """The per-sweep noise of the median of a host's GPUs, from their pooled own noise: a median

@@ -65,7 +65,9 @@ def _sibling_watch_words(host: str, trend: Trend, siblings: SiblingSlope, watch_
             f"its siblings over {siblings.sweeps} sweeps ({held}), {-siblings.z:.1f} times its uncertainty "
             f"(per-sweep noise {100 * siblings.noise:.1f} %; real from "
             f"{_bar_words(watch_z + SIBLING_WATCH_MARGIN, siblings.dof)}); "
-            f"{-100 * siblings.latest:.1f} % under its siblings at the latest sweep, on its line "
+            f"{-100 * siblings.latest:.1f} % under its siblings at the latest sweep"
+            + (f" (the mean of {siblings.runs[-1]} re-test runs)" if siblings.runs and siblings.runs[-1] > 1 else "")
+            + ", on its line "
             f"{-100 * siblings.at(last + 1):.1f} % under in 1 sweep and {-100 * siblings.at(last + 2):.1f} % in 2 "
             f"(the warn line: {trend.projection.warn_pct if trend.projection else 0:g} %)"
             + ("" if trend.repair is None else f", since the repair of {trend.repair.describe()}"))

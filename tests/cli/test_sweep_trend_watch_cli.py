@@ -20,16 +20,17 @@ def _run(*args: str) -> Result:
     return CliRunner(env={"COLUMNS": "120"}).invoke(main, list(args), catch_exceptions=False)
 
 
-def _sweeps(folder: Path, factors: list[float], seed: int, cv: float = 0.01) -> tuple[Path, list[dict[str, Any]]]:
+def _sweeps(folder: Path, factors: list[float], seed: int, cv: float = 0.01,
+            *options: str) -> tuple[Path, list[dict[str, Any]]]:
     """One simulated 8-node sweep per factor into one store, node003's GPU 2 at that factor, each
-    sweep with fresh noise at ``cv``; the sweep documents and their exit codes."""
+    sweep with fresh noise at ``cv`` and the sweep's further ``options``; the sweep documents."""
     store, documents = folder / "trend.db", []
     for index, factor in enumerate(factors):
         fleet, out = folder / f"fleet{index}.json", folder / f"sweep{index}.json"
         faults = [] if factor == 1 else [{"kind": "slow_gpu", "host": "node003", "gpu": 2, "factor": factor}]
         fleet.write_text(json.dumps({"nodes": 8, "name_format": "node{:03d}", "seed": 100 * seed + index,
                                      "noise": {"gemm_cv": cv}, "faults": faults}))
-        result = _run("sweep", "--simulate", str(fleet), *FAST, "--store", str(store), "--json", str(out))
+        result = _run("sweep", "--simulate", str(fleet), *FAST, *options, "--store", str(store), "--json", str(out))
         document = json.loads(out.read_text())
         assert result.exit_code == document["summary"]["exit_code"], result.output
         documents.append(document)
@@ -102,3 +103,51 @@ def test_the_issues_slide_is_watched_in_every_fleet_and_a_flat_part_seldom(tmp_p
                         key=str)
         elsewhere += [others] if others else []
     assert found == 8 and len(elsewhere) <= 1, elsewhere
+
+
+def _trend_named(folder: Path, seeds: range, cv: float, *options: str) -> tuple[int, list[Any], list[str]]:
+    """Of fleets sliding as the issue's at ``cv``: in how many the sweep's own trend names the
+    sliding GPU, the flat parts watched (per fleet that has any) and the sliding GPU's watches' evidence."""
+    found, elsewhere, evidence = 0, [], []
+    for seed in seeds:
+        (folder / f"seed{seed}").mkdir()
+        _, documents = _sweeps(folder / f"seed{seed}", [1.0, 0.98, 0.96, 0.94], seed, cv, *options)
+        trends = [f for f in documents[-1]["findings"] if f["kind"] == "slow_degradation"]
+        mine = [f for f in trends if (f["host"], f["gpu"]) == ("node003", 2)]
+        found += bool(mine)
+        evidence += [f["evidence"] for f in mine]
+        others = sorted({(f["host"], f["gpu"]) for f in trends} - {("node003", 2)}, key=str)
+        elsewhere += [others] if others else []
+    return found, elsewhere, evidence
+
+
+def test_at_2_pct_noise_the_sweep_re_tests_a_slide_its_first_runs_cannot_settle(tmp_path):
+    # The issue's slide at CV 2 %: on first runs alone its slope against its siblings is 3.4
+    # standard errors, and the 3.5 bar found it in 3 of these 16 fleets. A slide past 2 of them
+    # has its host's GEMM run 3 times more, and the mean weighs three runs: found in 14.
+    for folder in ("retest", "first"):
+        (tmp_path / folder).mkdir()
+    found, elsewhere, evidence = _trend_named(tmp_path / "retest", range(11, 27), 0.02)
+    alone, alone_elsewhere, _ = _trend_named(tmp_path / "first", range(11, 27), 0.02, "--no-retest")
+    assert found >= 13 and found >= alone + 8, (found, alone)
+    assert len(elsewhere) <= max(1, len(alone_elsewhere)), (elsewhere, alone_elsewhere)
+    assert any("under its siblings at the latest sweep (the mean of 3 re-test runs)" in text for text in evidence)
+
+
+def test_history_judges_the_re_tested_sweep_as_the_sweep_did(tmp_path):
+    store, documents = _sweeps(tmp_path, [1.0, 0.98, 0.96, 0.94], 11, 0.02)
+    assert ("node003", 2) in {(f["host"], f["gpu"]) for f in documents[-1]["findings"]
+                              if f["kind"] == "slow_degradation"}
+    shown = json.loads(_run("history", "node003", "--store", str(store), "--json", "-").output)
+    latest = shown["sweeps"][0]
+    (gemm,) = [figure for figure in latest["figures"] if figure["metric"] == "gemm.tflops"]
+    assert gemm["retest"]["runs"] == 3 and len(gemm["retest"]["per_gpu"]) == 8  # every GPU: the siblings too
+    trend = shown["trend"]
+    assert 2 in {t["gpu"] for t in trend["degradations"] + trend["watches"]}, trend
+
+
+def test_a_sweep_within_a_budget_leaves_its_time_to_its_planned_checks(tmp_path):
+    store, documents = _sweeps(tmp_path, [1.0, 0.98, 0.96, 0.94], 11, 0.02, "--budget", "120")
+    shown = json.loads(_run("history", "node003", "--store", str(store), "--json", "-").output)
+    assert not any("retest" in figure for sweep in shown["sweeps"] for figure in sweep["figures"])
+    assert not any("at the latest sweep (the mean of" in f["evidence"] for f in documents[-1]["findings"])

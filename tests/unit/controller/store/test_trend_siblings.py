@@ -21,6 +21,7 @@ from gpudiag.store.trendfit import (
     fit_trend,
     median_noise,
     ratio_noise,
+    residual_squares,
     sibling_ratios,
     sibling_slopes,
     theil_sen,
@@ -278,3 +279,26 @@ def test_each_gpu_model_is_judged_by_its_own_models_noise_not_the_fleets_pooled(
     # 1,600 flat GPUs of the noisy model at 3.5 sigma: one or two by chance (pooled: about 9)
     assert sum(len(flagged[host]) for host in noisy_hosts) <= 3, {host: flagged[host] for host in noisy_hosts}
     assert sum(flagged[host] == {7} for host in sliding) >= 9, {host: flagged[host] for host in sliding}
+
+
+def test_a_sweeps_mean_of_k_runs_weighs_k_and_its_scatter_is_read_as_one_runs():
+    # A GPU's latest sweep re-tested in 3 runs: its ratio scatters 1/√3 of one run's. Unweighted,
+    # the noise read from such series came out low; weighted, it is one run's, and the slope's
+    # error shrinks as the runs it rests on grow.
+    rng = random.Random(17)
+    sigma, plain, weighted = 0.02, [], []
+    for _ in range(4000):
+        values = [rng.gauss(0.0, sigma), rng.gauss(0.0, sigma), rng.gauss(0.0, sigma), rng.gauss(0.0, sigma / 3 ** 0.5)]
+        plain.append(residual_squares(values) / 2)
+        weighted.append(residual_squares(values, [1, 1, 1, 3]) / 2)
+    assert statistics.fmean(weighted) == pytest.approx(sigma ** 2, rel=0.06)
+    assert statistics.fmean(plain) < 0.93 * sigma ** 2
+    assert residual_squares([0.0, -0.02, -0.04, -0.06], [1, 1, 3, 3]) == pytest.approx(0.0, abs=1e-15)
+    # the same slide, its last two sweeps of 3 runs each: the same slope, a smaller error
+    flat = {gpu: ((0, 0.0), (1, 0.0), (2, 0.0), (3, 0.0)) for gpu in range(1, 8)}
+    ratios = {0: ((0, 0.0), (1, -0.02), (2, -0.04), (3, -0.06)), **flat}
+    fleet = Noise(0.02, 4000)
+    once = sibling_slopes(ratios, fleet)[0]
+    thrice = sibling_slopes(ratios, fleet, {gpu: (1, 1, 3, 3) for gpu in ratios})[0]
+    assert thrice.slope == pytest.approx(once.slope) and thrice.z < once.z * 1.5 < 0
+    assert thrice.runs == (1, 1, 3, 3) and once.runs == () and thrice.to_dict()["runs"] == [1, 1, 3, 3]

@@ -1,0 +1,97 @@
+"""A sweep's re-test of GPUs sliding against their siblings (gpudiag.store.sweeptrends).
+
+Over four sweeps at 2 % noise a GPU losing 2 % a sweep is 3.4 standard errors of its slope
+against its siblings, where a watch needs 3.5: no bar on the first runs alone finds it nineteen
+times in twenty and keeps flat GPUs quiet. More runs of the latest sweep do: a GPU whose slide is
+at least RETEST_SLIDE_Z of its errors has its host's probe run TREND_RETEST_RUNS times more, and
+the mean of those runs (for every GPU of the host: the slide is a ratio to the siblings) is the
+sweep's figure in the host's trends, weighing as many runs (gpudiag.store.retests). The runs
+are new measurements, so a GPU taken for a low first run is judged without it.
+
+A fleet's flat GPUs reach RETEST_SLIDE_Z by chance about one time in forty, so the re-test is
+bounded: at most TREND_RETEST_HOSTS hosts, or TREND_RETEST_SHARE of the sweep's, the steepest
+slides first; the rest are judged on their first run, and the sweep says how many.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..analysis.identity import HostGpus
+from ..analysis.keys import COMPARED_PROBES, result_key
+from ..records import ProbeResult
+from ..store.retests import Retested
+from ..store.sweeptrends import SlideToRetest
+
+# How many runs the re-test of a sliding GPU's host makes.
+TREND_RETEST_RUNS = 3
+# The most hosts a sweep re-tests for their trends: this many, or this share of its hosts.
+TREND_RETEST_HOSTS = 8
+TREND_RETEST_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class TrendRetestPlan:
+    """What a sweep re-tests for its trends: each host and its probes, the slides that took them
+    (``slides``) and those the bound left to their first run (``left``)."""
+
+    probes: dict[str, tuple[str, ...]]
+    slides: tuple[SlideToRetest, ...]
+    left: tuple[SlideToRetest, ...]
+
+    def describe(self) -> str:
+        """``re-testing 3 GPUs sliding against their siblings on 2 hosts, 3 runs``."""
+        gpus = len(self.slides)
+        return (f"re-testing {gpus} GPU{'s' if gpus != 1 else ''} sliding against their siblings on "
+                f"{len(self.probes)} host{'s' if len(self.probes) != 1 else ''}, {TREND_RETEST_RUNS} runs")
+
+    def note(self) -> str | None:
+        """What the bound left out, in words (None: nothing)."""
+        if not self.left:
+            return None
+        hosts = len({slide.host for slide in self.left})
+        return (f"{len(self.left)} more GPUs sliding against their siblings on {hosts} hosts were judged on their "
+                f"first run alone: the trend re-test takes {len(self.probes)} hosts at most in this sweep")
+
+
+def plan_trend_retest(slides: Sequence[SlideToRetest], hosts: int) -> TrendRetestPlan:
+    """The hosts of ``slides`` (steepest first) to re-test, at most TREND_RETEST_HOSTS or
+    TREND_RETEST_SHARE of the sweep's ``hosts``, each with the probes its slides need."""
+    bound = max(TREND_RETEST_HOSTS, math.ceil(TREND_RETEST_SHARE * hosts))
+    probes: dict[str, set[str]] = {}
+    taken, left = [], []
+    for slide in slides:
+        if slide.host in probes or len(probes) < bound:
+            probes.setdefault(slide.host, set()).add(slide.probe)
+            taken.append(slide)
+        else:
+            left.append(slide)
+    return TrendRetestPlan({host: tuple(sorted(names)) for host, names in probes.items()}, tuple(taken), tuple(left))
+
+
+def retest_means(outcomes: Iterable[Mapping[str, Any]], wanted: Mapping[str, Sequence[str]]
+                 ) -> dict[str, list[Retested]]:
+    """Per host, each of its compared figures of the ``wanted`` probes as the mean of the runs of
+    ``outcomes`` (the re-test's hosts, each run's, with their first-pass facts) that measured it,
+    under NVML's index of its GPU; a host no run measured is absent."""
+    values: dict[str, dict[tuple[str, int], list[float]]] = {}
+    for outcome in outcomes:
+        host = str(outcome["host"])
+        facts = outcome.get("facts") or {}
+        if outcome.get("status") != "ok" or not isinstance(facts, Mapping):
+            continue
+        gpus = HostGpus(facts)
+        for result in outcome.get("results") or ():
+            if (result.get("status") != "ok" or result.get("value") is None
+                    or result.get("probe") not in COMPARED_PROBES or result.get("probe") not in wanted.get(host, ())):
+                continue
+            key = result_key(facts, ProbeResult.from_dict(result))
+            gpu = gpus.of(result.get("device"), result.get("gpu_uuid")).nvml_index
+            if key is not None and gpu is not None:
+                values.setdefault(host, {}).setdefault((key, gpu), []).append(float(result["value"]))
+    return {host: [Retested(key, gpu, math.fsum(found) / len(found), len(found))
+                   for (key, gpu), found in sorted(figures.items())]
+            for host, figures in values.items()}

@@ -1,0 +1,48 @@
+"""What a sweep re-tests for its trends (gpudiag.run.trendretest): the steepest slides first,
+within a bound the sweep states, and each figure as the mean of the runs that measured it."""
+
+from __future__ import annotations
+
+from gpudiag.analysis.keys import result_key
+from gpudiag.records import ProbeResult
+from gpudiag.run.trendretest import TREND_RETEST_HOSTS, TREND_RETEST_RUNS, plan_trend_retest, retest_means
+from gpudiag.store.sweeptrends import SlideToRetest
+
+FACTS = {"gpu_model": "NVIDIA H100 80GB HBM3", "gpu_memory_mib": 81559, "driver_version": "550.54.15",
+         "cuda_version": "12.4", "torch_version": "2.4.0", "gpu_count": 2}
+
+
+def _slide(host: str, z: float, probe: str = "gemm", gpu: int = 0) -> SlideToRetest:
+    return SlideToRetest(host, probe, gpu, f"{probe}.x", z)
+
+
+def test_the_steepest_slides_are_re_tested_within_the_bound_and_the_rest_are_said():
+    slides = sorted([_slide(f"node{index:03d}", -2.0 - index / 10) for index in range(20)]
+                    + [_slide("node019", -2.1, "membw", 1)], key=lambda slide: slide.z)
+    plan = plan_trend_retest(slides, hosts=100)
+    assert len(plan.probes) == TREND_RETEST_HOSTS == 8
+    assert sorted(plan.probes) == [f"node{index:03d}" for index in range(12, 20)]  # the steepest hosts
+    assert plan.probes["node019"] == ("gemm", "membw")  # a host's every sliding figure, once taken
+    assert len(plan.slides) == 9 and len(plan.left) == 12
+    assert plan.note() == ("12 more GPUs sliding against their siblings on 12 hosts were judged on their first run "
+                           "alone: the trend re-test takes 8 hosts at most in this sweep")
+    assert plan.describe() == f"re-testing 9 GPUs sliding against their siblings on 8 hosts, {TREND_RETEST_RUNS} runs"
+    # 2 % of a 1,000-host sweep's hosts; nothing left out, nothing said
+    assert len(plan_trend_retest(slides, hosts=1000).probes) == 20
+    assert plan_trend_retest(slides[:3], hosts=10).note() is None
+
+
+def _gemm(gpu: int, value: float, status: str = "ok") -> dict:
+    return {"probe": "gemm", "device": f"cuda:{gpu}", "gpu_uuid": None, "metric": "tflops", "value": value,
+            "unit": "TFLOP/s", "status": status, "params": {"dtype": "bf16"}}
+
+
+def test_each_figure_is_the_mean_of_the_runs_that_measured_it():
+    runs = [{"host": "node001", "status": "ok", "facts": FACTS, "results": [_gemm(0, 700.0), _gemm(1, 650.0)]},
+            {"host": "node001", "status": "ok", "facts": FACTS, "results": [_gemm(0, 706.0), _gemm(1, 0, "error")]},
+            {"host": "node001", "status": "timeout", "facts": FACTS, "results": [_gemm(0, 1.0)]},
+            {"host": "node002", "status": "ok", "facts": FACTS, "results": [_gemm(0, 690.0)]}]
+    means = retest_means(runs, {"node001": ("gemm",), "node002": ("membw",)})
+    key = result_key(FACTS, ProbeResult.from_dict(_gemm(0, 1.0)))
+    assert key is not None and list(means) == ["node001"]  # node002's GEMM was not what it re-tested
+    assert [(f.key, f.gpu, f.value, f.runs) for f in means["node001"]] == [(key, 0, 703.0, 2), (key, 1, 650.0, 1)]
