@@ -36,7 +36,7 @@ from ..fabric.readers import chosen_topology
 from ..fabric.schedule import stream_count
 from ..fabric.tracing import TopologyTracer
 from ..findings import Finding, FindingView, sort_by_cost
-from ..hosts import HostSpec, load_hosts
+from ..hosts import HostSpec, fold_hosts, load_hosts
 from ..links.addresses import check_net_address, data_addresses
 from ..links.attribution import link_thresholds
 from ..links.impact import link_impact, with_network
@@ -307,8 +307,12 @@ def _retest_slides(request: SweepRequest, setup: _Setup, runtime: Runtime, budge
                                      "trend re-test run")
     if stopped:
         return _SlidesRetested(tuple(notes), True)
+    means = retest_means(outcomes or (), plan.probes)
+    if missed := sorted(set(plan.probes) - set(means)):
+        notes.append(f"the re-test of sliding GPUs measured nothing on {fold_hosts(missed)}: their trends are judged "
+                     "on the first run")
     try:
-        for host, figures in retest_means(outcomes or (), plan.probes).items():
+        for host, figures in means.items():
             store.record_retests(first.sweep_id, host, figures)
     except StoreError as error:
         notes.append(f"the re-test of sliding GPUs could not be stored ({error}): their trends are judged on the "

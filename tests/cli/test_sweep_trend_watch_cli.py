@@ -151,3 +151,20 @@ def test_a_sweep_within_a_budget_leaves_its_time_to_its_planned_checks(tmp_path)
     shown = json.loads(_run("history", "node003", "--store", str(store), "--json", "-").output)
     assert not any("retest" in figure for sweep in shown["sweeps"] for figure in sweep["figures"])
     assert not any("at the latest sweep (the mean of" in f["evidence"] for f in documents[-1]["findings"])
+
+
+def test_a_slide_whose_re_test_measures_nothing_is_said_and_judged_on_its_first_run(tmp_path):
+    # node003's GEMM fails after its first pass in the latest sweep (from call 1, its first re-test):
+    # the slide's re-test measures nothing there, and the sweep says so
+    store, documents = _sweeps(tmp_path, [1.0, 0.98, 0.96], 11, 0.02)
+    fleet, out = tmp_path / "last.json", tmp_path / "last.out.json"
+    fleet.write_text(json.dumps({"nodes": 8, "name_format": "node{:03d}", "seed": 1103, "noise": {"gemm_cv": 0.02},
+                                 "faults": [{"kind": "slow_gpu", "host": "node003", "gpu": 2, "factor": 0.94},
+                                            {"kind": "probe_error", "host": "node003", "probe": "gemm",
+                                             "from_call": 1, "reason": "CUDA error: unspecified launch failure"}]}))
+    _run("sweep", "--simulate", str(fleet), *FAST, "--store", str(store), "--json", str(out))
+    document = json.loads(out.read_text())
+    assert any(w == "the re-test of sliding GPUs measured nothing on node003: their trends are judged on the first run"
+               for w in document["warnings"]), document["warnings"]
+    shown = json.loads(_run("history", "node003", "--store", str(store), "--json", "-").output)
+    assert not any("retest" in figure for figure in shown["sweeps"][0]["figures"])
