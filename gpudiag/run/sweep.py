@@ -36,7 +36,7 @@ from ..fabric.readers import chosen_topology
 from ..fabric.schedule import stream_count
 from ..fabric.tracing import TopologyTracer
 from ..findings import Finding, FindingView, sort_by_cost
-from ..hosts import HostSpec, fold_hosts, load_hosts
+from ..hosts import HostSpec, load_hosts
 from ..links.addresses import check_net_address, data_addresses
 from ..links.attribution import link_thresholds
 from ..links.impact import link_impact, with_network
@@ -49,7 +49,7 @@ from ..pause.focus import further_peers_plan, tie_break_plan
 from ..schema.times import iso_time
 from ..store.baselines import Baseline, chosen_baseline
 from ..store.store import Store
-from ..store.sweeptrends import sweep_trend_findings, trend_candidates
+from ..store.sweeptrends import sweep_trend_findings
 from ..words import plural
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .connection import Connection
@@ -68,7 +68,7 @@ from .peers import FurtherPeers, PeerPairRunner
 from .progress import RoundsOf, StageOf
 from .request import AUTO_LINKS, SweepRequest
 from .runtime import Runtime
-from .trendretest import TREND_RETEST_RUNS, plan_trend_retest, retest_means
+from .trendretest import SlidesRetested, retest_slides
 
 FACTS = "facts"
 
@@ -274,50 +274,15 @@ def _retest_suspects(request: SweepRequest, setup: _Setup, runtime: Runtime, bud
     return _Retested(True, hosts, tuple(unretested), tuple(notes), interrupted)
 
 
-@dataclass(frozen=True)
-class _SlidesRetested:
-    """The re-test of GPUs sliding against their siblings (gpudiag.run.trendretest): what it
-    skipped or left out (the run's notes) and whether an interrupt ended it."""
-
-    notes: tuple[str, ...] = ()
-    interrupted: bool = False
-
-
 def _retest_slides(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudget | None,
-                   first: SweepResult, interrupted: bool) -> _SlidesRetested:
-    """The GPUs whose slide against their siblings one run cannot settle (a sweep with a store,
-    suspects re-tested, no --budget), their hosts' probes run TREND_RETEST_RUNS times more, and
-    the means kept in the store for the sweep's trends (gpudiag.run.trendretest). A run within a
-    budget (a pre-flight) leaves its time to the checks it planned: a watch drains nothing. A
-    store that cannot be read or written for it is a note: the trends are judged on the first
-    run."""
-    store = setup.store
-    if store is None or not request.judging.retest or interrupted or budget is not None:
-        return _SlidesRetested()
-    ok = [host.host for host in first.hosts if host.ok]
-    try:
-        plan = plan_trend_retest(trend_candidates(store, first.sweep_id, ok, setup.thresholds), len(ok))
-    except StoreError as error:
-        return _SlidesRetested((f"the stored sweeps could not be read for the re-test of sliding GPUs ({error})",))
-    if not plan.probes:
-        return _SlidesRetested()
-    notes = [note] if (note := plan.note()) is not None else []
-    runtime.progress.phase(plan.describe())
-    outcomes, stopped = _probe_again(setup, [plan.probes] * TREND_RETEST_RUNS, first, runtime, budget,
-                                     "trend re-test run")
-    if stopped:
-        return _SlidesRetested(tuple(notes), True)
-    means = retest_means(outcomes or (), plan.probes)
-    if missed := sorted(set(plan.probes) - set(means)):
-        notes.append(f"the re-test of sliding GPUs measured nothing on {fold_hosts(missed)}: their trends are judged "
-                     "on the first run")
-    try:
-        for host, figures in means.items():
-            store.record_retests(first.sweep_id, host, figures)
-    except StoreError as error:
-        notes.append(f"the re-test of sliding GPUs could not be stored ({error}): their trends are judged on the "
-                     "first run")
-    return _SlidesRetested(tuple(notes))
+                   first: SweepResult, interrupted: bool) -> SlidesRetested:
+    """The re-test of GPUs sliding against their siblings (gpudiag.run.trendretest), in a sweep
+    with a store whose suspects are re-tested; none after an interrupt, nor within a --budget (a
+    pre-flight leaves its time to the checks it planned: a watch drains nothing)."""
+    if setup.store is None or not request.judging.retest or interrupted or budget is not None:
+        return SlidesRetested()
+    return retest_slides(setup.store, first, setup.thresholds, runtime.progress,
+                         lambda runs: _probe_again(setup, runs, first, runtime, budget, "trend re-test run"))
 
 
 def _to_retest(asked: bool, budget: RunBudget | None, first: SweepResult, suspects: Sequence[Suspect],

@@ -16,15 +16,21 @@ slides first; the rest are judged on their first run, and the sweep says how man
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.identity import HostGpus
 from ..analysis.keys import COMPARED_PROBES, result_key
+from ..analysis.thresholds import Thresholds
+from ..errors import StoreError
+from ..hosts import fold_hosts
 from ..records import ProbeResult
 from ..store.retests import Retested
-from ..store.sweeptrends import SlideToRetest
+from ..store.store import Store
+from ..store.sweeptrends import SlideToRetest, trend_candidates
+from .fanout import HostOutcome, SweepResult
+from .progress import SweepProgress
 
 # How many runs the re-test of a sliding GPU's host makes.
 TREND_RETEST_RUNS = 3
@@ -95,3 +101,49 @@ def retest_means(outcomes: Iterable[Mapping[str, Any]], wanted: Mapping[str, Seq
     return {host: [Retested(key, gpu, math.fsum(found) / len(found), len(found))
                    for (key, gpu), found in sorted(figures.items())]
             for host, figures in values.items()}
+
+
+@dataclass(frozen=True)
+class SlidesRetested:
+    """The re-test of GPUs sliding against their siblings: what it skipped or left out (the
+    sweep's notes) and whether an interrupt ended it."""
+
+    notes: tuple[str, ...] = ()
+    interrupted: bool = False
+
+
+# Runs the probes again: one mapping a run (each host and the probes to run there); every host of
+# every run, with its first-pass facts (None: interrupted before any), and whether it was interrupted.
+ProbeAgain = Callable[[Sequence[Mapping[str, Iterable[str]]]], tuple[list[HostOutcome] | None, bool]]
+
+
+def retest_slides(store: Store, first: SweepResult, thresholds: Thresholds, progress: SweepProgress,
+                  probe_again: ProbeAgain) -> SlidesRetested:
+    """The GPUs of the sweep ``first`` whose slide against their siblings one run cannot settle
+    (trend_candidates), their hosts' probes run TREND_RETEST_RUNS times more (``probe_again``),
+    and the means kept in the store for the sweep's trends. A store that cannot be read or written
+    for it, and a host the re-test measured nothing on, are notes: their trends are judged on the
+    first run."""
+    ok = [host.host for host in first.hosts if host.ok]
+    try:
+        plan = plan_trend_retest(trend_candidates(store, first.sweep_id, ok, thresholds), len(ok))
+    except StoreError as error:
+        return SlidesRetested((f"the stored sweeps could not be read for the re-test of sliding GPUs ({error})",))
+    if not plan.probes:
+        return SlidesRetested()
+    notes = [note] if (note := plan.note()) is not None else []
+    progress.phase(plan.describe())
+    outcomes, stopped = probe_again([plan.probes] * TREND_RETEST_RUNS)
+    if stopped:
+        return SlidesRetested(tuple(notes), True)
+    means = retest_means(outcomes or (), plan.probes)
+    if missed := sorted(set(plan.probes) - set(means)):
+        notes.append(f"the re-test of sliding GPUs measured nothing on {fold_hosts(missed)}: their trends are judged "
+                     "on the first run")
+    try:
+        for host, figures in means.items():
+            store.record_retests(first.sweep_id, host, figures)
+    except StoreError as error:
+        notes.append(f"the re-test of sliding GPUs could not be stored ({error}): their trends are judged on the "
+                     "first run")
+    return SlidesRetested(tuple(notes))
