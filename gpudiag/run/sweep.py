@@ -19,14 +19,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
-from ..analysis import Analysis, PriorCounts, SweepReader, analyse, prior_counts
+from ..analysis import Analysis, PriorCounts, analyse, prior_counts
 from ..analysis.speed import not_retested
 from ..analysis.suspects import Suspect, single_runs
 from ..analysis.thresholds import Thresholds, load_thresholds, small_fleet_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
-from ..errors import InstallationError, StoreError
+from ..errors import InstallationError
 from ..fabric.attribution import FabricAttribution
 from ..fabric.findings import fabric_findings, fabric_impact
 from ..fabric.lldp import with_lldp
@@ -35,7 +34,7 @@ from ..fabric.plan import FabricPlan
 from ..fabric.readers import chosen_topology
 from ..fabric.schedule import stream_count
 from ..fabric.tracing import TopologyTracer
-from ..findings import Finding, FindingView, sort_by_cost
+from ..findings import Finding
 from ..hosts import HostSpec, load_hosts
 from ..links.addresses import check_net_address, data_addresses
 from ..links.attribution import link_thresholds
@@ -46,10 +45,8 @@ from ..links.rounds import LinkRun, PairRunner, PlainPlan, run_links
 from ..links.schedule import SCREEN, next_stride
 from ..pause import Focus, focus_hosts, focused_thresholds
 from ..pause.focus import further_peers_plan, tie_break_plan
-from ..schema.times import iso_time
 from ..store.baselines import Baseline, chosen_baseline
 from ..store.store import Store
-from ..store.sweeptrends import sweep_trend_findings
 from ..words import plural
 from .budget import MIN_PHASE_S, RunBudget, out_of_budget
 from .connection import Connection
@@ -68,6 +65,7 @@ from .peers import FurtherPeers, PeerPairRunner
 from .progress import RoundsOf, StageOf
 from .request import AUTO_LINKS, SweepRequest
 from .runtime import Runtime
+from .sweepstore import finish, last_stride, recorder, stored_options, with_trends
 from .trendretest import SlidesRetested, retest_slides
 
 FACTS = "facts"
@@ -187,7 +185,7 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     started_at = datetime.now(timezone.utc)
     sweep_id = new_sweep_id(started_at)
     stride = _screen_stride(request, setup)
-    record = _recorder(setup.store, sweep_id, started_at, _options(request, setup.sweep, stride),
+    record = recorder(setup.store, sweep_id, started_at, stored_options(request, setup.sweep, stride),
                        [host.label for host in setup.hosts])
     first = _first_pass(setup, runtime, budget, record, started_at, sweep_id)
     first = set_aside_impostors(first, setup.store, record)
@@ -203,7 +201,7 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     if retested.ran or extra:
         analysis = _final_analysis(setup, first, previous, retested, extra, interrupted)
     result = _result(setup, first, analysis, linked, interrupted, (*retested.notes, *slides.notes, *linked.notes))
-    return _finish(setup.store, _with_trends(setup, result, runtime), runtime)
+    return finish(setup.store, with_trends(setup.store, setup.thresholds, result, runtime), runtime)
 
 
 def _screen_stride(request: SweepRequest, setup: _Setup) -> int:
@@ -214,7 +212,7 @@ def _screen_stride(request: SweepRequest, setup: _Setup) -> int:
         return request.links.screen_stride
     if request.focus is not None:
         return 1
-    return next_stride(_last_stride(setup.store), len(setup.hosts))
+    return next_stride(last_stride(setup.store), len(setup.hosts))
 
 
 def _first_pass(setup: _Setup, runtime: Runtime, budget: RunBudget | None, record: Callable[[HostOutcome], None],
@@ -369,43 +367,6 @@ def _comparison(analysis: Analysis, link_run: LinkRun | None) -> dict[str, int]:
     return counts
 
 
-def _with_trends(setup: _Setup, result: SweepResult, runtime: Runtime) -> SweepResult:
-    """The sweep with its ``slow_degradation`` watches: each host it measured, over the store's
-    latest sweeps (gpudiag.store.sweeptrends); unchanged without a store or after an interrupt.
-    A store that cannot be read for them is a warning: the sweep's own findings stand."""
-    if setup.store is None or result.interrupted:
-        return result
-    try:
-        watches = sweep_trend_findings(setup.store, result.sweep_id, [h.host for h in result.hosts if h.ok],
-                                       setup.thresholds)
-    except StoreError as error:
-        warning = f"the stored sweeps could not be read for the hosts' trends ({error}): no slow degradation judged"
-        runtime.gate.say(f"warning: {warning}")
-        return dataclasses.replace(result, warnings=(*result.warnings, warning))
-    if not watches:
-        return result
-    return dataclasses.replace(result, findings=tuple(sort_by_cost((*result.findings, *watches), FindingView)))
-
-
-def _finish(store: Store | None, result: SweepResult, runtime: Runtime) -> SweepResult:
-    """Store the finished document (it carries the links, the findings and the impact). A store
-    that fails now costs the store its copy, never the document: the failure is a warning."""
-    if store is None:
-        return result
-    if result.interrupted:  # an interrupted sweep says so itself (gate)
-        runtime.gate.say(f"writing the sweep to the store {store.path}")
-    else:
-        runtime.progress.phase(f"storing the sweep in {store.path}")
-    try:
-        # The hosts as they are (lazy mappings): the store adds only those it has not recorded yet.
-        store.finish_sweep(result.sweep_id, result.summary())
-    except StoreError as error:
-        warning = f"the store could not keep this sweep ({error}); the sweep document and exclude list still hold it"
-        runtime.gate.say(f"warning: {warning}")
-        return dataclasses.replace(result, warnings=(*result.warnings, warning))
-    return result
-
-
 def _within(sweep: SweepOptions, budget: RunBudget | None) -> SweepOptions:
     """``sweep`` with each host's time limit cut to what the budget has left now."""
     if budget is None:
@@ -521,36 +482,6 @@ def _run_link_plan(request: SweepRequest, setup: _Setup, hosts: list[str], mode:
     return run, plan.latest if plan is not None and not (run.interrupted or run.cut_short) else None
 
 
-def _last_stride(store: Store | None) -> int | None:
-    """The screen stride of the newest stored sweep that had one (None: no such sweep)."""
-    if store is None:
-        return None
-    for sweep in store.list_sweeps(limit=20):
-        stride = sweep["options"].get("screen_stride")
-        if isinstance(stride, int) and stride > 0:
-            return stride
-    return None
-
-
-def _recorder(store: Store | None, sweep_id: str, started_at: datetime, options: dict[str, Any],
-              planned: Sequence[str]) -> Callable[[HostOutcome], None]:
-    """What each host does as it finishes (in a worker thread, while others still probe): the
-    analysis reads it, and the store records it (a StoreError is the sweep's warning). The store
-    keeps the ``planned`` hosts from the start: a sweep killed on the way says how far it got."""
-    reader = SweepReader()
-    if store is not None:
-        store.begin_sweep(sweep_id, iso_time(started_at), options, planned)
-
-    def done(outcome: HostOutcome) -> None:
-        records = outcome.records()  # unpacked once, for both
-        if outcome.ok:
-            outcome.reading = reader.read(records)
-        if store is not None:
-            store.record_host(sweep_id, outcome.unpacked(records.results))
-
-    return done
-
-
 def _retest(setup: _Setup, suspects: Sequence[Suspect], first: SweepResult, runtime: Runtime,
             budget: RunBudget | None) -> tuple[list[HostOutcome] | None, bool]:
     """The suspects' probes again, in the first pass's mode, on the suspects' hosts only, each
@@ -595,19 +526,3 @@ def _probe_again(setup: _Setup, runs: Sequence[Mapping[str, Iterable[str]]], fir
         if again.interrupted:
             return outcomes, True
     return outcomes, False
-
-
-def _options(request: SweepRequest, sweep: SweepOptions, stride: int) -> dict[str, Any]:
-    """The options the store keeps with the sweep: the request's, with the first pass's probes and
-    fan-out (``sweep``) and the screen's ``stride`` as the run chose them."""
-    probe = sweep.probe
-    return {"probes": list(probe.names), "duration_s": probe.duration_s, "max_gpu_mem_mib": probe.max_gpu_mem_mib,
-            "dtype": probe.dtype, "sequential": probe.sequential, "deadline_s": probe.deadline_s,
-            "fanout": sweep.fanout,
-            "simulate": request.reach.stand_in.source if request.reach.stand_in else None,
-            "retest": request.judging.retest, "links": request.links.mode, "net_address": request.links.net_address,
-            "net_backend": request.links.pair.backend,
-            "net_duration_s": request.links.pair.duration_s, "net_line_rate_gbps": request.links.pair.line_rate_gbps,
-            "screen_stride": stride, "launcher": request.reach.launcher, "pause": probe.pause,
-            "suspects": request.focus.suspects if request.focus else None,
-            "topology": list(request.links.topology) or None}

@@ -29,6 +29,8 @@ import pytest
 from sshd_hosts import descendant_pids, pid_is_running, running_after
 from started import Started
 
+from gpudiag.slurm.reason import mark_reason
+
 DAEMONS = {"munged": Path("/usr/sbin/munged"), "slurmctld": Path("/usr/sbin/slurmctld"),
            "slurmd": Path("/usr/sbin/slurmd")}
 CLIENTS = ("srun", "salloc", "scontrol", "sinfo", "scancel", "munge")
@@ -165,6 +167,14 @@ class SlurmCluster(Started):
         """``scontrol update NodeName=nodes State=state [Reason=reason]``."""
         self.run(["scontrol", "update", f"NodeName={nodes}", f"State={state}",
                   *([f"Reason={reason}"] if reason else [])])
+
+    def drain_as_gpudiag(self, node: str, reason: str) -> str:
+        """Drain ``node`` as gpudiag's own drain leaves it (as if an earlier check had drained it):
+        ``reason`` with gpudiag's drain marker of now, set as the user gpudiag runs as here (root).
+        Returns the reason Slurm keeps."""
+        marked = mark_reason(reason)
+        self.set_state(node, "DRAIN", marked)
+        return marked
 
     def reset(self) -> None:
         """Cancel every job and return every node to service (between tests that drained or downed some)."""

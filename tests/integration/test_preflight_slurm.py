@@ -1,12 +1,9 @@
 """``gpudiag preflight`` as a real Slurm prolog and health check, and its --drain/--undrain against the real
-``scontrol`` (the cluster of slurm_cluster.py, its prolog the shipped examples/slurm/prolog.sh).
-
-The nodes are those of a simulated fleet named as the cluster's nodes (n1..n5): on n2 a GPU is 30 % slow
-(a ``fail`` finding), on n3 the probes hang (``unchecked``, exit 3: inconclusive), on n5 a GPU is gone from
-the bus (its PCI bus and NVML count 7; Slurm gives n5 8 GPUs, ``Gres=gpu:8``, and no other node any, as some
-tests probe this machine, which has none); n1 and n4 are healthy. The prolog on each node runs
-``gpudiag preflight --simulate FLEET --hosts $SLURMD_NODENAME --drain``: everything a real prolog does but
-reaching a GPU.
+``scontrol`` (the cluster of slurm_cluster.py, its prolog the shipped examples/slurm/prolog.sh). The nodes are
+a simulated fleet's named as the cluster's (n1..n5): on n2 a GPU is 30 % slow (``fail``), on n3 the probes hang
+(``unchecked``, exit 3), on n5 a GPU is gone from the bus (its PCI bus and NVML count 7; Slurm gives n5 alone
+8 GPUs, ``Gres=gpu:8``: some tests probe this machine, which has none); n1 and n4 are healthy. Each node's prolog
+runs ``gpudiag preflight --simulate FLEET --hosts $SLURMD_NODENAME --drain``: a real prolog but for the GPU.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -122,15 +119,6 @@ def _requeued_held(fields: dict[str, str]) -> bool:
 def _log(folder: Path, name: str = "prolog.log") -> str:
     path = folder / name
     return path.read_text() if path.exists() else ""
-
-
-def _drain_as_gpudiag(cluster: SlurmCluster, node: str, reason: str) -> str:
-    """Drain ``node`` as gpudiag's own drain leaves it (as if an earlier check had drained it):
-    ``reason`` with gpudiag's drain marker of now, set as the user gpudiag runs as here (root).
-    Returns the reason Slurm keeps."""
-    marked = mark_reason(reason)
-    cluster.set_state(node, "DRAIN", marked)
-    return marked
 
 
 def _preflight(cluster: SlurmCluster, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -299,7 +287,7 @@ def test_a_json_document_that_cannot_be_written_after_the_drain_still_holds_the_
 
 def test_a_node_whose_python_prints_nothing_is_inconclusive_and_stays_drained(cluster: SlurmCluster, folder: Path):
     """gpudiag preflight --here --python /bin/true: no record at all is no pass, and no resume."""
-    reason = _drain_as_gpudiag(cluster, "n2", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
+    reason = cluster.drain_as_gpudiag("n2", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
     done = subprocess.run([sys.executable, "-m", "gpudiag", "preflight", "--here", "--hosts", "n2", "--python",
                            "/bin/true", "--no-store", "-q", "--budget", "30", "--drain", "--undrain"],
                           env=cluster.env(), capture_output=True, text=True, timeout=120, check=False,
@@ -316,8 +304,8 @@ def test_undrain_waits_for_a_run_that_makes_the_check_that_drained_the_node(clus
     """n4 (healthy now) drained for its GEMM stays drained after a 30 s check (no load planned) and
     returns after a 60 s one; drained for its NIC it stays drained after a one-node check (no link
     test)."""
-    _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
-    nic = _drain_as_gpudiag(cluster, "n1", "gpudiag: links: slow_nic link.tcp -40%: slow with every partner")
+    cluster.drain_as_gpudiag("n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+    nic = cluster.drain_as_gpudiag("n1", "gpudiag: links: slow_nic link.tcp -40%: slow with every partner")
     short = _preflight(cluster, folder, "--hosts", "n[1,4]", "--undrain", "--no-links", "--budget", "30")
     assert short.returncode == 0, short.stdout + short.stderr
     assert "left drained: n4: drained by gpudiag for gemm; this run made and passed no gemm check on it, so it " \
@@ -475,8 +463,8 @@ def test_without_drain_the_command_is_only_said(cluster: SlurmCluster, folder: P
 def test_undrain_returns_what_gpudiag_drained_and_a_node_drained_by_hand_stays_drained(
         cluster: SlurmCluster, folder: Path):
     cluster.set_state("n1", "DRAIN", "bad cable")
-    _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
-    _drain_as_gpudiag(cluster, "n2", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
+    cluster.drain_as_gpudiag("n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+    cluster.drain_as_gpudiag("n2", "gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -30%")
     done = _preflight(cluster, folder, "--hosts", "n[1-2,4]", "--undrain")
     assert done.returncode == 1  # n2 still fails
     states = cluster.node_states()
@@ -489,8 +477,8 @@ def test_undrain_returns_what_gpudiag_drained_and_a_node_drained_by_hand_stays_d
 
 
 def test_the_health_check_drains_on_fail_and_undrains_what_passes(cluster: SlurmCluster, folder: Path):
-    _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
-    ecc = _drain_as_gpudiag(cluster, "n3", "gpudiag: telemetry: ecc GPU 0")
+    cluster.drain_as_gpudiag("n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
+    ecc = cluster.drain_as_gpudiag("n3", "gpudiag: telemetry: ecc GPU 0")
     for node in ("n2", "n3", "n4"):
         env = cluster.env({"SLURMD_NODENAME": node, "GPUDIAG_HEALTHCHECK_CONFIG": str(folder / "healthcheck.conf")})
         done = subprocess.run([str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=120, check=False)
@@ -518,7 +506,7 @@ def test_the_health_check_reads_the_node_state_not_a_reason_that_imitates_it(clu
         while not _task_runs(cluster, "sleep 60") and time.monotonic() < deadline:
             time.sleep(0.1)
         cluster.set_state("n1", "DRAIN", "maintenance State=IDLE")
-        _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%: State=ALLOCATED")
+        cluster.drain_as_gpudiag("n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%: State=ALLOCATED")
         for node in ("n1", "n4"):
             env = cluster.env({"SLURMD_NODENAME": node,
                                "GPUDIAG_HEALTHCHECK_CONFIG": str(folder / "healthcheck.conf")})
@@ -609,81 +597,3 @@ def _task_runs(cluster: SlurmCluster, command: str) -> bool:
         if " ".join([Path(words[0]).name, *words[1:]]).strip() == command:
             return True
     return False
-
-
-# --- the health check as slurmd itself runs it ------------------------------------------------------------------
-
-
-def _wait_for(what: str, ready: Callable[[], bool], cluster: SlurmCluster, log: Path, timeout_s: float) -> None:
-    """Poll ``ready`` until it holds; fails after ``timeout_s`` with the node states and the health check's log."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not within {timeout_s} s: {cluster.node_states()}\n"
-                         f"{log.read_text() if log.exists() else '(no health check log)'}")
-
-
-def test_slurmd_runs_the_health_check_which_drains_on_fail_and_undrains_what_passes(tmp_path: Path):
-    """slurmd itself runs the shipped healthcheck.sh (HealthCheckProgram, at its start and every 5 s on the
-    IDLE nodes, drained ones included): the failing node is drained with gpudiag's reason, the healthy nodes
-    stay idle; a node gpudiag drained that passes now is returned to service, one drained by hand stays
-    drained. The cluster is this test's own, so its checks touch no other test's nodes."""
-    tmp_path.chmod(0o755)
-    fleet = {"nodes": 4, "name_format": "n{}", "faults": [{"kind": "slow_gpu", "host": "n2", "gpu": 3, "factor": 0.7}]}
-    (tmp_path / "fleet.json").write_text(json.dumps(fleet))
-    log = tmp_path / "healthcheck.log"
-    (tmp_path / "healthcheck.conf").write_text(
-        f'GPUDIAG="{sys.executable} -m gpudiag"\nGPUDIAG_HERE=""\nGPUDIAG_BUDGET=45\n'
-        f'GPUDIAG_ARGS="--simulate {tmp_path / "fleet.json"} --no-store"\nGPUDIAG_LOG={log}\n')
-    # slurmd gives a health check SLURMD_NODENAME and nothing else: a real node's scontrol reads
-    # /etc/slurm/slurm.conf, this cluster's file is named in the environment of the slurmd running the check.
-    wrapper = tmp_path / "healthcheck"
-    wrapper.write_text("#!/bin/sh\n"
-                       "SLURM_CONF=$(tr '\\0' '\\n' </proc/$PPID/environ | sed -n 's/^SLURM_CONF=//p')\n"
-                       f"export SLURM_CONF\nGPUDIAG_HEALTHCHECK_CONFIG={tmp_path / 'healthcheck.conf'} "
-                       f"exec {HEALTHCHECK}\n")
-    wrapper.chmod(0o755)
-    cluster = SlurmCluster(4, health_check=str(wrapper), health_check_interval=5, health_check_node_state="IDLE")
-    pids: set[int] = set()
-    try:
-        cluster.start()
-        config = cluster.run(["scontrol", "show", "config"]).stdout
-        assert f"HealthCheckProgram      = {wrapper}" in config and "HealthCheckNodeState    = IDLE" in config
-
-        def n2_drained_the_rest_checked() -> bool:
-            states, text = cluster.node_states(), log.read_text() if log.exists() else ""
-            return (states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag:")
-                    and "node n2: FAILED (gpudiag exit 1): gpudiag preflight: FAIL n2, exit 1, " in text
-                    and all(f"node {name}: healthy (gpudiag exit 0)" in text for name in ("n1", "n3", "n4")))
-
-        _wait_for("n2 drained by the health check, n1, n3 and n4 checked healthy", n2_drained_the_rest_checked,
-                  cluster, log, 20.0)
-        states = cluster.node_states()
-        assert states["n2"][1].startswith("gpudiag: gemm: slow_gpu GPU 3 gemm.tflops -"), states
-        assert {name: states[name] for name in ("n1", "n3", "n4")} == dict.fromkeys(("n1", "n3", "n4"), ("idle", ""))
-
-        # n4 as if gpudiag had drained it before (it passes now); n1 drained by hand
-        _drain_as_gpudiag(cluster, "n4", "gpudiag: gemm: slow_gpu GPU 5 gemm.tflops -20%")
-        cluster.set_state("n1", "DRAIN", "bad cable")
-        seen = len(log.read_text())
-
-        def n4_returned_n1_kept() -> bool:
-            later = log.read_text()[seen:]
-            return (cluster.node_states()["n4"] == ("idle", "")
-                    and "returned to service: scontrol update NodeName=n4 State=RESUME" in later
-                    and 'left drained: n1: drained by someone else (reason: "bad cable")' in later
-                    and "node n2: FAILED (gpudiag exit 1)" in later)
-
-        _wait_for("n4 returned to service and n1 kept drained by a later health check", n4_returned_n1_kept,
-                  cluster, log, 20.0)
-        states = cluster.node_states()
-        assert states["n1"] == ("drained", "bad cable"), states
-        assert states["n2"][0] == "drained" and states["n2"][1].startswith("gpudiag: gemm: slow_gpu GPU 3"), states
-        assert states["n3"] == ("idle", ""), states
-    finally:
-        pids = cluster.process_ids()
-        cluster.stop()
-    left = sorted(pid for pid in pids if pid_is_running(pid))
-    assert not left, f"processes of the slurm test cluster still running after its stop: {left}"
