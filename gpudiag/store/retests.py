@@ -64,4 +64,3 @@ def retest_entry(retests: Mapping[str, tuple[int, Mapping[int, float]]], key: st
         return None
     runs, per_gpu = found
     return {"runs": runs, "per_gpu": [[gpu, value] for gpu, value in sorted(per_gpu.items())]}
-

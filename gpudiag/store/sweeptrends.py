@@ -16,8 +16,9 @@ from .trendwords import trend_findings
 
 # How far (standard errors of its slope) a GPU slides against its siblings before its sweep
 # re-tests it (trend_candidates): a watch needs WATCH_SLOPE_Z + SIBLING_WATCH_MARGIN (3.5). A GPU
-# losing 2 % a sweep over 4 sweeps at 2 % noise is 3.4 of them on its first runs: reached 8 times
-# in 20 then; 2 screens it 9 times in 10, and its latest sweep re-tested in 3 runs weighs three.
+# losing 2 % a sweep over 4 sweeps at 2 % noise is 3.4 of them on its first runs, watched in 6 of 20
+# fleets; 2 screens it about 9 times in 10, and its latest sweep re-tested in 3 runs weighs three
+# (18 of 20 watched).
 RETEST_SLIDE_Z = 2.0
 # How many of the store's latest sweeps (the one being written among them) a sweep's own trends
 # rest on: the windows bench/detection.py's history rows measure (3 to 6 sweeps).
