@@ -156,8 +156,12 @@ def _undecided_counts(groups: Mapping[PeerGroup, Sequence[tuple[str, int]]],
         agreed = peer_counts.get(group)
         if agreed is not None and sum(count == agreed for _, count in members) >= TRUSTED_AGREEMENT:
             continue
+        # The most another host has: the group's most, or the next count for the one host with it.
+        counts = Counter(count for _, count in members)
+        most = max(counts)
+        below = max((count for count in counts if count < most), default=most)
         for name, count in members:
-            top = max(other_count for other, other_count in members if other != name)
+            top = below if count == most and counts[most] == 1 else most
             if count < top and (agreed is None or count >= agreed):
                 found[name] = (top, agreed)
     return found

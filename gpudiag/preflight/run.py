@@ -209,16 +209,16 @@ def _run_sweep(request: PreflightRequest, plan: PreflightPlan, runtime: Runtime,
     was asked (``start``); a question Slurm did not answer is a warning, and the GPU counts are
     judged without it."""
     sweep = sweep_request(request, plan)
-    if start is None or not request.slurm_gpus:
-        return run_sweep(sweep, runtime)
-    if start.error is not None:
-        warning = (f"Slurm did not say how many GPUs each node is configured with ({start.error}): the GPU counts "
-                   "are judged without it")
-        result = run_sweep(sweep, runtime)
-        return dataclasses.replace(result, warnings=(*result.warnings, warning))
-    configured = {name: node.gpus for name, node in start.nodes.items() if node.gpus is not None}
-    return run_sweep(dataclasses.replace(sweep, judging=dataclasses.replace(sweep.judging, slurm_gpus=configured)),
-                     runtime)
+    asked = start is not None and request.slurm_gpus
+    if asked and start.error is None:
+        configured = {name: node.gpus for name, node in start.nodes.items() if node.gpus is not None}
+        sweep = dataclasses.replace(sweep, judging=dataclasses.replace(sweep.judging, slurm_gpus=configured))
+    result = run_sweep(sweep, runtime)
+    if not asked or start.error is None:
+        return result
+    warning = (f"Slurm did not say how many GPUs each node is configured with ({start.error}): the GPU counts "
+               "are judged without it")
+    return dataclasses.replace(result, warnings=(*result.warnings, warning))
 
 
 def _lock(request: PreflightRequest, names: Sequence[str]) -> NodeLocks | Busy:

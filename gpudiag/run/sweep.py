@@ -201,7 +201,8 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     if retested.ran or extra:
         analysis = _final_analysis(setup, first, previous, retested, extra, interrupted)
     result = _result(setup, first, analysis, linked, interrupted, (*retested.notes, *slides.notes, *linked.notes))
-    return finish(setup.store, with_trends(setup.store, setup.thresholds, result, runtime), runtime)
+    return finish(setup.store, with_trends(setup.store, setup.thresholds, result, runtime, slides.trends),
+                  runtime)
 
 
 def _screen_stride(request: SweepRequest, setup: _Setup) -> int:

@@ -5,7 +5,7 @@ it: the last screen stride, and the hosts' trends over the latest sweeps."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +15,8 @@ from ..errors import StoreError
 from ..findings import FindingView, sort_by_cost
 from ..schema.times import iso_time
 from ..store.store import Store
-from ..store.sweeptrends import sweep_trend_findings
+from ..store.sweeptrends import sweep_trend_findings, sweep_trends
+from ..store.trend import HostTrends
 from .fanout import HostOutcome, SweepOptions, SweepResult
 from .request import SweepRequest
 from .runtime import Runtime
@@ -67,14 +68,18 @@ def last_stride(store: Store | None) -> int | None:
     return None
 
 
-def with_trends(store: Store | None, thresholds: Thresholds, result: SweepResult, runtime: Runtime) -> SweepResult:
+def with_trends(store: Store | None, thresholds: Thresholds, result: SweepResult, runtime: Runtime,
+                judged: Mapping[str, HostTrends] | None = None) -> SweepResult:
     """The sweep with its ``slow_degradation`` watches: each host it measured, over the store's
-    latest sweeps (gpudiag.store.sweeptrends); unchanged without a store or after an interrupt.
-    A store that cannot be read for them is a warning: the sweep's own findings stand."""
+    latest sweeps (gpudiag.store.sweeptrends; ``judged``: those trends, judged already over the
+    same stored figures); unchanged without a store or after an interrupt. A store that cannot be
+    read for them is a warning: the sweep's own findings stand."""
     if store is None or result.interrupted:
         return result
     try:
-        watches = sweep_trend_findings(store, result.sweep_id, [h.host for h in result.hosts if h.ok], thresholds)
+        trends = judged if judged is not None else sweep_trends(store, result.sweep_id,
+                                                                [h.host for h in result.hosts if h.ok], thresholds)
+        watches = sweep_trend_findings(trends)
     except StoreError as error:
         warning = f"the stored sweeps could not be read for the hosts' trends ({error}): no slow degradation judged"
         runtime.gate.say(f"warning: {warning}")

@@ -28,7 +28,8 @@ from ..hosts import fold_hosts
 from ..records import ProbeResult
 from ..store.retests import Retested
 from ..store.store import Store
-from ..store.sweeptrends import SlideToRetest, trend_candidates
+from ..store.sweeptrends import SlideToRetest, sweep_trends, trend_candidates
+from ..store.trend import HostTrends
 from .fanout import HostOutcome, SweepResult
 from .progress import SweepProgress
 
@@ -106,10 +107,12 @@ def retest_means(outcomes: Iterable[Mapping[str, Any]], wanted: Mapping[str, Seq
 @dataclass(frozen=True)
 class SlidesRetested:
     """The re-test of GPUs sliding against their siblings: what it skipped or left out (the
-    sweep's notes) and whether an interrupt ended it."""
+    sweep's notes), whether an interrupt ended it, and the hosts' trends it chose them by where
+    it stored nothing (they stand for the sweep's findings; None: judge them again)."""
 
     notes: tuple[str, ...] = ()
     interrupted: bool = False
+    trends: Mapping[str, HostTrends] | None = None
 
 
 # Runs the probes again: one mapping a run (each host and the probes to run there); every host of
@@ -126,11 +129,12 @@ def retest_slides(store: Store, first: SweepResult, thresholds: Thresholds, prog
     first run."""
     ok = [host.host for host in first.hosts if host.ok]
     try:
-        plan = plan_trend_retest(trend_candidates(store, first.sweep_id, ok, thresholds), len(ok))
+        trends = sweep_trends(store, first.sweep_id, ok, thresholds)
     except StoreError as error:
         return SlidesRetested((f"the stored sweeps could not be read for the re-test of sliding GPUs ({error})",))
+    plan = plan_trend_retest(trend_candidates(trends, thresholds), len(ok))
     if not plan.probes:
-        return SlidesRetested()
+        return SlidesRetested(trends=trends)
     notes = [note] if (note := plan.note()) is not None else []
     progress.phase(plan.describe())
     outcomes, stopped = probe_again([plan.probes] * TREND_RETEST_RUNS)
@@ -140,6 +144,8 @@ def retest_slides(store: Store, first: SweepResult, thresholds: Thresholds, prog
     if missed := sorted(set(plan.probes) - set(means)):
         notes.append(f"the re-test of sliding GPUs measured nothing on {fold_hosts(missed)}: their trends are judged "
                      "on the first run")
+    if not means:
+        return SlidesRetested(tuple(notes), trends=trends)
     try:
         for host, figures in means.items():
             store.record_retests(first.sweep_id, host, figures)

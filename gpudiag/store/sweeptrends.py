@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..analysis.thresholds import Thresholds
@@ -25,14 +25,8 @@ RETEST_SLIDE_Z = 2.0
 SWEEP_TREND_SWEEPS = 6
 
 
-def sweep_trend_findings(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> list[Finding]:
-    """The ``slow_degradation`` watches of ``hosts`` (those the sweep ``sweep_id`` measured, its
-    figures already recorded) over the store's last SWEEP_TREND_SWEEPS sweeps; none for a host
-    this sweep has no figure of, or with fewer sweeps than ``history_min_sweeps``. A GPU's slide
-    against its siblings is judged with their scatter pooled over the hosts judged
-    (fleet_trends), and with the sweep's re-test of it where it had one (gpudiag.store.retests).
-    Raises StoreError where the store cannot be read."""
-    trends = _sweep_trends(store, sweep_id, hosts, thresholds)
+def sweep_trend_findings(trends: Mapping[str, HostTrends]) -> list[Finding]:
+    """The ``slow_degradation`` watches of a sweep's hosts' ``trends`` (sweep_trends)."""
     return [finding for host_trends in trends.values() for finding in trend_findings(host_trends)]
 
 
@@ -49,14 +43,13 @@ class SlideToRetest:
     z: float
 
 
-def trend_candidates(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> list[SlideToRetest]:
-    """The GPUs of ``hosts`` whose slide against their siblings over the store's last sweeps (the
-    sweep ``sweep_id``'s first pass the latest) is at least RETEST_SLIDE_Z of its standard errors
-    and whose latest sweep is at least LATEST_SHARE of ``deficit_warn`` under them: a watch that
-    one run cannot settle either way. Steepest first. Raises StoreError where the store cannot
-    be read."""
+def trend_candidates(trends: Mapping[str, HostTrends], thresholds: Thresholds) -> list[SlideToRetest]:
+    """The GPUs of a sweep's hosts' ``trends`` (sweep_trends, its first pass the latest sweep)
+    whose slide against their siblings is at least RETEST_SLIDE_Z of its standard errors and whose
+    latest sweep is at least LATEST_SHARE of ``deficit_warn`` under them: a watch that one run
+    cannot settle either way. Steepest first."""
     found = []
-    for host, host_trends in _sweep_trends(store, sweep_id, hosts, thresholds).items():
+    for host, host_trends in trends.items():
         for figure in host_trends.figures:
             for trend in figure.gpus:
                 siblings = trend.siblings
@@ -67,9 +60,13 @@ def trend_candidates(store: Store, sweep_id: str, hosts: Iterable[str], threshol
     return sorted(found, key=lambda slide: (slide.z, slide.host, slide.figure, slide.gpu))
 
 
-def _sweep_trends(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> dict[str, HostTrends]:
-    """fleet_trends of ``hosts`` over the store's last SWEEP_TREND_SWEEPS sweeps, for each host
-    whose latest is the sweep ``sweep_id`` and that has at least ``history_min_sweeps``."""
+def sweep_trends(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> dict[str, HostTrends]:
+    """The trends of ``hosts`` (those the sweep ``sweep_id`` measured, its figures already
+    recorded) over the store's last SWEEP_TREND_SWEEPS sweeps; none for a host this sweep has no
+    figure of, or with fewer sweeps than ``history_min_sweeps``. A GPU's slide against its
+    siblings is judged with their scatter pooled over the hosts judged (fleet_trends), and with the
+    sweep's re-test of it where it had one (gpudiag.store.retests). Raises StoreError where the
+    store cannot be read."""
     wanted = list(hosts)
     histories = store.recent_figures(wanted, SWEEP_TREND_SWEEPS)
     repairs = repairs_by_host(store, histories)

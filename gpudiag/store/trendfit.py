@@ -120,16 +120,7 @@ def residual_squares(values: Sequence[float], runs: Sequence[int] | None = None)
     """The sum of squared distances of ``values`` (x = 0, 1, ...) from their least-squares line;
     with ``runs`` (how many runs each value is the mean of), the weighted line's, each square
     weighed by its runs: a per-run scatter, as a value of one run has."""
-    if runs is not None and any(weight != 1 for weight in runs):
-        return _weighted_residual_squares(values, [float(weight) for weight in runs])
-    count = len(values)
-    middle, mean = (count - 1) / 2, math.fsum(values) / count
-    spread = math.fsum((x - middle) ** 2 for x in range(count))
-    slope = math.fsum((x - middle) * (value - mean) for x, value in enumerate(values)) / spread if spread else 0.0
-    return math.fsum((value - mean - slope * (x - middle)) ** 2 for x, value in enumerate(values))
-
-
-def _weighted_residual_squares(values: Sequence[float], weights: Sequence[float]) -> float:
+    weights = [float(weight) for weight in runs] if runs is not None else [1.0] * len(values)
     total = math.fsum(weights)
     middle = math.fsum(w * x for x, w in enumerate(weights)) / total
     mean = math.fsum(w * v for w, v in zip(weights, values, strict=True)) / total
