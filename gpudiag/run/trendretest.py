@@ -8,7 +8,7 @@ the mean of those runs (for every GPU of the host: the slide is a ratio to the s
 sweep's figure in the host's trends, weighing as many runs (gpudiag.store.retests). The runs
 are new measurements, so a GPU taken for a low first run is judged without it.
 
-A fleet's flat GPUs reach RETEST_SLIDE_Z by chance about one time in forty, so the re-test is
+A fleet's flat GPUs reach RETEST_SLIDE_Z by chance about one time in ten, so the re-test is
 bounded: at most TREND_RETEST_HOSTS hosts, or TREND_RETEST_SHARE of the sweep's, the steepest
 slides first; the rest are judged on their first run, and the sweep says how many.
 """
@@ -28,7 +28,7 @@ from ..hosts import fold_hosts
 from ..records import ProbeResult
 from ..store.retests import Retested
 from ..store.store import Store
-from ..store.sweeptrends import SlideToRetest, sweep_trends, trend_candidates
+from ..store.sweeptrends import RETEST_SLIDE_Z, SlideToRetest, sweep_trends, trend_candidates
 from ..store.trend import HostTrends
 from .fanout import HostOutcome, SweepResult
 from .progress import SweepProgress
@@ -50,9 +50,9 @@ class TrendRetestPlan:
     left: tuple[SlideToRetest, ...]
 
     def describe(self) -> str:
-        """``re-testing 3 GPUs sliding against their siblings on 2 hosts, 3 runs``."""
+        """``re-testing 3 GPUs that may slide against their siblings on 2 hosts, 3 runs``."""
         gpus = len(self.slides)
-        return (f"re-testing {gpus} GPU{'s' if gpus != 1 else ''} sliding against their siblings on "
+        return (f"re-testing {gpus} GPU{'s' if gpus != 1 else ''} that may slide against their siblings on "
                 f"{len(self.probes)} host{'s' if len(self.probes) != 1 else ''}, {TREND_RETEST_RUNS} runs")
 
     def note(self) -> str | None:
@@ -60,8 +60,9 @@ class TrendRetestPlan:
         if not self.left:
             return None
         hosts = len({slide.host for slide in self.left})
-        return (f"{len(self.left)} more GPUs sliding against their siblings on {hosts} hosts were judged on their "
-                f"first run alone: the trend re-test takes {len(self.probes)} hosts at most in this sweep")
+        return (f"{len(self.left)} more GPUs that may slide against their siblings (their slope at least "
+                f"{RETEST_SLIDE_Z:g} standard error down) on {hosts} hosts were judged on their first run alone: the "
+                f"trend re-test takes {len(self.probes)} hosts at most in this sweep, the steepest slides")
 
 
 def plan_trend_retest(slides: Sequence[SlideToRetest], hosts: int) -> TrendRetestPlan:

@@ -505,17 +505,20 @@ class _Rules:
         """``fail``, ``watch``, ``none`` or ``too_short`` (see the module)."""
         if fit is None or latest is None or fit.sweeps < self.min_sweeps:
             return "too_short"
-        if fit.change_pct is None or fit.slope >= 0:
-            return "none"
-        fallen = latest <= fit.first * (1 - LATEST_SHARE * self.threshold_pct / 100)
-        if fallen and -fit.change_pct >= self.threshold_pct and fit.slope_z <= -student_bar(self.slope_z, fit.dof) \
+        falling = fit.change_pct is not None and fit.slope < 0
+        if falling and latest <= fit.first * (1 - LATEST_SHARE * self.threshold_pct / 100) \
+                and -fit.change_pct >= self.threshold_pct and fit.slope_z <= -student_bar(self.slope_z, fit.dof) \
                 and (siblings is None or self.real_against_siblings(siblings)):
             return "fail"
         if siblings is not None:
-            # A GPU with siblings is watched against them only: its own line, which cannot tell
-            # where it started, found almost no slide its siblings missed (2 of 40 at 2 % noise),
-            # and watched as many flat GPUs again (0.9 % of them, where 0.5 % without it).
+            # A GPU with siblings is watched against them only, whichever way its own line runs:
+            # its own line, which cannot tell where it started, found almost no slide its siblings
+            # missed (2 of 40 at 2 % noise), and watched as many flat GPUs again (0.9 % of them,
+            # where 0.5 % without it); and a GPU whose first sweep drew low has its own line flat
+            # or rising while it falls 4.7 of its errors away from its siblings.
             return SIBLINGS_WATCH if self.sliding_from_siblings(siblings) else "none"
+        if not falling:
+            return "none"
         projection = project(fit, self.warn_pct)
         sliding = latest <= fit.first * (1 - LATEST_SHARE * self.warn_pct / 100)
         if sliding and projection is not None and projection.in_2_pct <= -self.warn_pct \

@@ -113,15 +113,28 @@ def _trend_finding(trends: HostTrends, gpu: int | None, found: Sequence[Trend]) 
     ordered = sorted(found, key=lambda trend: (trend.verdict != "fail", trend.gpu is not None,
                                                (trend.fit.change_pct or 0.0) if trend.fit else 0.0))
     worst = ordered[0]
-    fit = worst.fit
-    assert fit is not None and fit.change_pct is not None  # a flagged trend has a line
     words = [degradation_words(trends.host, trend, trends.threshold_pct, trends.slope_z) if trend.degraded
              else watch_words(trends.host, trend, trends.watch_z) for trend in ordered]
     part = f"{trends.host}:{gpu}" if gpu is not None else trends.host
+    value, reference, source, deficit = _figures(worst)
     return Finding(kind=Kind.SLOW_DEGRADATION, severity=Severity.WATCH, host=trends.host, gpu=gpu,
                    evidence="; ".join(words), action=Action.WATCH,
                    action_detail=(f"re-check {part} at the next sweep (gpudiag history {trends.host} shows its "
                                   "trend) and act if it keeps falling; a watch drains nothing"),
-                   basis=Basis.HISTORY, metric=worst.figure.split(" ")[0], value=round(fit.latest, 3),
-                   reference=round(fit.first, 3), unit=worst.unit, reference_source="history",
-                   deficit_pct=round(-fit.change_pct, 2))
+                   basis=Basis.HISTORY, metric=worst.figure.split(" ")[0], value=round(value, 3),
+                   reference=round(reference, 3), unit=worst.unit, reference_source=source,
+                   deficit_pct=round(deficit, 2))
+
+
+def _figures(trend: Trend) -> tuple[float, float, str, float]:
+    """A flagged trend's value, reference, its source and the deficit, from the same figures: for
+    a watch its siblings made, the latest sweep's figure, its siblings' median then, and how far
+    under them (its own line may run flat or rise where its first sweep drew low); else its fitted
+    line at the latest sweep and at the first, and the fitted fall."""
+    siblings = trend.siblings
+    if trend.by_siblings and not trend.degraded and siblings is not None and trend.points:
+        latest = trend.points[-1].value
+        return latest, latest / (1 + siblings.latest), "siblings", -100 * siblings.latest
+    fit = trend.fit
+    assert fit is not None and fit.change_pct is not None  # a flagged trend has a line
+    return fit.latest, fit.first, "history", -fit.change_pct

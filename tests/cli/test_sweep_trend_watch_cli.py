@@ -5,6 +5,7 @@ fails a sweep nor drains. Real stores, built by ``gpudiag sweep --simulate ... -
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,12 @@ def test_the_sliding_gpu_is_the_sweeps_own_watch_naming_its_slope_and_projection
     assert len(mine) == 1, [f["evidence"] for f in watches]
     found = mine[0]
     assert (found["severity"], found["action"], found["basis"]) == ("watch", "watch", "history")
-    assert found["metric"] == "gemm.tflops" and found["reference_source"] == "history"
-    assert found["deficit_pct"] > 3  # the fitted fall over the four sweeps, past deficit_warn
+    # Watched against its siblings: its latest figure, their median then, and how far under it is.
+    assert found["metric"] == "gemm.tflops" and found["reference_source"] == "siblings"
+    assert found["deficit_pct"] > 3  # past deficit_warn at the latest sweep
+    assert found["value"] == pytest.approx(found["reference"] * (1 - found["deficit_pct"] / 100), rel=1e-3)
+    said = re.search(r"([0-9.]+) % under its siblings at the latest sweep", found["evidence"])
+    assert said and abs(float(said.group(1)) - found["deficit_pct"]) <= 0.06, found["evidence"]
     evidence = found["evidence"]
     assert "% a sweep" in evidence and ("over 4 sweeps" in evidence or "over the 4 sweeps" in evidence), evidence
     # Its first sweeps had too few points before it for a line: no trend finding there.

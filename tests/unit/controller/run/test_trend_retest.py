@@ -24,9 +24,11 @@ def test_the_steepest_slides_are_re_tested_within_the_bound_and_the_rest_are_sai
     assert sorted(plan.probes) == [f"node{index:03d}" for index in range(12, 20)]  # the steepest hosts
     assert plan.probes["node019"] == ("gemm", "membw")  # a host's every sliding figure, once taken
     assert len(plan.slides) == 9 and len(plan.left) == 12
-    assert plan.note() == ("12 more GPUs sliding against their siblings on 12 hosts were judged on their first run "
-                           "alone: the trend re-test takes 8 hosts at most in this sweep")
-    assert plan.describe() == f"re-testing 9 GPUs sliding against their siblings on 8 hosts, {TREND_RETEST_RUNS} runs"
+    assert plan.note() == ("12 more GPUs that may slide against their siblings (their slope at least 1 standard error "
+                           "down) on 12 hosts were judged on their first run alone: the trend re-test takes 8 hosts at "
+                           "most in this sweep, the steepest slides")
+    assert plan.describe() == (f"re-testing 9 GPUs that may slide against their siblings on 8 hosts, "
+                               f"{TREND_RETEST_RUNS} runs")
     # 2 % of a 1,000-host sweep's hosts; nothing left out, nothing said
     assert len(plan_trend_retest(slides, hosts=1000).probes) == 20
     assert plan_trend_retest(slides[:3], hosts=10).note() is None

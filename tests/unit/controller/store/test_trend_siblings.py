@@ -72,6 +72,25 @@ def test_a_gpu_falling_away_from_flat_siblings_is_watched_and_says_so_against_th
     assert slide.to_dict()["siblings"]["held_to_siblings"] is True
 
 
+def test_a_gpu_whose_own_line_rises_while_it_falls_away_from_its_siblings_is_watched_against_them():
+    # Its siblings 3 % faster each sweep (a driver's gain it does not share), itself a little up:
+    # its own line rises, and it falls 2.5 % a sweep away from them. Its own line's sign decided
+    # before its siblings were asked: no watch. The finding's figures are the siblings' too.
+    series = {gpu: [LEVEL * f * (1 + 0.001 * gpu) for f in (1.0, 1.03, 1.06, 1.09)] for gpu in range(7)}
+    series[7] = [LEVEL * f for f in (1.0, 1.005, 1.01, 1.015)]
+    trends = _trends(series)
+    slide = trends.figures[0].gpus[7]
+    assert slide.fit is not None and slide.fit.slope > 0
+    assert slide.by_siblings and slide.verdict == "watch"
+    (finding,) = trend_findings(trends)
+    siblings = statistics.median(values[-1] for gpu, values in series.items() if gpu != 7)
+    assert (finding.gpu, finding.reference_source) == (7, "siblings")
+    assert finding.value == pytest.approx(series[7][-1], abs=1e-3)
+    assert finding.reference == pytest.approx(siblings, abs=1e-3)
+    assert finding.deficit_pct == pytest.approx(100 * (1 - series[7][-1] / siblings), abs=0.01)
+    assert finding.deficit_pct > 6
+
+
 def _slides(cv: float, fleet_hosts: int, fleet_cv: float | None = None, seeds: int = 40) -> tuple[int, int]:
     """Of ``seeds`` hosts whose GPU 7 loses 2 % a sweep over 4 sweeps at ``cv`` noise: how many
     have it watched or failed, and how many flat GPUs are, judged with the noise of a fleet of
