@@ -36,6 +36,7 @@ from ..store.trend import (
     HostTrends,
     figure_name,
     host_trends,
+    own_watch_z,
 )
 from ..store.trendwords import degradation_words, unfitted_words, watch_words
 from ..words import deficit_text, plural
@@ -373,7 +374,8 @@ def _trend_words(trends: HostTrends) -> list[str]:
     rule = (f"a fitted fall of {trends.threshold_pct:g} % or more over {trends.min_sweeps} or more sweeps, "
             f"its slope {trends.slope_z:g} times its noise")
     watch = (f"its slope {trends.watch_z:g} times its noise ({trends.watch_z + SIBLING_WATCH_MARGIN:g} against its "
-             f"siblings) and its line {trends.warn_pct:g} % down within {plural(WATCH_HORIZON, 'sweep')}")
+             f"siblings, {own_watch_z(trends.watch_z, None):g} for the node's median) and its line "
+             f"{trends.warn_pct:g} % down within {plural(WATCH_HORIZON, 'sweep')}")
     if longest < trends.min_sweeps:
         return [f"no trend judged yet: {longest} sweep{'' if longest == 1 else 's'} of {trends.host} {since}; "
                 f"slow degradation ({rule}) and watch ({watch}) need {max(trends.min_sweeps, MIN_FIT_SWEEPS)}"]

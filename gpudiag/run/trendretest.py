@@ -30,6 +30,7 @@ from ..store.retests import Retested
 from ..store.store import Store
 from ..store.sweeptrends import RETEST_SLIDE_Z, SlideToRetest, sweep_trends, trend_candidates
 from ..store.trend import HostTrends
+from ..words import plural
 from .fanout import HostOutcome, SweepResult
 from .progress import SweepProgress
 
@@ -50,19 +51,26 @@ class TrendRetestPlan:
     left: tuple[SlideToRetest, ...]
 
     def describe(self) -> str:
-        """``re-testing 3 GPUs that may slide against their siblings on 2 hosts, 3 runs``."""
-        gpus = len(self.slides)
-        return (f"re-testing {gpus} GPU{'s' if gpus != 1 else ''} that may slide against their siblings on "
-                f"{len(self.probes)} host{'s' if len(self.probes) != 1 else ''}, {TREND_RETEST_RUNS} runs")
+        """``re-testing what may slide, 2 GPUs against their siblings and 1 node median, on 2 hosts, 3 runs``."""
+        return (f"re-testing what may slide, {_slides_words(self.slides)}, on {plural(len(self.probes), 'host')}, "
+                f"{TREND_RETEST_RUNS} runs")
 
     def note(self) -> str | None:
         """What the bound left out, in words (None: nothing)."""
         if not self.left:
             return None
         hosts = len({slide.host for slide in self.left})
-        return (f"{len(self.left)} more GPUs that may slide against their siblings (their slope at least "
-                f"{RETEST_SLIDE_Z:g} standard error down) on {hosts} hosts were judged on their first run alone: the "
-                f"trend re-test takes {len(self.probes)} hosts at most in this sweep, the steepest slides")
+        return (f"the trend re-test took the steepest slides, on {plural(len(self.probes), 'host')} (its most in this "
+                f"sweep); {_slides_words(self.left)} more, each slope at least {RETEST_SLIDE_Z:g} standard error "
+                f"down, on {plural(hosts, 'host')} were judged on their first run alone")
+
+
+def _slides_words(slides: Sequence[SlideToRetest]) -> str:
+    """``2 GPUs against their siblings and 1 node median``."""
+    gpus = sum(slide.gpu is not None for slide in slides)
+    medians = len(slides) - gpus
+    return " and ".join(([f"{plural(gpus, 'GPU')} against {'its' if gpus == 1 else 'their'} siblings"] if gpus else [])
+                        + ([plural(medians, "node median")] if medians else []))
 
 
 def plan_trend_retest(slides: Sequence[SlideToRetest], hosts: int) -> TrendRetestPlan:

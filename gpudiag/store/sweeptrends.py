@@ -10,8 +10,7 @@ from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import LATEST_SHARE, HostTrends, NoiseKey, fleet_ratio_noise, fleet_trends, noise_hosts
-from .trendfit import Noise
+from .trend import LATEST_SHARE, FleetNoise, HostTrends, Trend, fleet_noise, fleet_trends, noise_hosts
 from .trendwords import trend_findings
 
 # How far (standard errors of its slope) a GPU slides against its siblings before its sweep
@@ -34,13 +33,14 @@ def sweep_trend_findings(trends: Mapping[str, HostTrends]) -> list[Finding]:
 
 @dataclass(frozen=True)
 class SlideToRetest:
-    """A GPU whose figure slides against its siblings far enough that its sweep re-tests it
-    (trend_candidates): the host, the probe to run again, the GPU, the figure's name and the
-    slope's z against the siblings."""
+    """A GPU whose figure slides against its siblings, or a node's median that slides, far enough
+    that its sweep re-tests it (trend_candidates): the host, the probe to run again, the GPU
+    (None: the node's median), the figure's name and the slope's z (against the siblings for a
+    GPU, on its own line for the median)."""
 
     host: str
     probe: str
-    gpu: int
+    gpu: int | None
     figure: str
     z: float
 
@@ -48,18 +48,32 @@ class SlideToRetest:
 def trend_candidates(trends: Mapping[str, HostTrends], thresholds: Thresholds) -> list[SlideToRetest]:
     """The GPUs of a sweep's hosts' ``trends`` (sweep_trends, its first pass the latest sweep)
     whose slide against their siblings is at least RETEST_SLIDE_Z of its standard errors and whose
-    latest sweep is at least LATEST_SHARE of ``deficit_warn`` under them: a watch that one run
-    cannot settle either way. Steepest first."""
+    latest sweep is at least LATEST_SHARE of ``deficit_warn`` under them, and the node medians
+    whose own line falls as far with their latest sweep as far under their fitted first: a watch
+    that one run cannot settle either way. Steepest first."""
     found = []
     for host, host_trends in trends.items():
         for figure in host_trends.figures:
+            probe = figure.figure.split(".", 1)[0]
             for trend in figure.gpus:
                 siblings = trend.siblings
                 if (trend.gpu is not None and siblings is not None and siblings.z <= -RETEST_SLIDE_Z
                         and -100 * siblings.latest >= LATEST_SHARE * thresholds.deficit_warn_pct):
-                    found.append(SlideToRetest(host, figure.figure.split(".", 1)[0], trend.gpu, figure.figure,
-                                               siblings.z))
-    return sorted(found, key=lambda slide: (slide.z, slide.host, slide.figure, slide.gpu))
+                    found.append(SlideToRetest(host, probe, trend.gpu, figure.figure, siblings.z))
+            if (z := _median_slide(figure.median, thresholds)) is not None:
+                found.append(SlideToRetest(host, probe, None, figure.figure, z))
+    return sorted(found, key=lambda slide: (slide.z, slide.host, slide.figure, -1 if slide.gpu is None else slide.gpu))
+
+
+def _median_slide(median: Trend, thresholds: Thresholds) -> float | None:
+    """The slope's z of a node's median whose own line falls at least RETEST_SLIDE_Z of its
+    standard errors, its latest sweep at least LATEST_SHARE of ``deficit_warn`` under its fitted
+    first (None: not so)."""
+    fit = median.fit
+    if fit is None or not median.points or fit.slope_z > -RETEST_SLIDE_Z:
+        return None
+    latest = median.points[-1].value
+    return fit.slope_z if latest <= fit.first * (1 - LATEST_SHARE * thresholds.deficit_warn_pct / 100) else None
 
 
 def sweep_trends(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> dict[str, HostTrends]:
@@ -78,12 +92,12 @@ def sweep_trends(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: 
                         thresholds.history_slope_z, warn_pct=thresholds.deficit_warn_pct)
 
 
-def store_fleet_noise(store: Store, sweeps: int) -> dict[NoiseKey, Noise]:
-    """fleet_ratio_noise over every host of the store's last ``sweeps`` sweeps: what ``gpudiag
+def store_fleet_noise(store: Store, sweeps: int) -> FleetNoise:
+    """fleet_noise over every host of the store's last ``sweeps`` sweeps: what ``gpudiag
     history HOST`` judges a GPU's slide against its siblings with, as the sweep does. Raises
     StoreError where the store cannot be read."""
     names = store.recent_hosts(sweeps)
     chosen = noise_hosts(names)
     # Read host by host, a few hundred hosts take as long as a thousand in one read.
     histories = store.recent_figures(chosen if len(chosen) * 4 <= len(names) else None, sweeps)
-    return fleet_ratio_noise(histories, repairs_by_host(store, histories))
+    return fleet_noise(histories, repairs_by_host(store, histories))

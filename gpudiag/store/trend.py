@@ -84,6 +84,7 @@ from .trendfit import (
     TrendFit,
     TrendPoint,
     fit_trend,
+    fleet_or_own,
     median_noise,
     pooled_noise,
     pooled_noises,
@@ -110,12 +111,33 @@ WATCH_SLOPE_Z = 2.5
 # losing 2 % a sweep over 4 sweeps at 1 % noise (a slope 6.8 times its error) is still found
 # (bench/detection.py --scenarios history).
 SIBLING_WATCH_MARGIN = 1.0
+# How much higher (sigma) the bar of a node's median's watch is than ``watch_z``, its noise the
+# fleet's GPUs' own scatter pooled (FleetNoise.own) where the host's own is not far wider. At the
+# watch's own 2.5, with the host's own noise (16 degrees of freedom over 4 sweeps), 0.3-0.4 % of
+# flat medians were watched: a flat node in 6 of 20 32-node sweeps at 2 % noise, 2 at 3.0. A node
+# losing 2 % a sweep over 4 sweeps at 2 % noise is a slope 5.1 times its error on first runs
+# (watched in 40 of 40 fleets at 3.0, 38 at 3.5), its latest sweep re-tested where the sweep can
+# (gpudiag.run.trendretest).
+MEDIAN_WATCH_MARGIN = 0.5
 # The most hosts a fleet's noise against the siblings is pooled over (fleet_ratio_noise): 256 hosts
 # of 8 GPUs over 4 sweeps give 4,096 degrees of freedom, and a fleet of 10,000 is read once for it.
 FLEET_NOISE_HOSTS = 256
 # What a fleet's noise against the siblings is pooled by: the GPU model (None: not stored) and the
 # figure's name.
 NoiseKey = tuple[str | None, str]
+
+
+@dataclass(frozen=True)
+class FleetNoise:
+    """A fleet's per-sweep noise, per GPU model and figure (NoiseKey), pooled over its hosts
+    (fleet_noise): of GPUs against their siblings (``ratios``), and of GPUs around their own
+    lines (``own``: what a node's median is judged with, as a median of them)."""
+
+    ratios: Mapping[NoiseKey, Noise]
+    own: Mapping[NoiseKey, Noise]
+
+
+NO_FLEET_NOISE = FleetNoise({}, {})
 # How many sweeps after the latest a watched part's fitted line reaches the warn deficit by.
 WATCH_HORIZON = 2
 # The verdicts of a trend, worst first.
@@ -311,16 +333,16 @@ def figure_name(figure: Mapping[str, Any]) -> str:
 
 def host_trends(host: str, rows: Sequence[Mapping[str, Any]], repairs: Iterable[Repair], threshold_pct: float,
                 min_sweeps: int, slope_z: float = 3.0, *, warn_pct: float | None = None,
-                watch_z: float = WATCH_SLOPE_Z, fleet_noise: Mapping[NoiseKey, Noise] | None = None) -> HostTrends:
+                watch_z: float = WATCH_SLOPE_Z, fleet_noise: FleetNoise | None = None) -> HostTrends:
     """The trends of ``host``'s figures over ``rows`` (Store.host_history, newest first) given
     its ``repairs``; a trend is a slow degradation or a watch as the module says (``slope_z``,
     ``watch_z``: sigma; ``warn_pct``: the warn deficit, None: the shipped ``deficit_warn``;
-    ``fleet_noise``: per GPU model and figure, its GPUs' noise against their siblings pooled over
-    the fleet, fleet_ratio_noise, None: the host's own alone)."""
+    ``fleet_noise``: per GPU model and figure, its GPUs' noise against their siblings and around
+    their own lines pooled over the fleet, fleet_noise, None: the host's own alone)."""
     if warn_pct is None:
         warn_pct = default_thresholds().deficit_warn_pct
     rules = _Rules(threshold_pct, min_sweeps, slope_z, warn_pct, watch_z)
-    return _judged(host, _windowed(rows, list(repairs)), rules, fleet_noise or {})
+    return _judged(host, _windowed(rows, list(repairs)), rules, fleet_noise or NO_FLEET_NOISE)
 
 
 @collector_paused
@@ -337,8 +359,15 @@ def fleet_trends(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: 
             for host, rows in histories.items()}
 
 
+def fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]],
+                repairs: Mapping[str, Sequence[Repair]]) -> FleetNoise:
+    """The FleetNoise of the hosts of ``histories``: fleet_ratio_noise, and the GPUs' scatter
+    around their own lines (trendfit.pooled_noise) pooled over the same hosts, by the same keys."""
+    return _fleet_noise(histories, repairs)[0]
+
+
 def fleet_ratio_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]],
-                      repairs: Mapping[str, Sequence[Repair]]) -> dict[NoiseKey, Noise]:
+                      repairs: Mapping[str, Sequence[Repair]]) -> Mapping[NoiseKey, Noise]:
     """Per GPU model and figure (NoiseKey), the per-sweep noise of GPUs against their siblings
     (trendfit.ratio_noise), pooled over the hosts of ``histories`` (each host's Store.host_history
     rows, newest first; FLEET_NOISE_HOSTS of them at most: noise_hosts) that have that
@@ -349,7 +378,7 @@ def fleet_ratio_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]],
     by their own. A host's own 8 GPUs over 4 sweeps give 16 degrees of freedom, and its slope bar,
     the Student quantile of them, is 3.5 where 3 sigma is meant; the fleet's give hundreds, and a
     bar near the sigma it means."""
-    return _fleet_noise(histories, repairs)[0]
+    return _fleet_noise(histories, repairs)[0].ratios
 
 
 def noise_hosts(hosts: Iterable[str]) -> list[str]:
@@ -368,14 +397,20 @@ def _name_hash(name: str) -> bytes:
 
 
 def _fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: Mapping[str, Sequence[Repair]]
-                 ) -> tuple[dict[NoiseKey, Noise], dict[str, dict[str, _Figure]]]:
-    """fleet_ratio_noise, and the windowed figures of the hosts it rests on (_windowed)."""
+                 ) -> tuple[FleetNoise, dict[str, dict[str, _Figure]]]:
+    """fleet_noise, and the windowed figures of the hosts it rests on (_windowed)."""
     sampled = {host: _windowed(histories[host], repairs.get(host, ())) for host in noise_hosts(histories)}
-    found: dict[NoiseKey, list[Noise]] = {}
+    ratios: dict[NoiseKey, list[Noise]] = {}
+    own: dict[NoiseKey, list[Noise]] = {}
     for figures in sampled.values():
         for name, figure in figures.items():
-            found.setdefault((figure.model, name), []).append(ratio_noise(figure.ratios, figure.runs()))
-    return {key: pooled for key, noises in found.items() if (pooled := pooled_noises(noises)).dof}, sampled
+            ratios.setdefault((figure.model, name), []).append(ratio_noise(figure.ratios, figure.runs()))
+            own.setdefault((figure.model, name), []).append(figure.own_noise())
+    return FleetNoise(_pooled(ratios), _pooled(own)), sampled
+
+
+def _pooled(found: Mapping[NoiseKey, Sequence[Noise]]) -> dict[NoiseKey, Noise]:
+    return {key: pooled for key, noises in found.items() if (pooled := pooled_noises(noises)).dof}
 
 
 @dataclass(frozen=True)
@@ -391,6 +426,11 @@ class _Figure:
     counts: tuple[int, ...]
     gpus: tuple[_Window, ...]
     ratios: dict[int, tuple[tuple[int, float], ...]]
+
+    def own_noise(self) -> Noise:
+        """The per-sweep noise of its GPUs around their own lines, pooled over them."""
+        return pooled_noise([[point.value for point in window.points] for window in self.gpus],
+                            [[point.runs for point in window.points] for window in self.gpus])
 
     def runs(self) -> dict[int, tuple[int, ...]]:
         """For each GPU of ``ratios``, the runs each of its ratios is the mean of (its points')."""
@@ -430,16 +470,17 @@ def _windowed(rows: Sequence[Mapping[str, Any]], repairs: Sequence[Repair]) -> d
     return figures
 
 
-def _judged(host: str, figures: Mapping[str, _Figure], rules: _Rules, fleet: Mapping[NoiseKey, Noise]) -> HostTrends:
+def _judged(host: str, figures: Mapping[str, _Figure], rules: _Rules, fleet: FleetNoise) -> HostTrends:
     """The HostTrends of ``host``'s windowed ``figures`` by ``rules``, with the ``fleet``'s noise."""
     trends = []
     for name, figure in figures.items():
         judge = _Judge(name, figure.unit, rules)
         # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
-        pooled = pooled_noise([[point.value for point in window.points] for window in figure.gpus],
-                              [[point.runs for point in window.points] for window in figure.gpus])
-        siblings = sibling_slopes(figure.ratios, fleet.get((figure.model, name)), figure.runs())
-        trends.append(FigureTrend(name, figure.unit, judge.trend(figure.median, median_noise(pooled, figure.counts)),
+        pooled = figure.own_noise()
+        siblings = sibling_slopes(figure.ratios, fleet.ratios.get((figure.model, name)), figure.runs())
+        # The median's: the fleet's where it rests on more and the host's own is not far wider.
+        medians = median_noise(fleet_or_own(pooled, fleet.own.get((figure.model, name))), figure.counts)
+        trends.append(FigureTrend(name, figure.unit, judge.trend(figure.median, medians),
                                   tuple(judge.trend(window, pooled, siblings.get(cast(int, window.gpu)))
                                         for window in figure.gpus)))
     return HostTrends(host, rules.threshold_pct, rules.min_sweeps, rules.slope_z, tuple(trends), rules.warn_pct,
@@ -501,8 +542,10 @@ class _Rules:
     warn_pct: float
     watch_z: float
 
-    def verdict(self, fit: TrendFit | None, latest: float | None, siblings: SiblingSlope | None = None) -> str:
-        """``fail``, ``watch``, ``none`` or ``too_short`` (see the module)."""
+    def verdict(self, fit: TrendFit | None, latest: float | None, siblings: SiblingSlope | None = None,
+                gpu: int | None = 0) -> str:
+        """``fail``, ``watch``, ``none`` or ``too_short`` (see the module) of ``gpu``'s trend (None:
+        the node's median)."""
         if fit is None or latest is None or fit.sweeps < self.min_sweeps:
             return "too_short"
         falling = fit.change_pct is not None and fit.slope < 0
@@ -522,7 +565,7 @@ class _Rules:
         projection = project(fit, self.warn_pct)
         sliding = latest <= fit.first * (1 - LATEST_SHARE * self.warn_pct / 100)
         if sliding and projection is not None and projection.in_2_pct <= -self.warn_pct \
-                and fit.slope_z <= -student_bar(self.watch_z, fit.dof):
+                and fit.slope_z <= -student_bar(own_watch_z(self.watch_z, gpu), fit.dof):
             return "watch"
         return "none"
 
@@ -540,6 +583,12 @@ class _Rules:
         return (siblings.sweeps >= self.min_sweeps and self.real_against_siblings(siblings)
                 and siblings.latest <= -LATEST_SHARE * self.warn_pct / 100
                 and siblings.at(horizon) <= -self.warn_pct / 100)
+
+
+def own_watch_z(watch_z: float, gpu: int | None) -> float:
+    """The bar (sigma) of a watch on a trend's own line: ``watch_z``, MEDIAN_WATCH_MARGIN higher
+    for a node's median (``gpu`` None)."""
+    return watch_z + (MEDIAN_WATCH_MARGIN if gpu is None else 0.0)
 
 
 def _window(repairs: Sequence[Repair], gpu: int | None, points: Sequence[TrendPoint]) -> _Window:
@@ -561,7 +610,7 @@ class _Judge:
         and a GPU's slope against its ``siblings``."""
         fit = fit_trend([point.value for point in window.points], pooled, [point.runs for point in window.points])
         latest = window.points[-1].value if window.points else None
-        verdict = self.rules.verdict(fit, latest, siblings)
+        verdict = self.rules.verdict(fit, latest, siblings, window.gpu)
         return Trend(self.figure, self.unit, window.gpu, window.points, window.repair, fit,
                      "watch" if verdict == SIBLINGS_WATCH else verdict,
                      None if fit is None else project(fit, self.rules.warn_pct), siblings,

@@ -256,6 +256,15 @@ def pooled_noises(noises: Iterable[Noise]) -> Noise:
     return Noise(math.sqrt(squares / dof) if dof else 0.0, dof)
 
 
+def fleet_or_own(own: Noise, fleet: Noise | None) -> Noise:
+    """The noise to judge a host's figure with: the ``fleet``'s, pooled over its hosts, where it
+    rests on more degrees of freedom than the host's ``own`` and that is not past
+    HOST_NOISE_TOLERANCE times it; else the host's own."""
+    if fleet is not None and fleet.dof > own.dof and own.sigma <= HOST_NOISE_TOLERANCE * fleet.sigma:
+        return fleet
+    return own
+
+
 def sibling_slopes(ratios: Mapping[int, tuple[tuple[int, float], ...]], fleet: Noise | None = None,
                    runs: Mapping[int, Sequence[int]] | None = None) -> dict[int, SiblingSlope]:
     """The SiblingSlope of every GPU of ``ratios`` (sibling_ratios), the noise pooled over them,
@@ -266,8 +275,7 @@ def sibling_slopes(ratios: Mapping[int, tuple[tuple[int, float], ...]], fleet: N
     pooled = ratio_noise(ratios, runs)
     if pooled.dof == 0:
         return {}
-    if fleet is not None and fleet.dof > pooled.dof and pooled.sigma <= HOST_NOISE_TOLERANCE * fleet.sigma:
-        pooled = fleet
+    pooled = fleet_or_own(pooled, fleet)
     means = {gpu: (math.fsum(r for _, r in series) / len(series), len(series)) for gpu, series in ratios.items()}
     slopes = {}
     for gpu, series in ratios.items():

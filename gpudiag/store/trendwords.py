@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from ..analysis.tails import student_bar
 from ..findings import Action, Basis, Finding, Kind, Severity
 from ..words import plural
-from .trend import MIN_FIT_SWEEPS, SIBLING_WATCH_MARGIN, HostTrends, Trend
+from .trend import MIN_FIT_SWEEPS, SIBLING_WATCH_MARGIN, HostTrends, Trend, own_watch_z
 from .trendfit import SiblingSlope
 
 
@@ -48,7 +48,8 @@ def watch_words(host: str, trend: Trend, watch_z: float) -> str:
                 f"it reaches the warn line ({projection.warn_pct:g} % below) {ahead:.1f} sweeps after the latest")
     return (f"watch: {host}: {trend.describe()} falls {-(fit.slope_pct or 0.0):.1f} % a sweep "
             f"({-fit.slope:.4g}{unit}) over {fit.sweeps} sweeps, {-fit.slope_z:.1f} times its uncertainty "
-            f"(per-sweep noise {fit.noise_pct or 0.0:.1f} %; real from {_bar_words(watch_z, fit.dof)}); "
+            f"(per-sweep noise {fit.noise_pct or 0.0:.1f} %; real from "
+            f"{_bar_words(own_watch_z(watch_z, trend.gpu), fit.dof)}); "
             f"on its fitted line from {fit.first:.4g}{unit} (sweep {first.sweep_id}) to {fit.latest:.4g}{unit} "
             f"(sweep {latest.sweep_id}), {-fit.change_pct:.1f} % below; {crossing}; in 1 sweep "
             f"{projection.in_1:.4g}{unit} ({-projection.in_1_pct:.1f} % below), in 2 sweeps "

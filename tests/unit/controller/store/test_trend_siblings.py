@@ -13,7 +13,14 @@ import statistics
 import pytest
 
 from gpudiag.analysis.noisy import MEDIAN_EFFICIENCY
-from gpudiag.store.trend import FLEET_NOISE_HOSTS, fleet_ratio_noise, fleet_trends, host_trends, noise_hosts
+from gpudiag.store.trend import (
+    FLEET_NOISE_HOSTS,
+    fleet_noise,
+    fleet_ratio_noise,
+    fleet_trends,
+    host_trends,
+    noise_hosts,
+)
 from gpudiag.store.trendfit import (
     HOST_NOISE_TOLERANCE,
     Noise,
@@ -46,7 +53,11 @@ def _rows(series: dict[int, list[float]], model: str | None = None) -> list[dict
 
 
 def _trends(series: dict[int, list[float]]):
-    return host_trends("node001", _rows(series), [], threshold_pct=5.0, min_sweeps=3, slope_z=3.0, warn_pct=3.0)
+    return _trends_of(_rows(series))
+
+
+def _trends_of(rows: list[dict]):
+    return host_trends("node001", rows, [], threshold_pct=5.0, min_sweeps=3, slope_z=3.0, warn_pct=3.0)
 
 
 def _noisy(rng: random.Random, factors: list[float], cv: float) -> list[float]:
@@ -103,7 +114,7 @@ def _slides(cv: float, fleet_hosts: int, fleet_cv: float | None = None, seeds: i
         histories = {f"node{100 + host}": _rows({gpu: _noisy(rng, [1.0] * 4, fleet_cv or cv) for gpu in range(8)})
                      for host in range(fleet_hosts)}
         histories["node001"] = _rows(series)
-        fleet = fleet_ratio_noise(histories, {}) if fleet_hosts else None
+        fleet = fleet_noise(histories, {}) if fleet_hosts else None
         trends = host_trends("node001", _rows(series), [], threshold_pct=5.0, min_sweeps=3, slope_z=3.0,
                              warn_pct=3.0, fleet_noise=fleet)
         gpus = {trend.gpu for trend in trends.watches + trends.degradations}
@@ -186,13 +197,21 @@ def test_a_sibling_watch_is_a_watch_finding_of_that_gpu_that_drains_nothing():
 def test_a_node_median_is_judged_by_a_medians_noise_not_one_gpus():
     assert median_noise(Noise(0.02, 16), [8, 8, 8]).sigma == pytest.approx(0.02 * MEDIAN_EFFICIENCY / math.sqrt(8))
     assert median_noise(Noise(0.02, 16), [1]).sigma == 0.02  # a median of one is that one
-    # A whole node losing 2 % a sweep over 4 sweeps at 2 % noise: watched or failed as a node.
-    found = 0
+    # A whole node losing 2 % a sweep over 4 sweeps at 2 % noise, in a fleet of 8 nodes: watched
+    # or failed as a node, judged with the fleet's GPUs' noise (a bar of 3.5 on hundreds of
+    # degrees of freedom); alone, with its own 16 degrees of freedom (3.5 sigma raised to 4.4),
+    # less often; and a flat node's median seldom.
+    found, alone, flat = 0, 0, 0
     for seed in range(20):
         rng = random.Random(100 + seed)
-        trends = _trends({gpu: _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.02) for gpu in range(8)})
-        found += trends.figures[0].median.verdict in ("watch", "fail")
-    assert found >= 19
+        histories = {f"node{host:03d}": _rows({gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(8)})
+                     for host in range(1, 8)}
+        histories["node008"] = _rows({gpu: _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.02) for gpu in range(8)})
+        trends = fleet_trends(histories, {}, 5.0, 3, 3.0, warn_pct=3.0)
+        found += trends["node008"].figures[0].median.verdict in ("watch", "fail")
+        flat += sum(trends[f"node{host:03d}"].figures[0].median.verdict != "none" for host in range(1, 8))
+        alone += _trends_of(histories["node008"]).figures[0].median.verdict in ("watch", "fail")
+    assert found >= 19 and alone < found and flat == 0, (found, alone, flat)
 
 
 def test_a_theil_sen_slope_is_judged_by_its_own_spread_not_the_least_squares_one():
@@ -233,7 +252,7 @@ def test_a_gpus_slow_degradation_is_a_fall_against_its_siblings_too():
     # by chance; against its siblings, its start held to their level, few of those fall at all.
     rng = random.Random(7)
     hosts = [{gpu: _noisy(rng, [1.0] * 4, 0.02) for gpu in range(8)} for _ in range(3000)]
-    fleet = fleet_ratio_noise({f"node{index:04d}": _rows(series) for index, series in enumerate(hosts[:64])}, {})
+    fleet = fleet_noise({f"node{index:04d}": _rows(series) for index, series in enumerate(hosts[:64])}, {})
     failed = own_line = 0
     for series in hosts:
         trends = host_trends("node001", _rows(series), [], threshold_pct=5.0, min_sweeps=3, slope_z=3.0,
@@ -259,8 +278,8 @@ def test_a_sweep_judges_each_host_as_history_does_with_the_fleets_noise_from_256
                  for index in range(300)}
     histories["node007"] = _rows({**{gpu: _noisy(rng, [1.0] * 4, 0.01) for gpu in range(7)},
                                   7: _noisy(rng, [1.0, 0.98, 0.96, 0.94], 0.01)})
-    fleet = fleet_ratio_noise(histories, {})
-    (noise,) = fleet.values()
+    fleet = fleet_noise(histories, {})
+    (noise,) = fleet.ratios.values()
     chosen = noise_hosts(histories)
     assert len(chosen) == FLEET_NOISE_HOSTS < len(histories) and chosen == noise_hosts(reversed(histories))
     assert 100 <= sum(int(host[4:]) < 150 for host in chosen) <= 156  # about half from each half of the names
