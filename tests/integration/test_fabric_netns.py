@@ -23,6 +23,10 @@ from gpudiag.cli.main import main
 pytestmark = requires_netns
 
 HOST_MBIT = 2000
+# Seconds each pair test runs: nine hosts' streams share this machine's two cores with the other
+# test workers, and a pair stalled for most of a 1-second run (0.15 of 1.9 Gbit/s, once in a full
+# suite) left the uplink's confirm runs unsure; over 2 seconds such a stall weighs half as much.
+NET_DURATION_S = 2
 SLOW_MBIT = 500
 FABRIC_KINDS = ("slow_fabric_link", "slow_switch")
 NODE_LINK_KINDS = ("slow_nic", "slow_link", "link_error", "fleet_shift", "slow_network")
@@ -56,7 +60,7 @@ def _sweep(fabric: NetnsFabric, folder: Path) -> tuple[int, dict, str]:
             "--ssh-config", str(fabric.write_ssh_config(folder / "ssh_config", known_hosts)),
             "--known-hosts", str(known_hosts), "--python", sys.executable, "--probes", "facts",
             "--thresholds", str(thresholds), "--no-store", "--json", str(document), "-q",
-            "--links", "screen", "--net-backend", "tcp", "--net-duration", "1", "--net-streams", "8",
+            "--links", "screen", "--net-backend", "tcp", "--net-duration", str(NET_DURATION_S), "--net-streams", "8",
             "--net-line-rate", f"{HOST_MBIT / 1000:g}", "--net-address", "field",
             "--topology", str(fabric.write_topology(folder / "topology.json"))]
     result = CliRunner().invoke(main, argv, catch_exceptions=False)
