@@ -34,10 +34,10 @@ from ..store.trend import (
     WATCH_HORIZON,
     FigureTrend,
     HostTrends,
-    figure_name,
     host_trends,
     own_watch_z,
 )
+from ..store.trendseries import figure_name
 from ..store.trendwords import degradation_words, unfitted_words, watch_words
 from ..words import deficit_text, plural
 from ..words import figure as figure_text

@@ -10,7 +10,8 @@ from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import LATEST_SHARE, FleetNoise, HostTrends, Trend, fleet_noise, fleet_trends, noise_hosts
+from .trend import LATEST_SHARE, HostTrends, Trend, fleet_trends
+from .trendseries import FleetNoise, fleet_noise, noise_hosts
 from .trendwords import trend_findings
 
 # How far (standard errors of its slope) a GPU slides against its siblings before its sweep

@@ -13,14 +13,7 @@ import statistics
 import pytest
 
 from gpudiag.analysis.noisy import MEDIAN_EFFICIENCY
-from gpudiag.store.trend import (
-    FLEET_NOISE_HOSTS,
-    fleet_noise,
-    fleet_ratio_noise,
-    fleet_trends,
-    host_trends,
-    noise_hosts,
-)
+from gpudiag.store.trend import fleet_trends, host_trends
 from gpudiag.store.trendfit import (
     HOST_NOISE_TOLERANCE,
     Noise,
@@ -34,6 +27,7 @@ from gpudiag.store.trendfit import (
     theil_sen,
     theil_sen_spread,
 )
+from gpudiag.store.trendseries import FLEET_NOISE_HOSTS, fleet_noise, fleet_ratio_noise, noise_hosts
 from gpudiag.store.trendwords import trend_findings
 
 LEVEL = 740.0
