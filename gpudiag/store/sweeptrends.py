@@ -10,7 +10,7 @@ from ..analysis.thresholds import Thresholds
 from ..findings import Finding
 from .repairs import repairs_by_host
 from .store import Store
-from .trend import LATEST_SHARE, HostTrends, Trend, fleet_trends
+from .trend import LATEST_SHARE, HostTrends, Trend, fleet_trends, latest_below_first
 from .trendseries import FleetNoise, fleet_noise, noise_hosts
 from .trendwords import trend_findings
 
@@ -73,8 +73,7 @@ def _median_slide(median: Trend, thresholds: Thresholds) -> float | None:
     fit = median.fit
     if fit is None or not median.points or fit.slope_z > -RETEST_SLIDE_Z:
         return None
-    latest = median.points[-1].value
-    return fit.slope_z if latest <= fit.first * (1 - LATEST_SHARE * thresholds.deficit_warn_pct / 100) else None
+    return fit.slope_z if latest_below_first(fit, median.points[-1].value, thresholds.deficit_warn_pct) else None
 
 
 def sweep_trends(store: Store, sweep_id: str, hosts: Iterable[str], thresholds: Thresholds) -> dict[str, HostTrends]:

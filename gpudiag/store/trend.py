@@ -43,26 +43,27 @@ test as above, Student-t bar and all, at a lower z: ``WATCH_SLOPE_Z``), whose fi
 latest at the latest (``WATCH_HORIZON``; one already past it counts), and whose latest sweep is
 itself at least ``LATEST_SHARE`` of ``warn_pct`` below that first figure. A GPU is also watched
 when it slides away from its siblings (gpudiag.store.trendfit.SiblingSlope: its figure over the
-median of the host's other GPUs', its start held to their level within what the host's GPUs
-differ by themselves; a GPU off its siblings from its first sweep is not held): a bar
-``SIBLING_WATCH_MARGIN`` higher (a host has one such test for every GPU and figure), the noise
-of GPUs against their siblings pooled over the fleet's hosts where the host's own is not far
-wider (``fleet_noise``, trendseries.fleet_ratio_noise: hundreds of degrees of freedom, where a host's own 16
-raise a 3.5-sigma bar to 4.4), its latest sweep ``LATEST_SHARE`` of ``warn_pct`` under them, its
-line ``warn_pct`` under them by ``WATCH_HORIZON`` sweeps (its words say "against the median of
-its siblings"). Its own line
-cannot tell where a GPU started, and at 2 % noise lost a GPU sliding 2 % a sweep over four
-sweeps 12 times in 20; a GPU with siblings is watched against them only (its own line still
-judges the slow degradation, where its slope against its siblings is real at their bar too: a flat
-GPU's own line past 3 sigma was mostly one whose first sweep was high by chance, and a whole
-node's slide is its median's). The median of the host's GPUs is judged with the noise of a median of
-them (trendfit.median_noise), not one GPU's. Its ``Projection``
-says where the line crosses ``warn_pct`` and where it will be one and two sweeps on. Every
-trend's ``verdict``: ``fail`` (a slow degradation), ``watch``, ``none`` (judged: neither), or
-``too_short`` (fewer than ``min_sweeps`` sweeps, or no line). What the watch's bar costs and buys
-is measured by bench/detection.py's history rows (docs/sweep.md, "History and trends"): a lower
-bar finds a slide sooner and watches more flat parts; the noise, the sweeps and the slope alone
-decide how soon a slide can be told from noise at all.
+median of the host's other GPUs', its start held to their level within what the host's GPUs differ
+by themselves; a GPU off its siblings from its first sweep is not held): a bar
+``SIBLING_WATCH_MARGIN`` higher (a host has one such test for every GPU and figure), the noise of
+GPUs against their siblings pooled over the fleet's hosts where the host's own is not far wider
+(``fleet_noise``, trendseries.fleet_ratio_noise: hundreds of degrees of freedom, where a host's own
+16 raise a 3.5-sigma bar to 4.4), its latest sweep ``LATEST_SHARE`` of ``warn_pct`` under them, its
+line ``warn_pct`` under them by ``WATCH_HORIZON`` sweeps (its words say "against the median of its
+siblings"). Its own line cannot tell where a GPU started, and at 2 % noise lost a GPU sliding 2 % a
+sweep over four sweeps 12 times in 20; a GPU with siblings is watched against them only (its own
+line still judges the slow degradation, where its slope against its siblings is real at their bar
+too: a flat GPU's own line past 3 sigma was mostly one whose first sweep was high by chance, and a
+whole node's slide is its median's). The median of the host's GPUs is judged with the noise of a
+median of them (trendfit.median_noise), not one GPU's: the GPUs' noise around their own lines
+pooled over the fleet (FleetNoise.own) where the host's own is not far wider, its watch's bar
+MEDIAN_WATCH_MARGIN higher. Its ``Projection`` says where the line crosses ``warn_pct`` and where
+it will be one and two sweeps on. Every trend's ``verdict``: ``fail`` (a slow degradation),
+``watch``, ``none`` (judged: neither), or ``too_short`` (fewer than ``min_sweeps`` sweeps, or no
+line). What the watch's bar costs and buys is measured by bench/detection.py's history rows
+(docs/sweep.md, "History and trends"): a lower bar finds a slide sooner and watches more flat
+parts; the noise, the sweeps and the slope alone decide how soon a slide can be told from noise at
+all.
 """
 
 from __future__ import annotations
@@ -333,7 +334,7 @@ def _judged(host: str, figures: Mapping[str, FigureSeries], rules: _Rules, fleet
     for name, figure in figures.items():
         judge = _Judge(name, figure.unit, rules)
         # The GPUs' scatter around their own lines, pooled: the noise of one GPU's sweeps.
-        pooled = figure.own_noise()
+        pooled = figure.own_noise
         siblings = sibling_slopes(figure.ratios, fleet.ratios.get((figure.model, name)), figure.runs())
         # The median's: the fleet's where it rests on more and the host's own is not far wider.
         medians = median_noise(fleet_or_own(pooled, fleet.own.get((figure.model, name))), figure.counts)
@@ -355,14 +356,14 @@ class _Rules:
     warn_pct: float
     watch_z: float
 
-    def verdict(self, fit: TrendFit | None, latest: float | None, siblings: SiblingSlope | None = None,
-                gpu: int | None = 0) -> str:
+    def verdict(self, fit: TrendFit | None, latest: float | None, siblings: SiblingSlope | None,
+                gpu: int | None) -> str:
         """``fail``, ``watch``, ``none`` or ``too_short`` (see the module) of ``gpu``'s trend (None:
         the node's median)."""
         if fit is None or latest is None or fit.sweeps < self.min_sweeps:
             return "too_short"
         falling = fit.change_pct is not None and fit.slope < 0
-        if falling and latest <= fit.first * (1 - LATEST_SHARE * self.threshold_pct / 100) \
+        if falling and latest_below_first(fit, latest, self.threshold_pct) \
                 and -fit.change_pct >= self.threshold_pct and fit.slope_z <= -student_bar(self.slope_z, fit.dof) \
                 and (siblings is None or self.real_against_siblings(siblings)):
             return "fail"
@@ -376,8 +377,8 @@ class _Rules:
         if not falling:
             return "none"
         projection = project(fit, self.warn_pct)
-        sliding = latest <= fit.first * (1 - LATEST_SHARE * self.warn_pct / 100)
-        if sliding and projection is not None and projection.in_2_pct <= -self.warn_pct \
+        if latest_below_first(fit, latest, self.warn_pct) and projection is not None \
+                and projection.in_2_pct <= -self.warn_pct \
                 and fit.slope_z <= -student_bar(own_watch_z(self.watch_z, gpu), fit.dof):
             return "watch"
         return "none"
@@ -396,6 +397,12 @@ class _Rules:
         return (siblings.sweeps >= self.min_sweeps and self.real_against_siblings(siblings)
                 and siblings.latest <= -LATEST_SHARE * self.warn_pct / 100
                 and siblings.at(horizon) <= -self.warn_pct / 100)
+
+
+def latest_below_first(fit: TrendFit, latest: float, pct: float) -> bool:
+    """Whether a trend's ``latest`` figure is at least LATEST_SHARE of ``pct`` percent under its
+    fitted first."""
+    return latest <= fit.first * (1 - LATEST_SHARE * pct / 100)
 
 
 def own_watch_z(watch_z: float, gpu: int | None) -> float:

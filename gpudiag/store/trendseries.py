@@ -10,6 +10,7 @@ import hashlib
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, cast
 
 from .repairs import Repair
@@ -17,8 +18,6 @@ from .trendfit import Noise, TrendPoint, pooled_noise, pooled_noises, ratio_nois
 
 # Parameters that name what a figure is (the rest, GPU pair or buffer size, are folded together).
 HISTORY_PARAMS = ("dtype", "direction", "memory")
-
-
 # The most hosts a fleet's noise against the siblings is pooled over (fleet_ratio_noise): 256 hosts
 # of 8 GPUs over 4 sweeps give 4,096 degrees of freedom, and a fleet of 10,000 is read once for it.
 FLEET_NOISE_HOSTS = 256
@@ -84,7 +83,7 @@ def _name_hash(name: str) -> bytes:
 
 
 def sampled_fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]], repairs: Mapping[str, Sequence[Repair]]
-                 ) -> tuple[FleetNoise, dict[str, dict[str, FigureSeries]]]:
+                        ) -> tuple[FleetNoise, dict[str, dict[str, FigureSeries]]]:
     """fleet_noise, and the windowed figures of the hosts it rests on (windowed)."""
     sampled = {host: windowed(histories[host], repairs.get(host, ())) for host in noise_hosts(histories)}
     ratios: dict[NoiseKey, list[Noise]] = {}
@@ -92,7 +91,7 @@ def sampled_fleet_noise(histories: Mapping[str, Sequence[Mapping[str, Any]]], re
     for figures in sampled.values():
         for name, figure in figures.items():
             ratios.setdefault((figure.model, name), []).append(ratio_noise(figure.ratios, figure.runs()))
-            own.setdefault((figure.model, name), []).append(figure.own_noise())
+            own.setdefault((figure.model, name), []).append(figure.own_noise)
     return FleetNoise(_pooled(ratios), _pooled(own)), sampled
 
 
@@ -114,8 +113,10 @@ class FigureSeries:
     gpus: tuple[Window, ...]
     ratios: dict[int, tuple[tuple[int, float], ...]]
 
+    @cached_property
     def own_noise(self) -> Noise:
-        """The per-sweep noise of its GPUs around their own lines, pooled over them."""
+        """The per-sweep noise of its GPUs around their own lines, pooled over them (read once: the
+        fleet's noise and the host's own trends both take it)."""
         return pooled_noise([[point.value for point in window.points] for window in self.gpus],
                             [[point.runs for point in window.points] for window in self.gpus])
 
