@@ -26,6 +26,12 @@ a NIC exited 0. Averaged over eight rails, a pair's figure has a third of the no
   slow alike (two NICs of three, every pair slow) lift nobody above them and name nobody here.
   A host ``HALF_WAY`` there with a partner not yet paired with it is an unconfirmed one, for
   the confirm rounds to pair further.
+- A small job whose runs cannot settle it runs every pair again, up to DOUBT_RUNS runs
+  (``doubtful_pairs``): where a host is half-way below with every partner paired, or where one
+  run is too noisy for a NIC twice the link deficit slow to be found nineteen times in twenty.
+- A sample of a job (a paused job's suspects and references) whose every pair sits at the
+  line-rate floor shows no host good: each is an unconfirmed suspect, for the job's further
+  peers to decide (``_all_at_the_floor``, gpudiag.links.tiebreak).
 
 In a fleet (rails with a fleet level of their own), each rail's figures are first scaled to the
 family's level (the median of its rails' levels: a rail's own offset is no host's), and a host
@@ -55,7 +61,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..analysis.noisy import MEDIAN_EFFICIENCY
+from ..analysis.noisy import MEDIAN_EFFICIENCY, POWER_Z
 from ..words import deficit_text, fixed, plural
 from .groups import (
     UNIT,
@@ -79,6 +85,11 @@ HALF_WAY = 0.5
 MIN_HOSTS = 3
 # Hosts not slow that a slow NIC's verdict needs: slow with each healthy host there is, two at least.
 MIN_GOOD = 2
+# The runs of each pair (on every rail) a small job's doubt is settled on (doubtful_pairs).
+DOUBT_RUNS = 3
+# A small job runs its pairs again until a NIC this many times ``deficit_pct`` slow would fall
+# past its bar nineteen times in twenty (POWER_Z), or DOUBT_RUNS runs (doubtful_pairs).
+POWER_DEFICITS = 2.0
 
 
 @dataclass(frozen=True)
@@ -102,10 +113,18 @@ class SlowAcrossRails:
     # always confirmed (slow with each healthy host there is).
     confirmed: bool = True
     fleet: bool = False
+    # Every pair of these hosts at the line-rate floor (``_all_at_the_floor``): ``level_gbps`` is the
+    # floor, and no partner is known good.
+    at_floor: bool = False
 
     @property
     def evidence(self) -> str:
         means = listed(f"{f.peer(self.host)} {fixed(f.gbps)}" for f in self.pairs)
+        if self.at_floor:
+            return (f"{self.host} at the line-rate floor with every partner across {plural(self.rails, 'rail')} of "
+                    f"{self.backend}: its pairs' means (each over its rails) {means} {UNIT}, where a healthy link "
+                    f"reaches {fixed(self.level_gbps)} {UNIT}, and every other pair of these hosts as low: which "
+                    "NICs are slow cannot be told from them alone")
         scaled = " (each rail scaled to the family's level)" if self.fleet else ""
         text = (f"{self.host} slow with every partner across {plural(self.rails, 'rail')} of {self.backend}: its "
                 f"pairs' means (each over its rails{scaled}) {means} {UNIT} vs {fixed(self.level_gbps)} {UNIT}, the "
@@ -124,6 +143,49 @@ def across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     """The hosts slow with every partner across the rails of a family, a small job's or a fleet's
     (see the module docstring), sorted by family and host. ``good_above``: per family (backend
     and line rate), the hosts whose NIC a higher line rate on the backend shows good."""
+    families, fleets = _families(figures, references, thresholds)
+    found = []
+    for (backend, line_rate), rails in families:
+        found += _slow_hosts(backend, line_rate, rails, thresholds,
+                             good_above=(good_above or {}).get((backend, line_rate), frozenset()))
+    for (backend, line_rate), levels in fleets:
+        found += _slow_hosts(backend, line_rate, _scaled(levels), thresholds, thresholds.confirm_partners,
+                             (good_above or {}).get((backend, line_rate), frozenset()))
+    return found
+
+
+def doubtful_pairs(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
+                   references: Mapping[LinkGroup, GroupReference], thresholds: LinkThresholds,
+                   good_above: Mapping[Family, frozenset[str]] | None = None) -> frozenset[Pair]:
+    """The pairs of a small job's families to run again, so that a doubt is settled on more runs
+    than one (``_in_doubt``): a host half-way below the others with every partner paired yet not
+    past the bar on all its pairs, or runs too few for a NIC POWER_DEFICITS times ``deficit_pct``
+    slow to be found nineteen times in twenty. Every pair of such a family measured fewer than
+    DOUBT_RUNS times on some rail: the others' pairs too, as they are a host's level. One run of
+    a 3-node job at 6 % link noise puts a NIC 10 % slow about 3 sigma under its one healthy pair,
+    at a bar of 3.3, and such jobs passed, exit 0, in 3 of 20; on three runs it was found in 20.
+    A healthy host that far down by chance is judged on the same bar over all its runs, the first
+    among them, so no more often named (0 of 450 healthy 3- and 4-node jobs at CV 1-3 %; 2 false
+    ``slow_network`` findings in 150 3-node jobs at 6 % link noise before)."""
+    families, _ = _families(figures, references, thresholds)
+    wanted: set[Pair] = set()
+    for key, rails in families:
+        line_rate = key[1]
+        if not _in_doubt(line_rate, rails, thresholds, (good_above or {}).get(key, frozenset())):
+            continue
+        per_rail = rail_runs(rails)
+        wanted |= {pair for pair, group in per_rail.items() if min(runs for _, runs in group) < DOUBT_RUNS}
+    return frozenset(wanted)
+
+
+_Families = tuple[list[tuple[Family, list[Mapping[Pair, Sequence[float]]]]],
+                  list[tuple[Family, list[tuple[float, Mapping[Pair, Sequence[float]]]]]]]
+
+
+def _families(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
+              references: Mapping[LinkGroup, GroupReference], thresholds: LinkThresholds) -> _Families:
+    """The families judged across their rails, sorted, each with MIN_RAILS rails or more: a small
+    job's (each rail's runs) and a fleet's (each rail's fleet level and runs)."""
     families: dict[Family, list[Mapping[Pair, Sequence[float]]]] = defaultdict(list)
     fleets: dict[Family, list[tuple[float, Mapping[Pair, Sequence[float]]]]] = defaultdict(list)
     for group, runs in figures.items():
@@ -134,16 +196,12 @@ def across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
             fleets[family(group)].append((reference.fleet_gbps, runs))
         else:
             families[family(group)].append(runs)
-    found = []
-    for (backend, line_rate), rails in sorted(families.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
-        if len(rails) >= MIN_RAILS:
-            found += _slow_hosts(backend, line_rate, rails, thresholds,
-                                 good_above=(good_above or {}).get((backend, line_rate), frozenset()))
-    for (backend, line_rate), levels in sorted(fleets.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
-        if len(levels) >= MIN_RAILS:
-            found += _slow_hosts(backend, line_rate, _scaled(levels), thresholds, thresholds.confirm_partners,
-                                 (good_above or {}).get((backend, line_rate), frozenset()))
-    return found
+
+    def order(item: tuple[Family, object]) -> tuple[str, float]:
+        return item[0][0], item[0][1] or 0.0
+
+    return ([(key, rails) for key, rails in sorted(families.items(), key=order) if len(rails) >= MIN_RAILS],
+            [(key, levels) for key, levels in sorted(fleets.items(), key=order) if len(levels) >= MIN_RAILS])
 
 
 def _rail_means(rails: Sequence[Mapping[Pair, Sequence[float]]]
@@ -161,6 +219,22 @@ def _scaled(levels: Sequence[tuple[float, Mapping[Pair, Sequence[float]]]]) -> l
     family_level = statistics.median(sorted(level for level, _ in levels))
     return [{pair: [value * family_level / level for value in values] for pair, values in runs.items()}
             for level, runs in levels if level > 0]
+
+
+def _all_at_the_floor(mine: Mapping[str, Sequence[PairFigure]], line_rate: float | None,
+                      thresholds: LinkThresholds) -> float | None:
+    """The line-rate floor, where every pair of a sample of a job's hosts (a paused job's
+    suspects and reference peers: not the whole job), each the mean of its rails, sits under it
+    or over it by less than half ``deficit_pct`` (None: not so). No host is shown good, and the
+    hosts' own level cannot be told from one they all share: a paused 16-node job whose two
+    references had NICs 10 % slow put all three pairs at 88 % of the line rate, around the floor
+    at 6 % link noise, and passed the suspect and both references, exit 0, in 1 job of 5. Each
+    host is then a suspect, for the job's further peers (gpudiag.links.tiebreak) to decide."""
+    if line_rate is None:
+        return None
+    floor = line_rate * thresholds.line_rate_efficiency_pct / 100
+    near = floor * (1 + thresholds.deficit_pct / 200)
+    return floor if all(f.gbps < near for pairs in mine.values() for f in pairs) else None
 
 
 def _under_the_floor(mine: Mapping[str, Sequence[PairFigure]], best: Mapping[str, PairFigure], named: set[str],
@@ -191,13 +265,15 @@ def _under_the_floor(mine: Mapping[str, Sequence[PairFigure]], best: Mapping[str
 
 def _with_every_partner(mine: Mapping[str, Sequence[PairFigure]], below: Sequence[_Below],
                         noise: Mapping[Pair, float], line_rate: float | None, thresholds: LinkThresholds
-                        ) -> list[_Below]:
+                        ) -> tuple[list[_Below], tuple[str, ...]]:
     """A small job's hosts ``below`` (``_below``), those half-way with every partner paired judged
     on the mean of all their pairs against the median of the job's pairs without them: no pair is
     set aside, so none is chosen for the judging (a host's best pair, a maximum, reads higher the
     more partners it has: a NIC 10 % slow at 6 % link noise, paired with all three partners of a
-    4-node job, was no longer half-way below, and passed). Past the bar, slow; else passed."""
+    4-node job, was no longer half-way below, and passed). Past the bar, slow; else passed, and
+    a doubt (the second of the two returned: doubtful_pairs runs its family again)."""
     judged = [entry for entry in below if entry[-1] is not None]
+    doubts = []
     for host, *_ in (entry for entry in below if entry[-1] is None):
         rest = [f for other, pairs in mine.items() if other != host for f in pairs if host not in (f.a, f.b)]
         if len(rest) < 2:
@@ -208,7 +284,9 @@ def _with_every_partner(mine: Mapping[str, Sequence[PairFigure]], below: Sequenc
         rate, deficit, z = _on_pairs(mine[host], level, _median_noise(pairs, noise), noise, thresholds)
         if deficit >= thresholds.deficit_pct and z <= -_family_bar(thresholds.robust_z, len(mine)):
             judged.append((host, rate, level, deficit, z, True))
-    return judged
+        else:
+            doubts.append(host)
+    return judged, tuple(doubts)
 
 
 def _on_pairs(pairs: Sequence[PairFigure], level: float, level_noise: float, noise: Mapping[Pair, float],
@@ -223,8 +301,11 @@ def _on_pairs(pairs: Sequence[PairFigure], level: float, level_noise: float, noi
 
 
 def _median_noise(pairs: Sequence[Pair], noise: Mapping[Pair, float]) -> float:
-    """The noise of the median of ``pairs``' means (a median of n: MEDIAN_EFFICIENCY / √n of one)."""
-    return statistics.median(noise[pair] for pair in pairs) * MEDIAN_EFFICIENCY / math.sqrt(len(pairs))
+    """The noise of the median of ``pairs``' means (a median of n: MEDIAN_EFFICIENCY / √n of one;
+    of one or two, their mean: 1 / √n. A 3-node job's level is its one pair without the host
+    judged, and was taken as a quarter noisier than it is)."""
+    efficiency = MEDIAN_EFFICIENCY if len(pairs) > 2 else 1.0
+    return statistics.median(noise[pair] for pair in pairs) * efficiency / math.sqrt(len(pairs))
 
 
 def _family_bar(robust_z: float, hosts: int) -> float:
@@ -302,6 +383,57 @@ def _below(mine: Mapping[str, Sequence[PairFigure]], best: Mapping[str, PairFigu
     return slow
 
 
+def _paired(rails: Sequence[Mapping[Pair, Sequence[float]]]
+            ) -> tuple[dict[str, list[PairFigure]], dict[str, PairFigure], dict[Pair, float]] | None:
+    """A family's pairs, each the mean of its rails: each host's pairs, its best pair, and each
+    pair mean's noise (None: too few degrees of freedom to know the noise, or too few hosts)."""
+    per_rail, _, degrees, noise = _rail_means(rails)
+    if degrees < MIN_NOISE_DEGREES:
+        return None
+    mine: dict[str, list[PairFigure]] = defaultdict(list)
+    for pair, values in sorted(per_rail.items()):
+        figure = PairFigure(pair[0], pair[1], mean_gbps(values), tuple(sorted(values)), True, True)
+        mine[figure.a].append(figure)
+        mine[figure.b].append(figure)
+    if len(mine) < MIN_HOSTS:
+        return None
+    return mine, {host: max(pairs, key=lambda f: (f.gbps, f.peer(host))) for host, pairs in mine.items()}, noise
+
+
+def _in_doubt(line_rate: float | None, rails: Sequence[Mapping[Pair, Sequence[float]]],
+              thresholds: LinkThresholds, good_above: frozenset[str]) -> bool:
+    """Whether a small job's family leaves a doubt that more runs settle: a host half-way below
+    with every partner paired and not past the bar on all its pairs (``_with_every_partner``), or
+    runs too few for a NIC ``POWER_DEFICITS`` times ``deficit_pct`` slow to fall past the bar
+    nineteen times in twenty (``_too_noisy``)."""
+    paired = _paired(rails)
+    if paired is None:
+        return False
+    mine, best, noise = paired
+    below = _below(mine, best, noise, line_rate, thresholds, False, good_above)
+    return bool(_with_every_partner(mine, below, noise, line_rate, thresholds)[1]) or \
+        _too_noisy(mine, noise, thresholds)
+
+
+def _too_noisy(mine: Mapping[str, Sequence[PairFigure]], noise: Mapping[Pair, float],
+               thresholds: LinkThresholds) -> bool:
+    """Whether some host, judged on the mean of all its pairs against the median of the others'
+    (``_with_every_partner``), would see a NIC ``POWER_DEFICITS`` times ``deficit_pct`` slow fall
+    past the family's bar less than nineteen times in twenty, on the runs so far."""
+    level = statistics.median(f.gbps for pairs in mine.values() for f in pairs)
+    bar = _family_bar(thresholds.robust_z, len(mine)) + POWER_Z
+    for host, pairs in mine.items():
+        rest = sorted({(f.a, f.b) for other, others in mine.items() if other != host for f in others
+                       if host not in (f.a, f.b)})
+        if not rest:
+            continue
+        own = math.sqrt(math.fsum(noise[(f.a, f.b)] ** 2 for f in pairs)) / len(pairs)
+        spread = math.hypot(max(own, thresholds.mad_floor_pct / 100 * level), _median_noise(rest, noise))
+        if POWER_DEFICITS * thresholds.deficit_pct / 100 * level < bar * spread:
+            return True
+    return False
+
+
 def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[Pair, Sequence[float]]],
                 thresholds: LinkThresholds, partners_wanted: int | None = None,
                 good_above: frozenset[str] = frozenset()) -> list[SlowAcrossRails]:
@@ -312,23 +444,21 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
     shows good (``good_above``: a 400 Gb/s node paired once with a 200 Gb/s one, slow, read as
     slow with every partner; in a 6-node job of two models such a node was left unchecked); as a
     partner, such a host counts as not slow only when ``good_above`` shows it good."""
-    per_rail, sigma, degrees, noise = _rail_means(rails)
-    if degrees < MIN_NOISE_DEGREES:
+    paired = _paired(rails)
+    if paired is None:
         return []
-    figures = {pair: PairFigure(pair[0], pair[1], mean_gbps(values), tuple(sorted(values)), True, True)
-               for pair, values in sorted(per_rail.items())}
-    mine: dict[str, list[PairFigure]] = defaultdict(list)
-    for figure in figures.values():
-        mine[figure.a].append(figure)
-        mine[figure.b].append(figure)
-    if len(mine) < MIN_HOSTS:
-        return []
+    mine, best, noise = paired
     fleet = partners_wanted is not None
-    best = {host: max(pairs, key=lambda f: (f.gbps, f.peer(host))) for host, pairs in mine.items()}
     slow = _below(mine, best, noise, line_rate, thresholds, fleet, good_above)
     slow = _on_pair_means(mine, slow, noise, line_rate, thresholds) if fleet else \
-        _with_every_partner(mine, slow, noise, line_rate, thresholds)
+        _with_every_partner(mine, slow, noise, line_rate, thresholds)[0]
     if not fleet:
+        if not thresholds.whole_job and (floor := _all_at_the_floor(mine, line_rate, thresholds)) is not None:
+            return [SlowAcrossRails(host, backend, line_rate, best[host].gbps, floor,
+                                    100 * (floor - best[host].gbps) / floor, 0.0,
+                                    tuple(sorted(mine[host], key=lambda f: f.peer(host))), (), len(rails),
+                                    confirmed=False, at_floor=True)
+                    for host in sorted(set(mine) - good_above)]
         slow += _under_the_floor(mine, best, {host for host, *_ in slow}, line_rate, thresholds, good_above)
     untold = {host for host, pairs in mine.items() if fleet and len(pairs) < 2 and host not in good_above}
     good = tuple(sorted(set(mine) - {host for host, *_ in slow} - untold))

@@ -61,7 +61,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..words import deficit_text, fixed, pct, plural
-from .acrossrails import SlowAcrossRails, SlowLinkAcrossRails, across_rails, links_across_rails
+from .acrossrails import SlowAcrossRails, SlowLinkAcrossRails, across_rails, doubtful_pairs, links_across_rails
 from .again import RETEST_ALPHA, Retests, judge_again, retests_of
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
     BACKENDS,
@@ -139,8 +139,11 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
     nics = [v for outcome in outcomes for v in outcome.nics]
     confirmed = {(v.host, v.backend) for v in nics if v.confirmed}
     # a NIC slow on every rail: a small job's, or a fleet's a little slow (each rail's pairs alone miss it)
-    across = [_across(slow) for slow in across_rails(figures, references, thresholds, _good_at_higher_rates(outcomes))
+    good_above = _good_at_higher_rates(outcomes)
+    across = [_across(slow) for slow in across_rails(figures, references, thresholds, good_above)
               if (slow.host, slow.backend) not in confirmed]
+    # a small job's host left in doubt on one run: its family's pairs run again
+    suspect_pairs = sorted(set(suspect_pairs) | doubtful_pairs(figures, references, thresholds, good_above))
     nics += across
     suspect_hosts = sorted(set(suspect_hosts) | {v.host for v in across if not v.confirmed})
     # a link slow on every rail of a fleet, both ends fine elsewhere (each rail's pairs alone miss it)
