@@ -64,6 +64,13 @@ def judge_again(figure: PairFigure, reference: GroupReference, thresholds: LinkT
         return None
     others = sorted(figure.runs_gbps)[1:]
     gbps = judged_gbps(others)
+    run_sd = retests.run_sd_gbps.get(family(reference.group), 0.0)
+    if reference.job_level and run_sd > 0:
+        # A small job's level spreads as its pairs' figures do, each of the runs it had: once every
+        # pair is run again (gpudiag.links.acrossrails.doubtful_pairs), as means of two. The runs
+        # after the lowest are judged against the spread of a figure of as many runs: one healthy
+        # pair's second run, 2.3 sigma of one run low, read as 3.1 of a mean of two, and failed.
+        reference = reference.widened(run_sd * math.sqrt(_shrunk(len(others))))
     slow = reference.is_slow(gbps, thresholds)
     fleet = reference.fleet_gbps
     z, bar = None, -thresholds.robust_z
@@ -96,5 +103,11 @@ def again_spread(reference: GroupReference, runs: int, run_sd: float) -> float:
     level = (LEVEL_ERROR * max(spread, run_sd)) ** 2 / max(1, reference.level_count)
     if run_sd <= 0:
         return math.sqrt(spread ** 2 + level)
-    shrunk = 1 / runs if runs <= 2 else math.pi / (2 * runs)
-    return math.sqrt(lasting_variance(spread, run_sd, reference.level_count, None) + run_sd ** 2 * shrunk + level)
+    return math.sqrt(lasting_variance(spread, run_sd, reference.level_count, None) + run_sd ** 2 * _shrunk(runs)
+                     + level)
+
+
+def _shrunk(runs: int) -> float:
+    """A figure of ``runs`` runs' variance, in one run's: their mean's for two, their median's from
+    three (pi / 2 of a mean's, which a median of three or four is within)."""
+    return 1 / runs if runs <= 2 else math.pi / (2 * runs)
