@@ -370,3 +370,21 @@ def test_a_gpu_5_pct_slow_at_1_pct_noise_is_re_tested_in_runs_for_the_warn_band_
         lost += [f"seed {seed}: {place}" for place in picked - named]
     assert chosen >= 72 and len(lost) <= 1, lost  # one run each lost one in fifteen
     assert _found_in_every_seed(16, 0.015, {}, range(1, 21)) == []  # and a healthy fleet names nothing
+
+
+def test_a_key_measured_on_a_few_hosts_takes_its_metrics_noise_where_its_own_is_within_it():
+    # Four re-tested hosts' six runs of each of their 56 pairs: each pair's key has 20 degrees of
+    # freedom of its own, where the metric pooled over the pairs has 1,120. Its Student bar at 20
+    # was 6.0 where the metric's is 4.6, and a pair 10 % slow at 3 % noise passed in half the sweeps.
+    rng = random.Random(5)
+    pairs = [(src, dst) for src in range(8) for dst in range(8) if src != dst]
+    runs = {(host, str(pair)): [_pair(*pair, 370 * rng.gauss(1, 0.03), host) for _ in range(6)]
+            for host in "abcd" for pair in pairs}
+    noise = run_noise(runs)
+    assert {noise[f"p2p {src}->{dst}"] for src, dst in pairs} == {noise["p2p 0->1"]}  # the metric's, one noise
+    assert noise["p2p 0->1"].dof >= 4 * 50 * 5 and noise["p2p 0->1"].relative_sd == pytest.approx(0.03, rel=0.1)
+    # a key far noisier than its metric allows keeps its own: four hosts' runs of it at 9 %
+    runs.update({(host, "(0, 1)"): [_pair(0, 1, 370 * rng.gauss(1, 0.09), host) for _ in range(6)] for host in "abcd"})
+    wild = run_noise(runs)
+    assert wild["p2p 0->1"].dof == 20 and wild["p2p 0->1"].relative_sd > 1.5 * wild["p2p 0->2"].relative_sd
+    assert wild["p2p 0->2"].dof > 20  # and the others keep the metric's
