@@ -35,6 +35,7 @@ from .noisy import (
     run_noise,
 )
 from .nvlinks import prewired
+from .pairlevels import pool_pair_levels
 from .ports import Port, read_ports
 from .quiet import is_quiet
 from .reference import (
@@ -333,7 +334,7 @@ def references(grouped: Mapping[str, Sequence[Measurement]], thresholds: Thresho
         # 3.6 sigma below the truth by chance among a thousand judged, was confirmed slow.
         if fleet is not None and fleet.level_values < count < TRIM_POOLED_BELOW:
             refs[key] = inputs[key](max(trim, fleet.spread / fleet.value)) or key_refs
-    return pool_spreads(refs, metric_of, thresholds, typical)
+    return pool_pair_levels(pool_spreads(refs, metric_of, thresholds, typical), grouped, thresholds)
 
 
 def find_suspects(found: Sequence[Measurement], refs: Mapping[str, KeyReferences],
