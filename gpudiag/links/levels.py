@@ -147,6 +147,42 @@ def pooled_sd(samples: Iterable[Sequence[float]]) -> tuple[float, int]:
     return run_sd([(value, 1) for value in values] for values in samples)
 
 
+def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
+                   thresholds: LinkThresholds) -> dict[Family, float]:
+    """Per family of a whole small job (2 to ``min_hosts`` - 1 hosts on every rail, a backend the
+    line rate judges), its level where its pairs, each the mean of its figures on all the
+    family's rails, are below the line-rate floor as a whole (``level_below``). Rail by rail, a
+    handful of pairs straddle the floor: a 4-node job whose every pair ran at 85 % of its line
+    rate (the floor 90 %) at 4 % link noise had a pair over the floor on a third of its rails,
+    and those rails judged its equally slow NICs against each other: one was drained as a
+    slow_nic in 3 jobs of 10, and an 8-node job passed, exit 0. Over eight rails a pair has a
+    third of the noise. Not where a rail's pairs sit clearly over the floor (``deficit_pct``
+    over it, by their median): those rails are healthy, and the others slow on their own."""
+    small: dict[Family, list[Mapping[Pair, Sequence[float]]]] = defaultdict(list)
+    if not thresholds.whole_job:
+        return {}
+    for group, runs in figures.items():
+        if group.rail is not None and 2 <= len(host_bests(runs)) < thresholds.min_hosts \
+                and group.backend in thresholds.floor_backends:
+            small[family(group)].append(runs)
+    found = {}
+    for key, rails in small.items():
+        line_rate = key[1]
+        if len(rails) < 2 or line_rate is None:
+            continue
+        floor = line_rate * thresholds.line_rate_efficiency_pct / 100
+        # every rail at the floor, none clearly over it: two rails at half speed beside six
+        # healthy ones put the pairs' means under it as well, and are those rails' own
+        near = floor * (1 + thresholds.deficit_pct / 100)
+        if any(statistics.median(judged_gbps(values) for values in runs.values()) >= near for runs in rails):
+            continue
+        means = {pair: mean_gbps(values) for pair, values in rail_figures(rails).items()}
+        level = level_below(means, floor)
+        if level is not None:
+            found[key] = level
+    return found
+
+
 def rail_figures(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> dict[Pair, list[float]]:
     """Each pair's figure on each of ``rails`` (the median of its runs there, as it is judged), pooled: the rails of
     one family are the same hardware (job_levels, gpudiag.links.acrossrails)."""
@@ -161,7 +197,8 @@ FLOOR_CUT_PAIRS = 24
 
 def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thresholds: LinkThresholds,
                     baseline: GroupBaseline | None = None, job: float | None = None,
-                    trim_spread: float = 0.0, good_elsewhere: frozenset[str] = frozenset()) -> GroupReference:
+                    trim_spread: float = 0.0, good_elsewhere: frozenset[str] = frozenset(),
+                    family_below: float | None = None) -> GroupReference:
     """The group's references (see GroupReference). ``job``: the small groups' level of its
     family (``job_levels``), used where the group has too few hosts for a fleet level, unless
     that level is itself below the line-rate floor or the baseline's cutoff (every host is then
@@ -171,13 +208,16 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     NIC a group of a higher line rate shows good; their best pairs here are their partners' and
     say nothing of the group's level (an 8-node fleet of four 400 and four 200 Gb/s hosts, two of
     the 200s at 75 %: the 400s' only 200 Gb/s pairs were with those two, and the group's best pairs
-    read it below its line rate, a slow_network, in 12 sweeps of 20)."""
+    read it below its line rate, a slow_network, in 12 sweeps of 20). ``family_below``: a small
+    job's level where its pairs over all the family's rails together are below the floor
+    (``families_below``): this rail is below it too, whatever its own few pairs show."""
     means = sorted(judged_gbps(values) for values in runs.values())
     best = host_bests(runs)
     floor = line_rate_floor(group, thresholds)
     members = tuple(sorted(best))
-    below = level_below({pair: judged_gbps(values) for pair, values in runs.items()}, floor) \
-        if len(best) < thresholds.min_hosts and thresholds.whole_job else None
+    below = None
+    if len(best) < thresholds.min_hosts and thresholds.whole_job:
+        below = family_below or level_below({pair: judged_gbps(values) for pair, values in runs.items()}, floor)
     if below is not None:
         # Every pair below the line rate, alike or with a NIC slower still: the job's network as a
         # whole (a LinkShift), its pairs judged among themselves only beyond what "alike" allows.
@@ -315,9 +355,11 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
     good (group_reference)."""
     good = good_elsewhere or {}
     jobs = job_levels(figures, thresholds)
+    below = families_below(figures, thresholds)
     references = {group: group_reference(group, figures[group], thresholds,
                                          group_baseline(group, baseline, thresholds), jobs.get(family(group)),
-                                         good_elsewhere=good.get(group, frozenset()))
+                                         good_elsewhere=good.get(group, frozenset()),
+                                         family_below=below.get(family(group)))
                   for group in sorted(figures, key=LinkGroup.sort_key)}
     spreads: dict[Family, list[float]] = defaultdict(list)
     for group, reference in references.items():
@@ -345,7 +387,8 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
     floors = {key: pooled.get(key) or _small_job_noise(figures, key) or noise.get(key, 0.0)
               for key in {family(group) for group in figures}}
     for group, reference in references.items():
-        if reference.shifted and reference.job_level and reference.floor_gbps is not None and not slow_on_this_rail(
+        if reference.shifted and reference.job_level and reference.floor_gbps is not None \
+                and family(group) not in below and not slow_on_this_rail(
                 figures[group], _elsewhere(figures, group),
                 *_relative_noise(figures, group, floors, reference.fleet_gbps),
                 floor=reference.floor_gbps, robust_z=thresholds.robust_z):
