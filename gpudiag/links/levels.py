@@ -149,24 +149,25 @@ def pooled_sd(samples: Iterable[Sequence[float]]) -> tuple[float, int]:
 
 def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
                    thresholds: LinkThresholds) -> dict[Family, float]:
-    """Per family of a whole small job (2 to ``min_hosts`` - 1 hosts on every rail, a backend the
-    line rate judges), its level where its pairs, each the mean of its figures on all the
-    family's rails, are below the line-rate floor as a whole (``level_below``). Rail by rail, a
-    handful of pairs straddle the floor: a 4-node job whose every pair ran at 85 % of its line
-    rate (the floor 90 %) at 4 % link noise had a pair over the floor on a third of its rails,
-    and those rails judged its equally slow NICs against each other: one was drained as a
-    slow_nic in 3 jobs of 10, and an 8-node job passed, exit 0. Over eight rails a pair has a
-    third of the noise. Not where a rail's pairs sit clearly over the floor (``deficit_pct``
-    over it, by their median): those rails are healthy, and the others slow on their own."""
-    small: dict[Family, list[Mapping[Pair, Sequence[float]]]] = defaultdict(list)
-    if not thresholds.whole_job:
-        return {}
+    """Per family (a backend the line rate judges, on two rails or more) whose pairs, each the
+    mean of its figures on all the family's rails, are below the line-rate floor as a whole, its
+    level: a whole small job's (2 to ``min_hosts`` - 1 hosts) where ``level_below`` finds one, a
+    fleet's where even its hosts' best pairs are below the floor (as ``group_reference`` asks of
+    one rail), the median of its pairs. Rail by rail, a handful of pairs straddle the floor: a
+    4-node job whose every pair ran at 85 % of its line rate (the floor 90 %) at 4 % link noise
+    had a pair over the floor on a third of its rails, and those rails judged its equally slow
+    NICs against each other: one was drained as a slow_nic in 3 jobs of 10; an 8-node job passed,
+    exit 0. Over eight rails a pair has a third of the noise. Not where a rail's pairs sit
+    clearly over the floor (``deficit_pct`` over it, by their median): those rails are healthy,
+    and the others slow on their own."""
+    families: dict[Family, list[Mapping[Pair, Sequence[float]]]] = defaultdict(list)
     for group, runs in figures.items():
-        if group.rail is not None and 2 <= len(host_bests(runs)) < thresholds.min_hosts \
-                and group.backend in thresholds.floor_backends:
-            small[family(group)].append(runs)
+        hosts = len(host_bests(runs))
+        if group.rail is not None and hosts >= 2 and group.backend in thresholds.floor_backends \
+                and (thresholds.whole_job or hosts >= thresholds.min_hosts):
+            families[family(group)].append(runs)
     found = {}
-    for key, rails in small.items():
+    for key, rails in families.items():
         line_rate = key[1]
         if len(rails) < 2 or line_rate is None:
             continue
@@ -177,7 +178,13 @@ def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
         if any(statistics.median(judged_gbps(values) for values in runs.values()) >= near for runs in rails):
             continue
         means = {pair: mean_gbps(values) for pair, values in rail_figures(rails).items()}
-        level = level_below(means, floor)
+        bests = sorted(host_bests({pair: [value] for pair, value in means.items()}).values())
+        if len(bests) < thresholds.min_hosts:
+            level = level_below(means, floor) if thresholds.whole_job else None
+        else:
+            below = fleet_reference(bests, len(bests), thresholds.mad_floor_pct).value < floor \
+                and statistics.median(bests[len(bests) // 2:]) < floor
+            level = statistics.median(means.values()) if below else None
         if level is not None:
             found[key] = level
     return found
@@ -235,7 +242,8 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     # level below the floor on half the rails, and the fabric was blamed beside the three NICs.
     bests = sorted(value for host, value in best.items() if host not in good_elsewhere) or sorted(best.values())
     best_level = fleet_reference(bests, len(bests), thresholds.mad_floor_pct).value
-    shifted = floor is not None and best_level < floor and statistics.median(bests[len(bests) // 2:]) < floor
+    shifted = floor is not None and (family_below is not None or best_level < floor and statistics.median(
+        bests[len(bests) // 2:]) < floor)
     basis = means if floor is None or shifted else [value for value in means if value >= floor] or means
     fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
     if basis is not means and len(basis) >= FLOOR_CUT_PAIRS and fleet.value - FLOOR_CUT_SIGMAS * fleet.spread <= floor:
@@ -378,7 +386,7 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
         if level and trim and not reference.job_level and reference.spread_gbps is not None:
             references[group] = group_reference(group, figures[group], thresholds,
                                                 group_baseline(group, baseline, thresholds), jobs.get(family(group)),
-                                                trim / level, good.get(group, frozenset()))
+                                                trim / level, good.get(group, frozenset()), below.get(family(group)))
     # Where no rail of the family has a fleet's spread (a small job), the spread of one rail's
     # figure about its pair's other rails (``rail_noise``), else the run-to-run noise of the
     # re-tested pairs (chosen for a low first run, and few): never to widen a fleet's.

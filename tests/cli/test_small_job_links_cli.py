@@ -419,3 +419,17 @@ def test_a_small_jobs_network_at_85_pct_of_its_line_rate_is_its_network_never_on
         flagged = {(f["kind"], f["severity"]) for f in document["findings"] if f["severity"] in ("warn", "fail")}
         assert code == ExitCode.FAIL and flagged == {("slow_network", "fail")}, output
         assert not [f for f in document["findings"] if f["action"] == "drain"], output
+
+
+@pytest.mark.parametrize("nodes", [8, 16])
+def test_a_fleets_network_at_85_pct_of_its_line_rate_is_its_network_on_every_rail(tmp_path, nodes):
+    # The same in a fleet (6 hosts or more): rail by rail its hosts' best pairs reached over the
+    # floor by chance, and an 8-node sweep passed, exit 0, while 16 nodes were slow_network on a
+    # few rails only, a warning, exit 3.
+    factor = round(0.85 * 400 / 392, 4)
+    for seed in (2, 4, 6):
+        fleet = _job(tmp_path, nodes, seed, 0.04, *(_slow_nic(f"n{i}", factor) for i in range(1, nodes + 1)))
+        code, document, output = _sweep(tmp_path, fleet, "--probes", "facts")
+        assert code == ExitCode.FAIL, output
+        assert all(group["below_floor"] for group in document["link_groups"]), document["link_groups"]
+        assert not [f for f in document["findings"] if f["action"] == "drain"], output
