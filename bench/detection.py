@@ -33,7 +33,8 @@ Scenarios (``--scenarios``):
   runs (no group finding), a 48-node H100/H200/A100 fleet with P2P and links (a slow GPU pair and
   a slow link found; a NIC slow on every rail found; healthy sweeps name nothing), and a 2- to
   64-node job whose network runs at 58 % of its line rate (one ``slow_network`` fail; with one
-  NIC at 46 %, that NIC's ``slow_nic`` too): bench/detection_confirm.py (issue 31).
+  NIC at 46 %, that NIC's ``slow_nic`` too; at 85 %, just under the line-rate floor, the same
+  without the NIC): bench/detection_confirm.py (issue 31).
 
 Printed: precision and recall per scenario, kind and slowdown, whether a ``fleet_shift`` was
 reported where one was expected (``shift``), whether the exit code was the one expected (``exit``,

@@ -19,7 +19,9 @@ its suspect, separate broken GPUs are no group, and a job's network is judged as
 - ``jobnet``: a job of 2 to 64 nodes whose every pair runs at 58 % of its 400 Gbit/s line
   rate (every NIC slowed alike): one ``slow_network`` fail (``jobnet 4n`` ...), exit 1, no drain.
   ``jobnet 4n+nic`` (3 to 8 nodes): the same, with one NIC (by the seed) at 46 %: the network's
-  ``slow_network`` and that NIC's ``slow_nic``, exit 1, that host drained alone.
+  ``slow_network`` and that NIC's ``slow_nic``, exit 1, that host drained alone. ``jobnet 4n@85``
+  (3 to 16 nodes): every pair at 85 % of the line rate, just under its 90 % floor: one
+  ``slow_network``, exit 1, no drain.
 
 Each runs at ``--cvs`` (these cases sat between the benchmark's noise levels: the issue measured
 them at CV 1, 1.5, 2 and 3 %). Each builder returns the fields of a detection.Case.
@@ -48,6 +50,9 @@ JOB_NETWORK_NIC_SIZES = (3, 4, 5, 8)
 # healthy 400 Gbit/s rail (gpudiag/data/sku.json: rail_gbps).
 JOB_NETWORK_SHARE = 0.58
 SLOWER_NIC_SHARE = 0.46  # a NIC slower still in the ``jobnet +nic`` rows
+# A network just under the 90 % line-rate floor (``jobnet 4n@85``): rail by rail its pairs straddle it.
+NEAR_FLOOR_SHARE = 0.85
+NEAR_FLOOR_SIZES = (3, 4, 8, 16)
 RAIL_GBPS, LINE_RATE_GBPS = 392.0, 400.0
 MODELS = ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB")
 MIXED_NODES = 48
@@ -112,10 +117,11 @@ def mixed_healthy_case(cv: float, seed: int) -> CaseFields:
     return {"fleet": mixed_fleet(cv, seed, []), "expected": frozenset(), "request": _p2p_sweep()}
 
 
-def job_network_case(size: int, cv: float, slowdown_pct: float, seed: int) -> CaseFields:
-    """A ``size``-node job whose every pair runs at JOB_NETWORK_SHARE of its line rate (every NIC
-    slowed alike; the slowdown is not used)."""
-    factor = round(JOB_NETWORK_SHARE * LINE_RATE_GBPS / RAIL_GBPS, 4)
+def job_network_case(size: int, cv: float, slowdown_pct: float, seed: int,
+                     share: float = JOB_NETWORK_SHARE) -> CaseFields:
+    """A ``size``-node job whose every pair runs at ``share`` of its line rate (every NIC slowed
+    alike; the slowdown is not used)."""
+    factor = round(share * LINE_RATE_GBPS / RAIL_GBPS, 4)
     faults = [{"kind": "slow_nic", "host": host, "factor": factor} for host in _names(size)]
     return {"fleet": _fleet(size, cv, seed, faults), "expected": frozenset({("slow_network", None, None)}),
             "exit_expected": 1}
@@ -141,6 +147,8 @@ def confirm_builders(scenario: str) -> list[tuple[str, Callable[[float, float, i
         return [("mixedmodels pair", mixed_pair_case), ("mixedmodels nic", mixed_nic_case)]
     return [*((f"jobnet {size}n", lambda cv, s, seed, n=size: job_network_case(n, cv, s, seed))
               for size in JOB_NETWORK_SIZES),
+            *((f"jobnet {size}n@85", lambda cv, s, seed, n=size: job_network_case(n, cv, s, seed, NEAR_FLOOR_SHARE))
+              for size in NEAR_FLOOR_SIZES),
             *((f"jobnet {size}n+nic", lambda cv, s, seed, n=size: job_network_nic_case(n, cv, seed))
               for size in JOB_NETWORK_NIC_SIZES)]
 
