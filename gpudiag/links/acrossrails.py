@@ -45,8 +45,8 @@ at 4 % link noise, a NIC 10 % slow is 2.5 sigma below its rail's level and was f
 sweeps of 20 on a 48-node fleet; over eight rails, a pair's mean is 7 sigma below.
 
 A fleet's link slow on every rail (both ends fine with other partners) is judged the same way
-(``links_across_rails``): its mean over the scaled rails against the median of the family's pair
-means, confirmed on each rail's runs but the lowest once its re-test has run.
+(gpudiag.links.linksacross): its mean over the scaled rails against the median of the family's
+pair means, confirmed on each rail's runs but the lowest once its re-test has run.
 
 Only for backends that the line rate judges (``floor_backends``), with two rails or more and
 three hosts or more. A NIC slow on one rail only is left to that rail's judging: averaged with
@@ -149,7 +149,7 @@ def across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
         found += _slow_hosts(backend, line_rate, rails, thresholds,
                              good_above=(good_above or {}).get((backend, line_rate), frozenset()))
     for (backend, line_rate), levels in fleets:
-        found += _slow_hosts(backend, line_rate, _scaled(levels), thresholds, thresholds.confirm_partners,
+        found += _slow_hosts(backend, line_rate, scaled(levels), thresholds, thresholds.confirm_partners,
                              (good_above or {}).get((backend, line_rate), frozenset()))
     return found
 
@@ -204,7 +204,7 @@ def _families(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
             [(key, levels) for key, levels in sorted(fleets.items(), key=order) if len(levels) >= MIN_RAILS])
 
 
-def _rail_means(rails: Sequence[Mapping[Pair, Sequence[float]]]
+def rail_means(rails: Sequence[Mapping[Pair, Sequence[float]]]
                 ) -> tuple[dict[Pair, list[float]], float, int, dict[Pair, float]]:
     """Each pair's figures on ``rails``, the noise of one run (gpudiag.links.levels.run_sd) and
     its degrees of freedom, and the noise of each pair's mean over its rails and their runs."""
@@ -214,7 +214,7 @@ def _rail_means(rails: Sequence[Mapping[Pair, Sequence[float]]]
             {pair: mean_sd(sigma, [runs for _, runs in group]) for pair, group in counted.items()})
 
 
-def _scaled(levels: Sequence[tuple[float, Mapping[Pair, Sequence[float]]]]) -> list[dict[Pair, list[float]]]:
+def scaled(levels: Sequence[tuple[float, Mapping[Pair, Sequence[float]]]]) -> list[dict[Pair, list[float]]]:
     """Each rail's figures (its level, its runs) scaled to the family's level, the median of its rails'."""
     family_level = statistics.median(sorted(level for level, _ in levels))
     return [{pair: [value * family_level / level for value in values] for pair, values in runs.items()}
@@ -235,6 +235,34 @@ def _all_at_the_floor(mine: Mapping[str, Sequence[PairFigure]], line_rate: float
     floor = line_rate * thresholds.line_rate_efficiency_pct / 100
     near = floor * (1 + thresholds.deficit_pct / 200)
     return floor if all(f.gbps < near for pairs in mine.values() for f in pairs) else None
+
+
+def _against_the_fast(mine: Mapping[str, Sequence[PairFigure]], best: Mapping[str, PairFigure], named: set[str],
+                      noise: Mapping[Pair, float], line_rate: float | None, thresholds: LinkThresholds,
+                      good_above: frozenset[str]) -> list[_Below]:
+    """A small job's hosts not ``named`` whose best pair falls half ``deficit_pct`` short of the
+    best there is, judged on the mean of their pairs with the hosts that reach it (two at least)
+    against the median of the pairs among those, at the job's bar (``_family_bar``). A host's best
+    pair may be its pair with another slow NIC, lifted by noise: two NICs 10 % slow of four at 6 %
+    link noise, their pair 3 % over their others, were each within ``deficit_pct`` of the healthy
+    pair on their best, and were named as slow links on single rails instead."""
+    top = max(f.gbps for f in best.values())
+    fast = ({host for host, f in best.items() if f.gbps >= top * (1 - thresholds.deficit_pct / 200)}
+            | (good_above & set(mine))) - named
+    means = {(f.a, f.b): f.gbps for pairs in mine.values() for f in pairs}
+    among = sorted(pair for pair in means if set(pair) <= fast)
+    if len(fast) < MIN_GOOD or not among:
+        return []
+    level = min(statistics.median(means[pair] for pair in among), line_rate or math.inf)
+    found = []
+    for host in sorted(set(mine) - fast - named - good_above):
+        trusted = [f for f in mine[host] if f.peer(host) in fast]
+        if len(trusted) < MIN_GOOD:
+            continue
+        rate, deficit, z = _on_pairs(trusted, level, _median_noise(among, noise), noise, thresholds)
+        if deficit >= thresholds.deficit_pct and z <= -_family_bar(thresholds.robust_z, len(mine)):
+            found.append((host, rate, level, deficit, z, True))
+    return found
 
 
 def _under_the_floor(mine: Mapping[str, Sequence[PairFigure]], best: Mapping[str, PairFigure], named: set[str],
@@ -387,7 +415,7 @@ def _paired(rails: Sequence[Mapping[Pair, Sequence[float]]]
             ) -> tuple[dict[str, list[PairFigure]], dict[str, PairFigure], dict[Pair, float]] | None:
     """A family's pairs, each the mean of its rails: each host's pairs, its best pair, and each
     pair mean's noise (None: too few degrees of freedom to know the noise, or too few hosts)."""
-    per_rail, _, degrees, noise = _rail_means(rails)
+    per_rail, _, degrees, noise = rail_means(rails)
     if degrees < MIN_NOISE_DEGREES:
         return None
     mine: dict[str, list[PairFigure]] = defaultdict(list)
@@ -459,6 +487,7 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
                                     tuple(sorted(mine[host], key=lambda f: f.peer(host))), (), len(rails),
                                     confirmed=False, at_floor=True)
                     for host in sorted(set(mine) - good_above)]
+        slow += _against_the_fast(mine, best, {host for host, *_ in slow}, noise, line_rate, thresholds, good_above)
         slow += _under_the_floor(mine, best, {host for host, *_ in slow}, line_rate, thresholds, good_above)
     untold = {host for host, pairs in mine.items() if fleet and len(pairs) < 2 and host not in good_above}
     good = tuple(sorted(set(mine) - {host for host, *_ in slow} - untold))
@@ -475,120 +504,3 @@ def _slow_hosts(backend: str, line_rate: float | None, rails: Sequence[Mapping[P
                                      z, tuple(sorted(mine[host], key=lambda f: f.peer(host))), partners, len(rails),
                                      confirmed, partners_wanted is not None))
     return found
-
-
-@dataclass(frozen=True)
-class SlowLinkAcrossRails:
-    """The pair ``a``–``b`` of a fleet slow on every rail of ``backend`` at ``line_rate_gbps``
-    together, while both ends are fine with other partners: its mean over the rails (each rail
-    scaled to the family's level; ``runs_gbps``: each rail's figure) against ``level_gbps``, the
-    median of the family's pair means. ``again_gbps``: the mean over the rails of each rail's runs
-    but the lowest (None: some rail was run once), whose deficit and z (``again_z``, sigma of such
-    a figure) confirm it past ``bar``."""
-
-    a: str
-    b: str
-    backend: str
-    line_rate_gbps: float | None
-    gbps: float
-    runs_gbps: tuple[float, ...]
-    level_gbps: float
-    deficit_pct: float
-    robust_z: float
-    again_gbps: float | None
-    again_z: float | None
-    bar: float
-    confirmed: bool
-    rails: int
-
-    @property
-    def evidence(self) -> str:
-        text = (f"{self.a} ↔ {self.b} slow across {plural(self.rails, 'rail')} of {self.backend}: the mean of its "
-                f"rails' figures (each rail scaled to the family's level) {fixed(self.gbps)} {UNIT} vs "
-                f"{fixed(self.level_gbps)} {UNIT}, the median of the family's pairs; {deficit_text(self.deficit_pct)}, "
-                f"{-self.robust_z:.1f} sigma of the rails' noise; both ends fine with other partners")
-        if self.again_gbps is None:
-            return text + " (not yet confirmed by a re-test)"
-        verdict = "slow again" if self.confirmed else "not slow again (not yet confirmed by a re-test)"
-        return (text + f"; its runs after the lowest on each rail {fixed(self.again_gbps)} {UNIT}, "
-                f"{-(self.again_z or 0.0):.1f} sigma of such a figure below (bar {self.bar:.1f}): {verdict}")
-
-
-def links_across_rails(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
-                       references: Mapping[LinkGroup, GroupReference], thresholds: LinkThresholds,
-                       slow_hosts: frozenset[str], alpha: float) -> list[SlowLinkAcrossRails]:
-    """The pairs of a fleet's families slow on every rail together (``SlowLinkAcrossRails``), sorted.
-    Pair by pair, a link 10 % slow at 4 % link noise is 2.5 sigma below its rail's level, and a
-    48-node fleet's screen found it in 3 sweeps of 5; its mean over eight rails is 7 sigma below.
-    A pair is a suspect when that mean falls ``deficit_pct`` and ``robust_z`` sigmas (of a mean
-    over its rails) below the median of the family's pair means, while neither end is in
-    ``slow_hosts`` (NICs slow on every rail) and each has another pair not so slow. The run that
-    chose it cannot confirm it: it is confirmed on each rail's runs but the lowest (a re-test
-    gives a second run on every rail), their mean slow too, past ``robust_z`` and past the bar a
-    chance dip among the family's pairs reaches with chance ``alpha``."""
-    fleets: dict[Family, list[tuple[float, Mapping[Pair, Sequence[float]]]]] = defaultdict(list)
-    for group, runs in figures.items():
-        reference = references.get(group)
-        if group.rail is None or group.backend not in thresholds.floor_backends or reference is None \
-                or reference.fleet_gbps is None or reference.job_level:
-            continue
-        fleets[family(group)].append((reference.fleet_gbps, runs))
-    found = []
-    for (backend, line_rate), levels in sorted(fleets.items(), key=lambda item: (item[0][0], item[0][1] or 0.0)):
-        if len(levels) >= MIN_RAILS:
-            found += _slow_pairs(backend, line_rate, _scaled(levels), thresholds, slow_hosts, alpha)
-    return found
-
-
-def _slow_pairs(backend: str, line_rate: float | None, rails: Sequence[Mapping[Pair, Sequence[float]]],
-                thresholds: LinkThresholds, slow_hosts: frozenset[str], alpha: float) -> list[SlowLinkAcrossRails]:
-    per_rail, sigma, degrees, noise = _rail_means(rails)
-    if degrees < MIN_NOISE_DEGREES or len(per_rail) < MIN_HOSTS:
-        return []
-    means = {pair: mean_gbps(values) for pair, values in per_rail.items()}
-    level = statistics.median(sorted(means.values()))
-    floor = thresholds.mad_floor_pct / 100 * level
-    level_error = sigma / math.sqrt(len(means))
-
-    def slow(gbps: float, spread: float) -> tuple[bool, float, float]:
-        deficit, z = 100 * (level - gbps) / level, (gbps - level) / spread
-        return deficit >= thresholds.deficit_pct and z <= thresholds.robust_z, deficit, z
-
-    def spread_of(pair: Pair) -> float:
-        return math.hypot(max(noise[pair], floor), level_error)
-
-    suspected = {pair: slow(gbps, spread_of(pair)) for pair, gbps in means.items()}
-    flagged = {pair for pair, (is_slow, _, _) in suspected.items() if is_slow}
-    partners: dict[str, set[Pair]] = defaultdict(set)
-    for pair in means:
-        for host in pair:
-            partners[host].add(pair)
-    bar = max(-thresholds.robust_z, statistics.NormalDist().inv_cdf(1 - alpha / max(1, len(flagged))))
-    found = []
-    for pair in sorted(flagged):
-        if slow_hosts & set(pair) or any(not (partners[host] - {pair} - flagged) for host in pair):
-            continue
-        _, deficit, z = suspected[pair]
-        again = _again_across(rails, pair)
-        again_z = None if again is None else (again - level) / spread_of(pair)
-        confirmed = again is not None and again_z is not None and \
-            100 * (level - again) / level >= thresholds.deficit_pct and again_z <= -bar
-        found.append(SlowLinkAcrossRails(pair[0], pair[1], backend, line_rate, means[pair], tuple(per_rail[pair]),
-                                         level, deficit, z, again, again_z, bar, confirmed, len(per_rail[pair])))
-    return found
-
-
-def _again_across(rails: Sequence[Mapping[Pair, Sequence[float]]], pair: Pair) -> float | None:
-    """The mean over the rails of each rail's runs of ``pair`` but the lowest (their median, the
-    mean of two); None where some rail ran it once."""
-    figures = []
-    for runs in rails:
-        values = sorted(runs.get(pair, ()))
-        if not values:
-            continue
-        if len(values) < 2:
-            return None
-        later = values[1:]
-        middle = len(later) // 2
-        figures.append(later[middle] if len(later) % 2 else mean_gbps(later[middle - 1:middle + 1]))
-    return mean_gbps(figures) if figures else None

@@ -61,7 +61,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..words import deficit_text, fixed, pct, plural
-from .acrossrails import SlowAcrossRails, SlowLinkAcrossRails, across_rails, doubtful_pairs, links_across_rails
+from .acrossrails import SlowAcrossRails, across_rails, doubtful_pairs
 from .again import RETEST_ALPHA, Retests, judge_again, retests_of
 from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... are this module's API too
     BACKENDS,
@@ -92,6 +92,7 @@ from .groups import (  # noqa: F401 - LinkResult, LinkThresholds, BACKENDS... ar
 from .levels import group_references
 from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, own_errors  # noqa: F401 - API too
 from .linkerrors import host_errors as host_errors_of
+from .linksacross import SlowLinkAcrossRails, links_across_rails
 from .schedule import Pair, Suspects
 from .verdicts import LinkAttribution, LinkShift, LinkSuspect, NicSuspect
 

@@ -71,3 +71,20 @@ def test_a_healthy_pair_run_again_is_judged_on_one_runs_spread_and_fails_nothing
         == {16}
     findings = link_findings(attribute_links(results), 6.0)
     assert not [f for f in findings if f.severity in ("warn", "fail")], [f.evidence for f in findings]
+
+
+def test_two_slow_nics_whose_own_pair_reads_high_are_judged_against_the_hosts_that_reach_the_top():
+    # n3 and n4 at 90 %, their pair lifted 5 % by noise on every rail, the rest a little apart:
+    # on their best pair (each other) each was within link_deficit of the healthy pair, and the
+    # job named single-rail slow links instead. Against n1 and n2, which reach the top together,
+    # both are slow on all their rails.
+    results = []
+    for a, b in itertools.combinations(("n1", "n2", "n3", "n4"), 2):
+        for rail in range(RAILS):
+            wobble = 1 + 0.01 * ((rail * 5 + len(a + b) + int(a[1]) * 3) % 5 - 2)
+            rate = HEALTHY * (0.9 * 1.05 if (a, b) == ("n3", "n4") else 0.9 if "n3" in (a, b) or "n4" in (a, b) else 1.0)
+            results += [LinkResult(a, b, "perftest", rail, rate * wobble * (1 + 0.004 * run), LINE) for run in range(3)]
+    slow = [(v.host, v.rail, v.confirmed) for v in attribute_links(results).nics if v.rail is None]
+    assert slow == [("n3", None, True), ("n4", None, True)], slow
+    named = {(f.kind, f.host) for f in link_findings(attribute_links(results), 6.0)}
+    assert named == {("slow_nic", "n3"), ("slow_nic", "n4")}, named
