@@ -254,6 +254,11 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
         # floor lies far below the healthy cluster, it only sets aside slow pairs: in a small
         # fabric most pairs may touch a slow NIC, and the cut keeps them out of the level.
         fleet = fleet_reference(means, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
+    if group.line_rate_gbps and fleet.value > group.line_rate_gbps:
+        # No pair runs faster than its line rate: a level above it is a few lucky pairs' (a rail of
+        # a paused job's six hosts at 6 % link noise came out at 111 % of the line, and a pair with
+        # a NIC 10 % slow read 29 % under it: a slow link beside the NIC).
+        fleet = dataclasses.replace(fleet, value=group.line_rate_gbps)
     # The fleet level itself materially below the baseline: a regression the fabric shares (past
     # both levels' own errors: group_references, once the family's spread is known).
     below_baseline = baseline is not None and baseline.deficit_pct(fleet.value) >= thresholds.deficit_pct
