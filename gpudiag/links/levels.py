@@ -147,8 +147,8 @@ def pooled_sd(samples: Iterable[Sequence[float]]) -> tuple[float, int]:
     return run_sd([(value, 1) for value in values] for values in samples)
 
 
-def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
-                   thresholds: LinkThresholds) -> dict[Family, float]:
+def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], thresholds: LinkThresholds,
+                   good_elsewhere: Mapping[LinkGroup, frozenset[str]] | None = None) -> dict[Family, float]:
     """Per family (a backend the line rate judges, on two rails or more) whose pairs, each the
     mean of its figures on all the family's rails, are below the line-rate floor as a whole, its
     level: a whole small job's (2 to ``min_hosts`` - 1 hosts) where ``level_below`` finds one, a
@@ -159,13 +159,17 @@ def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     NICs against each other: one was drained as a slow_nic in 3 jobs of 10; an 8-node job passed,
     exit 0. Over eight rails a pair has a third of the noise. Not where a rail's pairs sit
     clearly over the floor (``deficit_pct`` over it, by their median): those rails are healthy,
-    and the others slow on their own."""
+    and the others slow on their own. ``good_elsewhere``: per group, the hosts a higher line rate
+    shows good, whose best pairs here are their partners' and say nothing of the family's level
+    (as ``group_reference``)."""
     families: dict[Family, list[Mapping[Pair, Sequence[float]]]] = defaultdict(list)
+    good: dict[Family, set[str]] = defaultdict(set)
     for group, runs in figures.items():
         hosts = len(host_bests(runs))
         if group.rail is not None and hosts >= 2 and group.backend in thresholds.floor_backends \
                 and (thresholds.whole_job or hosts >= thresholds.min_hosts):
             families[family(group)].append(runs)
+            good[family(group)] |= (good_elsewhere or {}).get(group, frozenset())
     found = {}
     for key, rails in families.items():
         line_rate = key[1]
@@ -178,8 +182,9 @@ def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
         if any(statistics.median(judged_gbps(values) for values in runs.values()) >= near for runs in rails):
             continue
         means = {pair: mean_gbps(values) for pair, values in rail_figures(rails).items()}
-        bests = sorted(host_bests({pair: [value] for pair, value in means.items()}).values())
-        if len(bests) < thresholds.min_hosts:
+        by_host = host_bests({pair: [value] for pair, value in means.items()})
+        bests = sorted(value for host, value in by_host.items() if host not in good[key]) or sorted(by_host.values())
+        if len(by_host) < thresholds.min_hosts:
             level = level_below(means, floor) if thresholds.whole_job else None
         else:
             below = fleet_reference(bests, len(bests), thresholds.mad_floor_pct).value < floor \
@@ -368,7 +373,7 @@ def group_references(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]]
     good (group_reference)."""
     good = good_elsewhere or {}
     jobs = job_levels(figures, thresholds)
-    below = families_below(figures, thresholds)
+    below = families_below(figures, thresholds, good)
     references = {group: group_reference(group, figures[group], thresholds,
                                          group_baseline(group, baseline, thresholds), jobs.get(family(group)),
                                          good_elsewhere=good.get(group, frozenset()),

@@ -159,12 +159,15 @@ def test_every_format_of_the_job_network_says_the_network_not_none(network, fmt:
 
 def test_the_text_and_markdown_of_the_job_network(network):
     lines = [line.strip() for line in _report(network["sweep.json"], "text").splitlines()]
-    assert lines[0].endswith("1 finding (1 fail) · network slowdown 44.4 % (GPUs not compared)")
+    # every NIC at 58 % of its healthy rate: the network 42-45 % slower than its line rate lets
+    slowdown = json.loads(network["sweep.json"].read_text())["impact"]["network_slowdown_pct"]
+    assert 42 <= slowdown <= 45
+    assert lines[0].endswith(f"1 finding (1 fail) · network slowdown {slowdown:.1f} % (GPUs not compared)")
     line = next(line for line in lines if line.startswith("fail slow_network"))
     assert line.startswith("fail slow_network the network (perftest) (share 100 % of pairs) · link.perftest ")
     assert "vs line rate 400.0 Gbit/s" in line and "action: inspect — every pair of this network" in line
     markdown = _report(network["sweep.json"], "md")
-    assert "| network slowdown | 44.4 % (GPUs not compared: the job's slowdown is not known)" in markdown
+    assert f"| network slowdown | {slowdown:.1f} % (GPUs not compared: the job's slowdown is not known)" in markdown
     textfile = network["gpudiag.prom"].read_text()
     assert re.search(r'gpudiag_network_finding\{action="inspect",fabric_rail="",kind="slow_network",'
                      r'metric="link.perftest",peer_port="",peer_switch="",port="",severity="fail",switch="",'
