@@ -187,12 +187,18 @@ def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], 
         if len(by_host) < thresholds.min_hosts:
             level = level_below(means, floor) if thresholds.whole_job else None
         else:
-            below = fleet_reference(bests, len(bests), thresholds.mad_floor_pct).value < floor \
-                and statistics.median(bests[len(bests) // 2:]) < floor
-            level = statistics.median(means.values()) if below else None
+            level = statistics.median(means.values()) if bests_below(bests, floor, thresholds) else None
         if level is not None:
             found[key] = level
     return found
+
+
+def bests_below(bests: Sequence[float], floor: float, thresholds: LinkThresholds) -> bool:
+    """Whether a fleet's hosts' best pairs (``bests``, sorted) sit below the line-rate ``floor``:
+    their level, and the median of their upper half (half the hosts reaching it with each other is
+    no group below its line rate)."""
+    return fleet_reference(bests, len(bests), thresholds.mad_floor_pct).value < floor \
+        and statistics.median(bests[len(bests) // 2:]) < floor
 
 
 def rail_figures(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> dict[Pair, list[float]]:
@@ -220,9 +226,10 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     NIC a group of a higher line rate shows good; their best pairs here are their partners' and
     say nothing of the group's level (an 8-node fleet of four 400 and four 200 Gb/s hosts, two of
     the 200s at 75 %: the 400s' only 200 Gb/s pairs were with those two, and the group's best pairs
-    read it below its line rate, a slow_network, in 12 sweeps of 20). ``family_below``: a small
-    job's level where its pairs over all the family's rails together are below the floor
-    (``families_below``): this rail is below it too, whatever its own few pairs show."""
+    read it below its line rate, a slow_network, in 12 sweeps of 20). ``family_below``: the
+    family's level where its pairs over all its rails together are below the floor
+    (``families_below``): this rail is below it too, whatever its own few pairs show (a small
+    job's rail takes that level)."""
     means = sorted(judged_gbps(values) for values in runs.values())
     best = host_bests(runs)
     floor = line_rate_floor(group, thresholds)
@@ -246,9 +253,7 @@ def group_reference(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], thre
     # hosts or more reach it with each other: three slow NICs among six hosts left their densest
     # level below the floor on half the rails, and the fabric was blamed beside the three NICs.
     bests = sorted(value for host, value in best.items() if host not in good_elsewhere) or sorted(best.values())
-    best_level = fleet_reference(bests, len(bests), thresholds.mad_floor_pct).value
-    shifted = floor is not None and (family_below is not None or best_level < floor and statistics.median(
-        bests[len(bests) // 2:]) < floor)
+    shifted = floor is not None and (family_below is not None or bests_below(bests, floor, thresholds))
     basis = means if floor is None or shifted else [value for value in means if value >= floor] or means
     fleet = fleet_reference(basis, len(best), thresholds.mad_floor_pct, trim_spread=trim_spread)
     if basis is not means and len(basis) >= FLOOR_CUT_PAIRS and fleet.value - FLOOR_CUT_SIGMAS * fleet.spread <= floor:
