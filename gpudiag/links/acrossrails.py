@@ -165,7 +165,7 @@ def doubtful_pairs(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
     a 3-node job at 6 % link noise puts a NIC 10 % slow about 3 sigma under its one healthy pair,
     at a bar of 3.3, and such jobs passed, exit 0, in 3 of 20; on three runs it was found in 20.
     A healthy host that far down by chance is judged on the same bar over all its runs, the first
-    among them, so no more often named (0 of 450 healthy 3- and 4-node jobs at CV 1-3 %; 2 false
+    among them, so no more often named (0 of 1,350 healthy 3- to 5-node jobs at CV 1-3 %; 2 false
     ``slow_network`` findings in 150 3-node jobs at 6 % link noise before)."""
     families, _ = _families(figures, references, thresholds)
     wanted: set[Pair] = set()
@@ -205,7 +205,7 @@ def _families(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]],
 
 
 def rail_means(rails: Sequence[Mapping[Pair, Sequence[float]]]
-                ) -> tuple[dict[Pair, list[float]], float, int, dict[Pair, float]]:
+               ) -> tuple[dict[Pair, list[float]], float, int, dict[Pair, float]]:
     """Each pair's figures on ``rails``, the noise of one run (gpudiag.links.levels.run_sd) and
     its degrees of freedom, and the noise of each pair's mean over its rails and their runs."""
     counted = rail_runs(rails)
@@ -228,7 +228,7 @@ def _all_at_the_floor(mine: Mapping[str, Sequence[PairFigure]], line_rate: float
     or over it by less than half ``deficit_pct`` (None: not so). No host is shown good, and the
     hosts' own level cannot be told from one they all share: a paused 16-node job whose two
     references had NICs 10 % slow put all three pairs at 88 % of the line rate, around the floor
-    at 6 % link noise, and passed the suspect and both references, exit 0, in 1 job of 5. Each
+    at 6 % link noise, and passed the suspect and both references, exit 0, in 2 jobs of 20. Each
     host is then a suspect, for the job's further peers (gpudiag.links.tiebreak) to decide."""
     if line_rate is None:
         return None
