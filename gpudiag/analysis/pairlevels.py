@@ -51,11 +51,11 @@ def pool_pair_levels(refs: Mapping[str, KeyReferences], grouped: Mapping[str, Se
     for keys in groups.values():
         if len(keys) < MIN_KEYS:
             continue
-        fleets = [refs[key].get(FLEET) for key in keys]
-        level = statistics.median(ref.value for ref in fleets if ref is not None)
-        values = math.fsum(ref.level_values for ref in fleets if ref is not None)
-        for key, fleet in zip(keys, fleets, strict=True):
-            if fleet is None or fleet.level_values <= 0:
+        fleets = {key: ref for key in keys if (ref := refs[key].get(FLEET)) is not None}
+        level = statistics.median(ref.value for ref in fleets.values())
+        values = math.fsum(ref.level_values for ref in fleets.values())
+        for key, fleet in fleets.items():
+            if fleet.level_values <= 0:
                 continue
             error = LEVEL_ERROR * fleet.spread / math.sqrt(fleet.level_values)
             if abs(fleet.value - level) <= AGREE_ERRORS * error:
