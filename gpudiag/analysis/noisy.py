@@ -207,8 +207,8 @@ def _metric_or_own(own: RunNoise, metric: RunNoise) -> RunNoise:
     own is within what the metric's noise gives by chance (its variance under the chi-square's
     99.9 % at its degrees of freedom) and the metric rests on more: a GPU pair's P2P key has one
     result a host, and four re-tested hosts measured it with 20 degrees of freedom, where the
-    same metric over the hosts' 84 pairs had 1,600. The Student bar of 20 degrees of freedom, 6.0
-    where 1,600 give 4.6, let a pair 10 % slow at 3 % noise, 5.5 sigma below on six runs, pass in
+    same metric over the hosts' 84 pairs had 1,265. The Student bar of 20 degrees of freedom, 6.0
+    where 1,265 give 4.8, let a pair 10 % slow at 3 % noise, 5.5 sigma below on six runs, pass in
     half of such sweeps. A key noisier than its metric allows keeps its own."""
     if own.dof < MIN_RUN_DOF:
         return metric

@@ -72,6 +72,7 @@ from .groups import (
     PairFigure,
     family,
     mean_gbps,
+    rate_floor,
 )
 from .levels import MIN_NOISE_DEGREES, mean_sd, rail_runs, run_sd
 from .linkerrors import listed
@@ -230,9 +231,9 @@ def _all_at_the_floor(mine: Mapping[str, Sequence[PairFigure]], line_rate: float
     references had NICs 10 % slow put all three pairs at 88 % of the line rate, around the floor
     at 6 % link noise, and passed the suspect and both references, exit 0, in 2 jobs of 20. Each
     host is then a suspect, for the job's further peers (gpudiag.links.tiebreak) to decide."""
-    if line_rate is None:
+    floor = rate_floor(line_rate, thresholds)
+    if floor is None:
         return None
-    floor = line_rate * thresholds.line_rate_efficiency_pct / 100
     near = floor * (1 + thresholds.deficit_pct / 200)
     return floor if all(f.gbps < near for pairs in mine.values() for f in pairs) else None
 
@@ -274,7 +275,7 @@ def _under_the_floor(mine: Mapping[str, Sequence[PairFigure]], best: Mapping[str
     two NICs 10 % slow, the one healthy pair read 4 % under the line, the slow NICs' pairs 88-89 %
     of it, and with every partner paired neither was even half-way below that level: the job
     passed, exit 0. (A fleet has a level of its own, and one near the floor would make many.)"""
-    floor = None if line_rate is None else line_rate * thresholds.line_rate_efficiency_pct / 100
+    floor = rate_floor(line_rate, thresholds)
     if floor is None:
         return []
     reaching = [f for pairs in mine.values() for f in pairs

@@ -76,8 +76,7 @@ def judge_again(figure: PairFigure, reference: GroupReference, thresholds: LinkT
     z, bar = None, -thresholds.robust_z
     if fleet is not None and reference.spread_gbps and not reference.job_level \
             and reference.judged_by(gbps, thresholds) == FLEET:
-        z = (gbps - fleet) / again_spread(reference, len(others),
-                                           retests.run_sd_gbps.get(family(reference.group), 0.0))
+        z = (gbps - fleet) / again_spread(reference, len(others), run_sd)
         bar = max(bar, NormalDist().inv_cdf(1 - RETEST_ALPHA / max(1, retests.count)))
     confirmed = slow and (z is None or z <= -bar)
     what = f"run {fixed(gbps)}" if len(others) == 1 else f"runs' figure {fixed(gbps)}"

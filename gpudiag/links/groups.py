@@ -547,9 +547,14 @@ def line_rate_floor(group: LinkGroup, thresholds: LinkThresholds) -> float | Non
     """The lowest figure a healthy link of ``group`` reaches (Gb/s): ``line_rate_efficiency_pct`` of
     its line rate, for a backend of ``floor_backends``; None where the line rate is unknown or the
     backend cannot reach it (tcp against a NIC's own speed)."""
-    if group.line_rate_gbps is None or group.backend not in thresholds.floor_backends:
+    if group.backend not in thresholds.floor_backends:
         return None
-    return group.line_rate_gbps * thresholds.line_rate_efficiency_pct / 100
+    return rate_floor(group.line_rate_gbps, thresholds)
+
+
+def rate_floor(line_rate: float | None, thresholds: LinkThresholds) -> float | None:
+    """``line_rate_efficiency_pct`` of ``line_rate`` (Gb/s; None where the line rate is unknown)."""
+    return None if line_rate is None else line_rate * thresholds.line_rate_efficiency_pct / 100
 
 
 def judged_gbps(runs: Sequence[float]) -> float:

@@ -26,6 +26,7 @@ from .groups import (
     judged_gbps,
     line_rate_floor,
     mean_gbps,
+    rate_floor,
 )
 from .schedule import Pair
 
@@ -172,10 +173,9 @@ def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], 
             good[family(group)] |= (good_elsewhere or {}).get(group, frozenset())
     found = {}
     for key, rails in families.items():
-        line_rate = key[1]
-        if len(rails) < 2 or line_rate is None:
+        floor = rate_floor(key[1], thresholds)
+        if len(rails) < 2 or floor is None:
             continue
-        floor = line_rate * thresholds.line_rate_efficiency_pct / 100
         # every rail at the floor, none clearly over it: two rails at half speed beside six
         # healthy ones put the pairs' means under it as well, and are those rails' own
         near = floor * (1 + thresholds.deficit_pct / 100)
