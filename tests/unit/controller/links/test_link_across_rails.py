@@ -160,9 +160,35 @@ def test_a_fleets_nic_slow_across_its_rails_with_two_partners_is_left_to_a_fresh
     assert not [v for v in attribute_links(results + healthy).nics if v.rail is None]
 
 
+def test_a_fleets_host_with_one_partner_slow_with_it_is_paired_further_never_named_on_that_pair():
+    # A path, not a cycle: n01's one partner in the family is n02. Their pair slow on every rail
+    # could be either end; nothing asked a fresh partner for n01 and its NIC went unnamed.
+    rng = random.Random(5)
+    names = [f"n{index:02d}" for index in range(1, 17)]
+    factors = {"n01": 0.9}
+    results = [LinkResult(a, b, "perftest", rail, HEALTHY * min(factors.get(a, 1.0), factors.get(b, 1.0))
+                          * rng.gauss(1.0, 0.02), 400.0)
+               for a, b in zip(names, names[1:], strict=False) for rail in range(RAILS)]
+    attribution = attribute_links(results)
+    across = [(v.host, v.confirmed) for v in attribution.nics if v.rail is None]
+    assert across == [("n01", False)] and "n01" in attribution.suspects.hosts
+    # its fresh partners slow with it too: named; fine with it: no NIC named (the pair is the link)
+    for factor, named in ((0.9, {"n01"}), (1.0, set())):
+        fresh = [LinkResult("n01", partner, "perftest", rail, HEALTHY * factor * rng.gauss(1.0, 0.02), 400.0)
+                 for partner in ("n05", "n09") for rail in range(RAILS)]
+        assert {v.host for v in attribute_links(results + fresh).nics if v.confirmed} == named
+
+
 def test_healthy_fleets_at_4_pct_noise_name_nobody_across_the_rails():
+    # A host half-way below on its best pair (in a fleet, half the deficit) is only paired further
+    # (unconfirmed): a few in a thousand, and never named.
+    suspects, hosts_seen = [], 0
     for hosts, seed in itertools.product((8, 17, 32), range(1, 41)):
-        assert _slow_across(_screen_results(hosts, {}, 0.04, seed)) == [], (hosts, seed)
+        results = _screen_results(hosts, {}, 0.04, seed)
+        assert not [v for v in attribute_links(results).nics if v.rail is None and v.confirmed], (hosts, seed)
+        suspects += _slow_across(results)
+        hosts_seen += hosts
+    assert len(suspects) <= hosts_seen // 200, suspects
 
 
 def test_one_rail_gives_nothing_to_pool():
