@@ -247,6 +247,10 @@ def _judge_group(group: LinkGroup, runs: Mapping[Pair, Sequence[float]], referen
     suspect_hosts = {v.host for v in nics if not v.confirmed and not v.cleared} | alone | doubting | \
         {host for v in links for host in v.undecided if host in unproven}
     suspect_pairs = {(v.a, v.b) for v in links if not v.confirmed}
+    if len(mine) == 2 and doubting:
+        # the group's one pair (two hosts of a line rate in a job of several rates): run it again,
+        # as a 2-node job's; their partners at other rates say nothing of these NICs' rate
+        suspect_pairs |= set(runs)
     clean = frozenset(host for host, pairs in mine.items() if not any(f.slow for f in pairs))
     good = frozenset(host for host, pairs in mine.items()
                      if host not in culprits and any(not f.doubtful for f in pairs))
@@ -521,7 +525,12 @@ def _shift(reference: GroupReference, figures: Sequence[PairFigure], doubting: s
     else:
         evidence = (f"links on {group.describe()} run below their line rate: fleet {fixed(fleet)} {UNIT} vs "
                     f"{line_text}; {below} of {plural(len(figures), 'pair')} below")
-    evidence += " — a cause the fabric shares (switch ports, cabling, firmware, congestion control), not one NIC"
+    if len(figures) == 1:  # one pair: either end's NIC, or the fabric between them
+        a, b = figures[0].a, figures[0].b
+        evidence += (f" — the one pair {a} ↔ {b}: either end's NIC or the fabric between them (one pair cannot "
+                     "tell which)")
+    else:
+        evidence += " — a cause the fabric shares (switch ports, cabling, firmware, congestion control), not one NIC"
     if not confirmed:
         what = "the baseline's cutoff" if base is not None else "the floor"
         evidence += (f" (not yet confirmed: {plural(len(doubting), 'host')} below {what} lack a partner that reaches "

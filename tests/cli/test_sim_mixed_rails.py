@@ -73,3 +73,29 @@ def test_a_boundary_node_with_one_partner_at_its_rate_is_paired_further_and_name
     fresh = {link["b"] if link["a"] == "node001" else link["a"] for link in document["links"]
              if "node001" in (link["a"], link["b"]) and link["phase"] == "confirm"}
     assert fresh and all(int(host[4:]) <= 8 for host in fresh)  # its fresh partners run at 400
+
+
+@pytest.mark.parametrize(("seed", "factor"), [(89, 0.75), (104, 0.85), (7, 1.0)])
+def test_two_nodes_of_a_line_rate_in_a_job_of_two_models_run_their_one_pair_twice(
+        tmp_path: Path, seed: int, factor: float):
+    # node001-002 H100 (400 Gbit/s), node003-004 A100 (200): the H100s' one pair is all that shows
+    # their NICs' rate; their partners at 200 say nothing of it. With node002's NIC slow the pair
+    # sat below the floor once, and the job was left unchecked (exit 3): now it runs again and is
+    # the job's network there, either end or the fabric (as a 2-node job's one pair).
+    fleet, out = tmp_path / "fleet.json", tmp_path / "out.json"
+    faults = [{"kind": "slow_nic", "host": "node002", "factor": factor}] if factor < 1 else []
+    fleet.write_text(json.dumps({"nodes": 4, "seed": seed, "faults": faults,
+                                 "noise": {"gemm_cv": 0.015, "membw_cv": 0.015, "link_cv": 0.03},
+                                 "overrides": [{"hosts": "node[003-004]", "gpu_model": A100}]}))
+    argv = ["sweep", "--simulate", str(fleet), *FAST, "--no-store", "--json", str(out)]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    findings = json.loads(out.read_text())["findings"]
+    if factor == 1.0:
+        assert findings == [] and result.exit_code == 0
+        return
+    assert [(f["kind"], f["host"], f["severity"]) for f in findings] == [("slow_network", None, "fail")], findings
+    assert "node001 ↔ node002: either end's NIC or the fabric between them" in findings[0]["evidence"]
+    assert result.exit_code == 1
+    reruns = [link for link in json.loads(out.read_text())["links"]
+              if {link["a"], link["b"]} == {"node001", "node002"} and link["phase"] == "confirm"]
+    assert reruns  # the pair itself ran again
