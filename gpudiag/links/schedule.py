@@ -184,7 +184,13 @@ def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[P
     - With ``rates`` (each host's line rate), a partner at the suspect's rate or above comes
       before any slower one: a 400 Gb/s NIC paired with a 200 Gb/s host runs at 200 and tells
       nothing of its own rate (a healthy 5-node fleet of three models left a 400 Gb/s host half-way
-      below unchecked, its fresh partner a 200 Gb/s one).
+      below unchecked, its fresh partner a 200 Gb/s one). Suspects with no fresh passed partner at
+      their rate or above, two or more at one rate, are paired among themselves: fresh pairs
+      first, and where no passed host runs at their rate at all, as when none passed. A 6-node
+      job of two models, one H100 NIC slow, left a healthy H100 ``unchecked``: its other H100
+      partner dipped under the floor on a rail and was a suspect too, and both were re-paired with
+      A100 hosts; with another H100 NIC slow, its two partners re-ran their pairs with it, never
+      met each other, and the job's network was left unconfirmed.
 
     ``tested``: pairs already measured (either order). Returns [] when there are no suspects.
     """
@@ -193,11 +199,31 @@ def confirm_rounds(suspects: Suspects, passed: Sequence[str], tested: Iterable[P
     for a, b in sorted(pair_key(a, b) for a, b in suspects.pairs):
         builder.place((a, b))
     good = [host for host in _distinct(passed) if host not in set(suspects.hosts)]
-    if good:
-        for host in sorted(set(suspects.hosts)):
-            builder.place_with_partner(host, good, done, rates)
-    else:
+    if not good:
         _pair_suspects_together(sorted(set(suspects.hosts)), done, builder, levels or {})
+        return [Round(CONFIRM, pairs) for pairs in builder.rounds]
+    rated = rates or {}
+    # Suspects with no fresh partner at their line rate or above among the passed hosts (their
+    # partners at a lower rate say nothing of their NICs): paired among themselves at their rate,
+    # fresh pairs first; where no passed host runs at that rate at all, as when none passed.
+    unmet: dict[float, list[str]] = defaultdict(list)
+    for host in sorted(set(suspects.hosts)):
+        if host in rated and not any(rated.get(p, 0.0) >= rated[host] and pair_key(host, p) not in done
+                                     for p in good):
+            unmet[rated[host]].append(host)
+    placed: set[str] = set()
+    for rate, hosts in sorted(unmet.items()):
+        if len(hosts) < 2:
+            continue
+        if any(rated.get(p, 0.0) >= rate for p in good):
+            for pair in _fresh_matching(hosts, done):
+                builder.place(pair)
+                placed.update(pair)
+        else:
+            _pair_suspects_together(hosts, done, builder, levels or {})
+            placed.update(hosts)
+    for host in sorted(set(suspects.hosts) - placed):
+        builder.place_with_partner(host, good, done, rates)
     return [Round(CONFIRM, pairs) for pairs in builder.rounds]
 
 

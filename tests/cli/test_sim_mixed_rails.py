@@ -99,3 +99,27 @@ def test_two_nodes_of_a_line_rate_in_a_job_of_two_models_run_their_one_pair_twic
     reruns = [link for link in json.loads(out.read_text())["links"]
               if {link["a"], link["b"]} == {"node001", "node002"} and link["phase"] == "confirm"]
     assert reruns  # the pair itself ran again
+
+
+@pytest.mark.parametrize(("seed", "faults", "named"), [
+    # node002's NIC slow: its two H100 partners re-ran their pairs with it and never met each other
+    (334, [("node002", 0.8), ("node004", 0.85)], ["node002", "node004"]),
+    # node001's NIC slow: node002-node003 dipped under the floor on a rail, and both met A100s only
+    (54, [("node001", 0.75)], ["node001"]),
+    (150, [("node001", 0.75)], ["node001"]),
+])
+def test_suspects_of_a_line_rate_no_passed_host_shares_meet_each_other(tmp_path: Path, seed: int, faults, named):
+    # 6 nodes: node001-003 H100 (400 Gbit/s), node004-006 A100 (200): every host that passed the
+    # screen at 400 Gb/s was the slow NIC's partner already, or none did
+    fleet, out = tmp_path / "fleet.json", tmp_path / "out.json"
+    fleet.write_text(json.dumps({"nodes": 6, "seed": seed,
+                                 "faults": [{"kind": "slow_nic", "host": host, "factor": factor}
+                                            for host, factor in faults],
+                                 "noise": {"gemm_cv": 0.02, "membw_cv": 0.02, "link_cv": 0.04},
+                                 "overrides": [{"hosts": "node[004-006]", "gpu_model": A100}]}))
+    argv = ["sweep", "--simulate", str(fleet), *FAST, "--no-store", "--json", str(out)]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    findings = json.loads(out.read_text())["findings"]
+    assert sorted((f["kind"], f["host"], f["severity"]) for f in findings) == [
+        ("slow_nic", host, "fail") for host in named], [f["evidence"][:300] for f in findings]
+    assert result.exit_code == 1

@@ -166,6 +166,28 @@ def test_a_suspect_is_paired_at_its_line_rate_before_a_fresh_slower_partner():
     assert round_.pairs == (("h1", "h3"),)
 
 
+def test_suspects_no_passed_host_at_their_rate_can_meet_are_paired_among_themselves():
+    # h1-h3 run at 400 Gb/s, h4-h6 at 200; h1's NIC slow made h2 a suspect, and h2-h3 dipped on a
+    # rail, so h3 is one too. Only 200 Gb/s hosts passed: a pair with them tells nothing of a
+    # 400 Gb/s NIC, so h2 and h3 run their pair again (as with no host passed at all); with h1 a
+    # suspect too, the fresh pair h1-h3 comes first, and no 400 Gb/s suspect meets a 200 one
+    rates = {"h1": 400.0, "h2": 400.0, "h3": 400.0, "h4": 200.0, "h5": 200.0, "h6": 200.0}
+    tested = [("h1", "h2"), ("h2", "h3"), ("h3", "h4"), ("h4", "h5"), ("h5", "h6"), ("h1", "h6")]
+    rounds = confirm_rounds(Suspects(hosts=("h2", "h3")), ["h4", "h5", "h6"], tested, rates)
+    assert [round_.pairs for round_ in rounds] == [(("h2", "h3"),)]
+    rounds = confirm_rounds(Suspects(hosts=("h1", "h2", "h3")), ["h4", "h5", "h6"], tested, rates)
+    paired = {pair for round_ in rounds for pair in round_.pairs}
+    assert ("h1", "h3") in paired and not any(rates[a] != rates[b] for a, b in paired if "h1" not in (a, b))
+    # a 400 Gb/s host that passed is met as before, fresh
+    rounds = confirm_rounds(Suspects(hosts=("h2", "h3")), ["h1", "h4"], tested, rates)
+    assert sorted(pair for round_ in rounds for pair in round_.pairs) == [("h1", "h2"), ("h1", "h3")]
+    # h2 passed at 400 but was both suspects' partner already (its NIC slow, both pairs below the
+    # floor): the two meet each other first, fresh, rather than re-run their pairs with h2
+    tested = [("h1", "h2"), ("h2", "h3"), ("h3", "h4"), ("h1", "h6")]
+    rounds = confirm_rounds(Suspects(hosts=("h1", "h3")), ["h2", "h5", "h6"], tested, rates)
+    assert [round_.pairs for round_ in rounds] == [(("h1", "h3"),)]
+
+
 def test_re_runs_with_earlier_partners_go_round_them_fewest_runs_first():
     # a small job: every passed node was a partner already; the pair run the fewest times goes next
     tested = [("p1", "s"), ("p1", "s"), ("p2", "s"), ("p3", "s"), ("p3", "s")]
