@@ -45,8 +45,9 @@ Results are grouped by baseline key — backend, rail and line rate — and grou
    ends and why, unless the error is one end's own (``LinkResult.fault``: its pair server did
    not start, or its client printed no valid record): that is a ``HostLinkError`` of that end
    alone, and its partner is neither blamed nor named.
-5. What is not settled — unconfirmed NICs, undecided ends, unconfirmed links — comes back as
-   ``Suspects`` for ``confirm_rounds``, with the hosts that ``passed`` (known good everywhere
+5. What is not settled — unconfirmed NICs, undecided ends, unconfirmed links, hosts whose own
+   line rate no pair reached while another host runs at it (gpudiag.links.unreached) — comes
+   back as ``Suspects`` for ``confirm_rounds``, with the hosts that ``passed`` (known good everywhere
    they were compared and, in a shifted group, at the floor; most trusted first) as partners.
 
 Pure: the same results, in any order, give the same suspects (sorted, figures summed exactly).
@@ -94,6 +95,7 @@ from .linkerrors import HostLinkError, LinkError, link_error, listed, merged, ow
 from .linkerrors import host_errors as host_errors_of
 from .linksacross import SlowLinkAcrossRails, links_across_rails
 from .schedule import Pair, Suspects
+from .unreached import unreached_rates
 from .verdicts import LinkAttribution, LinkShift, LinkSuspect, NicSuspect
 
 
@@ -106,6 +108,7 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
     figures: dict[LinkGroup, dict[Pair, list[float]]] = defaultdict(lambda: defaultdict(list))
     failures: dict[tuple[str, int | None, Pair], set[str]] = defaultdict(set)
     own: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # host -> partner -> reasons
+    results = list(results)
     for result in results:
         if result.gbps is None and result.fault is not None:
             partner = result.b if result.fault == result.a else result.a
@@ -158,6 +161,9 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
     links = tuple(sorted([v for outcome in outcomes for v in outcome.links] + across_links,
                          key=lambda v: (v.a, v.b, v.backend, rail_key(v.rail))))
     host_errors = merged(own_errors(own), host_errors_of(errors, measured))
+    # a host no pair reached the own line rate of, with a host at that rate to pair it with
+    unreached = unreached_rates(results)
+    suspect_hosts = sorted(set(suspect_hosts) | {u.host for u in unreached if u.peers})
     return LinkAttribution(
         nics=nics, links=links, errors=errors, host_errors=host_errors,
         shifts=tuple(outcome.shift for outcome in outcomes if outcome.shift is not None),
@@ -165,7 +171,8 @@ def attribute_links(results: Iterable[LinkResult], thresholds: LinkThresholds = 
         suspects=Suspects(tuple(suspect_hosts), tuple(suspect_pairs)),
         passed=_passed(outcomes, set(suspect_hosts) | {v.host for v in nics} | set(own)),
         good=tuple(sorted({host for outcome in outcomes for host in outcome.good}
-                          - set(suspect_hosts) - {v.host for v in nics} - set(own))))
+                          - set(suspect_hosts) - {v.host for v in nics} - set(own))),
+        unreached=unreached)
 
 
 @dataclass(frozen=True)

@@ -193,9 +193,12 @@ class LinkResult:
     its client printed no valid record), so it says nothing of the other; None: either end, or
     the path between them. ``streams``: each stream's figure from ``a`` to ``b`` (the client's
     direction, whose paths may be traced), ``back_streams`` from ``b`` to ``a``; empty where the
-    backend reports none. Raises ValueError for a pair of one host, an unknown backend, a
-    figure that is neither a finite non-negative number nor absent with a reason, a fault that
-    is no end of an error, or more than MAX_STREAMS streams a direction."""
+    backend reports none. ``end_rates_gbps``: each end's own port rate (``a``'s, then ``b``'s;
+    None where it reported none): the pair runs at the lower, so a host whose every partner is
+    slower never has its own rate measured. Raises ValueError for a pair of one host, an unknown
+    backend, a figure that is neither a finite non-negative number nor absent with a reason, a
+    fault that is no end of an error, a rate that is not positive, or more than MAX_STREAMS
+    streams a direction."""
 
     a: str
     b: str
@@ -207,6 +210,7 @@ class LinkResult:
     fault: str | None = None
     streams: tuple[StreamFigure, ...] = ()
     back_streams: tuple[StreamFigure, ...] = ()
+    end_rates_gbps: tuple[float | None, float | None] = (None, None)
 
     def __post_init__(self) -> None:
         pair_key(self.a, self.b)
@@ -220,8 +224,11 @@ class LinkResult:
             raise ValueError(f"{self.a}↔{self.b}: give either a figure (gbps) or an error, not both or neither")
         if self.gbps is not None and not (math.isfinite(self.gbps) and self.gbps >= 0):
             raise ValueError(f"{self.a}↔{self.b}: gbps must be finite and non-negative, got {self.gbps}")
-        if self.line_rate_gbps is not None and not (math.isfinite(self.line_rate_gbps) and self.line_rate_gbps > 0):
-            raise ValueError(f"{self.a}↔{self.b}: line_rate_gbps must be positive, got {self.line_rate_gbps}")
+        for rate in (self.line_rate_gbps, *self.end_rates_gbps):
+            if rate is not None and not (math.isfinite(rate) and rate > 0):
+                raise ValueError(f"{self.a}↔{self.b}: a line rate must be positive, got {rate}")
+        if len(self.end_rates_gbps) != 2:
+            raise ValueError(f"{self.a}↔{self.b}: end_rates_gbps gives the two ends' rates, got {self.end_rates_gbps}")
         if self.fault is not None and (self.error is None or self.fault not in (self.a, self.b)):
             raise ValueError(f"{self.a}↔{self.b}: a fault names an end of a pair that failed, not {self.fault!r}")
 
@@ -232,6 +239,10 @@ class LinkResult:
     @property
     def group(self) -> LinkGroup:
         return LinkGroup(self.backend, self.rail, self.line_rate_gbps)
+
+    def end_rate(self, host: str) -> float | None:
+        """``host``'s own port rate as this pair test reported it (None: not reported)."""
+        return self.end_rates_gbps[0] if host == self.a else self.end_rates_gbps[1]
 
     @property
     def collective_gbps(self) -> float | None:

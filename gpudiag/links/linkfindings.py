@@ -24,6 +24,7 @@ from ..words import deficit_text, fixed, plural
 from .attribution import HostLinkError, LinkAttribution, LinkError, LinkShift, LinkSuspect, NicSuspect
 from .groups import LINE_RATE, GroupReference
 from .schedule import Pair, pair_key
+from .unreached import UnreachedRate
 
 UNIT = "Gbit/s"
 # Findings about one host's NIC, and about one pair (both ends named).
@@ -48,7 +49,25 @@ def link_findings(attribution: LinkAttribution, fail_deficit_pct: float) -> list
     findings += [_error(e) for e in attribution.errors if not alone & {e.a, e.b}]
     findings += [_shift(s, fail_deficit_pct) for s in attribution.shifts]
     findings += [_not_compared(r) for r in attribution.references if not r.level_checked and r.pairs]
-    return _never_every_host(_fold_rails(findings), attribution)
+    findings = _never_every_host(_fold_rails(findings), attribution)
+    named = {(f.host, _where(f.metric)[0]) for f in findings if f.kind in (Kind.SLOW_NIC, Kind.UNCHECKED)
+             and f.severity != Severity.WATCH and f.peer is None}
+    return findings + [_unreached(u) for u in attribution.unreached if (u.host, u.backend) not in named]
+
+
+def _unreached(unreached: UnreachedRate) -> Finding:
+    """An ``unchecked`` warning for a host no pair reached the own line rate of: measured at its
+    partners' lower rate, its NIC could be slow at its own and pass."""
+    rate, ran = f"{unreached.line_rate_gbps:g}", f"{unreached.reached_gbps:g}"
+    why = (f"the pairs with {fold_hosts(unreached.peers)} at that rate could not be measured" if unreached.peers
+           else f"no other host of the run reports {rate} {UNIT}")
+    evidence = (f"{unreached.host}'s {unreached.backend} ports report {rate} {UNIT} a rail, and every pair it was "
+                f"measured in ran at {ran} {UNIT}, its partners' rate ({why}): its NIC's own rate was not "
+                f"measured (a pair with another host at {rate} {UNIT} measures it), not compared, not passed")
+    verb, detail = action(Cause.UNCHECKED, Severity.WARN)
+    return Finding(kind=Kind.UNCHECKED, severity=Severity.WARN, host=unreached.host,
+                   metric=_metric(unreached.backend, None), basis=Basis.COMPARISON, evidence=evidence,
+                   action=verb, action_detail=detail)
 
 
 def _never_every_host(findings: list[Finding], attribution: LinkAttribution) -> list[Finding]:

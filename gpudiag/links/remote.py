@@ -250,15 +250,18 @@ class RemotePairRunner:
         results = []
         for rail, rail_records in sorted(by_rail.items(), key=lambda item: -1 if item[0] is None else item[0]):
             line_rate = self._line_rate(rail_records)
+            # (a rate given on the command line judges every pair: the ends' own are not asked)
+            ends = ((None, None) if self._options.line_rate_gbps is not None else
+                    (_end_rate(rail_records, "local_line_rate_gbps"), _end_rate(rail_records, "peer_line_rate_gbps")))
             failed = [r for r in rail_records if not r.ok or r.value is None]
             if failed:
                 results.append(LinkResult(a, b, backend, rail, line_rate_gbps=line_rate,
-                                          error=_hide(_failure(failed), secret)))
+                                          error=_hide(_failure(failed), secret), end_rates_gbps=ends))
                 continue
             slowest = min(float(r.value) for r in rail_records if r.value is not None)
             forward, backward = self._streams(a, b, rail_records)
             results.append(LinkResult(a, b, backend, rail, max(0.0, slowest), line_rate, streams=forward,
-                                      back_streams=backward))
+                                      back_streams=backward, end_rates_gbps=ends))
         return results
 
     def _streams(self, a: str, b: str,
@@ -279,14 +282,21 @@ class RemotePairRunner:
     def _line_rate(self, records: Sequence[ProbeResult]) -> float | None:
         if self._options.line_rate_gbps is not None:
             return self._options.line_rate_gbps
-        rates = [float(rate) for r in records if isinstance(rate := r.details.get("line_rate_gbps"), int | float)
-                 and not isinstance(rate, bool) and math.isfinite(rate) and 0 < rate <= MAX_LINK_GBPS]
-        return min(rates) if rates else None
+        return _end_rate(records, "line_rate_gbps")
 
     def _error(self, a: str, b: str, backend: str, rail: int | None, reason: str,
                fault: str | None = None) -> LinkResult:
         backend = backend if backend in BACKENDS else "tcp"
         return LinkResult(a, b, backend, rail, line_rate_gbps=self._options.line_rate_gbps, error=reason, fault=fault)
+
+
+def _end_rate(records: Sequence[ProbeResult], field: str) -> float | None:
+    """The lowest rate the client's records give under ``field`` (its own port's
+    ``local_line_rate_gbps``, its peer's ``peer_line_rate_gbps``, or the pair's ``line_rate_gbps``);
+    None where none gives a number in (0, MAX_LINK_GBPS]."""
+    rates = [float(rate) for r in records if isinstance(rate := r.details.get(field), int | float)
+             and not isinstance(rate, bool) and math.isfinite(rate) and 0 < rate <= MAX_LINK_GBPS]
+    return min(rates) if rates else None
 
 
 # What a direction's streams may add up to against its figure: each stream's figure is its bytes

@@ -75,6 +75,8 @@ class LinkRecord:
         entry = {"a": r.a, "b": r.b, "rail": r.rail, "backend": r.backend, "metric": "gbps", "value": r.gbps,
                  "unit": "Gbit/s", "phase": self.phase, "line_rate_gbps": r.line_rate_gbps, "error": r.error,
                  "fault": r.fault}
+        if any(rate not in (None, r.line_rate_gbps) for rate in r.end_rates_gbps):  # a pair of two line rates
+            entry["end_rates_gbps"] = list(r.end_rates_gbps)
         if r.streams or r.back_streams:
             entry.update(collective_gbps=r.collective_gbps, streams=[_stream_dict(s) for s in r.streams],
                          back_streams=[_stream_dict(s) for s in r.back_streams])
@@ -83,9 +85,11 @@ class LinkRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LinkRecord:
         """The record of a ``links[]`` entry (``to_dict``'s form; a stored document's entry may
-        lack ``line_rate_gbps``, ``error``, ``fault`` and ``phase``). An entry with no figure and
-        no error reads as an error; a ``fault`` that names no end of a failed pair is dropped.
-        Raises ValueError for an entry that is not a pair test's."""
+        lack ``line_rate_gbps``, ``error``, ``fault``, ``phase`` and ``end_rates_gbps``, which
+        is written only for a pair between two rates: a host is still known unreached from those).
+        An entry with no figure and no error reads as an
+        error; a ``fault`` that names no end of a failed pair is dropped. Raises ValueError for an
+        entry that is not a pair test's."""
         try:
             value, rail, rate = data.get("value"), data.get("rail"), data.get("line_rate_gbps")
             if (value is not None and not _is_number(value)) or (rate is not None and not _is_number(rate)):
@@ -96,7 +100,8 @@ class LinkRecord:
             a, b, fault = str(data["a"]), str(data["b"]), data.get("fault")
             fault = fault if error is not None and fault in (a, b) else None
             result = LinkResult(a, b, str(data["backend"]), rail, value, rate, error, fault,
-                                _streams(data.get("streams")), _streams(data.get("back_streams")))
+                                _streams(data.get("streams")), _streams(data.get("back_streams")),
+                                _end_rates(data.get("end_rates_gbps")))
         except KeyError as missing:
             raise ValueError(f"a link entry needs {missing.args[0]!r}") from None
         return cls(str(data.get("phase") or ""), result)
@@ -376,6 +381,16 @@ def _streams(entries: object) -> tuple[StreamFigure, ...]:
             raise ValueError("a stream's hops must be a list of switch names")
         streams.append(StreamFigure(float(entry["gbps"]), None if hops is None else tuple(hops)))
     return tuple(streams)
+
+
+def _end_rates(entry: object) -> tuple[float | None, float | None]:
+    """A document entry's ``end_rates_gbps`` (two rates, each a number or null); neither known
+    without one. Raises ValueError for anything else."""
+    if entry is None:
+        return None, None
+    if not (isinstance(entry, list) and len(entry) == 2 and all(r is None or _is_number(r) for r in entry)):
+        raise ValueError(f"end_rates_gbps must be two rates (numbers or null), got {entry!r}")
+    return entry[0], entry[1]
 
 
 def _is_number(value: object) -> bool:

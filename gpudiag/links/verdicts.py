@@ -10,6 +10,7 @@ from ..findings import Kind
 from .groups import BASELINE, FLEET, LINE_RATE, GroupReference, PairFigure
 from .linkerrors import HostLinkError, LinkError
 from .schedule import Suspects
+from .unreached import UnreachedRate
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,8 @@ class LinkAttribution:
     # Hosts not suspect with a pair clearly good in some group (at the level of a group below its
     # line rate as a whole, there) that did not pass everywhere: partners after those that did.
     good: tuple[str, ...] = ()
+    # Hosts whose own line rate no measured pair ran at (gpudiag.links.unreached).
+    unreached: tuple[UnreachedRate, ...] = ()
 
     @property
     def partners(self) -> tuple[str, ...]:
@@ -134,11 +137,13 @@ class LinkAttribution:
     @property
     def line_rates(self) -> dict[str, float]:
         """Each host's line rate: the highest of the groups whose pairs it is an end of (a pair
-        between two rates runs in the lower one's group)."""
+        between two rates runs in the lower one's group), or its own port's where no pair reached it."""
         rates: dict[str, float] = {}
         for reference in self.references:
             rate = reference.group.line_rate_gbps
             if rate is not None:
                 for host in reference.members:
                     rates[host] = max(rates.get(host, 0.0), rate)
+        for unreached in self.unreached:
+            rates[unreached.host] = max(rates.get(unreached.host, 0.0), unreached.line_rate_gbps)
         return rates

@@ -41,23 +41,25 @@ class SimulatedPairRunner:
         if self._fleet.fabric is not None and self._fleet.fabric.spec.rails is not None:
             rails = min(rails, self._fleet.fabric.spec.rails)  # the rails its fabric carries
         line_rate_gbps = min(network.rail_line_rate_gbps for network in ends)
+        end_rates = (ends[0].rail_line_rate_gbps, ends[1].rail_line_rate_gbps)
         down = [host for host in (a, b) if self._fleet.is_unreachable(host) or self._fleet.is_hung(host)]
         results = []
         for rail in range(rails):
             if down:
                 results.append(LinkResult(a, b, BACKEND, rail, line_rate_gbps=line_rate_gbps,
-                                          error=f"{down[0]}: the pair server did not answer (simulated)"))
+                                          error=f"{down[0]}: the pair server did not answer (simulated)",
+                                          end_rates_gbps=end_rates))
                 continue
             gbps = max(0.0, self._fleet.link_gbps(a, b, rail, self._fleet.link_rng(a, b, rail, attempt)))
             fabric = self._fleet.fabric
             streams = fabric.streams(a, b, rail, gbps, self._streams, attempt) if fabric is not None else None
             if streams is None:
-                results.append(LinkResult(a, b, BACKEND, rail, gbps, line_rate_gbps))
+                results.append(LinkResult(a, b, BACKEND, rail, gbps, line_rate_gbps, end_rates_gbps=end_rates))
                 continue
             forward, backward = streams
             slower = min(math.fsum(s.gbps for s in forward), math.fsum(s.gbps for s in backward))
             results.append(LinkResult(a, b, BACKEND, rail, slower, line_rate_gbps, streams=forward,
-                                      back_streams=backward))
+                                      back_streams=backward, end_rates_gbps=end_rates))
         return results
 
     def cancel(self) -> None:

@@ -123,3 +123,40 @@ def test_suspects_of_a_line_rate_no_passed_host_shares_meet_each_other(tmp_path:
     assert sorted((f["kind"], f["host"], f["severity"]) for f in findings) == [
         ("slow_nic", host, "fail") for host in named], [f["evidence"][:300] for f in findings]
     assert result.exit_code == 1
+
+
+def _scattered(tmp_path: Path, h100s: list[str], faults: list[dict[str, Any]],
+               seed: int = 5) -> tuple[int, dict[str, Any]]:
+    """8 nodes, the ``h100s`` H100 at 400 Gbit/s a rail and the rest A100 at 200."""
+    fleet, out = tmp_path / "fleet.json", tmp_path / "out.json"
+    a100s = [f"node{i:03d}" for i in range(1, 9) if f"node{i:03d}" not in h100s]
+    fleet.write_text(json.dumps({"nodes": 8, "seed": seed, "faults": faults,
+                                 "overrides": [{"hosts": a100s, "gpu_model": A100}]}))
+    argv = ["sweep", "--simulate", str(fleet), *FAST, "--no-store", "--json", str(out)]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    return result.exit_code, json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("factor", [1.0, 0.85])
+def test_a_lone_400_gbps_node_among_200_gbps_nodes_is_not_a_pass(tmp_path: Path, factor: float):
+    # Every pair of node005 runs at its A100 partners' 200 Gbit/s: a NIC 15 % slow at 400 fills
+    # that line as well as a healthy one, and the sweep exited 0 with no finding on it.
+    faults = [{"kind": "slow_nic", "host": "node005", "factor": factor}] if factor < 1 else []
+    code, document = _scattered(tmp_path, ["node005"], faults)
+    assert [(f["kind"], f["host"], f["severity"], f["basis"]) for f in document["findings"]] == [
+        ("unchecked", "node005", "warn", "comparison")]
+    assert "its NIC's own rate was not measured" in document["findings"][0]["evidence"]
+    assert code == 3 and document["summary"]["exit_code"] == 3
+    assert document["impact"]["exclude"] == []  # the job's own pairs, at 200, were measured
+    ends = [link["end_rates_gbps"] for link in document["links"] if "node005" in (link["a"], link["b"])]
+    assert ends and all(sorted(pair) == [200.0, 400.0] for pair in ends)
+
+
+def test_two_400_gbps_nodes_apart_in_the_host_list_meet_and_a_slow_nic_is_not_passed(tmp_path: Path):
+    slow = [{"kind": "slow_nic", "host": "node002", "factor": 0.8}]
+    code, document = _scattered(tmp_path, ["node002", "node006"], slow)
+    at_400 = [link for link in document["links"] if link["line_rate_gbps"] == 400.0]
+    assert at_400 and {(link["a"], link["b"]) for link in at_400} <= {("node002", "node006"), ("node006", "node002")}
+    # one pair between the two cannot tell which end: the pair is named, and the sweep fails
+    assert [(f["kind"], f["severity"]) for f in document["findings"]] == [("slow_network", "fail")]
+    assert "node002 ↔ node006" in document["findings"][0]["evidence"] and code == 1
