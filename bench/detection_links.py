@@ -81,10 +81,16 @@ def mixed_rails_case(cv: float, slowdown_pct: float, seed: int, size: int = 16) 
 def pause_reference_case(kind: str, cv: float, slowdown_pct: float, seed: int) -> CaseFields:
     """A paused 8-node job swept as ``--pause --suspects node0005``: a reference peer's NIC slow
     (``nic``) or the suspect slow on every GPU (``node``); or an 8- or 16-node job whose two
-    reference peers' NICs are both slow (``refs8``, ``refs16``)."""
+    reference peers' NICs are both slow (``refs8``, ``refs16``), or whose two reference peers
+    are slow on every GPU (``gpurefs8``, ``gpurefs16``: further nodes of the job are probed)."""
     factor = 1 - slowdown_pct / 100
-    size = 16 if kind == "refs16" else 8
-    if kind.startswith("refs"):
+    size = 16 if kind.endswith("16") else 8
+    if kind.startswith("gpurefs"):
+        references = choose_references(_names(size), [PAUSE_SUSPECT], DEFAULT_REFERENCE_PEERS)
+        faults = [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": factor}
+                  for host in references for gpu in range(GPUS)]
+        expected = {("slow_node", host, None) for host in references}
+    elif kind.startswith("refs"):
         references = choose_references(_names(size), [PAUSE_SUSPECT], DEFAULT_REFERENCE_PEERS)
         faults = [{"kind": "slow_nic", "host": host, "factor": factor} for host in references]
         expected = {("slow_nic", host, None) for host in references}
@@ -109,4 +115,4 @@ def link_builders(scenario: str) -> list[tuple[str, Callable[[float, float, int]
     if scenario == "mixedrails":
         return [("mixedrails", mixed_rails_case)]
     return [(f"pauseref {kind}", lambda cv, s, seed, k=kind: pause_reference_case(k, cv, s, seed))
-            for kind in ("nic", "node", "refs8", "refs16")]
+            for kind in ("nic", "node", "refs8", "refs16", "gpurefs8", "gpurefs16")]

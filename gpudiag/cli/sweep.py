@@ -13,6 +13,7 @@ import click
 
 from ..errors import InputError
 from ..exitcodes import ExitCode
+from ..links.tiebreak import EXTRA_PAIR_TESTS_PER_HOST
 from ..pause import (
     DEFAULT_REFERENCE_PEERS,
     PAUSE_BUDGET_S,
@@ -102,7 +103,10 @@ LINKS_HELP = ("Pairwise node-to-node tests: screen (two rounds forming a cycle, 
                    f"unchecked (default: none; {PAUSE_BUDGET_S:g} with --pause).")
 @click.option("--suspects", default=None, metavar="HOSTS|rank:LIST",
               help="Probe only these hosts (a host set or file, or rank:3,7: 0-based positions in the host list, "
-                   "the job's node ranks) and --reference-peers unsuspected peers each as reference.")
+                   "the job's node ranks) and --reference-peers unsuspected peers each as reference. Where "
+                   "the references' own level is shifted, as many further nodes of the list as were probed, and "
+                   "one more, are probed too; where their pairs cannot decide, further nodes join the pair tests, "
+                   f"at most {EXTRA_PAIR_TESTS_PER_HOST} pair tests with them a probed host.")
 @click.option("--reference-peers", type=click.IntRange(min=0, max=64), default=DEFAULT_REFERENCE_PEERS,
               show_default=True, metavar="K",
               help="With --suspects: unsuspected hosts probed per suspect, spread over the host list.")

@@ -216,6 +216,20 @@ def fold_hosts(labels: Iterable[str]) -> str:
     return ",".join(parts + sorted(others))
 
 
+def hosts_named(text: str | None, names: set[str]) -> set[str]:
+    """Which of ``names`` a finding's host (or peer) names: the host itself, or each host of a
+    folded set (``n[1-4]``, ``a,b``)."""
+    if not text:
+        return set()
+    if text in names:
+        return {text}
+    try:
+        members = {str(node) for node in NodeSet(text, resolver=RESOLVER_NOGROUP)}
+    except NodeSetParseError:
+        members = set(text.split(","))
+    return members & names
+
+
 def _looks_like_path(argument: str) -> bool:
     """True where ``argument`` reads as a path: a ``/`` outside brackets (``node[1-64/2]`` is a step
     range), or a file-name suffix such as ``.txt``."""

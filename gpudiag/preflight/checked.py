@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
-
 from ..analysis.fleet import NOT_EXCLUDING
 from ..findings import Finding, Severity
+from ..hosts import hosts_named
 from ..run.fanout import NOT_CHECKED, SweepResult
 from ..run.outcome import HostOutcome
 from ..slurm.drain import finding_words
@@ -55,20 +54,6 @@ def _first_blocking_finding(findings: Iterable[Finding], names: set[str]) -> dic
             for name in hosts_named(side, names):
                 blocked.setdefault(name, f"{finding.severity} {words}")
     return blocked
-
-
-def hosts_named(text: str | None, names: set[str]) -> set[str]:
-    """Which of ``names`` a finding's host (or peer) names: the host itself, or each host of a
-    folded set (``n[1-4]``, ``a,b``)."""
-    if not text:
-        return set()
-    if text in names:
-        return {text}
-    try:
-        members = {str(node) for node in NodeSet(text, resolver=RESOLVER_NOGROUP)}
-    except NodeSetParseError:
-        members = set(text.split(","))
-    return members & names
 
 
 def _passed_probes(host: HostOutcome) -> set[str]:

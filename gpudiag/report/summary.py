@@ -265,7 +265,21 @@ def focus_line(document: Document) -> str | None:
         return None
     line = (f"focus: suspects {fold_hosts(focus.get('suspects') or ()) or 'none'} · "
             f"references {fold_hosts(focus.get('references') or ()) or 'none'}")
-    return line + _extra_peers(focus.get("extra_peers"))
+    return line + _node_peers(focus.get("node_peers")) + _extra_peers(focus.get("extra_peers"))
+
+
+def _node_peers(peers: object) -> str:
+    """`` · further nodes probed node[002,006]: 2 of at most 4 (the references' level was shifted)``;
+    nothing where none was asked for."""
+    if not isinstance(peers, Mapping):
+        return ""
+    hosts = [str(host) for host in peers.get("hosts") or () if isinstance(host, str)]
+    missed = peers.get("not_probed")
+    text = (f" · further nodes probed {fold_hosts(hosts) or 'none'}: {len(hosts)} of at most "
+            f"{peers.get('max_hosts')} (the references' own level was shifted)")
+    if isinstance(missed, Mapping) and missed:
+        text += f", {len(missed)} not probed ({fold_hosts(str(host) for host in missed)})"
+    return text
 
 
 def _extra_peers(extra: object) -> str:

@@ -25,7 +25,7 @@ from ..analysis.speed import not_retested
 from ..analysis.suspects import Suspect, single_runs
 from ..analysis.thresholds import Thresholds, load_thresholds, small_fleet_thresholds
 from ..bundle import Bundle, BundleMissing, locate_bundle
-from ..errors import InstallationError
+from ..errors import InputError, InstallationError
 from ..fabric.attribution import FabricAttribution
 from ..fabric.findings import fabric_findings, fabric_impact
 from ..fabric.lldp import with_lldp
@@ -35,7 +35,7 @@ from ..fabric.readers import chosen_topology
 from ..fabric.schedule import stream_count
 from ..fabric.tracing import TopologyTracer
 from ..findings import Finding
-from ..hosts import HostSpec, load_hosts
+from ..hosts import HostSpec, fold_hosts, load_hosts
 from ..links.addresses import check_net_address, data_addresses
 from ..links.attribution import link_thresholds
 from ..links.impact import link_impact, with_network
@@ -61,6 +61,7 @@ from .fanout import (
     probe_hosts,
 )
 from .impostors import set_aside_impostors
+from .nodepeers import NodePeers, joined, node_peer_bound, undecided, widened
 from .peers import FurtherPeers, PeerPairRunner
 from .progress import RoundsOf, StageOf
 from .request import AUTO_LINKS, SweepRequest
@@ -191,6 +192,22 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     first = set_aside_impostors(first, setup.store, record)
     interrupted = first.interrupted or runtime.gate.received
     previous, analysis = _first_analysis(setup, runtime, first, sweep_id, interrupted, request.judging.slurm_gpus)
+    wider = None if interrupted else _node_peers(request, setup, runtime, budget, first, analysis, record)
+    if wider is None:
+        return _rest(request, setup, runtime, budget, first, previous, analysis, interrupted, stride)
+    setup, first, close = wider
+    try:
+        interrupted = first.interrupted or runtime.gate.received
+        previous, analysis = _first_analysis(setup, runtime, first, sweep_id, interrupted,
+                                             request.judging.slurm_gpus)
+        return _rest(request, setup, runtime, budget, first, previous, analysis, interrupted, stride)
+    finally:
+        close()  # the further nodes' connection (the run closes its own)
+
+
+def _rest(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudget | None, first: SweepResult,
+          previous: PriorCounts, analysis: Analysis, interrupted: bool, stride: int) -> SweepResult:
+    """The phases after the first analysis: re-test, sliding parts, links, the final analysis."""
     retested = _retest_suspects(request, setup, runtime, budget, first, analysis.suspects, interrupted)
     interrupted = interrupted or retested.interrupted
     slides = _retest_slides(request, setup, runtime, budget, first, interrupted)
@@ -203,6 +220,56 @@ def _run(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudg
     result = _result(setup, first, analysis, linked, interrupted, (*retested.notes, *slides.notes, *linked.notes))
     return finish(setup.store, with_trends(setup.store, setup.thresholds, result, runtime, slides.trends),
                   runtime)
+
+
+def _node_peers(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: RunBudget | None,
+                first: SweepResult, analysis: Analysis,
+                record: Callable[[HostOutcome], None]) -> tuple[_Setup, SweepResult, Callable[[], None]] | None:
+    """A ``--suspects`` sweep whose references' own level is shifted (gpudiag.run.nodepeers):
+    further nodes of the job probed, those that finished joining the references, with a
+    connection that reaches both, and what closes the further nodes' connection; None where
+    nothing asked for them (or the budget is spent)."""
+    focus = setup.focus
+    asking = undecided(analysis.findings, focus)
+    if focus is None or not asking or (budget is not None and not budget.fits()):
+        return None
+    bound = node_peer_bound(focus)
+    wanted = list(focus.others[:bound])
+    because = tuple(f"{f.kind} {f.host}" for f in asking)
+    runtime.progress.phase(f"probing {plural(len(wanted), 'further node')} of the job "
+                           f"({fold_hosts(h.label for h in wanted)}): the references' own level is shifted")
+    try:
+        connection = runtime.connect(request.reach, wanted, setup.sweep.fanout)
+    except InputError as error:  # no reach for them: said, and the sweep goes on with its own hosts
+        peers = NodePeers((), bound, because, {h.label: str(error) for h in wanted})
+        first = dataclasses.replace(first, focus={**(first.focus or {}), "node_peers": peers.to_dict()},
+                                    warnings=(*first.warnings, peers.describe()))
+        return setup, first, lambda: None
+    options = dataclasses.replace(_within(setup.sweep, budget), fanout=connection.fanout)
+    outcomes = runtime.gate.run_phase(
+        lambda: probe_hosts(wanted, options, connection.connector, setup.bundle, runtime.progress,
+                            on_host_done=lambda outcome: record(outcome) if outcome.ok else None,
+                            started_at=first.started_at, sweep_id=first.sweep_id, say=runtime.gate.say,
+                            clock=runtime.clock, deadline=_deadline(budget), unchecked_findings=False).hosts,
+        lambda: ())
+    combined = set_aside_impostors(dataclasses.replace(first, hosts=(*first.hosts, *outcomes)), setup.store, record)
+    labels = {h.label for h in wanted}
+    kept = [h for h in combined.hosts if h.host in labels and h.ok]
+    missed = {h.host: f"{h.status}: {h.error or 'no reason given'}" for h in combined.hosts
+              if h.host in labels and not h.ok}
+    missed.update({h.label: "interrupted before it was probed" for h in wanted
+                   if h.label not in {o.host for o in combined.hosts}})
+    peers = NodePeers(tuple(h.host for h in kept), bound, because, missed)
+    specs = [h for h in wanted if h.label in set(peers.hosts)]
+    wider = widened(focus, specs)
+    hosts = tuple(h for h in combined.hosts if h.host not in labels or h.ok)
+    first = dataclasses.replace(combined, hosts=hosts, focus={**wider.to_dict(), "node_peers": peers.to_dict()},
+                                warnings=(*combined.warnings, peers.describe()),
+                                interrupted=combined.interrupted or runtime.gate.received)
+    setup = dataclasses.replace(setup, hosts=[*setup.hosts, *specs], focus=wider,
+                                connection=joined(setup.connection, connection, list(peers.hosts)),
+                                thresholds=focused_thresholds(setup.thresholds, wider))
+    return setup, first, connection.connector.close
 
 
 def _screen_stride(request: SweepRequest, setup: _Setup) -> int:
