@@ -247,7 +247,8 @@ def _node_peers(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: 
         return setup, first, lambda: None
     options = dataclasses.replace(_within(setup.sweep, budget), fanout=connection.fanout)
     outcomes = runtime.gate.run_phase(
-        lambda: probe_hosts(wanted, options, connection.connector, setup.bundle, runtime.progress,
+        lambda: probe_hosts(wanted, options, connection.connector, setup.bundle,
+                            StageOf(runtime.progress, f"further nodes {fold_hosts(h.label for h in wanted)}"),
                             on_host_done=lambda outcome: record(outcome) if outcome.ok else None,
                             started_at=first.started_at, sweep_id=first.sweep_id, say=runtime.gate.say,
                             clock=runtime.clock, deadline=_deadline(budget), unchecked_findings=False).hosts,
