@@ -18,7 +18,8 @@ the pair tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from ..hosts import HostSpec, fold_hosts, hosts_named
 from ..pause import Focus
 from ..transport import Session
 from .connection import Connection
-from .fanout import Connector
+from .fanout import Connector, SweepResult
 
 # The group findings a sample of a job cannot tell from its own slow references.
 GROUP_KINDS = (Kind.FLEET_SHIFT, Kind.SOFTWARE_REGRESSION)
@@ -73,6 +74,31 @@ class NodePeers:
         return text
 
 
+def with_further_nodes(combined: SweepResult, wanted: Sequence[HostSpec], focus: Focus, bound: int,
+                       because: tuple[str, ...]) -> tuple[SweepResult, Focus, list[HostSpec]]:
+    """The sweep with the further nodes ``wanted`` that finished their probes among its hosts and
+    references (``combined``: the first pass and their outcomes, impostors set aside), those that
+    did not left out and said; the focus widened to them; their specs."""
+    labels = {spec.label for spec in wanted}
+    kept = [h.host for h in combined.hosts if h.host in labels and h.ok]
+    missed = {h.host: f"{h.status}: {h.error or 'no reason given'}" for h in combined.hosts
+              if h.host in labels and not h.ok}
+    missed.update({spec.label: "interrupted before it was probed" for spec in wanted
+                   if spec.label not in {h.host for h in combined.hosts}})
+    peers = NodePeers(tuple(kept), bound, because, missed)
+    specs = [spec for spec in wanted if spec.label in set(kept)]
+    wider = widened(focus, specs)
+    hosts = tuple(h for h in combined.hosts if h.host not in labels or h.ok)
+    first = dataclasses.replace(combined, hosts=hosts, focus=wider.to_dict())
+    return saying(first, peers), wider, specs
+
+
+def saying(first: SweepResult, peers: NodePeers) -> SweepResult:
+    """``first`` with ``peers`` in its ``focus`` (``node_peers``) and its warnings."""
+    return dataclasses.replace(first, focus={**(first.focus or {}), "node_peers": peers.to_dict()},
+                               warnings=(*first.warnings, peers.describe()))
+
+
 def widened(focus: Focus, peers: Sequence[HostSpec]) -> Focus:
     """``focus`` with ``peers`` among its references and out of the nodes left to draw on."""
     labels = {peer.label for peer in peers}
@@ -111,5 +137,3 @@ def joined(base: Connection, further: Connection, labels: Sequence[str]) -> Conn
                       {**base.ssh_addresses, **{k: v for k, v in further.ssh_addresses.items() if k in wanted}},
                       base.notes, base.pairs, session_of if base.session_of is not None else None)
 
-
-Connect = Callable[[Sequence[HostSpec]], Connection]

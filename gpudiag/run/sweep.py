@@ -48,7 +48,7 @@ from ..pause.focus import further_peers_plan, tie_break_plan
 from ..store.baselines import Baseline, chosen_baseline
 from ..store.store import Store
 from ..words import plural
-from .budget import MIN_PHASE_S, RunBudget, out_of_budget
+from .budget import BUDGET_STATUS, MIN_PHASE_S, RunBudget, out_of_budget
 from .connection import Connection
 from .fanout import (
     TIMEOUT,
@@ -61,7 +61,7 @@ from .fanout import (
     probe_hosts,
 )
 from .impostors import set_aside_impostors
-from .nodepeers import NodePeers, joined, node_peer_bound, undecided, widened
+from .nodepeers import NodePeers, joined, node_peer_bound, saying, undecided, with_further_nodes
 from .peers import FurtherPeers, PeerPairRunner
 from .progress import RoundsOf, StageOf
 from .request import AUTO_LINKS, SweepRequest
@@ -231,20 +231,21 @@ def _node_peers(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: 
     nothing asked for them (or the budget is spent)."""
     focus = setup.focus
     asking = undecided(analysis.findings, focus)
-    if focus is None or not asking or (budget is not None and not budget.fits()):
+    if focus is None or not asking:
         return None
     bound = node_peer_bound(focus)
     wanted = list(focus.others[:bound])
     because = tuple(f"{f.kind} {f.host}" for f in asking)
+    need = max([MIN_PHASE_S, *(h.duration_s for h in first.hosts if h.ok)])  # as long as the first pass took
+    if budget is not None and not budget.fits(need):  # said, and the sweep goes on with its own hosts
+        return _no_node_peers(setup, first, NodePeers((), bound, because, {
+            h.label: f"{BUDGET_STATUS}: {budget.reason()} (a first pass took {need:.0f} s)" for h in wanted}))
     runtime.progress.phase(f"probing {plural(len(wanted), 'further node')} of the job "
                            f"({fold_hosts(h.label for h in wanted)}): the references' own level is shifted")
     try:
         connection = runtime.connect(request.reach, wanted, setup.sweep.fanout)
     except InputError as error:  # no reach for them: said, and the sweep goes on with its own hosts
-        peers = NodePeers((), bound, because, {h.label: str(error) for h in wanted})
-        first = dataclasses.replace(first, focus={**(first.focus or {}), "node_peers": peers.to_dict()},
-                                    warnings=(*first.warnings, peers.describe()))
-        return setup, first, lambda: None
+        return _no_node_peers(setup, first, NodePeers((), bound, because, {h.label: str(error) for h in wanted}))
     options = dataclasses.replace(_within(setup.sweep, budget), fanout=connection.fanout)
     outcomes = runtime.gate.run_phase(
         lambda: probe_hosts(wanted, options, connection.connector, setup.bundle,
@@ -254,23 +255,18 @@ def _node_peers(request: SweepRequest, setup: _Setup, runtime: Runtime, budget: 
                             clock=runtime.clock, deadline=_deadline(budget), unchecked_findings=False).hosts,
         lambda: ())
     combined = set_aside_impostors(dataclasses.replace(first, hosts=(*first.hosts, *outcomes)), setup.store, record)
-    labels = {h.label for h in wanted}
-    kept = [h for h in combined.hosts if h.host in labels and h.ok]
-    missed = {h.host: f"{h.status}: {h.error or 'no reason given'}" for h in combined.hosts
-              if h.host in labels and not h.ok}
-    missed.update({h.label: "interrupted before it was probed" for h in wanted
-                   if h.label not in {o.host for o in combined.hosts}})
-    peers = NodePeers(tuple(h.host for h in kept), bound, because, missed)
-    specs = [h for h in wanted if h.label in set(peers.hosts)]
-    wider = widened(focus, specs)
-    hosts = tuple(h for h in combined.hosts if h.host not in labels or h.ok)
-    first = dataclasses.replace(combined, hosts=hosts, focus={**wider.to_dict(), "node_peers": peers.to_dict()},
-                                warnings=(*combined.warnings, peers.describe()),
-                                interrupted=combined.interrupted or runtime.gate.received)
+    first, wider, specs = with_further_nodes(combined, wanted, focus, bound, because)
+    first = dataclasses.replace(first, interrupted=first.interrupted or runtime.gate.received)
     setup = dataclasses.replace(setup, hosts=[*setup.hosts, *specs], focus=wider,
-                                connection=joined(setup.connection, connection, list(peers.hosts)),
+                                connection=joined(setup.connection, connection, [spec.label for spec in specs]),
                                 thresholds=focused_thresholds(setup.thresholds, wider))
     return setup, first, connection.connector.close
+
+
+def _no_node_peers(setup: _Setup, first: SweepResult,
+                   peers: NodePeers) -> tuple[_Setup, SweepResult, Callable[[], None]]:
+    """The sweep as it was, saying that no further node could be probed and why."""
+    return setup, saying(first, peers), lambda: None
 
 
 def _screen_stride(request: SweepRequest, setup: _Setup) -> int:
