@@ -24,6 +24,10 @@ from .reference import KeyReferences
 from .suspects import Suspect
 from .thresholds import Thresholds
 
+# A group of fewer hosts that is low is its hosts' own findings (a 2-node job with one slow node,
+# two slow nodes of eight): never a group's finding (fleet_shifts, gpudiag.analysis.groups).
+MIN_GROUP_HOSTS = 3
+
 
 @dataclass(frozen=True)
 class Impact:
@@ -52,9 +56,11 @@ def _round(value: float | None) -> float | None:
 def fleet_shifts(suspects: Sequence[Suspect], grouped: Mapping[str, Sequence[Measurement]],
                  thresholds: Thresholds) -> list[Finding]:
     """One ``fleet_shift`` per probe and metric on which ``fleet_shift_share`` of the hosts
-    measuring it (at least ``min_peers`` of them, and two) are slow as a whole: their node median
-    is itself a suspect. A host whose only suspects are single GPUs is that GPU's finding, never
-    part of a group: separate broken GPUs on a quarter of a small fleet are no shared regression."""
+    measuring it (at least ``min_peers`` of them) are slow as a whole: their node median is
+    itself a suspect, on ``MIN_GROUP_HOSTS`` hosts or more. A host whose only suspects are single
+    GPUs is that GPU's finding, never part of a group: separate broken GPUs on a quarter of a
+    small fleet are no shared regression; nor are two slow nodes of eight (each its own
+    ``slow_node``, and draining them fixes it), as a group of fewer hosts is nowhere else."""
     slow: dict[tuple[str, str], list[Suspect]] = defaultdict(list)
     for s in suspects:
         if s.measurement.device == NODE_MEDIAN:
@@ -65,8 +71,8 @@ def fleet_shifts(suspects: Sequence[Suspect], grouped: Mapping[str, Sequence[Mea
         hosts = sorted({s.measurement.host for s in group})
         total = len(measured[(probe, metric)])
         share = 100 * len(hosts) / total
-        # One slow host is that host's finding, never a shift (in a small fleet it is a quarter).
-        if len(hosts) < 2 or total < thresholds.min_peers or share < thresholds.fleet_shift_share_pct:
+        # A slow host or two are their own findings, never a shift (in a small fleet they are a quarter).
+        if len(hosts) < MIN_GROUP_HOSTS or total < thresholds.min_peers or share < thresholds.fleet_shift_share_pct:
             continue
         findings.append(_fleet_shift(probe, metric, group, hosts, total, share, thresholds))
     return findings

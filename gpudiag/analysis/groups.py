@@ -40,16 +40,13 @@ from ..hosts import fold_hosts
 from ..words import deficit_text, figure, plural
 from . import actions, rules
 from .actions import Cause
-from .fleet import hosts_measuring
+from .fleet import MIN_GROUP_HOSTS, hosts_measuring
 from .keys import hardware_key, pairless_key, software_change
 from .measurements import Measurement
 from .noisy import LEVEL_ERROR
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SKU, KeyReferences, Reference, spread, with_cutoff
 from .suspects import COMPUTE_PROBES, BaselineLookup
 from .thresholds import Thresholds
-
-# A group of fewer hosts that is low is its hosts' own findings (a 2-node job with one slow node).
-MIN_GROUP_HOSTS = 3
 
 
 @dataclass(frozen=True)

@@ -50,3 +50,26 @@ def test_a_quarter_of_a_fleet_slow_as_whole_nodes_is_still_one_shift(tmp_path: P
     document = _sweep(tmp_path, {"nodes": 32, "seed": 4, "faults": faults})
     shifts = [f for f in document["findings"] if f["kind"] == "fleet_shift"]
     assert [f["host"] for f in shifts] == ["node[001-008]"] and shifts[0]["action"] == "inspect"
+
+
+@pytest.mark.parametrize(("nodes", "slow"), [(8, (0.88, 0.88)), (8, (0.75, 0.88)), (4, (0.85, 0.85))])
+def test_two_slow_nodes_of_a_small_run_are_their_own_findings_never_a_shift(tmp_path: Path, nodes: int,
+                                                                            slow: tuple[float, float]):
+    # Two whole nodes slow in an 8-node pre-flight are a quarter of it: they were a fleet_shift
+    # ("draining single nodes will not fix it") beside each one's slow_node, where draining does.
+    faults = [{"kind": "slow_gpu", "host": host, "gpu": gpu, "factor": factor}
+              for host, factor in zip(("node002", f"node{nodes:03d}"), slow, strict=True) for gpu in range(8)]
+    document = _sweep(tmp_path, {"nodes": nodes, "seed": 5, "noise": {"gemm_cv": 0.01, "membw_cv": 0.01},
+                                 "faults": faults})
+    kinds = sorted((f["kind"], f["host"]) for f in document["findings"])
+    assert kinds == [("slow_node", "node002"), ("slow_node", f"node{nodes:03d}")], kinds
+
+
+def test_three_slow_nodes_of_twelve_are_a_shift_beside_their_own_findings(tmp_path: Path):
+    faults = [{"kind": "slow_gpu", "host": f"node{i:03d}", "gpu": gpu, "factor": 0.8} for i in (2, 6, 10)
+              for gpu in range(8)]
+    document = _sweep(tmp_path, {"nodes": 12, "seed": 5, "noise": {"gemm_cv": 0.01, "membw_cv": 0.01},
+                                 "faults": faults})
+    kinds = sorted((f["kind"], f["host"]) for f in document["findings"])
+    assert ("fleet_shift", "node[002,006,010]") in kinds
+    assert [k for k in kinds if k[0] == "slow_node"] == [("slow_node", f"node{i:03d}") for i in (2, 6, 10)]
