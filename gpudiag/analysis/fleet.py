@@ -60,7 +60,9 @@ def fleet_shifts(suspects: Sequence[Suspect], grouped: Mapping[str, Sequence[Mea
     itself a suspect, on ``MIN_GROUP_HOSTS`` hosts or more. A host whose only suspects are single
     GPUs is that GPU's finding, never part of a group: separate broken GPUs on a quarter of a
     small fleet are no shared regression; nor are two slow nodes of eight (each its own
-    ``slow_node``, and draining them fixes it), as a group of fewer hosts is nowhere else."""
+    ``slow_node``, and draining them fixes it), as a group of fewer hosts is nowhere else. The
+    hosts counted are the largest set slow alike (``_slow_alike``): three nodes of twelve slow by
+    12, 15 and 25 % are three findings, not one level a shared cause set."""
     slow: dict[tuple[str, str], list[Suspect]] = defaultdict(list)
     for s in suspects:
         if s.measurement.device == NODE_MEDIAN:
@@ -68,7 +70,8 @@ def fleet_shifts(suspects: Sequence[Suspect], grouped: Mapping[str, Sequence[Mea
     measured = hosts_measuring(grouped, set(slow)) if slow else {}
     findings = []
     for (probe, metric), group in sorted(slow.items()):
-        hosts = sorted({s.measurement.host for s in group})
+        hosts = _slow_alike(group, thresholds)
+        group = [s for s in group if s.measurement.host in hosts]
         total = len(measured[(probe, metric)])
         share = 100 * len(hosts) / total
         # A slow host or two are their own findings, never a shift (in a small fleet they are a quarter).
@@ -76,6 +79,25 @@ def fleet_shifts(suspects: Sequence[Suspect], grouped: Mapping[str, Sequence[Mea
             continue
         findings.append(_fleet_shift(probe, metric, group, hosts, total, share, thresholds))
     return findings
+
+
+def _slow_alike(group: Sequence[Suspect], thresholds: Thresholds) -> list[str]:
+    """The largest set of ``group``'s hosts whose deficits (each host's largest) share one level:
+    from the least deficit of the set to the most, at most twice ``deficit_warn`` or half the
+    least, whichever is more (noise spreads a shared cause's hosts a little, and a deeper cause
+    more). Sorted; the less slow set where two are as large."""
+    deficits: dict[str, float] = {}
+    for s in group:
+        host = s.measurement.host
+        deficits[host] = max(deficits.get(host, s.deficit_pct), s.deficit_pct)
+    ordered = sorted(deficits.items(), key=lambda item: (item[1], item[0]))
+    best, low = (0, 0), 0
+    for high, (_, deficit) in enumerate(ordered):
+        while deficit - ordered[low][1] > max(2 * thresholds.deficit_warn_pct, ordered[low][1] / 2):
+            low += 1
+        if high + 1 - low > best[1] - best[0]:
+            best = (low, high + 1)
+    return sorted(host for host, _ in ordered[best[0]:best[1]])
 
 
 def hosts_measuring(grouped: Mapping[str, Sequence[Measurement]],

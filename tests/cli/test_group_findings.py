@@ -73,3 +73,13 @@ def test_three_slow_nodes_of_twelve_are_a_shift_beside_their_own_findings(tmp_pa
     kinds = sorted((f["kind"], f["host"]) for f in document["findings"])
     assert ("fleet_shift", "node[002,006,010]") in kinds
     assert [k for k in kinds if k[0] == "slow_node"] == [("slow_node", f"node{i:03d}") for i in (2, 6, 10)]
+
+
+def test_three_nodes_of_twelve_slow_by_different_amounts_share_no_level_and_make_no_shift(tmp_path: Path):
+    # 12, 15 and 25 % below: three separate slow nodes, each its own slow_node, no level a shared cause set.
+    faults = [{"kind": "slow_gpu", "host": f"node{i:03d}", "gpu": gpu, "factor": factor}
+              for i, factor in ((2, 0.88), (6, 0.85), (10, 0.75)) for gpu in range(8)]
+    document = _sweep(tmp_path, {"nodes": 12, "seed": 5, "noise": {"gemm_cv": 0.01, "membw_cv": 0.01},
+                                 "faults": faults})
+    kinds = sorted((f["kind"], f["host"]) for f in document["findings"])
+    assert kinds == [("slow_node", f"node{i:03d}") for i in (2, 6, 10)], kinds
