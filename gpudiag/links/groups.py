@@ -224,11 +224,11 @@ class LinkResult:
             raise ValueError(f"{self.a}↔{self.b}: give either a figure (gbps) or an error, not both or neither")
         if self.gbps is not None and not (math.isfinite(self.gbps) and self.gbps >= 0):
             raise ValueError(f"{self.a}↔{self.b}: gbps must be finite and non-negative, got {self.gbps}")
+        if len(self.end_rates_gbps) != 2:
+            raise ValueError(f"{self.a}↔{self.b}: end_rates_gbps gives the two ends' rates, got {self.end_rates_gbps}")
         for rate in (self.line_rate_gbps, *self.end_rates_gbps):
             if rate is not None and not (math.isfinite(rate) and rate > 0):
                 raise ValueError(f"{self.a}↔{self.b}: a line rate must be positive, got {rate}")
-        if len(self.end_rates_gbps) != 2:
-            raise ValueError(f"{self.a}↔{self.b}: end_rates_gbps gives the two ends' rates, got {self.end_rates_gbps}")
         if self.fault is not None and (self.error is None or self.fault not in (self.a, self.b)):
             raise ValueError(f"{self.a}↔{self.b}: a fault names an end of a pair that failed, not {self.fault!r}")
 

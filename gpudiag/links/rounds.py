@@ -87,9 +87,8 @@ class LinkRecord:
         """The record of a ``links[]`` entry (``to_dict``'s form; a stored document's entry may
         lack ``line_rate_gbps``, ``error``, ``fault``, ``phase`` and ``end_rates_gbps``, which
         is written only for a pair between two rates: a host is still known unreached from those).
-        An entry with no figure and no error reads as an
-        error; a ``fault`` that names no end of a failed pair is dropped. Raises ValueError for an
-        entry that is not a pair test's."""
+        An entry with no figure and no error reads as an error; a ``fault`` that names no end of a
+        failed pair is dropped. Raises ValueError for an entry that is not a pair test's."""
         try:
             value, rail, rate = data.get("value"), data.get("rail"), data.get("line_rate_gbps")
             if (value is not None and not _is_number(value)) or (rate is not None and not _is_number(rate)):

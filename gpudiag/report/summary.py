@@ -269,7 +269,7 @@ def focus_line(document: Document) -> str | None:
 
 
 def _node_peers(peers: object) -> str:
-    """`` · further nodes probed node[002,006]: 2 of at most 4 (the references' level was shifted)``;
+    """`` · further nodes probed node[002,006]: 2 of at most 4 (the references' own level was shifted)``;
     nothing where none was asked for."""
     if not isinstance(peers, Mapping):
         return ""

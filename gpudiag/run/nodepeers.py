@@ -28,7 +28,7 @@ from ..hosts import HostSpec, fold_hosts, hosts_named
 from ..pause import Focus
 from ..transport import Session
 from .connection import Connection
-from .fanout import Connector, SweepResult
+from .fanout import Connector, HostOutcome, SweepResult
 
 # The group findings a sample of a job cannot tell from its own slow references.
 GROUP_KINDS = (Kind.FLEET_SHIFT, Kind.SOFTWARE_REGRESSION)
@@ -65,7 +65,8 @@ class NodePeers:
                 "not_probed": dict(self.missed)}
 
     def describe(self) -> str:
-        """``further nodes probed node[011,014] (of at most 4), as the references' level was shifted: …``"""
+        """``further nodes probed: node[011,014] (of at most 4), as the references' own level was
+        shifted (fleet_shift node[004,013])``, and each node not probed and why."""
         what = fold_hosts(self.hosts) if self.hosts else "none"
         text = (f"further nodes probed: {what} (of at most {self.bound}), as the references' own level was "
                 f"shifted ({'; '.join(self.because)})")
@@ -80,17 +81,21 @@ def with_further_nodes(combined: SweepResult, wanted: Sequence[HostSpec], focus:
     references (``combined``: the first pass and their outcomes, impostors set aside), those that
     did not left out and said; the focus widened to them; their specs."""
     labels = {spec.label for spec in wanted}
-    kept = [h.host for h in combined.hosts if h.host in labels and h.ok]
-    missed = {h.host: f"{h.status}: {h.error or 'no reason given'}" for h in combined.hosts
-              if h.host in labels and not h.ok}
-    missed.update({spec.label: "interrupted before it was probed" for spec in wanted
-                   if spec.label not in {h.host for h in combined.hosts}})
-    peers = NodePeers(tuple(kept), bound, because, missed)
-    specs = [spec for spec in wanted if spec.label in set(kept)]
+    outcomes = {h.host: h for h in combined.hosts if h.host in labels}
+    specs = [spec for spec in wanted if spec.label in outcomes and outcomes[spec.label].ok]
+    missed = {spec.label: _why_not(outcomes.get(spec.label)) for spec in wanted if spec not in specs}
+    peers = NodePeers(tuple(spec.label for spec in specs), bound, because, missed)
     wider = widened(focus, specs)
     hosts = tuple(h for h in combined.hosts if h.host not in labels or h.ok)
     first = dataclasses.replace(combined, hosts=hosts, focus=wider.to_dict())
     return saying(first, peers), wider, specs
+
+
+def _why_not(outcome: HostOutcome | None) -> str:
+    """Why a further node took no part: its status and error, or that no probe of it finished."""
+    if outcome is None:
+        return "interrupted before it was probed"
+    return f"{outcome.status}: {outcome.error or 'no reason given'}"
 
 
 def saying(first: SweepResult, peers: NodePeers) -> SweepResult:

@@ -40,8 +40,8 @@ class SimulatedPairRunner:
         rails = min(network.rails for network in ends)
         if self._fleet.fabric is not None and self._fleet.fabric.spec.rails is not None:
             rails = min(rails, self._fleet.fabric.spec.rails)  # the rails its fabric carries
-        line_rate_gbps = min(network.rail_line_rate_gbps for network in ends)
         end_rates = (ends[0].rail_line_rate_gbps, ends[1].rail_line_rate_gbps)
+        line_rate_gbps = min(end_rates)
         down = [host for host in (a, b) if self._fleet.is_unreachable(host) or self._fleet.is_hung(host)]
         results = []
         for rail in range(rails):
