@@ -38,6 +38,7 @@ the bar's family counts at most 16 results of a key per host.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections import defaultdict
@@ -45,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .measurements import HOST_DEVICES, Measurement
-from .reference import BASELINE, FLEET, KeyReferences, Reference
+from .reference import BASELINE, FLEET, MAD_TO_SIGMA, KeyReferences, Reference
 from .tails import MAD_LOG_VARIANCE, spread_dof, student_bar
 from .thresholds import Thresholds
 
@@ -73,6 +74,15 @@ FAMILY_PER_HOST_KEY = 16
 LASTING_TOLERANCE = 1.15
 # Degrees of freedom the pooled run-to-run noise needs before it narrows a mean's spread.
 MIN_RUN_DOF = 10
+# How far (in their errors together) the level a key's re-test found may lie from its fleet level
+# and still be weighed in with it (``retest_level``).
+AGREE_ERRORS = 2.0
+# Of the means the re-test found its results at, how far from their median (in their MAD's sigmas)
+# one may lie and still tell what of the key's spread lasts (``retest_lasting``): past it, a GPU slow.
+LASTING_TRIM = 3.0
+# Results re-tested in two runs or more that a key needs before its re-test tells what of its
+# spread outlasts the runs, and its level (``retest_lasting``): a node's eight GPUs.
+MIN_LASTING_RESULTS = 8
 # A fleet level's own error, in its spreads × 1 / √(values it rests on): the densest-window level
 # (gpudiag.analysis.reference) of 2,000 normal samples of 16 to 512 values each scattered 1.6 to
 # 1.8 of that, and sat 0.03 to 0.13 spreads high (a plain median: 1.25).
@@ -156,12 +166,31 @@ def warn_band(thresholds: Thresholds) -> float:
 
 
 @dataclass(frozen=True)
+class Lasting:
+    """What of a key's spread outlasts its runs (GPUs that differ by themselves), measured on the
+    re-test (``retest_lasting``): the relative variance of its results' means of runs about their
+    median, less the run-to-run noise's share of a mean of that many runs, and the degrees of
+    freedom of that MAD (``spread_dof``), so that ``mean_spread`` weighs it against the fleet's
+    spread; and that median (``centre``, in the key's unit) of ``results`` means, the level the
+    re-tested GPUs run at (``retest_level``)."""
+
+    relative_variance: float
+    means_variance: float  # the means' own relative variance, before the noise's share is taken off
+    noise_share: float  # the run-to-run noise's share of it (relative variance of a mean of that many runs)
+    dof: int
+    centre: float
+    results: int
+
+
+@dataclass(frozen=True)
 class RunNoise:
     """The run-to-run noise of one key (a fraction of its values), pooled over its re-tested
-    results, and the degrees of freedom it rests on."""
+    results, and the degrees of freedom it rests on; ``lasting``: what of the key's spread the
+    re-test found to outlast its runs (None: too few results to tell, ``MIN_LASTING_RESULTS``)."""
 
     relative_sd: float
     dof: int
+    lasting: Lasting | None = None
 
 
 def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]],
@@ -178,7 +207,9 @@ def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]],
     ``firsts``: the first-pass measurement of results that no suspect chose (by repeat key). A
     result re-tested once is measured in two runs with its first: the other GPUs, the other pairs
     of a host re-tested for one of them. Their first run was not chosen for being low, so the two
-    runs' scatter is the noise alone (a suspect's first run is never used: it was chosen low)."""
+    runs' scatter is the noise alone (a suspect's first run is never used: it was chosen low).
+    With ``firsts`` (a sweep's re-test), each key's noise also carries what its re-test found of
+    its lasting spread and level (``retest_lasting``)."""
     found: dict[str, list[tuple[float, int]]] = defaultdict(list)
     metric_of: dict[str, tuple[str | None, str, str]] = {}
     for repeat, values in runs.items():
@@ -198,7 +229,50 @@ def run_noise(runs: Mapping[tuple[str, ...], Sequence[Measurement]],
     for key, results in found.items():
         by_metric[metric_of[key]] += results
     pooled = {metric: _pooled(results) for metric, results in by_metric.items()}
-    return {key: _metric_or_own(own, pooled[metric_of[key]]) for key, own in noise.items()}
+    measured = {key: _metric_or_own(own, pooled[metric_of[key]]) for key, own in noise.items()}
+    if firsts is None:
+        return measured
+    return {key: dataclasses.replace(own, lasting=retest_lasting(runs, key, own)) for key, own in measured.items()}
+
+
+def retest_lasting(runs: Mapping[tuple[str, ...], Sequence[Measurement]], key: str,
+                   noise: RunNoise) -> Lasting | None:
+    """What of ``key``'s spread outlasts its runs, and the level its GPUs run at, from its results
+    re-tested in two runs or more: each one's runs (never its first, which may have chosen it)
+    average to that GPU's own level, and those levels scatter by the lasting spread plus the noise
+    of a mean of that many runs. A median and a MAD, so that the few slow GPUs the re-test was
+    for move neither. None with fewer than ``MIN_LASTING_RESULTS`` such results, or the noise
+    measured too thinly (``MIN_RUN_DOF``).
+
+    The fleet's spread less the run-to-run noise tells the same from one run of each GPU: a
+    difference of two estimates, each off by a fifth in a 4-node job. At 3 % noise a 4-node
+    job's spread came out 4.65 % and its runs' noise 2.3 %; a lasting 3.4 % was kept, and a GPU
+    10 % slow, 12 % below on the mean of six runs, was 3.3 sigma of such a mean and passed."""
+    if noise.dof < MIN_RUN_DOF:
+        return None
+    means = {repeat: statistics.fmean(m.value for m in values) for repeat, values in runs.items()
+             if len(values) >= 2 and values[0].key == key}
+    if len(means) < MIN_LASTING_RESULTS:
+        return None
+    centre, spread = _median_and_spread(list(means.values()))
+    # The GPUs the re-test was for, ten sigmas of such a mean below, widen a MAD of two dozen by a
+    # half: set aside past LASTING_TRIM of the first one's spreads, and found again without them.
+    kept = [repeat for repeat, mean in means.items() if abs(mean - centre) <= LASTING_TRIM * spread]
+    if len(kept) < MIN_LASTING_RESULTS or centre <= 0:
+        return None
+    centre, spread = _median_and_spread([means[repeat] for repeat in kept])
+    if centre <= 0:
+        return None
+    means_variance = (spread / centre) ** 2
+    noise_share = noise.relative_sd ** 2 * statistics.fmean(1 / len(runs[repeat]) for repeat in kept)
+    return Lasting(max(means_variance - noise_share, 0.0), means_variance, noise_share, spread_dof(len(kept)),
+                   centre, len(kept))
+
+
+def _median_and_spread(values: Sequence[float]) -> tuple[float, float]:
+    """The median of ``values`` and their MAD as a normal sigma."""
+    centre = statistics.median(values)
+    return centre, MAD_TO_SIGMA * statistics.median(abs(value - centre) for value in values)
 
 
 def _metric_or_own(own: RunNoise, metric: RunNoise) -> RunNoise:
@@ -250,7 +324,8 @@ def family_size(results: Iterable[tuple[str, str]]) -> int:
     return sum(min(count, FAMILY_PER_HOST_KEY) for count in counts.values())
 
 
-def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: float) -> float:
+def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: float,
+                level_variance: float | None = None) -> float:
     """The spread of a mean of ``runs`` re-test runs about ``ref``: what of ``ref``'s spread is not
     run-to-run noise (GPUs that differ by themselves), plus the run-to-run noise over ``runs``.
     A fleet's spread within ``lasting_tolerance`` of its run-to-run noise is all that noise: the
@@ -260,16 +335,44 @@ def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: fl
     error (``LEVEL_ERROR``, of the wider of the fleet's spread and the measured noise: a level found
     from a few values can sit a spread high, and its spread come out tight): nothing in a fleet of
     thousands of values, but a 4-node job's level from 32 values is off by a third of a spread, as
-    much as a mean of six runs scatters, and a GPU pair's level from 16 hosts by nearly half. Never
-    below ``floor_pct`` of the reference."""
+    much as a mean of six runs scatters, and a GPU pair's level from 16 hosts by nearly half
+    (``level_variance``, where given: that error's square as the re-test found it, ``retest_level``).
+    Never below ``floor_pct`` of the reference."""
     floor = abs(ref.value) * floor_pct / 100
     measured = noise is not None and noise.dof >= MIN_RUN_DOF
     per_run = noise.relative_sd * abs(ref.value) if noise is not None and measured else 0.0
-    level = (LEVEL_ERROR * max(ref.spread, per_run)) ** 2 / ref.level_values if ref.level_values > 0 else 0.0
+    level = level_variance if level_variance is not None else \
+        (LEVEL_ERROR * max(ref.spread, per_run)) ** 2 / ref.level_values if ref.level_values > 0 else 0.0
     if not measured:
         return max(math.sqrt(ref.spread ** 2 + level), floor)
-    return max(math.sqrt(lasting_variance(ref.spread, per_run, ref.level_values, noise.dof)
-                         + per_run ** 2 / runs + level), floor)
+    return max(math.sqrt(_lasting(ref, per_run, noise) + per_run ** 2 / runs + level), floor)
+
+
+def _lasting(ref: Reference, per_run: float, noise: RunNoise) -> float:
+    """What of ``ref``'s spread outlasts the runs (a variance in the square of its unit): from the
+    fleet's spread (``lasting_variance``) and, where the re-test measured it (``Lasting``), the
+    two weighed by how sure each is. An estimate of a variance scatters by what it estimates
+    times √(2 / its degrees of freedom): the fleet's spread of single runs carries the whole
+    run-to-run noise, the re-test's means of six runs a sixth of it, so where GPUs differ little by
+    themselves the re-test knows far better, and where they differ much more than the runs do,
+    the two count by their degrees of freedom. Both are weighed at the re-test's lasting variance,
+    which the re-test measured directly: a 4-node job's 32 single values spread 4.65 % at 3 %
+    noise by chance, and weighed at their own they kept half of a lasting 3 % that its GPUs' means
+    of six runs did not show."""
+    from_fleet = lasting_variance(ref.spread, per_run, ref.level_values, noise.dof)
+    lasting = noise.lasting
+    if lasting is None or ref.value == 0:
+        return from_fleet
+    scale = ref.value ** 2
+    fleet, retest = from_fleet / scale, lasting.relative_variance
+    fleet_dof = spread_dof(ref.level_values)
+    fleet_scatter = retest + (per_run / ref.value) ** 2
+    retest_scatter = retest + lasting.noise_share
+    if retest_scatter <= 0 or fleet_dof <= 0:
+        return retest * scale
+    fleet_weight = fleet_dof / fleet_scatter ** 2
+    retest_weight = lasting.dof / retest_scatter ** 2
+    return (fleet * fleet_weight + retest * retest_weight) / (fleet_weight + retest_weight) * scale
 
 
 def lasting_tolerance(values: float, dof: int | None) -> float:
@@ -309,7 +412,8 @@ def with_fleet_spread(ref: Reference, noise: RunNoise | None) -> RunNoise | None
         return noise  # the spread outlasts the runs, or the runs scatter more than the fleet did
     fleet_dof = spread_dof(ref.level_values)
     dof = noise.dof + fleet_dof
-    return RunNoise(math.sqrt((noise.relative_sd ** 2 * noise.dof + fleet_sd ** 2 * fleet_dof) / dof), dof)
+    return RunNoise(math.sqrt((noise.relative_sd ** 2 * noise.dof + fleet_sd ** 2 * fleet_dof) / dof), dof,
+                    noise.lasting)
 
 
 @dataclass(frozen=True)
@@ -322,6 +426,32 @@ class RunsVerdict:
     robust_z: float
     confirmed: bool
     note: str
+    reference: Reference  # what the mean was judged against (``retest_level``'s)
+
+
+def retest_level(ref: Reference, noise: RunNoise | None) -> tuple[Reference, float | None]:
+    """``ref`` (a fleet level) with the level the re-test found its GPUs at (``Lasting.centre``)
+    weighed in, where the two agree within ``AGREE_ERRORS`` of their errors, and that level's
+    error as a variance (None: ``ref`` as it is, its error from its values: ``mean_spread``). A
+    4-node job's level from 32 single runs is off by a third of a spread, the median of two dozen
+    GPUs' means of six runs by a tenth. The level is never raised by it (the lower of the fleet's
+    and the pooled one: no GPU is judged against a level its re-test did not reach). Any other
+    reference, or one without such a re-test, as it is. At 3 % noise a GPU 10 % slow whose six
+    runs read 6.8 % below a 4-node job's level stood 3.7 sigma of such a mean below it, the
+    level's own error as large as the runs' noise, where the bar was 4.4."""
+    lasting = noise.lasting if noise is not None else None
+    if lasting is None or ref.source != FLEET or ref.level_values <= 0 or ref.value <= 0:
+        return ref, None
+    per_run = noise.relative_sd * ref.value
+    fleet_error = LEVEL_ERROR * max(ref.spread, per_run) / math.sqrt(ref.level_values)
+    retest_error = MEDIAN_EFFICIENCY * math.sqrt(lasting.means_variance) * lasting.centre / math.sqrt(lasting.results)
+    if abs(lasting.centre - ref.value) > AGREE_ERRORS * math.hypot(fleet_error, retest_error):
+        return ref, None
+    if retest_error <= 0:
+        return dataclasses.replace(ref, value=min(ref.value, lasting.centre)), 0.0
+    weights = (1 / fleet_error ** 2, 1 / retest_error ** 2)
+    pooled = (ref.value * weights[0] + lasting.centre * weights[1]) / sum(weights)
+    return dataclasses.replace(ref, value=min(ref.value, pooled)), 1 / sum(weights)
 
 
 def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, bar: float,
@@ -331,8 +461,10 @@ def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, 
     is below ``ref``)."""
     figures = list(values)
     mean = statistics.fmean(figures)
+    first_level = ref.value
+    ref, level_variance = retest_level(ref, noise)
     noise = with_fleet_spread(ref, noise)
-    spread = mean_spread(ref, len(figures), noise, thresholds.mad_floor_pct)
+    spread = mean_spread(ref, len(figures), noise, thresholds.mad_floor_pct, level_variance)
     deficit = ref.deficit_pct(mean)
     z = (mean - ref.value) / spread
     measured = "run-to-run noise not measured: one run's spread"
@@ -345,5 +477,7 @@ def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, 
         bar = student_bar(bar, ref.spread_dof)
     confirmed = deficit >= thresholds.retest_deficit_pct and (ref.fleet_below or z <= -bar)
     what, such = ("re-test", "run") if len(figures) == 1 else (f"mean of {len(figures)} re-test runs", "mean")
-    note = f"the {what} {deficit:.1f} % below, {-z:.1f} sigma of such a {such} (bar {bar:.1f}; {measured})"
-    return RunsVerdict(mean, deficit, z, confirmed, note)
+    against = "" if ref.value == first_level else f" the level with its key's re-test ({ref.value:.1f})"
+    note = (f"the {what} {deficit:.1f} % below{against}, {-z:.1f} sigma of such a {such} "
+            f"(bar {bar:.1f}; {measured})")
+    return RunsVerdict(mean, deficit, z, confirmed, note, ref)

@@ -581,10 +581,10 @@ def _repeated_runs(suspect: Suspect, values: Sequence[Measurement], noise: RunNo
     verdict = judge_runs(suspect.reference, (m.value for m in values), noise, bar, thresholds)
     if not verdict.confirmed:
         return None
-    # The finding shows what confirmed it: the runs' mean, its deficit and z.
+    # The finding shows what confirmed it: the runs' mean, the level it was judged against, its deficit and z.
     return dataclasses.replace(suspect, measurement=suspect.measurement._replace(value=verdict.mean),
-                               deficit_pct=verdict.deficit_pct, robust_z=verdict.robust_z, confirmed=True,
-                               note=verdict.note)
+                               reference=verdict.reference, deficit_pct=verdict.deficit_pct,
+                               robust_z=verdict.robust_z, confirmed=True, note=verdict.note)
 
 
 def _retest_gap(m: Measurement, host: HostRecords | None) -> str:
