@@ -327,11 +327,28 @@ def _on_pairs(pairs: Sequence[PairFigure], level: float, level_noise: float, noi
               thresholds: LinkThresholds) -> tuple[float, float, float]:
     """The mean of ``pairs`` (each the mean of its rails) against ``level`` (its noise
     ``level_noise``): that mean, its deficit and its z (the mean's noise at least ``mad_floor_pct``
-    of the level)."""
+    of the level); without a pair that is a slow link of its own (``_without_a_slow_link``)."""
+    pairs = _without_a_slow_link(pairs, thresholds)
     rate = mean_gbps(f.gbps for f in pairs)
     own = math.sqrt(math.fsum(noise[(f.a, f.b)] ** 2 for f in pairs)) / len(pairs)
     spread = math.hypot(max(own, thresholds.mad_floor_pct / 100 * level), level_noise)
     return rate, 100 * (level - rate) / level, (rate - level) / spread
+
+
+def _without_a_slow_link(pairs: Sequence[PairFigure], thresholds: LinkThresholds) -> Sequence[PairFigure]:
+    """``pairs`` (one host's, three or more) without its lowest where that one falls
+    ``deficit_pct`` below the median of the others: a NIC slow is slow with every partner, and a
+    pair that slow alone is the link's own (judged as a link). A 20 %-slow link of a 48-node
+    fleet, with the host's two other pairs 2-3 % low by chance, put the mean of its three pairs
+    8 % under the level, and the host's healthy NIC was named slow and drained. A host whose
+    pairs are alike (a slow NIC's, a healthy one's) keeps them all: none is chosen for the judging."""
+    if len(pairs) < 3:
+        return pairs
+    lowest = min(pairs, key=lambda f: f.gbps)
+    rest = [f for f in pairs if f is not lowest]
+    if lowest.gbps < statistics.median(f.gbps for f in rest) * (1 - thresholds.deficit_pct / 100):
+        return rest
+    return pairs
 
 
 def _median_noise(pairs: Sequence[Pair], noise: Mapping[Pair, float]) -> float:
