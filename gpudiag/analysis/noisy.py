@@ -77,9 +77,13 @@ MIN_RUN_DOF = 10
 # How far (in their errors together) the level a key's re-test found may lie from its fleet level
 # and still be weighed in with it (``retest_level``).
 AGREE_ERRORS = 2.0
-# Of the means the re-test found its results at, how far from their median (in their MAD's sigmas)
-# one may lie and still tell what of the key's spread lasts (``retest_lasting``): past it, a GPU slow.
-LASTING_TRIM = 3.0
+# Of the means the re-test found its results at, how far from their host's median (in sigmas of
+# their MAD) one may lie and still tell what of the key's spread lasts (``retest_lasting``): past
+# it, a GPU slow.
+LASTING_TRIM = 3.5
+# A host's results of a key (re-tested in two runs or more) that its own median needs before they
+# tell what its GPUs differ by (``retest_lasting``): half a node.
+MIN_HOST_RESULTS = 4
 # Results re-tested in two runs or more that a key needs before its re-test tells what of its
 # spread outlasts the runs, and its level (``retest_lasting``): a node's eight GPUs.
 MIN_LASTING_RESULTS = 8
@@ -240,9 +244,16 @@ def retest_lasting(runs: Mapping[tuple[str, ...], Sequence[Measurement]], key: s
     """What of ``key``'s spread outlasts its runs, and the level its GPUs run at, from its results
     re-tested in two runs or more: each one's runs (never its first, which may have chosen it)
     average to that GPU's own level, and those levels scatter by the lasting spread plus the noise
-    of a mean of that many runs. A median and a MAD, so that the few slow GPUs the re-test was
-    for move neither. None with fewer than ``MIN_LASTING_RESULTS`` such results, or the noise
-    measured too thinly (``MIN_RUN_DOF``).
+    of a mean of that many runs. Each GPU's mean is taken against its own host's GPUs
+    (``MIN_HOST_RESULTS`` of them at least), so that a host slow as a whole (a node fault, judged
+    by its node median) widens nothing: a paused job's suspect 40 % slow on every GPU, re-tested
+    with one reference, made the means of 16 GPUs two clusters, a lasting 38 %, and the node
+    passed. The few slow GPUs the re-test was for are set aside first, past ``LASTING_TRIM`` MADs
+    of the means about their hosts' medians; the rest give a variance about their host's mean, a
+    degree of freedom each less one a host. (About a median of eight, or of the others, the MAD
+    came out a seventh low, or its middle two means' gap twice over.) What hosts differ by for
+    good the fleet's spread tells (``_lasting`` weighs the two). None with fewer than
+    ``MIN_LASTING_RESULTS`` such results, or the noise measured too thinly (``MIN_RUN_DOF``).
 
     The fleet's spread less the run-to-run noise tells the same from one run of each GPU: a
     difference of two estimates, each off by a fifth in a 4-node job. At 3 % noise a 4-node
@@ -250,29 +261,36 @@ def retest_lasting(runs: Mapping[tuple[str, ...], Sequence[Measurement]], key: s
     10 % slow, 12 % below on the mean of six runs, was 3.3 sigma of such a mean and passed."""
     if noise.dof < MIN_RUN_DOF:
         return None
-    means = {repeat: statistics.fmean(m.value for m in values) for repeat, values in runs.items()
-             if len(values) >= 2 and values[0].key == key}
-    if len(means) < MIN_LASTING_RESULTS:
+    by_host: dict[str, dict[tuple[str, ...], float]] = defaultdict(dict)
+    for repeat, values in runs.items():
+        if len(values) >= 2 and values[0].key == key:
+            by_host[values[0].host][repeat] = statistics.fmean(m.value for m in values)
+    hosts = [host_means for host_means in by_host.values()
+             if len(host_means) >= MIN_HOST_RESULTS and statistics.median(host_means.values()) > 0]
+    # The GPUs the re-test was for, ten sigmas of such a mean below their host's median, are set
+    # aside first: past LASTING_TRIM of the MAD of every mean about its host's median.
+    about_median = {repeat: mean / statistics.median(host_means.values()) - 1
+                    for host_means in hosts for repeat, mean in host_means.items()}
+    if len(about_median) < MIN_LASTING_RESULTS:
         return None
-    centre, spread = _median_and_spread(list(means.values()))
-    # The GPUs the re-test was for, ten sigmas of such a mean below, widen a MAD of two dozen by a
-    # half: set aside past LASTING_TRIM of the first one's spreads, and found again without them.
-    kept = [repeat for repeat, mean in means.items() if abs(mean - centre) <= LASTING_TRIM * spread]
-    if len(kept) < MIN_LASTING_RESULTS or centre <= 0:
+    cut = LASTING_TRIM * MAD_TO_SIGMA * statistics.median(abs(deviation) for deviation in about_median.values())
+    squares, dof, kept = 0.0, 0, []
+    for host_means in hosts:
+        own = [repeat for repeat in host_means if abs(about_median[repeat]) <= cut]
+        if len(own) < 2:
+            continue
+        # about the mean of its host's kept GPUs: a variance with a degree of freedom each, less the host's
+        centre = statistics.fmean(host_means[repeat] for repeat in own)
+        squares += math.fsum((host_means[repeat] / centre - 1) ** 2 for repeat in own)
+        dof += len(own) - 1
+        kept += own
+    if len(kept) < MIN_LASTING_RESULTS or dof <= 0:
         return None
-    centre, spread = _median_and_spread([means[repeat] for repeat in kept])
-    if centre <= 0:
-        return None
-    means_variance = (spread / centre) ** 2
+    means = {repeat: mean for host_means in hosts for repeat, mean in host_means.items()}
+    means_variance = squares / dof
     noise_share = noise.relative_sd ** 2 * statistics.fmean(1 / len(runs[repeat]) for repeat in kept)
-    return Lasting(max(means_variance - noise_share, 0.0), means_variance, noise_share, spread_dof(len(kept)),
-                   centre, len(kept))
-
-
-def _median_and_spread(values: Sequence[float]) -> tuple[float, float]:
-    """The median of ``values`` and their MAD as a normal sigma."""
-    centre = statistics.median(values)
-    return centre, MAD_TO_SIGMA * statistics.median(abs(value - centre) for value in values)
+    return Lasting(max(means_variance - noise_share, 0.0), means_variance, noise_share, dof,
+                   statistics.median(means[repeat] for repeat in kept), len(kept))
 
 
 def _metric_or_own(own: RunNoise, metric: RunNoise) -> RunNoise:
@@ -355,10 +373,10 @@ def _lasting(ref: Reference, per_run: float, noise: RunNoise) -> float:
     times √(2 / its degrees of freedom): the fleet's spread of single runs carries the whole
     run-to-run noise, the re-test's means of six runs a sixth of it, so where GPUs differ little by
     themselves the re-test knows far better, and where they differ much more than the runs do,
-    the two count by their degrees of freedom. Both are weighed at the re-test's lasting variance,
-    which the re-test measured directly: a 4-node job's 32 single values spread 4.65 % at 3 %
-    noise by chance, and weighed at their own they kept half of a lasting 3 % that its GPUs' means
-    of six runs did not show."""
+    the two count by their degrees of freedom. Both are weighed at the larger of the two, never
+    each at its own: an estimate low by chance would weigh itself up, and name GPUs for what they
+    differ by. A 4-node job's 32 single values spread 4.65 % at 3 % noise by chance, a lasting
+    3.4 % where its GPUs' means of six runs showed none, and two GPUs 10 % slow passed."""
     from_fleet = lasting_variance(ref.spread, per_run, ref.level_values, noise.dof)
     lasting = noise.lasting
     if lasting is None or ref.value == 0:
@@ -366,12 +384,15 @@ def _lasting(ref: Reference, per_run: float, noise: RunNoise) -> float:
     scale = ref.value ** 2
     fleet, retest = from_fleet / scale, lasting.relative_variance
     fleet_dof = spread_dof(ref.level_values)
-    fleet_scatter = retest + (per_run / ref.value) ** 2
-    retest_scatter = retest + lasting.noise_share
-    if retest_scatter <= 0 or fleet_dof <= 0:
-        return retest * scale
+    weighed_at = max(fleet, retest)
+    fleet_scatter = weighed_at + (per_run / ref.value) ** 2
+    retest_scatter = weighed_at + lasting.noise_share
+    if retest_scatter <= 0:  # runs that never varied, on GPUs that never differ: nothing lasts
+        return 0.0
     fleet_weight = fleet_dof / fleet_scatter ** 2
     retest_weight = lasting.dof / retest_scatter ** 2
+    if fleet_weight + retest_weight <= 0:
+        return from_fleet
     return (fleet * fleet_weight + retest * retest_weight) / (fleet_weight + retest_weight) * scale
 
 
