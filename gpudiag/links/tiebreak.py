@@ -10,6 +10,12 @@ with its own spare and the spares with each other (a cycle, one pair for two). H
 prove each other good; from then on the ordinary confirm rounds pair each suspect with hosts
 known good, the spares among them, until it is cleared or named.
 
+A probed host whose own line rate no pair ran at, where no probed host reports it (a job of two
+models, its suspect an H100 at 400 Gb/s a rail and its references A100s at 200: a NIC 15 % slow
+still fills a 200 Gb/s line; gpudiag.links.unreached), brings in UNRATED_SPARES spares, each
+paired with it, twice at most: a pair runs at its slower end, so one spare of its rate measures
+it, and a pair at that rate's line clears both ends.
+
 Every pair test with a spare end counts against ``max_pair_tests``, a hard bound: a pair past it
 is not run, and what it would have decided stays undecided (said in ``TieBreak.note``). Spares
 are brought in once per probed host; a spare never brings in another.
@@ -22,6 +28,7 @@ replaced by the next spare, in at most MAX_REACH_BATCHES tries.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -37,6 +44,11 @@ from .schedule import CONFIRM, Pair, Round, Suspects, pair_key
 # suspect and both references had slow NICs reached the bound one pair short of the suspect's
 # third good partner (2 of 8 such 16-node jobs at 1 % noise), and left it unchecked.
 EXTRA_PAIR_TESTS_PER_HOST = 6
+# Spares brought in for a host whose own line rate no pair reached (each paired with all of them),
+# at most UNRATED_TRIES times: in a job of two models half its nodes of each, three miss its rate
+# one time in eight, six one time in sixty.
+UNRATED_SPARES = 3
+UNRATED_TRIES = 2
 # Tries to reach spares in place of those that could not be reached, each one host time limit at most.
 MAX_REACH_BATCHES = 2
 # Characters of a peer's error the note quotes (the document's ``tried`` has it whole).
@@ -74,6 +86,7 @@ class TieBreakPlan:
         self._batches = 0  # reaches tried so far (MAX_REACH_BATCHES in all)
         self._used: list[str] = []
         self._given: set[str] = set()  # probed hosts already given a spare
+        self._rate_tries: Counter[str] = Counter()  # spares brought in for a host's own line rate
         self._tests = 0
         self._dropped = 0
         self._wanted = False  # a confirm phase found no host that passed, with probed hosts undecided
@@ -94,9 +107,14 @@ class TieBreakPlan:
 
     def confirm(self, attribution: LinkAttribution, suspects: Suspects, records: Sequence[LinkRecord]) -> list[Round]:
         undecided = [host for host in suspects.hosts if host in self._probed and host not in self._given]
-        if undecided and not set(attribution.passed) - set(suspects.hosts):
+        tie = bool(undecided) and not set(attribution.passed) - set(suspects.hosts)
+        # a probed host whose own line rate no pair ran at, and no host of the run reports: a job of
+        # two models whose references are of the other (gpudiag.links.unreached)
+        unrated = [u.host for u in attribution.unreached
+                   if not u.peers and u.host in self._probed and self._rate_tries[u.host] < UNRATED_TRIES]
+        if tie or unrated:
             self._wanted = True
-            rounds = self._bring_in(undecided)
+            rounds = self._bring_in(undecided if tie else [], unrated)
             if rounds:
                 return rounds
         return self._bounded(self._base.confirm(attribution, suspects, records),
@@ -124,23 +142,29 @@ class TieBreakPlan:
             return f"no further peer could be reached: {_not_reached(missed)}"
         return "the bound of extra pair tests was reached"
 
-    def _bring_in(self, undecided: Sequence[str]) -> list[Round]:
+    def _bring_in(self, undecided: Sequence[str], unrated: Sequence[str] = ()) -> list[Round]:
+        """Spares for the ``undecided`` hosts (one each) and for the ``unrated`` ones (paired with
+        every spare brought in: which of them runs at the host's own rate is known only once a pair
+        with it has run), and the spares' cycle; [] where none can be drawn or reached."""
         if self._unavailable is not None:
             return []
         tried = {peer.host for peer in self._tried}
         fresh = [spare for spare in self._spares if spare not in tried]
         room = self._max - self._tests
-        count = min(len(fresh), max(2, len(undecided)))
-        while count and _cost(min(count, len(undecided)), count) > room:
+        count = min(len(fresh), max(UNRATED_SPARES if unrated else 2, len(undecided)))
+        while count and _cost(min(count, len(undecided)), count, len(unrated)) > room:
             count -= 1
         spares = self._reach(fresh, count)
         if not spares:
             return []
         count = len(spares)
         pairs = [pair_key(host, spare) for host, spare in zip(undecided[:count], spares, strict=False)]
+        pairs += [pair_key(host, spare) for host in unrated for spare in spares]
         pairs += _cycle(spares)
         self._used += spares
         self._given.update(undecided[:count])
+        for host in unrated:
+            self._rate_tries[host] += 1
         self._tests += len(pairs)
         return _rounds(pairs)
 
@@ -182,9 +206,10 @@ def _not_reached(peers: Sequence[PeerReach]) -> str:
                      f"{one_line(peer.error or 'no reason given', NOTE_ERROR_CHARS)})" for peer in peers)
 
 
-def _cost(hosts: int, spares: int) -> int:
-    """Pair tests of bringing in ``spares`` for ``hosts``: one each, and the spares' cycle."""
-    return hosts + len(_cycle([str(index) for index in range(spares)]))
+def _cost(hosts: int, spares: int, unrated: int = 0) -> int:
+    """Pair tests of bringing in ``spares`` for ``hosts`` (one each) and ``unrated`` hosts (each
+    with every spare), and the spares' cycle."""
+    return hosts + unrated * spares + len(_cycle([str(index) for index in range(spares)]))
 
 
 def _cycle(spares: Sequence[str]) -> list[Pair]:

@@ -182,3 +182,61 @@ def test_both_references_slow_in_a_noisy_8_node_job_name_them_and_fail_no_health
         if named != {("slow_nic", "node0002"), ("slow_nic", "node0007")}:
             wrong.append((seed, sorted(named, key=str)))
     assert wrong == []
+
+
+A100 = "NVIDIA A100-SXM4-80GB"  # 200 Gbit/s a rail; the simulator's default H100, 400
+
+
+def _two_models(folder: Path, seed: int, a100: list[str], faults: list[dict[str, Any]]) -> tuple[Result, dict]:
+    """An 8-node job paused, ``--suspects node005`` (an H100): its references node002 and node007
+    and the nodes ``a100`` are A100s; its further peers come node004, node003, node008, node001,
+    node006 (gpudiag.pause.focus.spread)."""
+    fleet, out = folder / f"two{seed}.json", folder / f"two{seed}.out.json"
+    fleet.write_text(json.dumps({"nodes": 8, "name_format": "node{:03d}", "seed": seed, "faults": faults,
+                                 "overrides": [{"hosts": a100, "gpu_model": A100}]}))
+    result = _run("sweep", "--simulate", str(fleet), "--pause", "--suspects", "node005", "--probes", "gemm",
+                  "--duration", "0.2", "--json", str(out))
+    return result, json.loads(out.read_text())
+
+
+def _at_400(document: dict[str, Any], host: str) -> set[str]:
+    """The partners ``host`` was measured with at 400 Gbit/s."""
+    return {link["a"] if link["b"] == host else link["b"] for link in document["links"]
+            if host in (link["a"], link["b"]) and link["line_rate_gbps"] == 400.0 and link["value"] is not None}
+
+
+ONE_OTHER_H100 = ["node001", "node002", "node003", "node004", "node007", "node008"]  # node006 alone
+
+
+@pytest.mark.parametrize(("a100", "seed"), [(["node001", "node002", "node003", "node007", "node008"], 1),
+                                            (ONE_OTHER_H100, 2), (ONE_OTHER_H100, 3)])
+def test_a_suspect_whose_references_run_at_another_line_rate_is_measured_at_its_own_by_further_peers(
+        tmp_path: Path, a100: list[str], seed: int):
+    # Every pair with its A100 references ran at their 200 Gbit/s: its own rate was never
+    # measured, and it was left unchecked (exit 3). The job's further peers are paired with it,
+    # three at a time, twice at most, until one runs at its rate.
+    result, document = _two_models(tmp_path, seed, a100, [])
+    assert result.exit_code == 0 and document["findings"] == []
+    assert _at_400(document, "node005") and _at_400(document, "node005") <= {"node004", "node006"}
+    peers = document["focus"]["extra_peers"]
+    assert peers["pair_tests"] <= peers["max_pair_tests"] == extra_pair_bound(3)
+
+
+@pytest.mark.parametrize("a100", [["node001", "node002", "node003", "node007", "node008"], ONE_OTHER_H100])
+def test_a_suspect_whose_nic_is_slow_at_its_own_rate_is_kept_out_once_a_further_peer_runs_at_it(
+        tmp_path: Path, a100: list[str]):
+    # 15 % slow, its NIC still filled its references' 200 Gbit/s lines
+    result, document = _two_models(tmp_path, 4, a100, [{"kind": "slow_nic", "host": "node005", "factor": 0.85}])
+    assert result.exit_code == 1
+    (finding,) = [f for f in document["findings"] if f["severity"] == "fail"]
+    assert "node005" in (finding["host"], finding["peer"]) and finding["kind"] in ("slow_nic", "slow_link")
+    assert "keep out node005 (1 host)" in result.output
+
+
+def test_with_no_further_peer_at_its_rate_the_suspect_stays_unchecked(tmp_path: Path):
+    result, document = _two_models(tmp_path, 5, ["node001", "node002", "node003", "node004", "node006", "node007",
+                                                 "node008"], [])
+    assert result.exit_code == 3
+    (finding,) = document["findings"]
+    assert (finding["kind"], finding["host"]) == ("unchecked", "node005") and "400" in finding["evidence"]
+    assert len(document["focus"]["extra_peers"]["peers"]) == 5  # every node of the job tried, within the bound
