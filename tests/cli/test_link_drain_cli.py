@@ -111,3 +111,30 @@ def test_an_end_tested_with_its_slow_partner_only_is_re_tested_against_a_third_n
         findings = [f for f in link_findings(run.attribution, 10.0) if f.kind in ("slow_link", "slow_nic")]
         # the pair alone where n1 is fine with the third node; n1 alone where it is slow with it too, never n2
         assert [(f.kind, f.host, f.peer, f.action) for f in findings] == [(*blamed, action)]
+
+
+def _fleet_file(path: Path, nodes: int, seed: int, faults: list[dict[str, Any]]) -> str:
+    path.write_text(json.dumps({"nodes": nodes, "name_format": "node{:04d}", "seed": seed,
+                                "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.06}, "faults": faults}))
+    return str(path)
+
+
+def test_a_healthy_nic_that_dips_on_one_rail_beside_a_slow_one_is_not_drained_on_one_run(tmp_path: Path):
+    # A 4-node job against a baseline at 6 % link noise, node0004's NIC at 50 %: on rail 2 node0002's
+    # pairs with node0001 and node0003 read 351 and 353 Gb/s (one run each; a healthy pair reads
+    # 392), under the 360 floor, and its third pair was node0004's. Slow with all three partners
+    # there, node0002 was confirmed on those single runs and drained beside node0004.
+    store = str(tmp_path / "gpudiag.db")
+    runner = CliRunner()
+    base = _fleet_file(tmp_path / "base.json", 16, 1009, [])
+    job = _fleet_file(tmp_path / "job.json", 4, 9, [{"kind": "slow_nic", "host": "node0004", "factor": 0.5}])
+    for args in (["sweep", "--simulate", base, "--probes", "facts,telemetry", "--store", store, "-q"],
+                 ["baseline", "build", "--last", "1", "--name", "default", "--store", store]):
+        assert runner.invoke(main, args, catch_exceptions=False).exit_code == 0
+    out = tmp_path / "job.out.json"
+    result = runner.invoke(main, ["sweep", "--simulate", job, "--probes", "facts,telemetry", "--store", store,
+                                  "--baseline", "default", "-q", "--json", str(out)], catch_exceptions=False)
+    assert result.exit_code == 1
+    fails = [(f["kind"], f["host"], f["action"]) for f in json.loads(out.read_text())["findings"]
+             if f["severity"] == "fail"]
+    assert fails == [("slow_nic", "node0004", "drain")]
