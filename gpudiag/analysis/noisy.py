@@ -173,10 +173,10 @@ def warn_band(thresholds: Thresholds) -> float:
 class Lasting:
     """What of a key's spread outlasts its runs (GPUs that differ by themselves), measured on the
     re-test (``retest_lasting``): the relative variance of its results' means of runs about their
-    median, less the run-to-run noise's share of a mean of that many runs, and the degrees of
-    freedom of that MAD (``spread_dof``), so that ``mean_spread`` weighs it against the fleet's
-    spread; and that median (``centre``, in the key's unit) of ``results`` means, the level the
-    re-tested GPUs run at (``retest_level``)."""
+    host's mean, less the run-to-run noise's share of a mean of that many runs, and its degrees of
+    freedom, so that ``_lasting`` weighs it against the fleet's spread; and the median
+    (``centre``, in the key's unit) of those ``results`` means, the level the re-tested GPUs run
+    at (``retest_level``)."""
 
     relative_variance: float
     means_variance: float  # the means' own relative variance, before the noise's share is taken off

@@ -358,10 +358,11 @@ def _far_below(host: str, pairs: Sequence[PairFigure], known_good: frozenset[str
     """Whether every pair of ``host`` with a known-good partner lies too far under the group's
     level for a dip of one run: FAR_SPREADS of its spread, where the level has one (a job's own,
     with the noise of its rails), else ``link_deficit`` under its floor (or its expected figure,
-    where it has no line rate). Nearer, a small job's NIC slow on one rail is confirmed only on two runs of two of those
-    pairs (``_slow_again``): at 6 % link noise a healthy pair falls under the 90 % floor one run
-    in eleven, and a 4-node job's healthy host, its third partner a NIC at 50 %, was slow with all
-    three on one rail, 351 and 353 Gb/s where a healthy pair reads 392, and was drained."""
+    where it has no line rate). Nearer, a small job's NIC slow on one rail is confirmed only on
+    two runs of two of those pairs (``_slow_again``): at 6 % link noise a healthy pair falls under
+    the 90 % floor one run in eleven, and a 4-node job's healthy host, its third partner a NIC at
+    50 %, was slow with all three on one rail, 351 and 353 Gb/s where a healthy pair reads 392,
+    and was drained."""
     expected = reference.reference_gbps
     if reference.spread_gbps is not None and expected is not None:  # a level with the noise of its rails
         bar = expected - FAR_SPREADS * reference.spread_gbps
