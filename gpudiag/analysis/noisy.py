@@ -265,32 +265,34 @@ def retest_lasting(runs: Mapping[tuple[str, ...], Sequence[Measurement]], key: s
     for repeat, values in runs.items():
         if len(values) >= 2 and values[0].key == key:
             by_host[values[0].host][repeat] = statistics.fmean(m.value for m in values)
-    hosts = [host_means for host_means in by_host.values()
-             if len(host_means) >= MIN_HOST_RESULTS and statistics.median(host_means.values()) > 0]
     # The GPUs the re-test was for, ten sigmas of such a mean below their host's median, are set
     # aside first: past LASTING_TRIM of the MAD of every mean about its host's median.
-    about_median = {repeat: mean / statistics.median(host_means.values()) - 1
-                    for host_means in hosts for repeat, mean in host_means.items()}
+    about_median: dict[tuple[str, ...], float] = {}
+    hosts = []
+    for host_means in by_host.values():
+        median = statistics.median(host_means.values())
+        if len(host_means) >= MIN_HOST_RESULTS and median > 0:
+            hosts.append(host_means)
+            about_median.update({repeat: mean / median - 1 for repeat, mean in host_means.items()})
     if len(about_median) < MIN_LASTING_RESULTS:
         return None
     cut = LASTING_TRIM * MAD_TO_SIGMA * statistics.median(abs(deviation) for deviation in about_median.values())
-    squares, dof, kept = 0.0, 0, []
+    squares, dof, kept = 0.0, 0, {}
     for host_means in hosts:
-        own = [repeat for repeat in host_means if abs(about_median[repeat]) <= cut]
+        own = {repeat: mean for repeat, mean in host_means.items() if abs(about_median[repeat]) <= cut}
         if len(own) < 2:
             continue
         # about the mean of its host's kept GPUs: a variance with a degree of freedom each, less the host's
-        centre = statistics.fmean(host_means[repeat] for repeat in own)
-        squares += math.fsum((host_means[repeat] / centre - 1) ** 2 for repeat in own)
+        centre = statistics.fmean(own.values())
+        squares += math.fsum((mean / centre - 1) ** 2 for mean in own.values())
         dof += len(own) - 1
-        kept += own
+        kept.update(own)
     if len(kept) < MIN_LASTING_RESULTS or dof <= 0:
         return None
-    means = {repeat: mean for host_means in hosts for repeat, mean in host_means.items()}
     means_variance = squares / dof
     noise_share = noise.relative_sd ** 2 * statistics.fmean(1 / len(runs[repeat]) for repeat in kept)
     return Lasting(max(means_variance - noise_share, 0.0), means_variance, noise_share, dof,
-                   statistics.median(means[repeat] for repeat in kept), len(kept))
+                   statistics.median(kept.values()), len(kept))
 
 
 def _metric_or_own(own: RunNoise, metric: RunNoise) -> RunNoise:
@@ -359,8 +361,10 @@ def mean_spread(ref: Reference, runs: int, noise: RunNoise | None, floor_pct: fl
     floor = abs(ref.value) * floor_pct / 100
     measured = noise is not None and noise.dof >= MIN_RUN_DOF
     per_run = noise.relative_sd * abs(ref.value) if noise is not None and measured else 0.0
-    level = level_variance if level_variance is not None else \
-        (LEVEL_ERROR * max(ref.spread, per_run)) ** 2 / ref.level_values if ref.level_values > 0 else 0.0
+    if level_variance is not None:
+        level = level_variance
+    else:
+        level = (LEVEL_ERROR * max(ref.spread, per_run)) ** 2 / ref.level_values if ref.level_values > 0 else 0.0
     if not measured:
         return max(math.sqrt(ref.spread ** 2 + level), floor)
     return max(math.sqrt(_lasting(ref, per_run, noise) + per_run ** 2 / runs + level), floor)

@@ -392,8 +392,9 @@ def _nic_suspect(host: str, pairs: Sequence[PairFigure], known_good: frozenset[s
     if reference.fleet_gbps is not None and not reference.job_level:
         confirmed = len(good) >= wanted and fresh is not None and fresh.verdict == SLOW_AGAIN
     else:
-        confirmed = len(good) >= wanted and (repeated >= 2 or (firm or not reference.job_level)
-                                             and _far_below(host, ordered, known_good, reference, thresholds))
+        on_one_run = (firm or not reference.job_level) and _far_below(host, ordered, known_good, reference,
+                                                                      thresholds)
+        confirmed = len(good) >= wanted and (repeated >= 2 or on_one_run)
     cleared = len(good) >= wanted and fresh is not None and fresh.verdict == FINE_AGAIN
     deficit = reference.deficit_pct(gbps, source)
     figures = listed(f"{f.peer(host)} {fixed(f.gbps)}" for f in ordered)
