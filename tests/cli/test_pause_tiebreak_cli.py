@@ -240,3 +240,24 @@ def test_with_no_further_peer_at_its_rate_the_suspect_stays_unchecked(tmp_path: 
     (finding,) = document["findings"]
     assert (finding["kind"], finding["host"]) == ("unchecked", "node005") and "400" in finding["evidence"]
     assert len(document["focus"]["extra_peers"]["peers"]) == 5  # every node of the job tried, within the bound
+
+
+@pytest.mark.parametrize("seed", [5, 15])
+def test_both_references_10_pct_slow_at_6_pct_link_noise_are_each_named_never_passed(tmp_path, seed):
+    # 16 nodes at 3 % noise (6 % on links), --suspects node0005, its references node0004 and
+    # node0013 with NICs 10 % slow. node0004's pairs read 364, 365 and 337 Gb/s: the last, 7 %
+    # under the others, was set aside as a slow link of its own, and on the other two node0004
+    # was 2.9 sigma under, short of the bar. With three partners it was paired no further: a
+    # reference with a slow NIC passed, with no finding (seed 5). Judged on fewer pairs than a
+    # verdict wants, a host is now paired further.
+    fleet, out = tmp_path / "job.json", tmp_path / "job.out.json"
+    fleet.write_text(json.dumps({
+        "nodes": 16, "name_format": "node{:04d}", "seed": seed,
+        "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.06},
+        "faults": [{"kind": "slow_nic", "host": host, "factor": 0.9} for host in ("node0004", "node0013")]}))
+    result = _run("sweep", "--simulate", str(fleet), "--pause", "--suspects", "node0005", "--probes", "gemm",
+                  "--duration", "0.2", "--json", str(out))
+    document = json.loads(out.read_text())
+    named = {(f["kind"], f["host"]) for f in document["findings"] if f["severity"] in ("fail", "warn")}
+    assert named == {("slow_nic", "node0004"), ("slow_nic", "node0013")}, document["findings"]
+    assert result.exit_code == 1
