@@ -181,14 +181,16 @@ def test_a_fleets_host_with_one_partner_slow_with_it_is_paired_further_never_nam
 
 def test_healthy_fleets_at_4_pct_noise_name_nobody_across_the_rails():
     # A host half-way below on its best pair (in a fleet, half the deficit) is only paired further
-    # (unconfirmed): a few in a thousand, and never named.
+    # (unconfirmed): a few in a thousand, and never named. (12 of 2,280 here: each is judged against
+    # a level without its own pairs, which pulled it down to a host a little low, and one with a
+    # single pair in its family is paired again; 6 before, and each costs one more pair test.)
     suspects, hosts_seen = [], 0
     for hosts, seed in itertools.product((8, 17, 32), range(1, 41)):
         results = _screen_results(hosts, {}, 0.04, seed)
         assert not [v for v in attribute_links(results).nics if v.rail is None and v.confirmed], (hosts, seed)
         suspects += _slow_across(results)
         hosts_seen += hosts
-    assert len(suspects) <= hosts_seen // 200, suspects
+    assert len(suspects) <= hosts_seen // 150, suspects
 
 
 def test_one_rail_gives_nothing_to_pool():
