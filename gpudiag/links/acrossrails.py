@@ -406,7 +406,7 @@ def _on_pair_means(mine: Mapping[str, Sequence[PairFigure]], below: Sequence[_Be
         if deficit >= thresholds.deficit_pct and z <= thresholds.robust_z:
             judged.append((host, rate, level, deficit, z, True))
         elif deficit >= HALF_WAY * thresholds.deficit_pct \
-                and (z <= HALF_WAY * thresholds.robust_z or len(trusted) < MIN_GOOD) \
+                and (z <= HALF_WAY * thresholds.robust_z or len(trusted) == 1) \
                 and len(_without_a_slow_link(trusted, thresholds)) < partners_wanted \
                 and len(mine[host]) < len(mine) - 1:
             judged.append((host, rate, level, deficit, z, False))  # half-way as in _below: paired further
