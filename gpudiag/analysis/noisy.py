@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 from .measurements import HOST_DEVICES, Measurement
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, KeyReferences, Reference
+from .suspicion import Suspect
 from .tails import MAD_LOG_VARIANCE, spread_dof, student_bar
 from .thresholds import Thresholds
 
@@ -147,6 +148,13 @@ def confirmation_bar(count: int, thresholds: Thresholds) -> float:
     """The z (a positive number of sigmas) a mean of re-test runs must fall below its reference,
     when ``count`` results are judged on their runs in one sweep (``family_size``)."""
     return max(abs(thresholds.robust_z), _NORMAL.inv_cdf(1 - FAMILY_ALPHA / max(count, 1)))
+
+
+def measured_run_sd(noise: Mapping[str, RunNoise], key: str) -> float:
+    """The run-to-run noise of ``key`` (a fraction) where the re-test measured it on MIN_RUN_DOF
+    degrees of freedom or more, else 0 (not measured)."""
+    measured = noise.get(key)
+    return measured.relative_sd if measured is not None and measured.dof >= MIN_RUN_DOF else 0.0
 
 
 def planned_runs(ref: Reference, bar: float, thresholds: Thresholds) -> int:
@@ -506,3 +514,22 @@ def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, 
     note = (f"the {what} {deficit:.1f} % below{against}, {-z:.1f} sigma of such a {such} "
             f"(bar {bar:.1f}; {measured})")
     return RunsVerdict(mean, deficit, z, confirmed, note, ref)
+
+
+def noisy_in_runs(runs: Mapping[tuple[str, ...], Sequence[Measurement]], suspects: Sequence[Suspect],
+                   refs: Mapping[str, KeyReferences], thresholds: Thresholds) -> dict[tuple[str, ...], Screen]:
+    """The GPU results of noisy keys measured in two runs or more that are no suspect, with their
+    key's screen (gpudiag.analysis.suspects.confirm judges each on its runs' mean)."""
+    taken = {s.measurement.repeat_key for s in suspects}
+    screens: dict[str, Screen | None] = {}
+    found: dict[tuple[str, ...], Screen] = {}
+    for key, values in runs.items():
+        first = values[0]
+        if len(values) < 2 or key in taken or first.device in HOST_DEVICES or first.key not in refs:
+            continue
+        if first.key not in screens:
+            screens[first.key] = key_screen(refs[first.key], first.probe, first.device, thresholds)
+        screen = screens[first.key]
+        if screen is not None and screen.noisy:
+            found[key] = screen
+    return found

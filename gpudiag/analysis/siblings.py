@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from .measurements import HOST_DEVICES, Measurement
-from .noisy import too_wide
+from .noisy import confirmation_bar, too_wide
 from .reference import BASELINE, FLEET, MAD_TO_SIGMA, SIBLINGS, KeyReferences, Reference
 from .suspicion import Suspect, repeated_once, sibling_judged
 from .thresholds import Thresholds
@@ -180,3 +180,23 @@ def _in_runs(suspect: Suspect, mean: float, second: Reference, runs: int, run_sd
             f"{-z:.1f} sigma of such a {'run' if runs == 1 else 'mean'} (bar {abs(thresholds.robust_z):g})")
     return dataclasses.replace(suspect, measurement=suspect.measurement._replace(value=mean), reference=judged,
                                robust_z=z, deficit_pct=deficit, confirmed=True, note=note)
+
+
+def below_siblings_in_runs(again: Measurement, runs: int, again_groups: HostGroups, thresholds: Thresholds,
+                           run_sd: float) -> Suspect | None:
+    """A GPU result no sibling screen chose, judged on its re-test runs' mean (``again``) against
+    its siblings' means in the same re-test (``below_siblings_again``), two runs or more, at the
+    bar of the host's GPUs judged so together (noisy.confirmation_bar), or None. Its host was
+    re-tested as a whole, so the runs are chosen by no figure of this GPU's: a starved host's
+    GPU 10 % slower than its siblings, lifted level with them in its first run at 3 % noise, was
+    folded into its host's ``slow_node`` in 2 sweeps of 20, while its re-test runs had it 9 %
+    under them. (On one run, at the flat bar, a GPU of a node slow as a whole was warned about,
+    3.6 % and 3.0 sigma under its siblings.)"""
+    reference = again_groups.sibling_reference(again.host, again.key, again.device, again.value, thresholds, None)
+    if reference is None or runs < 2:
+        return None
+    # every GPU of the host is judged so: the bar of that many, as a first run's siblings choose one
+    bar = confirmation_bar(reference.peers + 1, thresholds)
+    chosen = Suspect(again, reference, reference.robust_z(again.value), reference.deficit_pct(again.value))
+    return below_siblings_again(chosen, again, again_groups, dataclasses.replace(thresholds, robust_z=-bar), runs,
+                                run_sd)

@@ -23,7 +23,6 @@ from .keys import COMPARED_PROBES, host_keys
 from .measurements import HOST_DEVICES, KeyInfo, KeyValues, Measurement, values_by_key
 from .nodes import counted_medians, node_medians
 from .noisy import (
-    MIN_RUN_DOF,
     RunNoise,
     Screen,
     confirmation_bar,
@@ -31,6 +30,8 @@ from .noisy import (
     is_noisy,
     judge_runs,
     key_screen,
+    measured_run_sd,
+    noisy_in_runs,
     planned_runs,
     run_noise,
 )
@@ -52,6 +53,7 @@ from .siblings import (
     HostGroups,
     against_siblings,
     below_siblings_again,
+    below_siblings_in_runs,
     sibling_screen,
     siblings_alone,
     siblings_judge,
@@ -478,7 +480,7 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
     is judged on its runs' mean too: a host re-tested for one GPU measured all of them again, and
     a slow GPU's first run may have been lifted above the screen by its noise. For the same
     reason a GPU so judged whose first run was no lower than its siblings' is held against their
-    re-test runs as well (``_below_siblings_in_runs``): below them, it is a broken GPU of its
+    re-test runs as well (siblings.below_siblings_in_runs): below them, it is a broken GPU of its
     host, not only its host's slow figure."""
     if retest_hosts is None:
         return [dataclasses.replace(s, note="not re-tested") for s in suspects]
@@ -493,7 +495,7 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
     retested = {host.host for host in retest_hosts}
     firsts = {m.repeat_key: m for m in found if m.host in retested and m.repeat_key not in chosen}
     noise = run_noise(runs, firsts)
-    in_runs = _noisy_in_runs(runs, suspects, refs, thresholds) if refs is not None else {}
+    in_runs = noisy_in_runs(runs, suspects, refs, thresholds) if refs is not None else {}
     judged = [(key[0], runs[key][0].key) for key in in_runs]
     judged += [(s.measurement.host, s.measurement.key) for s in suspects if _on_its_runs(s)]
     bar = confirmation_bar(family_size(judged), thresholds)
@@ -516,7 +518,7 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
         sibling, cleared = sibling_judged(suspect), None
         if sibling is not None:  # on the re-test runs alone, against the re-test's siblings
             again_sibling = below_siblings_again(sibling, again, again_groups, thresholds, len(runs[key]),
-                                                 _run_sd(noise, suspect.measurement.key))
+                                                 measured_run_sd(noise, suspect.measurement.key))
             # Not below them again: a screen its re-test did not confirm (suspicion.cleared_by_siblings),
             # kept on the suspect so that its node knows its siblings cleared it.
             cleared = dataclasses.replace(sibling, screened=True, confirmed=False) if again_sibling is None else None
@@ -525,8 +527,8 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
             repeated = _repeated_runs(suspect, runs[key], noise.get(suspect.measurement.key), bar, thresholds)
             if repeated is not None and sibling is None and cleared is None:
                 # its first run was no lower than its siblings': its re-test runs may be
-                sibling = _below_siblings_in_runs(again, len(runs[key]), again_groups, thresholds,
-                                                  _run_sd(noise, suspect.measurement.key))
+                sibling = below_siblings_in_runs(again, len(runs[key]), again_groups, thresholds,
+                                                  measured_run_sd(noise, suspect.measurement.key))
         elif suspect.reference.source == SIBLINGS:
             repeated = sibling
         else:
@@ -544,61 +546,16 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
         found_here = Suspect(first, ref, ref.robust_z(first.value), ref.deficit_pct(first.value), screened=True)
         repeated = _repeated_runs(found_here, values, noise.get(first.key), bar, thresholds)
         if repeated is not None:
-            sibling = _below_siblings_in_runs(repeats[key], len(values), again_groups, thresholds,
-                                              _run_sd(noise, first.key))
+            sibling = below_siblings_in_runs(repeats[key], len(values), again_groups, thresholds,
+                                              measured_run_sd(noise, first.key))
             kept.append(dataclasses.replace(repeated, sibling=sibling) if sibling is not None else repeated)
     return kept
-
-
-def _run_sd(noise: Mapping[str, RunNoise], key: str) -> float:
-    """The run-to-run noise of ``key`` (a fraction) where the re-test measured it well enough, else 0."""
-    measured = noise.get(key)
-    return measured.relative_sd if measured is not None and measured.dof >= MIN_RUN_DOF else 0.0
-
-
-def _below_siblings_in_runs(again: Measurement, runs: int, again_groups: HostGroups, thresholds: Thresholds,
-                            run_sd: float) -> Suspect | None:
-    """A GPU result no suspect chose, judged on its re-test runs' mean (``again``) against its
-    siblings' means in the same re-test (siblings.below_siblings_again), two runs or more, at the
-    bar of the host's GPUs judged so together (noisy.confirmation_bar), or None. Its host was
-    re-tested as a whole, so the runs are chosen by no figure of this GPU's: a starved host's
-    GPU 10 % slower than its siblings, lifted level with them in its first run at 3 % noise, was
-    folded into its host's ``slow_node`` in 2 sweeps of 20, while its re-test runs had it 9 %
-    under them. (On one run, at the flat bar, a GPU of a node slow as a whole was warned about,
-    3.6 % and 3.0 sigma under its siblings.)"""
-    reference = again_groups.sibling_reference(again.host, again.key, again.device, again.value, thresholds, None)
-    if reference is None or runs < 2:
-        return None
-    # every GPU of the host is judged so: the bar of that many, as a first run's siblings choose one
-    bar = confirmation_bar(reference.peers + 1, thresholds)
-    chosen = Suspect(again, reference, reference.robust_z(again.value), reference.deficit_pct(again.value))
-    return below_siblings_again(chosen, again, again_groups, dataclasses.replace(thresholds, robust_z=-bar), runs,
-                                run_sd)
 
 
 def _on_its_runs(suspect: Suspect) -> bool:
     """Whether ``suspect`` is judged on its re-test runs alone: a GPU's result (or a GPU pair's)
     below a measured reference, the fleet's level or the baseline (``confirm``)."""
     return suspect.reference.source in (FLEET, BASELINE) and suspect.measurement.device not in HOST_DEVICES
-
-
-def _noisy_in_runs(runs: Mapping[tuple[str, ...], Sequence[Measurement]], suspects: Sequence[Suspect],
-                   refs: Mapping[str, KeyReferences], thresholds: Thresholds) -> dict[tuple[str, ...], Screen]:
-    """The GPU results of noisy keys measured in two runs or more that are no suspect, with their
-    key's screen."""
-    taken = {s.measurement.repeat_key for s in suspects}
-    screens: dict[str, Screen | None] = {}
-    found: dict[tuple[str, ...], Screen] = {}
-    for key, values in runs.items():
-        first = values[0]
-        if len(values) < 2 or key in taken or first.device in HOST_DEVICES or first.key not in refs:
-            continue
-        if first.key not in screens:
-            screens[first.key] = key_screen(refs[first.key], first.probe, first.device, thresholds)
-        screen = screens[first.key]
-        if screen is not None and screen.noisy:
-            found[key] = screen
-    return found
 
 
 def _mean_of(values: Sequence[Measurement]) -> Measurement:
