@@ -516,9 +516,9 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
                                             retest_failed=host is not None))
             continue
         sibling, cleared = sibling_judged(suspect), None
+        run_sd = measured_run_sd(noise, suspect.measurement.key)
         if sibling is not None:  # on the re-test runs alone, against the re-test's siblings
-            again_sibling = below_siblings_again(sibling, again, again_groups, thresholds, len(runs[key]),
-                                                 measured_run_sd(noise, suspect.measurement.key))
+            again_sibling = below_siblings_again(sibling, again, again_groups, thresholds, len(runs[key]), run_sd)
             # Not below them again: a screen its re-test did not confirm (suspicion.cleared_by_siblings),
             # kept on the suspect so that its node knows its siblings cleared it.
             cleared = dataclasses.replace(sibling, screened=True, confirmed=False) if again_sibling is None else None
@@ -526,9 +526,8 @@ def confirm(suspects: Sequence[Suspect], retest_hosts: Sequence[HostRecords] | N
         if _on_its_runs(suspect):
             repeated = _repeated_runs(suspect, runs[key], noise.get(suspect.measurement.key), bar, thresholds)
             if repeated is not None and sibling is None and cleared is None:
-                # its first run was no lower than its siblings': its re-test runs may be
-                sibling = below_siblings_in_runs(again, len(runs[key]), again_groups, thresholds,
-                                                  measured_run_sd(noise, suspect.measurement.key))
+                # no lower than its siblings in its first run: its re-test runs may still put it below them
+                sibling = below_siblings_in_runs(again, len(runs[key]), again_groups, thresholds, run_sd)
         elif suspect.reference.source == SIBLINGS:
             repeated = sibling
         else:
