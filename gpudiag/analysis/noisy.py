@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .measurements import HOST_DEVICES, Measurement
-from .reference import BASELINE, FLEET, MAD_TO_SIGMA, KeyReferences, Reference
+from .reference import BASELINE, FLEET, MAD_TO_SIGMA, TRIM_SIGMAS, KeyReferences, Reference
 from .suspicion import Suspect
 from .tails import MAD_LOG_VARIANCE, spread_dof, student_bar
 from .thresholds import Thresholds
@@ -182,16 +182,14 @@ class Lasting:
     """What of a key's spread outlasts its runs (GPUs that differ by themselves), measured on the
     re-test (``retest_lasting``): the relative variance of its results' means of runs about their
     host's mean, less the run-to-run noise's share of a mean of that many runs, and its degrees of
-    freedom, so that ``_lasting`` weighs it against the fleet's spread; and the median
-    (``centre``, in the key's unit) of those ``results`` means, the level the re-tested GPUs run
-    at (``retest_level``)."""
+    freedom, so that ``_lasting`` weighs it against the fleet's spread; and those means (in the
+    key's unit) of each re-tested host, which tell the level its GPUs run at (``retest_level``)."""
 
     relative_variance: float
     means_variance: float  # the means' own relative variance, before the noise's share is taken off
     noise_share: float  # the run-to-run noise's share of it (relative variance of a mean of that many runs)
     dof: int
-    centre: float
-    results: int
+    hosts: tuple[tuple[float, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -285,7 +283,7 @@ def retest_lasting(runs: Mapping[tuple[str, ...], Sequence[Measurement]], key: s
     if len(about_median) < MIN_LASTING_RESULTS:
         return None
     cut = LASTING_TRIM * MAD_TO_SIGMA * statistics.median(abs(deviation) for deviation in about_median.values())
-    squares, dof, kept = 0.0, 0, {}
+    squares, dof, kept, by_kept_host = 0.0, 0, {}, []
     for host_means in hosts:
         own = {repeat: mean for repeat, mean in host_means.items() if abs(about_median[repeat]) <= cut}
         if len(own) < 2:
@@ -295,12 +293,12 @@ def retest_lasting(runs: Mapping[tuple[str, ...], Sequence[Measurement]], key: s
         squares += math.fsum((mean / centre - 1) ** 2 for mean in own.values())
         dof += len(own) - 1
         kept.update(own)
+        by_kept_host.append(tuple(own.values()))
     if len(kept) < MIN_LASTING_RESULTS or dof <= 0:
         return None
     means_variance = squares / dof
     noise_share = noise.relative_sd ** 2 * statistics.fmean(1 / len(runs[repeat]) for repeat in kept)
-    return Lasting(max(means_variance - noise_share, 0.0), means_variance, noise_share, dof,
-                   statistics.median(kept.values()), len(kept))
+    return Lasting(max(means_variance - noise_share, 0.0), means_variance, noise_share, dof, tuple(by_kept_host))
 
 
 def _metric_or_own(own: RunNoise, metric: RunNoise) -> RunNoise:
@@ -462,29 +460,54 @@ class RunsVerdict:
     reference: Reference  # what the mean was judged against (``retest_level``'s)
 
 
-def retest_level(ref: Reference, noise: RunNoise | None) -> tuple[Reference, float | None]:
-    """``ref`` (a fleet level) with the level the re-test found its GPUs at (``Lasting.centre``)
-    weighed in, where the two agree within ``AGREE_ERRORS`` of their errors, and that level's
-    error as a variance (None: ``ref`` as it is, its error from its values: ``mean_spread``). A
-    4-node job's level from 32 single runs is off by a third of a spread, the median of two dozen
-    GPUs' means of six runs by a tenth. The level is never raised by it (the lower of the fleet's
-    and the pooled one: no GPU is judged against a level its re-test did not reach). Any other
-    reference, or one without such a re-test, as it is. At 3 % noise a GPU 10 % slow whose six
-    runs read 6.8 % below a 4-node job's level stood 3.7 sigma of such a mean below it, the
-    level's own error as large as the runs' noise, where the bar was 4.4."""
+def retest_level(ref: Reference, noise: RunNoise | None, set_aside_pct: float) -> tuple[Reference, float | None]:
+    """``ref`` (a fleet level) with the level the re-test found its GPUs at weighed in, where the
+    two agree within ``AGREE_ERRORS`` of their errors, and that level's error as a variance (None:
+    ``ref`` as it is, its error from its values: ``mean_spread``). A 4-node job's level from 32
+    single runs is off by a third of a spread, the median of two dozen GPUs' means of six runs by
+    a tenth. The level is never raised by it (the lower of the fleet's and the pooled one: no GPU
+    is judged against a level its re-test did not reach). Any other reference, or one without such
+    a re-test, as it is. At 3 % noise a GPU 10 % slow whose six runs read 6.8 % below a 4-node
+    job's level stood 3.7 sigma of such a mean below it, the level's own error as large as the
+    runs' noise, where the bar was 4.4.
+
+    The re-test's level is the median of the means of its hosts that run at the fleet's level
+    (``level_hosts``): a host slow as a whole, re-tested for that, tells what it runs at, not the
+    fleet. In a 3-node job with one node 10 % slow on every GPU, re-tested with one reference,
+    the median of their 16 means fell between the two hosts, 3.7 % under the fleet's level, and
+    the node, 5 % under that, was named by one GPU of eight."""
     lasting = noise.lasting if noise is not None else None
     if lasting is None or ref.source != FLEET or ref.level_values <= 0 or ref.value <= 0:
         return ref, None
     per_run = noise.relative_sd * ref.value
     fleet_error = LEVEL_ERROR * max(ref.spread, per_run) / math.sqrt(ref.level_values)
-    retest_error = MEDIAN_EFFICIENCY * math.sqrt(lasting.means_variance) * lasting.centre / math.sqrt(lasting.results)
-    if abs(lasting.centre - ref.value) > AGREE_ERRORS * math.hypot(fleet_error, retest_error):
+    means = [mean for host in level_hosts(lasting, ref.value, set_aside_pct) for mean in host]
+    if len(means) < MIN_HOST_RESULTS:
+        return ref, None
+    centre = statistics.median(means)
+    retest_error = MEDIAN_EFFICIENCY * math.sqrt(lasting.means_variance) * centre / math.sqrt(len(means))
+    if abs(centre - ref.value) > AGREE_ERRORS * math.hypot(fleet_error, retest_error):
         return ref, None
     if retest_error <= 0:
-        return dataclasses.replace(ref, value=min(ref.value, lasting.centre)), 0.0
+        return dataclasses.replace(ref, value=min(ref.value, centre)), 0.0
     weights = (1 / fleet_error ** 2, 1 / retest_error ** 2)
-    pooled = (ref.value * weights[0] + lasting.centre * weights[1]) / sum(weights)
+    pooled = (ref.value * weights[0] + centre * weights[1]) / sum(weights)
     return dataclasses.replace(ref, value=min(ref.value, pooled)), 1 / sum(weights)
+
+
+def level_hosts(lasting: Lasting, level: float, set_aside_pct: float) -> list[tuple[float, ...]]:
+    """The re-tested hosts' means (``Lasting.hosts``) but those of a host slow as a whole: its
+    median ``set_aside_pct`` or more below ``level`` and ``TRIM_SIGMAS`` of its median's own error
+    (the means' scatter about their hosts, over √its means) below it, as a fleet's level sets
+    such a host aside (gpudiag.analysis.reference.small_fleet_reference)."""
+    within = math.sqrt(lasting.means_variance)
+    kept = []
+    for means in lasting.hosts:
+        median = statistics.median(means)
+        if not (level - median >= level * set_aside_pct / 100 > 0
+                and level - median > TRIM_SIGMAS * within * median / math.sqrt(len(means))):
+            kept.append(means)
+    return kept
 
 
 def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, bar: float,
@@ -495,7 +518,7 @@ def judge_runs(ref: Reference, values: Iterable[float], noise: RunNoise | None, 
     figures = list(values)
     mean = statistics.fmean(figures)
     first_level = ref.value
-    ref, level_variance = retest_level(ref, noise)
+    ref, level_variance = retest_level(ref, noise, thresholds.deficit_warn_pct)
     noise = with_fleet_spread(ref, noise)
     spread = mean_spread(ref, len(figures), noise, thresholds.mad_floor_pct, level_variance)
     deficit = ref.deficit_pct(mean)

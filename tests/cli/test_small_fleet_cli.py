@@ -115,3 +115,18 @@ def test_half_a_small_jobs_nodes_slow_are_each_named_against_the_faster_half(tmp
     code, document = _run("sweep", _fleet(tmp_path, nodes, faults, seed=seed), "--links", "none")
     assert _places(document["findings"]) == {("slow_node", host, None) for host in slow}
     assert all(f["severity"] == "fail" for f in document["findings"]) and code == 1
+
+
+@pytest.mark.parametrize("seed", [20, 7])
+def test_a_3_node_jobs_node_10_pct_slow_at_3_pct_noise_is_its_slow_node_not_one_of_its_gpus(tmp_path: Path, seed: int):
+    # Seed 20: the node and one reference were re-tested, and the level their re-test found (the
+    # median of both hosts' 16 means) fell between them, 3.7 % under the job's level; the node,
+    # 5 % under that, was named by one GPU of eight as a slow_gpu.
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"nodes": 3, "name_format": "node{:04d}", "gpus_per_node": GPUS, "seed": seed,
+                                "noise": {"gemm_cv": 0.03, "membw_cv": 0.03, "link_cv": 0.06},
+                                "faults": _slow_node("node0003", 0.9)}))
+    code, document = _run("sweep", str(path), "--links", "none")
+    assert _places(document["findings"]) == {("slow_node", "node0003", None)} and code == 1
+    (found,) = document["findings"]
+    assert found["severity"] == "fail" and found["deficit_pct"] > 8
