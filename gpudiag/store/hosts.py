@@ -31,9 +31,7 @@ from ..analysis.keys import COMPARED_PROBES, result_key
 from ..errors import StoreError
 from ..records import ProbeResult, device_index
 from ..schema.jsonout import dumps as strict_dumps
-
-# zlib level 6: records are written once per sweep and read rarely; a smaller file wins.
-_LEVEL = 6
+from .rows import PACK_LEVEL
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ UNCHANGED_SHARE = 0.5
 def pack_results(results: Sequence[Mapping[str, Any] | int]) -> bytes:
     """The records as compressed JSON (what ``hosts.results_z`` holds); an int stands for the
     base's record of that index."""
-    return zlib.compress(strict_dumps(list(results), separators=(",", ":")).encode(), _LEVEL)
+    return zlib.compress(strict_dumps(list(results), separators=(",", ":")).encode(), PACK_LEVEL)
 
 
 def pack_against(results: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> bytes | None:

@@ -1,11 +1,13 @@
 """How the store's tables hold a sweep document's items: each table's document fields, one column
 each (a field in JSON_FIELDS as JSON in ``<field>_json``, NULL when absent; the item's other
-fields in its extra_json), and the item read back from its row."""
+fields in its extra_json, or compressed in its extra_z where the table packs them: a link's
+traced streams), and the item read back from its row."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +24,9 @@ FINDING_FIELDS = ("kind", "severity", "host", "peer", "gpu", "metric", "value", 
                   "robust_z", "confirmed", "evidence", "action")
 JSON_FIELDS = frozenset({"facts", "params", "details"})
 BOOL_FIELDS = frozenset({"confirmed"})
+# zlib level 6: a host's records (gpudiag.store.hosts) and a link's streams are written once per
+# sweep and read rarely; a smaller file wins.
+PACK_LEVEL = 6
 
 
 def json_text(value: object) -> str:
@@ -41,17 +46,25 @@ def column(field: str) -> str:
     return f"{field}_json" if field in JSON_FIELDS else field
 
 
+def packed_extra(item: Mapping[str, Any], known: Sequence[str]) -> bytes | None:
+    """The item's fields beyond ``known`` as compressed JSON (an ``extra_z`` column), or None."""
+    text = extra_json(item, known)
+    return None if text is None else zlib.compress(text.encode(), PACK_LEVEL)
+
+
 def insert_rows(db: sqlite3.Connection, table: str, fields: Sequence[str],
-            rows: Sequence[tuple[dict[str, Any], Mapping[str, Any]]], ignored: Sequence[str] = ()) -> None:
+            rows: Sequence[tuple[dict[str, Any], Mapping[str, Any]]], ignored: Sequence[str] = (),
+            packed: bool = False) -> None:
     """Insert one row per (fixed columns, item): the fixed columns, a column per field, and the
-    item's other fields (not ``ignored``) as extra_json. ``table`` and the names are this module's
-    literals, never user input."""
+    item's other fields (not ``ignored``) as extra_json, or with ``packed`` compressed as extra_z.
+    ``table`` and the names are this module's literals, never user input."""
     if not rows:
         return
-    columns = [*rows[0][0], *(column(field) for field in fields), "extra_json"]
+    extra, extra_column = (packed_extra, "extra_z") if packed else (extra_json, "extra_json")
+    columns = [*rows[0][0], *(column(field) for field in fields), extra_column]
     db.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                    [[*fixed.values(), *(encode(item, field) for field in fields),
-                     extra_json(item, (*fields, *ignored))] for fixed, item in rows])
+                     extra(item, (*fields, *ignored))] for fixed, item in rows])
 
 
 def encode(item: Mapping[str, Any], field: str) -> Any:
@@ -70,4 +83,6 @@ def decode(row: sqlite3.Row, fields: Sequence[str]) -> dict[str, Any]:
                 item[field] = json.loads(value)
         else:
             item[field] = bool(value) if field in BOOL_FIELDS else value
-    return {**item, **(loads(row["extra_json"]) or {})}
+    packed = row["extra_z"] if "extra_z" in row.keys() else None
+    extra = loads(row["extra_json"]) if packed is None else json.loads(zlib.decompress(packed))
+    return {**item, **(extra or {})}

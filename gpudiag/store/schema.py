@@ -28,7 +28,9 @@ BUSY_TIMEOUT_MS = 30_000
 # gpudiag.store.hosts): telemetry that did not change is not stored again. Schema 6 keeps the hosts a
 # sweep planned (sweeps.planned_json; NULL for a sweep stored before) and whether its analysis ran
 # (sweeps.analysed; a sweep stored before counts as analysed where it finished): gpudiag.store.completeness.
-# Schema 7 keeps the figures a sweep re-tested for a trend (gpudiag.store.retests).
+# Schema 7 keeps the figures a sweep re-tested for a trend (gpudiag.store.retests). Schema 8 keeps a
+# link's fields beyond its columns compressed (links.extra_z; gpudiag.store.rows): a traced fabric's
+# entry carries 16 stream figures and their paths a pair and rail, a third of a 100-node sweep's bytes.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE sweeps (sweep_id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,
@@ -85,6 +87,9 @@ MIGRATIONS: tuple[str, ...] = (
         key_id INTEGER NOT NULL REFERENCES result_keys (key_id), gpu INTEGER NOT NULL, value NOT NULL,
         runs INTEGER NOT NULL, PRIMARY KEY (sweep_id, host, key_id, gpu),
         FOREIGN KEY (sweep_id, host) REFERENCES hosts (sweep_id, host) ON DELETE CASCADE) WITHOUT ROWID;
+    """,
+    """
+    ALTER TABLE links ADD COLUMN extra_z BLOB;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

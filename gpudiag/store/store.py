@@ -486,7 +486,7 @@ def _next_ordinal(db: sqlite3.Connection, table: str, sweep_id: str) -> int:
 
 def _insert_links(db: sqlite3.Connection, sweep_id: str, first: int, links: Sequence[Mapping[str, Any]]) -> None:
     insert_rows(db, "links", LINK_FIELDS, [({"sweep_id": sweep_id, "ordinal": first + index}, link)
-                                        for index, link in enumerate(links)])
+                                        for index, link in enumerate(links)], packed=True)
 
 
 def _replace_findings(db: sqlite3.Connection, sweep_id: str, findings: Sequence[Mapping[str, Any]]) -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 import threading
+import zlib
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,16 @@ def sweep_document() -> dict[str, Any]:
         "impact": {"job_slowdown_pct": 17.7, "by_finding": [17.7, 0.0]},
         "summary": {"hosts_total": 3, "hosts_ok": 2, "findings": 2, "exit_code": 1},
     }
+
+
+def back_to_schema_7(connection: sqlite3.Connection) -> None:
+    """A store's links as a gpudiag before schema 8 kept them: their fields beyond the columns in
+    extra_json, no extra_z column."""
+    for rowid, packed in connection.execute("SELECT rowid, extra_z FROM links").fetchall():
+        if packed is not None:
+            connection.execute("UPDATE links SET extra_json = ? WHERE rowid = ?",
+                               (zlib.decompress(packed).decode(), rowid))
+    connection.execute("ALTER TABLE links DROP COLUMN extra_z")
 
 
 def _record_as_it_runs(store: Store, document: dict[str, Any]) -> None:
@@ -538,3 +549,40 @@ def test_recent_figures_read_host_by_host_are_those_of_the_whole_read(tmp_path: 
     assert hosts == ["node001", "node002"]  # node003 never answered
     assert set(everyone) == {"node001", "node002"} and len(everyone["node002"]) == 2
     assert alone == {"node002": everyone["node002"]}
+
+
+def _traced_link(rail: int) -> dict[str, Any]:
+    """A pair test of a traced fabric: 8 streams each way with their paths."""
+    streams = [{"gbps": 48.0 + index / 7, "hops": ["r0-leaf01", f"r0-spine0{index % 4 + 1}", "r0-leaf02"]}
+               for index in range(8)]
+    back = [{"gbps": 47.5 + index / 9, "hops": ["r0-leaf02", f"r0-spine0{index % 4 + 1}", "r0-leaf01"]}
+            for index in range(8)]
+    return {"a": "node001", "b": "node002", "rail": rail, "backend": "perftest", "metric": "gbps",
+            "value": 385.123456789, "unit": "Gbit/s", "phase": "screen", "line_rate_gbps": 400.0, "error": None,
+            "fault": None, "collective_gbps": 380.0, "streams": streams, "back_streams": back}
+
+
+def test_a_links_streams_are_stored_packed_and_read_back_exactly_beside_links_stored_before(tmp_path: Path):
+    # A traced fabric's entry carries 16 stream figures and their paths a pair and rail: kept as
+    # JSON they were 12 KB of a 100-node demo sweep's 35 KB a node in the store.
+    path = tmp_path / "gpudiag.db"
+    old = sweep_document()
+    old["links"] = [_traced_link(rail) for rail in range(4)]
+    with Store.open(path) as store:
+        _record_as_it_runs(store, old)
+    connection = sqlite3.connect(path, isolation_level=None)
+    packed = connection.execute("SELECT sum(length(extra_z)), count(extra_json) FROM links").fetchone()
+    assert packed[1] == 0 and 0 < packed[0] < len(json.dumps(old["links"])) / 3
+    back_to_schema_7(connection)  # the same sweep as a gpudiag of schema 7 stored it
+    connection.execute("PRAGMA user_version = 7")
+    connection.close()
+    new = {**sweep_document(), "sweep_id": "20261122T101500Z-aaaa", "links": [_traced_link(rail) for rail in (5, 6)]}
+    with Store.open(path) as store:
+        _record_as_it_runs(store, new)
+        assert store.load_document(old["sweep_id"]) == old
+        assert store.load_document(new["sweep_id"]) == new
+        (row,) = store.host_history("node002", limit=1)
+    assert row["links"] == new["links"]
+    connection = sqlite3.connect(path)
+    assert connection.execute("SELECT count(extra_json), count(extra_z) FROM links").fetchone() == (4, 2)
+    connection.close()

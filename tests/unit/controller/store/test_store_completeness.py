@@ -9,7 +9,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from test_store import _record_as_it_runs, sweep_document
+from test_store import _record_as_it_runs, back_to_schema_7, sweep_document
 
 from gpudiag.store.baselines import baseline_sources
 from gpudiag.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -72,6 +72,7 @@ def _schema_5_store(path: Path) -> None:
         store.record_host("killed", sweep_document()["hosts"][0])
     connection = sqlite3.connect(path, isolation_level=None)
     # back to schema 5: the columns schema 6 added dropped, as that gpudiag had none
+    back_to_schema_7(connection)
     connection.execute("DROP TABLE retests")  # schema 7's
     connection.execute("ALTER TABLE sweeps DROP COLUMN planned_json")
     connection.execute("ALTER TABLE sweeps DROP COLUMN analysed")
