@@ -15,8 +15,7 @@
 - the NIC port records become one table (``nic_ports``: a row per port, counters only where
   not 0), except that a port that errored stays a record;
 - the facts name each GPU's UUID once: ``gpu_uuids`` is left out where ``gpus`` holds them all;
-- floats keep SIGNIFICANT digits, in the records and in the pair tests between nodes (``links``:
-  a traced fabric's entry carries each stream's figure, 16 a pair and rail).
+- floats keep SIGNIFICANT digits.
 
 Nothing is judged from the document: the analysis reads the full records in memory.
 """

@@ -10,7 +10,7 @@ from typing import Any
 from ..run.fanout import SweepResult
 from ..schema.jsonout import dumps as strict_dumps
 from . import write_report
-from .detail import COMPACT, FULL, compact_host, flagged_gpus, rounded
+from .detail import COMPACT, FULL, compact_host, flagged_gpus
 
 
 def write_sweep_json(result: SweepResult, path: str, detail: str = COMPACT,
@@ -58,9 +58,6 @@ def document_chunks(result: SweepResult, detail: str = COMPACT,
                 for host in result.hosts)
         elif name == "findings":
             entries = (finding.to_dict() for finding in result.findings)
-        elif name == "links" and detail == COMPACT:  # a fabric's traced streams: a few dozen floats a pair
-            yield strict_dumps(rounded(skeleton[name]))
-            continue
         else:
             yield strict_dumps(skeleton[name])
             continue
