@@ -181,24 +181,34 @@ def families_below(figures: Mapping[LinkGroup, Mapping[Pair, Sequence[float]]], 
         near = floor * (1 + thresholds.deficit_pct / 100)
         if any(statistics.median(judged_gbps(values) for values in runs.values()) >= near for runs in rails):
             continue
-        means = {pair: mean_gbps(values) for pair, values in rail_figures(rails).items()}
+        counted = rail_runs(rails)
+        means = {pair: mean_gbps(value for value, _ in group) for pair, group in counted.items()}
         by_host = host_bests({pair: [value] for pair, value in means.items()})
         bests = sorted(value for host, value in by_host.items() if host not in good[key]) or sorted(by_host.values())
         if len(by_host) < thresholds.min_hosts:
             level = level_below(means, floor) if thresholds.whole_job else None
         else:
-            level = statistics.median(means.values()) if bests_below(bests, floor, thresholds) else None
+            # a best is a maximum of its host's pair means, each with its own noise: the more pairs
+            # a host has, the higher it reads
+            sigma, _ = run_sd(counted.values())
+            margin = statistics.median(mean_sd(sigma, [runs for _, runs in group]) for group in counted.values())
+            level = statistics.median(means.values()) if bests_below(bests, floor, thresholds, margin) else None
         if level is not None:
             found[key] = level
     return found
 
 
-def bests_below(bests: Sequence[float], floor: float, thresholds: LinkThresholds) -> bool:
+def bests_below(bests: Sequence[float], floor: float, thresholds: LinkThresholds, margin: float = 0.0) -> bool:
     """Whether a fleet's hosts' best pairs (``bests``, sorted) sit below the line-rate ``floor``:
     their level, and the median of their upper half (half the hosts reaching it with each other is
-    no group below its line rate)."""
+    no group below its line rate), that one by more than ``margin`` over the floor (a family's
+    pairs over all its rails: one pair mean's noise, what a host's best of several reads high by;
+    healthy hosts reach their line rate, several such noises over the floor). A 16-node job at
+    85 % of its line rate (the floor 90 %) at 6 % link noise was below its floor on its screen,
+    then, its confirm rounds giving its hosts more pairs, their best pairs' upper half read 0.1 %
+    over the floor, and it passed with nothing said."""
     return fleet_reference(bests, len(bests), thresholds.mad_floor_pct).value < floor \
-        and statistics.median(bests[len(bests) // 2:]) < floor
+        and statistics.median(bests[len(bests) // 2:]) < floor + margin
 
 
 def rail_figures(rails: Iterable[Mapping[Pair, Sequence[float]]]) -> dict[Pair, list[float]]:
