@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .measurements import HOST_DEVICES, Measurement
-from .reference import BASELINE, FLEET, MAD_TO_SIGMA, TRIM_SIGMAS, KeyReferences, Reference
+from .reference import BASELINE, FLEET, MAD_TO_SIGMA, KeyReferences, Reference, slow_as_a_whole
 from .suspicion import Suspect
 from .tails import MAD_LOG_VARIANCE, spread_dof, student_bar
 from .thresholds import Thresholds
@@ -496,16 +496,14 @@ def retest_level(ref: Reference, noise: RunNoise | None, set_aside_pct: float) -
 
 
 def level_hosts(lasting: Lasting, level: float, set_aside_pct: float) -> list[tuple[float, ...]]:
-    """The re-tested hosts' means (``Lasting.hosts``) but those of a host slow as a whole: its
-    median ``set_aside_pct`` or more below ``level`` and ``TRIM_SIGMAS`` of its median's own error
-    (the means' scatter about their hosts, over √its means) below it, as a fleet's level sets
-    such a host aside (gpudiag.analysis.reference.small_fleet_reference)."""
+    """The re-tested hosts' means (``Lasting.hosts``) but those of a host slow as a whole against
+    ``level`` (reference.slow_as_a_whole, as a small fleet's level sets such a host aside), its
+    median's own error the means' scatter about their hosts over √its means."""
     within = math.sqrt(lasting.means_variance)
     kept = []
     for means in lasting.hosts:
         median = statistics.median(means)
-        if not (level - median >= level * set_aside_pct / 100 > 0
-                and level - median > TRIM_SIGMAS * within * median / math.sqrt(len(means))):
+        if not slow_as_a_whole(level, median, within * median / math.sqrt(len(means)), set_aside_pct):
             kept.append(means)
     return kept
 

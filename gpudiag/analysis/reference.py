@@ -273,8 +273,7 @@ def small_fleet_reference(by_host: Sequence[Sequence[float]], mad_floor_pct: flo
                                              for values, median in zip(hosts, medians, strict=True)
                                              for value in values])
     kept = [values for values, median in zip(hosts, medians, strict=True)
-            if not (level - median >= level * set_aside_pct / 100 > 0
-                    and level - median > TRIM_SIGMAS * within / math.sqrt(len(values)))]
+            if not slow_as_a_whole(level, median, within / math.sqrt(len(values)), set_aside_pct)]
     mad = weighted_median([(abs(value - level), 1 / len(values)) for values in kept for value in values])
     # Kish's effective count of values weighing 1 / their host's count (all of them where hosts
     # measure alike): a 4-node job with one GPU lost rests on 31 values, not on its 4 hosts (which
@@ -282,6 +281,13 @@ def small_fleet_reference(by_host: Sequence[Sequence[float]], mad_floor_pct: flo
     count = len(hosts) ** 2 / math.fsum(1 / len(values) for values in hosts)
     return Reference(level, _floored(MAD_TO_SIGMA * mad, level, mad_floor_pct), FLEET, len(medians),
                      level_values=count)
+
+
+def slow_as_a_whole(level: float, median: float, error: float, set_aside_pct: float) -> bool:
+    """Whether a host whose values' median is ``median`` (its own error ``error``, in the same
+    unit) is slow as a whole against ``level``: ``set_aside_pct`` or more below it, and
+    ``TRIM_SIGMAS`` of that error below it. Such a host tells what it runs at, not the level."""
+    return level - median >= level * set_aside_pct / 100 > 0 and level - median > TRIM_SIGMAS * error
 
 
 def fleet_reference(values: Sequence[float], hosts: int, mad_floor_pct: float,
